@@ -1,0 +1,122 @@
+# spoa-ratelimit - HAProxy SPOE agent for cluster-wide sliding-window rate limiting.
+#
+#   make            build ./spoa-ratelimit
+#   make run        install missing packages, build, run on the built-in config
+#   make test       install missing packages, build with ASan+UBSan, run every test
+#   make fuzz       libFuzzer over the SPOP frame decoder (bounded time)
+#   make bench      benchmarks (bench/)
+#   make SANITIZE=address,undefined   sanitized build (in build/san)
+
+PREFIX  ?= /usr/local
+DESTDIR ?=
+CC      ?= cc
+SANITIZE ?=
+FUZZ_SECONDS ?= 60
+
+PKGS      := hiredis libpq jansson
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
+TEST_LIBS  := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion)
+
+CFLAGS  ?= -O2 -g
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wstrict-prototypes -Werror \
+           -MMD -MP -I. $(PKG_CFLAGS)
+LDFLAGS ?=
+
+ifneq ($(SANITIZE),)
+BUILD   := build/san
+CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+LDFLAGS += -fsanitize=$(SANITIZE)
+else
+BUILD   := build/rel
+endif
+
+LIB_SRCS  := $(wildcard spop/*.c strategies/*.c) $(filter-out agent/main.c,$(wildcard agent/*.c))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
+LIB       := $(BUILD)/libspoarl.a
+AGENT     := $(BUILD)/spoa-ratelimit
+
+TEST_SRCS := $(wildcard tests/test_*.c)
+TEST_BINS := $(TEST_SRCS:tests/%.c=$(BUILD)/tests/%)
+TEST_HELPER_SRCS := $(wildcard tests/lib/*.c)
+TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
+
+BENCH_SRCS := $(wildcard bench/*.c)
+BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
+
+.PHONY: all run test test-run unit e2e fuzz bench clean install uninstall deps-build deps-test
+
+all: spoa-ratelimit
+
+spoa-ratelimit: $(AGENT)
+	cp $< $@
+
+$(AGENT): $(BUILD)/agent/main.o $(LIB)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(PKG_LIBS)
+
+$(LIB): $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c -o $@ $<
+
+$(BUILD)/tests/%: tests/%.c $(TEST_HELPER_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(TEST_HELPER_OBJS) $(LIB) $(LDFLAGS) $(TEST_LIBS) $(PKG_LIBS)
+
+$(BUILD)/bench/%: bench/%.c $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(PKG_LIBS)
+
+deps-build:
+	@scripts/deps.sh build
+
+deps-test:
+	@scripts/deps.sh test
+
+run: deps-build
+	$(MAKE) spoa-ratelimit
+	./spoa-ratelimit
+
+# The whole suite, sanitized: unit tests (Criterion), protocol tests against
+# the agent, end-to-end tests through Debian's HAProxy.
+test: deps-test
+	$(MAKE) SANITIZE=address,undefined test-run
+
+test-run: $(AGENT) $(TEST_BINS)
+	tests/run.sh $(BUILD)
+
+unit: $(TEST_BINS)
+	tests/run.sh $(BUILD) unit
+
+e2e: $(AGENT)
+	tests/run.sh $(BUILD) e2e
+
+fuzz:
+	@scripts/deps.sh fuzz
+	@mkdir -p build/fuzz/corpus
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -I. -fsanitize=fuzzer,address,undefined \
+	    -o build/fuzz/fuzz_spop tests/fuzz/fuzz_spop.c spop/*.c
+	build/fuzz/fuzz_spop -max_total_time=$(FUZZ_SECONDS) -max_len=20000 \
+	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/seeds > build/fuzz/log 2>&1; \
+	    rc=$$?; tail -5 build/fuzz/log; exit $$rc
+
+bench: deps-build
+	$(MAKE) $(AGENT) $(BENCH_BINS)
+	bench/run.sh $(BUILD)
+
+install: spoa-ratelimit
+	install -D -m 0755 spoa-ratelimit $(DESTDIR)$(PREFIX)/bin/spoa-ratelimit
+	install -D -m 0644 haproxy-examples/haproxy.cfg $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/haproxy.cfg
+	install -D -m 0644 haproxy-examples/spoe-ratelimit.conf $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/spoe-ratelimit.conf
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/spoa-ratelimit
+	rm -rf $(DESTDIR)$(PREFIX)/share/spoa-ratelimit
+
+clean:
+	rm -rf build spoa-ratelimit
+
+-include $(shell find build -name '*.d' 2>/dev/null)

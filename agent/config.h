@@ -1,0 +1,84 @@
+/*
+ * config.h - the agent's configuration: built-in defaults, a JSON file
+ * (jansson) and command-line overrides. Parsing only; nothing here opens a
+ * socket or creates the shared segment. Every key is documented in
+ * docs/CONFIG.md.
+ */
+#ifndef CONFIG_H
+#define CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CONFIG_NAME_MAX        64    /* namespace names, with the NUL */
+#define CONFIG_MAX_NAMESPACES  32
+#define CONFIG_MAX_WINDOWS     8     /* window sizes per namespace */
+#define CONFIG_STRATEGY_MAX    16
+#define CONFIG_PREFIX_MAX      32
+#define CONFIG_ADDR_MAX        256
+
+enum config_window_type {
+	CONFIG_WINDOW_SLIDING = 0,
+	CONFIG_WINDOW_FIXED,
+	CONFIG_WINDOW_TYPE_COUNT
+};
+
+struct config_ns {
+	char name[CONFIG_NAME_MAX];
+	uint32_t window_sizes[CONFIG_MAX_WINDOWS];   /* seconds, > 0, distinct */
+	size_t n_window_sizes;                       /* >= 1 */
+	double sync_rate;                            /* < 0 local, 0 sync, > 0 seconds */
+	char strategy[CONFIG_STRATEGY_MAX];          /* "local", "redis", "postgres" */
+	char *strategy_opts;                         /* JSON object text (malloc'd) or NULL */
+	enum config_window_type window_type;         /* default for messages */
+	bool count_denied;                           /* count hits over the limit (default true) */
+};
+
+struct config {
+	char listen[CONFIG_ADDR_MAX];      /* "127.0.0.1:12345", "[::1]:12345", "unix:/path" */
+	int workers;                       /* >= 1; 0 in the file = number of CPUs */
+	size_t max_keys;                   /* capacity of the counter table, (key, window) pairs */
+	char message_prefix[CONFIG_PREFIX_MAX]; /* "ratelimit" */
+	int var_scope;                     /* enum spop_scope; "txn" by default */
+	uint32_t max_frame_size;           /* upper bound we accept, >= 256 */
+	uint32_t max_connections;          /* per worker */
+	uint32_t idle_timeout_ms;          /* close a connection idle this long */
+	uint32_t frame_timeout_ms;         /* a half-received frame must complete in this */
+	int log_level;                     /* enum log_level */
+	struct config_ns ns[CONFIG_MAX_NAMESPACES];
+	size_t n_ns;
+};
+
+/* Where parsing failed: file, JSON path (e.g. "namespaces[1].window_sizes")
+ * and what was expected, ready to print as
+ * "<file>: <path>: <msg>". */
+struct config_err {
+	char file[256];
+	char path[128];
+	char msg[256];
+};
+
+/* Built-in defaults: listen 127.0.0.1:12345, workers = CPUs, max_keys 65536,
+ * one namespace "default" with windows 1, 60, 3600, sync_rate -1, local. */
+void config_defaults(struct config *c);
+
+/* Loads a JSON file over the defaults. The namespaces in the file replace
+ * the default namespace. Returns 0, or -1 with *err filled (nothing is
+ * left allocated on failure). */
+int config_load(struct config *c, const char *path, struct config_err *err);
+
+/* Validates the whole config (also after command-line overrides).
+ * Returns 0 or -1 with *err. */
+int config_check(const struct config *c, struct config_err *err);
+
+/* Index of a namespace by name, or -1. */
+int config_ns_find(const struct config *c, const char *name, size_t len);
+
+/* Frees what config_load allocated (strategy_opts). */
+void config_free(struct config *c);
+
+/* Formats *err as one line into buf. */
+void config_err_format(const struct config_err *err, char *buf, size_t len);
+
+#endif /* CONFIG_H */

@@ -1,0 +1,31 @@
+/*
+ * log.h - the one logging macro. Checks the level before evaluating its
+ * arguments; prefixes the time, pid and worker id. spop/ and strategies/
+ * never log: the callee formats, the caller logs.
+ */
+#ifndef LOG_H
+#define LOG_H
+
+enum log_level {
+	LOG_ERR = 0,
+	LOG_WARN,
+	LOG_INFO,
+	LOG_DEBUG,
+	LOG_LEVEL_COUNT
+};
+
+extern int log_level;       /* messages above this level are dropped */
+extern int log_worker_id;   /* -1 in the master */
+
+void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* Parses "err", "warn", "info", "debug"; returns the level or -1. */
+int log_level_parse(const char *s);
+
+#define LOG(level, ...)                                        \
+	do {                                                       \
+		if ((level) <= log_level)                              \
+			log_write((level), __VA_ARGS__);                   \
+	} while (0)
+
+#endif /* LOG_H */

@@ -1,0 +1,112 @@
+/*
+ * ratelimit.h - the public C API of the rate limiter, after Kong's
+ * rate-limiting library (docs/ALGORITHM.md): an instance owns a shared
+ * counter table (created before fork, used by every worker process) and a
+ * set of namespaces; increment() counts a hit and returns the sliding rate,
+ * sliding_window() reads it.
+ *
+ *   rate   = current + previous * weight
+ *   weight = (size - now % size) / size      (fixed window: weight 0)
+ *
+ * Time is Unix time in seconds as a double (sub-second). Windows start at
+ * multiples of their size. The SPOP handler is one caller of this API,
+ * the tests are another.
+ */
+#ifndef RATELIMIT_H
+#define RATELIMIT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct rl;
+
+/* Pass as `weight` to compute the sliding weight from the time. */
+#define RL_WEIGHT_AUTO (-1.0)
+
+/* Why a call failed (rl_errno of the instance after -1). */
+enum rl_status {
+	RL_OK = 0,
+	RL_ERR_NAMESPACE,     /* namespace not defined */
+	RL_ERR_WINDOW,        /* window size not one of the namespace's */
+	RL_ERR_KEY,           /* empty key */
+	RL_ERR_FULL,          /* the table is full of live windows: not counted */
+	RL_ERR_VALUE,         /* value not finite or negative */
+	RL_STATUS_COUNT
+};
+
+const char *rl_status_str(enum rl_status st);
+
+/* Options of a namespace (the reference's `new(opts)`). */
+struct rl_ns_opts {
+	const char *name;                 /* NULL = "default" */
+	const uint32_t *window_sizes;     /* seconds */
+	size_t n_window_sizes;
+	double sync_rate;                 /* < 0 local, 0 synchronous, > 0 period */
+	const char *strategy;             /* NULL = "local" */
+	const char *strategy_opts;        /* JSON text or NULL */
+};
+
+/* What one hit or read saw, for the handler's variables. */
+struct rl_result {
+	double rate;          /* current + previous * weight (after the hit) */
+	double current;       /* count of the current window (after the hit) */
+	double previous;      /* count of the previous window */
+	double weight;        /* weight applied to previous */
+	int64_t start;        /* start of the current window (Unix seconds) */
+	uint32_t size;        /* window size */
+	bool counted;         /* the hit was added */
+};
+
+/* Creates an instance whose shared table holds max_keys (key, window)
+ * counters. Must be called before fork() for the table to be shared.
+ * Returns NULL with a message in err on failure. */
+struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t errlen);
+
+/* Unmaps the table (in this process) and frees the instance. */
+void rl_free(struct rl *rl);
+
+/* Defines a namespace. Returns 0, or -1 with a message in err when the
+ * options are invalid or the namespace is already defined. */
+int rl_new_namespace(struct rl *rl, const struct rl_ns_opts *opts, char *err, size_t errlen);
+
+/* Index of a namespace (NULL or "" = "default"), or -1. */
+int rl_namespace_index(const struct rl *rl, const char *name, size_t len);
+
+/* Current Unix time, sub-second (CLOCK_REALTIME). */
+double rl_now(void);
+
+/* Adds value to key's current window and returns in *rate the rate after
+ * the increment (the reference's increment()). namespace NULL = "default".
+ * Returns 0 or -1 (rl_errno()). */
+int rl_increment(struct rl *rl, const char *key, size_t keylen, uint32_t window_size,
+		 double value, const char *ns, double weight, double *rate);
+
+/* The rate of key's window without counting (the reference's
+ * sliding_window()); cur_diff, when not NULL, is added to the current
+ * window's count as if it had been counted. Returns 0 or -1. */
+int rl_sliding_window(struct rl *rl, const char *key, size_t keylen, uint32_t window_size,
+		      const double *cur_diff, const char *ns, double weight, double *rate);
+
+/* The engine under both: one hit of `cost` (0 = read only) at time `now`.
+ * limit < 0: always count. limit >= 0 and !count_denied: count only if the
+ * rate after the hit stays <= limit (checked and added atomically); the
+ * result then still reports the rate the hit would have made.
+ * Returns 0 or -1 (rl_errno()). Never allocates. */
+int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
+	   double cost, double weight, double now, double limit, bool count_denied,
+	   struct rl_result *out);
+
+/* Status of the last failed call in this process. */
+enum rl_status rl_errno(const struct rl *rl);
+
+/* Is size one of the namespace's window sizes? */
+bool rl_has_window(const struct rl *rl, int ns, uint32_t size);
+
+/* The namespace's only window size, or 0 if it has several. */
+uint32_t rl_single_window(const struct rl *rl, int ns);
+
+/* Table-full events since start (all processes), for logs and stats. */
+uint64_t rl_full_events(const struct rl *rl);
+
+#endif /* RATELIMIT_H */

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs the test suite and prints one closing line "N passed, N failed".
+#   tests/run.sh BUILD_DIR [unit|e2e|all]
+# Unit tests are the Criterion binaries in BUILD_DIR/tests; e2e tests are
+# tests/e2e/*.sh, each printing "ok - ..." / "not ok - ..." lines and
+# exiting non-zero on failure. They get the agent binary in $AGENT.
+set -u
+cd "$(dirname "$0")/.."
+build=${1:?build dir}
+what=${2:-all}
+export AGENT="$PWD/$build/spoa-ratelimit"
+export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+passed=0 failed=0 failed_names=()
+
+if [ "$what" = all ] || [ "$what" = unit ]; then
+  for t in "$build"/tests/test_*; do
+    [ -x "$t" ] || continue
+    out=$("$t" --jobs 2 2>&1); rc=$?
+    echo "$out" | grep -E '^\[(FAIL|----)\]|Synthesis|ERROR|runtime error' | head -40
+    syn=$(echo "$out" | grep 'Synthesis' | tail -1)
+    p=$(echo "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+    f=$(echo "$syn" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
+    c=$(echo "$syn" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
+    passed=$((passed + ${p:-0}))
+    failed=$((failed + ${f:-0} + ${c:-0}))
+    if [ $rc -ne 0 ] || [ -z "$syn" ]; then
+      [ -z "$syn" ] && { echo "$out" | tail -20; failed=$((failed + 1)); }
+      failed_names+=("$(basename "$t")")
+    fi
+  done
+fi
+
+if [ "$what" = all ] || [ "$what" = e2e ]; then
+  for t in tests/e2e/*.sh; do
+    [ -f "$t" ] || continue
+    echo "== $t"
+    out=$(bash "$t" 2>&1); rc=$?
+    echo "$out" | grep -E '^(ok|not ok)|^#' | head -60
+    p=$(echo "$out" | grep -c '^ok ')
+    f=$(echo "$out" | grep -c '^not ok')
+    passed=$((passed + p)); failed=$((failed + f))
+    if [ $rc -ne 0 ]; then
+      [ "$f" -eq 0 ] && { echo "$out" | tail -30; failed=$((failed + 1)); }
+      failed_names+=("$(basename "$t")")
+    fi
+  done
+fi
+
+[ ${#failed_names[@]} -gt 0 ] && echo "failing: ${failed_names[*]}"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ ${#failed_names[@]} -eq 0 ]
