@@ -24,11 +24,11 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wshadow -Wstrict-prototypes -We
 LDFLAGS ?=
 
 ifneq ($(SANITIZE),)
-BUILD   := build/san
+BUILD   ?= build/san
 CFLAGS  += -fsanitize=$(SANITIZE) -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 LDFLAGS += -fsanitize=$(SANITIZE)
 else
-BUILD   := build/rel
+BUILD   ?= build/rel
 endif
 
 LIB_SRCS  := $(wildcard spop/*.c strategies/*.c) $(filter-out agent/main.c,$(wildcard agent/*.c))
