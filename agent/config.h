@@ -65,12 +65,16 @@ void config_defaults(struct config *c);
 
 /* Loads a JSON file over the defaults. The namespaces in the file replace
  * the default namespace. Returns 0, or -1 with *err filled (nothing is
- * left allocated on failure). */
+ * left allocated on failure, and *c is unchanged). */
 int config_load(struct config *c, const char *path, struct config_err *err);
 
 /* Validates the whole config (also after command-line overrides).
- * Returns 0 or -1 with *err. */
+ * Returns 0 or -1 with *err (err->file left empty). */
 int config_check(const struct config *c, struct config_err *err);
+
+/* The number of online CPUs clamped to 1..64: what "workers": 0 (or -w 0)
+ * means. */
+int config_default_workers(void);
 
 /* Index of a namespace by name, or -1. */
 int config_ns_find(const struct config *c, const char *name, size_t len);

@@ -1,0 +1,1136 @@
+/*
+ * config.c - the agent's configuration: built-in defaults, a JSON file read
+ * with jansson, then whatever the command line overrides, then one
+ * config_check() over the result. docs/CONFIG.md documents every key.
+ *
+ * A deployment with a typo must fail at startup, not run on a default, so
+ * unknown keys are errors (with a "did you mean"), duplicate keys are errors
+ * (JSON_REJECT_DUPLICATES), and every number is range-checked before it is
+ * narrowed into the struct. Every error names the file, the JSON path of the
+ * value ("namespaces[1].window_sizes[0]") and what was expected.
+ *
+ * config_load() parses into a copy and replaces *c only on success, so a
+ * failed load leaves the caller's config, and what it owns, untouched.
+ * The only allocations a config owns are the namespaces' strategy_opts.
+ */
+#include "agent/config.h"
+#include "agent/log.h"
+#include "spop/spop-t.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define CFG_LISTEN_DEFAULT     "127.0.0.1:12345"
+#define CFG_WORKERS_MAX        64
+#define CFG_MAX_KEYS_DEFAULT   65536
+#define CFG_MAX_KEYS_MIN       16
+#define CFG_MAX_KEYS_MAX       (1LL << 26)
+#define CFG_PREFIX_DEFAULT     "ratelimit"
+#define CFG_FRAME_MAX          1048576          /* per-connection buffers are this big */
+#define CFG_CONN_DEFAULT       10000
+#define CFG_CONN_MAX           1000000
+#define CFG_IDLE_DEFAULT_MS    60000
+#define CFG_FTIMEOUT_DEFAULT_MS 5000
+#define CFG_TIMEOUT_MAX_MS     86400000         /* one day */
+#define CFG_WINDOW_MAX         31536000         /* 365 days, in seconds */
+#define CFG_NS_DEFAULT         "default"
+#define CFG_STRATEGY_LOCAL     "local"
+#define CFG_SHOW_MAX           64               /* a value quoted in a message */
+#define CFG_SUN_PATH_MAX       (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
+
+#define CFG_LISTEN_WHAT "\"HOST:PORT\", \"[IPV6]:PORT\" or \"unix:/PATH\""
+
+static const char *const cfg_scope_names[SPOP_SCOPE_COUNT] = {
+	[SPOP_SCOPE_PROC] = "proc",
+	[SPOP_SCOPE_SESS] = "sess",
+	[SPOP_SCOPE_TXN]  = "txn",
+	[SPOP_SCOPE_REQ]  = "req",
+	[SPOP_SCOPE_RES]  = "res",
+};
+
+static const char *const cfg_window_type_names[CONFIG_WINDOW_TYPE_COUNT] = {
+	[CONFIG_WINDOW_SLIDING] = "sliding",
+	[CONFIG_WINDOW_FIXED]   = "fixed",
+};
+
+/* Index 0 is the only strategy that works without sync_rate >= 0. */
+static const char *const cfg_strategy_names[] = { CFG_STRATEGY_LOCAL, "redis", "postgres" };
+#define CFG_N_STRATEGIES (sizeof(cfg_strategy_names) / sizeof(cfg_strategy_names[0]))
+
+/* Same order as enum log_level; log_level_parse() is the authority. */
+static const char *const cfg_log_level_names[LOG_LEVEL_COUNT] = {
+	[LOG_ERR] = "err", [LOG_WARN] = "warn", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
+};
+
+_Static_assert(CFG_N_STRATEGIES > 0, "no strategy");
+_Static_assert(sizeof(CFG_LISTEN_DEFAULT) <= CONFIG_ADDR_MAX, "listen default too long");
+_Static_assert(sizeof(CFG_PREFIX_DEFAULT) <= CONFIG_PREFIX_MAX, "prefix default too long");
+_Static_assert(CFG_WINDOW_MAX <= UINT32_MAX, "window sizes are uint32_t");
+_Static_assert(CFG_TIMEOUT_MAX_MS <= UINT32_MAX, "timeouts are uint32_t");
+
+/* ------------------------------------------------------------------------
+ * The parser's state: where we are in the document, where errors go.
+ */
+
+struct cfg_parser {
+	struct config_err *err;
+	bool ns_replaced;          /* the file listed namespaces: tmp owns new ones */
+	size_t len;                /* strlen(path) */
+	char path[sizeof(((struct config_err *)0)->path)];
+};
+
+static void cfg_parser_init(struct cfg_parser *p, struct config_err *err)
+{
+	p->err = err;
+	p->ns_replaced = false;
+	p->len = 0;
+	p->path[0] = '\0';
+}
+
+/* Appends a component to the path and returns the length before it, for
+ * cfg_path_pop(). A path too long for err->path is cut: it is for humans. */
+__attribute__((format(printf, 2, 3)))
+static size_t cfg_path_push(struct cfg_parser *p, const char *fmt, ...)
+{
+	size_t mark = p->len;
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(p->path + p->len, sizeof(p->path) - p->len, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		p->len += (size_t)n;
+	if (p->len >= sizeof(p->path))
+		p->len = sizeof(p->path) - 1;
+	return mark;
+}
+
+static size_t cfg_path_key(struct cfg_parser *p, const char *key)
+{
+	return p->len ? cfg_path_push(p, ".%s", key) : cfg_path_push(p, "%s", key);
+}
+
+static void cfg_path_pop(struct cfg_parser *p, size_t mark)
+{
+	p->len = mark;
+	p->path[mark] = '\0';
+}
+
+/* Fills err with the current path and the message; returns -1. */
+__attribute__((format(printf, 2, 3)))
+static int cfg_fail(struct cfg_parser *p, const char *fmt, ...)
+{
+	va_list ap;
+
+	memcpy(p->err->path, p->path, p->len + 1);
+	va_start(ap, fmt);
+	vsnprintf(p->err->msg, sizeof(p->err->msg), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* s[0..n) in double quotes, cut to fit, unprintable bytes as '?'. */
+static void cfg_quote(const char *s, size_t n, char *buf, size_t len)
+{
+	size_t i, o = 0, room = len - 5;   /* quotes, "...", NUL */
+
+	buf[o++] = '"';
+	for (i = 0; i < n && i < room - 1; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		buf[o++] = (ch < 0x20 || ch == 0x7f || ch == '"' || ch == '\\') ? '?' : (char)ch;
+	}
+	if (i < n) {
+		memcpy(buf + o, "...", 3);
+		o += 3;
+	}
+	buf[o++] = '"';
+	buf[o] = '\0';
+}
+
+/* What a JSON value is, for "expected X, got Y": its type, and the value
+ * itself when it is a scalar. */
+static void cfg_show(const json_t *v, char *buf, size_t len)
+{
+	char q[CFG_SHOW_MAX];
+
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:
+		snprintf(buf, len, "an object");
+		break;
+	case JSON_ARRAY:
+		snprintf(buf, len, "an array");
+		break;
+	case JSON_STRING:
+		cfg_quote(json_string_value(v), json_string_length(v), q, sizeof(q));
+		snprintf(buf, len, "string %s", q);
+		break;
+	case JSON_INTEGER:
+		snprintf(buf, len, "integer %lld", (long long)json_integer_value(v));
+		break;
+	case JSON_REAL:
+		snprintf(buf, len, "real %g", json_real_value(v));
+		break;
+	case JSON_TRUE:
+		snprintf(buf, len, "true");
+		break;
+	case JSON_FALSE:
+		snprintf(buf, len, "false");
+		break;
+	case JSON_NULL:
+	default:
+		snprintf(buf, len, "null");
+		break;
+	}
+}
+
+/* "expected <what>, got <v>". Returns -1. */
+static int cfg_fail_type(struct cfg_parser *p, const json_t *v, const char *what)
+{
+	char got[CFG_SHOW_MAX + 16];
+
+	cfg_show(v, got, sizeof(got));
+	return cfg_fail(p, "expected %s, got %s", what, got);
+}
+
+/* `"a", "b" or "c"` into buf. */
+static void cfg_list_names(const char *const *names, size_t n, char *buf, size_t len)
+{
+	size_t i, o = 0;
+
+	buf[0] = '\0';
+	for (i = 0; i < n && o < len; i++) {
+		const char *sep = i == 0 ? "" : i + 1 == n ? " or " : ", ";
+		int k = snprintf(buf + o, len - o, "%s\"%s\"", sep, names[i]);
+
+		if (k < 0)
+			break;
+		o += (size_t)k;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * Checks shared by the parser and config_check(). Each works on the current
+ * path and returns 0 or -1 through cfg_fail().
+ */
+
+/* Why host[0..n) is not a listen host, or NULL: an IPv6 address when
+ * bracketed, else an IPv4 address or a host name; empty or "*" = every
+ * address, as in HAProxy's bind (master_listen() passes NULL to
+ * getaddrinfo). */
+static const char *cfg_host_problem(const char *host, size_t n, bool bracketed)
+{
+	char buf[INET6_ADDRSTRLEN];
+	unsigned char addr[sizeof(struct in6_addr)];
+	bool numeric = true;
+	size_t i;
+
+	if (bracketed) {
+		if (n == 0 || n >= sizeof(buf))
+			return "bad IPv6 address";
+		memcpy(buf, host, n);
+		buf[n] = '\0';
+		return inet_pton(AF_INET6, buf, addr) == 1 ? NULL : "bad IPv6 address";
+	}
+	if (n == 0 || (n == 1 && host[0] == '*'))
+		return NULL;
+	if (memchr(host, ':', n))
+		return "an IPv6 address needs brackets, as in [::1]:12345";
+	for (i = 0; i < n; i++) {
+		char ch = host[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-'))
+			return "bad host name";
+		if (!((ch >= '0' && ch <= '9') || ch == '.'))
+			numeric = false;
+	}
+	if (!numeric)
+		return NULL;
+	if (n >= sizeof(buf))
+		return "bad IPv4 address";
+	memcpy(buf, host, n);
+	buf[n] = '\0';
+	return inet_pton(AF_INET, buf, addr) == 1 ? NULL : "bad IPv4 address";
+}
+
+/* Why s is not a listen address, or NULL if it is one:
+ *
+ *   HOST:PORT   [IPV6]:PORT   unix:/PATH   /PATH
+ */
+static const char *cfg_listen_problem(const char *s)
+{
+	const char *hend, *port, *why, *q;
+	unsigned long pnum = 0;
+	bool bracketed = s[0] == '[';
+
+	if (!*s)
+		return "empty";
+	if (strlen(s) >= CONFIG_ADDR_MAX)
+		return "longer than 255 bytes";
+	if (strncmp(s, "unix:", 5) == 0 || s[0] == '/') {
+		const char *path = s[0] == '/' ? s : s + 5;
+
+		if (!*path)
+			return "empty socket path";
+		if (strlen(path) > CFG_SUN_PATH_MAX)
+			return "socket path longer than 107 bytes";
+		return NULL;
+	}
+	if (bracketed) {
+		hend = strchr(s, ']');
+		if (!hend)
+			return "missing ']'";
+		if (hend[1] != ':')
+			return "missing ':PORT' after ']'";
+		port = hend + 2;
+		why = cfg_host_problem(s + 1, (size_t)(hend - (s + 1)), true);
+	} else {
+		hend = strrchr(s, ':');
+		if (!hend)
+			return "missing ':PORT'";
+		port = hend + 1;
+		why = cfg_host_problem(s, (size_t)(hend - s), false);
+	}
+	if (why)
+		return why;
+	if (!*port || strlen(port) > 5)
+		return "port must be 1..65535";
+	for (q = port; *q; q++) {
+		if (*q < '0' || *q > '9')
+			return "port must be 1..65535";
+		pnum = pnum * 10 + (unsigned long)(*q - '0');
+	}
+	if (pnum < 1 || pnum > 65535)
+		return "port must be 1..65535";
+	return NULL;
+}
+
+static int cfg_check_listen(struct cfg_parser *p, const char *s)
+{
+	const char *why = cfg_listen_problem(s);
+	char q[CFG_SHOW_MAX];
+
+	if (!why)
+		return 0;
+	cfg_quote(s, strlen(s), q, sizeof(q));
+	return cfg_fail(p, "expected %s, got %s: %s", CFG_LISTEN_WHAT, q, why);
+}
+
+static bool cfg_prefix_ok(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n < 1 || n >= CONFIG_PREFIX_MAX)
+		return false;
+	for (i = 0; i < n; i++) {
+		char ch = s[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* 1..63 bytes, no control characters (names end up in logs and keys). */
+static bool cfg_ns_name_ok(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n < 1 || n >= CONFIG_NAME_MAX)
+		return false;
+	for (i = 0; i < n; i++)
+		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+static int cfg_check_range(struct cfg_parser *p, const char *key, long long v, long long lo,
+			   long long hi)
+{
+	size_t mark;
+
+	if (v >= lo && v <= hi)
+		return 0;
+	mark = cfg_path_key(p, key);
+	cfg_fail(p, "expected an integer in %lld..%lld, got %lld", lo, hi, v);
+	cfg_path_pop(p, mark);
+	return -1;
+}
+
+/* Window i of ns, at path ...window_sizes[i]: in range and unlike those
+ * before it. */
+static int cfg_check_window(struct cfg_parser *p, const struct config_ns *ns, size_t i)
+{
+	uint32_t w = ns->window_sizes[i];
+	size_t j;
+
+	if (w == 0)
+		return cfg_fail(p, "expected a positive integer (seconds), got 0");
+	if (w > CFG_WINDOW_MAX)
+		return cfg_fail(p, "expected at most %d seconds (365 days), got %u", CFG_WINDOW_MAX, w);
+	for (j = 0; j < i; j++)
+		if (ns->window_sizes[j] == w)
+			return cfg_fail(p, "duplicate window size %u (also window_sizes[%zu])", w, j);
+	return 0;
+}
+
+/* Name of namespace i of c, at path namespaces[i].name: valid and unique. */
+static int cfg_check_ns_name(struct cfg_parser *p, const struct config *c, size_t i)
+{
+	const char *name = c->ns[i].name;
+	size_t n = strnlen(name, CONFIG_NAME_MAX), j;
+	char q[CFG_SHOW_MAX];
+
+	if (!cfg_ns_name_ok(name, n)) {
+		cfg_quote(name, n, q, sizeof(q));
+		return cfg_fail(p, "expected a name of 1..63 characters, no control characters, got %s",
+				q);
+	}
+	for (j = 0; j < i; j++) {
+		if (strcmp(c->ns[j].name, name) == 0) {
+			cfg_quote(name, n, q, sizeof(q));
+			return cfg_fail(p, "duplicate namespace %s (also namespaces[%zu])", q, j);
+		}
+	}
+	return 0;
+}
+
+/* The strategy must match sync_rate: < 0 counts locally only, >= 0 needs
+ * a shared store. At path namespaces[i]; pushes ".strategy" itself. An
+ * empty strategy means the key was absent. */
+static int cfg_check_ns_strategy(struct cfg_parser *p, const struct config_ns *ns)
+{
+	bool shared = ns->sync_rate >= 0;
+	bool local = ns->strategy[0] == '\0' || strcmp(ns->strategy, CFG_STRATEGY_LOCAL) == 0;
+	size_t mark, i;
+	char q[CFG_SHOW_MAX];
+
+	if (shared == !local) {
+		if (ns->strategy[0] == '\0')
+			return 0;
+		for (i = 0; i < CFG_N_STRATEGIES; i++)
+			if (strcmp(ns->strategy, cfg_strategy_names[i]) == 0)
+				return 0;
+	}
+	mark = cfg_path_key(p, "strategy");
+	cfg_quote(ns->strategy, strnlen(ns->strategy, CONFIG_STRATEGY_MAX), q, sizeof(q));
+	if (shared && ns->strategy[0] == '\0')
+		cfg_fail(p, "missing: sync_rate %g (>= 0: shared counters) needs \"redis\" or \"postgres\"",
+			 ns->sync_rate);
+	else if (shared && local)
+		cfg_fail(p, "expected \"redis\" or \"postgres\" since sync_rate is %g (>= 0: shared "
+			 "counters), got %s", ns->sync_rate, q);
+	else if (!shared && !local)
+		cfg_fail(p, "expected \"local\" since sync_rate is %g (< 0: local only), got %s",
+			 ns->sync_rate, q);
+	else
+		cfg_fail(p, "expected \"local\", \"redis\" or \"postgres\", got %s", q);
+	cfg_path_pop(p, mark);
+	return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Value readers: each checks one JSON value at the current path.
+ */
+
+static int cfg_want_int(struct cfg_parser *p, const json_t *v, long long lo, long long hi,
+			long long *out)
+{
+	long long x = 0;
+
+	if (!json_is_integer(v)) {
+		char what[64];
+
+		snprintf(what, sizeof(what), "an integer in %lld..%lld", lo, hi);
+		return cfg_fail_type(p, v, what);
+	}
+	x = (long long)json_integer_value(v);
+	if (x < lo || x > hi)
+		return cfg_fail(p, "expected an integer in %lld..%lld, got %lld", lo, hi, x);
+	*out = x;
+	return 0;
+}
+
+/* One of names[0..n); *out = its index. */
+static int cfg_want_enum(struct cfg_parser *p, const json_t *v, const char *const *names,
+			 size_t n, int *out)
+{
+	char what[128];
+	size_t i;
+
+	if (json_is_string(v)) {
+		for (i = 0; i < n; i++) {
+			if (strcmp(json_string_value(v), names[i]) == 0) {
+				*out = (int)i;
+				return 0;
+			}
+		}
+	}
+	memcpy(what, "one of ", 7);
+	cfg_list_names(names, n, what + 7, sizeof(what) - 7);
+	return cfg_fail_type(p, v, what);
+}
+
+/* ------------------------------------------------------------------------
+ * Keys. Each setter reads one value into its object (a struct config or a
+ * struct config_ns); the tables below map key names to setters.
+ */
+
+struct cfg_key {
+	const char *name;
+	int (*set)(struct cfg_parser *p, json_t *v, void *obj);
+};
+
+static int cfg_set_listen(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	char what[96];
+
+	snprintf(what, sizeof(what), "an address %s", CFG_LISTEN_WHAT);
+	if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
+		return cfg_fail_type(p, v, what);
+	if (cfg_check_listen(p, json_string_value(v)) < 0)
+		return -1;
+	memcpy(c->listen, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int cfg_set_workers(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, CFG_WORKERS_MAX, &x) < 0)
+		return -1;
+	c->workers = x == 0 ? config_default_workers() : (int)x;
+	return 0;
+}
+
+static int cfg_set_max_keys(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, CFG_MAX_KEYS_MIN, CFG_MAX_KEYS_MAX, &x) < 0)
+		return -1;
+	c->max_keys = (size_t)x;
+	return 0;
+}
+
+static int cfg_set_message_prefix(struct cfg_parser *p, json_t *v, void *obj)
+{
+	static const char what[] = "1..31 characters of [A-Za-z0-9_.-]";
+	struct config *c = obj;
+
+	if (!json_is_string(v) || !cfg_prefix_ok(json_string_value(v), json_string_length(v)))
+		return cfg_fail_type(p, v, what);
+	memcpy(c->message_prefix, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int cfg_set_var_scope(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+
+	return cfg_want_enum(p, v, cfg_scope_names, SPOP_SCOPE_COUNT, &c->var_scope);
+}
+
+static int cfg_set_max_frame_size(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, SPOP_MIN_FRAME_SIZE, CFG_FRAME_MAX, &x) < 0)
+		return -1;
+	c->max_frame_size = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_max_connections(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_CONN_MAX, &x) < 0)
+		return -1;
+	c->max_connections = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_idle_timeout_ms(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_TIMEOUT_MAX_MS, &x) < 0)
+		return -1;
+	c->idle_timeout_ms = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_frame_timeout_ms(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_TIMEOUT_MAX_MS, &x) < 0)
+		return -1;
+	c->frame_timeout_ms = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_log_level(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	int level = json_is_string(v) ? log_level_parse(json_string_value(v)) : -1;
+
+	if (level < 0)
+		return cfg_want_enum(p, v, cfg_log_level_names, LOG_LEVEL_COUNT, &c->log_level);
+	c->log_level = level;
+	return 0;
+}
+
+static int cfg_set_ns_name(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+
+	if (!json_is_string(v) || !cfg_ns_name_ok(json_string_value(v), json_string_length(v)))
+		return cfg_fail_type(p, v, "a name of 1..63 characters, no control characters");
+	memcpy(ns->name, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int cfg_set_ns_window_sizes(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+	json_t *e;
+	size_t i;
+
+	if (!json_is_array(v))
+		return cfg_fail_type(p, v, "an array of window sizes (positive integers, seconds)");
+	if (json_array_size(v) == 0)
+		return cfg_fail(p, "expected 1..%d window sizes, got none", CONFIG_MAX_WINDOWS);
+	if (json_array_size(v) > CONFIG_MAX_WINDOWS)
+		return cfg_fail(p, "expected at most %d window sizes, got %zu", CONFIG_MAX_WINDOWS,
+				json_array_size(v));
+	json_array_foreach(v, i, e) {
+		size_t mark = cfg_path_push(p, "[%zu]", i);
+		long long x;
+
+		if (!json_is_integer(e))
+			return cfg_fail_type(p, e, "a positive integer (seconds)");
+		x = (long long)json_integer_value(e);
+		if (x <= 0)
+			return cfg_fail(p, "expected a positive integer (seconds), got %lld", x);
+		if (x > CFG_WINDOW_MAX)
+			return cfg_fail(p, "expected at most %d seconds (365 days), got %lld",
+					CFG_WINDOW_MAX, x);
+		ns->window_sizes[i] = (uint32_t)x;
+		if (cfg_check_window(p, ns, i) < 0)
+			return -1;
+		cfg_path_pop(p, mark);
+	}
+	ns->n_window_sizes = json_array_size(v);
+	return 0;
+}
+
+static int cfg_set_ns_sync_rate(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+
+	if (!json_is_number(v))
+		return cfg_fail_type(p, v, "a number (< 0: local only, 0: synchronous, > 0: seconds)");
+	ns->sync_rate = json_number_value(v);
+	return 0;
+}
+
+static int cfg_set_ns_strategy(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+	int i = 0;
+
+	if (cfg_want_enum(p, v, cfg_strategy_names, CFG_N_STRATEGIES, &i) < 0)
+		return -1;
+	snprintf(ns->strategy, sizeof(ns->strategy), "%s", cfg_strategy_names[i]);
+	return 0;
+}
+
+static int cfg_set_ns_strategy_opts(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+	char *text;
+
+	if (!json_is_object(v))
+		return cfg_fail_type(p, v, "an object");
+	text = json_dumps(v, JSON_COMPACT);
+	if (!text)
+		return cfg_fail(p, "out of memory");
+	free(ns->strategy_opts);
+	ns->strategy_opts = text;
+	return 0;
+}
+
+static int cfg_set_ns_window_type(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+	int t = 0;
+
+	if (cfg_want_enum(p, v, cfg_window_type_names, CONFIG_WINDOW_TYPE_COUNT, &t) < 0)
+		return -1;
+	ns->window_type = (enum config_window_type)t;
+	return 0;
+}
+
+static int cfg_set_ns_count_denied(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	ns->count_denied = json_is_true(v);
+	return 0;
+}
+
+static int cfg_set_namespaces(struct cfg_parser *p, json_t *v, void *obj);
+
+static const struct cfg_key cfg_top_keys[] = {
+	{ .name = "listen",           .set = cfg_set_listen },
+	{ .name = "workers",          .set = cfg_set_workers },
+	{ .name = "max_keys",         .set = cfg_set_max_keys },
+	{ .name = "namespaces",       .set = cfg_set_namespaces },
+	{ .name = "message_prefix",   .set = cfg_set_message_prefix },
+	{ .name = "var_scope",        .set = cfg_set_var_scope },
+	{ .name = "max_frame_size",   .set = cfg_set_max_frame_size },
+	{ .name = "max_connections",  .set = cfg_set_max_connections },
+	{ .name = "idle_timeout_ms",  .set = cfg_set_idle_timeout_ms },
+	{ .name = "frame_timeout_ms", .set = cfg_set_frame_timeout_ms },
+	{ .name = "log_level",        .set = cfg_set_log_level },
+};
+
+static const struct cfg_key cfg_ns_keys[] = {
+	{ .name = "name",          .set = cfg_set_ns_name },
+	{ .name = "window_sizes",  .set = cfg_set_ns_window_sizes },
+	{ .name = "sync_rate",     .set = cfg_set_ns_sync_rate },
+	{ .name = "strategy",      .set = cfg_set_ns_strategy },
+	{ .name = "strategy_opts", .set = cfg_set_ns_strategy_opts },
+	{ .name = "window_type",   .set = cfg_set_ns_window_type },
+	{ .name = "count_denied",  .set = cfg_set_ns_count_denied },
+};
+
+#define CFG_N_KEYS(t) (sizeof(t) / sizeof((t)[0]))
+
+/* Levenshtein distance, for "did you mean"; large for long strings. */
+static size_t cfg_distance(const char *a, const char *b)
+{
+	size_t la = strlen(a), lb = strlen(b), i, j;
+	size_t row[64], diag, up;
+
+	if (la >= 64 || lb >= 64)
+		return SIZE_MAX;
+	for (j = 0; j <= lb; j++)
+		row[j] = j;
+	for (i = 1; i <= la; i++) {
+		diag = row[0];
+		row[0] = i;
+		for (j = 1; j <= lb; j++) {
+			size_t best = diag + (a[i - 1] != b[j - 1]);
+
+			up = row[j];
+			if (up + 1 < best)
+				best = up + 1;
+			if (row[j - 1] + 1 < best)
+				best = row[j - 1] + 1;
+			diag = up;
+			row[j] = best;
+		}
+	}
+	return row[lb];
+}
+
+static int cfg_unknown_key(struct cfg_parser *p, const struct cfg_key *keys, size_t n,
+			   const char *key)
+{
+	const char *best = NULL;
+	size_t best_d = SIZE_MAX, i, o = 0;
+	char q[CFG_SHOW_MAX], known[200];
+
+	cfg_quote(key, strlen(key), q, sizeof(q));
+	for (i = 0; i < n; i++) {
+		size_t d = cfg_distance(key, keys[i].name);
+
+		if (d < best_d) {
+			best_d = d;
+			best = keys[i].name;
+		}
+	}
+	if (best && best_d <= 2 && best_d < strlen(key))
+		return cfg_fail(p, "unknown key %s (did you mean \"%s\"?)", q, best);
+	known[0] = '\0';
+	for (i = 0; i < n && o < sizeof(known); i++) {
+		int k = snprintf(known + o, sizeof(known) - o, "%s%s", i ? ", " : "", keys[i].name);
+
+		if (k < 0)
+			break;
+		o += (size_t)k;
+	}
+	return cfg_fail(p, "unknown key %s; known keys: %s", q, known);
+}
+
+/* Applies every key of obj through the table; the first unknown key or
+ * bad value fails. */
+static int cfg_parse_object(struct cfg_parser *p, json_t *obj, const struct cfg_key *keys,
+			    size_t n, void *target)
+{
+	const char *key;
+	json_t *v;
+
+	json_object_foreach(obj, key, v) {
+		size_t mark = cfg_path_key(p, key), i;
+
+		for (i = 0; i < n; i++)
+			if (strcmp(key, keys[i].name) == 0)
+				break;
+		if (i == n)
+			return cfg_unknown_key(p, keys, n, key);
+		if (keys[i].set(p, v, target) < 0)
+			return -1;
+		cfg_path_pop(p, mark);
+	}
+	return 0;
+}
+
+static void cfg_ns_init(struct config_ns *ns)
+{
+	memset(ns, 0, sizeof(*ns));
+	ns->sync_rate = -1;
+	ns->window_type = CONFIG_WINDOW_SLIDING;
+	ns->count_denied = true;
+}
+
+/* namespaces[i], an object, into c->ns[i]. */
+static int cfg_parse_ns(struct cfg_parser *p, json_t *e, struct config *c, size_t i)
+{
+	struct config_ns *ns = &c->ns[i];
+	size_t mark;
+
+	if (!json_is_object(e))
+		return cfg_fail_type(p, e, "an object");
+	cfg_ns_init(ns);
+	if (cfg_parse_object(p, e, cfg_ns_keys, CFG_N_KEYS(cfg_ns_keys), ns) < 0)
+		return -1;
+	if (ns->name[0] == '\0')
+		snprintf(ns->name, sizeof(ns->name), "%s", CFG_NS_DEFAULT);
+	if (ns->n_window_sizes == 0) {
+		cfg_path_key(p, "window_sizes");
+		return cfg_fail(p, "missing: expected 1..%d window sizes (positive integers, seconds)",
+				CONFIG_MAX_WINDOWS);
+	}
+	if (cfg_check_ns_strategy(p, ns) < 0)
+		return -1;
+	if (ns->strategy[0] == '\0')
+		snprintf(ns->strategy, sizeof(ns->strategy), "%s", CFG_STRATEGY_LOCAL);
+	mark = cfg_path_key(p, "name");
+	if (cfg_check_ns_name(p, c, i) < 0)
+		return -1;
+	cfg_path_pop(p, mark);
+	return 0;
+}
+
+/* A non-empty list replaces the namespaces (config_load() frees the old
+ * ones on success, the new ones on failure); an empty list keeps them. */
+static int cfg_set_namespaces(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	json_t *e;
+	size_t i;
+
+	if (!json_is_array(v))
+		return cfg_fail_type(p, v, "an array of namespace objects");
+	if (json_array_size(v) == 0)
+		return 0;
+	if (json_array_size(v) > CONFIG_MAX_NAMESPACES)
+		return cfg_fail(p, "expected at most %d namespaces, got %zu", CONFIG_MAX_NAMESPACES,
+				json_array_size(v));
+	/* c is config_load()'s copy: dropping the old pointers here does not
+	 * free them, they still belong to the caller's config. */
+	memset(c->ns, 0, sizeof(c->ns));
+	c->n_ns = 0;
+	p->ns_replaced = true;
+	json_array_foreach(v, i, e) {
+		size_t mark = cfg_path_push(p, "[%zu]", i);
+
+		if (cfg_parse_ns(p, e, c, i) < 0)
+			return -1;
+		cfg_path_pop(p, mark);
+		c->n_ns = i + 1;
+	}
+	return 0;
+}
+
+static void cfg_free_ns(struct config *c)
+{
+	size_t i;
+
+	for (i = 0; i < CONFIG_MAX_NAMESPACES; i++) {
+		free(c->ns[i].strategy_opts);
+		c->ns[i].strategy_opts = NULL;
+	}
+}
+
+/* ------------------------------------------------------------------------
+ * The public API.
+ */
+
+int config_default_workers(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (n < 1)
+		return 1;
+	return n > CFG_WORKERS_MAX ? CFG_WORKERS_MAX : (int)n;
+}
+
+/* Contract: overwrites all of *c without freeing it (config_free() a loaded
+ * config first). */
+void config_defaults(struct config *c)
+{
+	static const uint32_t windows[] = { 1, 60, 3600 };
+	struct config_ns *ns = &c->ns[0];
+
+	memset(c, 0, sizeof(*c));
+	snprintf(c->listen, sizeof(c->listen), "%s", CFG_LISTEN_DEFAULT);
+	c->workers = config_default_workers();
+	c->max_keys = CFG_MAX_KEYS_DEFAULT;
+	snprintf(c->message_prefix, sizeof(c->message_prefix), "%s", CFG_PREFIX_DEFAULT);
+	c->var_scope = SPOP_SCOPE_TXN;
+	c->max_frame_size = SPOP_DEFAULT_FRAME_SIZE;
+	c->max_connections = CFG_CONN_DEFAULT;
+	c->idle_timeout_ms = CFG_IDLE_DEFAULT_MS;
+	c->frame_timeout_ms = CFG_FTIMEOUT_DEFAULT_MS;
+	c->log_level = LOG_INFO;
+
+	cfg_ns_init(ns);
+	snprintf(ns->name, sizeof(ns->name), "%s", CFG_NS_DEFAULT);
+	memcpy(ns->window_sizes, windows, sizeof(windows));
+	ns->n_window_sizes = sizeof(windows) / sizeof(windows[0]);
+	snprintf(ns->strategy, sizeof(ns->strategy), "%s", CFG_STRATEGY_LOCAL);
+	c->n_ns = 1;
+}
+
+/* Contract: *c must hold a valid config (config_defaults(), maybe an
+ * earlier config_load()). On success the file's keys replace c's, a
+ * non-empty "namespaces" replaces all of c's namespaces (the old
+ * strategy_opts are freed) and the result has passed config_check(). On
+ * failure *c is unchanged, nothing new stays allocated, and *err names the
+ * file, the JSON path (or "line L, column C" for a syntax error) and the
+ * problem. */
+int config_load(struct config *c, const char *path, struct config_err *err)
+{
+	struct config tmp;
+	struct cfg_parser p;
+	json_error_t jerr;
+	json_t *root;
+	struct stat st;
+	FILE *f;
+	int rc;
+
+	memset(err, 0, sizeof(*err));
+	cfg_parser_init(&p, err);
+	snprintf(err->file, sizeof(err->file), "%s", path);
+
+	f = fopen(path, "r");
+	if (!f)
+		return cfg_fail(&p, "cannot open: %s", strerror(errno));
+	if (fstat(fileno(f), &st) == 0 && S_ISDIR(st.st_mode)) {
+		fclose(f);
+		return cfg_fail(&p, "cannot read: %s", strerror(EISDIR));
+	}
+	root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
+	fclose(f);
+	if (!root) {
+		snprintf(err->path, sizeof(err->path), "line %d, column %d", jerr.line, jerr.column);
+		snprintf(err->msg, sizeof(err->msg), "%s", jerr.text);
+		return -1;
+	}
+	if (!json_is_object(root)) {
+		cfg_path_push(&p, "(top level)");
+		rc = cfg_fail_type(&p, root, "an object");
+		json_decref(root);
+		return rc;
+	}
+
+	tmp = *c;
+	rc = cfg_parse_object(&p, root, cfg_top_keys, CFG_N_KEYS(cfg_top_keys), &tmp);
+	json_decref(root);
+	if (rc == 0) {
+		rc = config_check(&tmp, err);
+		snprintf(err->file, sizeof(err->file), "%s", path);
+	}
+	if (rc < 0) {
+		if (p.ns_replaced)
+			cfg_free_ns(&tmp);
+		return -1;
+	}
+	if (p.ns_replaced)
+		cfg_free_ns(c);
+	*c = tmp;
+	return 0;
+}
+
+/* Contract: every field of *c in range, the same rules as the file, with
+ * workers >= 1 (0 has been resolved by then). Paths are those of the
+ * file's keys; err->file is left empty. */
+int config_check(const struct config *c, struct config_err *err)
+{
+	struct cfg_parser p;
+	size_t i, j, mark, n;
+	char q[CFG_SHOW_MAX], names[128];
+
+	memset(err, 0, sizeof(*err));
+	cfg_parser_init(&p, err);
+
+	mark = cfg_path_key(&p, "listen");
+	if (strnlen(c->listen, sizeof(c->listen)) == sizeof(c->listen))
+		return cfg_fail(&p, "not NUL-terminated");
+	if (cfg_check_listen(&p, c->listen) < 0)
+		return -1;
+	cfg_path_pop(&p, mark);
+
+	if (cfg_check_range(&p, "workers", c->workers, 1, CFG_WORKERS_MAX) < 0 ||
+	    cfg_check_range(&p, "max_keys", (long long)c->max_keys, CFG_MAX_KEYS_MIN,
+			    CFG_MAX_KEYS_MAX) < 0)
+		return -1;
+
+	mark = cfg_path_key(&p, "message_prefix");
+	n = strnlen(c->message_prefix, sizeof(c->message_prefix));
+	if (!cfg_prefix_ok(c->message_prefix, n)) {
+		cfg_quote(c->message_prefix, n, q, sizeof(q));
+		return cfg_fail(&p, "expected 1..31 characters of [A-Za-z0-9_.-], got %s", q);
+	}
+	cfg_path_pop(&p, mark);
+
+	if (c->var_scope < 0 || c->var_scope >= SPOP_SCOPE_COUNT) {
+		cfg_path_key(&p, "var_scope");
+		cfg_list_names(cfg_scope_names, SPOP_SCOPE_COUNT, names, sizeof(names));
+		return cfg_fail(&p, "expected one of %s, got %d", names, c->var_scope);
+	}
+	if (cfg_check_range(&p, "max_frame_size", c->max_frame_size, SPOP_MIN_FRAME_SIZE,
+			    CFG_FRAME_MAX) < 0 ||
+	    cfg_check_range(&p, "max_connections", c->max_connections, 1, CFG_CONN_MAX) < 0 ||
+	    cfg_check_range(&p, "idle_timeout_ms", c->idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
+	    cfg_check_range(&p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0)
+		return -1;
+	if (c->log_level < 0 || c->log_level >= LOG_LEVEL_COUNT) {
+		cfg_path_key(&p, "log_level");
+		cfg_list_names(cfg_log_level_names, LOG_LEVEL_COUNT, names, sizeof(names));
+		return cfg_fail(&p, "expected one of %s, got %d", names, c->log_level);
+	}
+
+	mark = cfg_path_key(&p, "namespaces");
+	if (c->n_ns < 1 || c->n_ns > CONFIG_MAX_NAMESPACES)
+		return cfg_fail(&p, "expected 1..%d namespaces, got %zu", CONFIG_MAX_NAMESPACES,
+				c->n_ns);
+	for (i = 0; i < c->n_ns; i++) {
+		const struct config_ns *ns = &c->ns[i];
+		size_t nsmark = cfg_path_push(&p, "[%zu]", i), kmark;
+
+		kmark = cfg_path_key(&p, "name");
+		if (strnlen(ns->name, sizeof(ns->name)) == sizeof(ns->name))
+			return cfg_fail(&p, "not NUL-terminated");
+		if (cfg_check_ns_name(&p, c, i) < 0)
+			return -1;
+		cfg_path_pop(&p, kmark);
+
+		kmark = cfg_path_key(&p, "window_sizes");
+		if (ns->n_window_sizes < 1 || ns->n_window_sizes > CONFIG_MAX_WINDOWS)
+			return cfg_fail(&p, "expected 1..%d window sizes, got %zu", CONFIG_MAX_WINDOWS,
+					ns->n_window_sizes);
+		for (j = 0; j < ns->n_window_sizes; j++) {
+			size_t wmark = cfg_path_push(&p, "[%zu]", j);
+
+			if (cfg_check_window(&p, ns, j) < 0)
+				return -1;
+			cfg_path_pop(&p, wmark);
+		}
+		cfg_path_pop(&p, kmark);
+
+		if (!isfinite(ns->sync_rate)) {
+			cfg_path_key(&p, "sync_rate");
+			return cfg_fail(&p, "expected a finite number, got %g", ns->sync_rate);
+		}
+		if (strnlen(ns->strategy, sizeof(ns->strategy)) == sizeof(ns->strategy)) {
+			cfg_path_key(&p, "strategy");
+			return cfg_fail(&p, "not NUL-terminated");
+		}
+		if (ns->strategy[0] == '\0') {
+			cfg_path_key(&p, "strategy");
+			return cfg_fail(&p, "missing");
+		}
+		if (cfg_check_ns_strategy(&p, ns) < 0)
+			return -1;
+		if ((unsigned)ns->window_type >= CONFIG_WINDOW_TYPE_COUNT) {
+			cfg_path_key(&p, "window_type");
+			cfg_list_names(cfg_window_type_names, CONFIG_WINDOW_TYPE_COUNT, names,
+				       sizeof(names));
+			return cfg_fail(&p, "expected one of %s, got %d", names, (int)ns->window_type);
+		}
+		cfg_path_pop(&p, nsmark);
+	}
+	cfg_path_pop(&p, mark);
+	return 0;
+}
+
+/* Contract: exact, byte-for-byte match of name[0..len) (no NUL needed);
+ * no "default" substitution for an empty name. */
+int config_ns_find(const struct config *c, const char *name, size_t len)
+{
+	size_t i;
+
+	if (!name)
+		return -1;
+	for (i = 0; i < c->n_ns; i++)
+		if (strnlen(c->ns[i].name, CONFIG_NAME_MAX) == len &&
+		    memcmp(c->ns[i].name, name, len) == 0)
+			return (int)i;
+	return -1;
+}
+
+/* Contract: safe on defaults and twice in a row; c keeps its other fields. */
+void config_free(struct config *c)
+{
+	cfg_free_ns(c);
+}
+
+/* "FILE: PATH: MSG", leaving out empty parts. */
+void config_err_format(const struct config_err *err, char *buf, size_t len)
+{
+	const char *parts[3] = { err->file, err->path, err->msg };
+	size_t i, o = 0;
+
+	if (len == 0)
+		return;
+	buf[0] = '\0';
+	for (i = 0; i < 3 && o < len; i++) {
+		int k;
+
+		if (!parts[i][0])
+			continue;
+		k = snprintf(buf + o, len - o, "%s%s", o ? ": " : "", parts[i]);
+		if (k < 0)
+			break;
+		o += (size_t)k;
+	}
+}

@@ -1,0 +1,754 @@
+/*
+ * test_config.c - configuration parsing: the defaults, a full file into
+ * every field, every kind of invalid file (each must fail with the right
+ * JSON path and message and leave the config untouched), config_check()
+ * after command-line overrides, namespace lookup, strategy_opts ownership
+ * (runs under ASan's leak checker) and error formatting.
+ */
+#include "agent/config.h"
+#include "agent/log.h"
+#include "spop/spop-t.h"
+
+#include <criterion/criterion.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/lsan_interface.h>
+#endif
+
+static char file_path[64];
+
+/* Criterion does not fail a test whose process LeakSanitizer flags at
+ * exit, so tests that allocate check for leaks themselves. */
+static void assert_no_leaks(void)
+{
+#if defined(__SANITIZE_ADDRESS__)
+	cr_assert_eq(__lsan_do_recoverable_leak_check(), 0,
+		     "memory leaked (see the LeakSanitizer report above)");
+#endif
+}
+
+/* Writes json to a fresh temporary file, named in file_path. */
+static void write_file(const char *json)
+{
+	int fd;
+	size_t len = strlen(json);
+
+	snprintf(file_path, sizeof(file_path), "/tmp/test_config_XXXXXX.json");
+	fd = mkstemps(file_path, 5);
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, json, len), (ssize_t)len);
+	close(fd);
+}
+
+/* config_load() of json over c. */
+static int load(struct config *c, struct config_err *err, const char *json)
+{
+	int rc;
+
+	write_file(json);
+	rc = config_load(c, file_path, err);
+	unlink(file_path);
+	return rc;
+}
+
+static void assert_defaults(const struct config *c)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	cr_assert_str_eq(c->listen, "127.0.0.1:12345");
+	cr_assert_eq(c->workers, cpus > 64 ? 64 : cpus < 1 ? 1 : cpus);
+	cr_assert_eq(c->max_keys, 65536);
+	cr_assert_str_eq(c->message_prefix, "ratelimit");
+	cr_assert_eq(c->var_scope, SPOP_SCOPE_TXN);
+	cr_assert_eq(c->max_frame_size, 16380);
+	cr_assert_eq(c->max_connections, 10000);
+	cr_assert_eq(c->idle_timeout_ms, 60000);
+	cr_assert_eq(c->frame_timeout_ms, 5000);
+	cr_assert_eq(c->log_level, LOG_INFO);
+	cr_assert_eq(c->n_ns, 1);
+	cr_assert_str_eq(c->ns[0].name, "default");
+	cr_assert_eq(c->ns[0].n_window_sizes, 3);
+	cr_assert_eq(c->ns[0].window_sizes[0], 1);
+	cr_assert_eq(c->ns[0].window_sizes[1], 60);
+	cr_assert_eq(c->ns[0].window_sizes[2], 3600);
+	cr_assert_eq(c->ns[0].sync_rate, -1);
+	cr_assert_str_eq(c->ns[0].strategy, "local");
+	cr_assert_null(c->ns[0].strategy_opts);
+	cr_assert_eq(c->ns[0].window_type, CONFIG_WINDOW_SLIDING);
+	cr_assert(c->ns[0].count_denied);
+}
+
+Test(config, defaults)
+{
+	struct config c;
+	struct config_err err;
+
+	memset(&c, 0xa5, sizeof(c));
+	config_defaults(&c);
+	assert_defaults(&c);
+	cr_assert_eq(config_check(&c, &err), 0, "%s: %s", err.path, err.msg);
+	config_free(&c);
+	config_free(&c);
+	assert_defaults(&c);
+}
+
+Test(config, default_workers)
+{
+	int n = config_default_workers();
+
+	cr_assert(n >= 1 && n <= 64);
+}
+
+static const char full_file[] =
+	"{\n"
+	"  \"listen\": \"[::1]:9000\",\n"
+	"  \"workers\": 3,\n"
+	"  \"max_keys\": 1000000,\n"
+	"  \"message_prefix\": \"rl.v2-x_\",\n"
+	"  \"var_scope\": \"sess\",\n"
+	"  \"max_frame_size\": 65536,\n"
+	"  \"max_connections\": 500,\n"
+	"  \"idle_timeout_ms\": 30000,\n"
+	"  \"frame_timeout_ms\": 1500,\n"
+	"  \"log_level\": \"debug\",\n"
+	"  \"namespaces\": [\n"
+	"    { \"name\": \"default\", \"window_sizes\": [1, 60, 3600], \"sync_rate\": -1,\n"
+	"      \"strategy\": \"local\" },\n"
+	"    { \"name\": \"api\", \"window_sizes\": [60], \"window_type\": \"fixed\",\n"
+	"      \"count_denied\": false },\n"
+	"    { \"name\": \"shared\", \"window_sizes\": [10, 31536000, 5], \"sync_rate\": 0.25,\n"
+	"      \"strategy\": \"redis\",\n"
+	"      \"strategy_opts\": { \"host\": \"127.0.0.1\", \"port\": 6379, \"db\": [1, true] } },\n"
+	"    { \"name\": \"pg\", \"window_sizes\": [1,2,3,4,5,6,7,8], \"sync_rate\": 0,\n"
+	"      \"strategy\": \"postgres\", \"strategy_opts\": {} }\n"
+	"  ]\n"
+	"}\n";
+
+Test(config, full_file)
+{
+	struct config c;
+	struct config_err err;
+	size_t i;
+
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, full_file), 0, "%s: %s", err.path, err.msg);
+	cr_assert_str_eq(c.listen, "[::1]:9000");
+	cr_assert_eq(c.workers, 3);
+	cr_assert_eq(c.max_keys, 1000000);
+	cr_assert_str_eq(c.message_prefix, "rl.v2-x_");
+	cr_assert_eq(c.var_scope, SPOP_SCOPE_SESS);
+	cr_assert_eq(c.max_frame_size, 65536);
+	cr_assert_eq(c.max_connections, 500);
+	cr_assert_eq(c.idle_timeout_ms, 30000);
+	cr_assert_eq(c.frame_timeout_ms, 1500);
+	cr_assert_eq(c.log_level, LOG_DEBUG);
+	cr_assert_eq(c.n_ns, 4);
+
+	cr_assert_str_eq(c.ns[0].name, "default");
+	cr_assert_eq(c.ns[0].n_window_sizes, 3);
+	cr_assert_eq(c.ns[0].window_sizes[2], 3600);
+	cr_assert_eq(c.ns[0].sync_rate, -1);
+	cr_assert_str_eq(c.ns[0].strategy, "local");
+	cr_assert_null(c.ns[0].strategy_opts);
+	cr_assert_eq(c.ns[0].window_type, CONFIG_WINDOW_SLIDING);
+	cr_assert(c.ns[0].count_denied);
+
+	cr_assert_str_eq(c.ns[1].name, "api");
+	cr_assert_eq(c.ns[1].n_window_sizes, 1);
+	cr_assert_eq(c.ns[1].window_sizes[0], 60);
+	cr_assert_eq(c.ns[1].sync_rate, -1);
+	cr_assert_str_eq(c.ns[1].strategy, "local");
+	cr_assert_eq(c.ns[1].window_type, CONFIG_WINDOW_FIXED);
+	cr_assert_not(c.ns[1].count_denied);
+
+	cr_assert_str_eq(c.ns[2].name, "shared");
+	cr_assert_eq(c.ns[2].n_window_sizes, 3);
+	cr_assert_eq(c.ns[2].window_sizes[0], 10);
+	cr_assert_eq(c.ns[2].window_sizes[1], 31536000);
+	cr_assert_eq(c.ns[2].window_sizes[2], 5);
+	cr_assert_eq(c.ns[2].sync_rate, 0.25);
+	cr_assert_str_eq(c.ns[2].strategy, "redis");
+	cr_assert_str_eq(c.ns[2].strategy_opts, "{\"host\":\"127.0.0.1\",\"port\":6379,\"db\":[1,true]}");
+
+	cr_assert_str_eq(c.ns[3].name, "pg");
+	cr_assert_eq(c.ns[3].n_window_sizes, 8);
+	for (i = 0; i < 8; i++)
+		cr_assert_eq(c.ns[3].window_sizes[i], i + 1);
+	cr_assert_eq(c.ns[3].sync_rate, 0);
+	cr_assert_str_eq(c.ns[3].strategy, "postgres");
+	cr_assert_str_eq(c.ns[3].strategy_opts, "{}");
+
+	cr_assert_eq(config_check(&c, &err), 0, "%s: %s", err.path, err.msg);
+	config_free(&c);
+	for (i = 0; i < c.n_ns; i++)
+		cr_assert_null(c.ns[i].strategy_opts);
+	assert_no_leaks();
+}
+
+Test(config, example_file)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_eq(config_load(&c, "haproxy-examples/agent.json", &err), 0, "%s: %s: %s",
+		     err.file, err.path, err.msg);
+	cr_assert_eq(c.n_ns, 2);
+	cr_assert_str_eq(c.ns[0].name, "default");
+	cr_assert_eq(c.ns[0].n_window_sizes, 3);
+	cr_assert_str_eq(c.ns[0].strategy, "local");
+	cr_assert_str_eq(c.ns[1].name, "api");
+	cr_assert_eq(c.ns[1].n_window_sizes, 1);
+	cr_assert_eq(c.ns[1].window_sizes[0], 60);
+	cr_assert_eq(c.ns[1].window_type, CONFIG_WINDOW_SLIDING);
+	config_free(&c);
+	assert_no_leaks();
+}
+
+Test(config, empty_object_keeps_defaults)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{}"), 0, "%s: %s", err.path, err.msg);
+	assert_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": []}"), 0, "%s: %s", err.path, err.msg);
+	assert_defaults(&c);
+	config_free(&c);
+}
+
+Test(config, keys_absent_keep_previous_values)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"max_keys\": 100}"), 0, "%s: %s", err.path, err.msg);
+	cr_assert_eq(c.max_keys, 100);
+	cr_assert_str_eq(c.listen, "127.0.0.1:12345");
+	cr_assert_eq(c.n_ns, 1);
+	config_free(&c);
+}
+
+Test(config, namespace_defaults)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": [{\"window_sizes\": [30]}]}"), 0, "%s: %s",
+		     err.path, err.msg);
+	cr_assert_eq(c.n_ns, 1);
+	cr_assert_str_eq(c.ns[0].name, "default");
+	cr_assert_eq(c.ns[0].n_window_sizes, 1);
+	cr_assert_eq(c.ns[0].window_sizes[0], 30);
+	cr_assert_eq(c.ns[0].sync_rate, -1);
+	cr_assert_str_eq(c.ns[0].strategy, "local");
+	cr_assert_null(c.ns[0].strategy_opts);
+	cr_assert_eq(c.ns[0].window_type, CONFIG_WINDOW_SLIDING);
+	cr_assert(c.ns[0].count_denied);
+	config_free(&c);
+	assert_no_leaks();
+}
+
+Test(config, namespaces_replace_default)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": [{\"name\": \"api\", \"window_sizes\": [60]}]}"),
+		     0, "%s: %s", err.path, err.msg);
+	cr_assert_eq(c.n_ns, 1);
+	cr_assert_eq(config_ns_find(&c, "default", 7), -1);
+	cr_assert_eq(config_ns_find(&c, "api", 3), 0);
+	config_free(&c);
+}
+
+Test(config, workers_zero_means_cpus)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	c.workers = 99;   /* overwritten by the file */
+	cr_assert_eq(load(&c, &err, "{\"workers\": 0}"), 0, "%s: %s", err.path, err.msg);
+	cr_assert_eq(c.workers, config_default_workers());
+	config_free(&c);
+}
+
+Test(config, listen_forms)
+{
+	static const char *const good[] = {
+		"127.0.0.1:12345", "0.0.0.0:1", "localhost:65535", "my-host.example.com:80",
+		"[::1]:12345", "[::]:8080", "[fe80::1:2]:9", "unix:/run/spoa.sock", "/tmp/x.sock",
+		"unix:relative.sock", ":12345", "*:12345",
+	};
+	struct config c;
+	struct config_err err;
+	char json[512];
+	size_t i;
+
+	for (i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+		config_defaults(&c);
+		snprintf(json, sizeof(json), "{\"listen\": \"%s\"}", good[i]);
+		cr_expect_eq(load(&c, &err, json), 0, "%s: %s: %s", good[i], err.path, err.msg);
+		cr_expect_str_eq(c.listen, good[i]);
+		config_free(&c);
+	}
+	assert_no_leaks();
+}
+
+struct bad_case {
+	const char *json;
+	const char *path;
+	const char *msg;      /* a substring of the message */
+};
+
+/* Each case must fail with exactly that path, a message containing msg,
+ * the file named, and the config left as it was. */
+static void expect_errors(const struct bad_case *cases, size_t n)
+{
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		struct config c;
+		struct config_err err;
+		int rc;
+
+		config_defaults(&c);
+		memset(&err, 0x5a, sizeof(err));
+		rc = load(&c, &err, cases[i].json);
+		cr_expect_eq(rc, -1, "case %zu %s: accepted", i, cases[i].json);
+		if (rc != -1)
+			continue;
+		cr_expect_str_eq(err.file, file_path, "case %zu", i);
+		cr_expect_str_eq(err.path, cases[i].path, "case %zu %s: path \"%s\", msg \"%s\"", i,
+				 cases[i].json, err.path, err.msg);
+		cr_expect_not_null(strstr(err.msg, cases[i].msg),
+				   "case %zu %s: msg \"%s\" lacks \"%s\"", i, cases[i].json, err.msg,
+				   cases[i].msg);
+		assert_defaults(&c);
+		config_free(&c);
+	}
+}
+
+#define EXPECT_ERRORS(cases) expect_errors((cases), sizeof(cases) / sizeof((cases)[0]))
+
+Test(config, wrong_types)
+{
+	static const struct bad_case cases[] = {
+		{ "[]", "(top level)", "expected an object, got an array" },
+		{ "{\"listen\": 5}", "listen", "got integer 5" },
+		{ "{\"workers\": \"4\"}", "workers", "expected an integer in 0..64, got string \"4\"" },
+		{ "{\"workers\": 4.0}", "workers", "got real 4" },
+		{ "{\"max_keys\": null}", "max_keys", "expected an integer in 16..67108864, got null" },
+		{ "{\"namespaces\": {}}", "namespaces", "expected an array of namespace objects, got an object" },
+		{ "{\"message_prefix\": 1}", "message_prefix", "got integer 1" },
+		{ "{\"var_scope\": true}", "var_scope",
+		  "expected one of \"proc\", \"sess\", \"txn\", \"req\" or \"res\", got true" },
+		{ "{\"max_frame_size\": \"x\"}", "max_frame_size", "got string \"x\"" },
+		{ "{\"max_connections\": false}", "max_connections", "got false" },
+		{ "{\"idle_timeout_ms\": []}", "idle_timeout_ms", "got an array" },
+		{ "{\"frame_timeout_ms\": {}}", "frame_timeout_ms", "got an object" },
+		{ "{\"log_level\": 3}", "log_level",
+		  "expected one of \"err\", \"warn\", \"info\" or \"debug\", got integer 3" },
+		{ "{\"namespaces\": [\"default\"]}", "namespaces[0]", "expected an object, got string \"default\"" },
+		{ "{\"namespaces\": [{\"name\": 1, \"window_sizes\": [1]}]}", "namespaces[0].name",
+		  "got integer 1" },
+		{ "{\"namespaces\": [{\"window_sizes\": \"60\"}]}", "namespaces[0].window_sizes",
+		  "expected an array of window sizes (positive integers, seconds), got string \"60\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [\"60\"]}]}", "namespaces[0].window_sizes[0]",
+		  "expected a positive integer (seconds), got string \"60\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1.5]}]}", "namespaces[0].window_sizes[0]",
+		  "got real 1.5" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": \"1\"}]}",
+		  "namespaces[0].sync_rate", "expected a number" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"strategy\": 1}]}", "namespaces[0].strategy",
+		  "expected one of \"local\", \"redis\" or \"postgres\", got integer 1" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"strategy_opts\": \"x\"}]}",
+		  "namespaces[0].strategy_opts", "expected an object, got string \"x\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"strategy_opts\": null}]}",
+		  "namespaces[0].strategy_opts", "expected an object, got null" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"window_type\": 0}]}",
+		  "namespaces[0].window_type", "expected one of \"sliding\" or \"fixed\", got integer 0" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"count_denied\": \"yes\"}]}",
+		  "namespaces[0].count_denied", "expected true or false, got string \"yes\"" },
+	};
+
+	EXPECT_ERRORS(cases);
+	assert_no_leaks();
+}
+
+Test(config, bad_values)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"workers\": -1}", "workers", "expected an integer in 0..64, got -1" },
+		{ "{\"workers\": 65}", "workers", "got 65" },
+		{ "{\"max_keys\": 15}", "max_keys", "expected an integer in 16..67108864, got 15" },
+		{ "{\"max_keys\": 67108865}", "max_keys", "got 67108865" },
+		{ "{\"message_prefix\": \"\"}", "message_prefix", "1..31 characters of [A-Za-z0-9_.-]" },
+		{ "{\"message_prefix\": \"rate limit\"}", "message_prefix", "got string \"rate limit\"" },
+		{ "{\"message_prefix\": \"abcdefghijabcdefghijabcdefghijab\"}", "message_prefix",
+		  "1..31 characters" },
+		{ "{\"var_scope\": \"transaction\"}", "var_scope", "got string \"transaction\"" },
+		{ "{\"var_scope\": \"TXN\"}", "var_scope", "got string \"TXN\"" },
+		{ "{\"max_frame_size\": 255}", "max_frame_size", "expected an integer in 256..1048576, got 255" },
+		{ "{\"max_frame_size\": 1048577}", "max_frame_size", "got 1048577" },
+		{ "{\"max_connections\": 0}", "max_connections", "expected an integer in 1..1000000, got 0" },
+		{ "{\"idle_timeout_ms\": 0}", "idle_timeout_ms", "expected an integer in 1..86400000, got 0" },
+		{ "{\"frame_timeout_ms\": -5}", "frame_timeout_ms", "got -5" },
+		{ "{\"log_level\": \"trace\"}", "log_level", "got string \"trace\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [60]}, {\"window_sizes\": [-5]}]}",
+		  "namespaces[1].window_sizes[0]", "expected a positive integer (seconds), got -5" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1, 0]}]}", "namespaces[0].window_sizes[1]",
+		  "expected a positive integer (seconds), got 0" },
+		{ "{\"namespaces\": [{\"window_sizes\": [31536001]}]}", "namespaces[0].window_sizes[0]",
+		  "expected at most 31536000 seconds (365 days), got 31536001" },
+		{ "{\"namespaces\": [{\"window_sizes\": [99999999999999]}]}", "namespaces[0].window_sizes[0]",
+		  "got 99999999999999" },
+		{ "{\"namespaces\": [{\"window_sizes\": [60, 1, 60]}]}", "namespaces[0].window_sizes[2]",
+		  "duplicate window size 60 (also window_sizes[0])" },
+		{ "{\"namespaces\": [{\"window_sizes\": []}]}", "namespaces[0].window_sizes",
+		  "expected 1..8 window sizes, got none" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1,2,3,4,5,6,7,8,9]}]}", "namespaces[0].window_sizes",
+		  "expected at most 8 window sizes, got 9" },
+		{ "{\"namespaces\": [{\"name\": \"api\"}]}", "namespaces[0].window_sizes",
+		  "missing: expected 1..8 window sizes" },
+		{ "{\"namespaces\": [{\"name\": \"\", \"window_sizes\": [1]}]}", "namespaces[0].name",
+		  "expected a name of 1..63 characters" },
+		{ "{\"namespaces\": [{\"name\": \"a\\tb\", \"window_sizes\": [1]}]}", "namespaces[0].name",
+		  "no control characters, got string \"a?b\"" },
+		{ "{\"namespaces\": [{\"name\": \"0123456789012345678901234567890123456789012345678901234567890123\","
+		  " \"window_sizes\": [1]}]}", "namespaces[0].name", "1..63 characters" },
+		{ "{\"namespaces\": [{\"name\": \"api\", \"window_sizes\": [1]},"
+		  " {\"name\": \"web\", \"window_sizes\": [1]}, {\"name\": \"api\", \"window_sizes\": [2]}]}",
+		  "namespaces[2].name", "duplicate namespace \"api\" (also namespaces[0])" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1]}, {\"window_sizes\": [2]}]}", "namespaces[1].name",
+		  "duplicate namespace \"default\" (also namespaces[0])" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"strategy\": \"memcached\"}]}",
+		  "namespaces[0].strategy", "got string \"memcached\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"strategy\": \"redis\"}]}",
+		  "namespaces[0].strategy", "expected \"local\" since sync_rate is -1 (< 0: local only), got \"redis\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": -0.5, \"strategy\": \"postgres\"}]}",
+		  "namespaces[0].strategy", "since sync_rate is -0.5" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 0}]}", "namespaces[0].strategy",
+		  "missing: sync_rate 0 (>= 0: shared counters) needs \"redis\" or \"postgres\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 2, \"strategy\": \"local\"}]}",
+		  "namespaces[0].strategy", "expected \"redis\" or \"postgres\" since sync_rate is 2" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"window_type\": \"rolling\"}]}",
+		  "namespaces[0].window_type", "got string \"rolling\"" },
+	};
+
+	EXPECT_ERRORS(cases);
+	assert_no_leaks();
+}
+
+Test(config, too_many_namespaces)
+{
+	static const struct bad_case cases[1] = {
+		{ NULL, "namespaces", "expected at most 32 namespaces, got 33" },
+	};
+	struct bad_case bc = cases[0];
+	char json[4096];
+	size_t o, i;
+
+	o = (size_t)snprintf(json, sizeof(json), "{\"namespaces\": [");
+	for (i = 0; i < 33; i++)
+		o += (size_t)snprintf(json + o, sizeof(json) - o, "%s{\"name\": \"n%zu\", \"window_sizes\": [1]}",
+				      i ? "," : "", i);
+	snprintf(json + o, sizeof(json) - o, "]}");
+	bc.json = json;
+	expect_errors(&bc, 1);
+
+	/* 32 is fine */
+	{
+		struct config c;
+		struct config_err err;
+
+		o = (size_t)snprintf(json, sizeof(json), "{\"namespaces\": [");
+		for (i = 0; i < 32; i++)
+			o += (size_t)snprintf(json + o, sizeof(json) - o,
+					      "%s{\"name\": \"n%zu\", \"window_sizes\": [1]}", i ? "," : "", i);
+		snprintf(json + o, sizeof(json) - o, "]}");
+		config_defaults(&c);
+		cr_assert_eq(load(&c, &err, json), 0, "%s: %s", err.path, err.msg);
+		cr_assert_eq(c.n_ns, 32);
+		cr_assert_eq(config_ns_find(&c, "n31", 3), 31);
+		config_free(&c);
+	}
+	assert_no_leaks();
+}
+
+Test(config, unknown_keys)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"listn\": \"127.0.0.1:1\"}", "listn", "unknown key \"listn\" (did you mean \"listen\"?)" },
+		{ "{\"namespace\": []}", "namespace", "unknown key \"namespace\" (did you mean \"namespaces\"?)" },
+		{ "{\"colour\": 1}", "colour", "unknown key \"colour\"; known keys: listen, workers," },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"windw_sizes\": [2]}]}",
+		  "namespaces[0].windw_sizes", "unknown key \"windw_sizes\" (did you mean \"window_sizes\"?)" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1]}, {\"window_sizes\": [2], \"name\": \"x\", \"limit\": 5}]}",
+		  "namespaces[1].limit", "unknown key \"limit\"; known keys: name, window_sizes, sync_rate" },
+		/* unknown keys inside strategy_opts belong to the strategy */
+	};
+
+	EXPECT_ERRORS(cases);
+	assert_no_leaks();
+}
+
+Test(config, listen_bad_forms)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"listen\": \"\"}", "listen", ": empty" },
+		{ "{\"listen\": \"127.0.0.1\"}", "listen", "got \"127.0.0.1\": missing ':PORT'" },
+		{ "{\"listen\": \"127.0.0.1:\"}", "listen", "port must be 1..65535" },
+		{ "{\"listen\": \"127.0.0.1:0\"}", "listen", "port must be 1..65535" },
+		{ "{\"listen\": \"127.0.0.1:65536\"}", "listen", "port must be 1..65535" },
+		{ "{\"listen\": \"127.0.0.1:123456\"}", "listen", "port must be 1..65535" },
+		{ "{\"listen\": \"127.0.0.1:-1\"}", "listen", "port must be 1..65535" },
+		{ "{\"listen\": \"127.0.0.1:80x\"}", "listen", "port must be 1..65535" },
+		{ "{\"listen\": \"**:12345\"}", "listen", "bad host name" },
+		{ "{\"listen\": \"*\"}", "listen", "missing ':PORT'" },
+		{ "{\"listen\": \"300.0.0.1:80\"}", "listen", "bad IPv4 address" },
+		{ "{\"listen\": \"1.2.3:80\"}", "listen", "bad IPv4 address" },
+		{ "{\"listen\": \"bad_host:80\"}", "listen", "bad host name" },
+		{ "{\"listen\": \"::1:12345\"}", "listen", "an IPv6 address needs brackets" },
+		{ "{\"listen\": \"[::1]\"}", "listen", "missing ':PORT' after ']'" },
+		{ "{\"listen\": \"[::1:80\"}", "listen", "missing ']'" },
+		{ "{\"listen\": \"[]:80\"}", "listen", "bad IPv6 address" },
+		{ "{\"listen\": \"[::g]:80\"}", "listen", "bad IPv6 address" },
+		{ "{\"listen\": \"[::1]:0\"}", "listen", "port must be 1..65535" },
+		{ "{\"listen\": \"unix:\"}", "listen", "empty socket path" },
+		{ "{\"listen\": \"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+		  "listen", "socket path longer than 107 bytes" },
+	};
+
+	EXPECT_ERRORS(cases);
+	assert_no_leaks();
+}
+
+Test(config, syntax_error_has_line_and_column)
+{
+	struct config c;
+	struct config_err err;
+	char line[600];
+
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\n  \"listen\": \"127.0.0.1:1\",\n  \"workers\": ,\n}\n"), -1);
+	cr_assert_eq(strncmp(err.path, "line 3, column ", 15), 0, "%s", err.path);
+	cr_assert_str_neq(err.msg, "");
+	config_err_format(&err, line, sizeof(line));
+	cr_assert_eq(strncmp(line, file_path, strlen(file_path)), 0, "%s", line);
+	cr_assert_not_null(strstr(line, ": line 3, column "), "%s", line);
+	assert_defaults(&c);
+
+	cr_assert_eq(load(&c, &err, ""), -1);
+	cr_assert_eq(strncmp(err.path, "line ", 5), 0, "%s", err.path);
+
+	cr_assert_eq(load(&c, &err, "{\"workers\": 1, \"workers\": 2}"), -1);
+	cr_assert_eq(strncmp(err.path, "line 1, column ", 15), 0, "%s", err.path);
+	cr_assert_not_null(strstr(err.msg, "duplicate"), "%s", err.msg);
+	assert_defaults(&c);
+	config_free(&c);
+	assert_no_leaks();
+}
+
+Test(config, missing_file)
+{
+	struct config c;
+	struct config_err err;
+	char line[600];
+
+	config_defaults(&c);
+	cr_assert_eq(config_load(&c, "/nonexistent/dir/agent.json", &err), -1);
+	cr_assert_str_eq(err.file, "/nonexistent/dir/agent.json");
+	cr_assert_str_empty(err.path);
+	cr_assert_str_eq(err.msg, "cannot open: No such file or directory");
+	config_err_format(&err, line, sizeof(line));
+	cr_assert_str_eq(line, "/nonexistent/dir/agent.json: cannot open: No such file or directory");
+	assert_defaults(&c);
+
+	cr_assert_eq(config_load(&c, "/tmp", &err), -1);
+	cr_assert_str_eq(err.msg, "cannot read: Is a directory");
+	assert_defaults(&c);
+	assert_no_leaks();
+}
+
+Test(config, error_format)
+{
+	struct config_err err;
+	char buf[600], tiny[8];
+
+	memset(&err, 0, sizeof(err));
+	snprintf(err.file, sizeof(err.file), "agent.json");
+	snprintf(err.path, sizeof(err.path), "namespaces[1].window_sizes[0]");
+	snprintf(err.msg, sizeof(err.msg), "expected a positive integer (seconds), got -5");
+	config_err_format(&err, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "agent.json: namespaces[1].window_sizes[0]: "
+			      "expected a positive integer (seconds), got -5");
+	config_err_format(&err, tiny, sizeof(tiny));
+	cr_assert_str_eq(tiny, "agent.j");
+	err.file[0] = '\0';
+	config_err_format(&err, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "namespaces[1].window_sizes[0]: expected a positive integer (seconds), got -5");
+	config_err_format(&err, buf, 0);   /* must not write */
+}
+
+Test(config, ns_find)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_eq(config_ns_find(&c, "default", 7), 0);
+	cr_assert_eq(config_ns_find(&c, "defaultX", 7), 0, "only len bytes are compared");
+	cr_assert_eq(config_ns_find(&c, "default", 6), -1);
+	cr_assert_eq(config_ns_find(&c, "", 0), -1);
+	cr_assert_eq(config_ns_find(&c, NULL, 0), -1);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": [{\"name\": \"a\", \"window_sizes\": [1]},"
+				    " {\"name\": \"ab\", \"window_sizes\": [1]},"
+				    " {\"name\": \"b\", \"window_sizes\": [1]}]}"), 0, "%s", err.msg);
+	cr_assert_eq(config_ns_find(&c, "a", 1), 0);
+	cr_assert_eq(config_ns_find(&c, "ab", 2), 1);
+	cr_assert_eq(config_ns_find(&c, "b", 1), 2);
+	cr_assert_eq(config_ns_find(&c, "abc", 3), -1);
+	cr_assert_eq(config_ns_find(&c, "default", 7), -1);
+	config_free(&c);
+}
+
+Test(config, strategy_opts_round_trip)
+{
+	static const char opts[] = "{\"host\":\"10.0.0.1\",\"port\":6379,\"password\":\"p\\\"w\\u00e9\","
+				   "\"timeout\":0.5,\"nested\":{\"a\":[1,2,{}]},\"ssl\":false,\"x\":null}";
+	struct config c;
+	struct config_err err;
+	char json[512];
+	json_t *a, *b;
+
+	snprintf(json, sizeof(json),
+		 "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 0, \"strategy\": \"redis\","
+		 " \"strategy_opts\": \n  %s}]}", opts);
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, json), 0, "%s: %s", err.path, err.msg);
+	cr_assert_not_null(c.ns[0].strategy_opts);
+	cr_assert_null(strchr(c.ns[0].strategy_opts, ' '), "%s", c.ns[0].strategy_opts);
+	a = json_loads(opts, 0, NULL);
+	b = json_loads(c.ns[0].strategy_opts, 0, NULL);
+	cr_assert_not_null(a);
+	cr_assert_not_null(b);
+	cr_assert(json_equal(a, b), "%s", c.ns[0].strategy_opts);
+	json_decref(a);
+	json_decref(b);
+	config_free(&c);
+	cr_assert_null(c.ns[0].strategy_opts);
+	assert_no_leaks();
+}
+
+/* Under ASan: reloading frees what the replaced namespaces owned, a
+ * failed load frees what it allocated and keeps what was there. */
+Test(config, ownership_across_loads)
+{
+	static const char with_opts[] =
+		"{\"namespaces\": [{\"name\": \"r\", \"window_sizes\": [1], \"sync_rate\": 0,"
+		" \"strategy\": \"redis\", \"strategy_opts\": {\"host\": \"a\"}}]}";
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, with_opts), 0, "%s", err.msg);
+	cr_assert_eq(load(&c, &err, with_opts), 0, "%s", err.msg);   /* replaces, frees the old */
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+
+	/* no namespaces in the file: the loaded ones stay, opts and all */
+	cr_assert_eq(load(&c, &err, "{\"max_keys\": 1024}"), 0, "%s", err.msg);
+	cr_assert_eq(c.max_keys, 1024);
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+
+	/* fails after allocating opts for namespaces[0]: nothing leaks, c intact */
+	cr_assert_eq(load(&c, &err,
+			  "{\"max_keys\": 2048, \"namespaces\": [{\"name\": \"p\", \"window_sizes\": [1],"
+			  " \"sync_rate\": 0, \"strategy\": \"postgres\", \"strategy_opts\": {\"db\": \"x\"}},"
+			  " {\"name\": \"p\", \"window_sizes\": [2]}]}"), -1);
+	cr_assert_str_eq(err.path, "namespaces[1].name");
+	cr_assert_eq(c.max_keys, 1024);
+	cr_assert_eq(c.n_ns, 1);
+	cr_assert_str_eq(c.ns[0].name, "r");
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+
+	/* fails inside the namespace that allocated */
+	cr_assert_eq(load(&c, &err,
+			  "{\"namespaces\": [{\"strategy_opts\": {\"db\": \"x\"}, \"window_sizes\": [0]}]}"),
+		     -1);
+	cr_assert_str_eq(err.path, "namespaces[0].window_sizes[0]");
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+	config_free(&c);
+	assert_no_leaks();
+}
+
+/* After command-line overrides the daemon runs config_check(). */
+Test(config, check_after_overrides)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	c.workers = 0;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "workers");
+	cr_assert_str_eq(err.msg, "expected an integer in 1..64, got 0");
+	cr_assert_str_empty(err.file);
+
+	config_defaults(&c);
+	snprintf(c.listen, sizeof(c.listen), "localhost");
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "listen");
+	cr_assert_not_null(strstr(err.msg, "missing ':PORT'"), "%s", err.msg);
+
+	config_defaults(&c);
+	c.var_scope = 5;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "var_scope");
+
+	config_defaults(&c);
+	c.log_level = LOG_LEVEL_COUNT;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "log_level");
+
+	config_defaults(&c);
+	c.max_frame_size = 100;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "max_frame_size");
+
+	config_defaults(&c);
+	c.ns[0].window_sizes[2] = 1;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "namespaces[0].window_sizes[2]");
+	cr_assert_str_eq(err.msg, "duplicate window size 1 (also window_sizes[0])");
+
+	config_defaults(&c);
+	c.ns[0].sync_rate = 1;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "namespaces[0].strategy");
+
+	config_defaults(&c);
+	c.n_ns = 0;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "namespaces");
+
+	config_defaults(&c);
+	c.ns[1] = c.ns[0];
+	c.n_ns = 2;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "namespaces[1].name");
+
+	config_defaults(&c);
+	c.ns[0].window_type = CONFIG_WINDOW_TYPE_COUNT;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "namespaces[0].window_type");
+}
