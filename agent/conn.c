@@ -1,0 +1,371 @@
+/*
+ * conn.c - the SPOP connection state machine (see conn.h). Frames are
+ * parsed in place in the read buffer; answers are appended to the write
+ * buffer and sent with one write() per batch, each frame whole.
+ */
+#include "agent/conn.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+#include "agent/handler.h"
+#include "agent/log.h"
+#include "agent/ratelimit.h"
+#include "agent/worker.h"
+#include "spop/spop.h"
+
+#define CONN_READS_PER_EVENT 16     /* fairness between connections */
+#define CONN_CLOSE_GRACE     1.0    /* seconds to flush a final DISCONNECT */
+
+static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents);
+static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+
+static void conn_close(struct conn *c)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	ev_io_stop(c->w->loop, &c->io);
+	ev_timer_stop(c->w->loop, &c->timer);
+	close(c->fd);
+	c->fd = -1;
+	worker_conn_closed(c->w, c);
+}
+
+/* Watch for reads while more frames may come, for writes while output is
+ * queued. */
+static void conn_update_events(struct conn *c)
+{
+	int ev = 0;
+	if (c->state != CONN_CLOSING && c->rlen < c->rcap)
+		ev |= EV_READ;
+	if (c->woff < c->wlen)
+		ev |= EV_WRITE;
+	if (ev == 0) {
+		ev_io_stop(c->w->loop, &c->io);
+		return;
+	}
+	if ((c->io.events & (EV_READ | EV_WRITE)) != ev || !ev_is_active(&c->io)) {
+		ev_io_stop(c->w->loop, &c->io);
+		ev_io_set(&c->io, c->fd, ev);
+		ev_io_start(c->w->loop, &c->io);
+	}
+}
+
+/* Sends queued output. Returns 0, or -1 when the connection was closed. */
+static int conn_flush(struct conn *c)
+{
+	while (c->woff < c->wlen) {
+		ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+		if (n > 0) {
+			c->woff += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		/* EPIPE, ECONNRESET: the peer is gone, a normal close. */
+		LOG(LOG_DEBUG, "conn %d: write: %s", c->fd, n < 0 ? strerror(errno) : "closed");
+		conn_close(c);
+		return -1;
+	}
+	c->woff = c->wlen = 0;
+	if (c->state == CONN_CLOSING) {
+		conn_close(c);
+		return -1;
+	}
+	return 0;
+}
+
+/* Queues an AGENT-DISCONNECT and moves to CLOSING: nothing more is read. */
+static void conn_fail(struct conn *c, enum spop_err err)
+{
+	struct spop_writer w;
+
+	if (c->state == CONN_CLOSING)
+		return;
+	if (err != SPOP_ERR_NONE)
+		LOG(LOG_INFO, "conn %d: disconnecting: %s (status %d)", c->fd, spop_err_str(err),
+		    (int)err);
+	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+	if (spop_encode_agent_disconnect(&w, err, spop_err_str(err)) == 0)
+		c->wlen += w.len;
+	c->state = CONN_CLOSING;
+	c->rlen = 0;
+	ev_timer_stop(c->w->loop, &c->timer);
+	ev_timer_set(&c->timer, CONN_CLOSE_GRACE, 0.);
+	ev_timer_start(c->w->loop, &c->timer);
+}
+
+static void conn_hello(struct conn *c, const struct spop_frame *f)
+{
+	const struct config *cfg = c->w->cfg;
+	struct spop_hello h;
+	struct spop_writer w;
+	enum spop_err err;
+
+	if (f->type != SPOP_FRAME_HAPROXY_HELLO || f->stream_id != 0 || f->frame_id != 0) {
+		conn_fail(c, SPOP_ERR_INVALID);
+		return;
+	}
+	if (spop_hello_decode(f->payload, f->payload_len, &h, &err) < 0) {
+		conn_fail(c, err);
+		return;
+	}
+	if (!spop_version_supported(h.supported_versions, SPOP_VERSION)) {
+		conn_fail(c, SPOP_ERR_BAD_VSN);
+		return;
+	}
+	if (h.max_frame_size < SPOP_MIN_FRAME_SIZE) {
+		conn_fail(c, SPOP_ERR_BAD_FRAME_SIZE);
+		return;
+	}
+	/* Never more than HAProxy offered, never more than we accept. */
+	c->max_frame = h.max_frame_size < cfg->max_frame_size ? (uint32_t)h.max_frame_size
+							       : cfg->max_frame_size;
+	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+	if (spop_encode_agent_hello(&w, c->max_frame, "pipelining") < 0) {
+		conn_fail(c, SPOP_ERR_RES);
+		return;
+	}
+	c->wlen += w.len;
+	/* A health check is answered, then the connection is closed. */
+	c->state = h.healthcheck ? CONN_CLOSING : CONN_READY;
+}
+
+static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
+{
+	struct spop_writer w;
+	enum spop_err err;
+
+	if ((f->flags & SPOP_FL_FIN) == 0 || (f->flags & SPOP_FL_ABORT)) {
+		conn_fail(c, SPOP_ERR_FRAG_NOT_SUPPORTED);
+		return;
+	}
+	if (c->state == CONN_HELLO) {
+		conn_hello(c, f);
+		return;
+	}
+	switch (f->type) {
+	case SPOP_FRAME_NOTIFY:
+		spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+		if (handler_notify(&c->w->handler, f, now, &w, c->max_frame, &err) < 0) {
+			conn_fail(c, err);
+			return;
+		}
+		c->wlen += w.len;
+		break;
+	case SPOP_FRAME_HAPROXY_DISCONNECT: {
+		struct spop_disconnect d;
+		if (spop_disconnect_decode(f->payload, f->payload_len, &d, &err) == 0 &&
+		    d.has_status_code && d.status_code > SPOP_ERR_TIMEOUT)
+			LOG(LOG_INFO, "conn %d: HAProxy disconnects: %u %.*s", c->fd, d.status_code,
+			    (int)d.message.len, d.message.ptr);
+		conn_fail(c, SPOP_ERR_NONE);
+		break;
+	}
+	case SPOP_FRAME_UNSET:
+		conn_fail(c, SPOP_ERR_FRAG_NOT_SUPPORTED);
+		break;
+	case SPOP_FRAME_HAPROXY_HELLO:
+	case SPOP_FRAME_AGENT_HELLO:
+	case SPOP_FRAME_AGENT_DISCONNECT:
+	case SPOP_FRAME_ACK:
+		conn_fail(c, SPOP_ERR_INVALID);
+		break;
+	default:
+		/* "Unknown frames may be silently skipped" (SPOE.txt). */
+		break;
+	}
+}
+
+/* Handles every whole frame in the read buffer while there is room for its
+ * answer. */
+static void conn_process(struct conn *c)
+{
+	size_t off = 0;
+	double now = rl_now();
+	double evnow = ev_now(c->w->loop);
+
+	while (c->state != CONN_CLOSING && off < c->rlen) {
+		struct spop_frame f;
+		enum spop_err err;
+		size_t limit = c->state == CONN_HELLO ? c->w->cfg->max_frame_size : c->max_frame;
+
+		/* Room for the largest answer, or wait until the peer reads. */
+		if (c->wcap - c->wlen < (size_t)c->max_frame + SPOP_LEN_SIZE) {
+			if (conn_flush(c) < 0)
+				return;
+			if (c->wcap - c->wlen < (size_t)c->max_frame + SPOP_LEN_SIZE)
+				break;
+		}
+		int rc = spop_frame_decode(c->rbuf + off, c->rlen - off, limit, &f, &err);
+		if (rc == 0)
+			break;
+		if (rc < 0) {
+			conn_fail(c, err);
+			break;
+		}
+		off += (size_t)rc;
+		c->last_rx = evnow;
+		conn_frame(c, &f, now);
+	}
+	if (c->state == CONN_CLOSING) {
+		c->rlen = 0;
+		return;
+	}
+	if (off > 0) {
+		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+		c->rlen -= off;
+	}
+	if (c->rlen == 0)
+		c->partial_since = 0;
+	else if (c->partial_since == 0)
+		c->partial_since = evnow;
+}
+
+static void conn_read(struct conn *c)
+{
+	for (int i = 0; i < CONN_READS_PER_EVENT && c->state != CONN_CLOSING; i++) {
+		if (c->rlen == c->rcap)
+			break;
+		ssize_t n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n <= 0) {
+			/* EOF, ECONNRESET: normal closes. Answer what came whole. */
+			if (n < 0 && errno != ECONNRESET)
+				LOG(LOG_DEBUG, "conn %d: read: %s", c->fd, strerror(errno));
+			conn_process(c);
+			if (!c->dead)
+				c->state = CONN_CLOSING;
+			return;
+		}
+		size_t got = (size_t)n, room = c->rcap - c->rlen;
+		c->rlen += got;
+		conn_process(c);
+		if (c->dead || got < room)
+			break;
+	}
+}
+
+static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct conn *c = (struct conn *)((char *)io - offsetof(struct conn, io));
+	(void)loop;
+
+	if (revents & EV_READ)
+		conn_read(c);
+	if (c->dead)
+		return;
+	if (c->draining && c->state != CONN_CLOSING && c->rlen == 0)
+		conn_fail(c, SPOP_ERR_NONE);
+	if (conn_flush(c) < 0)
+		return;
+	/* Output drained: frames left in the buffer can be answered now. */
+	if (c->rlen > 0 && c->state != CONN_CLOSING) {
+		conn_process(c);
+		if (conn_flush(c) < 0)
+			return;
+	}
+	conn_update_events(c);
+}
+
+/* One timer per connection: the HELLO deadline, then the half-frame
+ * deadline while a frame is partly in, else the idle deadline. In CLOSING
+ * it bounds the final flush. */
+static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct conn *c = (struct conn *)((char *)t - offsetof(struct conn, timer));
+	const struct config *cfg = c->w->cfg;
+	double now = ev_now(loop), deadline;
+	(void)revents;
+
+	if (c->state == CONN_CLOSING) {
+		conn_close(c);
+		return;
+	}
+	if (c->state == CONN_HELLO)
+		deadline = c->created + cfg->frame_timeout_ms / 1000.0;
+	else if (c->partial_since > 0)
+		deadline = c->partial_since + cfg->frame_timeout_ms / 1000.0;
+	else
+		deadline = c->last_rx + cfg->idle_timeout_ms / 1000.0;
+	if (now >= deadline) {
+		LOG(LOG_DEBUG, "conn %d: timeout", c->fd);
+		conn_fail(c, SPOP_ERR_TIMEOUT);
+		if (conn_flush(c) == 0)
+			conn_update_events(c);
+		return;
+	}
+	/* Check again at the earliest deadline that may apply by then. */
+	double next = deadline - now;
+	double frame = cfg->frame_timeout_ms / 1000.0;
+	if (next > frame)
+		next = frame;
+	ev_timer_set(t, next, 0.);
+	ev_timer_start(loop, t);
+}
+
+struct conn *conn_new(struct worker *w, int fd)
+{
+	const struct config *cfg = w->cfg;
+	struct conn *c = calloc(1, sizeof(*c));
+
+	if (!c) {
+		close(fd);
+		return NULL;
+	}
+	c->w = w;
+	c->fd = fd;
+	c->state = CONN_HELLO;
+	c->max_frame = cfg->max_frame_size;
+	c->rcap = (size_t)cfg->max_frame_size + SPOP_LEN_SIZE;
+	/* Room for two full answers, and many small ACKs per batch. */
+	c->wcap = 2 * c->rcap < 32768 ? 32768 : 2 * c->rcap;
+	c->rbuf = malloc(c->rcap);
+	c->wbuf = malloc(c->wcap);
+	if (!c->rbuf || !c->wbuf) {
+		free(c->rbuf);
+		free(c->wbuf);
+		free(c);
+		close(fd);
+		return NULL;
+	}
+	c->created = c->last_rx = ev_now(w->loop);
+	ev_io_init(&c->io, conn_on_io, fd, EV_READ);
+	ev_io_start(w->loop, &c->io);
+	double first = cfg->frame_timeout_ms / 1000.0;
+	ev_timer_init(&c->timer, conn_on_timer, first, 0.);
+	ev_timer_start(w->loop, &c->timer);
+	return c;
+}
+
+void conn_drain(struct conn *c)
+{
+	if (c->dead)
+		return;
+	c->draining = true;
+	/* Answer what is already in the socket, then leave. */
+	conn_read(c);
+	if (c->dead)
+		return;
+	if (c->state != CONN_CLOSING && c->rlen == 0)
+		conn_fail(c, SPOP_ERR_NONE);
+	if (conn_flush(c) == 0)
+		conn_update_events(c);
+}
+
+void conn_free(struct conn *c)
+{
+	free(c->rbuf);
+	free(c->wbuf);
+	free(c);
+}

@@ -1,0 +1,486 @@
+/*
+ * handler.c - NOTIFY in, ACK out. The contract with HAProxy configs is
+ * docs/PROTOCOL.md; this file is its implementation.
+ *
+ * A NOTIFY is read in two passes: the first validates every message and
+ * argument (a malformed payload counts nothing), the second counts each
+ * rate-limit message and records its result. The ACK then carries the
+ * plain variables of the most restrictive message, followed by each
+ * message's own suffixed variables.
+ */
+#include "agent/handler.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/config.h"
+#include "agent/log.h"
+#include "agent/ratelimit.h"
+#include "agent/window.h"
+
+/* What one rate-limit message asked for and got. */
+struct msg_result {
+	char suffix[HANDLER_SUFFIX_MAX + 1];
+	const char *error;      /* NULL when counted/read */
+	bool has_limit;
+	bool exceeded;
+	int64_t limit;
+	int64_t rate;           /* ceiling of the exact rate */
+	int64_t remaining;
+	int64_t reset;
+	int64_t retry_after;    /* only when exceeded */
+	uint32_t window;
+};
+
+int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
+		 size_t max_frame_size)
+{
+	memset(h, 0, sizeof(*h));
+	h->cfg = cfg;
+	h->rl = rl;
+	/* A binary key is at most one frame long; its hex text twice that. */
+	h->scratch_len = 2 * max_frame_size + 64;
+	h->scratch = malloc(h->scratch_len);
+	return h->scratch ? 0 : -1;
+}
+
+void handler_free(struct handler *h)
+{
+	free(h->scratch);
+	h->scratch = NULL;
+}
+
+/* ---- argument parsing ---- */
+
+/* Parses a non-negative integer from an int or a string of digits. */
+static bool arg_uint(const struct spop_data *d, uint64_t *out)
+{
+	switch (d->type) {
+	case SPOP_DATA_INT32:
+	case SPOP_DATA_INT64:
+		if (d->v.i < 0)
+			return false;
+		*out = (uint64_t)d->v.i;
+		return true;
+	case SPOP_DATA_UINT32:
+	case SPOP_DATA_UINT64:
+		*out = d->v.u;
+		return true;
+	case SPOP_DATA_STRING: {
+		uint64_t v = 0;
+		if (d->v.str.len == 0 || d->v.str.len > 19)
+			return false;
+		for (size_t i = 0; i < d->v.str.len; i++) {
+			char c = d->v.str.ptr[i];
+			if (c < '0' || c > '9')
+				return false;
+			v = v * 10 + (uint64_t)(c - '0');
+		}
+		*out = v;
+		return true;
+	}
+	default:
+		return false;
+	}
+}
+
+/* Parses a cost: an int >= 0, or a string holding a plain decimal number
+ * ("2", "0.5", ".25"); no sign, exponent, hex, inf or nan. */
+static bool arg_cost(const struct spop_data *d, double *out)
+{
+	if (d->type != SPOP_DATA_STRING) {
+		uint64_t u;
+		if (!arg_uint(d, &u))
+			return false;
+		*out = (double)u;
+		return true;
+	}
+	char buf[32];
+	size_t len = d->v.str.len;
+	bool digit = false, dot = false;
+	if (len == 0 || len >= sizeof(buf))
+		return false;
+	for (size_t i = 0; i < len; i++) {
+		char c = d->v.str.ptr[i];
+		if (c >= '0' && c <= '9')
+			digit = true;
+		else if (c == '.' && !dot)
+			dot = true;
+		else
+			return false;
+		buf[i] = c;
+	}
+	if (!digit)
+		return false;
+	buf[len] = '\0';
+	*out = strtod(buf, NULL);
+	return isfinite(*out);
+}
+
+static bool str_eq(struct spop_str s, const char *lit)
+{
+	size_t n = strlen(lit);
+	return s.len == n && memcmp(s.ptr, lit, n) == 0;
+}
+
+static const char hexdigits[] = "0123456789abcdef";
+
+/* Writes the canonical text of a key into the scratch buffer; returns its
+ * length, 0 if the value cannot be a key (*why says why). */
+static size_t key_text(struct handler *h, const struct spop_data *d, const char **text,
+		       const char **why)
+{
+	char *out = h->scratch;
+	int n;
+
+	*text = out;
+	switch (d->type) {
+	case SPOP_DATA_NULL:
+		*why = "missing key";
+		return 0;
+	case SPOP_DATA_STRING:
+		*text = d->v.str.ptr;
+		*why = "empty key";
+		return d->v.str.len;
+	case SPOP_DATA_BINARY:
+		if (d->v.str.len * 2 > h->scratch_len) {
+			*why = "key too long";
+			return 0;
+		}
+		for (size_t i = 0; i < d->v.str.len; i++) {
+			uint8_t b = (uint8_t)d->v.str.ptr[i];
+			out[2 * i] = hexdigits[b >> 4];
+			out[2 * i + 1] = hexdigits[b & 15];
+		}
+		*why = "empty key";
+		return d->v.str.len * 2;
+	case SPOP_DATA_IPV4:
+		inet_ntop(AF_INET, d->v.ipv4, out, (socklen_t)h->scratch_len);
+		return strlen(out);
+	case SPOP_DATA_IPV6: {
+		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+		if (memcmp(d->v.ipv6, mapped, sizeof(mapped)) == 0)
+			inet_ntop(AF_INET, d->v.ipv6 + 12, out, (socklen_t)h->scratch_len);
+		else
+			inet_ntop(AF_INET6, d->v.ipv6, out, (socklen_t)h->scratch_len);
+		return strlen(out);
+	}
+	case SPOP_DATA_INT32:
+	case SPOP_DATA_INT64:
+		n = snprintf(out, h->scratch_len, "%lld", (long long)d->v.i);
+		return (size_t)n;
+	case SPOP_DATA_UINT32:
+	case SPOP_DATA_UINT64:
+		n = snprintf(out, h->scratch_len, "%llu", (unsigned long long)d->v.u);
+		return (size_t)n;
+	default:
+		*why = "bad key type";
+		return 0;
+	}
+}
+
+/* Copies the message name's suffix (after the prefix and an optional
+ * separator) into r->suffix, made safe for a variable name. */
+static void msg_suffix(struct spop_str name, size_t prefix_len, struct msg_result *r)
+{
+	const char *p = name.ptr + prefix_len;
+	size_t len = name.len - prefix_len, n = 0;
+
+	if (len > 0 && (*p == '-' || *p == '_' || *p == '.')) {
+		p++;
+		len--;
+	}
+	for (size_t i = 0; i < len && n < HANDLER_SUFFIX_MAX; i++) {
+		char c = p[i];
+		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+			  (c >= '0' && c <= '9') || c == '_';
+		r->suffix[n++] = ok ? c : '_';
+	}
+	r->suffix[n] = '\0';
+}
+
+static bool is_ratelimit_msg(const struct config *cfg, struct spop_str name)
+{
+	size_t plen = strlen(cfg->message_prefix);
+	return name.len >= plen && memcmp(name.ptr, cfg->message_prefix, plen) == 0;
+}
+
+/* Parses one message's arguments and counts it. Fills *r. */
+static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
+		       struct msg_result *r)
+{
+	struct spop_data key = { .type = SPOP_DATA_NULL };
+	bool has_key = false;
+	struct spop_str ns_name = { "default", 7 };
+	uint64_t window = 0, limit = 0;
+	double cost = 1;
+	bool has_window = false, sliding = true, wt_given = false;
+	struct spop_cursor c;
+	struct spop_kv kv;
+
+	memset(r, 0, sizeof(*r));
+	msg_suffix(m->name, strlen(h->cfg->message_prefix), r);
+
+	spop_args_init(&c, m);
+	while (spop_args_next(&c, &kv) == 1) {
+		const struct spop_kv *a = &kv;
+		if (str_eq(a->name, "key")) {
+			key = a->value;
+			has_key = true;
+		} else if (str_eq(a->name, "window")) {
+			if (!arg_uint(&a->value, &window) || window == 0 || window > UINT32_MAX) {
+				r->error = "bad window";
+				return;
+			}
+			has_window = true;
+		} else if (str_eq(a->name, "cost")) {
+			if (!arg_cost(&a->value, &cost)) {
+				r->error = "bad cost";
+				return;
+			}
+		} else if (str_eq(a->name, "namespace")) {
+			if (a->value.type != SPOP_DATA_STRING) {
+				r->error = "bad namespace";
+				return;
+			}
+			ns_name = a->value.v.str;
+		} else if (str_eq(a->name, "limit")) {
+			if (!arg_uint(&a->value, &limit) || limit > INT64_MAX / 2) {
+				r->error = "bad limit";
+				return;
+			}
+			r->has_limit = true;
+		} else if (str_eq(a->name, "window_type")) {
+			if (a->value.type == SPOP_DATA_STRING && str_eq(a->value.v.str, "sliding"))
+				sliding = true;
+			else if (a->value.type == SPOP_DATA_STRING && str_eq(a->value.v.str, "fixed"))
+				sliding = false;
+			else {
+				r->error = "bad window_type";
+				return;
+			}
+			wt_given = true;
+		}
+		/* Unknown arguments are ignored. */
+	}
+
+	int ns = rl_namespace_index(h->rl, ns_name.ptr, ns_name.len);
+	if (ns < 0) {
+		r->error = "unknown namespace";
+		return;
+	}
+	const struct config_ns *nsc = &h->cfg->ns[ns];
+	if (!wt_given)
+		sliding = nsc->window_type == CONFIG_WINDOW_SLIDING;
+	if (!has_window) {
+		window = rl_single_window(h->rl, ns);
+		if (window == 0) {
+			r->error = "missing window";
+			return;
+		}
+	} else if (!rl_has_window(h->rl, ns, (uint32_t)window)) {
+		r->error = "bad window";
+		return;
+	}
+	if (!has_key) {
+		r->error = "missing key";
+		return;
+	}
+	const char *text, *why = "bad key";
+	size_t keylen = key_text(h, &key, &text, &why);
+	if (keylen == 0) {
+		r->error = why;
+		return;
+	}
+
+	struct rl_result res;
+	double weight = sliding ? window_weight(now, (uint32_t)window) : 0.0;
+	double lim = r->has_limit ? (double)limit : -1.0;
+	if (rl_hit(h->rl, ns, text, keylen, (uint32_t)window, cost, weight, now, lim,
+		   nsc->count_denied, &res) < 0) {
+		enum rl_status st = rl_errno(h->rl);
+		r->error = rl_status_str(st);
+		if (st == RL_ERR_FULL) {
+			h->full_events++;
+			if (now - h->last_full_log >= 1.0) {
+				h->last_full_log = now;
+				LOG(LOG_WARN, "counter table full (max_keys %zu): new keys are not "
+				    "counted (%llu events in this worker)", h->cfg->max_keys,
+				    (unsigned long long)h->full_events);
+			}
+		}
+		return;
+	}
+
+	r->window = (uint32_t)window;
+	r->rate = (int64_t)ceil(res.rate - 1e-9);
+	if (r->rate < 0)
+		r->rate = 0;
+	r->reset = (int64_t)ceil(window_reset(now, (uint32_t)window));
+	if (r->reset < 1)
+		r->reset = 1;
+	if (r->has_limit) {
+		r->limit = (int64_t)limit;
+		r->exceeded = r->rate > r->limit;
+		r->remaining = r->exceeded ? 0 : r->limit - r->rate;
+		if (r->exceeded) {
+			double ra = window_retry_after(res.current, res.previous, (double)limit, now,
+						       (uint32_t)window, sliding);
+			r->retry_after = (int64_t)ceil(ra);
+			if (r->retry_after < 1)
+				r->retry_after = 1;
+		}
+	}
+}
+
+/* ---- encoding ---- */
+
+static void put_var_int(struct spop_writer *w, int scope, const char *name, const char *sfx,
+			int64_t v)
+{
+	char buf[64];
+	int n = snprintf(buf, sizeof(buf), sfx ? "%s_%s" : "%s", name, sfx);
+	struct spop_data d = { .type = SPOP_DATA_INT64, .v.i = v };
+	spop_put_set_var(w, (enum spop_scope)scope, buf, (size_t)n, &d);
+}
+
+static void put_var_bool(struct spop_writer *w, int scope, const char *name, const char *sfx,
+			 bool v)
+{
+	char buf[64];
+	int n = snprintf(buf, sizeof(buf), sfx ? "%s_%s" : "%s", name, sfx);
+	struct spop_data d = { .type = SPOP_DATA_BOOL, .v.b = v };
+	spop_put_set_var(w, (enum spop_scope)scope, buf, (size_t)n, &d);
+}
+
+static void put_var_str(struct spop_writer *w, int scope, const char *name, const char *sfx,
+			const char *v)
+{
+	char buf[64];
+	int n = snprintf(buf, sizeof(buf), sfx ? "%s_%s" : "%s", name, sfx);
+	struct spop_data d = { .type = SPOP_DATA_STRING, .v.str = { v, strlen(v) } };
+	spop_put_set_var(w, (enum spop_scope)scope, buf, (size_t)n, &d);
+}
+
+/* The variables of one result; sfx NULL for the plain names. The decision
+ * variable goes first: HAProxy stops at the first action it cannot use. */
+static void put_result(struct spop_writer *w, int scope, const struct msg_result *r,
+		       const char *sfx)
+{
+	if (r->error) {
+		put_var_str(w, scope, "error", sfx, r->error);
+		return;
+	}
+	if (r->has_limit)
+		put_var_bool(w, scope, "exceeded", sfx, r->exceeded);
+	put_var_int(w, scope, "rate", sfx, r->rate);
+	if (r->has_limit)
+		put_var_int(w, scope, "remaining", sfx, r->remaining);
+	put_var_int(w, scope, "reset", sfx, r->reset);
+	if (r->has_limit)
+		put_var_int(w, scope, "limit", sfx, r->limit);
+	put_var_int(w, scope, "window", sfx, r->window);
+	if (r->exceeded)
+		put_var_int(w, scope, "retry_after", sfx, r->retry_after);
+}
+
+/* Is a more restrictive than b? Exceeded beats not exceeded (then the
+ * longer retry_after), then less remaining; results without a limit and
+ * errors rank last. */
+static bool more_restrictive(const struct msg_result *a, const struct msg_result *b)
+{
+	if (a->error || !a->has_limit)
+		return false;
+	if (b->error || !b->has_limit)
+		return true;
+	if (a->exceeded != b->exceeded)
+		return a->exceeded;
+	if (a->exceeded)
+		return a->retry_after > b->retry_after;
+	return a->remaining < b->remaining;
+}
+
+int handler_notify(struct handler *h, const struct spop_frame *f, double now,
+		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err)
+{
+	struct spop_msg msgs[HANDLER_MAX_MSGS];
+	struct msg_result res[HANDLER_MAX_MSGS];
+	size_t n = 0, extra = 0;
+	struct spop_cursor c;
+	struct spop_msg m;
+	int rc, scope = h->cfg->var_scope;
+
+	/* Pass 1: validate the whole payload before counting anything. */
+	spop_cursor_init(&c, f->payload, f->payload_len);
+	while ((rc = spop_msg_next(&c, &m)) == 1) {
+		if (!is_ratelimit_msg(h->cfg, m.name))
+			continue;
+		if (n < HANDLER_MAX_MSGS)
+			msgs[n++] = m;
+		else
+			extra++;
+	}
+	if (rc < 0) {
+		*err = c.err;
+		return -1;
+	}
+
+	/* Pass 2: count. */
+	for (size_t i = 0; i < n; i++)
+		handle_msg(h, &msgs[i], now, &res[i]);
+
+	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, f->stream_id, f->frame_id);
+	if (n == 0) {
+		put_var_bool(w, scope, "exceeded", NULL, false);
+		if (extra)
+			put_var_str(w, scope, "error", NULL, "too many messages");
+	} else {
+		/* Plain variables: the most restrictive result, with exceeded,
+		 * remaining and retry_after folded over all of them. */
+		size_t best = 0;
+		for (size_t i = 1; i < n; i++)
+			if (more_restrictive(&res[i], &res[best]))
+				best = i;
+		struct msg_result plain = res[best];
+		const char *error = NULL;
+		for (size_t i = 0; i < n; i++) {
+			const struct msg_result *r = &res[i];
+			if (r->error) {
+				error = error ? error : r->error;
+				continue;
+			}
+			if (!r->has_limit)
+				continue;
+			if (r->exceeded) {
+				plain.exceeded = true;
+				if (r->retry_after > plain.retry_after)
+					plain.retry_after = r->retry_after;
+			}
+			if (r->remaining < plain.remaining)
+				plain.remaining = r->remaining;
+		}
+		if (extra)
+			error = "too many messages";
+		put_result(w, scope, &plain, NULL);
+		if (error && !plain.error)
+			put_var_str(w, scope, "error", NULL, error);
+		size_t plain_end = w->len;
+		for (size_t i = 0; i < n; i++)
+			if (res[i].suffix[0])
+				put_result(w, scope, &res[i], res[i].suffix);
+		/* Too many suffixed variables for one frame: keep the plain ones. */
+		if (w->overflow || w->len - start > max_frame_size + SPOP_LEN_SIZE) {
+			w->overflow = false;
+			w->len = plain_end;
+		}
+	}
+	if (spop_frame_end(w, start, max_frame_size) < 0) {
+		*err = SPOP_ERR_TOO_BIG;
+		return -1;
+	}
+	return 0;
+}

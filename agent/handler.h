@@ -1,0 +1,44 @@
+/*
+ * handler.h - turns one NOTIFY frame into one ACK frame: finds the
+ * rate-limit messages, counts each through the ratelimit API, and encodes
+ * the variables HAProxy's ACLs read (docs/PROTOCOL.md). No I/O; the only
+ * memory it uses is the scratch buffer given at init.
+ */
+#ifndef HANDLER_H
+#define HANDLER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spop/spop.h"
+
+struct config;
+struct rl;
+
+#define HANDLER_MAX_MSGS   32    /* rate-limit messages per NOTIFY */
+#define HANDLER_SUFFIX_MAX 16    /* characters of a message's variable suffix */
+
+struct handler {
+	const struct config *cfg;
+	struct rl *rl;
+	char *scratch;          /* canonical key text (binary keys become hex) */
+	size_t scratch_len;
+	double last_full_log;   /* last "table full" log, to log at most 1/s */
+	uint64_t full_events;   /* table-full events seen by this process */
+};
+
+/* Prepares a handler for frames of at most max_frame_size bytes; allocates
+ * the scratch buffer once. Returns 0 or -1 (out of memory). */
+int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
+		 size_t max_frame_size);
+
+void handler_free(struct handler *h);
+
+/* Appends to w the ACK of the NOTIFY f (same stream-id and frame-id), at
+ * most max_frame_size bytes. `now` is the Unix time used for every message
+ * of the frame. Returns 0, or -1 with *err when the NOTIFY's payload is
+ * malformed (nothing is counted then) or the ACK cannot be encoded. */
+int handler_notify(struct handler *h, const struct spop_frame *f, double now,
+		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err);
+
+#endif /* HANDLER_H */

@@ -1,0 +1,149 @@
+/*
+ * main.c - command line, configuration, the shared table, then the master.
+ *
+ *   spoa-ratelimit [-c FILE] [-l ADDR] [-w WORKERS] [-t] [-v] [-h]
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+#include "agent/log.h"
+#include "agent/master.h"
+#include "agent/ratelimit.h"
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: spoa-ratelimit [-c FILE] [-l ADDR] [-w WORKERS] [-t] [-v] [-h]\n"
+		"  -c FILE     JSON configuration (docs/CONFIG.md); built-in defaults without it\n"
+		"  -l ADDR     listen on HOST:PORT, [IPV6]:PORT or unix:/path (default 127.0.0.1:12345)\n"
+		"  -w WORKERS  worker processes (default: number of CPUs)\n"
+		"  -t          check the configuration and exit\n"
+		"  -v          more logging (repeat for debug)\n"
+		"  -h          this help\n");
+}
+
+static int fail_config(const struct config_err *err)
+{
+	char line[700];
+	config_err_format(err, line, sizeof(line));
+	fprintf(stderr, "spoa-ratelimit: bad configuration: %s\n", line);
+	return 2;
+}
+
+int main(int argc, char **argv)
+{
+	const char *file = NULL, *listen_addr = NULL;
+	int workers = -1, verbose = 0, check_only = 0, opt;
+	struct config cfg;
+	struct config_err cerr;
+	char err[256];
+
+	while ((opt = getopt(argc, argv, "c:l:w:tvh")) != -1) {
+		switch (opt) {
+		case 'c': file = optarg; break;
+		case 'l': listen_addr = optarg; break;
+		case 'w': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+			if (*optarg == '\0' || *end != '\0' || v < 1 || v > 64) {
+				fprintf(stderr, "spoa-ratelimit: -w: expected 1..64 workers, got '%s'\n",
+					optarg);
+				return 2;
+			}
+			workers = (int)v;
+			break;
+		}
+		case 't': check_only = 1; break;
+		case 'v': verbose++; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		usage(stderr);
+		return 2;
+	}
+
+	config_defaults(&cfg);
+	if (file && config_load(&cfg, file, &cerr) < 0)
+		return fail_config(&cerr);
+	if (listen_addr) {
+		if (strlen(listen_addr) >= sizeof(cfg.listen)) {
+			fprintf(stderr, "spoa-ratelimit: -l: address too long\n");
+			return 2;
+		}
+		snprintf(cfg.listen, sizeof(cfg.listen), "%s", listen_addr);
+	}
+	if (workers > 0)
+		cfg.workers = workers;
+	if (config_check(&cfg, &cerr) < 0) {
+		if (!cerr.file[0])
+			snprintf(cerr.file, sizeof(cerr.file), "%s", file ? file : "command line");
+		config_free(&cfg);
+		return fail_config(&cerr);
+	}
+	log_level = cfg.log_level + verbose;
+	if (log_level >= LOG_LEVEL_COUNT)
+		log_level = LOG_LEVEL_COUNT - 1;
+
+	for (size_t i = 0; i < cfg.n_ns; i++) {
+		if (cfg.ns[i].sync_rate >= 0) {
+			fprintf(stderr, "spoa-ratelimit: %s: namespaces[%zu]: strategy '%s' "
+				"(sync_rate %g) is not available in this version; use sync_rate -1\n",
+				file ? file : "config", i, cfg.ns[i].strategy, cfg.ns[i].sync_rate);
+			config_free(&cfg);
+			return 2;
+		}
+	}
+
+	struct rl *rl = rl_new("spoa-ratelimit", cfg.max_keys, err, sizeof(err));
+	if (!rl) {
+		fprintf(stderr, "spoa-ratelimit: %s\n", err);
+		config_free(&cfg);
+		return 1;
+	}
+	for (size_t i = 0; i < cfg.n_ns; i++) {
+		const struct config_ns *ns = &cfg.ns[i];
+		struct rl_ns_opts o = {
+			.name = ns->name,
+			.window_sizes = ns->window_sizes,
+			.n_window_sizes = ns->n_window_sizes,
+			.sync_rate = ns->sync_rate,
+			.strategy = ns->strategy,
+			.strategy_opts = ns->strategy_opts,
+		};
+		/* The handler finds a namespace's config by its index. */
+		if (rl_new_namespace(rl, &o, err, sizeof(err)) < 0 ||
+		    rl_namespace_index(rl, ns->name, strlen(ns->name)) != (int)i) {
+			fprintf(stderr, "spoa-ratelimit: namespaces[%zu]: %s\n", i, err);
+			rl_free(rl);
+			config_free(&cfg);
+			return 2;
+		}
+	}
+	if (check_only) {
+		printf("configuration OK: %zu namespace(s), listen %s, %d worker(s), max_keys %zu\n",
+		       cfg.n_ns, cfg.listen, cfg.workers, cfg.max_keys);
+		rl_free(rl);
+		config_free(&cfg);
+		return 0;
+	}
+
+	int fd = master_listen(cfg.listen, err, sizeof(err));
+	if (fd < 0) {
+		fprintf(stderr, "spoa-ratelimit: cannot listen: %s\n", err);
+		rl_free(rl);
+		config_free(&cfg);
+		return 1;
+	}
+	LOG(LOG_INFO, "listening on %s with %d worker(s), max_keys %zu, %zu namespace(s)",
+	    cfg.listen, cfg.workers, cfg.max_keys, cfg.n_ns);
+	int rc = master_run(&cfg, rl, fd);
+	rl_free(rl);
+	config_free(&cfg);
+	return rc;
+}

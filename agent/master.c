@@ -1,0 +1,227 @@
+/*
+ * master.c - listener, worker processes and signals (see master.h). The
+ * master runs no event loop: it waits for signals with sigtimedwait().
+ */
+#include "agent/master.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+#include "agent/log.h"
+#include "agent/worker.h"
+
+#define MASTER_STOP_SECONDS   10     /* then SIGKILL what is left */
+#define MASTER_RESPAWN_DELAY  1.0    /* for a worker that died within 1 s */
+#define MASTER_MAX_WORKERS    64
+
+struct master_worker {
+	pid_t pid;              /* 0 when not running */
+	double started;
+	double respawn_at;      /* when to start it again, 0 = not pending */
+};
+
+static double mono_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+int master_listen(const char *addr, char *err, size_t errlen)
+{
+	int fd;
+
+	if (strncmp(addr, "unix:", 5) == 0 || addr[0] == '/') {
+		const char *path = addr[0] == '/' ? addr : addr + 5;
+		struct sockaddr_un sun = { .sun_family = AF_UNIX };
+		if (strlen(path) >= sizeof(sun.sun_path)) {
+			snprintf(err, errlen, "%s: unix socket path too long", addr);
+			return -1;
+		}
+		strcpy(sun.sun_path, path);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (fd < 0)
+			goto fail;
+		/* A socket file left by a previous run. */
+		struct stat st;
+		if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+			unlink(path);
+		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 1024) < 0) {
+			close(fd);
+			goto fail;
+		}
+		return fd;
+	}
+
+	char host[CONFIG_ADDR_MAX], *port;
+	snprintf(host, sizeof(host), "%s", addr);
+	char *h = host;
+	if (h[0] == '[') {
+		char *close_br = strchr(h, ']');
+		if (!close_br || close_br[1] != ':') {
+			snprintf(err, errlen, "%s: expected [IPV6]:PORT", addr);
+			return -1;
+		}
+		*close_br = '\0';
+		h++;
+		port = close_br + 2;
+	} else {
+		port = strrchr(h, ':');
+		if (!port) {
+			snprintf(err, errlen, "%s: expected HOST:PORT", addr);
+			return -1;
+		}
+		*port++ = '\0';
+	}
+	if (h[0] == '\0' || strcmp(h, "*") == 0)
+		h = NULL;
+	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
+	struct addrinfo *res;
+	int rc = getaddrinfo(h, port, &hints, &res);
+	if (rc != 0) {
+		snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
+		return -1;
+	}
+	fd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		freeaddrinfo(res);
+		goto fail;
+	}
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, res->ai_addr, res->ai_addrlen) < 0 || listen(fd, 1024) < 0) {
+		int e = errno;
+		freeaddrinfo(res);
+		close(fd);
+		errno = e;
+		goto fail;
+	}
+	freeaddrinfo(res);
+	return fd;
+fail:
+	snprintf(err, errlen, "%s: %s", addr, strerror(errno));
+	return -1;
+}
+
+static pid_t master_spawn(const struct config *cfg, struct rl *rl, int listen_fd, int id)
+{
+	pid_t pid = fork();
+	if (pid == 0)
+		_exit(worker_run(cfg, rl, listen_fd, id));
+	if (pid < 0)
+		LOG(LOG_ERR, "fork: %s", strerror(errno));
+	return pid;
+}
+
+/* Reaps exited workers; schedules a respawn unless stopping. Returns how
+ * many are still running. */
+static int master_reap(struct master_worker *ws, int n, bool stopping)
+{
+	int status, running = 0;
+	pid_t pid;
+
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		for (int i = 0; i < n; i++) {
+			if (ws[i].pid != pid)
+				continue;
+			ws[i].pid = 0;
+			if (stopping)
+				break;
+			if (WIFSIGNALED(status))
+				LOG(LOG_WARN, "worker %d (pid %d) killed by signal %d, respawning", i,
+				    (int)pid, WTERMSIG(status));
+			else
+				LOG(LOG_WARN, "worker %d (pid %d) exited with status %d, respawning", i,
+				    (int)pid, WEXITSTATUS(status));
+			double now = mono_now();
+			/* A worker that dies at once would otherwise spin. */
+			ws[i].respawn_at = now - ws[i].started < 1.0 ? now + MASTER_RESPAWN_DELAY : now;
+			break;
+		}
+	}
+	for (int i = 0; i < n; i++)
+		running += ws[i].pid > 0;
+	return running;
+}
+
+int master_run(const struct config *cfg, struct rl *rl, int listen_fd)
+{
+	struct master_worker ws[MASTER_MAX_WORKERS];
+	int n = cfg->workers < MASTER_MAX_WORKERS ? cfg->workers : MASTER_MAX_WORKERS;
+	sigset_t set;
+
+	memset(ws, 0, sizeof(ws));
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+
+	for (int i = 0; i < n; i++) {
+		ws[i].started = mono_now();
+		ws[i].pid = master_spawn(cfg, rl, listen_fd, i);
+		if (ws[i].pid < 0)
+			return 1;
+	}
+
+	for (;;) {
+		struct timespec tick = { .tv_sec = 0, .tv_nsec = 200 * 1000 * 1000 };
+		int sig = sigtimedwait(&set, NULL, &tick);
+		if (sig == SIGTERM || sig == SIGINT)
+			break;
+		if (sig == SIGHUP)
+			LOG(LOG_INFO, "SIGHUP ignored: restart the agent to change its config");
+		if (sig == SIGCHLD)
+			master_reap(ws, n, false);
+		double now = mono_now();
+		for (int i = 0; i < n; i++) {
+			if (ws[i].pid == 0 && ws[i].respawn_at > 0 && now >= ws[i].respawn_at) {
+				ws[i].respawn_at = 0;
+				ws[i].started = now;
+				pid_t pid = master_spawn(cfg, rl, listen_fd, i);
+				ws[i].pid = pid > 0 ? pid : 0;
+				if (pid < 0)
+					ws[i].respawn_at = now + MASTER_RESPAWN_DELAY;
+			}
+		}
+	}
+
+	LOG(LOG_INFO, "stopping: workers finish their frames");
+	close(listen_fd);
+	if (strncmp(cfg->listen, "unix:", 5) == 0 || cfg->listen[0] == '/')
+		unlink(cfg->listen[0] == '/' ? cfg->listen : cfg->listen + 5);
+	for (int i = 0; i < n; i++)
+		if (ws[i].pid > 0)
+			kill(ws[i].pid, SIGTERM);
+	double deadline = mono_now() + MASTER_STOP_SECONDS;
+	while (master_reap(ws, n, true) > 0) {
+		if (mono_now() >= deadline) {
+			LOG(LOG_WARN, "workers still running after %d s: killing them",
+			    MASTER_STOP_SECONDS);
+			for (int i = 0; i < n; i++)
+				if (ws[i].pid > 0)
+					kill(ws[i].pid, SIGKILL);
+			deadline = mono_now() + MASTER_STOP_SECONDS;
+		}
+		struct timespec tick = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
+		sigtimedwait(&set, NULL, &tick);
+	}
+	LOG(LOG_INFO, "stopped");
+	return 0;
+}

@@ -1,0 +1,178 @@
+/*
+ * worker.c - a worker process's event loop: accepts on the listener
+ * inherited from the master, serves connections, stops on SIGTERM after
+ * answering the frames it already received.
+ */
+#include "agent/worker.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+#include "agent/conn.h"
+#include "agent/log.h"
+#include "agent/ratelimit.h"
+
+#define WORKER_ACCEPTS_PER_EVENT 64
+#define WORKER_DRAIN_SECONDS     5.0
+
+void worker_conn_closed(struct worker *w, struct conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		w->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = NULL;
+	c->next = w->dead;
+	w->dead = c;
+	w->nconns--;
+}
+
+/* Frees the connections closed during this loop iteration's callbacks. */
+static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
+{
+	struct worker *w = (struct worker *)((char *)chk - offsetof(struct worker, reap_w));
+	(void)revents;
+
+	while (w->dead) {
+		struct conn *c = w->dead;
+		w->dead = c->next;
+		conn_free(c);
+	}
+	if (w->stopping && w->nconns == 0)
+		ev_break(loop, EVBREAK_ALL);
+}
+
+static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct worker *w = (struct worker *)((char *)io - offsetof(struct worker, accept_w));
+	(void)revents;
+
+	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
+		int fd = accept4(w->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK)
+				LOG(LOG_WARN, "accept: %s", strerror(errno));
+			return;
+		}
+		if (w->nconns >= w->cfg->max_connections) {
+			double now = ev_now(loop);
+			if (now - w->last_cap_log >= 1.0) {
+				w->last_cap_log = now;
+				LOG(LOG_WARN, "connection refused: %u connections (max_connections)",
+				    w->nconns);
+			}
+			close(fd);
+			continue;
+		}
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails on unix sockets */
+		struct conn *c = conn_new(w, fd);
+		if (!c) {
+			LOG(LOG_ERR, "out of memory for a connection");
+			continue;
+		}
+		c->next = w->conns;
+		if (w->conns)
+			w->conns->prev = c;
+		w->conns = c;
+		w->nconns++;
+	}
+}
+
+static void worker_on_drain_timeout(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)t;
+	(void)revents;
+	LOG(LOG_WARN, "shutdown: connections still open after %.0f s, closing them",
+	    WORKER_DRAIN_SECONDS);
+	ev_break(loop, EVBREAK_ALL);
+}
+
+static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct worker *w = s->signum == SIGTERM
+		? (struct worker *)((char *)s - offsetof(struct worker, term_w))
+		: (struct worker *)((char *)s - offsetof(struct worker, int_w));
+	(void)revents;
+
+	if (w->stopping)
+		return;
+	w->stopping = true;
+	LOG(LOG_DEBUG, "stopping: %u connections to finish", w->nconns);
+	ev_io_stop(loop, &w->accept_w);
+	for (struct conn *c = w->conns, *next; c; c = next) {
+		next = c->next;
+		conn_drain(c);
+	}
+	ev_timer_init(&w->drain_w, worker_on_drain_timeout, WORKER_DRAIN_SECONDS, 0.);
+	ev_timer_start(loop, &w->drain_w);
+}
+
+int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
+{
+	struct worker w;
+
+	memset(&w, 0, sizeof(w));
+	w.cfg = cfg;
+	w.rl = rl;
+	w.id = id;
+	w.listen_fd = listen_fd;
+	log_worker_id = id;
+	/* Die with the master. */
+	prctl(PR_SET_PDEATHSIG, SIGTERM);
+	if (getppid() == 1)
+		return 1;
+
+	if (handler_init(&w.handler, cfg, rl, cfg->max_frame_size) < 0) {
+		LOG(LOG_ERR, "out of memory");
+		return 1;
+	}
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	w.loop = ev_loop_new(EVFLAG_AUTO);
+	if (!w.loop) {
+		LOG(LOG_ERR, "cannot create the event loop");
+		handler_free(&w.handler);
+		return 1;
+	}
+	ev_io_init(&w.accept_w, worker_on_accept, listen_fd, EV_READ);
+	ev_io_start(w.loop, &w.accept_w);
+	ev_signal_init(&w.term_w, worker_on_signal, SIGTERM);
+	ev_signal_start(w.loop, &w.term_w);
+	ev_signal_init(&w.int_w, worker_on_signal, SIGINT);
+	ev_signal_start(w.loop, &w.int_w);
+	ev_check_init(&w.reap_w, worker_on_check);
+	ev_check_start(w.loop, &w.reap_w);
+
+	LOG(LOG_DEBUG, "worker %d serving", id);
+	ev_run(w.loop, 0);
+
+	for (struct conn *c = w.conns, *next; c; c = next) {
+		next = c->next;
+		ev_io_stop(w.loop, &c->io);
+		ev_timer_stop(w.loop, &c->timer);
+		close(c->fd);
+		conn_free(c);
+	}
+	while (w.dead) {
+		struct conn *c = w.dead;
+		w.dead = c->next;
+		conn_free(c);
+	}
+	ev_loop_destroy(w.loop);
+	handler_free(&w.handler);
+	return 0;
+}
