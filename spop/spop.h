@@ -35,7 +35,8 @@ size_t spop_varint_size(uint64_t v);
 
 /* ---- typed data ---- */
 
-/* Decodes one TYPED-DATA. A reserved type (10..15) is SPOP_ERR_INVALID.
+/* Decodes one TYPED-DATA. A reserved type (10..15) is SPOP_ERR_INVALID, and
+ * so is a STRING/BINARY too long for the int result (> INT_MAX bytes).
  * Returns consumed / 0 / -1. */
 int spop_data_decode(const uint8_t *p, size_t len, struct spop_data *out, enum spop_err *err);
 
@@ -45,7 +46,9 @@ int spop_data_decode(const uint8_t *p, size_t len, struct spop_data *out, enum s
  * Returns 4 + LENGTH when the whole frame is in p, 0 when more is needed,
  * -1 when: LENGTH > max_frame_size (SPOP_ERR_TOO_BIG; reported as soon as
  * the 4 length bytes are in, so a caller never buffers an oversized frame),
- * LENGTH < SPOP_MIN_FRAME_LEN or the ids are malformed (SPOP_ERR_INVALID).
+ * LENGTH < SPOP_MIN_FRAME_LEN or the ids are malformed or run past the
+ * frame (SPOP_ERR_INVALID). A LENGTH over INT_MAX - 4 is SPOP_ERR_TOO_BIG
+ * whatever max_frame_size says (the result is an int).
  * The frame type is not checked here. */
 int spop_frame_decode(const uint8_t *p, size_t len, size_t max_frame_size,
 		      struct spop_frame *f, enum spop_err *err);
@@ -111,6 +114,8 @@ size_t spop_frame_begin(struct spop_writer *w, enum spop_frame_type type, uint32
  * something smaller instead). */
 int spop_frame_end(struct spop_writer *w, size_t start, size_t max_frame_size);
 
+/* Appenders. A caller error (unknown data type, nargs > SPOP_MAX_ARGS) sets
+ * `overflow` too, so that the frame fails at spop_frame_end(). */
 void spop_put_u8(struct spop_writer *w, uint8_t v);
 void spop_put_varint(struct spop_writer *w, uint64_t v);
 void spop_put_bytes(struct spop_writer *w, const void *p, size_t len);
@@ -133,7 +138,12 @@ void spop_put_set_var(struct spop_writer *w, enum spop_scope scope, const char *
 void spop_put_unset_var(struct spop_writer *w, enum spop_scope scope, const char *name,
 			size_t len);
 
-/* Whole frames (metadata 0/0, FIN), each returning 0 or -1 like spop_frame_end. */
+/* Whole frames (metadata 0/0, FIN), each returning 0 or -1 like spop_frame_end.
+ * A NULL capabilities is "", a NULL versions is SPOP_VERSION, a NULL engine_id
+ * is left out, "healthcheck" is sent only when true. HELLOs are bounded by
+ * max_frame_size (at least SPOP_MIN_FRAME_SIZE). DISCONNECTs: a NULL message
+ * is spop_err_str(status); the message is cut so that the frame fits
+ * SPOP_MIN_FRAME_SIZE (any agreed size; HAProxy 2.6 refuses over 255 bytes). */
 int spop_encode_agent_hello(struct spop_writer *w, uint32_t max_frame_size,
 			    const char *capabilities);
 int spop_encode_agent_disconnect(struct spop_writer *w, enum spop_err status,
