@@ -172,14 +172,11 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 	case SPOP_FRAME_UNSET:
 		conn_fail(c, SPOP_ERR_FRAG_NOT_SUPPORTED);
 		break;
-	case SPOP_FRAME_HAPROXY_HELLO:
-	case SPOP_FRAME_AGENT_HELLO:
-	case SPOP_FRAME_AGENT_DISCONNECT:
-	case SPOP_FRAME_ACK:
-		conn_fail(c, SPOP_ERR_INVALID);
-		break;
 	default:
-		/* "Unknown frames may be silently skipped" (SPOE.txt). */
+		/* A second HELLO, an agent's frame or an unknown type. SPOE.txt
+		 * lets an agent skip unknown frames or fail; HAProxy 3.1's mux
+		 * fails, and so do we: the peer is not speaking SPOP 2.0. */
+		conn_fail(c, SPOP_ERR_INVALID);
 		break;
 	}
 }
@@ -305,10 +302,11 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 			conn_update_events(c);
 		return;
 	}
-	/* Check again at the earliest deadline that may apply by then. */
+	/* Check again at the earliest deadline that may apply by then: a
+	 * frame may start arriving before the idle deadline. */
 	double next = deadline - now;
 	double frame = cfg->frame_timeout_ms / 1000.0;
-	if (next > frame)
+	if (c->partial_since == 0 && next > frame)
 		next = frame;
 	ev_timer_set(t, next, 0.);
 	ev_timer_start(loop, t);
@@ -342,7 +340,9 @@ struct conn *conn_new(struct worker *w, int fd)
 	c->created = c->last_rx = ev_now(w->loop);
 	ev_io_init(&c->io, conn_on_io, fd, EV_READ);
 	ev_io_start(w->loop, &c->io);
-	double first = cfg->frame_timeout_ms / 1000.0;
+	/* The first check comes at the earlier of the two deadlines. */
+	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
+								      : cfg->idle_timeout_ms) / 1000.0;
 	ev_timer_init(&c->timer, conn_on_timer, first, 0.);
 	ev_timer_start(w->loop, &c->timer);
 	return c;
