@@ -35,6 +35,7 @@ fi
 
 if [ "$what" = all ] || [ "$what" = e2e ]; then
   for t in tests/e2e/*.sh; do
+    [ "$(basename "$t")" = lib.sh ] && continue
     [ -f "$t" ] || continue
     echo "== $t"
     out=$(bash "$t" 2>&1); rc=$?
