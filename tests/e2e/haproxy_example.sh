@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# haproxy_example.sh - the shipped haproxy-examples/ configuration works.
+# Checks, running haproxy-examples/haproxy.cfg + spoe-ratelimit.conf as
+# shipped (only the RL_* environment variables set: free loopback ports,
+# small limits) against the agent:
+#   - "haproxy -c" accepts it from any working directory;
+#   - per client IP (key src, curl --interface 127.x.y.z): exactly
+#     RL_LIMIT_IP pass per 60 s, then 429 with Retry-After >= 1 and
+#     RateLimit-Policy "per-ip";q=L;w=60 / RateLimit "per-ip";r=0;t=..;
+#     another source address has its own counter;
+#   - per API key (X-Api-Key, two windows 3/s and 6/min): a burst is
+#     denied by the 1 s window, the headers list the key's windows, and
+#     two keys from one address are counted apart;
+#   - agent stopped: the "open" listener passes (200), the "strict"
+#     listener answers 503.
+# Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/haproxy_example.sh
+. "$(dirname "$0")/lib.sh"
+
+e2e_init
+ex="$E2E_ROOT/haproxy-examples/haproxy.cfg"
+out=$(cd / && haproxy -c -f "$ex" 2>&1)
+check "haproxy -c accepts haproxy-examples/haproxy.cfg (run from /)" test $? -eq 0
+[ -n "$out" ] && diag "$out"
+
+export RL_BIND="127.0.0.1:$E2E_PORT_OPEN" RL_BIND_STRICT="127.0.0.1:$E2E_PORT_CLOSED"
+export RL_AGENT="127.0.0.1:$E2E_PORT_AGENT" RL_APP="127.0.0.1:$E2E_PORT_APP"
+export RL_STATS="127.0.0.1:$E2E_PORT_STATS"
+export RL_LIMIT_IP=5 RL_LIMIT_KEY_SEC=3 RL_LIMIT_KEY_MIN=6
+E2E_HAPROXY_CFG=$ex
+E2E_SERVER_BE=spoe-ratelimit
+E2E_SERVER_NAME=agent1
+
+start_agent -w 2
+start_haproxy
+wait_server_state UP 15 || die "agent server UP in HAProxy (example config)"
+
+# A random source address in 127.0.0.0/8, different for each call.
+rand_ip() { echo "127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))"; }
+ip1=$(rand_ip)
+ip2=$(rand_ip)
+while [ "$ip2" = "$ip1" ]; do ip2=$(rand_ip); done
+
+# --- per IP ---
+wait_window_margin 60 4
+codes=""
+for i in 1 2 3 4 5 6 7; do codes="$codes $(req_h "$E2E_PORT_OPEN" "$E2E_TMP/ip.$i" --interface "$ip1")"; done
+is "$codes" " 200 200 200 200 200 429 429" "per IP ($ip1), limit 5/60s: exactly 5 pass"
+h="$E2E_TMP/ip.6"
+diag "429: Retry-After: $(hdr "$h" Retry-After) | RateLimit-Policy: $(hdr "$h" RateLimit-Policy) | RateLimit: $(hdr "$h" RateLimit)"
+check "per IP 429: Retry-After >= 1" int_ge "$(hdr "$h" Retry-After)" 1
+is "$(hdr "$h" RateLimit-Policy)" '"per-ip";q=5;w=60' "per IP 429: RateLimit-Policy \"per-ip\";q=5;w=60"
+is "$(sf_param "$(hdr "$h" RateLimit)" r)" "0" "per IP 429: RateLimit r=0"
+is "$(hdr "$E2E_TMP/ip.1" RateLimit-Policy)" '"per-ip";q=5;w=60' "per IP 200: RateLimit-Policy too"
+is "$(sf_param "$(hdr "$E2E_TMP/ip.1" RateLimit)" r)" "4" "per IP 200: RateLimit r=4 after the first hit"
+is "$(req "$E2E_PORT_OPEN" --interface "$ip2")" "200" "another source address ($ip2) has its own counter"
+
+# --- per API key, two windows ---
+ip3=$(rand_ip)
+wait_window_margin 60 4
+align_second
+codes=""
+for i in 1 2 3 4; do codes="$codes $(req_h "$E2E_PORT_OPEN" "$E2E_TMP/k.$i" --interface "$ip3" -H "X-Api-Key: ex-$E2E_RUN_ID-1")"; done
+is "$codes" " 200 200 200 429" "per API key, 3/s: a burst of 4 has its 4th denied"
+pol=$(hdr "$E2E_TMP/k.1" RateLimit-Policy)
+rl=$(hdr "$E2E_TMP/k.1" RateLimit)
+diag "key 200: RateLimit-Policy: $pol | RateLimit: $rl"
+is "$pol" '"per-ip";q=5;w=60, "per-key-sec";q=3;w=1, "per-key-min";q=6;w=60' "per API key: RateLimit-Policy lists per-ip and both key windows"
+case $rl in
+  '"per-ip";r=4;t='[0-9]*', "per-key-sec";r=2;t='[0-9]*', "per-key-min";r=5;t='[0-9]*) ok "per API key: RateLimit has r for per-ip, per-key-sec, per-key-min" ;;
+  *) not_ok "per API key: RateLimit has r for per-ip, per-key-sec, per-key-min" ;;
+esac
+check "per API key 429: Retry-After >= 1" int_ge "$(hdr "$E2E_TMP/k.4" Retry-After)" 1
+# Same address (1 more per-IP hit: 5 in total), another key: its own counters.
+is "$(req "$E2E_PORT_OPEN" --interface "$ip3" -H "X-Api-Key: ex-$E2E_RUN_ID-2")" "200" "another API key from the same address has its own counters"
+
+# --- fail-open / fail-closed ---
+ip4=$(rand_ip)
+is "$(req "$E2E_PORT_CLOSED" --interface "$ip4")" "200" "strict listener, agent up: 200"
+stop_agent
+is "$?" "0" "agent exits with status 0 on SIGTERM"
+is "$(req "$E2E_PORT_OPEN" --interface "$ip4")" "200" "agent stopped: the open listener passes (200)"
+is "$(req "$E2E_PORT_CLOSED" --interface "$ip4")" "503" "agent stopped: the strict listener answers 503"
+wait_server_state DOWN 15 || not_ok "agent server marked DOWN (example config)"
+is "$(req "$E2E_PORT_OPEN" --interface "$ip4") $(req "$E2E_PORT_CLOSED" --interface "$ip4")" "200 503" "server DOWN: open 200, strict 503"
+
+finish

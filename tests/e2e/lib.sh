@@ -1,0 +1,390 @@
+# shellcheck shell=bash
+# tests/e2e/lib.sh - helpers for the end-to-end tests through HAProxy 2.6.
+# Not a test: sourced by tests/e2e/haproxy_*.sh (when run directly, as
+# tests/run.sh does with every tests/e2e/*.sh, it does nothing).
+#
+#   . "$(dirname "$0")/lib.sh"
+#   e2e_init                      temp dir, ports, cleanup trap, watchdog
+#   start_agent [args...]         $AGENT -l 127.0.0.1:$E2E_PORT_AGENT args...
+#   start_haproxy                 \$E2E_HAPROXY_CFG or conf/haproxy-e2e.cfg
+#   wait_server_state UP 10       poll the stats CSV
+#   code=$(req "$E2E_PORT_OPEN" -H 'X-Api-Key: k1')
+#   ok "desc" / not_ok "desc" / check "desc" cmd... / is got want "desc"
+#   finish                        summary line, exit status
+#
+# Every process started here (agent, its workers, haproxy, background
+# curls) is killed by the EXIT trap, whatever happens. Lines starting with
+# "#" are diagnostics; "ok - ..." / "not ok - ..." are results.
+
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  # Executed rather than sourced: nothing to test here.
+  exit 0
+fi
+
+set -u
+
+E2E_LIB_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+E2E_ROOT=$(cd "$E2E_LIB_DIR/../.." && pwd)
+E2E_PASSED=0
+E2E_FAILED=0
+E2E_TMP=""
+E2E_WATCHDOG_PID=""
+AGENT_PID=""
+AGENT_WORKERS_SEEN=""
+HAPROXY_PID=""
+E2E_USED_PORTS=" "
+# Whole-script time limit (seconds); the watchdog ends the script after it.
+E2E_TIMEOUT=${E2E_TIMEOUT:-100}
+
+diag() { printf '# %s\n' "$*"; }
+
+ok() { E2E_PASSED=$((E2E_PASSED + 1)); printf 'ok - %s\n' "$*"; }
+
+not_ok() { E2E_FAILED=$((E2E_FAILED + 1)); printf 'not ok - %s\n' "$*"; }
+
+# check "desc" cmd args... : ok if the command succeeds.
+check() {
+  local desc=$1; shift
+  if "$@"; then ok "$desc"; else not_ok "$desc"; fi
+}
+
+# is GOT WANT "desc" : string equality, shows both on failure.
+is() {
+  if [ "$1" = "$2" ]; then ok "$3"; else not_ok "$3"; diag "  got '$1', want '$2'"; fi
+}
+
+# Integer helpers that are false (not an error) on non-numbers.
+is_int() { case ${1:-x} in ''|*[!0-9]*) return 1 ;; *) return 0 ;; esac; }
+int_ge() { is_int "$1" && is_int "$2" && [ "$1" -ge "$2" ]; }
+int_le() { is_int "$1" && is_int "$2" && [ "$1" -le "$2" ]; }
+int_between() { int_ge "$1" "$2" && int_le "$1" "$3"; }
+
+die() {
+  not_ok "$*"
+  dump_logs
+  exit 1
+}
+
+# ---------------------------------------------------------------- setup ---
+
+e2e_init() {
+  if [ -z "${AGENT:-}" ]; then
+    for c in "$E2E_ROOT/build/san/spoa-ratelimit" "$E2E_ROOT/spoa-ratelimit"; do
+      if [ -x "$c" ]; then AGENT=$c; break; fi
+    done
+  fi
+  if [ -z "${AGENT:-}" ] || [ ! -x "$AGENT" ]; then
+    not_ok "agent binary: set AGENT to the spoa-ratelimit binary (AGENT='${AGENT:-}')"
+    exit 1
+  fi
+  command -v haproxy >/dev/null 2>&1 || { not_ok "haproxy is installed"; exit 1; }
+  command -v curl >/dev/null 2>&1 || { not_ok "curl is installed"; exit 1; }
+
+  E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
+  trap e2e_cleanup EXIT
+  trap 'diag "interrupted"; exit 130' INT HUP
+  trap 'not_ok "test finished within its time limit (terminated; E2E_TIMEOUT=${E2E_TIMEOUT}s)"; exit 124' TERM
+  e2e_start_watchdog
+
+  E2E_PORT_AGENT=$(free_port)
+  E2E_PORT_OPEN=$(free_port)
+  E2E_PORT_CLOSED=$(free_port)
+  E2E_PORT_TWO=$(free_port)
+  E2E_PORT_NOPIPE=$(free_port)
+  E2E_PORT_APP=$(free_port)
+  E2E_PORT_STATS=$(free_port)
+  export E2E_DIR=$E2E_TMP E2E_SPOE_CONF="$E2E_LIB_DIR/conf/spoe-e2e.conf"
+  export E2E_PORT_AGENT E2E_PORT_OPEN E2E_PORT_CLOSED E2E_PORT_TWO E2E_PORT_NOPIPE E2E_PORT_APP E2E_PORT_STATS
+  # Unique per run, so keys never meet counts of an earlier run (the agent
+  # is fresh each time anyway; this also helps when reading logs).
+  # shellcheck disable=SC2034 # used by the tests
+  E2E_RUN_ID="$$-$(date +%s)"
+  diag "agent: $AGENT"
+  diag "tmp: $E2E_TMP; ports: agent $E2E_PORT_AGENT open $E2E_PORT_OPEN closed $E2E_PORT_CLOSED two $E2E_PORT_TWO nopipe $E2E_PORT_NOPIPE app $E2E_PORT_APP stats $E2E_PORT_STATS"
+}
+
+# The watchdog sends TERM to this script after E2E_TIMEOUT seconds; the
+# TERM trap exits, which runs the EXIT trap (cleanup).
+e2e_start_watchdog() {
+  local main=$$
+  (
+    sp=""
+    trap '[ -n "$sp" ] && kill "$sp" 2>/dev/null && wait "$sp" 2>/dev/null; exit 0' TERM
+    sleep "$E2E_TIMEOUT" &
+    sp=$!
+    wait "$sp"
+    kill -TERM "$main" 2>/dev/null
+  ) &
+  E2E_WATCHDOG_PID=$!
+}
+
+# Is PID alive (and not a zombie waiting to be reaped)?
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# kill_wait PID [SECONDS]: TERM, wait up to SECONDS, then KILL. Returns the
+# exit status of PID (a child of this shell).
+kill_wait() {
+  local pid=$1 secs=${2:-5} i=0
+  [ -n "$pid" ] || return 0
+  kill -TERM "$pid" 2>/dev/null
+  while alive "$pid"; do
+    i=$((i + 1))
+    if [ "$i" -gt $((secs * 10)) ]; then
+      diag "pid $pid still alive ${secs}s after SIGTERM: SIGKILL"
+      kill -KILL "$pid" 2>/dev/null
+      wait "$pid" 2>/dev/null
+      return 137
+    fi
+    sleep 0.1
+  done
+  wait "$pid" 2>/dev/null
+}
+
+e2e_cleanup() {
+  local rc=$? p
+  trap - EXIT INT HUP TERM
+  # Background jobs of the test (curl loops).
+  for p in $(jobs -pr); do
+    case $p in "$E2E_WATCHDOG_PID"|"$AGENT_PID"|"$HAPROXY_PID") continue ;; esac
+    kill -TERM "$p" 2>/dev/null
+  done
+  if [ -n "$HAPROXY_PID" ]; then kill_wait "$HAPROXY_PID" 3; HAPROXY_PID=""; fi
+  if [ -n "$AGENT_PID" ]; then
+    AGENT_WORKERS_SEEN="$AGENT_WORKERS_SEEN $(pgrep -P "$AGENT_PID" 2>/dev/null | tr '\n' ' ')"
+    kill_wait "$AGENT_PID" 5
+    AGENT_PID=""
+  fi
+  # Workers that outlived their master (must not happen; never leave them).
+  for p in $AGENT_WORKERS_SEEN; do
+    if alive "$p"; then
+      diag "agent worker $p outlived its master: SIGKILL"
+      kill -KILL "$p" 2>/dev/null
+    fi
+  done
+  if [ -n "$E2E_WATCHDOG_PID" ]; then
+    kill -TERM "$E2E_WATCHDOG_PID" 2>/dev/null
+    wait "$E2E_WATCHDOG_PID" 2>/dev/null
+  fi
+  wait 2>/dev/null
+  if [ "$E2E_FAILED" -gt 0 ] || [ "$rc" -ne 0 ]; then
+    dump_logs
+    if [ -n "$E2E_TMP" ]; then diag "logs kept in $E2E_TMP"; fi
+  elif [ -n "$E2E_TMP" ] && [ -z "${E2E_KEEP:-}" ]; then
+    rm -rf "$E2E_TMP"
+  fi
+  if [ "$rc" -eq 0 ] && [ "$E2E_FAILED" -gt 0 ]; then rc=1; fi
+  exit "$rc"
+}
+
+E2E_LOGS_DUMPED=""
+dump_logs() {
+  [ -n "$E2E_LOGS_DUMPED" ] && return 0
+  E2E_LOGS_DUMPED=1
+  local f
+  for f in "$E2E_TMP"/agent*.log "$E2E_TMP"/haproxy.log; do
+    [ -s "$f" ] || continue
+    diag "---- last lines of $(basename "$f") (without stats/app_responder lines)"
+    grep -v -E 'stats/<STATS>|app_responder/<NOSRV>' "$f" | tail -n 30 | sed 's/^/#   /'
+  done
+}
+
+# finish: stops the agent if still running, checks its log for sanitizer
+# reports and crashes, prints the summary and exits.
+finish() {
+  local rep
+  if [ -n "$AGENT_PID" ]; then
+    stop_agent
+    is "$?" "0" "agent exits with status 0 on SIGTERM"
+  fi
+  rep=$(grep -E 'AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:|SUMMARY:' "$E2E_TMP/agent.log" 2>/dev/null | head -n 5)
+  if [ -z "$rep" ]; then ok "agent log: no sanitizer report"
+  else not_ok "agent log: no sanitizer report"; printf '%s\n' "$rep" | sed 's/^/#   /'; fi
+  diag "$E2E_PASSED passed, $E2E_FAILED failed"
+  [ "$E2E_FAILED" -eq 0 ] && exit 0
+  exit 1
+}
+
+# ---------------------------------------------------------------- ports ---
+
+# A free loopback TCP port: random in 20000-59999, not listening nor used
+# by any socket, not already handed out by this script.
+free_port() {
+  local p i
+  for i in $(seq 1 200); do
+    p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    case $E2E_USED_PORTS in *" $p "*) continue ;; esac
+    if [ -z "$(ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null)" ]; then
+      E2E_USED_PORTS="$E2E_USED_PORTS$p "
+      echo "$p"
+      return 0
+    fi
+  done
+  echo "free_port: no free port found" >&2
+  return 1
+}
+
+port_listening() { [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]; }
+
+# ---------------------------------------------------------------- agent ---
+
+# start_agent [extra args...]: starts $AGENT in the background on
+# 127.0.0.1:$E2E_PORT_AGENT (default -w 2 unless -w is given) and waits
+# until it listens. Log: $E2E_TMP/agent.log (appended across restarts).
+start_agent() {
+  local args=("$@") has_w="" a i
+  for a in "${args[@]}"; do [ "$a" = -w ] && has_w=1; done
+  [ -n "$has_w" ] || args+=(-w 2)
+  echo "=== $(date +%T.%N) start: $AGENT -l 127.0.0.1:$E2E_PORT_AGENT ${args[*]}" >> "$E2E_TMP/agent.log"
+  "$AGENT" -l "127.0.0.1:$E2E_PORT_AGENT" "${args[@]}" >> "$E2E_TMP/agent.log" 2>&1 &
+  AGENT_PID=$!
+  for i in $(seq 1 100); do
+    if port_listening "$E2E_PORT_AGENT"; then
+      # Wait for the workers too (they may be the ones listening).
+      sleep 0.1
+      AGENT_WORKERS_SEEN="$AGENT_WORKERS_SEEN $(agent_workers | tr '\n' ' ')"
+      return 0
+    fi
+    if ! kill -0 "$AGENT_PID" 2>/dev/null; then
+      wait "$AGENT_PID"; a=$?
+      AGENT_PID=""
+      die "agent started (it exited with status $a)"
+    fi
+    sleep 0.1
+  done
+  die "agent listens on 127.0.0.1:$E2E_PORT_AGENT within 10s"
+}
+
+# stop_agent: SIGTERM, wait; returns the agent's exit status.
+stop_agent() {
+  local rc
+  [ -n "$AGENT_PID" ] || return 0
+  AGENT_WORKERS_SEEN="$AGENT_WORKERS_SEEN $(agent_workers | tr '\n' ' ')"
+  kill_wait "$AGENT_PID" 5
+  rc=$?
+  AGENT_PID=""
+  echo "=== $(date +%T.%N) stopped, status $rc" >> "$E2E_TMP/agent.log"
+  return "$rc"
+}
+
+# Child processes (workers) of the agent's master, one pid per line.
+agent_workers() {
+  [ -n "$AGENT_PID" ] || return 0
+  pgrep -P "$AGENT_PID" 2>/dev/null
+}
+
+# -------------------------------------------------------------- haproxy ---
+
+# start_haproxy: runs haproxy in the foreground (-db) on $E2E_HAPROXY_CFG
+# (default: conf/haproxy-e2e.cfg) with the e2e environment, waits for the
+# stats page. Log: $E2E_TMP/haproxy.log.
+start_haproxy() {
+  local cfg=${E2E_HAPROXY_CFG:-$E2E_LIB_DIR/conf/haproxy-e2e.cfg} out i
+  if ! out=$(haproxy -c -q -f "$cfg" 2>&1); then
+    diag "$out"
+    die "haproxy -c accepts $cfg"
+  fi
+  haproxy -db -f "$cfg" >> "$E2E_TMP/haproxy.log" 2>&1 &
+  HAPROXY_PID=$!
+  for i in $(seq 1 100); do
+    if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$E2E_PORT_STATS/stats"; then
+      return 0
+    fi
+    if ! kill -0 "$HAPROXY_PID" 2>/dev/null; then
+      HAPROXY_PID=""
+      die "haproxy started"
+    fi
+    sleep 0.1
+  done
+  die "haproxy answers on its stats port within 10s"
+}
+
+# stats_field BACKEND SERVER COLUMN: one column of HAProxy's stats CSV for
+# a server (status, check_status, check_desc, chkfail, ...).
+stats_field() {
+  curl -s --max-time 2 "http://127.0.0.1:$E2E_PORT_STATS/stats;csv" |
+    awk -F, -v be="$1" -v srv="$2" -v name="$3" '
+      NR == 1 { sub(/^# /, ""); for (i = 1; i <= NF; i++) if ($i == name) col = i; next }
+      col && $1 == be && $2 == srv { print $col }'
+}
+
+# server_status [backend] [server]: the status column (UP, DOWN, "UP 1/2",
+# "DOWN 1/2", MAINT, ...). Defaults: the e2e config's agent server.
+E2E_SERVER_BE=spoe-agents
+E2E_SERVER_NAME=agent1
+server_status() {
+  stats_field "${1:-$E2E_SERVER_BE}" "${2:-$E2E_SERVER_NAME}" status
+}
+
+# wait_server_state STATE SECONDS: polls until the status is exactly STATE.
+wait_server_state() {
+  local want=$1 secs=${2:-10} i st=""
+  for i in $(seq 1 $((secs * 10))); do
+    st=$(server_status "$E2E_SERVER_BE" "$E2E_SERVER_NAME")
+    [ "$st" = "$want" ] && return 0
+    sleep 0.1
+  done
+  diag "server status is '$st', waited ${secs}s for '$want'"
+  return 1
+}
+
+# ------------------------------------------------------------- requests ---
+
+# req PORT [curl args...]: prints the HTTP status code (000 on failure).
+req() {
+  local port=$1; shift
+  curl -s -o /dev/null --max-time 5 -w '%{http_code}\n' "$@" "http://127.0.0.1:$port/" || true
+}
+
+# req_h PORT FILE [curl args...]: response headers to FILE, prints the code.
+req_h() {
+  local port=$1 file=$2; shift 2
+  curl -s -o /dev/null -D "$file" --max-time 5 -w '%{http_code}\n' "$@" "http://127.0.0.1:$port/" || true
+}
+
+# hdr FILE NAME: value of header NAME (case-insensitive, no CR); several
+# field lines are joined with ", " as HTTP says they combine.
+hdr() {
+  [ -f "$1" ] || { echo; return 0; }
+  tr -d '\r' < "$1" | awk -v n="$2" '
+    BEGIN { n = tolower(n) }
+    { i = index($0, ":")
+      if (i && tolower(substr($0, 1, i - 1)) == n) {
+        v = substr($0, i + 1); sub(/^[ \t]+/, "", v)
+        all = (seen++ ? all ", " : "") v } }
+    END { print all }'
+}
+
+# sf_param VALUE NAME: the ;NAME=<int> parameter of a structured field item
+# ('"e2e";r=0;t=12' -> r gives 0).
+sf_param() {
+  printf '%s\n' "$1" | sed -n "s/.*;$2=\\([0-9][0-9]*\\).*/\\1/p" | head -n 1
+}
+
+# count_codes FILE CODE: number of lines equal to CODE.
+count_codes() { grep -cx "$2" "$1" 2>/dev/null || true; }
+
+# ------------------------------------------------------------------ time ---
+
+# wait_window_margin SIZE MARGIN: if fewer than MARGIN seconds are left in
+# the current SIZE-second window (windows start at multiples of SIZE since
+# the epoch), sleep into the next one, so a burst stays inside one window.
+wait_window_margin() {
+  local size=$1 margin=$2 now left
+  now=$(date +%s)
+  left=$((size - now % size))
+  if [ "$left" -le "$margin" ]; then
+    diag "waiting ${left}s for the next ${size}s window"
+    sleep "$left.1"
+  fi
+}
+
+# align_second: sleep until 20 ms after the start of the next second.
+align_second() {
+  local ns rem
+  ns=$(date +%N)
+  rem=$((1020000000 - 10#$ns))
+  sleep "$((rem / 1000000000)).$(printf '%09d' $((rem % 1000000000)))"
+}
