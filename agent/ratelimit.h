@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 struct rl;
+struct shm_table;
 
 /* Pass as `weight` to compute the sliding weight from the time. */
 #define RL_WEIGHT_AUTO (-1.0)
@@ -50,12 +51,15 @@ struct rl_ns_opts {
 /* What one hit or read saw, for the handler's variables. */
 struct rl_result {
 	double rate;          /* current + previous * weight (after the hit) */
-	double current;       /* count of the current window (after the hit) */
+	double current;       /* count of the current window (after the hit;
+	                         when not counted, as if it had been, so that
+	                         rate == current + previous * weight always) */
 	double previous;      /* count of the previous window */
 	double weight;        /* weight applied to previous */
 	int64_t start;        /* start of the current window (Unix seconds) */
 	uint32_t size;        /* window size */
-	bool counted;         /* the hit was added */
+	bool counted;         /* the hit was added (false for cost 0 and for
+	                         a hit refused by the limit) */
 };
 
 /* Creates an instance whose shared table holds max_keys (key, window)
@@ -108,5 +112,9 @@ uint32_t rl_single_window(const struct rl *rl, int ns);
 
 /* Table-full events since start (all processes), for logs and stats. */
 uint64_t rl_full_events(const struct rl *rl);
+
+/* The instance's shared counter table (agent/shm.h), for the sync loop,
+ * stats and tests. Owned by the instance. */
+struct shm_table *rl_shm(const struct rl *rl);
 
 #endif /* RATELIMIT_H */
