@@ -119,4 +119,4 @@ uninstall:
 clean:
 	rm -rf build spoa-ratelimit
 
--include $(shell find build -name '*.d' 2>/dev/null)
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,685 @@
+/*
+ * shm.c - the shared counter table: mapping, lookup, lock-free insert with
+ * duplicate resolution, stale-slot reclaiming, abandoned-claim recovery,
+ * and the counter operations. The design and the slot states are drawn in
+ * shm.h; this file keeps to them.
+ */
+#include "agent/shm.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/hash.h"
+
+#define SHM_MAGIC      0x53484d524c543031ULL   /* "SHMRLT01" */
+#define SHM_HDR_BYTES  ((sizeof(struct shm_hdr) + 127) & ~(size_t)127)
+
+/* Gives up an insert that keeps losing races after this many rounds
+ * (never seen; keeps a pathological livelock from spinning forever). */
+#define SHM_INSERT_ROUNDS 100000
+
+static void shm_errf(char *err, size_t errlen, const char *msg, size_t max_keys)
+{
+	if (err && errlen)
+		snprintf(err, errlen, "shared table for %zu keys: %s", max_keys, msg);
+}
+
+static uint64_t shm_random_seed(void)
+{
+	uint64_t seed = 0;
+
+	if (getrandom(&seed, sizeof(seed), 0) != (ssize_t)sizeof(seed)) {
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		seed = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)ts.tv_sec ^
+		       (uint64_t)getpid() << 32 ^ (uint64_t)(uintptr_t)&seed;
+	}
+	return seed;
+}
+
+struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
+{
+	struct shm_table *t;
+	size_t nslots, slots_bytes, maxd_bytes, len, page;
+	void *p;
+
+	if (max_keys == 0 || max_keys > SHM_MAX_KEYS) {
+		shm_errf(err, errlen, "max_keys must be in 1..2^30", max_keys);
+		return NULL;
+	}
+	/* Load factor <= 3/4 at max_keys entries; a few spare slots for tiny
+	 * tables. Not a power of two: the home bucket is a multiply-shift
+	 * of the hash (no modulo), so the table need not double. */
+	nslots = max_keys / SHM_LOAD_DEN * SHM_LOAD_NUM + max_keys % SHM_LOAD_DEN + 1;
+	slots_bytes = nslots * sizeof(struct shm_slot);
+	maxd_bytes = nslots * sizeof(_Atomic uint16_t);
+	page = (size_t)sysconf(_SC_PAGESIZE);
+	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + page - 1) / page * page;
+
+	t = calloc(1, sizeof(*t));
+	if (!t) {
+		shm_errf(err, errlen, "out of memory", max_keys);
+		return NULL;
+	}
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		if (err && errlen)
+			snprintf(err, errlen, "shared table for %zu keys (%zu bytes): mmap: %s",
+				 max_keys, len, strerror(errno));
+		free(t);
+		return NULL;
+	}
+	/* Huge pages where the kernel allows them for shared memory
+	 * (shmem_enabled = advise): a large table is accessed at random, and
+	 * TLB misses are most of the cost of a cold key. Then every page is
+	 * touched now, in the master, so workers never page-fault on the hot
+	 * path. */
+#ifdef MADV_HUGEPAGE
+	madvise(p, len, MADV_HUGEPAGE);
+#endif
+	for (size_t off = 0; off < len; off += page)
+		((volatile char *)p)[off] = 0;
+	/* mmap gives zeroed memory: every slot EMPTY, every maxd 0, every
+	 * atomic at 0 (an all-zero _Atomic integer is a valid 0 on every
+	 * platform we build for). */
+	t->hdr = p;
+	t->slots = (struct shm_slot *)((char *)p + SHM_HDR_BYTES);
+	t->maxd = (_Atomic uint16_t *)((char *)t->slots + slots_bytes);
+	t->nslots = (uint32_t)nslots;
+	t->probe_max = nslots < SHM_PROBE_MAX ? (uint32_t)nslots : SHM_PROBE_MAX;
+	t->seed = shm_random_seed();
+	t->map_len = len;
+	t->hdr->magic = SHM_MAGIC;
+	t->hdr->nslots = nslots;
+	t->hdr->max_keys = max_keys;
+	t->hdr->seed = t->seed;
+	return t;
+}
+
+void shm_destroy(struct shm_table *t)
+{
+	if (!t)
+		return;
+	munmap(t->hdr, t->map_len);
+	free(t);
+}
+
+int shm_set_window(struct shm_table *t, unsigned ns, unsigned win, uint32_t size)
+{
+	if (ns >= SHM_MAX_NS || win >= SHM_MAX_WIN || size == 0)
+		return -1;
+	atomic_store(&t->hdr->sizes[ns][win], size);
+	return 0;
+}
+
+uint32_t shm_window_size(const struct shm_table *t, unsigned ns, unsigned win)
+{
+	if (ns >= SHM_MAX_NS || win >= SHM_MAX_WIN)
+		return 0;
+	return atomic_load_explicit(&t->hdr->sizes[ns][win], memory_order_relaxed);
+}
+
+/* The n (1..7) bytes at p as the first bytes of a zero-padded 64-bit word
+ * (the word memcpy would give). Little-endian machines assemble it in a
+ * register: going through a small byte buffer and reading it back as one
+ * word defeats store forwarding, and that stall waits for every older
+ * instruction to retire, including the previous hit's cache miss - which
+ * made cold-key hits pay their memory latencies one after another. */
+static inline uint64_t shm_tail_word(const unsigned char *p, size_t n)
+{
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	uint64_t v = 0;
+	size_t o = 0;
+
+	if (n & 4) {
+		uint32_t x;
+
+		memcpy(&x, p, 4);
+		v = x;
+		o = 4;
+	}
+	if (n & 2) {
+		uint16_t x;
+
+		memcpy(&x, p + o, 2);
+		v |= (uint64_t)x << (8 * o);
+		o += 2;
+	}
+	if (n & 1)
+		v |= (uint64_t)p[o] << (8 * o);
+	return v;
+#else
+	unsigned char b[8] = { 0 };
+	uint64_t v;
+
+	memcpy(b, p, n);
+	memcpy(&v, b, 8);
+	return v;
+#endif
+}
+
+int shm_key_init(const struct shm_table *t, struct shm_key *k, unsigned ns, unsigned win,
+		 const void *key, size_t len)
+{
+	uint64_t tag, h;
+	size_t nw;
+
+	if (len == 0 || len > SHM_KEY_MAX || ns >= SHM_MAX_NS || win >= SHM_MAX_WIN)
+		return -1;
+	nw = (len + 7) / 8;
+	/* Whole words, then the tail zero-padded: fixed-size memcpy calls
+	 * compile to single moves (a variable-length one is a libc call). */
+	{
+		const unsigned char *p = key;
+		size_t full = len / 8;
+
+		for (size_t i = 0; i < full; i++)
+			memcpy(&k->w[i], p + 8 * i, 8);
+		if (len % 8)
+			k->w[full] = shm_tail_word(p + 8 * full, len % 8);
+	}
+	/* Namespace, window and length are hashed too: the same text in two
+	 * namespaces lands in two unrelated chains. */
+	tag = (uint64_t)len | (uint64_t)ns << 8 | (uint64_t)win << 16;
+	h = hash_words(k->w, nw, t->seed ^ (tag * 0x9e3779b97f4a7c15ULL));
+	k->nwords = (uint8_t)nw;
+	k->len = (uint8_t)len;
+	k->ns = (uint8_t)ns;
+	k->win = (uint8_t)win;
+	/* High bits pick the bucket (multiply-shift onto [0, nslots)), low
+	 * bits make the fingerprint, so the two are independent. */
+	k->home = (uint32_t)(((h >> 32) * (uint64_t)t->nslots) >> 32);
+	k->ident = (uint64_t)len << SHM_META_LEN_SHIFT | (uint64_t)ns << SHM_META_NS_SHIFT |
+		   (uint64_t)win << SHM_META_WIN_SHIFT | (h & SHM_META_FP_MASK) << SHM_META_FP_SHIFT;
+	return 0;
+}
+
+/* The meta of k's window `start` in state st. */
+static inline uint64_t shm_meta_of(const struct shm_key *k, int64_t start, uint64_t st)
+{
+	return st << SHM_ST_SHIFT | k->ident | ((uint64_t)start & SHM_META_START_MASK);
+}
+
+static inline uint32_t shm_next(const struct shm_table *t, uint32_t i)
+{
+	return ++i == t->nslots ? 0 : i;
+}
+
+enum shm_cmp {
+	SHM_CMP_DIFFERENT = 0,  /* the slot holds another key */
+	SHM_CMP_SAME,           /* the slot holds k (as of meta m) */
+	SHM_CMP_CHANGED,        /* meta changed while the key was read: look again */
+	SHM_CMP_COUNT
+};
+
+/* Compares slot s's key bytes with k's, m being the meta read before (it
+ * already matched k's identity, so the lengths agree). The bytes are only
+ * trusted if meta is still m after reading them. */
+static enum shm_cmp shm_key_cmp(const struct shm_slot *s, const struct shm_key *k, uint64_t m)
+{
+	bool same = true;
+
+	for (unsigned i = 0; i < k->nwords; i++)
+		if (atomic_load_explicit(&s->key[i], memory_order_relaxed) != k->w[i])
+			same = false;
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&s->meta, memory_order_relaxed) != m)
+		return SHM_CMP_CHANGED;
+	return same ? SHM_CMP_SAME : SHM_CMP_DIFFERENT;
+}
+
+/* For the hot path: a LIVE slot that changes under us is being re-keyed,
+ * so it is not ours any more; a miss sends the caller to shm_insert,
+ * which looks again carefully. */
+static bool shm_key_matches(const struct shm_slot *s, const struct shm_key *k, uint64_t m)
+{
+	return shm_key_cmp(s, k, m) == SHM_CMP_SAME;
+}
+
+/* For the insert path: reads slot s's meta and, if it carries k's
+ * identity for `start` in state PENDING or LIVE, checks the key bytes.
+ * Returns that meta if the slot holds k, else 0. A slot caught changing
+ * (e.g. PENDING -> LIVE while its key was read) is read again, so a
+ * duplicate is never missed because of a state change. */
+static uint64_t shm_holds(const struct shm_slot *s, const struct shm_key *k, int64_t start)
+{
+	uint64_t any = shm_meta_of(k, start, 0);
+
+	for (;;) {
+		uint64_t m = atomic_load(&s->meta), st = shm_meta_state(m);
+
+		if ((m & ~SHM_META_STATE_MASK) != any || (st != SHM_ST_PENDING && st != SHM_ST_LIVE))
+			return 0;
+		switch (shm_key_cmp(s, k, m)) {
+		case SHM_CMP_SAME:
+			return m;
+		case SHM_CMP_DIFFERENT:
+			return 0;
+		case SHM_CMP_CHANGED:
+		case SHM_CMP_COUNT:
+			break;
+		}
+	}
+}
+
+static inline bool shm_valid_start(int64_t start)
+{
+	return start >= 0 && start <= (int64_t)SHM_META_START_MASK;
+}
+
+void shm_find(const struct shm_table *t, const struct shm_key *k, int64_t start,
+	      int64_t prev_start, struct shm_ref *cur, struct shm_ref *prev)
+{
+	uint64_t want_cur, want_prev = SHM_META_NONE, cm = 0, pm = 0;
+	uint32_t i = k->home, md, ci = SHM_NONE, pi = SHM_NONE;
+
+	if (shm_valid_start(start)) {
+		want_cur = shm_meta_of(k, start, SHM_ST_LIVE);
+		if (shm_valid_start(prev_start))
+			want_prev = shm_meta_of(k, prev_start, SHM_ST_LIVE);
+		/* One LIVE slot per (identity, start), so the first match is
+		 * the only one. */
+		md = atomic_load_explicit(&t->maxd[k->home], memory_order_acquire);
+		for (uint32_t d = 0; d <= md; d++, i = shm_next(t, i)) {
+			const struct shm_slot *s = &t->slots[i];
+			uint64_t m = atomic_load_explicit(&s->meta, memory_order_acquire);
+
+			if (m == want_cur) {
+				if (shm_key_matches(s, k, m)) {
+					ci = i;
+					cm = m;
+					if (pi != SHM_NONE || want_prev == SHM_META_NONE)
+						break;
+				}
+			} else if (m == want_prev) {
+				if (shm_key_matches(s, k, m)) {
+					pi = i;
+					pm = m;
+					if (ci != SHM_NONE)
+						break;
+				}
+			} else if (m == SHM_META_EMPTY) {
+				break;
+			}
+		}
+	}
+	cur->idx = ci;
+	cur->meta = cm;
+	prev->idx = pi;
+	prev->meta = pm;
+}
+
+/* Can an insert that needs room take slot s, whose meta is m, at `now`?
+ * EMPTY/FREE; LIVE or PENDING with a window older than the previous one,
+ * or starting more than SHM_CLOCK_SLACK seconds in the future (left from
+ * before the clock was stepped back; no process's clock is that far
+ * ahead), a LIVE one only with nothing left to push; BUSY abandoned for
+ * longer than SHM_BUSY_TIMEOUT. */
+static bool shm_claimable(const struct shm_table *t, const struct shm_slot *s, uint64_t m,
+			  double now)
+{
+	uint64_t st = shm_meta_state(m);
+	uint32_t size;
+	double start;
+
+	if (st == SHM_ST_FREE)
+		return true;
+	if (st == SHM_ST_BUSY)
+		return (double)(shm_meta_busy_time(m) + SHM_BUSY_TIMEOUT) <= now;
+	size = atomic_load_explicit(&t->hdr->sizes[shm_meta_ns(m)][shm_meta_win(m)],
+				    memory_order_relaxed);
+	if (size == 0)
+		return false;
+	start = (double)shm_meta_start(m);
+	if (start + 2.0 * size > now && start <= now + SHM_CLOCK_SLACK)
+		return false;
+	return st == SHM_ST_PENDING ||
+	       atomics_load_double(&s->diff) == 0.0;
+}
+
+/* Waits (bounded) for slot i to leave meta m - another insert of the same
+ * identity finishing. If it does not within SHM_SPIN_MAX spins, its owner
+ * is taken for dead (or hopelessly slow): the slot is freed by CAS on the
+ * exact value, and a live owner will see its own CAS fail and retry. Only
+ * PENDING slots are waited on: they hold no count yet, so freeing one
+ * loses nothing. */
+static void shm_wait_pending(struct shm_table *t, uint32_t i, uint64_t m)
+{
+	struct shm_slot *s = &t->slots[i];
+	uint64_t expect = m;
+
+	for (unsigned n = 0; n < SHM_SPIN_MAX; n++) {
+		if (atomic_load_explicit(&s->meta, memory_order_acquire) != m)
+			return;
+		atomics_cpu_relax();
+	}
+	if (atomic_compare_exchange_strong(&s->meta, &expect, SHM_META_FREE))
+		atomic_fetch_add_explicit(&t->hdr->recovered, 1, memory_order_relaxed);
+}
+
+/* Releases our own PENDING claim (if still ours). */
+static void shm_release(struct shm_table *t, uint32_t i, uint64_t pend)
+{
+	atomic_compare_exchange_strong(&t->slots[i].meta, &pend, SHM_META_FREE);
+}
+
+enum shm_dup {
+	SHM_DUP_NONE = 0,   /* no other slot with our identity */
+	SHM_DUP_LIVE,       /* *j is LIVE: use it */
+	SHM_DUP_LOWER,      /* *j is PENDING at a lower index: we back off */
+	SHM_DUP_HIGHER,     /* *j is PENDING at a higher index: wait for it */
+	SHM_DUP_COUNT
+};
+
+/* Scans k's chain (up to maxd, seq_cst) for another PENDING or LIVE slot
+ * of the same (identity, start) than our slot c. */
+static enum shm_dup shm_find_dup(struct shm_table *t, const struct shm_key *k, int64_t start,
+				 uint32_t c, uint32_t *j, uint64_t *jm)
+{
+	uint32_t md = atomic_load(&t->maxd[k->home]);
+	uint32_t i = k->home;
+
+	for (uint32_t d = 0; d <= md; d++, i = shm_next(t, i)) {
+		uint64_t m;
+
+		if (i == c || !(m = shm_holds(&t->slots[i], k, start)))
+			continue;
+		*j = i;
+		*jm = m;
+		if (shm_meta_state(m) == SHM_ST_LIVE)
+			return SHM_DUP_LIVE;
+		return i < c ? SHM_DUP_LOWER : SHM_DUP_HIGHER;
+	}
+	return SHM_DUP_NONE;
+}
+
+/* Outcome of one insert attempt. */
+enum shm_try {
+	SHM_TRY_DONE = 0,
+	SHM_TRY_FULL,
+	SHM_TRY_AGAIN,
+	SHM_TRY_COUNT
+};
+
+static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k, int64_t start,
+				   double now, struct shm_ref *out)
+{
+	uint64_t want = shm_meta_of(k, start, SHM_ST_LIVE), pend = shm_meta_of(k, start, SHM_ST_PENDING);
+	uint32_t md = atomic_load(&t->maxd[k->home]);
+	uint32_t i = k->home, c = SHM_NONE, cd = 0, j;
+	uint64_t cm = 0, busy, jm;
+	struct shm_slot *s;
+
+	/* 1. Look again (seq_cst), and pick the first slot we could take. */
+	for (uint32_t d = 0; d < t->probe_max; d++, i = shm_next(t, i)) {
+		uint64_t m;
+
+		s = &t->slots[i];
+		if (d <= md && (m = shm_holds(s, k, start))) {
+			if (m == want) {
+				out->idx = i;
+				out->meta = m;
+				return SHM_TRY_DONE;
+			}
+			/* Someone is inserting it right now. */
+			shm_wait_pending(t, i, m);
+			return SHM_TRY_AGAIN;
+		}
+		m = atomic_load(&s->meta);
+		if (c == SHM_NONE && shm_claimable(t, s, m, now)) {
+			c = i;
+			cd = d;
+			cm = m;
+		}
+		if (m == SHM_META_EMPTY || (d >= md && c != SHM_NONE))
+			break;
+	}
+	if (c == SHM_NONE)
+		return SHM_TRY_FULL;
+
+	/* 2. Claim it. The ticket makes this BUSY value unique, so a stale
+	 * owner's later CAS can never succeed on someone else's claim. */
+	s = &t->slots[c];
+	busy = SHM_ST_BUSY << SHM_ST_SHIFT |
+	       ((uint64_t)(uint32_t)now << SHM_META_BUSY_TIME_SHIFT) |
+	       (atomic_fetch_add_explicit(&t->hdr->ticket, 1, memory_order_relaxed) &
+		SHM_META_TICKET_MASK);
+	if (!atomic_compare_exchange_strong(&s->meta, &cm, busy))
+		return SHM_TRY_AGAIN;
+	if (shm_meta_state(cm) == SHM_ST_LIVE) {
+		/* Re-check under our claim: a restored diff may have raced
+		 * our first look. shm_restore_diff adds to diff, then
+		 * re-checks meta (seq_cst), so either we see its diff here or
+		 * it sees our BUSY. (Increments only go to current windows,
+		 * which are never stale.) Never drop a pending diff. */
+		if (atomics_bitsd(atomic_load(&s->diff)) != 0.0) {
+			atomic_compare_exchange_strong(&s->meta, &busy, cm);
+			return SHM_TRY_AGAIN;
+		}
+		atomic_fetch_add_explicit(&t->hdr->reclaimed, 1, memory_order_relaxed);
+	} else if (shm_meta_state(cm) != SHM_ST_FREE) {
+		atomic_fetch_add_explicit(&t->hdr->recovered, 1, memory_order_relaxed);
+	}
+
+	/* 3. Write the identity and zero counters while nobody can see the
+	 * slot, make the chain long enough to reach it, then show it as
+	 * PENDING (comparable, not yet counted into). */
+	atomics_store_double(&s->count, 0.0);
+	atomics_store_double(&s->diff, 0.0);
+	for (unsigned w = 0; w < SHM_KEY_WORDS; w++)
+		atomic_store_explicit(&s->key[w], w < k->nwords ? k->w[w] : 0,
+				      memory_order_relaxed);
+	atomics_raise_u16(&t->maxd[k->home], (uint16_t)cd);
+	if (!atomic_compare_exchange_strong(&s->meta, &busy, pend))
+		return SHM_TRY_AGAIN;	/* our claim was taken for abandoned */
+
+	/* 4. Resolve racing inserts of the same identity (see shm.h). */
+	for (;;) {
+		switch (shm_find_dup(t, k, start, c, &j, &jm)) {
+		case SHM_DUP_LIVE:
+			shm_release(t, c, pend);
+			out->idx = j;
+			out->meta = jm;
+			return SHM_TRY_DONE;
+		case SHM_DUP_LOWER:
+			shm_release(t, c, pend);
+			shm_wait_pending(t, j, jm);
+			return SHM_TRY_AGAIN;
+		case SHM_DUP_HIGHER:
+			shm_wait_pending(t, j, jm);
+			continue;
+		case SHM_DUP_NONE:
+		case SHM_DUP_COUNT:
+			break;
+		}
+		break;
+	}
+	{
+		uint64_t expect = pend;
+
+		if (!atomic_compare_exchange_strong(&s->meta, &expect, want))
+			return SHM_TRY_AGAIN;
+	}
+	out->idx = c;
+	out->meta = want;
+	return SHM_TRY_DONE;
+}
+
+int shm_insert(struct shm_table *t, const struct shm_key *k, int64_t start, double now,
+	       struct shm_ref *out)
+{
+	out->idx = SHM_NONE;
+	out->meta = 0;
+	if (!shm_valid_start(start) || !(now >= 0))
+		return -1;
+	for (unsigned round = 0; round < SHM_INSERT_ROUNDS; round++) {
+		switch (shm_try_insert(t, k, start, now, out)) {
+		case SHM_TRY_DONE:
+			return 0;
+		case SHM_TRY_FULL:
+			goto full;
+		case SHM_TRY_AGAIN:
+		case SHM_TRY_COUNT:
+			break;
+		}
+	}
+full:
+	atomic_fetch_add_explicit(&t->hdr->full_events, 1, memory_order_relaxed);
+	return -1;
+}
+
+double shm_read_count(const struct shm_table *t, const struct shm_ref *r)
+{
+	const struct shm_slot *s;
+	double v;
+
+	if (r->idx == SHM_NONE)
+		return 0;
+	s = &t->slots[r->idx];
+	v = atomics_load_double(&s->count);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&s->meta, memory_order_relaxed) != r->meta)
+		return 0;
+	return v;
+}
+
+/* Counts go into `count` first and `diff` second: a sync that runs in
+ * between sees the hit in count only and writes back
+ * max(count, total + diff), which keeps it; the other order could count it
+ * twice in the visible count. */
+double shm_add(struct shm_table *t, const struct shm_ref *r, double v, bool with_diff)
+{
+	struct shm_slot *s = &t->slots[r->idx];
+	double c = atomics_add_double(&s->count, v);
+
+	if (with_diff)
+		atomics_add_double(&s->diff, v);
+	return c;
+}
+
+bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double extra,
+		double limit, bool with_diff, double *count)
+{
+	struct shm_slot *s = &t->slots[r->idx];
+	double seen;
+
+	if (!atomics_add_double_if(&s->count, v, extra, limit, &seen)) {
+		*count = seen;
+		return false;
+	}
+	*count = seen + v;
+	if (with_diff)
+		atomics_add_double(&s->diff, v);
+	return true;
+}
+
+uint32_t shm_nslots(const struct shm_table *t)
+{
+	return t->nslots;
+}
+
+int shm_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e)
+{
+	const struct shm_slot *s;
+	uint64_t words[SHM_KEY_WORDS];
+	uint64_t m;
+	unsigned nw;
+
+	if (idx >= t->nslots)
+		return -1;
+	s = &t->slots[idx];
+	m = atomic_load_explicit(&s->meta, memory_order_acquire);
+	if (shm_meta_state(m) != SHM_ST_LIVE || shm_meta_len(m) > SHM_KEY_MAX)
+		return -1;
+	nw = (shm_meta_len(m) + 7) / 8;
+	for (unsigned i = 0; i < nw; i++)
+		words[i] = atomic_load_explicit(&s->key[i], memory_order_relaxed);
+	e->count = atomics_load_double(&s->count);
+	e->diff = atomics_load_double(&s->diff);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&s->meta, memory_order_relaxed) != m)
+		return -1;
+	e->idx = idx;
+	e->meta = m;
+	e->ns = shm_meta_ns(m);
+	e->win = shm_meta_win(m);
+	e->size = shm_window_size(t, e->ns, e->win);
+	e->start = shm_meta_start(m);
+	e->keylen = shm_meta_len(m);
+	memcpy(e->key, words, e->keylen);
+	e->key[e->keylen] = '\0';
+	return 0;
+}
+
+double shm_take_diff(struct shm_table *t, const struct shm_entry *e)
+{
+	struct shm_slot *s = &t->slots[e->idx];
+
+	/* While diff != 0 the slot cannot be reclaimed, so if meta is still
+	 * e's here, the diff we take is e's window's. */
+	if (atomic_load(&s->meta) != e->meta)
+		return 0;
+	return atomics_exchange_double(&s->diff, 0.0);
+}
+
+int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d)
+{
+	struct shm_slot *s = &t->slots[e->idx];
+	uint64_t old;
+
+	if (atomic_load(&s->meta) != e->meta)
+		return -1;
+	/* seq_cst add, then re-check: a reclaimer CASes meta to BUSY and
+	 * then reads diff, so one of us sees the other (see shm_try_insert). */
+	old = atomic_load(&s->diff);
+	while (!atomic_compare_exchange_weak(&s->diff, &old,
+					     atomics_dbits(atomics_bitsd(old) + d)))
+		;
+	return atomic_load(&s->meta) == e->meta ? 0 : -1;
+}
+
+int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
+{
+	struct shm_slot *s = &t->slots[e->idx];
+	uint64_t old;
+
+	if (atomic_load(&s->meta) != e->meta)
+		return -1;
+	/* CAS loop on count, re-reading diff every round. max() keeps the
+	 * visible count from ever dropping. Hits taken in the pushed diff are
+	 * in total; hits added since are in diff; a hit caught between its
+	 * count and diff additions may be missing from count until the next
+	 * sync, which pushes it (it is in diff by then). */
+	old = atomic_load_explicit(&s->count, memory_order_relaxed);
+	for (;;) {
+		double cur = atomics_bitsd(old);
+		double want = total + atomics_load_double(&s->diff);
+
+		if (!(want > cur))
+			break;
+		if (atomic_compare_exchange_weak_explicit(&s->count, &old, atomics_dbits(want),
+							  memory_order_relaxed,
+							  memory_order_relaxed))
+			break;
+	}
+	return atomic_load(&s->meta) == e->meta ? 0 : -1;
+}
+
+void shm_stats(const struct shm_table *t, struct shm_stats *st)
+{
+	st->full_events = atomic_load_explicit(&t->hdr->full_events, memory_order_relaxed);
+	st->reclaimed = atomic_load_explicit(&t->hdr->reclaimed, memory_order_relaxed);
+	st->recovered = atomic_load_explicit(&t->hdr->recovered, memory_order_relaxed);
+}
+
+size_t shm_bytes(const struct shm_table *t)
+{
+	return t->map_len;
+}

@@ -1,0 +1,318 @@
+/*
+ * shm.h - the shared counter table: one anonymous MAP_SHARED segment,
+ * created by the master before fork() and used concurrently by every
+ * worker process (and thread), lock-free. It holds a fixed number of
+ * counters, each keyed by (namespace, window, key, window start), each
+ * with two doubles: `count` (what this node believes the window's total
+ * is: last synced cluster total + local hits since) and `diff` (local hits
+ * not yet pushed to the cluster store).
+ *
+ * Everything in the segment is addressed by index (slot number), never by
+ * pointer; every field that more than one process writes is a C11 atomic
+ * (agent/atomics.h). A process may be SIGKILLed at any instant: there is
+ * no lock to leave behind, and a half-done insert is recovered by others
+ * (see the meta states below). The hot path (shm_find, shm_add*) never
+ * allocates, never makes a syscall and never waits.
+ *
+ * Segment layout (offsets from the start of the mapping):
+ *
+ *   +-----------------------+ 0
+ *   | struct shm_hdr        |  geometry, seed, window sizes, stats
+ *   +-----------------------+ SHM_HDR_BYTES
+ *   | struct shm_slot [n]   |  128 bytes each, 64-byte aligned
+ *   +-----------------------+
+ *   | _Atomic uint16_t [n]  |  maxd: per home bucket, the largest probe
+ *   +-----------------------+  distance of any entry hashed there
+ *
+ * Slot (128 bytes = two cache lines; meta, the counters and the first 40
+ * key bytes share the first line):
+ *
+ *   0        8        16       24                                   128
+ *   +--------+--------+--------+------------------------------------+
+ *   | meta   | count  | diff   | key: 13 words, 104 bytes, 0-padded |
+ *   +--------+--------+--------+------------------------------------+
+ *
+ * meta, by state (top two bits):
+ *
+ *   EMPTY    00 | 0                              never used since mmap
+ *   FREE     00 | 1                              used once, now free
+ *   BUSY     01 | claim time:32 | ticket:30      being (re)written by one
+ *                                                process; invisible
+ *   PENDING  10 | len:7 ns:5 win:3 fp:15 | start:32   identity written,
+ *                                                not yet counted into
+ *   LIVE     11 | len:7 ns:5 win:3 fp:15 | start:32   a counter
+ *
+ * The whole identity except the key bytes (key length, namespace index,
+ * window index, a 15-bit fingerprint of the hash, the window start in
+ * Unix seconds) is in the one 64-bit meta word, so one load tells whether
+ * a slot can be ours, and reloading it after reading the key bytes tells
+ * whether they were stable (a seqlock without a sequence: every
+ * re-keying passes through BUSY, which changes meta).
+ *
+ * Placement: linear probing from the home bucket, chosen from the high
+ * bits of a keyed hash of (ns, win, key) - not of the window start - so a
+ * key's current and previous window sit in the same chain and one scan
+ * finds both. Probe distance is bounded (SHM_PROBE_MAX). maxd[home] only
+ * grows and is raised before an entry becomes visible, so a lookup scans
+ * home .. home + maxd[home] and no further; it also stops at an EMPTY
+ * slot (entries are always placed at or before the first EMPTY slot of
+ * their chain, and slots never return to EMPTY).
+ *
+ * Reclaiming: slots are not deleted. A LIVE slot whose window is older
+ * than the previous one (start + 2 * size <= now) and whose diff is 0 is
+ * re-keyed in place by an insert that needs room; a stale slot with
+ * diff != 0 is kept until a sync pushes its diff (nothing is lost). A
+ * window starting more than SHM_CLOCK_SLACK seconds after now is stale
+ * too: it was left from before the clock was stepped back, and would
+ * otherwise sit until time caught up.
+ *
+ * Insert protocol (shm_insert): claim a slot by CAS (-> BUSY), write the
+ * key and zero counters, raise maxd, CAS -> PENDING, then re-scan the
+ * chain for the same identity (all seq_cst, so of two racing inserts at
+ * least one sees the other). A LIVE duplicate: release ours (-> FREE) and
+ * use it. A PENDING duplicate at a lower index: release ours and wait for
+ * it. At a higher index: wait for it to resolve and re-scan. None: CAS
+ * -> LIVE. So each (identity, start) has at most one LIVE slot.
+ *
+ * Recovery from killed processes: a waiter gives a PENDING slot about a
+ * millisecond of spinning (SHM_SPIN_MAX), then frees it by CAS; its owner,
+ * if alive, sees its own CAS fail and starts over. A BUSY slot older than
+ * SHM_BUSY_TIMEOUT seconds (by the claim time in meta) is claimable, as
+ * is a PENDING slot whose window is stale. All transitions out of BUSY
+ * and PENDING are CAS on the exact meta value (BUSY carries a unique
+ * ticket), so an owner always notices that it was robbed.
+ *
+ * Known limit (documented, not fixed): a counter add is not atomic with
+ * the slot's identity. A process that found its slot and then stalls for
+ * longer than a whole window (at least a second) before adding could add
+ * to the slot after it was reclaimed for another key. The same holds for a
+ * process frozen inside the ~20 stores of an insert for longer than
+ * SHM_BUSY_TIMEOUT. A live process is practically never descheduled that
+ * long; a killed one never resumes.
+ */
+#ifndef SHM_H
+#define SHM_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/atomics.h"
+
+#define SHM_KEY_MAX      104    /* key bytes stored in a slot */
+#define SHM_KEY_WORDS    13     /* SHM_KEY_MAX / 8 */
+#define SHM_MAX_NS       32     /* namespace indexes 0..31 */
+#define SHM_MAX_WIN      8      /* window indexes 0..7 per namespace */
+#define SHM_PROBE_MAX    512    /* longest probe distance */
+#define SHM_MAX_KEYS     ((size_t)1 << 30)
+#define SHM_SPIN_MAX     (1u << 16)   /* ~1 ms of pause instructions */
+#define SHM_BUSY_TIMEOUT 2      /* seconds before a BUSY slot is abandoned */
+#define SHM_CLOCK_SLACK  60     /* windows starting later than now + this are stale */
+#define SHM_NONE         UINT32_MAX   /* "no slot" index */
+
+/* Slots per configured key: the table keeps the load factor <= 3/4 at
+ * max_keys live entries, where linear probing stays short. */
+#define SHM_LOAD_NUM     4
+#define SHM_LOAD_DEN     3
+
+/* meta word layout (see the banner). */
+#define SHM_ST_SHIFT     62
+#define SHM_ST_FREE      0ULL         /* EMPTY (meta == 0) or FREE */
+#define SHM_ST_BUSY      1ULL
+#define SHM_ST_PENDING   2ULL
+#define SHM_ST_LIVE      3ULL
+#define SHM_META_EMPTY   0ULL
+#define SHM_META_FREE    1ULL
+#define SHM_META_NONE    UINT64_MAX   /* no slot has it (length 127 > SHM_KEY_MAX) */
+#define SHM_META_STATE_MASK (3ULL << SHM_ST_SHIFT)
+#define SHM_META_LEN_SHIFT  55
+#define SHM_META_NS_SHIFT   50
+#define SHM_META_WIN_SHIFT  47
+#define SHM_META_FP_SHIFT   32
+#define SHM_META_FP_MASK    0x7fffULL
+#define SHM_META_START_MASK 0xffffffffULL
+#define SHM_META_BUSY_TIME_SHIFT 30
+#define SHM_META_TICKET_MASK 0x3fffffffULL
+
+static inline uint64_t shm_meta_state(uint64_t m)
+{
+	return m >> SHM_ST_SHIFT;
+}
+
+static inline unsigned shm_meta_len(uint64_t m)
+{
+	return (unsigned)(m >> SHM_META_LEN_SHIFT) & 0x7f;
+}
+
+static inline unsigned shm_meta_ns(uint64_t m)
+{
+	return (unsigned)(m >> SHM_META_NS_SHIFT) & 0x1f;
+}
+
+static inline unsigned shm_meta_win(uint64_t m)
+{
+	return (unsigned)(m >> SHM_META_WIN_SHIFT) & 0x7;
+}
+
+static inline int64_t shm_meta_start(uint64_t m)
+{
+	return (int64_t)(m & SHM_META_START_MASK);
+}
+
+static inline int64_t shm_meta_busy_time(uint64_t m)
+{
+	return (int64_t)((m >> SHM_META_BUSY_TIME_SHIFT) & 0xffffffffULL);
+}
+
+/* One counter. Written only through shm.c; tests may set meta by hand to
+ * simulate a process killed mid-insert. */
+struct shm_slot {
+	_Alignas(64) _Atomic uint64_t meta;
+	_Atomic uint64_t count;                  /* double bits */
+	_Atomic uint64_t diff;                   /* double bits */
+	_Atomic uint64_t key[SHM_KEY_WORDS];     /* key bytes, zero-padded */
+};
+
+_Static_assert(sizeof(struct shm_slot) == 128, "a slot is two cache lines");
+
+/* The start of the segment. Geometry and seed are written once before
+ * fork and read-only after; sizes[][] is set by shm_set_window() before
+ * fork. */
+struct shm_hdr {
+	uint64_t magic;
+	uint64_t nslots;
+	uint64_t max_keys;
+	uint64_t seed;
+	_Atomic uint32_t sizes[SHM_MAX_NS][SHM_MAX_WIN];   /* window sizes, 0 = unset */
+	_Alignas(64) _Atomic uint64_t full_events;         /* inserts refused: full */
+	_Atomic uint64_t reclaimed;                        /* stale slots re-keyed */
+	_Atomic uint64_t recovered;                        /* abandoned claims freed */
+	_Atomic uint32_t ticket;                           /* BUSY tickets */
+};
+
+/* Per-process handle on the segment (malloc'd; its pointers are valid in
+ * every process forked after shm_create()). */
+struct shm_table {
+	struct shm_hdr *hdr;
+	struct shm_slot *slots;
+	_Atomic uint16_t *maxd;
+	uint32_t nslots;
+	uint32_t probe_max;     /* min(SHM_PROBE_MAX, nslots) */
+	uint64_t seed;
+	size_t map_len;
+};
+
+/* A key prepared for lookups: built once per hit on the caller's stack
+ * (shm_key_init), used for the current and previous window. */
+struct shm_key {
+	uint64_t w[SHM_KEY_WORDS];   /* key bytes, zero-padded */
+	uint64_t ident;              /* meta bits len|ns|win|fp */
+	uint32_t home;               /* home bucket */
+	uint8_t nwords;              /* words holding key bytes */
+	uint8_t len, ns, win;
+};
+
+/* A found slot and the meta it had when found. */
+struct shm_ref {
+	uint32_t idx;                /* SHM_NONE = not found */
+	uint64_t meta;
+};
+
+/* A consistent copy of one LIVE slot, for the sync loop. */
+struct shm_entry {
+	uint32_t idx;
+	uint64_t meta;
+	unsigned ns, win;
+	uint32_t size;               /* from shm_set_window() */
+	int64_t start;
+	size_t keylen;
+	char key[SHM_KEY_MAX + 1];   /* NUL-terminated copy (keys may hold NULs) */
+	double count, diff;
+};
+
+struct shm_stats {
+	uint64_t full_events, reclaimed, recovered;
+};
+
+/* Maps a table for at least max_keys (key, window) counters, all EMPTY,
+ * with a random hash seed. Call before fork(). Returns NULL with a message
+ * in err (if err != NULL) when max_keys is 0 or too large or mmap fails. */
+struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen);
+
+/* Unmaps the segment in this process and frees the handle. NULL is ok. */
+void shm_destroy(struct shm_table *t);
+
+/* Records that window index win of namespace ns is `size` seconds long
+ * (needed to tell stale slots). Before fork. Returns 0, or -1 when ns, win
+ * or size is out of range. */
+int shm_set_window(struct shm_table *t, unsigned ns, unsigned win, uint32_t size);
+
+/* The size set for (ns, win), or 0. */
+uint32_t shm_window_size(const struct shm_table *t, unsigned ns, unsigned win);
+
+/* Prepares k for (ns, win, key[0..len)). Returns 0, or -1 if len is 0 or
+ * > SHM_KEY_MAX or ns / win are out of range. */
+int shm_key_init(const struct shm_table *t, struct shm_key *k, unsigned ns, unsigned win,
+		 const void *key, size_t len);
+
+/* One scan of k's chain for the LIVE slots of window `start` and, if
+ * prev_start >= 0, of window prev_start. Not found: idx = SHM_NONE.
+ * Starts must be in [0, 2^32). Wait-free. */
+void shm_find(const struct shm_table *t, const struct shm_key *k, int64_t start,
+	      int64_t prev_start, struct shm_ref *cur, struct shm_ref *prev);
+
+/* Finds or creates the LIVE slot of k's window `start`; `now` decides
+ * which slots are stale and dates claims. Returns 0 with *out set, or -1
+ * when no slot within the probe bound is free or reclaimable (the table is
+ * full of live windows; hdr->full_events is incremented). Lock-free;
+ * waits (bounded) only for a concurrent insert of the same identity. */
+int shm_insert(struct shm_table *t, const struct shm_key *k, int64_t start, double now,
+	       struct shm_ref *out);
+
+/* The count of a found slot; 0 if r is SHM_NONE or the slot no longer
+ * holds the window it was found with. */
+double shm_read_count(const struct shm_table *t, const struct shm_ref *r);
+
+/* Adds v to the slot's count (and to its diff when with_diff); returns the
+ * count after. One CAS loop per word; no addition is ever lost. */
+double shm_add(struct shm_table *t, const struct shm_ref *r, double v, bool with_diff);
+
+/* Adds v (and to diff when with_diff) only if count + v + extra <= limit,
+ * decided and added in one CAS. Returns true if added. *count gets the
+ * count after the addition, or the count the refusal was based on. */
+bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double extra,
+		double limit, bool with_diff, double *count);
+
+/* --- for the sync loop (iterate, take diffs, write back totals) --- */
+
+/* Number of slots; indexes are 0 .. shm_nslots() - 1. */
+uint32_t shm_nslots(const struct shm_table *t);
+
+/* Copies slot idx into *e if it is LIVE (a consistent snapshot).
+ * Returns 0, or -1 if the slot is not LIVE or changed while read. */
+int shm_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e);
+
+/* Atomically takes the diff of e's slot (sets it to 0) and returns it;
+ * 0 if the slot no longer holds e's window. A concurrent increment is
+ * either in the returned value or stays in diff. */
+double shm_take_diff(struct shm_table *t, const struct shm_entry *e);
+
+/* Puts back a diff that could not be pushed. Returns 0, or -1 if the slot
+ * no longer holds e's window (it was stale and got reclaimed: the diff may
+ * then be lost, so restore diffs of current and previous windows only). */
+int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d);
+
+/* Writes back the cluster total of e's window after its diff was pushed:
+ * count = max(count, total + diff now), so the visible count never drops
+ * and local hits since the push are kept. Returns 0, or -1 if the slot no
+ * longer holds e's window. Meant for current and previous windows (a stale
+ * window may be reclaimed between the check and the write). */
+int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total);
+
+/* Table-wide counters (all processes). */
+void shm_stats(const struct shm_table *t, struct shm_stats *s);
+
+/* Bytes of the mapping (for sizing reports). */
+size_t shm_bytes(const struct shm_table *t);
+
+#endif /* SHM_H */

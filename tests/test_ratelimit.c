@@ -1,0 +1,865 @@
+/*
+ * test_ratelimit.c - the library API (agent/ratelimit.c): the reference's
+ * worked example through the counters, sliding and fixed rates across
+ * window rollovers at explicit times, isolation of namespaces and window
+ * sizes, errors, a full table, reclaiming, long-key digests, limits that
+ * are never exceeded, and concurrency: exact totals from several
+ * processes and threads, and workers SIGKILLed in the middle of inserts.
+ */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "agent/hash.h"
+#include "agent/ratelimit.h"
+#include "agent/shm.h"
+#include "agent/window.h"
+
+/* cr_assert_float_eq evaluates its arguments twice: evaluate once. */
+#define EQ(x, want)                                                          \
+	do {                                                                 \
+		double got_ = (x);                                           \
+		cr_assert(got_ - (want) <= 1e-9 && (want) - got_ <= 1e-9,    \
+			  "%s = %.12g, want %.12g", #x, got_, (double)(want)); \
+	} while (0)
+
+static const uint32_t default_sizes[] = { 1, 60, 3600 };
+static const uint32_t sixty[] = { 60 };
+
+/* An instance with: "default" (1, 60, 3600; local), "api" (60; syncs
+ * every second, so diffs are kept), "other" (60; local). */
+static struct rl *mk(size_t max_keys)
+{
+	char err[256];
+	struct rl *rl = rl_new("test", max_keys, err, sizeof(err));
+	struct rl_ns_opts o = { .name = NULL, .window_sizes = default_sizes,
+				.n_window_sizes = 3, .sync_rate = -1 };
+
+	cr_assert_not_null(rl, "%s", err);
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
+	o = (struct rl_ns_opts){ .name = "api", .window_sizes = sixty, .n_window_sizes = 1,
+				 .sync_rate = 1, .strategy = "redis",
+				 .strategy_opts = "{\"host\":\"127.0.0.1\"}" };
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
+	o = (struct rl_ns_opts){ .name = "other", .window_sizes = sixty, .n_window_sizes = 1,
+				 .sync_rate = -1 };
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
+	return rl;
+}
+
+static int ns_of(const struct rl *rl, const char *name)
+{
+	int i = rl_namespace_index(rl, name, name ? strlen(name) : 0);
+
+	cr_assert_geq(i, 0, "namespace %s", name ? name : "(null)");
+	return i;
+}
+
+/* One counted hit (no limit); returns the result. */
+static struct rl_result hit(struct rl *rl, const char *ns, const char *key, uint32_t size,
+			    double cost, double now)
+{
+	struct rl_result r;
+
+	cr_assert_eq(rl_hit(rl, ns_of(rl, ns), key, strlen(key), size, cost, RL_WEIGHT_AUTO, now,
+			    -1, true, &r),
+		     0, "hit %s: %s", key, rl_status_str(rl_errno(rl)));
+	return r;
+}
+
+static unsigned live_slots(const struct rl *rl)
+{
+	struct shm_table *t = rl_shm(rl);
+	struct shm_entry e;
+	unsigned n = 0;
+
+	for (uint32_t i = 0; i < shm_nslots(t); i++)
+		n += shm_read(t, i, &e) == 0;
+	return n;
+}
+
+/* ---------------------------------------------------------------- */
+
+Test(ratelimit, reference_worked_example)
+{
+	struct rl *rl = mk(64);
+	struct rl_result r;
+	double w0 = 1699999920.0, w1 = 1699999980.0;	/* two 60 s windows */
+
+	for (int i = 0; i < 20; i++)
+		hit(rl, NULL, "1.2.3.4", 60, 1, w0 + 10);
+	for (int i = 0; i < 10; i++)
+		hit(rl, NULL, "1.2.3.4", 60, 1, w1 + 5);
+	/* 30 s into the current window: weight 0.5, rate 10 + 20 * 0.5 */
+	r = hit(rl, NULL, "1.2.3.4", 60, 0, w1 + 30);
+	EQ(r.current, 10);
+	EQ(r.previous, 20);
+	EQ(r.weight, 0.5);
+	EQ(r.rate, 20);
+	cr_assert_eq(r.start, (int64_t)w1);
+	cr_assert_eq(r.size, 60);
+	cr_assert(!r.counted);
+	rl_free(rl);
+}
+
+Test(ratelimit, increments_and_reads)
+{
+	struct rl *rl = mk(64);
+	struct rl_result r;
+
+	for (int i = 1; i <= 5; i++) {
+		r = hit(rl, NULL, "k", 60, 1, 1000.5);
+		EQ(r.current, i);
+		EQ(r.rate, i);
+		cr_assert(r.counted);
+	}
+	r = hit(rl, NULL, "k", 60, 0, 1001);
+	EQ(r.current, 5);
+	cr_assert_eq(r.start, 960);
+	rl_free(rl);
+}
+
+Test(ratelimit, decimal_costs)
+{
+	struct rl *rl = mk(64);
+
+	EQ(hit(rl, NULL, "d", 60, 0.5, 1000).current, 0.5);
+	EQ(hit(rl, NULL, "d", 60, 0.25, 1000).current, 0.75);
+	EQ(hit(rl, NULL, "d", 60, 0, 1000).rate, 0.75);
+	rl_free(rl);
+}
+
+Test(ratelimit, sliding_rate_across_rollover)
+{
+	struct rl *rl = mk(64);
+	struct rl_result r;
+
+	for (int i = 0; i < 4; i++)
+		hit(rl, NULL, "s", 60, 1, 60.5);	/* window [60, 120) */
+	EQ(hit(rl, NULL, "s", 60, 0, 100).rate, 4);
+	/* exactly on the boundary: previous at full weight */
+	r = hit(rl, NULL, "s", 60, 0, 120);
+	EQ(r.current, 0);
+	EQ(r.previous, 4);
+	EQ(r.weight, 1);
+	EQ(r.rate, 4);
+	/* 15 s in: weight 0.75 */
+	EQ(hit(rl, NULL, "s", 60, 0, 135).rate, 3);
+	r = hit(rl, NULL, "s", 60, 1, 135);
+	EQ(r.current, 1);
+	EQ(r.rate, 4);
+	/* next window: the [60,120) window is no longer counted */
+	r = hit(rl, NULL, "s", 60, 0, 180);
+	EQ(r.previous, 1);
+	EQ(r.rate, 1);
+	EQ(hit(rl, NULL, "s", 60, 0, 210).rate, 0.5);
+	EQ(hit(rl, NULL, "s", 60, 0, 240).rate, 0);
+	rl_free(rl);
+}
+
+Test(ratelimit, fixed_window_and_explicit_weight)
+{
+	struct rl *rl = mk(64);
+	struct rl_result r;
+	int ns = ns_of(rl, NULL);
+
+	for (int i = 0; i < 8; i++)
+		hit(rl, NULL, "f", 60, 1, 61);
+	hit(rl, NULL, "f", 60, 1, 125);
+	cr_assert_eq(rl_hit(rl, ns, "f", 1, 60, 0, 0.0, 150, -1, true, &r), 0);
+	EQ(r.rate, 1);		/* fixed: previous ignored */
+	EQ(r.weight, 0);
+	cr_assert_eq(rl_hit(rl, ns, "f", 1, 60, 0, 0.25, 150, -1, true, &r), 0);
+	EQ(r.rate, 1 + 8 * 0.25);
+	/* weight must be AUTO (< 0) or in [0, 1] */
+	cr_assert_eq(rl_hit(rl, ns, "f", 1, 60, 0, 1.5, 150, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_VALUE);
+	cr_assert_eq(rl_hit(rl, ns, "f", 1, 60, 0, NAN, 150, -1, true, &r), -1);
+	rl_free(rl);
+}
+
+Test(ratelimit, read_only_never_inserts)
+{
+	struct rl *rl = mk(4);
+	char key[32];
+
+	for (int i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "ghost%d", i);
+		struct rl_result r = hit(rl, NULL, key, 60, 0, 1000);
+		EQ(r.rate, 0);
+	}
+	cr_assert_eq(live_slots(rl), 0);
+	cr_assert_eq(rl_full_events(rl), 0);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "real%d", i);
+		EQ(hit(rl, NULL, key, 60, 1, 1000).current, 1);
+	}
+	rl_free(rl);
+}
+
+Test(ratelimit, namespaces_are_isolated)
+{
+	struct rl *rl = mk(64);
+
+	hit(rl, NULL, "same", 60, 1, 1000);
+	hit(rl, "api", "same", 60, 2, 1000);
+	hit(rl, "other", "same", 60, 3, 1000);
+	EQ(hit(rl, "default", "same", 60, 0, 1000).current, 1);
+	EQ(hit(rl, "api", "same", 60, 0, 1000).current, 2);
+	EQ(hit(rl, "other", "same", 60, 0, 1000).current, 3);
+	rl_free(rl);
+}
+
+Test(ratelimit, window_sizes_are_isolated)
+{
+	struct rl *rl = mk(64);
+
+	hit(rl, NULL, "w", 1, 1, 3600);
+	hit(rl, NULL, "w", 60, 2, 3600);
+	hit(rl, NULL, "w", 3600, 4, 3600);
+	EQ(hit(rl, NULL, "w", 1, 0, 3600.5).current, 1);
+	EQ(hit(rl, NULL, "w", 60, 0, 3600.5).current, 2);
+	EQ(hit(rl, NULL, "w", 3600, 0, 3600.5).current, 4);
+	rl_free(rl);
+}
+
+Test(ratelimit, namespace_definition_errors)
+{
+	char err[256];
+	struct rl *rl = rl_new("t", 16, err, sizeof(err));
+	const uint32_t zero[] = { 60, 0 }, dup[] = { 60, 1, 60 };
+	const uint32_t nine[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+	struct rl_ns_opts o = { .name = "a", .window_sizes = sixty, .n_window_sizes = 1,
+				.sync_rate = -1 };
+	char name[16];
+
+	cr_assert_not_null(rl);
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0);
+	err[0] = '\0';
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "defined twice");
+	cr_assert(strstr(err, "already") != NULL, "%s", err);
+	o.name = "b";
+	o.n_window_sizes = 0;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "no windows");
+	o.window_sizes = zero;
+	o.n_window_sizes = 2;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "zero size");
+	o.window_sizes = dup;
+	o.n_window_sizes = 3;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "duplicate size");
+	o.window_sizes = nine;
+	o.n_window_sizes = 9;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "9 sizes");
+	o.n_window_sizes = 8;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "8 sizes: %s", err);
+	o.name = "";
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "empty name");
+	o.name = NULL;	/* "default" */
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0);
+	o.name = "default";
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "default twice");
+	cr_assert_eq(ns_of(rl, NULL), ns_of(rl, "default"));
+	for (int i = 3; i < 32; i++) {
+		snprintf(name, sizeof(name), "n%d", i);
+		o.name = name;
+		cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
+	}
+	o.name = "toomany";
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "33rd namespace");
+	/* the failed definitions left nothing behind */
+	cr_assert_eq(rl_namespace_index(rl, "toomany", 7), -1);
+	cr_assert(rl_has_window(rl, ns_of(rl, "a"), 60));
+	cr_assert(!rl_has_window(rl, ns_of(rl, "a"), 61));
+	cr_assert_eq(rl_single_window(rl, ns_of(rl, "a")), 60);
+	cr_assert_eq(rl_single_window(rl, ns_of(rl, "b")), 0);	/* 8 sizes */
+	rl_free(rl);
+}
+
+Test(ratelimit, call_errors)
+{
+	struct rl *rl = mk(64);
+	struct rl_result r;
+	double rate;
+	int ns = ns_of(rl, NULL);
+
+	cr_assert_eq(rl_hit(rl, 99, "k", 1, 60, 1, RL_WEIGHT_AUTO, 1000, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_NAMESPACE);
+	cr_assert_eq(rl_hit(rl, -1, "k", 1, 60, 1, RL_WEIGHT_AUTO, 1000, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_NAMESPACE);
+	cr_assert_eq(rl_hit(rl, ns, "k", 1, 61, 1, RL_WEIGHT_AUTO, 1000, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_WINDOW);
+	cr_assert_eq(rl_hit(rl, ns, "", 0, 60, 1, RL_WEIGHT_AUTO, 1000, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_KEY);
+	cr_assert_eq(rl_hit(rl, ns, "k", 1, 60, -1, RL_WEIGHT_AUTO, 1000, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_VALUE);
+	cr_assert_eq(rl_hit(rl, ns, "k", 1, 60, INFINITY, RL_WEIGHT_AUTO, 1000, -1, true, &r), -1);
+	cr_assert_eq(rl_hit(rl, ns, "k", 1, 60, NAN, RL_WEIGHT_AUTO, 1000, -1, true, &r), -1);
+	cr_assert_eq(rl_hit(rl, ns, "k", 1, 60, 1, RL_WEIGHT_AUTO, NAN, -1, true, &r), -1);
+	cr_assert_eq(rl_hit(rl, ns, "k", 1, 60, 1, RL_WEIGHT_AUTO, -5, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_VALUE);
+	cr_assert_eq(rl_increment(rl, "k", 1, 60, 1, "nope", RL_WEIGHT_AUTO, &rate), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_NAMESPACE);
+	cr_assert_eq(rl_sliding_window(rl, "k", 1, 7, NULL, NULL, RL_WEIGHT_AUTO, &rate), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_WINDOW);
+	cr_assert_str_eq(rl_status_str(RL_ERR_FULL), "counter table full");
+	cr_assert_str_eq(rl_status_str(RL_OK), "ok");
+	cr_assert_str_eq(rl_status_str(RL_STATUS_COUNT), "unknown status");
+	cr_assert_eq(live_slots(rl), 0);
+	rl_free(rl);
+}
+
+Test(ratelimit, full_table_fails_open_and_counts)
+{
+	struct rl *rl = mk(8);
+	struct rl_result r;
+	char key[32];
+	int ns = ns_of(rl, NULL), ok = 0, full = 0;
+
+	for (int i = 0; i < 100; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		if (rl_hit(rl, ns, key, strlen(key), 60, 1, RL_WEIGHT_AUTO, 1000, -1, true, &r) == 0) {
+			ok++;
+		} else {
+			cr_assert_eq(rl_errno(rl), RL_ERR_FULL);
+			full++;
+		}
+	}
+	cr_assert_geq(ok, 8);
+	cr_assert_gt(full, 0);
+	cr_assert_eq(rl_full_events(rl), (uint64_t)full);
+	/* keys that have a slot keep counting */
+	EQ(hit(rl, NULL, "k0", 60, 1, 1000).current, 2);
+	rl_free(rl);
+}
+
+Test(ratelimit, stale_windows_keep_a_small_table_serving)
+{
+	struct rl *rl = mk(8);
+	char key[32];
+
+	/* 1 s windows; 3 fresh keys per second for 5 minutes: 900 windows
+	 * through a table of about 11 slots. */
+	for (int sec = 0; sec < 300; sec++)
+		for (int i = 0; i < 3; i++) {
+			snprintf(key, sizeof(key), "t%d-%d", sec, i);
+			EQ(hit(rl, NULL, key, 1, 1, 1e9 + sec + 0.1 * i).current, 1);
+		}
+	cr_assert_eq(rl_full_events(rl), 0);
+	rl_free(rl);
+}
+
+Test(ratelimit, stale_window_with_pending_diff_is_kept)
+{
+	struct rl *rl = mk(2);	/* 4 slots */
+	struct shm_table *t = rl_shm(rl);
+	struct rl_result r;
+	struct shm_entry e;
+	char key[32];
+	int api = ns_of(rl, "api"), n = 0;
+	double taken = 0;
+
+	for (int i = 0; i < 100 && n < (int)shm_nslots(t); i++, n++) {
+		snprintf(key, sizeof(key), "p%d", i);
+		hit(rl, "api", key, 60, 1, 1000);
+	}
+	/* an hour later every slot is stale but holds an unpushed diff */
+	cr_assert_eq(rl_hit(rl, api, "late", 4, 60, 1, RL_WEIGHT_AUTO, 4600, -1, true, &r), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_FULL);
+	for (uint32_t i = 0; i < shm_nslots(t); i++)
+		if (shm_read(t, i, &e) == 0)
+			taken += shm_take_diff(t, &e);
+	EQ(taken, n);
+	/* pushed: now they can be reclaimed */
+	cr_assert_eq(rl_hit(rl, api, "late", 4, 60, 1, RL_WEIGHT_AUTO, 4600, -1, true, &r), 0);
+	/* a local-only namespace never blocks reclaiming */
+	rl_free(rl);
+}
+
+Test(ratelimit, long_keys_use_the_digest_form)
+{
+	struct rl *rl = mk(64);
+	static const uint8_t dkey[16] = { 's', 'p', 'o', 'a', '-', 'r', 'a', 't',
+					  'e', 'l', 'i', 'm', 'i', 't', '-', 'k' };
+	char a[300], b[300], digest[34];
+	uint8_t h[16];
+	struct shm_entry e;
+	int found = 0;
+
+	memset(a, 'L', sizeof(a) - 1);
+	a[sizeof(a) - 1] = '\0';
+	memcpy(b, a, sizeof(a));
+	b[sizeof(b) - 2] = 'M';	/* differs in the last byte */
+
+	hash_siphash128(dkey, a, strlen(a), h);
+	digest[0] = '#';
+	for (int i = 0; i < 16; i++)
+		snprintf(digest + 1 + 2 * i, 3, "%02x", h[i]);
+
+	EQ(hit(rl, NULL, a, 60, 1, 1000).current, 1);
+	EQ(hit(rl, NULL, a, 60, 1, 1000).current, 2);	/* deterministic */
+	EQ(hit(rl, NULL, b, 60, 1, 1000).current, 1);	/* distinct */
+	/* the long key is counted under its digest name */
+	EQ(hit(rl, NULL, digest, 60, 0, 1000).current, 2);
+	for (uint32_t i = 0; i < shm_nslots(rl_shm(rl)); i++)
+		if (shm_read(rl_shm(rl), i, &e) == 0 && strcmp(e.key, digest) == 0)
+			found++;
+	cr_assert_eq(found, 1);
+	cr_assert_eq(strlen(digest), 33);
+	rl_free(rl);
+}
+
+Test(ratelimit, key_of_104_bytes_is_kept_verbatim)
+{
+	struct rl *rl = mk(64);
+	char k[SHM_KEY_MAX + 1];
+	struct shm_entry e;
+	int found = 0;
+
+	memset(k, 'v', SHM_KEY_MAX);
+	k[SHM_KEY_MAX] = '\0';
+	hit(rl, NULL, k, 60, 1, 1000);
+	for (uint32_t i = 0; i < shm_nslots(rl_shm(rl)); i++)
+		if (shm_read(rl_shm(rl), i, &e) == 0 && strcmp(e.key, k) == 0)
+			found++;
+	cr_assert_eq(found, 1);
+	rl_free(rl);
+}
+
+Test(ratelimit, limit_without_counting_denied)
+{
+	struct rl *rl = mk(64);
+	struct rl_result r;
+	int ns = ns_of(rl, NULL), counted = 0;
+
+	for (int i = 0; i < 10; i++) {
+		cr_assert_eq(rl_hit(rl, ns, "L", 1, 60, 1, RL_WEIGHT_AUTO, 1000, 5, false, &r), 0);
+		counted += r.counted;
+		cr_assert(r.counted == (i < 5));
+		cr_assert(!r.counted || r.rate <= 5);
+		EQ(r.rate, i < 5 ? i + 1 : 6);	/* denied: the rate it would make */
+	}
+	cr_assert_eq(counted, 5);
+	EQ(hit(rl, NULL, "L", 60, 0, 1000).current, 5);
+	/* with the previous window weighing in: 4 * 0.5 leaves room for 3 */
+	for (int i = 0; i < 4; i++)
+		hit(rl, NULL, "P", 60, 1, 1000);
+	counted = 0;
+	for (int i = 0; i < 10; i++) {
+		cr_assert_eq(rl_hit(rl, ns, "P", 1, 60, 1, RL_WEIGHT_AUTO, 1050, 5, false, &r), 0);
+		counted += r.counted;
+	}
+	cr_assert_eq(counted, 3);
+	EQ(r.previous, 4);
+	EQ(r.weight, 0.5);
+	/* counting denied hits (the default) counts all */
+	for (int i = 0; i < 10; i++)
+		cr_assert_eq(rl_hit(rl, ns, "D", 1, 60, 1, RL_WEIGHT_AUTO, 1000, 5, true, &r), 0);
+	EQ(r.current, 10);
+	cr_assert(r.counted);
+	/* a denied hit on a new key does not take a slot */
+	cr_assert_eq(rl_hit(rl, ns, "big", 3, 60, 9, RL_WEIGHT_AUTO, 1000, 5, false, &r), 0);
+	cr_assert(!r.counted);
+	EQ(r.rate, 9);
+	cr_assert_eq(live_slots(rl), 4);	/* L, P (2 windows), D */
+	rl_free(rl);
+}
+
+Test(ratelimit, wall_clock_api)
+{
+	struct rl *rl = mk(64);
+	double rate, rate2, before, after, d = 2;
+
+	do {
+		char key[32];
+
+		snprintf(key, sizeof(key), "wall%.0f", rl_now());
+		before = rl_now();
+		cr_assert_eq(rl_increment(rl, key, strlen(key), 3600, 1, NULL, 0.0, &rate), 0);
+		cr_assert_eq(rl_increment(rl, key, strlen(key), 3600, 2.5, "default", 0.0, &rate), 0);
+		cr_assert_eq(rl_sliding_window(rl, key, strlen(key), 3600, NULL, NULL, 0.0, &rate2), 0);
+		after = rl_now();
+		if (window_start(before, 3600) != window_start(after, 3600))
+			continue;	/* crossed an hour boundary: try again */
+		EQ(rate, 3.5);
+		EQ(rate2, 3.5);
+		cr_assert_eq(rl_sliding_window(rl, key, strlen(key), 3600, &d, NULL, 0.0, &rate2), 0);
+		EQ(rate2, 5.5);
+		break;
+	} while (1);
+	cr_assert(fabs(rl_now() - (double)time(NULL)) < 2);
+	rl_free(rl);
+}
+
+/* ---------------------------------------------------------------- */
+/* Concurrency: processes forked after rl_new, and threads. */
+
+#define HITS_PER_PROC 204800	/* multiples of 2 * SPREAD_KEYS */
+#define SPREAD_KEYS   64
+#define THREAD_HITS   51200
+#define NOW_FIXED     1700000010.0
+
+struct worker_arg {
+	struct rl *rl;
+	int ns;
+	int n;
+};
+
+/* Half the hits on one hot key (cost 1), half spread over SPREAD_KEYS
+ * keys (cost 0.5). Returns the number of failed calls. */
+static int hammer(struct rl *rl, int ns, int n)
+{
+	struct rl_result r;
+	char key[32];
+	int bad = 0;
+
+	for (int i = 0; i < n; i++) {
+		if (i % 2 == 0) {
+			bad += rl_hit(rl, ns, "hot", 3, 60, 1, RL_WEIGHT_AUTO, NOW_FIXED, -1, true,
+				      &r) != 0;
+		} else {
+			int len = snprintf(key, sizeof(key), "spread-%d", (i / 2) % SPREAD_KEYS);
+
+			bad += rl_hit(rl, ns, key, (size_t)len, 60, 0.5, RL_WEIGHT_AUTO, NOW_FIXED,
+				      -1, true, &r) != 0;
+		}
+	}
+	return bad;
+}
+
+static void *hammer_thread(void *p)
+{
+	struct worker_arg *a = p;
+
+	a->n = hammer(a->rl, a->ns, a->n);
+	return NULL;
+}
+
+Test(ratelimit, concurrent_processes_and_threads_exact_totals, .timeout = 180)
+{
+	struct rl *rl = mk(1024);
+	int ns = ns_of(rl, "api");
+	struct worker_arg ta[2] = { { rl, ns, THREAD_HITS }, { rl, ns, THREAD_HITS } };
+	pthread_t th[2];
+	pid_t pid[2];
+	struct shm_table *t = rl_shm(rl);
+	struct shm_entry e;
+	double hot_want, spread_want, sum_count = 0, sum_diff = 0;
+	unsigned live = 0;
+
+	for (int i = 0; i < 2; i++) {
+		pid[i] = fork();
+		cr_assert_geq(pid[i], 0);
+		if (pid[i] == 0)
+			_exit(hammer(rl, ns, HITS_PER_PROC) ? 1 : 0);
+	}
+	for (int i = 0; i < 2; i++)
+		cr_assert_eq(pthread_create(&th[i], NULL, hammer_thread, &ta[i]), 0);
+	for (int i = 0; i < 2; i++) {
+		int st;
+
+		cr_assert_eq(pthread_join(th[i], NULL), 0);
+		cr_assert_eq(ta[i].n, 0, "thread %d: %d failed hits", i, ta[i].n);
+		cr_assert_eq(waitpid(pid[i], &st, 0), pid[i]);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child %d status %d", i, st);
+	}
+
+	hot_want = (2.0 * HITS_PER_PROC + 2.0 * THREAD_HITS) / 2;
+	spread_want = hot_want * 0.5 / SPREAD_KEYS;
+	EQ(hit(rl, "api", "hot", 60, 0, NOW_FIXED).current, hot_want);
+	for (int k = 0; k < SPREAD_KEYS; k++) {
+		char key[32];
+
+		snprintf(key, sizeof(key), "spread-%d", k);
+		EQ(hit(rl, "api", key, 60, 0, NOW_FIXED).current, spread_want);
+	}
+	/* exactly one slot per key; diffs (for the sync) match the counts */
+	for (uint32_t i = 0; i < shm_nslots(t); i++)
+		if (shm_read(t, i, &e) == 0) {
+			live++;
+			sum_count += e.count;
+			sum_diff += e.diff;
+		}
+	cr_assert_eq(live, 1 + SPREAD_KEYS);
+	EQ(sum_count, hot_want * 1.5);
+	EQ(sum_diff, hot_want * 1.5);
+	rl_free(rl);
+}
+
+struct limit_shared {
+	_Atomic long counted;
+	_Atomic long over;	/* counted hits that reported a rate over the limit */
+};
+
+#define LIMIT      1000
+#define LIMIT_HITS 20000
+
+static void limit_hammer(struct rl *rl, struct limit_shared *ls)
+{
+	struct rl_result r;
+	int ns = rl_namespace_index(rl, NULL, 0);
+
+	for (int i = 0; i < LIMIT_HITS; i++) {
+		if (rl_hit(rl, ns, "capped", 6, 60, 1, RL_WEIGHT_AUTO, NOW_FIXED, LIMIT, false, &r))
+			continue;
+		if (r.counted) {
+			atomic_fetch_add(&ls->counted, 1);
+			if (r.rate > LIMIT)
+				atomic_fetch_add(&ls->over, 1);
+		}
+	}
+}
+
+struct limit_arg {
+	struct rl *rl;
+	struct limit_shared *ls;
+};
+
+static void *limit_thread(void *p)
+{
+	struct limit_arg *a = p;
+
+	limit_hammer(a->rl, a->ls);
+	return NULL;
+}
+
+Test(ratelimit, limit_never_exceeded_under_concurrency, .timeout = 120)
+{
+	struct rl *rl = mk(64);
+	struct limit_shared *ls = mmap(NULL, sizeof(*ls), PROT_READ | PROT_WRITE,
+				       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct limit_arg la = { rl, ls };
+	pthread_t th[2];
+	pid_t pid[2];
+
+	cr_assert_neq(ls, MAP_FAILED);
+	for (int i = 0; i < 2; i++) {
+		pid[i] = fork();
+		if (pid[i] == 0) {
+			limit_hammer(rl, ls);
+			_exit(0);
+		}
+	}
+	for (int i = 0; i < 2; i++)
+		pthread_create(&th[i], NULL, limit_thread, &la);
+	for (int i = 0; i < 2; i++) {
+		pthread_join(th[i], NULL);
+		waitpid(pid[i], NULL, 0);
+	}
+	cr_assert_eq(atomic_load(&ls->counted), LIMIT);
+	cr_assert_eq(atomic_load(&ls->over), 0);
+	EQ(hit(rl, NULL, "capped", 60, 0, NOW_FIXED).current, LIMIT);
+	munmap(ls, sizeof(*ls));
+	rl_free(rl);
+}
+
+/* Children hammer inserts and are SIGKILLed at random moments. They run
+ * on a shared fake clock that moves 50 ms every 20 hits, so 1 s windows
+ * roll every few hundred hits: inserts, reclaims and claims are going on
+ * all the time and a kill often lands in the middle of one. After each
+ * kill the parent must still get every key served quickly: nothing a dead
+ * process left half-done may wedge the table. */
+#define KILL_ROUNDS 60
+#define KILL_KEYS   48
+
+struct fake_clock {
+	_Atomic unsigned long tick;
+};
+
+static double fake_now(struct fake_clock *fc)
+{
+	return 1e9 + (double)atomic_load(&fc->tick) * 0.05;
+}
+
+static void kill_child(struct rl *rl, struct fake_clock *fc, int seed)
+{
+	struct rl_result r;
+	char key[32];
+	int ns = rl_namespace_index(rl, NULL, 0);
+
+	for (unsigned i = (unsigned)seed;; i++) {
+		int len = snprintf(key, sizeof(key), "victim-%u", i % KILL_KEYS);
+
+		if (i % 20 == 0)
+			atomic_fetch_add(&fc->tick, 1);
+		rl_hit(rl, ns, key, (size_t)len, 1, 1, RL_WEIGHT_AUTO, fake_now(fc), -1, true, &r);
+	}
+}
+
+static double mono_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+Test(ratelimit, sigkilled_workers_never_wedge_the_table, .timeout = 120)
+{
+	struct rl *rl = mk(256);
+	struct fake_clock *fc = mmap(NULL, sizeof(*fc), PROT_READ | PROT_WRITE,
+				     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	int ns = ns_of(rl, NULL);
+	struct rl_result r;
+	struct shm_stats st;
+	char key[32];
+	double worst = 0;
+
+	cr_assert_neq(fc, MAP_FAILED);
+	srand(12345);
+	for (int round = 0; round < KILL_ROUNDS; round++) {
+		pid_t pid[2];
+
+		for (int c = 0; c < 2; c++) {
+			pid[c] = fork();
+			cr_assert_geq(pid[c], 0);
+			if (pid[c] == 0)
+				kill_child(rl, fc, round * 7 + c * 13);
+		}
+		usleep(200 + (useconds_t)(rand() % 5000));
+		for (int c = 0; c < 2; c++) {
+			kill(pid[c], SIGKILL);
+			waitpid(pid[c], NULL, 0);
+		}
+		/* every key served and counted, each within a bounded time */
+		double t0 = mono_ms();
+		double now = fake_now(fc) + 0.01;
+
+		for (int k = 0; k < KILL_KEYS; k++) {
+			int len = snprintf(key, sizeof(key), "victim-%d", k);
+			double before;
+
+			cr_assert_eq(rl_hit(rl, ns, key, (size_t)len, 1, 1, RL_WEIGHT_AUTO, now, -1,
+					    true, &r),
+				     0, "round %d key %d: %s", round, k, rl_status_str(rl_errno(rl)));
+			before = r.current;
+			cr_assert_geq(before, 1);
+			cr_assert_eq(rl_hit(rl, ns, key, (size_t)len, 1, 0, RL_WEIGHT_AUTO, now, -1,
+					    true, &r),
+				     0);
+			EQ(r.current, before);
+		}
+		double ms = mono_ms() - t0;
+		if (ms > worst)
+			worst = ms;
+		atomic_fetch_add(&fc->tick, 60);	/* a few seconds on */
+	}
+	shm_stats(rl_shm(rl), &st);
+	/* ~1 ms per abandoned claim at most, a handful per round */
+	cr_assert_lt(worst, 1000.0, "a sweep took %.1f ms", worst);
+	cr_assert_gt(st.reclaimed, 1000);
+	cr_log_info("worst sweep after a kill: %.2f ms; reclaimed %lu, recovered %lu, full %lu",
+		    worst, (unsigned long)st.reclaimed, (unsigned long)st.recovered,
+		    (unsigned long)st.full_events);
+	munmap(fc, sizeof(*fc));
+	rl_free(rl);
+}
+
+/* rl_hit computes the automatic weight from the window start; it must be
+ * exactly window_weight(). */
+Test(ratelimit, auto_weight_is_window_weight)
+{
+	struct rl *rl = mk(64);
+	const double nows[] = { 60, 61.5, 119.999, 1700000010.25, 1700000039.999999, 4e9 };
+
+	for (size_t i = 0; i < sizeof(nows) / sizeof(nows[0]); i++)
+		for (size_t j = 0; j < 3; j++) {
+			struct rl_result r = hit(rl, NULL, "aw", default_sizes[j], 0, nows[i]);
+
+			cr_assert_eq(r.weight, window_weight(nows[i], default_sizes[j]),
+				     "now %.17g size %u", nows[i], default_sizes[j]);
+			cr_assert_eq(r.start, window_start(nows[i], default_sizes[j]));
+		}
+	rl_free(rl);
+}
+
+/* Four processes (more than cores) move through 1 s windows in lockstep,
+ * each hitting the same fresh keys once per window in its own order, so
+ * every window starts with racing inserts and reclaims of the slots of
+ * two windows ago. After every window, each (key, window) has counted
+ * exactly one hit per process. */
+#define CHURN_PROCS  4
+#define CHURN_ROUNDS 1000
+#define CHURN_KEYS   40
+
+struct churn_sync {
+	_Atomic unsigned arrived[2 * CHURN_ROUNDS + 2];
+	_Atomic int bad;
+};
+
+static void churn_barrier(struct churn_sync *cs, int b)
+{
+	atomic_fetch_add(&cs->arrived[b], 1);
+	while (atomic_load(&cs->arrived[b]) < CHURN_PROCS)
+		sched_yield();
+}
+
+static void churn_child(struct rl *rl, struct churn_sync *cs, int id)
+{
+	struct rl_result r;
+	char key[32];
+	int ns = rl_namespace_index(rl, NULL, 0);
+
+	for (int round = 0; round < CHURN_ROUNDS; round++) {
+		double now = 2e9 + round + 0.5;
+
+		churn_barrier(cs, 2 * round);
+		for (int i = 0; i < CHURN_KEYS; i++) {
+			int j = (i + 7 * id) % CHURN_KEYS;	/* rotated, */
+			int k = id % 2 ? CHURN_KEYS - 1 - j : j;	/* some reversed */
+			int len = snprintf(key, sizeof(key), "churn-%d", k);
+
+			if (rl_hit(rl, ns, key, (size_t)len, 1, 1, RL_WEIGHT_AUTO, now, -1, true, &r))
+				atomic_fetch_add(&cs->bad, 1);
+		}
+		churn_barrier(cs, 2 * round + 1);
+		if (id == 0)
+			for (int k = 0; k < CHURN_KEYS; k++) {
+				int len = snprintf(key, sizeof(key), "churn-%d", k);
+
+				if (rl_hit(rl, ns, key, (size_t)len, 1, 0, RL_WEIGHT_AUTO, now, -1,
+					   true, &r) ||
+				    r.current != CHURN_PROCS ||
+				    (round > 0 && r.previous != CHURN_PROCS))
+					atomic_fetch_add(&cs->bad, 1);
+			}
+	}
+	_exit(0);
+}
+
+Test(ratelimit, window_churn_exact_counts, .timeout = 120)
+{
+	struct rl *rl = mk(3 * CHURN_KEYS);
+	struct churn_sync *cs = mmap(NULL, sizeof(*cs), PROT_READ | PROT_WRITE,
+				     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pid_t pid[CHURN_PROCS];
+	struct shm_stats st;
+
+	cr_assert_neq(cs, MAP_FAILED);
+	for (int i = 0; i < CHURN_PROCS; i++) {
+		pid[i] = fork();
+		cr_assert_geq(pid[i], 0);
+		if (pid[i] == 0)
+			churn_child(rl, cs, i);
+	}
+	for (int i = 0; i < CHURN_PROCS; i++) {
+		int status;
+
+		cr_assert_eq(waitpid(pid[i], &status, 0), pid[i]);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	cr_assert_eq(atomic_load(&cs->bad), 0, "%d wrong counts or failed hits",
+		     atomic_load(&cs->bad));
+	shm_stats(rl_shm(rl), &st);
+	cr_assert_gt(st.reclaimed, (CHURN_ROUNDS - 3) * CHURN_KEYS / 2);
+	munmap(cs, sizeof(*cs));
+	rl_free(rl);
+}
