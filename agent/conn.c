@@ -29,6 +29,8 @@ static void conn_close(struct conn *c)
 	if (c->dead)
 		return;
 	c->dead = true;
+	/* ACKs still waiting for a store will not be written. */
+	handler_pending_detach_all(&c->pending);
 	ev_io_stop(c->w->loop, &c->io);
 	ev_timer_stop(c->w->loop, &c->timer);
 	close(c->fd);
@@ -153,13 +155,17 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 	}
 	switch (f->type) {
 	case SPOP_FRAME_NOTIFY:
+	{
 		spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
-		if (handler_notify(&c->w->handler, f, now, &w, c->max_frame, &err) < 0) {
+		int rc = handler_notify(&c->w->handler, f, now, &w, c->max_frame, &err, c,
+					&c->pending);
+		if (rc < 0) {
 			conn_fail(c, err);
 			return;
 		}
-		c->wlen += w.len;
+		c->wlen += w.len;	/* 0 when the ACK waits for a store */
 		break;
+	}
 	case SPOP_FRAME_HAPROXY_DISCONNECT: {
 		struct spop_disconnect d;
 		if (spop_disconnect_decode(f->payload, f->payload_len, &d, &err) == 0 &&
@@ -262,7 +268,7 @@ static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
 		conn_read(c);
 	if (c->dead)
 		return;
-	if (c->draining && c->state != CONN_CLOSING && c->rlen == 0)
+	if (c->draining && c->state != CONN_CLOSING && c->rlen == 0 && !c->pending)
 		conn_fail(c, SPOP_ERR_NONE);
 	if (conn_flush(c) < 0)
 		return;
@@ -357,8 +363,56 @@ void conn_drain(struct conn *c)
 	conn_read(c);
 	if (c->dead)
 		return;
-	if (c->state != CONN_CLOSING && c->rlen == 0)
+	if (c->state != CONN_CLOSING && c->rlen == 0 && !c->pending)
 		conn_fail(c, SPOP_ERR_NONE);
+	if (conn_flush(c) == 0)
+		conn_update_events(c);
+}
+
+#define CONN_WBUF_MAX (4u << 20)    /* a peer that stops reading is dropped */
+
+void conn_deliver(void *owner, struct handler_pending *p)
+{
+	struct conn *c = owner;
+	struct handler *h = &c->w->handler;
+	struct spop_writer w;
+	enum spop_err err;
+
+	if (c->dead || c->state == CONN_CLOSING) {
+		handler_pending_release(h, p);
+		return;
+	}
+	/* Room for one more ACK: grow the buffer rather than drop an answer,
+	 * up to a bound. */
+	size_t need = (size_t)c->max_frame + SPOP_LEN_SIZE;
+	if (c->wcap - c->wlen < need) {
+		if (c->woff > 0) {
+			memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+			c->wlen -= c->woff;
+			c->woff = 0;
+		}
+		if (c->wcap - c->wlen < need) {
+			uint8_t *nb = c->wcap * 2 <= CONN_WBUF_MAX ? realloc(c->wbuf, c->wcap * 2) : NULL;
+			if (!nb) {
+				handler_pending_release(h, p);
+				LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing", c->fd);
+				conn_close(c);
+				return;
+			}
+			c->wbuf = nb;
+			c->wcap *= 2;
+		}
+	}
+	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+	int rc = handler_encode_pending(h, p, &w, c->max_frame, &err);
+	handler_pending_release(h, p);
+	if (rc < 0) {
+		conn_fail(c, err);
+	} else {
+		c->wlen += w.len;
+		if (c->draining && !c->pending && c->rlen == 0)
+			conn_fail(c, SPOP_ERR_NONE);
+	}
 	if (conn_flush(c) == 0)
 		conn_update_events(c);
 }

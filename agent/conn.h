@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct handler_pending;
 struct worker;
 
 enum conn_state {
@@ -41,6 +42,7 @@ struct conn {
 	double created;               /* ev_now() at accept */
 	double last_rx;               /* ev_now() when the last whole frame arrived */
 	double partial_since;         /* ev_now() when a partial frame began, or 0 */
+	struct handler_pending *pending;  /* NOTIFYs whose ACK waits for a store */
 	bool draining;                /* the worker is stopping */
 	bool dead;                    /* closed; freed by the worker after callbacks */
 };
@@ -52,6 +54,10 @@ struct conn *conn_new(struct worker *w, int fd);
 /* Asks a connection to finish: frames already received are answered, then
  * it closes. Used on SIGTERM. */
 void conn_drain(struct conn *c);
+
+/* handler.deliver: writes the ACK of a NOTIFY that waited for its store
+ * (pipelined ACKs may leave out of order). */
+void conn_deliver(void *owner, struct handler_pending *p);
 
 /* Frees a connection closed earlier (c->dead). */
 void conn_free(struct conn *c);

@@ -20,7 +20,10 @@
 #include "agent/config.h"
 #include "agent/log.h"
 #include "agent/ratelimit.h"
+#include "agent/shm.h"
+#include "agent/sync.h"
 #include "agent/window.h"
+#include "strategies/strategy.h"
 
 /* What one rate-limit message asked for and got. */
 struct msg_result {
@@ -34,6 +37,16 @@ struct msg_result {
 	int64_t reset;
 	int64_t retry_after;    /* only when exceeded */
 	uint32_t window;
+	/* What the answer is computed from (finish_result), kept so that a
+	 * synchronous namespace can recompute it from the store's totals. */
+	double current, previous, weight, cost;
+	uint32_t cur_idx, prev_idx;
+	int ns;
+	bool sliding;
+	bool counted;
+	bool sync0;             /* namespace with sync_rate 0: push before the ACK */
+	uint8_t skeylen;        /* sync0: the key as stored (rl_stored_key) */
+	char skey[RL_STORED_KEY_MAX];
 };
 
 int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
@@ -48,10 +61,13 @@ int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
 	return h->scratch ? 0 : -1;
 }
 
+static void pending_free_all(struct handler *h);
+
 void handler_free(struct handler *h)
 {
 	free(h->scratch);
 	h->scratch = NULL;
+	pending_free_all(h);
 }
 
 /* ---- argument parsing ---- */
@@ -209,6 +225,8 @@ static bool is_ratelimit_msg(const struct config *cfg, struct spop_str name)
 	return name.len >= plen && memcmp(name.ptr, cfg->message_prefix, plen) == 0;
 }
 
+static void finish_result(struct msg_result *r, double now);
+
 /* Parses one message's arguments and counts it. Fills *r. */
 static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 		       struct msg_result *r)
@@ -317,19 +335,44 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 	}
 
 	r->window = (uint32_t)window;
-	r->rate = (int64_t)ceil(res.rate - 1e-9);
+	r->limit = (int64_t)limit;
+	r->ns = ns;
+	r->sliding = sliding;
+	r->cost = cost;
+	r->counted = res.counted;
+	r->current = res.current;
+	r->previous = res.previous;
+	r->weight = res.weight;
+	r->cur_idx = res.cur_idx;
+	r->prev_idx = res.prev_idx;
+	r->sync0 = nsc->sync_rate == 0 && h->sync;
+	if (r->sync0)
+		r->skeylen = (uint8_t)rl_stored_key(text, keylen, r->skey);
+	/* First sight of this key's window on this node: fetch what the
+	 * cluster already counted, without waiting for it. */
+	if (res.inserted && nsc->sync_rate > 0 && h->sync)
+		sync_seed(h->sync, (unsigned)ns, res.cur_idx);
+	finish_result(r, now);
+}
+
+/* Computes the variables of a result from its counts. */
+static void finish_result(struct msg_result *r, double now)
+{
+	double rate = window_rate(r->current, r->previous, r->weight);
+
+	r->rate = (int64_t)ceil(rate - 1e-9);
 	if (r->rate < 0)
 		r->rate = 0;
-	r->reset = (int64_t)ceil(window_reset(now, (uint32_t)window));
+	r->reset = (int64_t)ceil(window_reset(now, r->window));
 	if (r->reset < 1)
 		r->reset = 1;
 	if (r->has_limit) {
-		r->limit = (int64_t)limit;
 		r->exceeded = r->rate > r->limit;
 		r->remaining = r->exceeded ? 0 : r->limit - r->rate;
+		r->retry_after = 0;
 		if (r->exceeded) {
-			double ra = window_retry_after(res.current, res.previous, (double)limit, now,
-						       (uint32_t)window, sliding);
+			double ra = window_retry_after(r->current, r->previous, (double)r->limit, now,
+						       r->window, r->sliding);
 			r->retry_after = (int64_t)ceil(ra);
 			if (r->retry_after < 1)
 				r->retry_after = 1;
@@ -404,36 +447,15 @@ static bool more_restrictive(const struct msg_result *a, const struct msg_result
 	return a->remaining < b->remaining;
 }
 
-int handler_notify(struct handler *h, const struct spop_frame *f, double now,
-		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err)
+/* Encodes the ACK of results res[0..n) (extra: rate-limit messages
+ * beyond HANDLER_MAX_MSGS, not counted). */
+static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
+		      const struct msg_result *res, size_t n, size_t extra, struct spop_writer *w,
+		      size_t max_frame_size, enum spop_err *err)
 {
-	struct spop_msg msgs[HANDLER_MAX_MSGS];
-	struct msg_result res[HANDLER_MAX_MSGS];
-	size_t n = 0, extra = 0;
-	struct spop_cursor c;
-	struct spop_msg m;
-	int rc, scope = h->cfg->var_scope;
+	int scope = h->cfg->var_scope;
+	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, sid, fid);
 
-	/* Pass 1: validate the whole payload before counting anything. */
-	spop_cursor_init(&c, f->payload, f->payload_len);
-	while ((rc = spop_msg_next(&c, &m)) == 1) {
-		if (!is_ratelimit_msg(h->cfg, m.name))
-			continue;
-		if (n < HANDLER_MAX_MSGS)
-			msgs[n++] = m;
-		else
-			extra++;
-	}
-	if (rc < 0) {
-		*err = c.err;
-		return -1;
-	}
-
-	/* Pass 2: count. */
-	for (size_t i = 0; i < n; i++)
-		handle_msg(h, &msgs[i], now, &res[i]);
-
-	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, f->stream_id, f->frame_id);
 	if (n == 0) {
 		put_var_bool(w, scope, "exceeded", NULL, false);
 		if (extra)
@@ -483,4 +505,303 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 		return -1;
 	}
 	return 0;
+}
+
+/* ---- synchronous namespaces (sync_rate 0) ----
+ *
+ * Each hit is counted locally, then pushed to the store with a read of
+ * the previous window, and the ACK waits for the store's totals. Other
+ * frames of the connection are answered meanwhile (pipelining lets ACKs
+ * leave out of order). A NOTIFY waiting for its store is a `pending`;
+ * pendings come from a per-worker pool (no allocation per message once
+ * warm). If the store fails or times out, the answer uses the local count
+ * (fail-open) and the hit goes into the slot's diff, which the retry cycle
+ * of agent/sync.c pushes later. */
+
+struct handler_pending {
+	struct handler *h;
+	void *owner;                             /* the connection; NULL once closed */
+	struct handler_pending **list;           /* owner's list head */
+	struct handler_pending *prev, *next;     /* owner's list, or the free list */
+	uint64_t sid, fid;
+	double now;
+	size_t n, extra, nc;
+	unsigned outstanding;                    /* pushes not answered yet */
+	int ci[HANDLER_MAX_MSGS];                /* message -> its counter in c, or -1 */
+	struct msg_result res[HANDLER_MAX_MSGS];
+	struct shm_entry e[HANDLER_MAX_MSGS];    /* current window slot, by message */
+	struct strategy_counter c[2 * HANDLER_MAX_MSGS];
+};
+
+static struct handler_pending *pending_get(struct handler *h)
+{
+	struct handler_pending *p = h->free_pending;
+
+	if (p) {
+		h->free_pending = p->next;
+	} else {
+		if (h->npending >= HANDLER_MAX_PENDING)
+			return NULL;
+		p = malloc(sizeof(*p));
+		if (!p)
+			return NULL;
+	}
+	h->npending++;
+	p->h = h;
+	p->owner = NULL;
+	p->list = NULL;
+	p->prev = p->next = NULL;
+	p->outstanding = 0;
+	return p;
+}
+
+static void pending_free_all(struct handler *h)
+{
+	while (h->free_pending) {
+		struct handler_pending *p = h->free_pending;
+		h->free_pending = p->next;
+		free(p);
+	}
+}
+
+static void pending_put(struct handler *h, struct handler_pending *p)
+{
+	p->next = h->free_pending;
+	h->free_pending = p;
+	h->npending--;
+}
+
+static void pending_unlink(struct handler_pending *p)
+{
+	if (!p->list)
+		return;
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		*p->list = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	p->list = NULL;
+	p->prev = p->next = NULL;
+}
+
+/* A hit the store did not confirm goes into its slot's diff: the retry
+ * cycle pushes it later. */
+static void keep_for_later(struct handler *h, struct msg_result *r, const struct shm_entry *e)
+{
+	if (r->counted && r->cost > 0 && e->idx != UINT32_MAX)
+		shm_restore_diff(rl_shm(h->rl), e, r->cost);
+}
+
+/* Applies the store's answers to the table and the results. */
+static void pending_finish(struct handler_pending *p)
+{
+	struct handler *h = p->h;
+	bool failed = false;
+
+	for (size_t i = 0; i < p->n; i++) {
+		struct msg_result *r = &p->res[i];
+		if (p->ci[i] < 0)
+			continue;
+		struct strategy_counter *cur = &p->c[p->ci[i]];
+		if (!cur->ok) {
+			keep_for_later(h, r, &p->e[i]);
+			failed = true;
+			continue;
+		}
+		if (p->e[i].idx != UINT32_MAX)
+			shm_sync_total(rl_shm(h->rl), &p->e[i], cur->total);
+		else
+			rl_seed(h->rl, r->ns, cur->key, cur->key_len, cur->size, cur->start, cur->total,
+				p->now);
+		r->current = cur->total;
+		if (r->weight > 0) {
+			struct strategy_counter *prev = cur + 1;
+			if (prev->ok) {
+				r->previous = prev->total;
+				rl_seed(h->rl, r->ns, prev->key, prev->key_len, prev->size, prev->start,
+					prev->total, p->now);
+			}
+		}
+		finish_result(r, p->now);
+	}
+	if (failed) {
+		h->sync_failures++;
+		if (p->now - h->last_sync_log >= 10.0) {
+			h->last_sync_log = p->now;
+			LOG(LOG_WARN, "synchronous namespace: store did not confirm a hit; answering "
+			    "from the local count, the hit will be pushed later (%llu so far)",
+			    (unsigned long long)h->sync_failures);
+		}
+	}
+}
+
+static void pending_on_pushed(void *arg, int status, const char *errstr)
+{
+	struct handler_pending *p = arg;
+	struct handler *h = p->h;
+	(void)status, (void)errstr;
+
+	if (--p->outstanding > 0)
+		return;
+	pending_finish(p);
+	if (p->owner) {
+		/* The owner writes the ACK and releases p. */
+		h->deliver(p->owner, p);
+		return;
+	}
+	pending_put(h, p);
+}
+
+/* Starts the store pushes of the synchronous messages of res. Returns the
+ * pending (pushes in flight), or NULL when the answer can be given now
+ * (every push refused: results stay local, hits kept for later). */
+static struct handler_pending *start_sync(struct handler *h, uint64_t sid, uint64_t fid,
+					  double now, struct msg_result *res, size_t n, size_t extra)
+{
+	struct handler_pending *p = pending_get(h);
+	struct shm_table *t = rl_shm(h->rl);
+
+	if (!p) {
+		/* Too many NOTIFYs waiting for the store: answer locally. */
+		for (size_t i = 0; i < n; i++) {
+			struct shm_entry e;
+			if (res[i].sync0 && !res[i].error && res[i].cur_idx != UINT32_MAX &&
+			    shm_read(t, res[i].cur_idx, &e) == 0)
+				keep_for_later(h, &res[i], &e);
+		}
+		return NULL;
+	}
+	p->sid = sid;
+	p->fid = fid;
+	p->now = now;
+	p->n = n;
+	p->extra = extra;
+	p->nc = 0;
+	memcpy(p->res, res, n * sizeof(*res));
+	for (size_t i = 0; i < n; i++)
+		p->ci[i] = -1;
+
+	/* One push per namespace (each may have its own store). */
+	for (size_t i = 0; i < n; i++) {
+		int ns = p->res[i].ns;
+		bool seen = false;
+		if (!p->res[i].sync0 || p->res[i].error || p->ci[i] >= 0)
+			continue;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = p->res[j].sync0 && !p->res[j].error && p->res[j].ns == ns;
+		if (seen)
+			continue;
+		size_t first = p->nc;
+		const char *nsname = h->cfg->ns[ns].name;
+		for (size_t j = i; j < n; j++) {
+			struct msg_result *r = &p->res[j];
+			if (!r->sync0 || r->error || r->ns != ns)
+				continue;
+			struct shm_entry *e = &p->e[j];
+			if (r->cur_idx == UINT32_MAX || shm_read(t, r->cur_idx, e) < 0) {
+				/* No local slot (a read of a key this node has not
+				 * counted): ask the store, seed the slot from it. */
+				e->idx = UINT32_MAX;
+				e->keylen = r->skeylen;
+				memcpy(e->key, r->skey, r->skeylen);
+				e->start = window_start(now, r->window);
+				e->size = r->window;
+			}
+			p->ci[j] = (int)p->nc;
+			p->c[p->nc++] = (struct strategy_counter){
+				.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
+				.key_len = e->keylen, .start = e->start, .size = e->size,
+				.diff = r->counted ? r->cost : 0,
+			};
+			if (r->weight > 0)
+				p->c[p->nc++] = (struct strategy_counter){
+					.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
+					.key_len = e->keylen, .start = e->start - (int64_t)e->size,
+					.size = e->size, .diff = 0,
+				};
+		}
+		if (p->nc > first && sync_push_now(h->sync, (unsigned)ns, &p->c[first],
+						   p->nc - first, pending_on_pushed, p) == 0)
+			p->outstanding++;
+	}
+	if (p->outstanding == 0) {
+		/* Store not connected: answer from the local counts now. */
+		pending_finish(p);
+		memcpy(res, p->res, n * sizeof(*res));
+		pending_put(h, p);
+		return NULL;
+	}
+	return p;
+}
+
+int handler_encode_pending(struct handler *h, struct handler_pending *p, struct spop_writer *w,
+			   size_t max_frame_size, enum spop_err *err)
+{
+	return encode_ack(h, p->sid, p->fid, p->res, p->n, p->extra, w, max_frame_size, err);
+}
+
+void handler_pending_release(struct handler *h, struct handler_pending *p)
+{
+	pending_unlink(p);
+	pending_put(h, p);
+}
+
+void handler_pending_detach_all(struct handler_pending **list)
+{
+	while (*list) {
+		struct handler_pending *p = *list;
+		pending_unlink(p);
+		p->owner = NULL;
+	}
+}
+
+int handler_notify(struct handler *h, const struct spop_frame *f, double now,
+		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
+		   void *owner, struct handler_pending **owned)
+{
+	struct spop_msg msgs[HANDLER_MAX_MSGS];
+	struct msg_result res[HANDLER_MAX_MSGS];
+	size_t n = 0, extra = 0;
+	struct spop_cursor c;
+	struct spop_msg m;
+	bool sync0 = false;
+	int rc;
+
+	/* Pass 1: validate the whole payload before counting anything. */
+	spop_cursor_init(&c, f->payload, f->payload_len);
+	while ((rc = spop_msg_next(&c, &m)) == 1) {
+		if (!is_ratelimit_msg(h->cfg, m.name))
+			continue;
+		if (n < HANDLER_MAX_MSGS)
+			msgs[n++] = m;
+		else
+			extra++;
+	}
+	if (rc < 0) {
+		*err = c.err;
+		return -1;
+	}
+
+	/* Pass 2: count. */
+	for (size_t i = 0; i < n; i++) {
+		handle_msg(h, &msgs[i], now, &res[i]);
+		sync0 |= res[i].sync0 && !res[i].error;
+	}
+
+	if (sync0) {
+		struct handler_pending *p = start_sync(h, f->stream_id, f->frame_id, now, res, n,
+						       extra);
+		if (p) {
+			p->owner = owner;
+			p->list = owned;
+			p->next = *owned;
+			if (*owned)
+				(*owned)->prev = p;
+			*owned = p;
+			return 1;
+		}
+		/* No pending (pool exhausted or store down): local answer. */
+	}
+	return encode_ack(h, f->stream_id, f->frame_id, res, n, extra, w, max_frame_size, err);
 }

@@ -17,6 +17,10 @@ struct rl;
 
 #define HANDLER_MAX_MSGS   32    /* rate-limit messages per NOTIFY */
 #define HANDLER_SUFFIX_MAX 16    /* characters of a message's variable suffix */
+#define HANDLER_MAX_PENDING 4096 /* NOTIFYs waiting for a store, per worker */
+
+struct handler_pending;
+struct sync;
 
 struct handler {
 	const struct config *cfg;
@@ -25,6 +29,16 @@ struct handler {
 	size_t scratch_len;
 	double last_full_log;   /* last "table full" log, to log at most 1/s */
 	uint64_t full_events;   /* table-full events seen by this process */
+	/* Synchronous namespaces (sync_rate 0): the worker's sync, and how
+	 * an ACK that waited for the store reaches its connection: deliver()
+	 * encodes it with handler_encode_pending() and then calls
+	 * handler_pending_release(). */
+	struct sync *sync;
+	void (*deliver)(void *owner, struct handler_pending *p);
+	struct handler_pending *free_pending;
+	size_t npending;
+	uint64_t sync_failures;
+	double last_sync_log;
 };
 
 /* Prepares a handler for frames of at most max_frame_size bytes; allocates
@@ -36,9 +50,22 @@ void handler_free(struct handler *h);
 
 /* Appends to w the ACK of the NOTIFY f (same stream-id and frame-id), at
  * most max_frame_size bytes. `now` is the Unix time used for every message
- * of the frame. Returns 0, or -1 with *err when the NOTIFY's payload is
+ * of the frame. Returns 0 (ACK in w), 1 when the ACK waits for a store
+ * (sync_rate 0: h->deliver(owner, p) is called later, and p is linked into
+ * *owned meanwhile), or -1 with *err when the NOTIFY's payload is
  * malformed (nothing is counted then) or the ACK cannot be encoded. */
 int handler_notify(struct handler *h, const struct spop_frame *f, double now,
-		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err);
+		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
+		   void *owner, struct handler_pending **owned);
+
+/* Encodes the ACK of a pending NOTIFY (from deliver()). */
+int handler_encode_pending(struct handler *h, struct handler_pending *p, struct spop_writer *w,
+			   size_t max_frame_size, enum spop_err *err);
+
+/* Unlinks p from its owner's list and returns it to the pool. */
+void handler_pending_release(struct handler *h, struct handler_pending *p);
+
+/* The owner goes away: its pendings complete without delivering. */
+void handler_pending_detach_all(struct handler_pending **list);
 
 #endif /* HANDLER_H */

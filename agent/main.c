@@ -13,6 +13,9 @@
 #include "agent/log.h"
 #include "agent/master.h"
 #include "agent/ratelimit.h"
+#include "agent/sync.h"
+
+#include <sys/random.h>
 
 static void usage(FILE *out)
 {
@@ -90,15 +93,10 @@ int main(int argc, char **argv)
 	if (log_level >= LOG_LEVEL_COUNT)
 		log_level = LOG_LEVEL_COUNT - 1;
 
-	for (size_t i = 0; i < cfg.n_ns; i++) {
-		if (cfg.ns[i].sync_rate >= 0) {
-			fprintf(stderr, "spoa-ratelimit: %s: namespaces[%zu]: strategy '%s' "
-				"(sync_rate %g) is not available in this version; use sync_rate -1\n",
-				file ? file : "config", i, cfg.ns[i].strategy, cfg.ns[i].sync_rate);
-			config_free(&cfg);
-			return 2;
-		}
-	}
+	uint64_t seed;
+	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)rl_now();
+	sync_set_node_seed(seed);
 
 	struct rl *rl = rl_new("spoa-ratelimit", cfg.max_keys, err, sizeof(err));
 	if (!rl) {
@@ -124,6 +122,13 @@ int main(int argc, char **argv)
 			config_free(&cfg);
 			return 2;
 		}
+	}
+	if (sync_check(rl, err, sizeof(err)) < 0) {
+		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: %s\n",
+			file ? file : "built-in", err);
+		rl_free(rl);
+		config_free(&cfg);
+		return 2;
 	}
 	if (check_only) {
 		printf("configuration OK: %zu namespace(s), listen %s, %d worker(s), max_keys %zu\n",

@@ -21,11 +21,13 @@
 
 #include "agent/config.h"
 #include "agent/log.h"
+#include "agent/sync.h"
 #include "agent/worker.h"
 
 #define MASTER_STOP_SECONDS   10     /* then SIGKILL what is left */
 #define MASTER_RESPAWN_DELAY  1.0    /* for a worker that died within 1 s */
 #define MASTER_MAX_WORKERS    64
+#define MASTER_FLUSH_SECONDS  3.0    /* bound on the final push to the stores */
 
 struct master_worker {
 	pid_t pid;              /* 0 when not running */
@@ -222,6 +224,10 @@ int master_run(const struct config *cfg, struct rl *rl, int listen_fd)
 		struct timespec tick = { .tv_sec = 0, .tv_nsec = 100 * 1000 * 1000 };
 		sigtimedwait(&set, NULL, &tick);
 	}
+	/* The workers are gone: push what they counted since the last cycle. */
+	size_t left = sync_flush(rl, MASTER_FLUSH_SECONDS);
+	if (left)
+		LOG(LOG_WARN, "%zu counter(s) could not be pushed to their store before exit", left);
 	LOG(LOG_INFO, "stopped");
 	return 0;
 }

@@ -281,8 +281,12 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur, &prev);
 	p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
 	pw = p * weight;
-	with_diff = n->sync_rate >= 0;
+	/* Periodic sync keeps a diff of every hit; synchronous namespaces
+	 * (sync_rate 0) push each hit themselves and keep a diff only for
+	 * hits the store did not confirm (agent/handler.c). */
+	with_diff = n->sync_rate > 0;
 	out->counted = false;
+	out->inserted = false;
 
 	if (cost == 0) {
 		/* Read only: never inserts. */
@@ -292,8 +296,11 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 		 * CAS, and no slot taken for a key that is only refused. */
 		c = shm_read_count(rl->shm, &cur) + cost;
 	} else {
-		if (cur.idx == SHM_NONE && shm_insert(rl->shm, &k, start, now, &cur) < 0)
-			return rl_fail(rl, RL_ERR_FULL);
+		if (cur.idx == SHM_NONE) {
+			if (shm_insert(rl->shm, &k, start, now, &cur) < 0)
+				return rl_fail(rl, RL_ERR_FULL);
+			out->inserted = true;
+		}
 		if (limit < 0 || count_denied) {
 			c = shm_add(rl->shm, &cur, cost, with_diff);
 			out->counted = true;
@@ -304,6 +311,8 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 		}
 	}
 
+	out->cur_idx = cur.idx;
+	out->prev_idx = prev.idx;
 	out->current = c;
 	out->previous = p;
 	out->weight = weight;
@@ -311,6 +320,76 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	out->start = start;
 	out->size = window_size;
 	return 0;
+}
+
+_Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");
+
+size_t rl_stored_key(const char *key, size_t len, char *out)
+{
+	if (len > SHM_KEY_MAX) {
+		char digest[RL_DIGEST_LEN + 1];
+		rl_digest(key, len, digest);
+		memcpy(out, digest, RL_DIGEST_LEN);
+		return RL_DIGEST_LEN;
+	}
+	memcpy(out, key, len);
+	return len;
+}
+
+int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
+	    double total, double now)
+{
+	struct shm_key k;
+	struct shm_ref ref, none;
+	struct shm_entry e;
+	int win;
+
+	if (ns < 0 || (size_t)ns >= rl->n_ns)
+		return rl_fail(rl, RL_ERR_NAMESPACE);
+	win = rl_win_index(&rl->ns[ns], size);
+	if (win < 0)
+		return rl_fail(rl, RL_ERR_WINDOW);
+	if (!(total >= 0) || !isfinite(total) || start < 0 || start >= (int64_t)RL_NOW_MAX)
+		return rl_fail(rl, RL_ERR_VALUE);
+	if (shm_key_init(rl->shm, &k, (unsigned)ns, (unsigned)win, key, keylen) < 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	shm_find(rl->shm, &k, start, -1, &ref, &none);
+	if (ref.idx == SHM_NONE) {
+		/* Nothing to keep for a window the cluster has not counted. */
+		if (total == 0)
+			return 0;
+		if (shm_insert(rl->shm, &k, start, now, &ref) < 0)
+			return rl_fail(rl, RL_ERR_FULL);
+	}
+	if (shm_read(rl->shm, ref.idx, &e) == 0)
+		shm_sync_total(rl->shm, &e, total);
+	return 0;
+}
+
+int rl_namespace_opts(const struct rl *rl, int ns, struct rl_ns_opts *out)
+{
+	if (ns < 0 || (size_t)ns >= rl->n_ns)
+		return -1;
+	const struct rl_ns *n = &rl->ns[ns];
+	*out = (struct rl_ns_opts){
+		.name = n->name,
+		.window_sizes = n->sizes,
+		.n_window_sizes = n->n_sizes,
+		.sync_rate = n->sync_rate,
+		.strategy = n->strategy,
+		.strategy_opts = n->strategy_opts,
+	};
+	return 0;
+}
+
+size_t rl_namespace_count(const struct rl *rl)
+{
+	return rl->n_ns;
+}
+
+double rl_sync_rate(const struct rl *rl, int ns)
+{
+	return ns >= 0 && (size_t)ns < rl->n_ns ? rl->ns[ns].sync_rate : -1;
 }
 
 int rl_increment(struct rl *rl, const char *key, size_t keylen, uint32_t window_size,

@@ -60,6 +60,9 @@ struct rl_result {
 	uint32_t size;        /* window size */
 	bool counted;         /* the hit was added (false for cost 0 and for
 	                         a hit refused by the limit) */
+	bool inserted;        /* this hit created the current window's slot */
+	uint32_t cur_idx;     /* slot of the current window (UINT32_MAX: none) */
+	uint32_t prev_idx;    /* slot of the previous window (UINT32_MAX: none) */
 };
 
 /* Creates an instance whose shared table holds max_keys (key, window)
@@ -112,6 +115,48 @@ uint32_t rl_single_window(const struct rl *rl, int ns);
 
 /* Table-full events since start (all processes), for logs and stats. */
 uint64_t rl_full_events(const struct rl *rl);
+
+/* Seeds a window from the store: the slot of (ns, key, size, start) is
+ * created if missing and its count becomes max(count, total + local diff).
+ * key is the stored form (as in the table: long keys already digested).
+ * Returns 0 or -1 (rl_errno(): RL_ERR_FULL, RL_ERR_WINDOW, ...). */
+int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
+	    double total, double now);
+
+/* Largest stored key: longer keys are stored as a 33-byte digest. */
+#define RL_STORED_KEY_MAX 104
+
+/* The form a key takes in the table and the stores: the key itself up to
+ * RL_STORED_KEY_MAX bytes, else '#' + 32 hex digits of its SipHash-128.
+ * Writes it to out (RL_STORED_KEY_MAX bytes) and returns its length. */
+size_t rl_stored_key(const char *key, size_t len, char *out);
+
+/* The reference's sync(namespace): pushes this node's pending diffs of the
+ * namespace to its store and writes back the totals of its active
+ * counters, as one cycle of the sync loop (under the namespace's lease, so
+ * never at the same time as another process of the node), waiting at most
+ * timeout_s on a private event loop. Returns 0, or -1 (local namespace,
+ * store away, timeout: the diffs stay for the next cycle). Implemented in
+ * agent/sync.c. */
+int rl_sync(struct rl *rl, const char *ns, double timeout_s);
+
+/* The reference's fetch(namespace, time, timeout): reads every counter of
+ * the namespace's current and previous windows at `time` from the store
+ * and writes them into the table. One process per node fetches: if
+ * timeout_s > 0 the namespace's lease is kept until it expires (at most one
+ * fetch per timeout_s), else it is released at once. Returns 0 (also when
+ * another process holds the lease), or -1. Implemented in agent/sync.c. */
+int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
+
+/* The options of namespace ns (pointers into the instance). Returns 0 or
+ * -1 for an unknown index. */
+int rl_namespace_opts(const struct rl *rl, int ns, struct rl_ns_opts *out);
+
+/* Number of namespaces defined; indexes are 0 .. count - 1. */
+size_t rl_namespace_count(const struct rl *rl);
+
+/* sync_rate of a namespace (< 0 local, 0 synchronous, > 0 period). */
+double rl_sync_rate(const struct rl *rl, int ns);
 
 /* The instance's shared counter table (agent/shm.h), for the sync loop,
  * stats and tests. Owned by the instance. */

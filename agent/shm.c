@@ -672,6 +672,60 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 	return atomic_load(&s->meta) == e->meta ? 0 : -1;
 }
 
+int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)
+{
+	struct shm_slot *s = &t->slots[e->idx];
+	uint64_t old;
+
+	if (atomic_load(&s->meta) != e->meta)
+		return -1;
+	old = atomic_load(&s->diff);
+	for (;;) {
+		double left = atomics_bitsd(old) - d;
+		if (left < 1e-9 && left > -1e-9)
+			left = 0.0;
+		if (atomic_compare_exchange_weak(&s->diff, &old, atomics_dbits(left)))
+			break;
+	}
+	return 0;
+}
+
+#define SHM_LEASE_HOLDER(l) ((uint16_t)((l) & 0xffffu))
+#define SHM_LEASE_UNTIL(l)  ((l) >> 16)
+#define SHM_LEASE(until, holder) (((uint64_t)(until) << 16) | (uint64_t)(holder))
+
+bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
+		    uint64_t hold_ms)
+{
+	_Atomic uint64_t *p = &t->hdr->lease[ns];
+	uint64_t l = atomic_load(p);
+
+	/* Held and not expired, or free but not due yet. */
+	if (now_ms < SHM_LEASE_UNTIL(l))
+		return false;
+	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
+}
+
+bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
+		     uint64_t hold_ms)
+{
+	_Atomic uint64_t *p = &t->hdr->lease[ns];
+	uint64_t l = atomic_load(p);
+
+	if (SHM_LEASE_HOLDER(l) != holder)
+		return false;
+	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
+}
+
+void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms)
+{
+	_Atomic uint64_t *p = &t->hdr->lease[ns];
+	uint64_t l = atomic_load(p);
+
+	if (SHM_LEASE_HOLDER(l) == holder)
+		atomic_compare_exchange_strong(p, &l, SHM_LEASE(due_ms, 0));
+}
+
 void shm_stats(const struct shm_table *t, struct shm_stats *st)
 {
 	st->full_events = atomic_load_explicit(&t->hdr->full_events, memory_order_relaxed);

@@ -188,6 +188,9 @@ struct shm_hdr {
 	_Atomic uint64_t reclaimed;                        /* stale slots re-keyed */
 	_Atomic uint64_t recovered;                        /* abandoned claims freed */
 	_Atomic uint32_t ticket;                           /* BUSY tickets */
+	/* Sync leases, one per namespace (agent/sync.c): until_ms:48 |
+	 * holder:16 (worker id + 1; 0 = free, until_ms = next cycle due). */
+	_Alignas(64) _Atomic uint64_t lease[SHM_MAX_NS];
 };
 
 /* Per-process handle on the segment (malloc'd; its pointers are valid in
@@ -308,6 +311,27 @@ int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d);
  * longer holds e's window. Meant for current and previous windows (a stale
  * window may be reclaimed between the check and the write). */
 int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total);
+
+/* Acknowledges that d of e's diff reached the store: diff -= d (a residue
+ * below 1e-9 from float rounding becomes 0). Unlike shm_take_diff, the diff
+ * stays in the slot while it is being pushed, so a push that fails needs no
+ * restore and a stale slot cannot be reclaimed before its diff is in the
+ * store. Returns 0, or -1 if the slot no longer holds e's window. */
+int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d);
+
+/* Sync lease of namespace ns (one worker per node syncs it per cycle).
+ * Tries to take it for holder (>= 1) until now_ms + hold_ms: succeeds when
+ * it is free and due (now_ms >= its until_ms) or held past its expiry (a
+ * dead holder). Returns true if taken. */
+bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
+		    uint64_t hold_ms);
+
+/* Extends the lease while holder still has it; false if it was lost. */
+bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
+		     uint64_t hold_ms);
+
+/* Frees the lease (if holder has it); the next cycle is due at due_ms. */
+void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms);
 
 /* Table-wide counters (all processes). */
 void shm_stats(const struct shm_table *t, struct shm_stats *s);

@@ -19,6 +19,7 @@
 #include "agent/conn.h"
 #include "agent/log.h"
 #include "agent/ratelimit.h"
+#include "agent/sync.h"
 
 #define WORKER_ACCEPTS_PER_EVENT 64
 #define WORKER_DRAIN_SECONDS     5.0
@@ -48,7 +49,9 @@ static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 		w->dead = c->next;
 		conn_free(c);
 	}
-	if (w->stopping && w->nconns == 0)
+	/* Stop once connections are done and no push waits for its store
+	 * (its diffs would otherwise be pushed twice by the final flush). */
+	if (w->stopping && w->nconns == 0 && !sync_busy(w->sync))
 		ev_break(loop, EVBREAK_ALL);
 }
 
@@ -157,8 +160,18 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 	ev_check_init(&w.reap_w, worker_on_check);
 	ev_check_start(w.loop, &w.reap_w);
 
+	w.sync = sync_start(w.loop, rl, id);
+	w.handler.sync = w.sync;
+	w.handler.deliver = conn_deliver;
+
 	LOG(LOG_DEBUG, "worker %d serving", id);
 	ev_run(w.loop, 0);
+
+	/* Answers still waiting for a store go nowhere now; then stop the
+	 * sync (which fails those pushes). */
+	for (struct conn *c = w.conns; c; c = c->next)
+		handler_pending_detach_all(&c->pending);
+	sync_stop(w.sync);
 
 	for (struct conn *c = w.conns, *next; c; c = next) {
 		next = c->next;

@@ -14,12 +14,14 @@
 struct config;
 struct conn;
 struct rl;
+struct sync;
 
 struct worker {
 	struct ev_loop *loop;
 	const struct config *cfg;
 	struct rl *rl;
 	struct handler handler;
+	struct sync *sync;            /* NULL when no namespace syncs */
 	int id;
 	int listen_fd;
 	ev_io accept_w;

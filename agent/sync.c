@@ -1,0 +1,669 @@
+/*
+ * sync.c - the sync loop (see sync.h).
+ *
+ * One cycle, in the worker holding the namespace's lease:
+ *
+ *   collect   every LIVE slot of the namespace whose window is current or
+ *             previous (the sliding rate needs both), plus any older slot
+ *             still holding a diff; diff = the slot's diff as read now
+ *   push      one push_diffs() of the whole batch: the store adds the
+ *             diffs and returns every counter's total (a diff of 0 reads)
+ *   ack       per confirmed counter: diff -= pushed diff (hits since stay),
+ *             count = max(count, total + diff), so no reader sees a drop
+ *
+ * Nothing is taken out of a slot before the store confirms it: a failed or
+ * timed-out push leaves the diffs where they are and the next cycle pushes
+ * them again. The one window of doubt is a push the store applied but
+ * whose answer never came back (the worker was killed, or the reply was
+ * later than the strategy's timeout_ms): those diffs are pushed again, so
+ * the store can count one batch twice (never less). Its size is at most
+ * the hits this node counted in one sync_rate.
+ *
+ * The lease (shm_lease_*) makes one worker per node run a cycle per
+ * period: every worker's timer fires at the node's phase, the first to
+ * take the lease runs the cycle and, when done, leaves it free but not due
+ * until the next period. A holder that dies stops renewing it; it expires
+ * and another worker takes over.
+ */
+#include "agent/sync.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/log.h"
+#include "agent/ratelimit.h"
+#include "agent/shm.h"
+#include "agent/window.h"
+#include "strategies/strategy.h"
+
+#define SYNC_LOG_EVERY   10.0     /* seconds between "store down" logs */
+#define SYNC_MIN_HOLD_MS 1000
+#define SYNC_RETRY_PERIOD 1.0     /* sync_rate 0: how often unconfirmed hits are retried */
+#define SYNC_SEED_MAX    1024     /* first-seen keys queued per namespace */
+#define SYNC_SEED_DELAY  0.002    /* gather seeds this long into one push */
+
+struct sync;
+
+struct sync_ns {
+	struct sync *sy;
+	unsigned ns;
+	struct rl_ns_opts opts;           /* name, sync_rate, strategy (rl's memory) */
+	const struct strategy_ops *ops;
+	struct strategy *st;
+	ev_periodic tick;
+	ev_timer renew;
+	uint64_t hold_ms;
+	uint64_t cycle_ms;            /* when the running cycle started */
+	bool busy;                    /* a push is waiting for the store */
+	bool done;                    /* flush mode: the push has ended */
+	bool failing;                 /* the last push failed (for logs) */
+	double last_log;
+	struct strategy_counter *batch;
+	struct shm_entry *ents;
+	size_t n, cap, unpushed;
+	/* Seeding first-seen keys: queued slots, and the batch in flight. */
+	ev_timer seed_timer;
+	bool seed_busy;
+	size_t nqueued, nseeding;
+	struct shm_entry *seed_q;          /* SYNC_SEED_MAX, queued */
+	struct shm_entry *seed_e;          /* SYNC_SEED_MAX, in flight */
+	struct strategy_counter *seed_c;   /* 2 * SYNC_SEED_MAX */
+};
+
+struct sync {
+	struct ev_loop *loop;
+	struct rl *rl;
+	struct shm_table *t;
+	uint16_t holder;              /* worker id + 1 */
+	bool flush_mode;              /* the master's final flush */
+	size_t n;
+	struct sync_ns ns[SHM_MAX_NS];
+};
+
+static uint64_t node_seed;
+
+void sync_set_node_seed(uint64_t seed)
+{
+	node_seed = seed;
+}
+
+int sync_check(const struct rl *rl, char *err, size_t errlen)
+{
+	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
+		struct rl_ns_opts o, *ns = &o;
+		rl_namespace_opts(rl, (int)i, &o);
+		if (ns->sync_rate < 0)
+			continue;
+		const struct strategy_ops *ops = strategy_find(ns->strategy);
+		if (!ops || ops == &local_strategy) {
+			snprintf(err, errlen, "namespaces[%zu] (%s): sync_rate %g needs strategy "
+				 "\"redis\" or \"postgres\", not \"%s\"", i, ns->name, ns->sync_rate,
+				 ns->strategy);
+			return -1;
+		}
+		/* Create (it only parses and starts connecting) and drop at once. */
+		struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+		char serr[256] = "";
+		struct strategy *st = loop ? ops->create(loop, ns->strategy_opts, serr, sizeof(serr))
+					   : NULL;
+		if (st)
+			ops->destroy(st);
+		if (loop)
+			ev_loop_destroy(loop);
+		if (!st) {
+			snprintf(err, errlen, "namespaces[%zu].strategy_opts: %s", i,
+				 serr[0] ? serr : "cannot create the strategy");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Collects the namespace's counters into the batch: active windows (all
+ * of them, or only those with a diff) at time now. Returns 0 or -1 (out of
+ * memory). */
+static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
+{
+	struct shm_table *t = sn->sy->t;
+	uint32_t nslots = shm_nslots(t);
+
+	sn->n = 0;
+	for (uint32_t idx = 0; idx < nslots; idx++) {
+		if (sn->n == sn->cap) {
+			size_t cap = sn->cap ? 2 * sn->cap : 1024;
+			struct shm_entry *e = realloc(sn->ents, cap * sizeof(*e));
+			if (!e)
+				return -1;
+			sn->ents = e;
+			struct strategy_counter *b = realloc(sn->batch, cap * sizeof(*b));
+			if (!b)
+				return -1;
+			sn->batch = b;
+			sn->cap = cap;
+		}
+		struct shm_entry *e = &sn->ents[sn->n];
+		if (shm_read(t, idx, e) < 0 || e->ns != sn->ns || e->size == 0)
+			continue;
+		int64_t cur = window_start(now, e->size);
+		bool active = e->start == cur || e->start == cur - (int64_t)e->size;
+		if (e->diff == 0 && (only_diffs || !active))
+			continue;
+		sn->n++;
+	}
+	/* Pointers into ents only now that it stops moving. */
+	for (size_t i = 0; i < sn->n; i++) {
+		struct shm_entry *e = &sn->ents[i];
+		sn->batch[i] = (struct strategy_counter){
+			.ns = sn->opts.name,
+			.ns_len = strlen(sn->opts.name),
+			.key = e->key,
+			.key_len = e->keylen,
+			.start = e->start,
+			.size = e->size,
+			.diff = e->diff,
+		};
+	}
+	return 0;
+}
+
+static double sync_period(const struct sync_ns *sn)
+{
+	return sn->opts.sync_rate > 0 ? sn->opts.sync_rate : SYNC_RETRY_PERIOD;
+}
+
+static void sync_release(struct sync_ns *sn)
+{
+	struct sync *sy = sn->sy;
+	if (sy->flush_mode)
+		return;
+	uint64_t rate_ms = (uint64_t)(sync_period(sn) * 1000.0);
+	/* Due again one period after this cycle began (1 ms early, so that
+	 * the next tick of every worker finds it due). */
+	shm_lease_release(sy->t, sn->ns, sy->holder, sn->cycle_ms + (rate_ms > 1 ? rate_ms - 1 : 0));
+}
+
+static void sync_log_failure(struct sync_ns *sn, const char *why)
+{
+	double now = ev_now(sn->sy->loop);
+	if (!sn->failing || now - sn->last_log >= SYNC_LOG_EVERY) {
+		sn->last_log = now;
+		LOG(LOG_WARN, "namespace %s: %s store: %s; counting locally, %zu counter(s) to "
+		    "push later", sn->opts.name, sn->ops->name, why, sn->n);
+	}
+	sn->failing = true;
+}
+
+static void sync_on_pushed(void *arg, int status, const char *errstr)
+{
+	struct sync_ns *sn = arg;
+	struct shm_table *t = sn->sy->t;
+	size_t ok = 0;
+
+	for (size_t i = 0; i < sn->n; i++) {
+		struct strategy_counter *c = &sn->batch[i];
+		if (!c->ok)
+			continue;
+		ok++;
+		shm_ack_diff(t, &sn->ents[i], c->diff);
+		shm_sync_total(t, &sn->ents[i], c->total);
+	}
+	sn->unpushed = sn->n - ok;
+	if (status < 0 || ok < sn->n) {
+		sync_log_failure(sn, status < 0 && errstr ? errstr : "some counters failed");
+	} else if (sn->failing) {
+		sn->failing = false;
+		LOG(LOG_INFO, "namespace %s: %s store is back; pending diffs pushed", sn->opts.name,
+		    sn->ops->name);
+	}
+	sn->busy = false;
+	sn->done = true;
+	ev_timer_stop(sn->sy->loop, &sn->renew);
+	sync_release(sn);
+}
+
+static uint64_t now_ms(void)
+{
+	return (uint64_t)(rl_now() * 1000.0);
+}
+
+static void sync_on_renew(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct sync_ns *sn = (struct sync_ns *)((char *)w - offsetof(struct sync_ns, renew));
+	(void)loop, (void)revents;
+
+	if (!shm_lease_renew(sn->sy->t, sn->ns, sn->sy->holder, now_ms(), sn->hold_ms))
+		LOG(LOG_WARN, "namespace %s: sync lease lost during a push", sn->opts.name);
+}
+
+/* Starts a push of the collected batch. Returns 0 or -1 (not started). */
+static int sync_push(struct sync_ns *sn)
+{
+	char err[STRATEGY_ERR_MAX] = "";
+
+	sn->done = false;
+	if (sn->ops->push_diffs(sn->st, sn->batch, sn->n, sync_on_pushed, sn, err) < 0) {
+		sn->unpushed = sn->n;
+		sync_log_failure(sn, err[0] ? err : "push refused");
+		return -1;
+	}
+	sn->busy = true;
+	return 0;
+}
+
+static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
+{
+	struct sync_ns *sn = (struct sync_ns *)((char *)w - offsetof(struct sync_ns, tick));
+	struct sync *sy = sn->sy;
+	uint64_t ms = now_ms();
+	(void)revents;
+
+	if (sn->busy || !shm_lease_take(sy->t, sn->ns, sy->holder, ms, sn->hold_ms))
+		return;
+	sn->cycle_ms = ms;
+	/* sync_rate 0: hits refresh themselves; only unconfirmed ones are left. */
+	if (sync_collect(sn, rl_now(), sn->opts.sync_rate == 0) < 0) {
+		LOG(LOG_ERR, "namespace %s: out of memory for a sync batch", sn->opts.name);
+		sync_release(sn);
+		return;
+	}
+	if (sn->n == 0 || sync_push(sn) < 0) {
+		sync_release(sn);
+		return;
+	}
+	ev_timer_init(&sn->renew, sync_on_renew, sn->hold_ms / 3000.0, sn->hold_ms / 3000.0);
+	ev_timer_start(loop, &sn->renew);
+}
+
+/* ---- seeding first-seen keys (sync_rate > 0) ----
+ * A slot created by a hit is queued; a short timer gathers the queue into
+ * one read-only push of each key's current and previous windows, whose
+ * totals are written into the table (the previous window's slot is created
+ * if the cluster counted something there). The hit itself was answered
+ * from the local count already. */
+
+static void sync_seed_flush(struct sync_ns *sn);
+static void sync_on_seed_timer(struct ev_loop *loop, ev_timer *w, int revents);
+
+static void sync_on_seeded(void *arg, int status, const char *errstr)
+{
+	struct sync_ns *sn = arg;
+	struct sync *sy = sn->sy;
+	double now = rl_now();
+	(void)status, (void)errstr;
+
+	for (size_t i = 0; i < sn->nseeding; i++) {
+		struct strategy_counter *cur = &sn->seed_c[2 * i], *prev = cur + 1;
+		if (cur->ok)
+			shm_sync_total(sy->t, &sn->seed_e[i], cur->total);
+		if (prev->ok)
+			rl_seed(sy->rl, (int)sn->ns, prev->key, prev->key_len, prev->size, prev->start,
+				prev->total, now);
+	}
+	sn->seed_busy = false;
+	if (sn->nqueued > 0 && !ev_is_active(&sn->seed_timer)) {
+		ev_timer_set(&sn->seed_timer, SYNC_SEED_DELAY, 0.);
+		ev_timer_start(sy->loop, &sn->seed_timer);
+	}
+}
+
+static void sync_seed_flush(struct sync_ns *sn)
+{
+	char err[STRATEGY_ERR_MAX];
+
+	if (sn->seed_busy || sn->nqueued == 0)
+		return;
+	if (!sn->ops->ready(sn->st)) {
+		/* The store is away: the next cycle refreshes these keys. */
+		sn->nqueued = 0;
+		return;
+	}
+	memcpy(sn->seed_e, sn->seed_q, sn->nqueued * sizeof(*sn->seed_e));
+	sn->nseeding = sn->nqueued;
+	sn->nqueued = 0;
+	for (size_t i = 0; i < sn->nseeding; i++) {
+		struct shm_entry *e = &sn->seed_e[i];
+		struct strategy_counter c = {
+			.ns = sn->opts.name, .ns_len = strlen(sn->opts.name), .key = e->key,
+			.key_len = e->keylen, .start = e->start, .size = e->size, .diff = 0,
+		};
+		sn->seed_c[2 * i] = c;
+		c.start -= (int64_t)e->size;
+		sn->seed_c[2 * i + 1] = c;
+	}
+	if (sn->ops->push_diffs(sn->st, sn->seed_c, 2 * sn->nseeding, sync_on_seeded, sn, err) == 0)
+		sn->seed_busy = true;
+}
+
+static void sync_on_seed_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct sync_ns *sn = (struct sync_ns *)((char *)w - offsetof(struct sync_ns, seed_timer));
+	(void)loop, (void)revents;
+	sync_seed_flush(sn);
+}
+
+static struct sync_ns *sync_find_ns(struct sync *sy, unsigned ns)
+{
+	for (size_t i = 0; i < sy->n; i++)
+		if (sy->ns[i].ns == ns)
+			return &sy->ns[i];
+	return NULL;
+}
+
+void sync_seed(struct sync *sy, unsigned ns, uint32_t idx)
+{
+	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+
+	if (!sn || !sn->seed_q || sn->nqueued == SYNC_SEED_MAX)
+		return;
+	if (shm_read(sy->t, idx, &sn->seed_q[sn->nqueued]) < 0)
+		return;
+	sn->nqueued++;
+	if (!sn->seed_busy && !ev_is_active(&sn->seed_timer)) {
+		ev_timer_set(&sn->seed_timer, SYNC_SEED_DELAY, 0.);
+		ev_timer_start(sy->loop, &sn->seed_timer);
+	}
+}
+
+int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
+		  strategy_done_cb cb, void *arg)
+{
+	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+	char err[STRATEGY_ERR_MAX];
+
+	if (!sn || !sn->ops->ready(sn->st))
+		return -1;
+	return sn->ops->push_diffs(sn->st, c, n, cb, arg, err);
+}
+
+/* A sync of the namespaces with sync_rate >= 0 (only ns_only if >= 0). */
+static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id, bool flush_mode,
+			     int ns_only)
+{
+	struct sync *sy = calloc(1, sizeof(*sy));
+	if (!sy)
+		return NULL;
+	sy->loop = loop;
+	sy->rl = rl;
+	sy->t = rl_shm(rl);
+	sy->holder = (uint16_t)(worker_id + 1);
+	sy->flush_mode = flush_mode;
+	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
+		struct rl_ns_opts o, *nc = &o;
+		rl_namespace_opts(rl, (int)i, &o);
+		if (nc->sync_rate < 0 || (ns_only >= 0 && (size_t)ns_only != i))
+			continue;
+		struct sync_ns *sn = &sy->ns[sy->n];
+		char err[256] = "";
+		sn->sy = sy;
+		sn->ns = (unsigned)i;
+		sn->opts = o;
+		sn->ops = strategy_find(nc->strategy);
+		sn->st = sn->ops ? sn->ops->create(loop, nc->strategy_opts, err, sizeof(err)) : NULL;
+		if (!sn->st) {
+			LOG(LOG_ERR, "namespace %s: cannot create the %s strategy: %s", nc->name,
+			    nc->strategy, err);
+			continue;
+		}
+		uint64_t rate_ms = (uint64_t)(sync_period(sn) * 1000.0);
+		sn->hold_ms = 3 * rate_ms > SYNC_MIN_HOLD_MS ? 3 * rate_ms : SYNC_MIN_HOLD_MS;
+		if (nc->sync_rate > 0 && !flush_mode) {
+			sn->seed_q = malloc(SYNC_SEED_MAX * sizeof(*sn->seed_q));
+			sn->seed_e = malloc(SYNC_SEED_MAX * sizeof(*sn->seed_e));
+			sn->seed_c = malloc(2 * SYNC_SEED_MAX * sizeof(*sn->seed_c));
+			if (!sn->seed_q || !sn->seed_e || !sn->seed_c) {
+				LOG(LOG_ERR, "namespace %s: out of memory", nc->name);
+				sn->ops->destroy(sn->st);
+				free(sn->seed_q), free(sn->seed_e), free(sn->seed_c);
+				memset(sn, 0, sizeof(*sn));
+				continue;
+			}
+			ev_init(&sn->seed_timer, sync_on_seed_timer);
+		}
+		sy->n++;
+	}
+	if (sy->n == 0) {
+		free(sy);
+		return NULL;
+	}
+	return sy;
+}
+
+struct sync *sync_start(struct ev_loop *loop, struct rl *rl, int worker_id)
+{
+	struct sync *sy = sync_new(loop, rl, worker_id, false, -1);
+	if (!sy)
+		return NULL;
+	for (size_t i = 0; i < sy->n; i++) {
+		struct sync_ns *sn = &sy->ns[i];
+		double rate = sync_period(sn);
+		/* The node's phase: the same for its workers, random across
+		 * nodes, so a fleet does not hit the store in lockstep. */
+		double phase = (double)(node_seed % 1000003u) / 1000003.0 * rate;
+		ev_periodic_init(&sn->tick, sync_on_tick, phase, rate, 0);
+		ev_periodic_start(loop, &sn->tick);
+		LOG(LOG_DEBUG, "namespace %s: syncing with %s every %g s (phase %.3f s)",
+		    sn->opts.name, sn->ops->name, rate, phase);
+	}
+	return sy;
+}
+
+bool sync_busy(const struct sync *sy)
+{
+	if (!sy)
+		return false;
+	for (size_t i = 0; i < sy->n; i++)
+		if (sy->ns[i].busy || sy->ns[i].seed_busy)
+			return true;
+	return false;
+}
+
+void sync_stop(struct sync *sy)
+{
+	if (!sy)
+		return;
+	for (size_t i = 0; i < sy->n; i++) {
+		struct sync_ns *sn = &sy->ns[i];
+		ev_periodic_stop(sy->loop, &sn->tick);
+		ev_timer_stop(sy->loop, &sn->renew);
+		if (sn->seed_q)
+			ev_timer_stop(sy->loop, &sn->seed_timer);
+		/* Fails a pending push: its callback leaves the diffs in place. */
+		sn->ops->destroy(sn->st);
+		free(sn->batch);
+		free(sn->ents);
+		free(sn->seed_q);
+		free(sn->seed_e);
+		free(sn->seed_c);
+	}
+	free(sy);
+}
+
+static void sync_on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	(void)loop, (void)w, (void)revents;
+}
+
+size_t sync_flush(struct rl *rl, double timeout_s)
+{
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	size_t unpushed = 0;
+
+	if (!loop)
+		return 1;
+	struct sync *sy = sync_new(loop, rl, 0, true, -1);
+	if (!sy) {
+		ev_loop_destroy(loop);
+		return 0;
+	}
+	ev_timer wake;
+	ev_timer_init(&wake, sync_on_flush_timer, 0.01, 0.01);
+	ev_timer_start(loop, &wake);
+	double deadline = ev_time() + timeout_s;
+
+	for (size_t i = 0; i < sy->n; i++) {
+		struct sync_ns *sn = &sy->ns[i];
+		if (sync_collect(sn, rl_now(), true) < 0) {
+			unpushed++;
+			continue;
+		}
+		sn->done = sn->n == 0;
+	}
+	/* Push each namespace once its store is connected. */
+	for (;;) {
+		bool all_done = true;
+		for (size_t i = 0; i < sy->n; i++) {
+			struct sync_ns *sn = &sy->ns[i];
+			if (sn->done)
+				continue;
+			all_done = false;
+			if (!sn->busy && sn->ops->ready(sn->st) && sync_push(sn) < 0)
+				sn->done = true;
+		}
+		if (all_done || ev_time() >= deadline)
+			break;
+		ev_run(loop, EVRUN_ONCE);
+	}
+	for (size_t i = 0; i < sy->n; i++) {
+		struct sync_ns *sn = &sy->ns[i];
+		if (!sn->done)
+			sn->unpushed = sn->n;
+		unpushed += sn->unpushed;
+		if (sn->n > 0)
+			LOG(sn->unpushed ? LOG_WARN : LOG_INFO,
+			    "namespace %s: final flush: %zu of %zu counter(s) pushed to %s",
+			    sn->opts.name, sn->n - sn->unpushed, sn->n, sn->ops->name);
+	}
+	ev_timer_stop(loop, &wake);
+	sync_stop(sy);
+	ev_loop_destroy(loop);
+	return unpushed;
+}
+
+/* ---- the reference's sync() and fetch(), for library users ---- */
+
+#define SYNC_LIB_HOLDER 0xfffe    /* lease holder id of library calls */
+
+/* Runs loop until *done or the deadline. */
+static void sync_wait(struct ev_loop *loop, const bool *done, double deadline)
+{
+	ev_timer wake;
+	ev_timer_init(&wake, sync_on_flush_timer, 0.01, 0.01);
+	ev_timer_start(loop, &wake);
+	while (!*done && ev_time() < deadline)
+		ev_run(loop, EVRUN_ONCE);
+	ev_timer_stop(loop, &wake);
+}
+
+static bool sync_wait_ready(struct ev_loop *loop, struct sync_ns *sn, double deadline)
+{
+	ev_timer wake;
+	ev_timer_init(&wake, sync_on_flush_timer, 0.01, 0.01);
+	ev_timer_start(loop, &wake);
+	while (!sn->ops->ready(sn->st) && ev_time() < deadline)
+		ev_run(loop, EVRUN_ONCE);
+	ev_timer_stop(loop, &wake);
+	return sn->ops->ready(sn->st);
+}
+
+int rl_sync(struct rl *rl, const char *ns, double timeout_s)
+{
+	int i = rl_namespace_index(rl, ns, ns ? strlen(ns) : 0);
+	double deadline = ev_time() + timeout_s;
+	int rc = -1;
+
+	if (i < 0 || rl_sync_rate(rl, i) < 0)
+		return -1;
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	if (!loop)
+		return -1;
+	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i);
+	if (!sy) {
+		ev_loop_destroy(loop);
+		return -1;
+	}
+	struct sync_ns *sn = &sy->ns[0];
+	/* One sync of the node at a time: wait for the lease. */
+	while (!shm_lease_take(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms(), sn->hold_ms)) {
+		if (ev_time() >= deadline)
+			goto out;
+		ev_sleep(0.005);
+	}
+	if (sync_wait_ready(loop, sn, deadline) && sync_collect(sn, rl_now(), false) == 0) {
+		sn->done = sn->n == 0;
+		if (sn->n == 0 || sync_push(sn) == 0) {
+			sync_wait(loop, &sn->done, deadline);
+			rc = sn->done && sn->unpushed == 0 ? 0 : -1;
+		}
+	}
+	shm_lease_release(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms());
+out:
+	sync_stop(sy);
+	ev_loop_destroy(loop);
+	return rc;
+}
+
+struct fetch_ctx {
+	struct rl *rl;
+	int ns;
+	double time;
+	bool done;
+	int status;
+	size_t rows;
+};
+
+static void fetch_on_rows(void *arg, int status, const char *errstr,
+			  const struct strategy_row *rows, size_t n)
+{
+	struct fetch_ctx *f = arg;
+	(void)errstr;
+
+	f->done = true;
+	f->status = status;
+	for (size_t i = 0; status == 0 && i < n; i++)
+		if (rl_seed(f->rl, f->ns, rows[i].key, rows[i].key_len, rows[i].size, rows[i].start,
+			    rows[i].count, f->time) == 0)
+			f->rows++;
+}
+
+int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s)
+{
+	int i = rl_namespace_index(rl, ns, ns ? strlen(ns) : 0);
+	struct fetch_ctx f = { .rl = rl, .ns = i, .time = time };
+	double wait = timeout_s > 0 ? timeout_s : 1.0;
+	double deadline = ev_time() + wait;
+	char err[STRATEGY_ERR_MAX];
+	int rc = -1;
+
+	if (i < 0 || rl_sync_rate(rl, i) < 0)
+		return -1;
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	if (!loop)
+		return -1;
+	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i);
+	if (!sy) {
+		ev_loop_destroy(loop);
+		return -1;
+	}
+	struct sync_ns *sn = &sy->ns[0];
+	/* The reference's shm mutex: one process per node fetches; with a
+	 * timeout the lease is left to expire, so that is once per timeout. */
+	if (!shm_lease_take(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms(), (uint64_t)(wait * 1000))) {
+		rc = 0;		/* another process is fetching */
+		goto out;
+	}
+	if (sync_wait_ready(loop, sn, deadline) &&
+	    sn->ops->get_counters(sn->st, sn->opts.name, strlen(sn->opts.name),
+				  sn->opts.window_sizes, sn->opts.n_window_sizes, (int64_t)time,
+				  fetch_on_rows, &f, err) == 0) {
+		sync_wait(loop, &f.done, deadline);
+		rc = f.done && f.status == 0 ? 0 : -1;
+	}
+	if (timeout_s <= 0)
+		shm_lease_release(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms());
+out:
+	sync_stop(sy);
+	ev_loop_destroy(loop);
+	return rc;
+}

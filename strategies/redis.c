@@ -1,0 +1,1724 @@
+/*
+ * redis.c - the Redis strategy: cluster totals kept in Redis hashes, reached
+ * through hiredis's async API on the caller's libev loop (hiredis's own
+ * libev adapter). Implements the contract of strategies/strategy.h.
+ *
+ * Key layout. One hash per (prefix, namespace, bucket, window size,
+ * window start); field = the rate-limit key's bytes, value = the count:
+ *
+ *   <prefix>:{<ns>:<bucket>}:<size>:<start>     e.g.  rl:{api:17}:60:1700000040
+ *            '---- hash tag ----'
+ *
+ * bucket = FNV-1a-64(key) mod 64, stable on every node and every version.
+ * The hash tag puts both windows (and every size) of one bucket into one
+ * Redis Cluster slot, while the 64 buckets of a namespace spread over the
+ * cluster: no namespace-sized hot key (reference 1.8, pitfall 2). A '}' in
+ * a namespace name ends the tag early: still correct, only less spread.
+ * Every hash written gets EXPIRE 2 * size + REDIS_TTL_SLACK seconds, so a
+ * window outlives its time as "previous window"; purge is a no-op.
+ *
+ * push_diffs groups the batch by hash and sends one script call per hash
+ * (per REDIS_CHUNK_MAX counters), all pipelined at once. The script
+ * (REDIS_SCRIPT) reads the fields with one HMGET, adds the diffs in Lua,
+ * writes every changed field back with one HSET, refreshes EXPIRE and
+ * returns every total: integral totals as integers, others as "%.17g"
+ * strings (exact for a double). A diff of "0" only reads: nothing is
+ * created. One script call is atomic, so every counter is. Bulk HMGET/HSET
+ * rather than one HINCRBYFLOAT per field because HINCRBYFLOAT costs the
+ * server several microseconds each (it formats a long double and rewrites
+ * itself as HSET for propagation); the bulk form is what makes 100k
+ * counters per round trip affordable. Doubles are added in double (Lua 5.1
+ * numbers), not long double: totals round-trip exactly through "%.17g".
+ * The script is loaded with SCRIPT LOAD while connecting and called with
+ * EVALSHA; a NOSCRIPT reply resends that one call as EVAL.
+ *
+ * get_counters: HGETALL over 64 buckets x sizes x {current, previous},
+ * pipelined. get_window: one HGET. purge: completes with 0.
+ *
+ * Connection. create() starts a non-blocking connect; AUTH, SELECT and
+ * SCRIPT LOAD are pipelined behind it and the instance is ready() once all
+ * three answered (within timeout_ms, else the attempt is dropped). Host
+ * names are not accepted (resolving would block the loop): host is an
+ * IPv4 or IPv6 literal, or "localhost" for 127.0.0.1. After any failure the
+ * next attempt waits REDIS_BACKOFF_MIN_MS, doubling to REDIS_BACKOFF_MAX_MS,
+ * back to the minimum once an attempt succeeds.
+ *
+ * Operations while not ready() are refused at once: the call returns -1
+ * with errstr "not connected (...)" and the callback never runs. A started
+ * operation fails with "timeout" when, while it waits, the connection
+ * delivers no reply at all for timeout_ms (the clock restarts at every
+ * reply, to any operation: a big pipelined batch that keeps answering, or
+ * a small operation queued behind it, is not cut off); the connection is
+ * then dropped - which also fails the other operations in flight on it,
+ * so no late reply can reach a freed operation - and re-established.
+ *
+ * Callback discipline. hiredis reply callbacks only record results. A
+ * finished operation goes on a done queue drained by a zero-delay timer,
+ * so user callbacks never run inside hiredis (nor inside the call that
+ * started the operation) and may call any operation, destroy() included.
+ * The connection is only freed outside hiredis callbacks (op timers, the
+ * drain, destroy); redisAsyncFree() there runs every pending reply
+ * callback with a NULL reply at once, so after it returns hiredis holds no
+ * pointer to an operation. destroy() from inside a callback of this
+ * instance frees the instance after that callback returns.
+ *
+ * Errors are values: nothing here logs, aborts or blocks; every reply
+ * shape is checked. The process must ignore SIGPIPE (the agent does):
+ * hiredis 0.14 writes with write(2), so a write to a server that just died
+ * raises it.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <hiredis/adapters/libev.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+
+#include "strategies/strategy.h"
+
+#define REDIS_BUCKETS          64
+#define REDIS_BACKOFF_MIN_MS   50
+#define REDIS_BACKOFF_MAX_MS   2000
+#define REDIS_TTL_SLACK        30      /* seconds added to 2 * size */
+#define REDIS_CHUNK_MAX        2000    /* counters per script call: Lua's unpack()
+					* stops at ~8000 values, and one call
+					* blocks the server while it runs */
+#define REDIS_PREFIX_MAX       64
+#define REDIS_PASSWORD_MAX     1024
+#define REDIS_TIMEOUT_MAX_MS   600000
+#define REDIS_DEFAULT_HOST     "127.0.0.1"
+#define REDIS_DEFAULT_PORT     6379
+#define REDIS_DEFAULT_TIMEOUT  100
+#define REDIS_DEFAULT_PREFIX   "rl"
+#define REDIS_DBL_MAX_LEN      32      /* "%.17g" of any double, with NUL */
+#define REDIS_U64_MAX_LEN      20
+
+#define redis_container_of(ptr, type, member) \
+	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/*
+ * The push script. KEYS[1] = the hash; ARGV[1] = TTL seconds, ARGV[2] = n,
+ * ARGV[3 .. n+2] = fields, ARGV[n+3 .. 2n+2] = diffs ("0" = read only).
+ * Returns n totals: integers when integral (below 1e15), else "%.17g"
+ * strings; values are written as "%d" / "%.17g" text (exact for a double;
+ * "%d" spares the slow floating-point printf path for the common case).
+ * Field names are binary Lua strings throughout; `seen` makes a field that
+ * appears twice in one call add up in order. Nothing is written before
+ * every total is known to be valid, so an error reply means the call
+ * changed nothing.
+ */
+static const char REDIS_SCRIPT[] =
+	"local h = KEYS[1]\n"
+	"local n = tonumber(ARGV[2])\n"
+	"local old = redis.call('HMGET', h, unpack(ARGV, 3, n + 2))\n"
+	"local seen, set, out, ns = {}, {}, {}, 0\n"
+	"for i = 1, n do\n"
+	"  local f = ARGV[i + 2]\n"
+	"  local v = seen[f]\n"
+	"  if v == nil then\n"
+	"    v = old[i]\n"
+	"    if v then\n"
+	"      v = tonumber(v)\n"
+	"      if v == nil then\n"
+	"        return redis.error_reply('ERR counter value is not a number')\n"
+	"      end\n"
+	"    else\n"
+	"      v = 0\n"
+	"    end\n"
+	"  end\n"
+	"  local d = ARGV[i + n + 2]\n"
+	"  if d ~= '0' then\n"
+	"    v = v + tonumber(d)\n"
+	"    if v ~= v or v == math.huge or v == -math.huge then\n"
+	"      return redis.error_reply('ERR counter total would not be finite')\n"
+	"    end\n"
+	"  end\n"
+	"  seen[f] = v\n"
+	"  local int = v % 1 == 0 and v > -1e15 and v < 1e15\n"
+	"  if int then out[i] = v else out[i] = string.format('%.17g', v) end\n"
+	"  if d ~= '0' then\n"
+	"    set[ns + 1] = f\n"
+	"    if int then set[ns + 2] = string.format('%d', v) else set[ns + 2] = out[i] end\n"
+	"    ns = ns + 2\n"
+	"  end\n"
+	"end\n"
+	"if ns > 0 then\n"
+	"  redis.call('HSET', h, unpack(set))\n"
+	"  redis.call('EXPIRE', h, ARGV[1])\n"
+	"end\n"
+	"return out\n";
+
+/* ===================================================================== */
+/* Types                                                                 */
+/* ===================================================================== */
+
+struct redis_opts {
+	char host[INET6_ADDRSTRLEN];
+	int port;
+	char socket[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "" = TCP */
+	char *password;                 /* NULL = no AUTH; owned */
+	size_t password_len;
+	int db;                         /* 0 = no SELECT */
+	int timeout_ms;
+	char prefix[REDIS_PREFIX_MAX + 1];
+	size_t prefix_len;
+};
+
+enum redis_state {
+	REDIS_ST_DOWN = 0,              /* no connection; retry timer may run */
+	REDIS_ST_CONNECTING,            /* connect + handshake in flight */
+	REDIS_ST_READY,                 /* handshake done: operations accepted */
+	REDIS_ST_COUNT
+};
+
+enum redis_op_kind {
+	REDIS_OP_PUSH = 0,
+	REDIS_OP_ROWS,
+	REDIS_OP_WINDOW,
+	REDIS_OP_PURGE,
+	REDIS_OP_KIND_COUNT
+};
+
+struct redis_op;
+
+/* One command in flight; its address is the hiredis privdata. */
+struct redis_call {
+	struct redis_op *op;
+	uint32_t first;                 /* push: first index in op->order;
+					 * rows: window index (2 * size index + prev) */
+	uint32_t n;                     /* push: counters in this call */
+	uint32_t nargs;                 /* push: arguments, for the EVAL resend */
+	bool resent;                    /* push: NOSCRIPT fallback used */
+	size_t tail;                    /* push: offset in op->cmd of "1" <key> ... */
+	size_t end;                     /* end offset of the command in op->cmd */
+};
+
+/* One operation. Freed only after its callback returned; never while one
+ * of its calls is registered with hiredis (inflight > 0). */
+struct redis_op {
+	struct redis_strategy *s;
+	struct redis_op *next;          /* done queue */
+	enum redis_op_kind kind;
+	ev_timer timer;                 /* silence timeout */
+	ev_tstamp sent;                 /* loop time its calls were queued */
+	uint32_t inflight;              /* calls registered with hiredis */
+	bool finished;                  /* on the done queue */
+	int status;
+	char errstr[STRATEGY_ERR_MAX];
+	strategy_done_cb done_cb;
+	strategy_rows_cb rows_cb;
+	void *arg;
+
+	/* push, window */
+	struct strategy_counter *batch;
+	size_t n;
+	uint32_t *order;                /* batch indexes, grouped by call */
+
+	/* rows */
+	uint32_t *sizes;                /* nsizes */
+	int64_t *starts;                /* 2 * nsizes: current, previous */
+	struct strategy_row *rows;
+	size_t *key_off;                /* rows[i].key = keys + key_off[i] */
+	size_t nrows, rows_cap;
+	char *keys;
+	size_t keys_len, keys_cap;
+
+	struct redis_call *calls;
+	size_t ncalls;
+	char *cmd;                      /* every call's RESP text */
+	void *arena;                    /* one block: order, calls, sizes, cmd */
+};
+
+struct redis_strategy {
+	struct ev_loop *loop;
+	struct redis_opts o;
+	enum redis_state state;
+	redisAsyncContext *ac;          /* NULL when DOWN */
+	uint64_t gen;                   /* connection attempts so far */
+	int handshake_left;             /* replies awaited before READY */
+	char sha[41];                   /* of REDIS_SCRIPT, "" until loaded */
+	int backoff_ms;                 /* wait before the next attempt */
+	ev_timer retry;                 /* next connection attempt */
+	ev_timer handshake;             /* deadline of the current attempt */
+	ev_timer kick;                  /* zero delay: drop request + done queue */
+	struct redis_op *done_head, *done_tail;
+	bool drop_pending;              /* drop connection `drop_gen` at the kick */
+	uint64_t drop_gen;
+	char drop_reason[STRATEGY_ERR_MAX];
+	char close_reason[STRATEGY_ERR_MAX]; /* for replies lost to our close */
+	char last_err[STRATEGY_ERR_MAX];     /* why the last attempt failed */
+	ev_tstamp last_reply;           /* loop time of the last reply, any call */
+	int in_drain;                   /* nesting of redis_deliver_all() */
+	bool destroying;
+	bool free_pending;              /* destroy() ran inside the drain */
+};
+
+static inline struct redis_strategy *redis_of(struct strategy *st)
+{
+	return (struct redis_strategy *)(void *)st;
+}
+
+static void redis_conn_open(struct redis_strategy *s);
+
+/* ===================================================================== */
+/* Small helpers: hashing, decimal and RESP formatting                   */
+/* ===================================================================== */
+
+/* FNV-1a 64: the bucket of a key must be the same on every node. */
+static uint64_t redis_fnv1a(const void *p, size_t len, uint64_t h)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+#define REDIS_FNV_BASIS 0xcbf29ce484222325ULL
+
+static unsigned redis_bucket(const char *key, size_t len)
+{
+	return (unsigned)(redis_fnv1a(key, len, REDIS_FNV_BASIS) % REDIS_BUCKETS);
+}
+
+/* Writes v in decimal at out (>= 20 bytes, no NUL); returns its length. */
+static size_t redis_u64_dec(char *out, uint64_t v)
+{
+	char tmp[REDIS_U64_MAX_LEN];
+	size_t n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (size_t i = 0; i < n; i++)
+		out[i] = tmp[n - 1 - i];
+	return n;
+}
+
+/* Same for a signed value (>= 21 bytes). */
+static size_t redis_i64_dec(char *out, int64_t v)
+{
+	if (v < 0) {
+		out[0] = '-';
+		return 1 + redis_u64_dec(out + 1, (uint64_t)0 - (uint64_t)v);
+	}
+	return redis_u64_dec(out, (uint64_t)v);
+}
+
+/* Shortest of "%.15g".."%.17g" that reads back as d; integral values in
+ * plain digits. d is finite. Returns the length (< REDIS_DBL_MAX_LEN). */
+static size_t redis_dbl_dec(char *out, double d)
+{
+	int len = 0;
+
+	if (d > -1e15 && d < 1e15 && d == (double)(int64_t)d)
+		return redis_i64_dec(out, (int64_t)d);
+	for (int prec = 15; prec <= 17; prec++) {
+		len = snprintf(out, REDIS_DBL_MAX_LEN, "%.*g", prec, d);
+		if (strtod(out, NULL) == d)
+			break;
+	}
+	return (size_t)len;
+}
+
+static char *redis_put_crlf(char *p)
+{
+	p[0] = '\r';
+	p[1] = '\n';
+	return p + 2;
+}
+
+/* "*<n>\r\n" */
+static char *redis_put_array(char *p, uint64_t n)
+{
+	*p++ = '*';
+	p += redis_u64_dec(p, n);
+	return redis_put_crlf(p);
+}
+
+/* "$<len>\r\n<data>\r\n" */
+static char *redis_put_bulk(char *p, const void *data, size_t len)
+{
+	*p++ = '$';
+	p += redis_u64_dec(p, len);
+	p = redis_put_crlf(p);
+	if (len)
+		memcpy(p, data, len);
+	return redis_put_crlf(p + len);
+}
+
+/* Bytes redis_put_bulk() writes for a payload of len, at most. */
+#define REDIS_BULK_MAX(len) ((len) + 1 + REDIS_U64_MAX_LEN + 4)
+
+/* Bytes of a script call besides its hash name and its counters:
+ * "*<n>", EVALSHA, the SHA1, "1", the TTL, the count. */
+#define REDIS_CALL_OVERHEAD \
+	(3 + REDIS_U64_MAX_LEN + REDIS_BULK_MAX(7) + REDIS_BULK_MAX(40) + REDIS_BULK_MAX(1) + \
+	 2 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN))
+
+/* The hash name of (ns, bucket, size, start) as one bulk string:
+ * "<prefix>:{<ns>:<bucket>}:<size>:<start>". */
+static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns,
+			    size_t ns_len, unsigned bucket, uint32_t size, int64_t start)
+{
+	char b[REDIS_U64_MAX_LEN], z[REDIS_U64_MAX_LEN], t[REDIS_U64_MAX_LEN + 1];
+	size_t bl = redis_u64_dec(b, bucket);
+	size_t zl = redis_u64_dec(z, size);
+	size_t tl = redis_i64_dec(t, start);
+	size_t len = s->o.prefix_len + 2 + ns_len + 1 + bl + 2 + zl + 1 + tl;
+
+	*p++ = '$';
+	p += redis_u64_dec(p, len);
+	p = redis_put_crlf(p);
+	memcpy(p, s->o.prefix, s->o.prefix_len);
+	p += s->o.prefix_len;
+	*p++ = ':';
+	*p++ = '{';
+	if (ns_len)
+		memcpy(p, ns, ns_len);
+	p += ns_len;
+	*p++ = ':';
+	memcpy(p, b, bl);
+	p += bl;
+	*p++ = '}';
+	*p++ = ':';
+	memcpy(p, z, zl);
+	p += zl;
+	*p++ = ':';
+	memcpy(p, t, tl);
+	p += tl;
+	return redis_put_crlf(p);
+}
+
+/* Bytes redis_put_hkey() writes, at most. */
+static size_t redis_hkey_max(const struct redis_strategy *s, size_t ns_len)
+{
+	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + 8 + 3 * REDIS_U64_MAX_LEN);
+}
+
+/* floor(now / size) * size, also for negative now. size > 0. */
+static int64_t redis_window_start(int64_t now, uint32_t size)
+{
+	int64_t q = now / (int64_t)size;
+
+	if (now % (int64_t)size < 0)
+		q--;
+	return q * (int64_t)size;
+}
+
+static uint64_t redis_ttl(uint32_t size)
+{
+	return 2 * (uint64_t)size + REDIS_TTL_SLACK;
+}
+
+/* Parses a bulk string holding a number (all of it, finite). */
+static int redis_parse_double(const char *str, size_t len, double *out)
+{
+	char buf[64];
+	char *end;
+	double d;
+
+	if (len == 0 || len >= sizeof(buf))
+		return -1;
+	memcpy(buf, str, len);
+	buf[len] = '\0';
+	errno = 0;
+	d = strtod(buf, &end);
+	if (end != buf + len || !isfinite(d))
+		return -1;
+	*out = d;
+	return 0;
+}
+
+/* A total from a script or HGET reply: integer, number string, or nil (0). */
+static int redis_reply_number(const redisReply *r, double *out)
+{
+	switch (r->type) {
+	case REDIS_REPLY_INTEGER:
+		*out = (double)r->integer;
+		return 0;
+	case REDIS_REPLY_STRING:
+		return redis_parse_double(r->str, r->len, out);
+	case REDIS_REPLY_NIL:
+		*out = 0;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+static const char *redis_reply_type_name(int type)
+{
+	switch (type) {
+	case REDIS_REPLY_STRING:  return "string";
+	case REDIS_REPLY_ARRAY:   return "array";
+	case REDIS_REPLY_INTEGER: return "integer";
+	case REDIS_REPLY_NIL:     return "nil";
+	case REDIS_REPLY_STATUS:  return "status";
+	case REDIS_REPLY_ERROR:   return "error";
+	default:                  return "unknown";
+	}
+}
+
+static void redis_seterr(char *errstr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void redis_seterr(char *errstr, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (errstr == NULL)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(errstr, STRATEGY_ERR_MAX, fmt, ap);
+	va_end(ap);
+}
+
+/* ===================================================================== */
+/* Options                                                               */
+/* ===================================================================== */
+
+static const char *redis_json_type(const json_t *v)
+{
+	switch (json_typeof(v)) {
+	case JSON_OBJECT:  return "an object";
+	case JSON_ARRAY:   return "an array";
+	case JSON_STRING:  return "a string";
+	case JSON_INTEGER: return "an integer";
+	case JSON_REAL:    return "a number with a fraction";
+	case JSON_TRUE:
+	case JSON_FALSE:   return "a boolean";
+	case JSON_NULL:    return "null";
+	default:           return "something else";
+	}
+}
+
+/* An integer option within [lo, hi]. */
+static int redis_opt_int(const char *name, const json_t *v, long long lo, long long hi,
+			 int *out, char *err, size_t errlen)
+{
+	long long x;
+
+	if (!json_is_integer(v)) {
+		snprintf(err, errlen,
+			 "%s: expected an integer from %lld to %lld, got %s", name,
+			 lo, hi, redis_json_type(v));
+		return -1;
+	}
+	x = json_integer_value(v);
+	if (x < lo || x > hi) {
+		snprintf(err, errlen,
+			 "%s: expected an integer from %lld to %lld, got %lld", name,
+			 lo, hi, x);
+		return -1;
+	}
+	*out = (int)x;
+	return 0;
+}
+
+/* A string option of 1..max bytes. */
+static int redis_opt_str(const char *name, const json_t *v, size_t max, const char **out,
+			 size_t *len, char *err, size_t errlen)
+{
+	if (!json_is_string(v)) {
+		snprintf(err, errlen, "%s: expected a string, got %s", name,
+			 redis_json_type(v));
+		return -1;
+	}
+	*out = json_string_value(v);
+	*len = json_string_length(v);
+	if (*len == 0 || *len > max) {
+		snprintf(err, errlen,
+			 "%s: expected a string of 1 to %zu bytes, got %zu", name,
+			 max, *len);
+		return -1;
+	}
+	return 0;
+}
+
+/* Fills o from the JSON text (NULL = defaults). Returns 0, or -1 with a
+ * message naming the option and what was expected. o->password is owned
+ * by o on success and on failure (free it either way). */
+static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, size_t errlen)
+{
+	json_error_t jerr;
+	json_t *root, *v;
+	const char *k;
+	bool has_host = false, has_port = false, has_socket = false;
+	int rc = -1;
+
+	memset(o, 0, sizeof(*o));
+	strcpy(o->host, REDIS_DEFAULT_HOST);
+	o->port = REDIS_DEFAULT_PORT;
+	o->timeout_ms = REDIS_DEFAULT_TIMEOUT;
+	strcpy(o->prefix, REDIS_DEFAULT_PREFIX);
+	o->prefix_len = strlen(o->prefix);
+	if (text == NULL)
+		return 0;
+
+	root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
+	if (root == NULL) {
+		snprintf(err, errlen, "strategy_opts: invalid JSON at line %d column %d: %s",
+			 jerr.line, jerr.column, jerr.text);
+		return -1;
+	}
+	if (!json_is_object(root)) {
+		snprintf(err, errlen, "strategy_opts: expected a JSON object, got %s",
+			 redis_json_type(root));
+		goto out;
+	}
+	json_object_foreach(root, k, v) {
+		const char *str;
+		size_t len;
+
+		if (strcmp(k, "host") == 0) {
+			unsigned char addr[sizeof(struct in6_addr)];
+
+			if (redis_opt_str(k, v, INET6_ADDRSTRLEN - 1, &str, &len, err, errlen) < 0)
+				goto out;
+			if (strcmp(str, "localhost") == 0)
+				str = "127.0.0.1";
+			if (strlen(str) != len || (inet_pton(AF_INET, str, addr) != 1 &&
+						   inet_pton(AF_INET6, str, addr) != 1)) {
+				snprintf(err, errlen,
+					 "host: expected an IPv4 or IPv6 address or "
+					 "\"localhost\" (names are not resolved: it would block "
+					 "the loop)");
+				goto out;
+			}
+			snprintf(o->host, sizeof(o->host), "%s", str);
+			has_host = true;
+		} else if (strcmp(k, "port") == 0) {
+			if (redis_opt_int(k, v, 1, 65535, &o->port, err, errlen) < 0)
+				goto out;
+			has_port = true;
+		} else if (strcmp(k, "socket") == 0) {
+			if (redis_opt_str(k, v, sizeof(o->socket) - 1, &str, &len, err, errlen) < 0)
+				goto out;
+			if (strlen(str) != len) {
+				snprintf(err, errlen,
+					 "socket: expected a path without NUL bytes");
+				goto out;
+			}
+			memcpy(o->socket, str, len + 1);
+			has_socket = true;
+		} else if (strcmp(k, "password") == 0) {
+			if (redis_opt_str(k, v, REDIS_PASSWORD_MAX, &str, &len, err, errlen) < 0)
+				goto out;
+			o->password = malloc(len + 1);
+			if (o->password == NULL) {
+				snprintf(err, errlen, "out of memory");
+				goto out;
+			}
+			memcpy(o->password, str, len + 1);
+			o->password_len = len;
+		} else if (strcmp(k, "db") == 0) {
+			if (redis_opt_int(k, v, 0, INT_MAX, &o->db, err, errlen) < 0)
+				goto out;
+		} else if (strcmp(k, "timeout_ms") == 0) {
+			if (redis_opt_int(k, v, 1, REDIS_TIMEOUT_MAX_MS, &o->timeout_ms, err,
+					  errlen) < 0)
+				goto out;
+		} else if (strcmp(k, "prefix") == 0) {
+			if (redis_opt_str(k, v, REDIS_PREFIX_MAX, &str, &len, err, errlen) < 0)
+				goto out;
+			if (memchr(str, '{', len) || memchr(str, '}', len)) {
+				snprintf(err, errlen, "prefix: expected a string "
+					 "without '{' or '}' (they would change the Redis Cluster "
+					 "hash tag)");
+				goto out;
+			}
+			memcpy(o->prefix, str, len);
+			o->prefix[len] = '\0';
+			o->prefix_len = len;
+		} else {
+			snprintf(err, errlen, "%.64s: unknown option (known: host, port, socket, "
+				 "password, db, timeout_ms, prefix)", k);
+			goto out;
+		}
+	}
+	if (has_socket && (has_host || has_port)) {
+		snprintf(err, errlen, "socket: cannot be combined with host or port");
+		goto out;
+	}
+	rc = 0;
+out:
+	json_decref(root);
+	return rc;
+}
+
+/* ===================================================================== */
+/* Operations: lifetime and completion                                   */
+/* ===================================================================== */
+
+/* Zero-delay timer: the drain runs at the next loop iteration, outside
+ * hiredis and outside the caller's current call. */
+static void redis_kick(struct redis_strategy *s)
+{
+	if (!ev_is_active(&s->kick)) {
+		ev_timer_set(&s->kick, 0., 0.);
+		ev_timer_start(s->loop, &s->kick);
+	}
+}
+
+/* Records the first failure of op (later ones are consequences). */
+static void redis_op_fail(struct redis_op *op, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void redis_op_fail(struct redis_op *op, const char *fmt, ...)
+{
+	va_list ap;
+
+	if (op->status < 0)
+		return;
+	op->status = -1;
+	va_start(ap, fmt);
+	vsnprintf(op->errstr, sizeof(op->errstr), fmt, ap);
+	va_end(ap);
+}
+
+/* Puts op on the done queue; its callback runs from the drain. */
+static void redis_op_finish(struct redis_op *op)
+{
+	struct redis_strategy *s = op->s;
+
+	if (op->finished)
+		return;
+	op->finished = true;
+	ev_timer_stop(s->loop, &op->timer);
+	op->next = NULL;
+	if (s->done_tail)
+		s->done_tail->next = op;
+	else
+		s->done_head = op;
+	s->done_tail = op;
+	redis_kick(s);
+}
+
+/* One call of op got its reply (or NULL): finish op after the last one.
+ * Any reply proves the server alive: it pushes back every silence timer. */
+static void redis_call_done(struct redis_call *c)
+{
+	struct redis_op *op = c->op;
+
+	op->s->last_reply = ev_now(op->s->loop);
+	if (op->inflight > 0)
+		op->inflight--;
+	if (op->inflight == 0)
+		redis_op_finish(op);
+}
+
+static void redis_op_free(struct redis_op *op)
+{
+	free(op->rows);
+	free(op->key_off);
+	free(op->keys);
+	free(op->arena);
+	free(op);
+}
+
+/* Runs op's callback once, with its outcome. */
+static void redis_op_deliver(struct redis_op *op)
+{
+	switch (op->kind) {
+	case REDIS_OP_PUSH:
+	case REDIS_OP_WINDOW:
+		/* The replies marked the counters of every call that was
+		 * applied: on a failed push they are the ones the store has
+		 * (strategy.h), so the sync loop acks them and only them. */
+		/* fall through */
+	case REDIS_OP_PURGE:
+		if (op->done_cb)
+			op->done_cb(op->arg, op->status, op->status == 0 ? NULL : op->errstr);
+		break;
+	case REDIS_OP_ROWS:
+		if (op->rows_cb == NULL)
+			break;
+		if (op->status == 0) {
+			for (size_t i = 0; i < op->nrows; i++)
+				op->rows[i].key = op->keys + op->key_off[i];
+			op->rows_cb(op->arg, 0, NULL, op->rows, op->nrows);
+		} else {
+			op->rows_cb(op->arg, -1, op->errstr, NULL, 0);
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+static void redis_free(struct redis_strategy *s)
+{
+	free(s->o.password);
+	free(s);
+}
+
+/* Delivers every finished operation. A callback may start operations or
+ * destroy the instance: then the instance is freed here, once the
+ * outermost drain is done with it. */
+static void redis_deliver_all(struct redis_strategy *s)
+{
+	s->in_drain++;
+	while (s->done_head != NULL) {
+		struct redis_op *op = s->done_head;
+
+		s->done_head = op->next;
+		if (s->done_head == NULL)
+			s->done_tail = NULL;
+		redis_op_deliver(op);
+		redis_op_free(op);
+		if (s->free_pending)
+			break;
+	}
+	s->in_drain--;
+	if (s->free_pending && s->in_drain == 0)
+		redis_free(s);
+}
+
+static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kind kind,
+				     strategy_done_cb done_cb, strategy_rows_cb rows_cb, void *arg)
+{
+	struct redis_op *op = calloc(1, sizeof(*op));
+
+	if (op == NULL)
+		return NULL;
+	op->s = s;
+	op->kind = kind;
+	op->done_cb = done_cb;
+	op->rows_cb = rows_cb;
+	op->arg = arg;
+	return op;
+}
+
+/* ===================================================================== */
+/* Connection                                                            */
+/* ===================================================================== */
+
+static void redis_schedule_retry(struct redis_strategy *s)
+{
+	if (s->destroying)
+		return;
+	ev_timer_stop(s->loop, &s->retry);
+	ev_timer_set(&s->retry, s->backoff_ms / 1000.0, 0.);
+	ev_timer_start(s->loop, &s->retry);
+	s->backoff_ms = s->backoff_ms * 2 > REDIS_BACKOFF_MAX_MS ? REDIS_BACKOFF_MAX_MS
+								  : s->backoff_ms * 2;
+}
+
+/* Forgets the connection hiredis is about to free by itself. */
+static void redis_conn_lost(struct redis_strategy *s, const char *why)
+{
+	s->ac = NULL;
+	s->state = REDIS_ST_DOWN;
+	ev_timer_stop(s->loop, &s->handshake);
+	snprintf(s->last_err, sizeof(s->last_err), "%s", why);
+	redis_schedule_retry(s);
+}
+
+/* Closes the connection now. Only outside hiredis callbacks: every reply
+ * callback still pending runs (with NULL) before this returns, so no
+ * operation stays registered with hiredis. */
+static void redis_conn_close(struct redis_strategy *s, const char *why, bool retry)
+{
+	redisAsyncContext *ac = s->ac;
+
+	ev_timer_stop(s->loop, &s->handshake);
+	s->state = REDIS_ST_DOWN;
+	if (ac == NULL)
+		return;
+	s->ac = NULL;
+	snprintf(s->close_reason, sizeof(s->close_reason), "%s", why);
+	snprintf(s->last_err, sizeof(s->last_err), "%s", why);
+	ac->data = NULL;        /* its disconnect callback is no news to us */
+	redisAsyncFree(ac);
+	if (retry)
+		redis_schedule_retry(s);
+}
+
+/* From inside a hiredis callback: close the connection at the kick. */
+static void redis_conn_drop_later(struct redis_strategy *s, const char *why)
+{
+	if (s->drop_pending && s->drop_gen == s->gen)
+		return;
+	s->drop_pending = true;
+	s->drop_gen = s->gen;
+	snprintf(s->drop_reason, sizeof(s->drop_reason), "%s", why);
+	redis_kick(s);
+}
+
+static void redis_on_connect(const redisAsyncContext *ac, int status)
+{
+	struct redis_strategy *s = ac->data;
+	char why[STRATEGY_ERR_MAX];
+
+	if (s == NULL || ac != s->ac || status == REDIS_OK)
+		return;     /* connected: the handshake replies decide */
+	/* hiredis frees ac after this returns (and runs the handshake
+	 * callbacks with NULL, which see ac != s->ac). */
+	snprintf(why, sizeof(why), "connect failed: %s", ac->errstr ? ac->errstr : "?");
+	redis_conn_lost(s, why);
+}
+
+static void redis_on_disconnect(const redisAsyncContext *ac, int status)
+{
+	struct redis_strategy *s = ac->data;
+	char why[STRATEGY_ERR_MAX];
+
+	(void)status;
+	if (s == NULL || ac != s->ac)
+		return;
+	snprintf(why, sizeof(why), "disconnected: %s",
+		 ac->err && ac->errstr ? ac->errstr : "connection closed");
+	redis_conn_lost(s, why);
+}
+
+/* AUTH, SELECT and SCRIPT LOAD replies; privdata = s. */
+static void redis_on_handshake(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_strategy *s = privdata;
+	redisReply *reply = r;
+	char why[STRATEGY_ERR_MAX];
+
+	if (ac != s->ac || reply == NULL)
+		return;     /* stale, or the close path has it */
+	if (reply->type == REDIS_REPLY_ERROR) {
+		snprintf(why, sizeof(why), "handshake: %.*s",
+			 (int)(reply->len > 100 ? 100 : reply->len), reply->str);
+		redis_conn_drop_later(s, why);
+		return;
+	}
+	if (reply->type == REDIS_REPLY_STRING && reply->len == 40 && s->handshake_left == 1) {
+		memcpy(s->sha, reply->str, 40);   /* SCRIPT LOAD comes last */
+		s->sha[40] = '\0';
+	} else if (reply->type != REDIS_REPLY_STATUS) {
+		snprintf(why, sizeof(why), "handshake: unexpected %s reply",
+			 redis_reply_type_name(reply->type));
+		redis_conn_drop_later(s, why);
+		return;
+	}
+	if (--s->handshake_left > 0)
+		return;
+	if (s->sha[0] == '\0') {
+		redis_conn_drop_later(s, "handshake: SCRIPT LOAD returned no SHA1");
+		return;
+	}
+	s->state = REDIS_ST_READY;
+	s->backoff_ms = REDIS_BACKOFF_MIN_MS;
+	s->last_err[0] = '\0';
+	ev_timer_stop(s->loop, &s->handshake);
+}
+
+static void redis_on_handshake_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct redis_strategy *s = redis_container_of(w, struct redis_strategy, handshake);
+
+	(void)loop;
+	(void)revents;
+	redis_conn_close(s, "connect timeout", true);
+}
+
+static void redis_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct redis_strategy *s = redis_container_of(w, struct redis_strategy, retry);
+
+	(void)loop;
+	(void)revents;
+	redis_conn_open(s);
+}
+
+/* Starts a non-blocking connection attempt with its handshake queued. */
+static void redis_conn_open(struct redis_strategy *s)
+{
+	redisAsyncContext *ac;
+
+	if (s->ac != NULL || s->destroying)
+		return;
+	if (s->o.socket[0])
+		ac = redisAsyncConnectUnix(s->o.socket);
+	else
+		ac = redisAsyncConnect(s->o.host, s->o.port);
+	if (ac == NULL || ac->err) {
+		snprintf(s->last_err, sizeof(s->last_err), "connect failed: %s",
+			 ac && ac->errstr ? ac->errstr : "out of memory");
+		if (ac)
+			redisAsyncFree(ac);
+		redis_schedule_retry(s);
+		return;
+	}
+	ac->data = s;
+	if (redisLibevAttach(s->loop, ac) != REDIS_OK ||
+	    redisAsyncSetConnectCallback(ac, redis_on_connect) != REDIS_OK ||
+	    redisAsyncSetDisconnectCallback(ac, redis_on_disconnect) != REDIS_OK) {
+		snprintf(s->last_err, sizeof(s->last_err),
+			 "connect failed: cannot attach to the loop");
+		redisAsyncFree(ac);
+		redis_schedule_retry(s);
+		return;
+	}
+	s->ac = ac;
+	s->gen++;
+	s->state = REDIS_ST_CONNECTING;
+	s->handshake_left = 0;
+	s->sha[0] = '\0';
+	if (s->o.password) {
+		redisAsyncCommand(ac, redis_on_handshake, s, "AUTH %b", s->o.password,
+				  s->o.password_len);
+		s->handshake_left++;
+	}
+	if (s->o.db) {
+		redisAsyncCommand(ac, redis_on_handshake, s, "SELECT %d", s->o.db);
+		s->handshake_left++;
+	}
+	redisAsyncCommand(ac, redis_on_handshake, s, "SCRIPT LOAD %s", REDIS_SCRIPT);
+	s->handshake_left++;
+	ev_timer_set(&s->handshake, s->o.timeout_ms / 1000.0, 0.);
+	ev_timer_start(s->loop, &s->handshake);
+}
+
+/* The kick: a drop asked for from inside hiredis, then the done queue. */
+static void redis_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct redis_strategy *s = redis_container_of(w, struct redis_strategy, kick);
+
+	(void)loop;
+	(void)revents;
+	if (s->drop_pending) {
+		s->drop_pending = false;
+		if (s->ac != NULL && s->gen == s->drop_gen)
+			redis_conn_close(s, s->drop_reason, true);
+	}
+	redis_deliver_all(s);
+}
+
+/*
+ * The silence timeout of an operation: timeout_ms after it was sent or
+ * after the last reply the connection delivered (to any call), whichever
+ * is later - an operation pipelined behind a big batch that keeps
+ * answering is waiting, not stuck. The timer is pushed back lazily, here,
+ * rather than at every reply. On expiry: fail the operation, drop the
+ * connection (which fails the others in flight on it) and reconnect.
+ */
+static void redis_on_op_timeout(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct redis_op *op = redis_container_of(w, struct redis_op, timer);
+	struct redis_strategy *s = op->s;
+	ev_tstamp t = s->o.timeout_ms / 1000.0;
+	ev_tstamp due = (s->last_reply > op->sent ? s->last_reply : op->sent) + t;
+
+	(void)revents;
+	if (due - ev_now(loop) > 0.0005) {
+		w->repeat = due - ev_now(loop);
+		ev_timer_again(loop, w);
+		return;
+	}
+	redis_op_fail(op, "timeout: no reply from redis within %d ms", s->o.timeout_ms);
+	redis_conn_close(s, "an operation timed out", true);
+	if (!op->finished) {    /* its calls were all on that connection */
+		op->inflight = 0;
+		redis_op_finish(op);
+	}
+}
+
+/* Refuses an operation when the instance cannot take it now. */
+static int redis_check_ready(const struct redis_strategy *s, char *errstr)
+{
+	if (s->destroying) {
+		redis_seterr(errstr, "not connected (instance destroyed)");
+		return -1;
+	}
+	if (s->state != REDIS_ST_READY) {
+		redis_seterr(errstr, "not connected%s%s%s", s->last_err[0] ? " (" : "", s->last_err,
+			     s->last_err[0] ? ")" : "");
+		return -1;
+	}
+	return 0;
+}
+
+/* Starts the silence timer of an operation whose calls were all sent. */
+static void redis_op_started(struct redis_op *op)
+{
+	struct redis_strategy *s = op->s;
+
+	if (op->inflight == 0) {
+		redis_op_finish(op);
+		return;
+	}
+	ev_now_update(s->loop);     /* building a big batch takes a while */
+	op->sent = ev_now(s->loop);
+	ev_init(&op->timer, redis_on_op_timeout);
+	op->timer.repeat = s->o.timeout_ms / 1000.0;
+	ev_timer_again(s->loop, &op->timer);
+}
+
+/* Registers call c (RESP text at op->cmd + off, len bytes). */
+static int redis_send(struct redis_strategy *s, struct redis_call *c, redisCallbackFn *fn,
+		      size_t off, size_t len)
+{
+	if (redisAsyncFormattedCommand(s->ac, fn, c, c->op->cmd + off, len) != REDIS_OK)
+		return -1;
+	c->op->inflight++;
+	return 0;
+}
+
+/* A NULL reply: the connection is going away with this call in flight. */
+static void redis_call_lost(struct redis_call *c, const redisAsyncContext *ac)
+{
+	struct redis_strategy *s = c->op->s;
+
+	if (s->destroying)
+		redis_op_fail(c->op, "instance destroyed");
+	else if (ac->err && ac->errstr)
+		redis_op_fail(c->op, "connection lost: %s", ac->errstr);
+	else
+		redis_op_fail(c->op, "connection lost: %s",
+			      s->close_reason[0] ? s->close_reason : "closed");
+}
+
+/* An error reply, as "redis: <first line>". */
+static void redis_call_error(struct redis_call *c, const redisReply *r)
+{
+	redis_op_fail(c->op, "redis: %.*s", (int)(r->len > 110 ? 110 : r->len), r->str);
+}
+
+/* ===================================================================== */
+/* push_diffs                                                            */
+/* ===================================================================== */
+
+/* One hash of a batch while grouping. */
+struct redis_group {
+	const char *ns;
+	size_t ns_len;
+	int64_t start;
+	uint32_t size;
+	uint32_t bucket;
+	uint32_t count;
+	uint32_t pos;                   /* first slot in order[] */
+	uint64_t hash;
+};
+
+struct redis_grouping {
+	struct redis_group *g;
+	size_t ng, gcap;
+	uint32_t *table;                /* group index + 1, 0 = empty */
+	size_t tcap;                    /* power of 2 */
+};
+
+static uint64_t redis_mix(uint64_t h)
+{
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdULL;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 33;
+	return h;
+}
+
+static int redis_grouping_grow(struct redis_grouping *gr)
+{
+	size_t ncap = gr->tcap ? gr->tcap * 2 : 256;
+	uint32_t *nt = calloc(ncap, sizeof(*nt));
+
+	if (nt == NULL)
+		return -1;
+	for (size_t i = 0; i < gr->ng; i++) {
+		size_t j = gr->g[i].hash & (ncap - 1);
+
+		while (nt[j])
+			j = (j + 1) & (ncap - 1);
+		nt[j] = (uint32_t)i + 1;
+	}
+	free(gr->table);
+	gr->table = nt;
+	gr->tcap = ncap;
+	return 0;
+}
+
+/* The group of counter c (bucket b, ns hash nh), created if new. Returns
+ * its index or -1 (out of memory). */
+static long redis_group_of(struct redis_grouping *gr, const struct strategy_counter *c,
+			   unsigned b, uint64_t nh)
+{
+	uint64_t h = redis_mix(nh ^ redis_mix(((uint64_t)c->size << 32 | b) ^
+					      redis_mix((uint64_t)c->start)));
+	size_t j;
+
+	if ((gr->ng + 1) * 2 > gr->tcap && redis_grouping_grow(gr) < 0)
+		return -1;
+	for (j = h & (gr->tcap - 1); gr->table[j]; j = (j + 1) & (gr->tcap - 1)) {
+		struct redis_group *g = &gr->g[gr->table[j] - 1];
+
+		if (g->hash == h && g->size == c->size && g->start == c->start && g->bucket == b &&
+		    g->ns_len == c->ns_len &&
+		    (g->ns == c->ns || memcmp(g->ns, c->ns, c->ns_len) == 0))
+			return (long)(gr->table[j] - 1);
+	}
+	if (gr->ng == gr->gcap) {
+		size_t ncap = gr->gcap ? gr->gcap * 2 : 64;
+		struct redis_group *ng = realloc(gr->g, ncap * sizeof(*ng));
+
+		if (ng == NULL)
+			return -1;
+		gr->g = ng;
+		gr->gcap = ncap;
+	}
+	gr->g[gr->ng] = (struct redis_group){ .ns = c->ns, .ns_len = c->ns_len, .start = c->start,
+					      .size = c->size, .bucket = b, .hash = h };
+	gr->table[j] = (uint32_t)gr->ng + 1;
+	return (long)gr->ng++;
+}
+
+/* Reply of one script call: an array of c->n totals in c's order. */
+static void redis_on_push_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_call *c = privdata;
+	struct redis_op *op = c->op;
+	redisReply *reply = r;
+
+	if (reply == NULL) {
+		redis_call_lost(c, ac);
+	} else if (reply->type == REDIS_REPLY_ERROR) {
+		if (!c->resent && op->status == 0 && reply->len >= 8 &&
+		    memcmp(reply->str, "NOSCRIPT", 8) == 0) {
+			/* The script cache was flushed: resend this call as
+			 * EVAL (which caches the script again). */
+			size_t slen = sizeof(REDIS_SCRIPT) - 1;
+			size_t tail = c->end - c->tail;
+			char *buf = malloc(64 + REDIS_BULK_MAX(slen) + tail);
+			char *p = buf;
+
+			c->resent = true;
+			if (buf != NULL) {
+				p = redis_put_array(p, c->nargs);
+				p = redis_put_bulk(p, "EVAL", 4);
+				p = redis_put_bulk(p, REDIS_SCRIPT, slen);
+				memcpy(p, op->cmd + c->tail, tail);
+				p += tail;
+				if (redisAsyncFormattedCommand(ac, redis_on_push_reply, c, buf,
+							       (size_t)(p - buf)) == REDIS_OK) {
+					free(buf);
+					return;     /* still in flight */
+				}
+				free(buf);
+			}
+			redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
+		} else {
+			redis_call_error(c, reply);
+		}
+	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->n) {
+		redis_op_fail(op,
+			      "redis: push script returned %s of %zu elements, expected %u totals",
+			      redis_reply_type_name(reply->type),
+			      reply->type == REDIS_REPLY_ARRAY ? reply->elements : (size_t)0, c->n);
+	} else {
+		for (uint32_t i = 0; i < c->n; i++) {
+			struct strategy_counter *ctr = &op->batch[op->order[c->first + i]];
+
+			if (redis_reply_number(reply->element[i], &ctr->total) < 0) {
+				redis_op_fail(op, "redis: push script returned a %s total",
+					      redis_reply_type_name(reply->element[i]->type));
+				break;
+			}
+			ctr->ok = true;     /* this call was applied */
+		}
+	}
+	redis_call_done(c);
+}
+
+static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
+			    strategy_done_cb cb, void *arg, char *errstr)
+{
+	struct redis_strategy *s = redis_of(st);
+	struct redis_grouping gr = { 0 };
+	struct redis_op *op;
+	uint32_t *gid = NULL;
+	size_t ncalls = 0, cmd_max = 0, calls_off, cmd_off, total;
+	const char *last_ns = NULL;
+	size_t last_ns_len = 0;
+	uint64_t nh = 0;
+	char *p;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	if (n > UINT32_MAX / 2) {
+		redis_seterr(errstr, "batch of %zu counters is too large", n);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (batch[i].size == 0) {
+			redis_seterr(errstr, "counter %zu: window size 0", i);
+			return -1;
+		}
+		if (!isfinite(batch[i].diff)) {
+			redis_seterr(errstr, "counter %zu: diff is not finite", i);
+			return -1;
+		}
+		batch[i].ok = false;
+	}
+	op = redis_op_new(s, REDIS_OP_PUSH, cb, NULL, arg);
+	if (op == NULL)
+		goto oom;
+	op->batch = batch;
+	op->n = n;
+	if (n == 0) {
+		redis_op_finish(op);
+		return 0;
+	}
+
+	/* 1. group: counter -> hash */
+	gid = malloc(n * sizeof(*gid));
+	if (gid == NULL)
+		goto oom;
+	for (size_t i = 0; i < n; i++) {
+		const struct strategy_counter *c = &batch[i];
+		long g;
+
+		if (c->ns != last_ns || c->ns_len != last_ns_len) {
+			last_ns = c->ns;
+			last_ns_len = c->ns_len;
+			nh = redis_fnv1a(c->ns, c->ns_len, REDIS_FNV_BASIS);
+		}
+		g = redis_group_of(&gr, c, redis_bucket(c->key, c->key_len), nh);
+		if (g < 0)
+			goto oom;
+		gid[i] = (uint32_t)g;
+		gr.g[g].count++;
+	}
+
+	/* 2. size the arena: order[], calls[], the commands */
+	for (size_t g = 0; g < gr.ng; g++) {
+		size_t chunks = (gr.g[g].count + REDIS_CHUNK_MAX - 1) / REDIS_CHUNK_MAX;
+
+		ncalls += chunks;
+		cmd_max += chunks * (REDIS_CALL_OVERHEAD + redis_hkey_max(s, gr.g[g].ns_len));
+	}
+	for (size_t i = 0; i < n; i++)
+		cmd_max += REDIS_BULK_MAX(batch[i].key_len) + REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+	calls_off = (n * sizeof(uint32_t) + 15) & ~(size_t)15;
+	cmd_off = calls_off + ncalls * sizeof(struct redis_call);
+	total = cmd_off + cmd_max;
+	op->arena = malloc(total);
+	if (op->arena == NULL)
+		goto oom;
+	op->order = op->arena;
+	op->calls = (struct redis_call *)(void *)((char *)op->arena + calls_off);
+	op->cmd = (char *)op->arena + cmd_off;
+
+	/* 3. order[]: the batch indexes, grouped (stable within a group) */
+	for (size_t g = 0, pos = 0; g < gr.ng; g++) {
+		gr.g[g].pos = (uint32_t)pos;
+		pos += gr.g[g].count;
+	}
+	for (size_t i = 0; i < n; i++)
+		op->order[gr.g[gid[i]].pos++] = (uint32_t)i;
+	free(gid);
+	gid = NULL;
+
+	/*
+	 * 4. one script call per chunk of a group:
+	 *   EVALSHA <sha> 1 <hash> <ttl> <k> <field 1..k> <diff 1..k>
+	 *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
+	 */
+	p = op->cmd;
+	for (size_t g = 0, first = 0; g < gr.ng; g++) {
+		const struct redis_group *grp = &gr.g[g];
+		char ttl[REDIS_U64_MAX_LEN];
+		size_t ttl_len = redis_u64_dec(ttl, redis_ttl(grp->size));
+
+		for (uint32_t done = 0; done < grp->count;) {
+			struct redis_call *c = &op->calls[op->ncalls++];
+			uint32_t k = grp->count - done > REDIS_CHUNK_MAX ? REDIS_CHUNK_MAX
+									 : grp->count - done;
+			char kbuf[REDIS_U64_MAX_LEN];
+			size_t start = (size_t)(p - op->cmd);
+
+			*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
+						  .nargs = 6 + 2 * k };
+			p = redis_put_array(p, c->nargs);
+			p = redis_put_bulk(p, "EVALSHA", 7);
+			p = redis_put_bulk(p, s->sha, 40);
+			c->tail = (size_t)(p - op->cmd);
+			p = redis_put_bulk(p, "1", 1);
+			p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
+					   grp->start);
+			p = redis_put_bulk(p, ttl, ttl_len);
+			p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, k));
+			for (uint32_t i = 0; i < k; i++) {
+				const struct strategy_counter *ctr = &batch[op->order[first + i]];
+
+				p = redis_put_bulk(p, ctr->key, ctr->key_len);
+			}
+			for (uint32_t i = 0; i < k; i++) {
+				char d[REDIS_DBL_MAX_LEN];
+
+				double diff = batch[op->order[first + i]].diff;
+
+				p = redis_put_bulk(p, d, redis_dbl_dec(d, diff));
+			}
+			c->end = (size_t)(p - op->cmd);
+			if (redis_send(s, c, redis_on_push_reply, start, c->end - start) < 0) {
+				if (op->inflight == 0)
+					goto refused;
+				redis_op_fail(op, "cannot queue the command");
+				redis_conn_drop_later(s, "cannot queue a command");
+				goto started;
+			}
+			done += k;
+			first += k;
+		}
+	}
+started:
+	free(gr.g);
+	free(gr.table);
+	redis_op_started(op);
+	return 0;
+
+refused:
+	free(gr.g);
+	free(gr.table);
+	redis_op_free(op);
+	redis_seterr(errstr, "not connected (cannot queue the command)");
+	return -1;
+oom:
+	free(gid);
+	free(gr.g);
+	free(gr.table);
+	if (op)
+		redis_op_free(op);
+	redis_seterr(errstr, "out of memory");
+	return -1;
+}
+
+/* ===================================================================== */
+/* get_counters                                                          */
+/* ===================================================================== */
+
+/* Appends one row; its key is copied (the reply dies after the callback). */
+static int redis_rows_add(struct redis_op *op, const char *key, size_t key_len, int64_t start,
+			  uint32_t size, double count)
+{
+	if (op->nrows == op->rows_cap) {
+		size_t ncap = op->rows_cap ? op->rows_cap * 2 : 64;
+		struct strategy_row *nr = realloc(op->rows, ncap * sizeof(*nr));
+		size_t *no;
+
+		if (nr == NULL)
+			return -1;
+		op->rows = nr;
+		no = realloc(op->key_off, ncap * sizeof(*no));
+		if (no == NULL)
+			return -1;
+		op->key_off = no;
+		op->rows_cap = ncap;
+	}
+	if (op->keys_cap - op->keys_len < key_len + 1) {
+		size_t ncap = op->keys_cap ? op->keys_cap : 1024;
+		char *nk;
+
+		while (ncap - op->keys_len < key_len + 1)
+			ncap *= 2;
+		nk = realloc(op->keys, ncap);
+		if (nk == NULL)
+			return -1;
+		op->keys = nk;
+		op->keys_cap = ncap;
+	}
+	if (key_len)
+		memcpy(op->keys + op->keys_len, key, key_len);
+	op->keys[op->keys_len + key_len] = '\0';
+	op->key_off[op->nrows] = op->keys_len;
+	op->keys_len += key_len + 1;
+	op->rows[op->nrows++] = (struct strategy_row){ .key = NULL, .key_len = key_len,
+						       .start = start, .size = size,
+						       .count = count };
+	return 0;
+}
+
+/* Reply of one HGETALL: field, value, field, value, ... */
+static void redis_on_rows_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_call *c = privdata;
+	struct redis_op *op = c->op;
+	redisReply *reply = r;
+
+	if (reply == NULL) {
+		redis_call_lost(c, ac);
+	} else if (reply->type == REDIS_REPLY_ERROR) {
+		redis_call_error(c, reply);
+	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2) {
+		redis_op_fail(op, "redis: HGETALL returned %s, expected field/value pairs",
+			      redis_reply_type_name(reply->type));
+	} else if (op->status == 0) {
+		uint32_t size = op->sizes[c->first / 2];
+		int64_t start = op->starts[c->first];
+
+		for (size_t i = 0; i < reply->elements; i += 2) {
+			const redisReply *f = reply->element[i], *v = reply->element[i + 1];
+			double count;
+
+			if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
+			    redis_parse_double(v->str, v->len, &count) < 0) {
+				redis_op_fail(op,
+					      "redis: HGETALL returned a %s field with a %s "
+					      "value, expected a number",
+					      redis_reply_type_name(f->type),
+					      redis_reply_type_name(v->type));
+				break;
+			}
+			if (redis_rows_add(op, f->str, f->len, start, size, count) < 0) {
+				redis_op_fail(op, "out of memory");
+				break;
+			}
+		}
+	}
+	redis_call_done(c);
+}
+
+static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len,
+			      const uint32_t *sizes, size_t nsizes, int64_t now,
+			      strategy_rows_cb cb, void *arg, char *errstr)
+{
+	struct redis_strategy *s = redis_of(st);
+	size_t ncalls = nsizes * 2 * REDIS_BUCKETS, off_calls, off_sizes, off_starts, off_cmd;
+	size_t per_cmd = 32 + redis_hkey_max(s, ns_len);
+	struct redis_op *op;
+	char *p;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	if (nsizes > 1024) {
+		redis_seterr(errstr, "%zu window sizes, at most 1024", nsizes);
+		return -1;
+	}
+	for (size_t i = 0; i < nsizes; i++) {
+		if (sizes[i] == 0) {
+			redis_seterr(errstr, "window size %zu is 0", i);
+			return -1;
+		}
+	}
+	op = redis_op_new(s, REDIS_OP_ROWS, NULL, cb, arg);
+	if (op == NULL)
+		goto oom;
+	off_calls = 0;
+	off_sizes = off_calls + ncalls * sizeof(struct redis_call);
+	off_starts = (off_sizes + nsizes * sizeof(uint32_t) + 7) & ~(size_t)7;
+	off_cmd = off_starts + 2 * nsizes * sizeof(int64_t);
+	op->arena = malloc(off_cmd + ncalls * per_cmd + 1);
+	if (op->arena == NULL)
+		goto oom;
+	op->calls = op->arena;
+	op->sizes = (uint32_t *)(void *)((char *)op->arena + off_sizes);
+	op->starts = (int64_t *)(void *)((char *)op->arena + off_starts);
+	op->cmd = (char *)op->arena + off_cmd;
+	p = op->cmd;
+	for (size_t i = 0; i < nsizes; i++) {
+		op->sizes[i] = sizes[i];
+		op->starts[2 * i] = redis_window_start(now, sizes[i]);
+		op->starts[2 * i + 1] = op->starts[2 * i] - sizes[i];
+	}
+	for (uint32_t w = 0; w < 2 * nsizes; w++) {
+		for (unsigned b = 0; b < REDIS_BUCKETS; b++) {
+			struct redis_call *c = &op->calls[op->ncalls++];
+			size_t start = (size_t)(p - op->cmd);
+
+			*c = (struct redis_call){ .op = op, .first = w };
+			p = redis_put_array(p, 2);
+			p = redis_put_bulk(p, "HGETALL", 7);
+			p = redis_put_hkey(p, s, ns, ns_len, b, op->sizes[w / 2], op->starts[w]);
+			c->end = (size_t)(p - op->cmd);
+			if (redis_send(s, c, redis_on_rows_reply, start, c->end - start) < 0) {
+				if (op->inflight == 0) {
+					redis_op_free(op);
+					redis_seterr(errstr,
+						     "not connected (cannot queue the command)");
+					return -1;
+				}
+				redis_op_fail(op, "cannot queue the command");
+				redis_conn_drop_later(s, "cannot queue a command");
+				goto started;
+			}
+		}
+	}
+started:
+	redis_op_started(op);
+	return 0;
+oom:
+	if (op)
+		redis_op_free(op);
+	redis_seterr(errstr, "out of memory");
+	return -1;
+}
+
+/* ===================================================================== */
+/* get_window, purge, ready, create, destroy                             */
+/* ===================================================================== */
+
+static void redis_on_window_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_call *c = privdata;
+	redisReply *reply = r;
+
+	if (reply == NULL)
+		redis_call_lost(c, ac);
+	else if (reply->type == REDIS_REPLY_ERROR)
+		redis_call_error(c, reply);
+	else if (redis_reply_number(reply, &c->op->batch->total) < 0)
+		redis_op_fail(c->op, "redis: HGET returned %s, expected a number",
+			      redis_reply_type_name(reply->type));
+	else
+		c->op->batch->ok = true;
+	redis_call_done(c);
+}
+
+static int redis_get_window(struct strategy *st, struct strategy_counter *counter,
+			    strategy_done_cb cb, void *arg, char *errstr)
+{
+	struct redis_strategy *s = redis_of(st);
+	struct redis_op *op;
+	struct redis_call *c;
+	char *p;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	if (counter->size == 0) {
+		redis_seterr(errstr, "window size 0");
+		return -1;
+	}
+	counter->ok = false;
+	op = redis_op_new(s, REDIS_OP_WINDOW, cb, NULL, arg);
+	if (op == NULL)
+		goto oom;
+	op->batch = counter;
+	op->n = 1;
+	op->arena = malloc(sizeof(struct redis_call) + 64 + redis_hkey_max(s, counter->ns_len) +
+			   REDIS_BULK_MAX(counter->key_len));
+	if (op->arena == NULL)
+		goto oom;
+	op->calls = op->arena;
+	op->cmd = (char *)op->arena + sizeof(struct redis_call);
+	c = &op->calls[0];
+	op->ncalls = 1;
+	*c = (struct redis_call){ .op = op, .n = 1 };
+	p = redis_put_array(op->cmd, 3);
+	p = redis_put_bulk(p, "HGET", 4);
+	p = redis_put_hkey(p, s, counter->ns, counter->ns_len,
+			   redis_bucket(counter->key, counter->key_len), counter->size,
+			   counter->start);
+	p = redis_put_bulk(p, counter->key, counter->key_len);
+	c->end = (size_t)(p - op->cmd);
+	if (redis_send(s, c, redis_on_window_reply, 0, c->end) < 0) {
+		redis_op_free(op);
+		redis_seterr(errstr, "not connected (cannot queue the command)");
+		return -1;
+	}
+	redis_op_started(op);
+	return 0;
+oom:
+	if (op)
+		redis_op_free(op);
+	redis_seterr(errstr, "out of memory");
+	return -1;
+}
+
+/* Every hash carries a TTL: nothing to delete. Completes with 0 (from the
+ * loop, not from inside this call), connected or not. */
+static int redis_purge(struct strategy *st, const char *ns, size_t ns_len, const uint32_t *sizes,
+		       size_t nsizes, int64_t now, strategy_done_cb cb, void *arg, char *errstr)
+{
+	struct redis_strategy *s = redis_of(st);
+	struct redis_op *op;
+
+	(void)ns;
+	(void)ns_len;
+	(void)sizes;
+	(void)nsizes;
+	(void)now;
+	if (s->destroying) {
+		redis_seterr(errstr, "not connected (instance destroyed)");
+		return -1;
+	}
+	op = redis_op_new(s, REDIS_OP_PURGE, cb, NULL, arg);
+	if (op == NULL) {
+		redis_seterr(errstr, "out of memory");
+		return -1;
+	}
+	redis_op_finish(op);
+	return 0;
+}
+
+static bool redis_ready(const struct strategy *st)
+{
+	const struct redis_strategy *s = (const struct redis_strategy *)(const void *)st;
+
+	return s->state == REDIS_ST_READY;
+}
+
+static struct strategy *redis_create(struct ev_loop *loop, const char *opts_json, char *err,
+				     size_t errlen)
+{
+	struct redis_strategy *s;
+	char dummy[1];
+
+	if (err == NULL || errlen == 0) {
+		err = dummy;
+		errlen = sizeof(dummy);
+	}
+	if (loop == NULL) {
+		snprintf(err, errlen, "no event loop");
+		return NULL;
+	}
+	s = calloc(1, sizeof(*s));
+	if (s == NULL) {
+		snprintf(err, errlen, "redis: out of memory");
+		return NULL;
+	}
+	if (redis_opts_parse(&s->o, opts_json, err, errlen) < 0) {
+		redis_free(s);
+		return NULL;
+	}
+	s->loop = loop;
+	s->backoff_ms = REDIS_BACKOFF_MIN_MS;
+	ev_timer_init(&s->retry, redis_on_retry, 0., 0.);
+	ev_timer_init(&s->handshake, redis_on_handshake_timeout, 0., 0.);
+	ev_timer_init(&s->kick, redis_on_kick, 0., 0.);
+	redis_conn_open(s);
+	return (struct strategy *)(void *)s;
+}
+
+static void redis_destroy(struct strategy *st)
+{
+	struct redis_strategy *s = redis_of(st);
+
+	if (s == NULL || s->destroying)
+		return;
+	s->destroying = true;
+	ev_timer_stop(s->loop, &s->retry);
+	ev_timer_stop(s->loop, &s->handshake);
+	/* every operation in flight fails and lands on the done queue */
+	redis_conn_close(s, "instance destroyed", false);
+	ev_timer_stop(s->loop, &s->kick);
+	redis_deliver_all(s);
+	if (s->in_drain > 0)
+		s->free_pending = true;     /* inside one of our callbacks */
+	else
+		redis_free(s);
+}
+
+const struct strategy_ops redis_strategy = {
+	.name = "redis",
+	.create = redis_create,
+	.destroy = redis_destroy,
+	.push_diffs = redis_push_diffs,
+	.get_counters = redis_get_counters,
+	.get_window = redis_get_window,
+	.purge = redis_purge,
+	.ready = redis_ready,
+};

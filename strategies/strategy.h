@@ -1,0 +1,116 @@
+/*
+ * strategy.h - the interface between the sync loop (agent/sync.c) and a
+ * central store. One const ops table per store, chosen by name:
+ *
+ *   const struct strategy_ops redis_strategy = { .name = "redis", ... };
+ *
+ * Every operation is asynchronous on the caller's libev loop: it returns at
+ * once (0 = started, -1 = refused at once, with errstr), and later calls
+ * its callback exactly once, never from inside the call that started it.
+ * Errors travel as values (status + errstr); strategies never log, never
+ * abort and never block the loop (no blocking connect, DNS, query or
+ * cancel). A store that is down, slow or restarted makes operations fail
+ * within the instance's timeout_ms; the strategy reconnects by itself with
+ * backoff.
+ *
+ * The reference's four operations:
+ *   push_diffs   - add a batch of diffs, atomically per counter, and return
+ *                  each counter's new total (a diff of 0 only reads), so a
+ *                  sync cycle is one round trip per batch;
+ *   get_counters - every counter of a namespace for its window sizes at a
+ *                  time (current and previous windows);
+ *   get_window   - one counter;
+ *   purge        - delete windows that can no longer matter (stores
+ *                  without expiry).
+ *
+ * Counters are identified by (namespace, key, window size, window start);
+ * keys are bytes (may hold NULs), counts are doubles.
+ */
+#ifndef STRATEGY_H
+#define STRATEGY_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define STRATEGY_ERR_MAX 128
+
+struct strategy;
+
+/* One counter of a batch. The caller owns the memory and keeps it (and the
+ * strings it points to) valid until the callback returns. */
+struct strategy_counter {
+	const char *ns;
+	size_t ns_len;
+	const char *key;
+	size_t key_len;
+	int64_t start;          /* window start, Unix seconds */
+	uint32_t size;          /* window size, seconds */
+	double diff;            /* in: to add (0 = read only) */
+	double total;           /* out: the store's value after the add */
+	bool ok;                /* out: total is valid */
+};
+
+/* A row returned by get_counters. Strings point into the strategy's
+ * memory and are valid only during the callback. */
+struct strategy_row {
+	const char *key;
+	size_t key_len;
+	int64_t start;
+	uint32_t size;
+	double count;
+};
+
+/* status 0 = done, -1 = failed (errstr says why). Either way the
+ * counters' `ok` say which diffs the store applied and whose totals are
+ * valid: a failed push may have applied part of the batch (a store that
+ * applies a batch in several atomic steps marks those it confirmed).
+ *
+ * While an instance is not connected, operations are refused at once
+ * (-1, errstr "not connected (...)"), and the callback never runs. */
+typedef void (*strategy_done_cb)(void *arg, int status, const char *errstr);
+
+/* Called once with every row (n may be 0), or with status -1. */
+typedef void (*strategy_rows_cb)(void *arg, int status, const char *errstr,
+				 const struct strategy_row *rows, size_t n);
+
+struct strategy_ops {
+	const char *name;
+
+	/* Creates an instance on `loop` from the JSON text of strategy_opts
+	 * (NULL = defaults). Connecting starts in the background. Returns
+	 * NULL with a message in err when the options are invalid. */
+	struct strategy *(*create)(struct ev_loop *loop, const char *opts_json, char *err,
+				   size_t errlen);
+
+	/* Fails every pending operation (callbacks run with status -1 before
+	 * this returns) and frees the instance. */
+	void (*destroy)(struct strategy *s);
+
+	int (*push_diffs)(struct strategy *s, struct strategy_counter *batch, size_t n,
+			  strategy_done_cb cb, void *arg, char *errstr);
+
+	int (*get_counters)(struct strategy *s, const char *ns, size_t ns_len,
+			    const uint32_t *sizes, size_t nsizes, int64_t now,
+			    strategy_rows_cb cb, void *arg, char *errstr);
+
+	/* batch of one: counter->total and ->ok filled. */
+	int (*get_window)(struct strategy *s, struct strategy_counter *counter,
+			  strategy_done_cb cb, void *arg, char *errstr);
+
+	int (*purge)(struct strategy *s, const char *ns, size_t ns_len, const uint32_t *sizes,
+		     size_t nsizes, int64_t now, strategy_done_cb cb, void *arg, char *errstr);
+
+	/* Is the instance connected and usable right now? */
+	bool (*ready)(const struct strategy *s);
+};
+
+extern const struct strategy_ops local_strategy;
+extern const struct strategy_ops redis_strategy;
+extern const struct strategy_ops postgres_strategy;
+
+/* The ops table of a store by name ("local", "redis", "postgres"), or NULL. */
+const struct strategy_ops *strategy_find(const char *name);
+
+#endif /* STRATEGY_H */
