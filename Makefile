@@ -5,6 +5,7 @@
 #   make test       install missing packages, build with ASan+UBSan, run every test
 #   make fuzz       libFuzzer over the SPOP frame decoder (bounded time)
 #   make bench      benchmarks (bench/)
+#   make demo       multi-node demo on loopback: Redis, two agents, two HAProxy
 #   make SANITIZE=address,undefined   sanitized build (in build/san)
 
 PREFIX  ?= /usr/local
@@ -44,7 +45,10 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all run test test-run unit e2e fuzz bench clean install uninstall deps-build deps-test
+.PHONY: all run test test-run unit e2e fuzz bench demo clean install uninstall deps-build deps-test
+
+# Keep objects of tests/lib between runs.
+.SECONDARY:
 
 all: spoa-ratelimit
 
@@ -107,10 +111,20 @@ bench: deps-build
 	$(MAKE) $(AGENT) $(BENCH_BINS)
 	bench/run.sh $(BUILD)
 
+# Multi-node demo on loopback (scripts/demo.sh): Redis, two agents, two
+# HAProxy nodes, a curl walkthrough of the cluster-wide limit (< 60 s).
+demo: deps-demo
+	$(MAKE) $(AGENT)
+	scripts/demo.sh $(AGENT)
+
+deps-demo:
+	@scripts/deps.sh demo
+
 install: spoa-ratelimit
 	install -D -m 0755 spoa-ratelimit $(DESTDIR)$(PREFIX)/bin/spoa-ratelimit
 	install -D -m 0644 haproxy-examples/haproxy.cfg $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/haproxy.cfg
 	install -D -m 0644 haproxy-examples/spoe-ratelimit.conf $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/spoe-ratelimit.conf
+	install -D -m 0644 haproxy-examples/agent.json $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/agent.json
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/spoa-ratelimit

@@ -7,10 +7,11 @@ what=${1:-build}
 pkgs="build-essential pkg-config libev-dev libhiredis-dev libpq-dev libjansson-dev"
 case "$what" in
   build|run) ;;
-  test)  pkgs="$pkgs libcriterion-dev haproxy curl redis-server postgresql clang" ;;
+  test)  pkgs="$pkgs libcriterion-dev haproxy curl redis-server postgresql clang docker-compose" ;;
   bench) pkgs="$pkgs haproxy curl wrk redis-server postgresql valgrind" ;;
+  demo)  pkgs="$pkgs haproxy curl redis-server" ;;
   fuzz)  pkgs="$pkgs clang libclang-rt-14-dev" ;;
-  *) echo "usage: $0 build|run|test|bench|fuzz" >&2; exit 2 ;;
+  *) echo "usage: $0 build|run|test|bench|fuzz|demo" >&2; exit 2 ;;
 esac
 missing=""
 for p in $pkgs; do
