@@ -19,6 +19,8 @@
 #include "spop/spop.h"
 
 #define CONN_READS_PER_EVENT 16     /* fairness between connections */
+#define CONN_MAX_PENDING     64     /* NOTIFYs waiting for a store per connection
+				       (HAProxy keeps at most 20 in flight) */
 #define CONN_CLOSE_GRACE     1.0    /* seconds to flush a final DISCONNECT */
 
 static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents);
@@ -43,7 +45,7 @@ static void conn_close(struct conn *c)
 static void conn_update_events(struct conn *c)
 {
 	int ev = 0;
-	if (c->state != CONN_CLOSING && c->rlen < c->rcap)
+	if (c->state != CONN_CLOSING && c->rlen < c->rcap && c->npending < CONN_MAX_PENDING)
 		ev |= EV_READ;
 	if (c->woff < c->wlen)
 		ev |= EV_WRITE;
@@ -164,6 +166,8 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 			return;
 		}
 		c->wlen += w.len;	/* 0 when the ACK waits for a store */
+		if (rc == 1)
+			c->npending++;
 		break;
 	}
 	case SPOP_FRAME_HAPROXY_DISCONNECT: {
@@ -195,7 +199,7 @@ static void conn_process(struct conn *c)
 	double now = rl_now();
 	double evnow = ev_now(c->w->loop);
 
-	while (c->state != CONN_CLOSING && off < c->rlen) {
+	while (c->state != CONN_CLOSING && off < c->rlen && c->npending < CONN_MAX_PENDING) {
 		struct spop_frame f;
 		enum spop_err err;
 		size_t limit = c->state == CONN_HELLO ? c->w->cfg->max_frame_size : c->max_frame;
@@ -378,6 +382,7 @@ void conn_deliver(void *owner, struct handler_pending *p)
 	struct spop_writer w;
 	enum spop_err err;
 
+	c->npending--;
 	if (c->dead || c->state == CONN_CLOSING) {
 		handler_pending_release(h, p);
 		return;
@@ -413,8 +418,15 @@ void conn_deliver(void *owner, struct handler_pending *p)
 		if (c->draining && !c->pending && c->rlen == 0)
 			conn_fail(c, SPOP_ERR_NONE);
 	}
-	if (conn_flush(c) == 0)
-		conn_update_events(c);
+	if (conn_flush(c) < 0)
+		return;
+	/* Frames held back while too many waited can go now. */
+	if (c->rlen > 0 && c->state != CONN_CLOSING) {
+		conn_process(c);
+		if (conn_flush(c) < 0)
+			return;
+	}
+	conn_update_events(c);
 }
 
 void conn_free(struct conn *c)

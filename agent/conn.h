@@ -43,6 +43,7 @@ struct conn {
 	double last_rx;               /* ev_now() when the last whole frame arrived */
 	double partial_since;         /* ev_now() when a partial frame began, or 0 */
 	struct handler_pending *pending;  /* NOTIFYs whose ACK waits for a store */
+	unsigned npending;                /* how many (reads pause at CONN_MAX_PENDING) */
 	bool draining;                /* the worker is stopping */
 	bool dead;                    /* closed; freed by the worker after callbacks */
 };

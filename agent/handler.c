@@ -55,6 +55,7 @@ int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
 	memset(h, 0, sizeof(*h));
 	h->cfg = cfg;
 	h->rl = rl;
+	h->prefix_len = strlen(cfg->message_prefix);
 	/* A binary key is at most one frame long; its hex text twice that. */
 	h->scratch_len = 2 * max_frame_size + 64;
 	h->scratch = malloc(h->scratch_len);
@@ -105,12 +106,14 @@ static bool arg_uint(const struct spop_data *d, uint64_t *out)
 }
 
 /* Parses a cost: an int >= 0, or a string holding a plain decimal number
- * ("2", "0.5", ".25"); no sign, exponent, hex, inf or nan. */
+ * ("2", "0.5", ".25"); no sign, exponent, hex, inf or nan; at most
+ * HANDLER_COST_MAX, so that counts stay exact integers in a double and
+ * every variable fits an int64. */
 static bool arg_cost(const struct spop_data *d, double *out)
 {
 	if (d->type != SPOP_DATA_STRING) {
 		uint64_t u;
-		if (!arg_uint(d, &u))
+		if (!arg_uint(d, &u) || u > (uint64_t)HANDLER_COST_MAX)
 			return false;
 		*out = (double)u;
 		return true;
@@ -134,7 +137,7 @@ static bool arg_cost(const struct spop_data *d, double *out)
 		return false;
 	buf[len] = '\0';
 	*out = strtod(buf, NULL);
-	return isfinite(*out);
+	return isfinite(*out) && *out <= HANDLER_COST_MAX;
 }
 
 static bool str_eq(struct spop_str s, const char *lit)
@@ -219,10 +222,10 @@ static void msg_suffix(struct spop_str name, size_t prefix_len, struct msg_resul
 	r->suffix[n] = '\0';
 }
 
-static bool is_ratelimit_msg(const struct config *cfg, struct spop_str name)
+static bool is_ratelimit_msg(const struct handler *h, struct spop_str name)
 {
-	size_t plen = strlen(cfg->message_prefix);
-	return name.len >= plen && memcmp(name.ptr, cfg->message_prefix, plen) == 0;
+	return name.len >= h->prefix_len &&
+	       memcmp(name.ptr, h->cfg->message_prefix, h->prefix_len) == 0;
 }
 
 static void finish_result(struct msg_result *r, double now);
@@ -241,7 +244,7 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 	struct spop_kv kv;
 
 	memset(r, 0, sizeof(*r));
-	msg_suffix(m->name, strlen(h->cfg->message_prefix), r);
+	msg_suffix(m->name, h->prefix_len, r);
 
 	spop_args_init(&c, m);
 	while (spop_args_next(&c, &kv) == 1) {
@@ -267,7 +270,7 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 			}
 			ns_name = a->value.v.str;
 		} else if (str_eq(a->name, "limit")) {
-			if (!arg_uint(&a->value, &limit) || limit > INT64_MAX / 2) {
+			if (!arg_uint(&a->value, &limit) || limit > (uint64_t)HANDLER_COST_MAX) {
 				r->error = "bad limit";
 				return;
 			}
@@ -355,15 +358,24 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 	finish_result(r, now);
 }
 
+/* ceil(v) as an int64, saturated: counts can exceed what a cast handles. */
+static int64_t to_int(double v)
+{
+	v = ceil(v);
+	if (!(v > 0))
+		return 0;
+	if (v >= 9.2e18)
+		return INT64_MAX;
+	return (int64_t)v;
+}
+
 /* Computes the variables of a result from its counts. */
 static void finish_result(struct msg_result *r, double now)
 {
 	double rate = window_rate(r->current, r->previous, r->weight);
 
-	r->rate = (int64_t)ceil(rate - 1e-9);
-	if (r->rate < 0)
-		r->rate = 0;
-	r->reset = (int64_t)ceil(window_reset(now, r->window));
+	r->rate = to_int(rate - 1e-9);
+	r->reset = to_int(window_reset(now, r->window));
 	if (r->reset < 1)
 		r->reset = 1;
 	if (r->has_limit) {
@@ -373,7 +385,7 @@ static void finish_result(struct msg_result *r, double now)
 		if (r->exceeded) {
 			double ra = window_retry_after(r->current, r->previous, (double)r->limit, now,
 						       r->window, r->sliding);
-			r->retry_after = (int64_t)ceil(ra);
+			r->retry_after = to_int(ra);
 			if (r->retry_after < 1)
 				r->retry_after = 1;
 		}
@@ -382,31 +394,53 @@ static void finish_result(struct msg_result *r, double now)
 
 /* ---- encoding ---- */
 
+/* The variable's name: `name` itself, or "<name>_<sfx>" built in buf
+ * (suffixes are at most HANDLER_SUFFIX_MAX characters). */
+static const char *var_name(char *buf, const char *name, const char *sfx, size_t *len)
+{
+	size_t n = strlen(name);
+	if (!sfx) {
+		*len = n;
+		return name;
+	}
+	size_t m = strlen(sfx);
+	memcpy(buf, name, n);
+	buf[n] = '_';
+	memcpy(buf + n + 1, sfx, m);
+	*len = n + 1 + m;
+	return buf;
+}
+
+#define VAR_NAME_BUF (16 + HANDLER_SUFFIX_MAX + 2)
+
 static void put_var_int(struct spop_writer *w, int scope, const char *name, const char *sfx,
 			int64_t v)
 {
-	char buf[64];
-	int n = snprintf(buf, sizeof(buf), sfx ? "%s_%s" : "%s", name, sfx);
+	char buf[VAR_NAME_BUF];
+	size_t len;
+	const char *p = var_name(buf, name, sfx, &len);
 	struct spop_data d = { .type = SPOP_DATA_INT64, .v.i = v };
-	spop_put_set_var(w, (enum spop_scope)scope, buf, (size_t)n, &d);
+	spop_put_set_var(w, (enum spop_scope)scope, p, len, &d);
 }
 
 static void put_var_bool(struct spop_writer *w, int scope, const char *name, const char *sfx,
 			 bool v)
 {
-	char buf[64];
-	int n = snprintf(buf, sizeof(buf), sfx ? "%s_%s" : "%s", name, sfx);
+	char buf[VAR_NAME_BUF];
+	size_t len;
+	const char *p = var_name(buf, name, sfx, &len);
 	struct spop_data d = { .type = SPOP_DATA_BOOL, .v.b = v };
-	spop_put_set_var(w, (enum spop_scope)scope, buf, (size_t)n, &d);
+	spop_put_set_var(w, (enum spop_scope)scope, p, len, &d);
 }
 
 static void put_var_str(struct spop_writer *w, int scope, const char *name, const char *sfx,
 			const char *v)
 {
-	char buf[64];
-	int n = snprintf(buf, sizeof(buf), sfx ? "%s_%s" : "%s", name, sfx);
+	char buf[VAR_NAME_BUF];
+	size_t len;
+	const char *p = var_name(buf, name, sfx, &len);
 	struct spop_data d = { .type = SPOP_DATA_STRING, .v.str = { v, strlen(v) } };
-	spop_put_set_var(w, (enum spop_scope)scope, buf, (size_t)n, &d);
+	spop_put_set_var(w, (enum spop_scope)scope, p, len, &d);
 }
 
 /* The variables of one result; sfx NULL for the plain names. The decision
@@ -614,7 +648,9 @@ static void pending_finish(struct handler_pending *p)
 		else
 			rl_seed(h->rl, r->ns, cur->key, cur->key_len, cur->size, cur->start, cur->total,
 				p->now);
-		r->current = cur->total;
+		/* A hit refused by the limit was not pushed: report the rate it
+		 * would have made, as for local namespaces. */
+		r->current = cur->total + (r->counted ? 0 : r->cost);
 		if (r->weight > 0) {
 			struct strategy_counter *prev = cur + 1;
 			if (prev->ok) {
@@ -771,7 +807,7 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 	/* Pass 1: validate the whole payload before counting anything. */
 	spop_cursor_init(&c, f->payload, f->payload_len);
 	while ((rc = spop_msg_next(&c, &m)) == 1) {
-		if (!is_ratelimit_msg(h->cfg, m.name))
+		if (!is_ratelimit_msg(h, m.name))
 			continue;
 		if (n < HANDLER_MAX_MSGS)
 			msgs[n++] = m;

@@ -18,6 +18,7 @@ struct rl;
 #define HANDLER_MAX_MSGS   32    /* rate-limit messages per NOTIFY */
 #define HANDLER_SUFFIX_MAX 16    /* characters of a message's variable suffix */
 #define HANDLER_MAX_PENDING 4096 /* NOTIFYs waiting for a store, per worker */
+#define HANDLER_COST_MAX   1e12  /* largest cost and limit accepted */
 
 struct handler_pending;
 struct sync;
@@ -25,6 +26,7 @@ struct sync;
 struct handler {
 	const struct config *cfg;
 	struct rl *rl;
+	size_t prefix_len;      /* strlen(cfg->message_prefix) */
 	char *scratch;          /* canonical key text (binary keys become hex) */
 	size_t scratch_len;
 	double last_full_log;   /* last "table full" log, to log at most 1/s */

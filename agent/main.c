@@ -4,6 +4,7 @@
  *   spoa-ratelimit [-c FILE] [-l ADDR] [-w WORKERS] [-t] [-v] [-h]
  */
 #include <getopt.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,22 @@ static void usage(FILE *out)
 		"  -h          this help\n");
 }
 
+/* Each worker may hold max_connections sockets: raise the soft limit on
+ * open files towards that (up to the hard limit), or say why not. */
+static void raise_nofile(const struct config *cfg)
+{
+	struct rlimit rl;
+	rlim_t want = (rlim_t)cfg->max_connections + 64;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur >= want)
+		return;
+	rl.rlim_cur = want < rl.rlim_max ? want : rl.rlim_max;
+	setrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < want)
+		LOG(LOG_WARN, "open files limited to %llu: a worker cannot hold max_connections %u",
+		    (unsigned long long)rl.rlim_cur, cfg->max_connections);
+}
+
 static int fail_config(const struct config_err *err)
 {
 	char line[700];
@@ -52,12 +69,12 @@ int main(int argc, char **argv)
 		case 'w': {
 			char *end;
 			long v = strtol(optarg, &end, 10);
-			if (*optarg == '\0' || *end != '\0' || v < 1 || v > 64) {
-				fprintf(stderr, "spoa-ratelimit: -w: expected 1..64 workers, got '%s'\n",
-					optarg);
+			if (*optarg == '\0' || *end != '\0' || v < 0 || v > 64) {
+				fprintf(stderr, "spoa-ratelimit: -w: expected 0 (one per CPU) to 64 "
+					"workers, got '%s'\n", optarg);
 				return 2;
 			}
-			workers = (int)v;
+			workers = v == 0 ? config_default_workers() : (int)v;
 			break;
 		}
 		case 't': check_only = 1; break;
@@ -98,7 +115,9 @@ int main(int argc, char **argv)
 		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)rl_now();
 	sync_set_node_seed(seed);
 
-	struct rl *rl = rl_new("spoa-ratelimit", cfg.max_keys, err, sizeof(err));
+	/* -t checks the config without mapping (and touching) the whole table. */
+	struct rl *rl = rl_new("spoa-ratelimit", check_only && cfg.max_keys > 1024 ? 1024
+							 : cfg.max_keys, err, sizeof(err));
 	if (!rl) {
 		fprintf(stderr, "spoa-ratelimit: %s\n", err);
 		config_free(&cfg);
@@ -138,6 +157,7 @@ int main(int argc, char **argv)
 		return 0;
 	}
 
+	raise_nofile(&cfg);
 	int fd = master_listen(cfg.listen, err, sizeof(err));
 	if (fd < 0) {
 		fprintf(stderr, "spoa-ratelimit: cannot listen: %s\n", err);

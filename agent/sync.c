@@ -28,6 +28,7 @@
 #include "agent/sync.h"
 
 #include <math.h>
+#include <time.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,6 +41,8 @@
 
 #define SYNC_LOG_EVERY   10.0     /* seconds between "store down" logs */
 #define SYNC_MIN_HOLD_MS 1000
+#define SYNC_RATE_MIN    0.01     /* sync_rate bounds (seconds) */
+#define SYNC_RATE_MAX    3600.0
 #define SYNC_RETRY_PERIOD 1.0     /* sync_rate 0: how often unconfirmed hits are retried */
 #define SYNC_SEED_MAX    1024     /* first-seen keys queued per namespace */
 #define SYNC_SEED_DELAY  0.002    /* gather seeds this long into one push */
@@ -59,6 +62,7 @@ struct sync_ns {
 	bool busy;                    /* a push is waiting for the store */
 	bool done;                    /* flush mode: the push has ended */
 	bool failing;                 /* the last push failed (for logs) */
+	bool holding;                 /* keeps the lease after a failed push */
 	double last_log;
 	struct strategy_counter *batch;
 	struct shm_entry *ents;
@@ -96,6 +100,12 @@ int sync_check(const struct rl *rl, char *err, size_t errlen)
 		rl_namespace_opts(rl, (int)i, &o);
 		if (ns->sync_rate < 0)
 			continue;
+		if (ns->sync_rate > 0 && (ns->sync_rate < SYNC_RATE_MIN || ns->sync_rate > SYNC_RATE_MAX)) {
+			snprintf(err, errlen, "namespaces[%zu] (%s): sync_rate %g out of range: expected "
+				 "< 0 (local), 0 (synchronous) or %g to %g seconds", i, ns->name,
+				 ns->sync_rate, SYNC_RATE_MIN, SYNC_RATE_MAX);
+			return -1;
+		}
 		const struct strategy_ops *ops = strategy_find(ns->strategy);
 		if (!ops || ops == &local_strategy) {
 			snprintf(err, errlen, "namespaces[%zu] (%s): sync_rate %g needs strategy "
@@ -168,20 +178,41 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 	return 0;
 }
 
+/* Lease times: CLOCK_MONOTONIC, the same for every process of the host
+ * and immune to wall-clock steps (which would stall or double cycles). */
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
 static double sync_period(const struct sync_ns *sn)
 {
 	return sn->opts.sync_rate > 0 ? sn->opts.sync_rate : SYNC_RETRY_PERIOD;
 }
 
-static void sync_release(struct sync_ns *sn)
+/* Ends a cycle. After a push that failed once sent (a timeout: the store
+ * may still apply it later), this worker keeps the lease until its own
+ * store connection is back: another worker's connection may look ready
+ * while the store is only paused, and its push would be one more batch
+ * applied twice. So at most one batch of the node is ever in doubt. */
+static void sync_release(struct sync_ns *sn, bool failed_after_send)
 {
 	struct sync *sy = sn->sy;
 	if (sy->flush_mode)
 		return;
+	if (failed_after_send) {
+		sn->holding = shm_lease_renew(sy->t, sn->ns, sy->holder, now_ms(), sn->hold_ms);
+		return;
+	}
+	sn->holding = false;
 	uint64_t rate_ms = (uint64_t)(sync_period(sn) * 1000.0);
-	/* Due again one period after this cycle began (1 ms early, so that
-	 * the next tick of every worker finds it due). */
-	shm_lease_release(sy->t, sn->ns, sy->holder, sn->cycle_ms + (rate_ms > 1 ? rate_ms - 1 : 0));
+	/* Due again half a period after this cycle began: every worker's
+	 * next tick (one period later, at the node's phase) finds it due,
+	 * even when this tick ran late, and none of this tick's late
+	 * callers runs a second cycle. */
+	shm_lease_release(sy->t, sn->ns, sy->holder, sn->cycle_ms + rate_ms / 2);
 }
 
 static void sync_log_failure(struct sync_ns *sn, const char *why)
@@ -201,13 +232,18 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 	struct shm_table *t = sn->sy->t;
 	size_t ok = 0;
 
+	double now = rl_now();
 	for (size_t i = 0; i < sn->n; i++) {
 		struct strategy_counter *c = &sn->batch[i];
 		if (!c->ok)
 			continue;
 		ok++;
 		shm_ack_diff(t, &sn->ents[i], c->diff);
-		shm_sync_total(t, &sn->ents[i], c->total);
+		/* Totals matter for the current and previous windows only; an
+		 * older slot may be reclaimed for another key once its diff is
+		 * acknowledged, so it is not written. */
+		if (c->start >= window_start(now, c->size) - (int64_t)c->size)
+			shm_sync_total(t, &sn->ents[i], c->total);
 	}
 	sn->unpushed = sn->n - ok;
 	if (status < 0 || ok < sn->n) {
@@ -220,12 +256,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 	sn->busy = false;
 	sn->done = true;
 	ev_timer_stop(sn->sy->loop, &sn->renew);
-	sync_release(sn);
-}
-
-static uint64_t now_ms(void)
-{
-	return (uint64_t)(rl_now() * 1000.0);
+	sync_release(sn, ok < sn->n);
 }
 
 static void sync_on_renew(struct ev_loop *loop, ev_timer *w, int revents)
@@ -259,17 +290,30 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	uint64_t ms = now_ms();
 	(void)revents;
 
-	if (sn->busy || !shm_lease_take(sy->t, sn->ns, sy->holder, ms, sn->hold_ms))
+	if (sn->busy)
 		return;
+	if (sn->holding) {
+		/* After a failed push: keep the lease, and push again only
+		 * once this worker's own connection is back. */
+		if (!shm_lease_renew(sy->t, sn->ns, sy->holder, ms, sn->hold_ms)) {
+			sn->holding = false;
+			return;
+		}
+		if (!sn->ops->ready(sn->st))
+			return;
+	} else if (!shm_lease_take(sy->t, sn->ns, sy->holder, ms, sn->hold_ms)) {
+		return;
+	}
 	sn->cycle_ms = ms;
 	/* sync_rate 0: hits refresh themselves; only unconfirmed ones are left. */
 	if (sync_collect(sn, rl_now(), sn->opts.sync_rate == 0) < 0) {
 		LOG(LOG_ERR, "namespace %s: out of memory for a sync batch", sn->opts.name);
-		sync_release(sn);
+		sync_release(sn, false);
 		return;
 	}
+	/* A push refused before sending (not connected) leaves no doubt. */
 	if (sn->n == 0 || sync_push(sn) < 0) {
-		sync_release(sn);
+		sync_release(sn, false);
 		return;
 	}
 	ev_timer_init(&sn->renew, sync_on_renew, sn->hold_ms / 3000.0, sn->hold_ms / 3000.0);
@@ -379,11 +423,13 @@ int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size
 
 /* A sync of the namespaces with sync_rate >= 0 (only ns_only if >= 0). */
 static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id, bool flush_mode,
-			     int ns_only)
+			     int ns_only, bool *failed)
 {
 	struct sync *sy = calloc(1, sizeof(*sy));
-	if (!sy)
+	if (!sy) {
+		*failed = true;
 		return NULL;
+	}
 	sy->loop = loop;
 	sy->rl = rl;
 	sy->t = rl_shm(rl);
@@ -404,6 +450,7 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 		if (!sn->st) {
 			LOG(LOG_ERR, "namespace %s: cannot create the %s strategy: %s", nc->name,
 			    nc->strategy, err);
+			*failed = true;
 			continue;
 		}
 		uint64_t rate_ms = (uint64_t)(sync_period(sn) * 1000.0);
@@ -414,6 +461,7 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 			sn->seed_c = malloc(2 * SYNC_SEED_MAX * sizeof(*sn->seed_c));
 			if (!sn->seed_q || !sn->seed_e || !sn->seed_c) {
 				LOG(LOG_ERR, "namespace %s: out of memory", nc->name);
+				*failed = true;
 				sn->ops->destroy(sn->st);
 				free(sn->seed_q), free(sn->seed_e), free(sn->seed_c);
 				memset(sn, 0, sizeof(*sn));
@@ -430,11 +478,18 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 	return sy;
 }
 
-struct sync *sync_start(struct ev_loop *loop, struct rl *rl, int worker_id)
+int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync **out)
 {
-	struct sync *sy = sync_new(loop, rl, worker_id, false, -1);
+	bool failed = false;
+	struct sync *sy = sync_new(loop, rl, worker_id, false, -1, &failed);
+
+	*out = NULL;
+	if (failed) {
+		sync_stop(sy);
+		return -1;
+	}
 	if (!sy)
-		return NULL;
+		return 0;
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
 		double rate = sync_period(sn);
@@ -446,7 +501,8 @@ struct sync *sync_start(struct ev_loop *loop, struct rl *rl, int worker_id)
 		LOG(LOG_DEBUG, "namespace %s: syncing with %s every %g s (phase %.3f s)",
 		    sn->opts.name, sn->ops->name, rate, phase);
 	}
-	return sy;
+	*out = sy;
+	return 0;
 }
 
 bool sync_busy(const struct sync *sy)
@@ -492,7 +548,8 @@ size_t sync_flush(struct rl *rl, double timeout_s)
 
 	if (!loop)
 		return 1;
-	struct sync *sy = sync_new(loop, rl, 0, true, -1);
+	bool failed = false;
+	struct sync *sy = sync_new(loop, rl, 0, true, -1, &failed);
 	if (!sy) {
 		ev_loop_destroy(loop);
 		return 0;
@@ -578,7 +635,8 @@ int rl_sync(struct rl *rl, const char *ns, double timeout_s)
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	if (!loop)
 		return -1;
-	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i);
+	bool failed = false;
+	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i, &failed);
 	if (!sy) {
 		ev_loop_destroy(loop);
 		return -1;
@@ -641,7 +699,8 @@ int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s)
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	if (!loop)
 		return -1;
-	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i);
+	bool failed = false;
+	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i, &failed);
 	if (!sy) {
 		ev_loop_destroy(loop);
 		return -1;

@@ -29,9 +29,10 @@ void sync_set_node_seed(uint64_t seed);
  * Returns 0, or -1 with a message naming the namespace in err. */
 int sync_check(const struct rl *rl, char *err, size_t errlen);
 
-/* Starts the sync of every namespace with sync_rate > 0 on loop. Returns
- * NULL when there is none (or out of memory, logged). */
-struct sync *sync_start(struct ev_loop *loop, struct rl *rl, int worker_id);
+/* Starts the sync of every namespace with sync_rate >= 0 on loop; *out is
+ * NULL when there is none. Returns 0, or -1 when a strategy cannot be set
+ * up (logged). */
+int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync **out);
 
 /* Queues a read of the cluster's counts for the slot idx, which a hit of
  * this node just created (sync_rate > 0 namespaces): the store is asked

@@ -23,6 +23,22 @@
 
 #define WORKER_ACCEPTS_PER_EVENT 64
 #define WORKER_DRAIN_SECONDS     5.0
+#define WORKER_ACCEPT_PAUSE      0.1     /* after EMFILE and the like */
+#define WORKER_STOP_POLL         0.05    /* while stopping: is everything done? */
+
+static void worker_on_accept_pause(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = (struct worker *)((char *)t - offsetof(struct worker, accept_pause_w));
+	(void)revents;
+	if (!w->stopping)
+		ev_io_start(loop, &w->accept_w);
+}
+
+/* Everything a stopping worker waits for is done. */
+static bool worker_done(const struct worker *w)
+{
+	return w->stopping && w->nconns == 0 && !sync_busy(w->sync) && w->handler.npending == 0;
+}
 
 void worker_conn_closed(struct worker *w, struct conn *c)
 {
@@ -36,6 +52,9 @@ void worker_conn_closed(struct worker *w, struct conn *c)
 	c->next = w->dead;
 	w->dead = c;
 	w->nconns--;
+	if (!w->stopping && w->nconns < w->cfg->max_connections && !ev_is_active(&w->accept_w) &&
+	    !ev_is_active(&w->accept_pause_w))
+		ev_io_start(w->loop, &w->accept_w);
 }
 
 /* Frees the connections closed during this loop iteration's callbacks. */
@@ -51,7 +70,7 @@ static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 	}
 	/* Stop once connections are done and no push waits for its store
 	 * (its diffs would otherwise be pushed twice by the final flush). */
-	if (w->stopping && w->nconns == 0 && !sync_busy(w->sync))
+	if (worker_done(w))
 		ev_break(loop, EVBREAK_ALL);
 }
 
@@ -61,23 +80,35 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 	(void)revents;
 
 	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
+		if (w->nconns >= w->cfg->max_connections) {
+			/* Full: leave new connections to the other workers. */
+			double now = ev_now(loop);
+			if (now - w->last_cap_log >= 1.0) {
+				w->last_cap_log = now;
+				LOG(LOG_WARN, "worker at max_connections (%u): not accepting", w->nconns);
+			}
+			ev_io_stop(loop, &w->accept_w);
+			return;
+		}
 		int fd = accept4(w->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
-			if (errno != EAGAIN && errno != EWOULDBLOCK)
-				LOG(LOG_WARN, "accept: %s", strerror(errno));
-			return;
-		}
-		if (w->nconns >= w->cfg->max_connections) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			/* EMFILE, ENFILE, ENOBUFS...: the listener stays readable;
+			 * pause accepting instead of spinning on it. */
 			double now = ev_now(loop);
 			if (now - w->last_cap_log >= 1.0) {
 				w->last_cap_log = now;
-				LOG(LOG_WARN, "connection refused: %u connections (max_connections)",
-				    w->nconns);
+				LOG(LOG_WARN, "accept: %s; pausing accepts for %.0f ms", strerror(errno),
+				    WORKER_ACCEPT_PAUSE * 1000);
 			}
-			close(fd);
-			continue;
+			ev_io_stop(loop, &w->accept_w);
+			ev_timer_stop(loop, &w->accept_pause_w);
+			ev_timer_set(&w->accept_pause_w, WORKER_ACCEPT_PAUSE, 0.);
+			ev_timer_start(loop, &w->accept_pause_w);
+			return;
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails on unix sockets */
@@ -103,6 +134,14 @@ static void worker_on_drain_timeout(struct ev_loop *loop, ev_timer *t, int reven
 	ev_break(loop, EVBREAK_ALL);
 }
 
+static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = (struct worker *)((char *)t - offsetof(struct worker, stop_poll_w));
+	(void)revents;
+	if (worker_done(w))
+		ev_break(loop, EVBREAK_ALL);
+}
+
 static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
 	struct worker *w = s->signum == SIGTERM
@@ -115,12 +154,16 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	w->stopping = true;
 	LOG(LOG_DEBUG, "stopping: %u connections to finish", w->nconns);
 	ev_io_stop(loop, &w->accept_w);
+	ev_timer_stop(loop, &w->accept_pause_w);
 	for (struct conn *c = w->conns, *next; c; c = next) {
 		next = c->next;
 		conn_drain(c);
 	}
 	ev_timer_init(&w->drain_w, worker_on_drain_timeout, WORKER_DRAIN_SECONDS, 0.);
 	ev_timer_start(loop, &w->drain_w);
+	/* The last close may happen in any callback: poll for the end. */
+	ev_timer_init(&w->stop_poll_w, worker_on_stop_poll, WORKER_STOP_POLL, WORKER_STOP_POLL);
+	ev_timer_start(loop, &w->stop_poll_w);
 }
 
 int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
@@ -142,25 +185,34 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 		LOG(LOG_ERR, "out of memory");
 		return 1;
 	}
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
 	w.loop = ev_loop_new(EVFLAG_AUTO);
 	if (!w.loop) {
 		LOG(LOG_ERR, "cannot create the event loop");
 		handler_free(&w.handler);
 		return 1;
 	}
-	ev_io_init(&w.accept_w, worker_on_accept, listen_fd, EV_READ);
-	ev_io_start(w.loop, &w.accept_w);
+	/* Watch the signals before unblocking them (the master blocked them
+	 * before fork), so that a SIGTERM arriving now stops us cleanly. */
 	ev_signal_init(&w.term_w, worker_on_signal, SIGTERM);
 	ev_signal_start(w.loop, &w.term_w);
 	ev_signal_init(&w.int_w, worker_on_signal, SIGINT);
 	ev_signal_start(w.loop, &w.int_w);
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	ev_io_init(&w.accept_w, worker_on_accept, listen_fd, EV_READ);
+	ev_io_start(w.loop, &w.accept_w);
+	ev_init(&w.accept_pause_w, worker_on_accept_pause);
 	ev_check_init(&w.reap_w, worker_on_check);
 	ev_check_start(w.loop, &w.reap_w);
 
-	w.sync = sync_start(w.loop, rl, id);
+	if (sync_start(w.loop, rl, id, &w.sync) < 0) {
+		/* A store we cannot even set up: exit, the master retries. */
+		LOG(LOG_ERR, "cannot start the sync of the stores");
+		ev_loop_destroy(w.loop);
+		handler_free(&w.handler);
+		return 1;
+	}
 	w.handler.sync = w.sync;
 	w.handler.deliver = conn_deliver;
 

@@ -28,6 +28,8 @@ struct worker {
 	ev_signal term_w, int_w;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */
+	ev_timer stop_poll_w;         /* while stopping: checks whether all is done */
+	ev_timer accept_pause_w;      /* accepts paused after EMFILE and the like */
 	struct conn *conns;           /* live connections */
 	struct conn *dead;            /* closed, to free after the callbacks */
 	uint32_t nconns;
