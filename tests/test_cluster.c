@@ -1,0 +1,939 @@
+/*
+ * test_cluster.c - several agent nodes sharing one real store (Redis or
+ * PostgreSQL), driven over SPOP by our own client (tests/lib/rawspop.c).
+ *
+ * A node is one agent process tree (master + 2 workers) on its own port;
+ * every test starts its own store and nodes and stops them by pid. What is
+ * checked is the contract of agent/sync.h:
+ *   - convergence: after hits spread over the nodes, every node reads the
+ *     cluster total within a few sync periods, and the store holds it;
+ *   - answers never wait for the store: while the store is down (Redis
+ *     SIGKILLed, then restarted on its port) or paused (SIGSTOP, Redis and
+ *     PostgreSQL), every NOTIFY is ACKed within ACK_BOUND_MS, and once it
+ *     is back the diffs counted meanwhile reach it: nothing lost, nothing
+ *     counted twice after a crash, and after a pause no more counted twice
+ *     than sync.c's "one window of doubt" allows;
+ *   - SIGTERM: the master pushes what is left before exiting, and gives up
+ *     within its bound when the store answers nothing;
+ *   - every node exits 0 on SIGTERM, with no sanitizer report or worker
+ *     respawn in its log (checked when each test stops its nodes).
+ * Measured figures (convergence time, ACK latency quantiles, what was
+ * counted twice) are printed with cr_log_info (--verbose shows them).
+ *
+ * Keys are fresh random strings. The window size is picked per test so
+ * that the test cannot cross a window boundary (pick_window()): a window
+ * change would move hits into a "previous" window and the exact equalities
+ * below would not hold.
+ *
+ * The tests of this file take a lock file in turn (even under --jobs N):
+ * their time bounds assume they do not share the two cores with another
+ * cluster of agents.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/lib/agentproc.h"
+#include "tests/lib/pg_server.h"
+#include "tests/lib/rawspop.h"
+#include "tests/lib/redis_server.h"
+
+#define NODES          3
+#define CONNS          4        /* connections per node (spread over workers) */
+#define START_MS       15000    /* agent start (sanitized) */
+#define STORE_MS       10000    /* store start */
+#define IO_MS          2000     /* read timeout of one ACK (the bound is below) */
+#define ACK_BOUND_MS   250      /* every ACK within this, store up or not */
+#define SYNC_RATE      0.5      /* seconds */
+#define WINDOW_MARGIN  120      /* seconds a test may last inside one window */
+#define LOCK_PATH      "/tmp/spoa-ratelimit-test_cluster.lock"
+#define PG_TABLE       "rl_cluster"
+
+struct node {
+	struct agentproc a;
+	int fd[CONNS];
+	bool started;
+};
+
+/* Latencies of ACKs, in microseconds; a histogram in 100 us steps. */
+#define LAT_BINS 4000           /* up to 400 ms; later ones go to the last bin */
+struct lat {
+	uint64_t n;
+	int64_t max_us;
+	uint64_t over_bound;        /* ACKs later than ACK_BOUND_MS */
+	uint64_t bins[LAT_BINS];
+};
+
+/* One test per process (Criterion forks), so file statics are private. */
+static struct node nodes[NODES];
+static struct redis_server redis;
+static bool redis_started;
+static struct pg_server pg;
+static bool pg_created;
+static int lock_fd = -1;
+static struct rawspop_buf wb;
+static struct rawspop_frame fr;
+static struct rawspop_actions acts;
+static uint64_t next_sid = 1;
+static char errbuf[512];
+static struct lat lat_all;
+
+/* ---------------------------------------------------------------- time */
+
+static int64_t mono_ms(void)
+{
+	return rawspop_now_ms();
+}
+
+static int64_t mono_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void sleep_ms(int ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+/* A window size (seconds) whose current window still has WINDOW_MARGIN
+ * seconds to run: 3600, or the first size above it that does. Windows
+ * start at multiples of their size (agent/window.h), so the same size is
+ * current on every node. */
+static unsigned pick_window(void)
+{
+	time_t now = time(NULL);
+	unsigned w = 3600;
+
+	while (w - (unsigned)(now % w) < WINDOW_MARGIN)
+		w++;
+	return w;
+}
+
+/* A fresh random key: prefix + 16 hex digits. */
+static void rand_key(char *out, size_t len, const char *prefix)
+{
+	uint64_t r = 0;
+
+	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
+		r = (uint64_t)mono_us() ^ ((uint64_t)getpid() << 32);
+	snprintf(out, len, "%s-%016llx", prefix, (unsigned long long)r);
+}
+
+static void lat_add(struct lat *l, int64_t us)
+{
+	size_t bin = (size_t)(us / 100);
+
+	l->n++;
+	if (us > l->max_us)
+		l->max_us = us;
+	if (us > (int64_t)ACK_BOUND_MS * 1000)
+		l->over_bound++;
+	l->bins[bin < LAT_BINS ? bin : LAT_BINS - 1]++;
+}
+
+/* The q-quantile (0..1) in ms, to the 0.1 ms bin. */
+static double lat_quantile(const struct lat *l, double q)
+{
+	uint64_t want = (uint64_t)ceil(q * (double)l->n), seen = 0;
+
+	for (size_t i = 0; i < LAT_BINS; i++) {
+		seen += l->bins[i];
+		if (seen >= want && seen > 0)
+			return (double)(i + 1) / 10.0;
+	}
+	return (double)l->max_us / 1000.0;
+}
+
+static void lat_report(const char *what, const struct lat *l)
+{
+	cr_log_info("%s: %llu ACKs, p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, max %.1f ms, "
+		    "%llu over %d ms", what, (unsigned long long)l->n, lat_quantile(l, 0.5),
+		    lat_quantile(l, 0.99), lat_quantile(l, 0.999), (double)l->max_us / 1000.0,
+		    (unsigned long long)l->over_bound, ACK_BOUND_MS);
+}
+
+/* ---------------------------------------------------------------- SPOP */
+
+static void conn_hello(int fd)
+{
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	enum rawspop_read_res r;
+
+	rawspop_buf_reset(&wb);
+	rawspop_hello(&wb, &o);
+	cr_assert(rawspop_send_buf(fd, &wb) == 0, "send HELLO: %s", strerror(errno));
+	r = rawspop_read_frame(fd, &fr, IO_MS);
+	cr_assert(r == RAWSPOP_READ_FRAME && fr.type == RAWSPOP_AGENT_HELLO,
+		  "expected AGENT-HELLO, got read result %d type %u", (int)r, fr.type);
+}
+
+/* One NOTIFY ratelimit(key, window, cost) and its ACK. Returns 0 with the
+ * ACK's rate in *rate and the round trip in *us, or -1 with errbuf set. */
+static int notify(int fd, const char *key, unsigned window, int64_t cost, int64_t *rate,
+		  int64_t *us)
+{
+	uint64_t sid = next_sid++;
+	const struct rawspop_action *v;
+	enum rawspop_read_res r;
+	size_t start;
+	int64_t t0;
+
+	rawspop_buf_reset(&wb);
+	start = rawspop_notify_begin(&wb, sid, 1);
+	rawspop_msg(&wb, "ratelimit", 3);
+	rawspop_arg_str(&wb, "key", key);
+	rawspop_arg_int(&wb, "window", window);
+	rawspop_arg_int(&wb, "cost", cost);
+	rawspop_frame_end(&wb, start);
+	t0 = mono_us();
+	if (rawspop_send_buf(fd, &wb) < 0) {
+		snprintf(errbuf, sizeof(errbuf), "send NOTIFY: %s", strerror(errno));
+		return -1;
+	}
+	r = rawspop_read_frame(fd, &fr, IO_MS);
+	*us = mono_us() - t0;
+	if (r != RAWSPOP_READ_FRAME) {
+		snprintf(errbuf, sizeof(errbuf), "no ACK within %d ms (read result %d)", IO_MS,
+			 (int)r);
+		return -1;
+	}
+	if (fr.type != RAWSPOP_ACK || fr.stream_id != sid || fr.frame_id != 1) {
+		snprintf(errbuf, sizeof(errbuf), "expected ACK %llu/1, got type %u ids %llu/%llu",
+			 (unsigned long long)sid, fr.type, (unsigned long long)fr.stream_id,
+			 (unsigned long long)fr.frame_id);
+		return -1;
+	}
+	if (rawspop_decode_actions(&fr, &acts, errbuf, sizeof(errbuf)) < 0)
+		return -1;
+	v = rawspop_var_find(&acts, "error");
+	if (v) {
+		snprintf(errbuf, sizeof(errbuf), "ACK sets error \"%s\"", v->value.s);
+		return -1;
+	}
+	v = rawspop_var_find(&acts, "rate");
+	if (!v || !rawspop_is_int(v->value.type)) {
+		snprintf(errbuf, sizeof(errbuf), "ACK without an integer rate");
+		return -1;
+	}
+	*rate = v->value.i;
+	return 0;
+}
+
+/* A hit (cost 1) on connection c of node n; the ACK's latency goes to l. */
+static void hit(size_t n, size_t c, const char *key, unsigned window, struct lat *l)
+{
+	int64_t rate, us;
+
+	cr_assert(notify(nodes[n].fd[c], key, window, 1, &rate, &us) == 0,
+		  "hit on node %zu conn %zu: %s", n, c, errbuf);
+	lat_add(l, us);
+}
+
+/* The rate node n reads for key (cost 0: read without counting). */
+static int64_t node_rate(size_t n, const char *key, unsigned window)
+{
+	int64_t rate, us;
+
+	cr_assert(notify(nodes[n].fd[0], key, window, 0, &rate, &us) == 0,
+		  "read on node %zu: %s", n, errbuf);
+	lat_add(&lat_all, us);
+	return rate;
+}
+
+/* ---------------------------------------------------------------- nodes */
+
+static const char *node_log(size_t n)
+{
+	static char tail[4000];
+
+	agentproc_log_tail(&nodes[n].a, tail, sizeof(tail));
+	return tail;
+}
+
+/* Lines of node n's log holding needle. */
+static size_t log_count(size_t n, const char *needle)
+{
+	char line[4096];
+	size_t count = 0;
+	FILE *f;
+
+	if (!nodes[n].a.log_path[0] || !(f = fopen(nodes[n].a.log_path, "r")))
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		count += strstr(line, needle) != NULL;
+	fclose(f);
+	return count;
+}
+
+/* Starts node n with config json (2 workers) and opens its connections. */
+static void node_start(size_t n, const char *json)
+{
+	static const char *const args[] = { "-w", "2", NULL };
+	struct node *nd = &nodes[n];
+
+	if (!agentproc_available())
+		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
+	cr_assert(agentproc_start(&nd->a, json, args, START_MS) == 0,
+		  "starting node %zu: %s\n--- log ---\n%s", n, nd->a.err, node_log(n));
+	nd->started = true;
+	for (size_t c = 0; c < CONNS; c++) {
+		nd->fd[c] = rawspop_connect(nd->a.port, IO_MS);
+		cr_assert(nd->fd[c] >= 0, "connect to node %zu: %s", n, strerror(errno));
+		conn_hello(nd->fd[c]);
+	}
+}
+
+static void node_close_conns(size_t n)
+{
+	for (size_t c = 0; c < CONNS; c++) {
+		if (nodes[n].fd[c] >= 0)
+			close(nodes[n].fd[c]);
+		nodes[n].fd[c] = -1;
+	}
+}
+
+/* Stops node n (SIGTERM, the master's final flush included) and checks
+ * its exit status and log. Keeps the log when something is wrong. */
+static void node_stop(size_t n)
+{
+	struct node *nd = &nodes[n];
+	bool crash;
+	int st;
+
+	if (!nd->started)
+		return;
+	nd->started = false;
+	node_close_conns(n);
+	st = agentproc_stop(&nd->a, 10000, false);
+	crash = agentproc_log_has_crash(&nd->a);
+	cr_expect(!crash, "node %zu's log holds a sanitizer report or a respawn:\n%s", n,
+		  node_log(n));
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+		  "node %zu: exit status %#x after SIGTERM (log %s)", n, (unsigned)st,
+		  nd->a.log_path);
+	if (!crash && WIFEXITED(st) && WEXITSTATUS(st) == 0 && !getenv("CLUSTER_KEEP_LOGS"))
+		agentproc_stop(&nd->a, 0, true);
+	else
+		cr_log_warn("node %zu: log kept in %s", n, nd->a.log_path);
+}
+
+/* ---------------------------------------------------------------- stores */
+
+static void redis_up(bool persistent)
+{
+	if (!redis_server_available())
+		cr_skip_test("redis-server is not installed");
+	memset(&redis, 0, sizeof(redis));
+	if (persistent) {
+		/* Every write on disk before its reply: a SIGKILLed server
+		 * comes back with everything it confirmed, so "nothing
+		 * lost" is about the agent, not about the store. */
+		redis.extra[0] = "--appendonly";
+		redis.extra[1] = "yes";
+		redis.extra[2] = "--appendfsync";
+		redis.extra[3] = "always";
+	}
+	cr_assert(redis_server_start(&redis, STORE_MS) == 0, "redis-server: %s", redis.err);
+	redis_started = true;
+}
+
+static int rm_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+	(void)sb, (void)ftw;
+	if (flag == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+static void redis_down(void)
+{
+	char dir[REDIS_SERVER_PATH_MAX];
+
+	if (!redis_started)
+		return;
+	redis_started = false;
+	snprintf(dir, sizeof(dir), "%s", redis.dir);
+	redis_server_stop(&redis, 3000);
+	/* Redis 7 keeps its AOF in a subdirectory, which redis_server_stop()
+	 * (files only) leaves behind, and the directory with it. */
+	if (dir[0] && access(dir, F_OK) == 0)
+		nftw(dir, rm_entry, 8, FTW_DEPTH | FTW_PHYS);
+}
+
+/* The store's total of key in window size w: the field `key` summed over
+ * every hash "rl:{default:<bucket>}:<w>:<start>" (one, in practice).
+ * Returns -1 if Redis does not answer. */
+static double redis_total(const char *key, unsigned w)
+{
+	char pattern[64], cursor[32] = "0";
+	double sum = 0;
+
+	snprintf(pattern, sizeof(pattern), "rl:{default:*}:%u:*", w);
+	do {
+		redisReply *rep = redis_server_command(&redis, "SCAN %s MATCH %s COUNT 1000",
+						       cursor, pattern);
+
+		if (!rep || rep->type != REDIS_REPLY_ARRAY || rep->elements != 2) {
+			if (rep)
+				freeReplyObject(rep);
+			return -1;
+		}
+		snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
+		for (size_t i = 0; i < rep->element[1]->elements; i++) {
+			redisReply *v = redis_server_command(&redis, "HGET %s %s",
+							     rep->element[1]->element[i]->str, key);
+
+			if (!v) {
+				freeReplyObject(rep);
+				return -1;
+			}
+			if (v->type == REDIS_REPLY_STRING)
+				sum += strtod(v->str, NULL);
+			else if (v->type == REDIS_REPLY_INTEGER)
+				sum += (double)v->integer;
+			freeReplyObject(v);
+		}
+		freeReplyObject(rep);
+	} while (strcmp(cursor, "0") != 0);
+	return sum;
+}
+
+static void pg_up(void)
+{
+	if (!pg_server_available())
+		cr_skip_test("PostgreSQL is not installed (%s)", pg_server_bindir());
+	cr_assert(pg_server_create(&pg, NULL) == 0, "initdb: %s", pg.err);
+	pg_created = true;
+	cr_assert(pg_server_start(&pg, STORE_MS) == 0, "postgres: %s", pg.err);
+}
+
+static void pg_down(void)
+{
+	if (!pg_created)
+		return;
+	pg_created = false;
+	pg_server_destroy(&pg);
+}
+
+/* The table's total of key in window size w, or -1 (no table yet, or an
+ * error). Keys here are [a-z0-9-], safe inside a literal. */
+static double pg_total(const char *key, unsigned w)
+{
+	char sql[512], out[64];
+
+	snprintf(sql, sizeof(sql),
+		 "SELECT coalesce(sum(count), 0) FROM " PG_TABLE " WHERE namespace = 'default' "
+		 "AND key = convert_to('%s', 'UTF8') AND window_size = %u", key, w);
+	if (pg_server_query(pg.conninfo, sql, out, sizeof(out)) < 0)
+		return -1;
+	return strtod(out, NULL);
+}
+
+/* ---------------------------------------------------------------- configs */
+
+static char json[2048];
+
+static const char *cfg_redis(unsigned w, double rate)
+{
+	snprintf(json, sizeof(json),
+		 "{\"log_level\":\"info\",\"namespaces\":[{\"name\":\"default\","
+		 "\"window_sizes\":[%u],\"sync_rate\":%g,\"strategy\":\"redis\","
+		 "\"strategy_opts\":{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":100}}]}",
+		 w, rate, redis.port);
+	return json;
+}
+
+static const char *cfg_pg(unsigned w, double rate)
+{
+	snprintf(json, sizeof(json),
+		 "{\"log_level\":\"info\",\"namespaces\":[{\"name\":\"default\","
+		 "\"window_sizes\":[%u],\"sync_rate\":%g,\"strategy\":\"postgres\","
+		 "\"strategy_opts\":{\"conninfo\":\"host=127.0.0.1 port=%d dbname=postgres "
+		 "user=postgres\",\"table\":\"" PG_TABLE "\",\"timeout_ms\":300}}]}",
+		 w, rate, pg.port);
+	return json;
+}
+
+/* ---------------------------------------------------------------- fixture */
+
+static void setup(void)
+{
+	lock_fd = open(LOCK_PATH, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+	if (lock_fd >= 0)
+		while (flock(lock_fd, LOCK_EX) < 0 && errno == EINTR)
+			;
+	for (size_t n = 0; n < NODES; n++)
+		for (size_t c = 0; c < CONNS; c++)
+			nodes[n].fd[c] = -1;
+	signal(SIGPIPE, SIG_IGN);
+}
+
+static void teardown(void)
+{
+	for (size_t n = 0; n < NODES; n++)
+		node_stop(n);
+	redis_down();
+	pg_down();
+	if (lock_fd >= 0)
+		close(lock_fd);
+}
+
+TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 60);
+
+/* ---------------------------------------------------------------- checks */
+
+typedef double (*store_total_fn)(const char *key, unsigned w);
+
+/* Polls until every node reads `want` for key and the store holds it, or
+ * until timeout_ms. Returns the ms it took, or -1 on timeout (the last
+ * values seen are in rates[] and *total). */
+static int64_t wait_converged(const char *key, unsigned w, int64_t want, store_total_fn total_fn,
+			      int timeout_ms, int64_t rates[NODES], double *total)
+{
+	int64_t t0 = mono_ms();
+
+	for (;;) {
+		bool all = true;
+
+		for (size_t n = 0; n < NODES; n++) {
+			rates[n] = node_rate(n, key, w);
+			all = all && rates[n] == want;
+		}
+		*total = total_fn(key, w);
+		if (all && *total == (double)want)
+			return mono_ms() - t0;
+		if (mono_ms() - t0 >= timeout_ms)
+			return -1;
+		sleep_ms(20);
+	}
+}
+
+/* Sends hits round-robin over every connection of every node. */
+static void spread_hits(const char *key, unsigned w, size_t hits, struct lat *l)
+{
+	for (size_t i = 0; i < hits; i++)
+		hit(i % NODES, (i / NODES) % CONNS, key, w, l);
+}
+
+static void converge_case(const char *store, store_total_fn total_fn, unsigned w)
+{
+	const size_t hits = 900;
+	int64_t rates[NODES], ms, budget_ms = (int64_t)(3 * SYNC_RATE * 1000);
+	double total;
+	char key[64];
+
+	rand_key(key, sizeof(key), "conv");
+	spread_hits(key, w, hits, &lat_all);
+	/* Each node counted its third; the others' come through the store. */
+	ms = wait_converged(key, w, (int64_t)hits, total_fn, (int)budget_ms, rates, &total);
+	cr_log_info("%s: %zu hits over %d nodes x %d connections, window %u s: converged in "
+		    "%lld ms (sync_rate %g s)", store, hits, NODES, CONNS, w, (long long)ms,
+		    SYNC_RATE);
+	lat_report(store, &lat_all);
+	cr_assert(ms >= 0,
+		  "%s: not converged within 3 x sync_rate (%lld ms): node rates %lld %lld %lld, "
+		  "store total %g, want %zu", store, (long long)budget_ms, (long long)rates[0],
+		  (long long)rates[1], (long long)rates[2], total, hits);
+	/* And it stays so (no late push adds anything). */
+	sleep_ms((int)(2 * SYNC_RATE * 1000));
+	for (size_t n = 0; n < NODES; n++)
+		cr_expect_eq(node_rate(n, key, w), (int64_t)hits, "node %zu drifted after converging",
+			     n);
+	total = total_fn(key, w);
+	cr_expect(total == (double)hits, "%s total drifted to %g after converging (want %zu)",
+		  store, total, hits);
+}
+
+/* ---------------------------------------------------------------- tests */
+
+Test(cluster, redis_three_nodes_converge)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis(w, SYNC_RATE));
+	converge_case("redis", redis_total, w);
+}
+
+Test(cluster, postgres_three_nodes_converge)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_pg(w, SYNC_RATE));
+	converge_case("postgres", pg_total, w);
+}
+
+/* sync_rate 0: each hit is applied in the store before its ACK, so every
+ * answer, on whichever node, is the exact cluster count so far. */
+static void synchronous_case(const char *store, store_total_fn total_fn, unsigned w)
+{
+	const size_t hits = 300;
+	int64_t rate, us;
+	char key[64];
+
+	rand_key(key, sizeof(key), "sync0");
+	for (size_t i = 0; i < hits; i++) {
+		size_t n = i % NODES, c = (i / NODES) % CONNS;
+		cr_assert(notify(nodes[n].fd[c], key, w, 1, &rate, &us) == 0,
+			  "hit %zu on node %zu: %s", i + 1, n, errbuf);
+		lat_add(&lat_all, us);
+		cr_assert_eq(rate, (int64_t)(i + 1), "%s: hit %zu on node %zu answered rate %lld",
+			     store, i + 1, n, (long long)rate);
+	}
+	/* Reads (cost 0) on every node: the same exact total. */
+	for (size_t n = 0; n < NODES; n++)
+		cr_assert_eq(node_rate(n, key, w), (int64_t)hits, "%s: node %zu reads a wrong total",
+			     store, n);
+	cr_assert(total_fn(key, w) == (double)hits, "%s: store total %g, want %zu", store,
+		  total_fn(key, w), hits);
+	lat_report(store, &lat_all);
+}
+
+Test(cluster, redis_synchronous_exact)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis(w, 0));
+	synchronous_case("redis sync_rate 0", redis_total, w);
+}
+
+Test(cluster, postgres_synchronous_exact)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_pg(w, 0));
+	synchronous_case("postgres sync_rate 0", pg_total, w);
+}
+
+/* Hits flow for `run_ms` at about `per_s` hits per second (0: as fast as
+ * the round trips allow), round-robin over the nodes; at `at1_ms` then
+ * `at2_ms` the callbacks run (store down / back). Returns the hits sent;
+ * ACK latencies go to l. */
+typedef void (*store_event_fn)(void);
+
+static size_t load_with_events(const char *key, unsigned w, int run_ms, int per_s, int at1_ms,
+			       store_event_fn ev1, int at2_ms, store_event_fn ev2, struct lat *l)
+{
+	int64_t t0 = mono_ms();
+	bool did1 = false, did2 = false;
+	size_t sent = 0;
+
+	for (;;) {
+		int64_t el = mono_ms() - t0;
+
+		if (el >= run_ms)
+			break;
+		if (!did1 && el >= at1_ms) {
+			did1 = true;
+			ev1();
+		}
+		if (!did2 && el >= at2_ms) {
+			did2 = true;
+			ev2();
+		}
+		hit(sent % NODES, (sent / NODES) % CONNS, key, w, l);
+		sent++;
+		if (per_s > 0) {
+			int64_t due = t0 + (int64_t)((double)sent * 1000.0 / per_s);
+			int64_t now = mono_ms();
+
+			if (due > now)
+				sleep_ms((int)(due - now));
+		}
+	}
+	return sent;
+}
+
+static int64_t ev_time0;
+static int64_t ev_down_at, ev_up_at;
+
+static void ev_redis_kill(void)
+{
+	ev_down_at = mono_ms();
+	cr_assert(redis_server_kill(&redis) == 0, "kill redis-server");
+}
+
+static void ev_redis_restart(void)
+{
+	cr_assert(redis_server_restart(&redis, STORE_MS) == 0, "restart redis-server: %s",
+		  redis.err);
+	ev_up_at = mono_ms();
+}
+
+static void ev_redis_pause(void)
+{
+	ev_down_at = mono_ms();
+	cr_assert(redis_server_pause(&redis) == 0, "SIGSTOP redis-server");
+}
+
+static void ev_redis_resume(void)
+{
+	cr_assert(redis_server_resume(&redis) == 0, "SIGCONT redis-server");
+	ev_up_at = mono_ms();
+}
+
+#define OUTAGE_RUN_MS   8000
+#define OUTAGE_DOWN_MS  2000
+#define OUTAGE_UP_MS    5000
+#define OUTAGE_RATE     2000    /* hits per second over the cluster */
+
+Test(cluster, redis_killed_and_restarted_under_load)
+{
+	static struct lat l;
+	unsigned w = pick_window();
+	int64_t rates[NODES], ms;
+	double total;
+	char key[64];
+	size_t sent;
+
+	redis_up(true);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis(w, SYNC_RATE));
+	rand_key(key, sizeof(key), "kill");
+	ev_time0 = mono_ms();
+	sent = load_with_events(key, w, OUTAGE_RUN_MS, OUTAGE_RATE, OUTAGE_DOWN_MS, ev_redis_kill,
+				OUTAGE_UP_MS, ev_redis_restart, &l);
+	cr_log_info("redis kill/restart: %zu hits in %d ms; Redis down %lld ms (killed at %lld "
+		    "ms, answering again at %lld ms)", sent, OUTAGE_RUN_MS,
+		    (long long)(ev_up_at - ev_down_at), (long long)(ev_down_at - ev_time0),
+		    (long long)(ev_up_at - ev_time0));
+	lat_report("ACKs during the outage run", &l);
+	cr_expect(l.over_bound == 0, "%llu ACK(s) later than %d ms (max %.1f ms)",
+		  (unsigned long long)l.over_bound, ACK_BOUND_MS, (double)l.max_us / 1000.0);
+	/* Reconnect backoff tops out at 2 s, then a sync period or two.
+	 * Exactly `sent`: pushes in flight when Redis died were lost with
+	 * their connection and pushed again. The only way to count one twice
+	 * would be a SIGKILL between Redis writing a push to its AOF and
+	 * sending the reply, a window of microseconds. */
+	ms = wait_converged(key, w, (int64_t)sent, redis_total, 8000, rates, &total);
+	cr_log_info("redis kill/restart: converged %lld ms after the load ended (Redis back "
+		    "for %lld ms); store total %g, sent %zu", (long long)ms,
+		    (long long)(mono_ms() - ev_up_at), total, sent);
+	cr_assert(ms >= 0,
+		  "not converged within 8 s: node rates %lld %lld %lld, Redis total %g, sent %zu "
+		  "(%+g)", (long long)rates[0], (long long)rates[1], (long long)rates[2], total,
+		  sent, total - (double)sent);
+}
+
+#define PAUSE_RUN_MS   7000
+#define PAUSE_DOWN_MS  1500
+#define PAUSE_UP_MS    4500
+
+static void ev_pg_pause(void)
+{
+	ev_down_at = mono_ms();
+	cr_assert(pg_server_pause(&pg) == 0, "SIGSTOP postgres: %s", pg.err);
+}
+
+static void ev_pg_resume(void)
+{
+	cr_assert(pg_server_resume(&pg) == 0, "SIGCONT postgres: %s", pg.err);
+	ev_up_at = mono_ms();
+}
+
+/* Hits flow while the store is paused (SIGSTOP: connections stay open,
+ * nothing answers) for 3 s. Answers must not wait for it; once resumed,
+ * nothing may be lost, and what is counted twice must stay within
+ * sync.c's "one window of doubt": a push the store received but answered
+ * after timeout_ms is applied on SIGCONT and pushed again; sync.c bounds
+ * that to one batch per node, at most what the node counted in one sync
+ * period. */
+static void pause_case(const char *store, store_total_fn total_fn, unsigned w,
+		       store_event_fn pause_fn, store_event_fn resume_fn)
+{
+	static struct lat l;
+	/* One sync period of one node's hits, plus 20 % for timer jitter and
+	 * the time the previous push took. */
+	const double batch = ceil((double)OUTAGE_RATE / NODES * SYNC_RATE * 1.2);
+	int64_t rates[NODES], ms = -1, t0, stable_since;
+	double total = -1, last = -2, excess;
+	char key[64];
+	size_t sent;
+
+	rand_key(key, sizeof(key), "pause");
+	ev_time0 = mono_ms();
+	sent = load_with_events(key, w, PAUSE_RUN_MS, OUTAGE_RATE, PAUSE_DOWN_MS, pause_fn,
+				PAUSE_UP_MS, resume_fn, &l);
+	cr_log_info("%s SIGSTOP/SIGCONT: %zu hits in %d ms; store paused %lld ms", store, sent,
+		    PAUSE_RUN_MS, (long long)(ev_up_at - ev_down_at));
+	lat_report("ACKs during the pause run", &l);
+	cr_expect(l.over_bound == 0, "%llu ACK(s) later than %d ms (max %.1f ms)",
+		  (unsigned long long)l.over_bound, ACK_BOUND_MS, (double)l.max_us / 1000.0);
+
+	/* Until the store stops moving for two periods and every node reads
+	 * what it holds. */
+	t0 = stable_since = mono_ms();
+	while (mono_ms() - t0 < 8000) {
+		bool agree = true;
+
+		total = total_fn(key, w);
+		for (size_t n = 0; n < NODES; n++) {
+			rates[n] = node_rate(n, key, w);
+			agree = agree && (double)rates[n] == total;
+		}
+		if (total != last) {
+			last = total;
+			stable_since = mono_ms();
+		}
+		if (agree && total >= (double)sent &&
+		    mono_ms() - stable_since >= (int64_t)(2 * SYNC_RATE * 1000)) {
+			ms = stable_since - t0;
+			break;
+		}
+		sleep_ms(20);
+	}
+	excess = total - (double)sent;
+	cr_log_info("%s SIGSTOP/SIGCONT: settled %lld ms after the load ended; store total %g, "
+		    "sent %zu, counted twice %g (= %.1f sync periods of one node's hits; "
+		    "documented bound: 1 per node, %d in all)", store, (long long)ms, total, sent,
+		    excess, excess / ((double)OUTAGE_RATE / NODES * SYNC_RATE), NODES);
+	cr_assert(ms >= 0, "%s: not settled within 8 s: node rates %lld %lld %lld, store total %g, "
+		  "sent %zu", store, (long long)rates[0], (long long)rates[1], (long long)rates[2],
+		  total, sent);
+	cr_assert(excess >= 0, "%s: hits lost: store total %g < sent %zu", store, total, sent);
+	cr_log_info("%s SIGSTOP/SIGCONT: pushes that timed out, per node: %zu %zu %zu", store,
+		    log_count(0, "timeout"), log_count(1, "timeout"), log_count(2, "timeout"));
+	cr_expect(excess <= batch * NODES,
+		  "%s: %g hits counted twice, more than one sync period's batch per node "
+		  "(%g = %d x %g). Each worker pushes on its own store connection: after the "
+		  "lease holder's push timed out, another worker whose idle connection still "
+		  "looks ready pushes on it every diff not confirmed since, and the paused store "
+		  "applies all of these on SIGCONT before they are pushed again", store, excess,
+		  batch * NODES, NODES, batch);
+}
+
+Test(cluster, redis_paused_answers_do_not_wait)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis(w, SYNC_RATE));
+	pause_case("redis", redis_total, w, ev_redis_pause, ev_redis_resume);
+}
+
+Test(cluster, postgres_paused_answers_do_not_wait)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_pg(w, SYNC_RATE));
+	pause_case("postgres", pg_total, w, ev_pg_pause, ev_pg_resume);
+}
+
+/* Hits on one node, then SIGTERM before its first sync period ends: the
+ * master's final flush must bring them to the store. */
+static void flush_case(const char *store, const char *cfg, store_total_fn total_fn, unsigned w)
+{
+	const size_t hits = 500;
+	char key[64];
+	double total = -1;
+	int64_t t0, exit_ms;
+	int st;
+
+	node_start(0, cfg);
+	rand_key(key, sizeof(key), "flush");
+	t0 = mono_ms();
+	for (size_t i = 0; i < hits; i++)
+		hit(0, i % CONNS, key, w, &lat_all);
+	node_close_conns(0);
+	cr_assert(agentproc_signal(&nodes[0].a, SIGTERM) == 0, "SIGTERM");
+	cr_assert(agentproc_wait(&nodes[0].a, 10000) == 0, "%s: node not gone 10 s after SIGTERM",
+		  store);
+	exit_ms = mono_ms() - t0;
+	st = nodes[0].a.exit_status;
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %#x", (unsigned)st);
+	total = total_fn(key, w);
+	cr_log_info("%s SIGTERM flush: %zu hits, then SIGTERM; exited %lld ms after the first hit; "
+		    "store total %g", store, hits, (long long)exit_ms, total);
+	{
+		char tail[4000];
+
+		agentproc_log_tail(&nodes[0].a, tail, sizeof(tail));
+		cr_assert(total == (double)hits, "%s total %g after SIGTERM, want %zu\n--- log ---\n%s",
+			  store, total, hits, tail);
+		/* The hits took a few ms of a 5 s period: the periodic cycle
+		 * (random phase) almost never ran after the last of them, so
+		 * the final flush is what pushed them. */
+		cr_expect(strstr(tail, "final flush: 1 of 1 counter(s) pushed"),
+			  "no final flush in the log:\n%s", tail);
+	}
+}
+
+Test(cluster, redis_sigterm_flushes)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	flush_case("redis", cfg_redis(w, 5), redis_total, w);
+}
+
+Test(cluster, postgres_sigterm_flushes)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	flush_case("postgres", cfg_pg(w, 5), pg_total, w);
+}
+
+/* SIGTERM while the store answers nothing: the final flush gives up after
+ * its bound (3 s, agent/master.c) and the agent still exits cleanly; the
+ * diffs it could not push are reported in its log. */
+Test(cluster, sigterm_flush_bounded_when_store_paused)
+{
+	unsigned w = pick_window();
+	int64_t t_term, exit_ms;
+	char key[64], tail[4000];
+	int st;
+
+	redis_up(false);
+	node_start(0, cfg_redis(w, 5));
+	rand_key(key, sizeof(key), "stuck");
+	for (size_t i = 0; i < 100; i++)
+		hit(0, i % CONNS, key, w, &lat_all);
+	cr_assert(redis_server_pause(&redis) == 0, "SIGSTOP redis-server");
+	node_close_conns(0);
+	t_term = mono_ms();
+	cr_assert(agentproc_signal(&nodes[0].a, SIGTERM) == 0, "SIGTERM");
+	cr_assert(agentproc_wait(&nodes[0].a, 15000) == 0, "node not gone 15 s after SIGTERM");
+	exit_ms = mono_ms() - t_term;
+	st = nodes[0].a.exit_status;
+	agentproc_log_tail(&nodes[0].a, tail, sizeof(tail));
+	cr_log_info("SIGTERM with the store paused: exited after %lld ms", (long long)exit_ms);
+	cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "exit status %#x", (unsigned)st);
+	cr_expect(exit_ms <= 3000 + 1500, "exit took %lld ms; the flush is bounded to 3 s\n%s",
+		  (long long)exit_ms, tail);
+	cr_expect(strstr(tail, "could not be pushed"), "no report of the unpushed diffs:\n%s",
+		  tail);
+	redis_server_resume(&redis);
+}
