@@ -86,7 +86,19 @@ static int conn_flush(struct conn *c)
 	return 0;
 }
 
-/* Queues an AGENT-DISCONNECT and moves to CLOSING: nothing more is read. */
+/* Moves what a partial write left to the front of the write buffer. */
+static void conn_compact_wbuf(struct conn *c)
+{
+	if (c->woff == 0)
+		return;
+	memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+	c->wlen -= c->woff;
+	c->woff = 0;
+}
+
+/* Queues an AGENT-DISCONNECT and moves to CLOSING: nothing more is read.
+ * (If the peer stopped reading and the write buffer is full, no
+ * DISCONNECT fits: the connection is then just closed.) */
 static void conn_fail(struct conn *c, enum spop_err err)
 {
 	struct spop_writer w;
@@ -208,6 +220,7 @@ static void conn_process(struct conn *c)
 		if (c->wcap - c->wlen < (size_t)c->max_frame + SPOP_LEN_SIZE) {
 			if (conn_flush(c) < 0)
 				return;
+			conn_compact_wbuf(c);
 			if (c->wcap - c->wlen < (size_t)c->max_frame + SPOP_LEN_SIZE)
 				break;
 		}
@@ -391,11 +404,7 @@ void conn_deliver(void *owner, struct handler_pending *p)
 	 * up to a bound. */
 	size_t need = (size_t)c->max_frame + SPOP_LEN_SIZE;
 	if (c->wcap - c->wlen < need) {
-		if (c->woff > 0) {
-			memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
-			c->wlen -= c->woff;
-			c->woff = 0;
-		}
+		conn_compact_wbuf(c);
 		if (c->wcap - c->wlen < need) {
 			uint8_t *nb = c->wcap * 2 <= CONN_WBUF_MAX ? realloc(c->wbuf, c->wcap * 2) : NULL;
 			if (!nb) {
