@@ -49,6 +49,8 @@ struct msg_result {
 	char skey[RL_STORED_KEY_MAX];
 };
 
+static void var_headers_init(struct handler *h);
+
 int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
 		 size_t max_frame_size)
 {
@@ -56,6 +58,7 @@ int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
 	h->cfg = cfg;
 	h->rl = rl;
 	h->prefix_len = strlen(cfg->message_prefix);
+	var_headers_init(h);
 	/* A binary key is at most one frame long; its hex text twice that. */
 	h->scratch_len = 2 * max_frame_size + 64;
 	h->scratch = malloc(h->scratch_len);
@@ -394,75 +397,90 @@ static void finish_result(struct msg_result *r, double now)
 
 /* ---- encoding ---- */
 
-/* The variable's name: `name` itself, or "<name>_<sfx>" built in buf
- * (suffixes are at most HANDLER_SUFFIX_MAX characters). */
-static const char *var_name(char *buf, const char *name, const char *sfx, size_t *len)
+/* The set-var actions of the plain variables are the same in every ACK up
+ * to their value: their first bytes (action, nb-args, scope, name) are
+ * encoded once by handler_init. Suffixed names are built per message. */
+static const char *const var_names[VAR_COUNT] = {
+	[VAR_EXCEEDED] = "exceeded", [VAR_RATE] = "rate", [VAR_REMAINING] = "remaining",
+	[VAR_RESET] = "reset", [VAR_LIMIT] = "limit", [VAR_WINDOW] = "window",
+	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error",
+};
+
+static void var_headers_init(struct handler *h)
 {
-	size_t n = strlen(name);
-	if (!sfx) {
-		*len = n;
-		return name;
+	for (int i = 0; i < VAR_COUNT; i++) {
+		struct spop_writer w;
+		spop_writer_init(&w, h->var_hdr[i], sizeof(h->var_hdr[i]));
+		spop_put_u8(&w, SPOP_ACT_SET_VAR);
+		spop_put_u8(&w, 3);
+		spop_put_u8(&w, (uint8_t)h->cfg->var_scope);
+		spop_put_str(&w, var_names[i], strlen(var_names[i]));
+		h->var_hdr_len[i] = (uint8_t)w.len;
 	}
-	size_t m = strlen(sfx);
-	memcpy(buf, name, n);
+}
+
+/* Appends the start of a set-var action for variable id (with a suffix:
+ * "<name>_<sfx>"); the caller appends the value. */
+static void put_var_head(struct spop_writer *w, const struct handler *h, int id, const char *sfx)
+{
+	if (!sfx) {
+		spop_put_bytes(w, h->var_hdr[id], h->var_hdr_len[id]);
+		return;
+	}
+	char buf[16 + HANDLER_SUFFIX_MAX + 2];
+	size_t n = strlen(var_names[id]), m = strlen(sfx);
+	memcpy(buf, var_names[id], n);
 	buf[n] = '_';
 	memcpy(buf + n + 1, sfx, m);
-	*len = n + 1 + m;
-	return buf;
+	spop_put_u8(w, SPOP_ACT_SET_VAR);
+	spop_put_u8(w, 3);
+	spop_put_u8(w, (uint8_t)h->cfg->var_scope);
+	spop_put_str(w, buf, n + 1 + m);
 }
 
-#define VAR_NAME_BUF (16 + HANDLER_SUFFIX_MAX + 2)
-
-static void put_var_int(struct spop_writer *w, int scope, const char *name, const char *sfx,
+static void put_var_int(struct spop_writer *w, const struct handler *h, int id, const char *sfx,
 			int64_t v)
 {
-	char buf[VAR_NAME_BUF];
-	size_t len;
-	const char *p = var_name(buf, name, sfx, &len);
-	struct spop_data d = { .type = SPOP_DATA_INT64, .v.i = v };
-	spop_put_set_var(w, (enum spop_scope)scope, p, len, &d);
+	put_var_head(w, h, id, sfx);
+	spop_put_u8(w, SPOP_DATA_INT64);
+	spop_put_varint(w, (uint64_t)v);
 }
 
-static void put_var_bool(struct spop_writer *w, int scope, const char *name, const char *sfx,
-			 bool v)
+static void put_var_bool(struct spop_writer *w, const struct handler *h, int id,
+			 const char *sfx, bool v)
 {
-	char buf[VAR_NAME_BUF];
-	size_t len;
-	const char *p = var_name(buf, name, sfx, &len);
-	struct spop_data d = { .type = SPOP_DATA_BOOL, .v.b = v };
-	spop_put_set_var(w, (enum spop_scope)scope, p, len, &d);
+	put_var_head(w, h, id, sfx);
+	spop_put_u8(w, SPOP_DATA_BOOL | (v ? SPOP_DATA_FL_TRUE : 0));
 }
 
-static void put_var_str(struct spop_writer *w, int scope, const char *name, const char *sfx,
+static void put_var_str(struct spop_writer *w, const struct handler *h, int id, const char *sfx,
 			const char *v)
 {
-	char buf[VAR_NAME_BUF];
-	size_t len;
-	const char *p = var_name(buf, name, sfx, &len);
-	struct spop_data d = { .type = SPOP_DATA_STRING, .v.str = { v, strlen(v) } };
-	spop_put_set_var(w, (enum spop_scope)scope, p, len, &d);
+	put_var_head(w, h, id, sfx);
+	spop_put_u8(w, SPOP_DATA_STRING);
+	spop_put_str(w, v, strlen(v));
 }
 
 /* The variables of one result; sfx NULL for the plain names. The decision
  * variable goes first: HAProxy stops at the first action it cannot use. */
-static void put_result(struct spop_writer *w, int scope, const struct msg_result *r,
+static void put_result(struct spop_writer *w, const struct handler *h, const struct msg_result *r,
 		       const char *sfx)
 {
 	if (r->error) {
-		put_var_str(w, scope, "error", sfx, r->error);
+		put_var_str(w, h, VAR_ERROR, sfx, r->error);
 		return;
 	}
 	if (r->has_limit)
-		put_var_bool(w, scope, "exceeded", sfx, r->exceeded);
-	put_var_int(w, scope, "rate", sfx, r->rate);
+		put_var_bool(w, h, VAR_EXCEEDED, sfx, r->exceeded);
+	put_var_int(w, h, VAR_RATE, sfx, r->rate);
 	if (r->has_limit)
-		put_var_int(w, scope, "remaining", sfx, r->remaining);
-	put_var_int(w, scope, "reset", sfx, r->reset);
+		put_var_int(w, h, VAR_REMAINING, sfx, r->remaining);
+	put_var_int(w, h, VAR_RESET, sfx, r->reset);
 	if (r->has_limit)
-		put_var_int(w, scope, "limit", sfx, r->limit);
-	put_var_int(w, scope, "window", sfx, r->window);
+		put_var_int(w, h, VAR_LIMIT, sfx, r->limit);
+	put_var_int(w, h, VAR_WINDOW, sfx, r->window);
 	if (r->exceeded)
-		put_var_int(w, scope, "retry_after", sfx, r->retry_after);
+		put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
 }
 
 /* Is a more restrictive than b? Exceeded beats not exceeded (then the
@@ -487,13 +505,12 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 		      const struct msg_result *res, size_t n, size_t extra, struct spop_writer *w,
 		      size_t max_frame_size, enum spop_err *err)
 {
-	int scope = h->cfg->var_scope;
 	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, sid, fid);
 
 	if (n == 0) {
-		put_var_bool(w, scope, "exceeded", NULL, false);
+		put_var_bool(w, h, VAR_EXCEEDED, NULL, false);
 		if (extra)
-			put_var_str(w, scope, "error", NULL, "too many messages");
+			put_var_str(w, h, VAR_ERROR, NULL, "too many messages");
 	} else {
 		/* Plain variables: the most restrictive result, with exceeded,
 		 * remaining and retry_after folded over all of them. */
@@ -521,13 +538,13 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 		}
 		if (extra)
 			error = "too many messages";
-		put_result(w, scope, &plain, NULL);
+		put_result(w, h, &plain, NULL);
 		if (error && !plain.error)
-			put_var_str(w, scope, "error", NULL, error);
+			put_var_str(w, h, VAR_ERROR, NULL, error);
 		size_t plain_end = w->len;
 		for (size_t i = 0; i < n; i++)
 			if (res[i].suffix[0])
-				put_result(w, scope, &res[i], res[i].suffix);
+				put_result(w, h, &res[i], res[i].suffix);
 		/* Too many suffixed variables for one frame: keep the plain ones. */
 		if (w->overflow || w->len - start > max_frame_size + SPOP_LEN_SIZE) {
 			w->overflow = false;

@@ -23,10 +23,25 @@ struct rl;
 struct handler_pending;
 struct sync;
 
+/* The variables an ACK sets (docs/PROTOCOL.md). */
+enum handler_var {
+	VAR_EXCEEDED = 0,
+	VAR_RATE,
+	VAR_REMAINING,
+	VAR_RESET,
+	VAR_LIMIT,
+	VAR_WINDOW,
+	VAR_RETRY_AFTER,
+	VAR_ERROR,
+	VAR_COUNT
+};
+
 struct handler {
 	const struct config *cfg;
 	struct rl *rl;
 	size_t prefix_len;      /* strlen(cfg->message_prefix) */
+	uint8_t var_hdr[VAR_COUNT][20];   /* set-var action up to the value */
+	uint8_t var_hdr_len[VAR_COUNT];
 	char *scratch;          /* canonical key text (binary keys become hex) */
 	size_t scratch_len;
 	double last_full_log;   /* last "table full" log, to log at most 1/s */
