@@ -276,6 +276,21 @@ static void conn_read(struct conn *c)
 	}
 }
 
+/* Sends what is queued; frames left in the read buffer (held back for
+ * want of output room or by the pending cap) are answered once it drains;
+ * then the watcher is set for what comes next. */
+static void conn_continue(struct conn *c)
+{
+	if (conn_flush(c) < 0)
+		return;
+	if (c->rlen > 0 && c->state != CONN_CLOSING) {
+		conn_process(c);
+		if (conn_flush(c) < 0)
+			return;
+	}
+	conn_update_events(c);
+}
+
 static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct conn *c = (struct conn *)((char *)io - offsetof(struct conn, io));
@@ -287,15 +302,7 @@ static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
 		return;
 	if (c->draining && c->state != CONN_CLOSING && c->rlen == 0 && !c->pending)
 		conn_fail(c, SPOP_ERR_NONE);
-	if (conn_flush(c) < 0)
-		return;
-	/* Output drained: frames left in the buffer can be answered now. */
-	if (c->rlen > 0 && c->state != CONN_CLOSING) {
-		conn_process(c);
-		if (conn_flush(c) < 0)
-			return;
-	}
-	conn_update_events(c);
+	conn_continue(c);
 }
 
 /* One timer per connection: the HELLO deadline, then the half-frame
@@ -427,15 +434,7 @@ void conn_deliver(void *owner, struct handler_pending *p)
 		if (c->draining && !c->pending && c->rlen == 0)
 			conn_fail(c, SPOP_ERR_NONE);
 	}
-	if (conn_flush(c) < 0)
-		return;
-	/* Frames held back while too many waited can go now. */
-	if (c->rlen > 0 && c->state != CONN_CLOSING) {
-		conn_process(c);
-		if (conn_flush(c) < 0)
-			return;
-	}
-	conn_update_events(c);
+	conn_continue(c);
 }
 
 void conn_free(struct conn *c)

@@ -80,16 +80,6 @@ void handler_free(struct handler *h)
 static bool arg_uint(const struct spop_data *d, uint64_t *out)
 {
 	switch (d->type) {
-	case SPOP_DATA_INT32:
-	case SPOP_DATA_INT64:
-		if (d->v.i < 0)
-			return false;
-		*out = (uint64_t)d->v.i;
-		return true;
-	case SPOP_DATA_UINT32:
-	case SPOP_DATA_UINT64:
-		*out = d->v.u;
-		return true;
 	case SPOP_DATA_STRING: {
 		uint64_t v = 0;
 		if (d->v.str.len == 0 || d->v.str.len > 19)
@@ -104,7 +94,7 @@ static bool arg_uint(const struct spop_data *d, uint64_t *out)
 		return true;
 	}
 	default:
-		return false;
+		return spop_data_uint(d, out);
 	}
 }
 

@@ -624,23 +624,45 @@ static bool sync_wait_ready(struct ev_loop *loop, struct sync_ns *sn, double dea
 	return sn->ops->ready(sn->st);
 }
 
-int rl_sync(struct rl *rl, const char *ns, double timeout_s)
+/* A private loop and sync of one namespace for a library call. Returns
+ * the sync (its only namespace is sy->ns[0]), or NULL for an unknown or
+ * local namespace or a store that cannot be set up. */
+static struct sync *sync_open_one(struct rl *rl, const char *ns, int *index)
 {
 	int i = rl_namespace_index(rl, ns, ns ? strlen(ns) : 0);
-	double deadline = ev_time() + timeout_s;
-	int rc = -1;
+	bool failed = false;
 
+	*index = i;
 	if (i < 0 || rl_sync_rate(rl, i) < 0)
-		return -1;
+		return NULL;
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	if (!loop)
-		return -1;
-	bool failed = false;
+		return NULL;
 	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i, &failed);
-	if (!sy) {
+	if (!sy || failed) {
+		sync_stop(sy);
 		ev_loop_destroy(loop);
-		return -1;
+		return NULL;
 	}
+	return sy;
+}
+
+static void sync_close_one(struct sync *sy)
+{
+	struct ev_loop *loop = sy->loop;
+	sync_stop(sy);
+	ev_loop_destroy(loop);
+}
+
+int rl_sync(struct rl *rl, const char *ns, double timeout_s)
+{
+	double deadline = ev_time() + timeout_s;
+	int rc = -1, i;
+	struct sync *sy = sync_open_one(rl, ns, &i);
+
+	if (!sy)
+		return -1;
+	struct ev_loop *loop = sy->loop;
 	struct sync_ns *sn = &sy->ns[0];
 	/* One sync of the node at a time: wait for the lease. */
 	while (!shm_lease_take(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms(), sn->hold_ms)) {
@@ -657,8 +679,7 @@ int rl_sync(struct rl *rl, const char *ns, double timeout_s)
 	}
 	shm_lease_release(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms());
 out:
-	sync_stop(sy);
-	ev_loop_destroy(loop);
+	sync_close_one(sy);
 	return rc;
 }
 
@@ -687,24 +708,16 @@ static void fetch_on_rows(void *arg, int status, const char *errstr,
 
 int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s)
 {
-	int i = rl_namespace_index(rl, ns, ns ? strlen(ns) : 0);
-	struct fetch_ctx f = { .rl = rl, .ns = i, .time = time };
 	double wait = timeout_s > 0 ? timeout_s : 1.0;
 	double deadline = ev_time() + wait;
 	char err[STRATEGY_ERR_MAX];
-	int rc = -1;
+	int rc = -1, i;
+	struct sync *sy = sync_open_one(rl, ns, &i);
 
-	if (i < 0 || rl_sync_rate(rl, i) < 0)
+	if (!sy)
 		return -1;
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	if (!loop)
-		return -1;
-	bool failed = false;
-	struct sync *sy = sync_new(loop, rl, SYNC_LIB_HOLDER - 1, true, i, &failed);
-	if (!sy) {
-		ev_loop_destroy(loop);
-		return -1;
-	}
+	struct fetch_ctx f = { .rl = rl, .ns = i, .time = time };
+	struct ev_loop *loop = sy->loop;
 	struct sync_ns *sn = &sy->ns[0];
 	/* The reference's shm mutex: one process per node fetches; with a
 	 * timeout the lease is left to expire, so that is once per timeout. */
@@ -722,7 +735,6 @@ int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s)
 	if (timeout_s <= 0)
 		shm_lease_release(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms());
 out:
-	sync_stop(sy);
-	ev_loop_destroy(loop);
+	sync_close_one(sy);
 	return rc;
 }

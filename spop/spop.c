@@ -492,8 +492,7 @@ static bool str_is(struct spop_str s, const char *lit)
 	return s.len == n && (n == 0 || memcmp(s.ptr, lit, n) == 0);
 }
 
-/* A non-negative integer of any of the four integer types, or false. */
-static bool data_uint(const struct spop_data *d, uint64_t *v)
+bool spop_data_uint(const struct spop_data *d, uint64_t *v)
 {
 	switch (d->type) {
 	case SPOP_DATA_INT32:
@@ -533,7 +532,7 @@ int spop_hello_decode(const uint8_t *payload, size_t len, struct spop_hello *h,
 				h->has_versions = true;
 			}
 		} else if (str_is(kv.name, "max-frame-size")) {
-			if (data_uint(&kv.value, &u)) {
+			if (spop_data_uint(&kv.value, &u)) {
 				h->max_frame_size = u;
 				h->has_max_frame_size = true;
 			}
@@ -583,7 +582,7 @@ int spop_disconnect_decode(const uint8_t *payload, size_t len, struct spop_disco
 	spop_cursor_init(&c, payload, len);
 	while ((r = spop_kv_next(&c, &kv)) > 0) {
 		if (str_is(kv.name, "status-code")) {
-			if (data_uint(&kv.value, &u) && u <= UINT32_MAX) {
+			if (spop_data_uint(&kv.value, &u) && u <= UINT32_MAX) {
 				d->status_code = (uint32_t)u;
 				d->has_status_code = true;
 			}

@@ -40,6 +40,10 @@ size_t spop_varint_size(uint64_t v);
  * Returns consumed / 0 / -1. */
 int spop_data_decode(const uint8_t *p, size_t len, struct spop_data *out, enum spop_err *err);
 
+/* A non-negative integer of any of the four integer types: true with *v
+ * set, or false (another type, or a negative signed value). */
+bool spop_data_uint(const struct spop_data *d, uint64_t *v);
+
 /* ---- frames ---- */
 
 /* Decodes one length-prefixed frame from the start of p.
