@@ -141,13 +141,39 @@ static bool str_eq(struct spop_str s, const char *lit)
 
 static const char hexdigits[] = "0123456789abcdef";
 
+/* Decimal text of v into out (at least 20 bytes); returns its length.
+ * (inet_ntop and snprintf cost more than the rest of a hit.) */
+static size_t put_u64(char *out, uint64_t v)
+{
+	char tmp[20];
+	size_t n = 0;
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (size_t i = 0; i < n; i++)
+		out[i] = tmp[n - 1 - i];
+	return n;
+}
+
+/* Dotted text of an IPv4 address into out (at least 16 bytes). */
+static size_t put_ipv4(char *out, const uint8_t a[4])
+{
+	size_t n = 0;
+	for (int i = 0; i < 4; i++) {
+		if (i)
+			out[n++] = '.';
+		n += put_u64(out + n, a[i]);
+	}
+	return n;
+}
+
 /* Writes the canonical text of a key into the scratch buffer; returns its
  * length, 0 if the value cannot be a key (*why says why). */
 static size_t key_text(struct handler *h, const struct spop_data *d, const char **text,
 		       const char **why)
 {
 	char *out = h->scratch;
-	int n;
 
 	*text = out;
 	switch (d->type) {
@@ -171,24 +197,24 @@ static size_t key_text(struct handler *h, const struct spop_data *d, const char 
 		*why = "empty key";
 		return d->v.str.len * 2;
 	case SPOP_DATA_IPV4:
-		inet_ntop(AF_INET, d->v.ipv4, out, (socklen_t)h->scratch_len);
-		return strlen(out);
+		return put_ipv4(out, d->v.ipv4);
 	case SPOP_DATA_IPV6: {
 		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 		if (memcmp(d->v.ipv6, mapped, sizeof(mapped)) == 0)
-			inet_ntop(AF_INET, d->v.ipv6 + 12, out, (socklen_t)h->scratch_len);
-		else
-			inet_ntop(AF_INET6, d->v.ipv6, out, (socklen_t)h->scratch_len);
+			return put_ipv4(out, d->v.ipv6 + 12);
+		inet_ntop(AF_INET6, d->v.ipv6, out, (socklen_t)h->scratch_len);
 		return strlen(out);
 	}
 	case SPOP_DATA_INT32:
 	case SPOP_DATA_INT64:
-		n = snprintf(out, h->scratch_len, "%lld", (long long)d->v.i);
-		return (size_t)n;
+		if (d->v.i < 0) {
+			out[0] = '-';
+			return 1 + put_u64(out + 1, (uint64_t)0 - (uint64_t)d->v.i);
+		}
+		return put_u64(out, (uint64_t)d->v.i);
 	case SPOP_DATA_UINT32:
 	case SPOP_DATA_UINT64:
-		n = snprintf(out, h->scratch_len, "%llu", (unsigned long long)d->v.u);
-		return (size_t)n;
+		return put_u64(out, d->v.u);
 	default:
 		*why = "bad key type";
 		return 0;

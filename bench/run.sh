@@ -20,7 +20,7 @@
 # Knobs (environment): BENCH_SPOP_SECONDS (5), BENCH_SPOP_ROUNDS (3),
 # BENCH_CONNS (8), BENCH_INFLIGHT (32), BENCH_KEYS (10000),
 # BENCH_E2E_SECONDS (10), BENCH_E2E_ROUNDS (3), BENCH_E2E_CONNS (32),
-# BENCH_E2E_VARIANTS ("A B C"; D and E, through Redis, plug in below: see
+# BENCH_E2E_VARIANTS ("A B C D E"; D and E sync through Redis: see
 # variant_cfg and variant_setup), BENCH_OUT (build/bench).
 #
 # Every process started here is recorded and stopped by pid on exit
@@ -51,7 +51,7 @@ KEYS=${BENCH_KEYS:-10000}
 E2E_SECONDS=${BENCH_E2E_SECONDS:-10}
 E2E_ROUNDS=${BENCH_E2E_ROUNDS:-3}
 E2E_CONNS=${BENCH_E2E_CONNS:-32}
-E2E_VARIANTS=${BENCH_E2E_VARIANTS:-A B C}
+E2E_VARIANTS=${BENCH_E2E_VARIANTS:-A B C D E}
 CLK_TCK=$(getconf CLK_TCK)
 
 mkdir -p "$OUT" "$RAW"
@@ -175,11 +175,18 @@ start_agent() {
 }
 
 stop_agent() {
-  [ -n "$AGENT_PID" ] || return 0
-  stop_pid "$AGENT_PID" 5
-  forget "$AGENT_PID"
-  AGENT_PID=""
-  reap_workers
+  if [ -n "$AGENT_PID" ]; then
+    stop_pid "$AGENT_PID" 5
+    forget "$AGENT_PID"
+    AGENT_PID=""
+    reap_workers
+  fi
+  # Variants D and E: their Redis goes with their agent.
+  if [ -n "${VARIANT_REDIS_PID:-}" ]; then
+    stop_pid "$VARIANT_REDIS_PID"
+    forget "$VARIANT_REDIS_PID"
+    VARIANT_REDIS_PID=""
+  fi
 }
 
 # ticks PID...: utime + stime (fields 14 and 15 of /proc/PID/stat), summed,
@@ -461,10 +468,8 @@ variant_cfg() {
   case $1 in
     A) echo "$ROOT/bench/haproxy/a-direct.cfg" ;;
     B) echo "$ROOT/bench/haproxy/b-stick-table.cfg" ;;
-    C) echo "$ROOT/bench/haproxy/c-spoe-local.cfg" ;;
-    # D/E (HAProxy + SPOE + agent synchronised through Redis) come later:
-    # add their cfg here (they can share spoe-bench.conf) and their setup
-    # (Redis, agent config) in variant_setup.
+    # D and E: the same HAProxy as C; only the agent's config differs.
+    C|D|E) echo "$ROOT/bench/haproxy/c-spoe-local.cfg" ;;
     *) local f
        for f in "$ROOT"/bench/haproxy/"$(echo "$1" | tr '[:upper:]' '[:lower:]')"-*.cfg; do
          [ -f "$f" ] && { echo "$f"; break; }
@@ -484,8 +489,23 @@ variant_setup() {
       start_agent "$2" 0 -w 1 || return 1
       VARIANT_AGENT=1
       ;;
-    # D|E) start Redis on a free port, write an agent config with a
-    #      "redis" namespace pointing at it, start_agent "$2" 0 -w 1 -c FILE.
+    D|E)
+      # Redis on CPU 1 (with wrk), the agent synchronising the default
+      # namespace through it: D every 0.1 s, E on every hit (sync_rate 0).
+      local rport rate=0.1 cfgf
+      [ "$1" = E ] && rate=0
+      free_port rport || return 1
+      "${PIN1[@]}" redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
+        > "$RAW/redis-$1-$rport.log" 2>&1 &
+      VARIANT_REDIS_PID=$!
+      PIDS+=("$VARIANT_REDIS_PID")
+      for i in $(seq 1 50); do listening "$rport" && break; sleep 0.05; done
+      cfgf=$RAW/agent-$1.json
+      printf '{"namespaces":[{"name":"default","window_sizes":[1,60,3600],"sync_rate":%s,"strategy":"redis","strategy_opts":{"host":"127.0.0.1","port":%s,"timeout_ms":100}}]}\n' \
+        "$rate" "$rport" > "$cfgf"
+      start_agent "$2" 0 -w 1 -c "$cfgf" || return 1
+      VARIANT_AGENT=1
+      ;;
     *)
       echo "bench: variant $1 has no setup yet" >&2
       return 1
@@ -634,7 +654,9 @@ part_e2e() {
   done
   md ""
   md "A: HAProxy answers (\`http-request return\`). B: + stick table (\`track-sc0 src\`, \`sc_http_req_rate\`)."
-  md "C: + SPOE filter asking this agent (local strategy) for every request. Errors: non-2xx + socket errors, all rounds."
+  md "C: + SPOE filter asking this agent (local strategy) for every request. D: the same, the agent syncing"
+  md "its counters with Redis (on CPU 1) every 0.1 s. E: the same with sync_rate 0 (a Redis round trip per request)."
+  md "Errors: non-2xx + socket errors, all rounds."
   md ""
   md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
   md "agent read()/write() calls per request: syscr+syscw of /proc/PID/io, which do not count send()):"
