@@ -12,12 +12,16 @@
  *             count = max(count, total + diff), so no reader sees a drop
  *
  * Nothing is taken out of a slot before the store confirms it: a failed or
- * timed-out push leaves the diffs where they are and the next cycle pushes
- * them again. The one window of doubt is a push the store applied but
- * whose answer never came back (the worker was killed, or the reply was
- * later than the strategy's timeout_ms): those diffs are pushed again, so
- * the store can count one batch twice (never less). Its size is at most
- * the hits this node counted in one sync_rate.
+ * timed-out push leaves the diffs where they are. Every push carries a
+ * token (node, worker, sequence); the counters a push did not confirm are
+ * resent as they were, with the same token, before anything else, and the
+ * store applies a token's parts at most once. So a push that the store
+ * applied late (a paused or slow store answering after timeout_ms) is not
+ * counted twice. The one window of doubt left is a worker killed (or
+ * stalled past its lease) with an unconfirmed push: the worker that takes
+ * over pushes those diffs under a new token, so the store can count that
+ * one batch twice (never less). Its size is at most the hits the node
+ * counted in one sync_rate.
  *
  * The lease (shm_lease_*) makes one worker per node run a cycle per
  * period: every worker's timer fires at the node's phase, the first to
@@ -63,6 +67,9 @@ struct sync_ns {
 	bool done;                    /* flush mode: the push has ended */
 	bool failing;                 /* the last push failed (for logs) */
 	bool holding;                 /* keeps the lease after a failed push */
+	bool retry;                   /* batch holds an unconfirmed push, to resend as is */
+	uint64_t seq;                 /* pushes of this worker, for tokens */
+	char token[STRATEGY_TOKEN_MAX];
 	double last_log;
 	struct strategy_counter *batch;
 	struct shm_entry *ents;
@@ -204,6 +211,8 @@ static void sync_release(struct sync_ns *sn, bool failed_after_send)
 		return;
 	if (failed_after_send) {
 		sn->holding = shm_lease_renew(sy->t, sn->ns, sy->holder, now_ms(), sn->hold_ms);
+		if (!sn->holding)
+			sn->retry = false;
 		return;
 	}
 	sn->holding = false;
@@ -246,7 +255,24 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 			shm_sync_total(t, &sn->ents[i], c->total);
 	}
 	sn->unpushed = sn->n - ok;
-	if (status < 0 || ok < sn->n) {
+	/* Unconfirmed counters may still be applied by the store (a timeout):
+	 * keep them, with their diffs and token, to resend as they are; the
+	 * store adds nothing twice for the same token. */
+	sn->retry = false;
+	if (ok < sn->n && !sn->sy->flush_mode) {
+		size_t k = 0;
+		for (size_t i = 0; i < sn->n; i++) {
+			if (sn->batch[i].ok)
+				continue;
+			sn->ents[k] = sn->ents[i];
+			sn->batch[k] = sn->batch[i];
+			sn->batch[k].key = sn->ents[k].key;
+			k++;
+		}
+		sn->n = k;
+		sn->retry = k > 0;
+	}
+	if (status < 0 || sn->unpushed) {
 		sync_log_failure(sn, status < 0 && errstr ? errstr : "some counters failed");
 	} else if (sn->failing) {
 		sn->failing = false;
@@ -256,7 +282,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 	sn->busy = false;
 	sn->done = true;
 	ev_timer_stop(sn->sy->loop, &sn->renew);
-	sync_release(sn, ok < sn->n);
+	sync_release(sn, sn->retry);
 }
 
 static void sync_on_renew(struct ev_loop *loop, ev_timer *w, int revents)
@@ -274,7 +300,13 @@ static int sync_push(struct sync_ns *sn)
 	char err[STRATEGY_ERR_MAX] = "";
 
 	sn->done = false;
-	if (sn->ops->push_diffs(sn->st, sn->batch, sn->n, sync_on_pushed, sn, err) < 0) {
+	if (!sn->retry)
+		snprintf(sn->token, sizeof(sn->token), "%016llx-%u-%u-%llu",
+			 (unsigned long long)node_seed, (unsigned)sn->sy->holder, sn->ns,
+			 (unsigned long long)++sn->seq);
+	for (size_t i = 0; i < sn->n; i++)
+		sn->batch[i].ok = false;
+	if (sn->ops->push_diffs(sn->st, sn->batch, sn->n, sn->token, sync_on_pushed, sn, err) < 0) {
 		sn->unpushed = sn->n;
 		sync_log_failure(sn, err[0] ? err : "push refused");
 		return -1;
@@ -283,12 +315,19 @@ static int sync_push(struct sync_ns *sn)
 	return 0;
 }
 
+/* While a push is in flight the holder renews its lease. */
+static void sync_start_renew(struct sync_ns *sn)
+{
+	ev_timer_init(&sn->renew, sync_on_renew, sn->hold_ms / 3000.0, sn->hold_ms / 3000.0);
+	ev_timer_start(sn->sy->loop, &sn->renew);
+}
+
 static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 {
 	struct sync_ns *sn = (struct sync_ns *)((char *)w - offsetof(struct sync_ns, tick));
 	struct sync *sy = sn->sy;
 	uint64_t ms = now_ms();
-	(void)revents;
+	(void)loop, (void)revents;
 
 	if (sn->busy)
 		return;
@@ -296,7 +335,10 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		/* After a failed push: keep the lease, and push again only
 		 * once this worker's own connection is back. */
 		if (!shm_lease_renew(sy->t, sn->ns, sy->holder, ms, sn->hold_ms)) {
+			/* Lost (we stalled past its expiry): the worker that took
+			 * it pushes every diff, ours included. */
 			sn->holding = false;
+			sn->retry = false;
 			return;
 		}
 		if (!sn->ops->ready(sn->st))
@@ -305,6 +347,15 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		return;
 	}
 	sn->cycle_ms = ms;
+	if (sn->retry) {
+		/* First the unconfirmed push, unchanged and with its token: the
+		 * next cycle collects what came since. */
+		if (sync_push(sn) < 0)
+			sync_release(sn, true);
+		else
+			sync_start_renew(sn);
+		return;
+	}
 	/* sync_rate 0: hits refresh themselves; only unconfirmed ones are left. */
 	if (sync_collect(sn, rl_now(), sn->opts.sync_rate == 0) < 0) {
 		LOG(LOG_ERR, "namespace %s: out of memory for a sync batch", sn->opts.name);
@@ -316,8 +367,7 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		sync_release(sn, false);
 		return;
 	}
-	ev_timer_init(&sn->renew, sync_on_renew, sn->hold_ms / 3000.0, sn->hold_ms / 3000.0);
-	ev_timer_start(loop, &sn->renew);
+	sync_start_renew(sn);
 }
 
 /* ---- seeding first-seen keys (sync_rate > 0) ----
@@ -376,7 +426,9 @@ static void sync_seed_flush(struct sync_ns *sn)
 		c.start -= (int64_t)e->size;
 		sn->seed_c[2 * i + 1] = c;
 	}
-	if (sn->ops->push_diffs(sn->st, sn->seed_c, 2 * sn->nseeding, sync_on_seeded, sn, err) == 0)
+	/* Reads only (diffs of 0): nothing to apply twice, no token. */
+	if (sn->ops->push_diffs(sn->st, sn->seed_c, 2 * sn->nseeding, NULL, sync_on_seeded, sn,
+				err) == 0)
 		sn->seed_busy = true;
 }
 
@@ -418,7 +470,7 @@ int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size
 
 	if (!sn || !sn->ops->ready(sn->st))
 		return -1;
-	return sn->ops->push_diffs(sn->st, c, n, cb, arg, err);
+	return sn->ops->push_diffs(sn->st, c, n, NULL, cb, arg, err);
 }
 
 /* A sync of the namespaces with sync_rate >= 0 (only ns_only if >= 0). */

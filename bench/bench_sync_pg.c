@@ -13,7 +13,8 @@
  * else starts its own PostgreSQL 15 (tests/lib/pg_server.c: initdb into a
  * temporary directory, a free loopback port, stopped by pid), durable
  * (fsync on) unless PG_BENCH_FSYNC=off. PG_BENCH_POOL sets the strategy's
- * pool_size (default: the strategy's). Exits 1 if a total came out wrong
+ * pool_size (default: the strategy's). Every push carries a new token, as the
+ * agent's do (PG_BENCH_TOKENS=off: none, the old path). Exits 1 if a total came out wrong
  * or an operation failed.
  */
 #include <ev.h>
@@ -22,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "strategies/strategy.h"
 
@@ -104,9 +106,19 @@ static int cycle(struct strategy *s, struct strategy_counter *b, size_t n, const
 	static const uint32_t sizes[] = { 60 };
 	struct res p = { 0 }, f = { 0 };
 	char err[STRATEGY_ERR_MAX];
-	double t0 = mono(), c0 = cpu(), t1;
+	double t0, c0, t1;
+	static unsigned long long seq;
+	char tok[STRATEGY_TOKEN_MAX];
+	const char *token = NULL;
+	const char *env = getenv("PG_BENCH_TOKENS");
 
-	if (postgres_strategy.push_diffs(s, b, n, done_cb, &p, err) < 0) {
+	if (!env || strcmp(env, "off") != 0) {
+		snprintf(tok, sizeof(tok), "bench-%ld-%llu", (long)getpid(), ++seq);
+		token = tok;
+	}
+	t0 = mono();
+	c0 = cpu();
+	if (postgres_strategy.push_diffs(s, b, n, token, done_cb, &p, err) < 0) {
 		fprintf(stderr, "push_diffs: %s\n", err);
 		return -1;
 	}

@@ -8,6 +8,8 @@
  * and the CPU time one cycle costs the client (this process) and, when the
  * bench started the server itself, the server (/proc/<pid>/stat, 10 ms
  * ticks): on a shared machine the CPU times say more than the wall clock.
+ * Every push carries a fresh token, as the agent's sync loop's do (one
+ * token key per script call); BENCH_NO_TOKEN=1 pushes without.
  *
  *   bench_sync_redis [reps]
  *
@@ -213,14 +215,21 @@ static void wait_done(struct res *r)
 		ev_run(loop, EVRUN_ONCE);
 }
 
-/* One push+read cycle; returns seconds, or -1. */
+/* One push+read cycle, with a fresh push token as the sync loop uses
+ * (BENCH_NO_TOKEN=1: without, for comparison); returns seconds, or -1. */
 static double cycle(struct strategy *s, struct strategy_counter *b, size_t n)
 {
+	static unsigned long long seq;
+	static int no_token = -1;
 	struct res r = { 0 };
-	char err[STRATEGY_ERR_MAX];
-	double t0 = mono();
+	char err[STRATEGY_ERR_MAX], token[STRATEGY_TOKEN_MAX];
+	double t0;
 
-	if (redis_strategy.push_diffs(s, b, n, done_cb, &r, err) < 0) {
+	if (no_token < 0)
+		no_token = getenv("BENCH_NO_TOKEN") && strcmp(getenv("BENCH_NO_TOKEN"), "1") == 0;
+	snprintf(token, sizeof(token), "bench-%d-%llu", (int)getpid(), ++seq);
+	t0 = mono();
+	if (redis_strategy.push_diffs(s, b, n, no_token ? NULL : token, done_cb, &r, err) < 0) {
 		fprintf(stderr, "push_diffs: %s\n", err);
 		return -1;
 	}
@@ -348,7 +357,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench_sync_redis: not connected\n");
 		rc = 1;
 	}
-	printf("redis strategy, one sync cycle, 127.0.0.1:%d, %d reps\n", port, reps);
+	printf("redis strategy, one sync cycle, 127.0.0.1:%d, %d reps, %s\n", port, reps,
+	       getenv("BENCH_NO_TOKEN") && strcmp(getenv("BENCH_NO_TOKEN"), "1") == 0
+		       ? "no push token" : "a push token per cycle");
 	for (size_t i = 0; rc == 0 && i < sizeof(ns) / sizeof(ns[0]); i++)
 		if (bench(s, ns[i], reps) < 0)
 			rc = 1;

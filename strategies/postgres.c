@@ -13,6 +13,13 @@
  *       WITH (fillfactor = 50);  -- room for HOT updates: see below
  *   CREATE INDEX IF NOT EXISTS "<table>_ns_start_idx"
  *       ON "<table>" (namespace, window_start);
+ *   CREATE TABLE IF NOT EXISTS "<table>_tokens" (     -- push tokens
+ *       token bytea PRIMARY KEY, at timestamptz NOT NULL DEFAULT now());
+ *   CREATE INDEX IF NOT EXISTS "<table>_tokens_at_idx" ON "<table>_tokens" (at);
+ *
+ * (Derived names too long for an identifier end in a hash of the table
+ * name instead.) A user without the CREATE right needs both tables made
+ * by an administrator.
  *
  * Every sync cycle rewrites every row it pushes. With pages only half
  * filled by inserts, the new version of a row fits in its own page (a HOT
@@ -49,7 +56,8 @@
  *     and only theirs, come back with ok = true and a valid total (status
  *     is still -1); every other counter has ok = false (after a timeout or
  *     a lost connection, a chunk in flight may or may not have been
- *     applied; it is never resent). Every counter's own update is atomic.
+ *     applied; it is never resent: the caller may resend it with the
+ *     push's token, below). Every counter's own update is atomic.
  *   - Only the validated table name ever enters SQL text; every value
  *     travels as a bound parameter, in binary format (arrays included), so
  *     keys may hold any byte. Results are requested in binary too and their
@@ -63,6 +71,23 @@
  *     diffs through SELECTs (no row is created). Returned rows carry the
  *     counter's identity and are matched back to the batch (in practice in
  *     order; by binary search otherwise).
+ *   - Tokens (push_diffs with a token; NULL: none of this). Each upsert
+ *     chunk gets its own token, the push's token + ":" + a hash of the
+ *     chunk's row count and first and last counters, stable when the
+ *     caller resends the counters that were not confirmed (see
+ *     pg_chunk_token()). Its transaction is two pipelined statements: the
+ *     first inserts the chunk token ON CONFLICT DO NOTHING and records in
+ *     a transaction-local setting whether it was new; the second is the
+ *     upsert, adding the diffs if so and 0 if not (a chunk applied by an
+ *     earlier try: its rows come back ok with their latest totals, nothing
+ *     is added). The token commits or rolls back with the rows. A try
+ *     still running on the server holds the token's row: the insert waits
+ *     for it to end, and only then are the rows touched (the token first,
+ *     in its own statement: the order of a statement's CTEs is not
+ *     defined). Tokens older than STRATEGY_TOKEN_TTL (server clock) are
+ *     deleted by purge() and by the periodic purge. Cost per 2000-row
+ *     chunk: one tiny insert (and its two index entries) and one more
+ *     result.
  *   - Timeouts: each operation has a timer of timeout_ms, started when it
  *     is submitted and restarted whenever the store sends something (a
  *     result, or bytes of one): timeout_ms bounds how long the store may
@@ -72,7 +97,7 @@
  *     is not answering; ready() turns false); on a waiting operation, that
  *     one fails alone. Connecting (up to the table being usable) is
  *     bounded by timeout_ms as a whole.
- *   - Purge: purge() deletes what the caller names. In addition, every
+ *   - Purge: purge() deletes what the caller names, and old tokens. Also, every
  *     purge_interval_s (0 = never) the instance purges, for each namespace
  *     and window size it has seen in its own operations, windows older
  *     than twice the size.
@@ -85,7 +110,8 @@
  * bytes (btree entries are limited to ~2.7 kB; one such key would fail its
  * whole chunk on every sync), a namespace over PG_NS_MAX bytes or holding
  * a NUL (it is text), a window size of 0 or over INT32_MAX, a diff that is
- * not finite, a full queue, an instance that is down. Callbacks get errstr
+ * not finite, an empty token or one over STRATEGY_TOKEN_MAX bytes, a full
+ * queue, an instance that is down. Callbacks get errstr
  * NULL on success. Rows passed to a rows callback point into libpq's result
  * and are valid only during the callback.
  *
@@ -130,6 +156,9 @@
 #define PG_SEEN_MAX          64       /* namespaces remembered for the purge */
 #define PG_SEEN_SIZES        16       /* window sizes per namespace */
 #define PG_TIME_MAX          ((int64_t)1 << 62) /* |now|: window arithmetic stays in range */
+#define PG_GUC_FRESH         "spoa_ratelimit.token_fresh" /* transaction-local */
+#define PG_STR_(x)           #x
+#define PG_STR(x)            PG_STR_(x)
 
 /* Type OIDs, fixed in the system catalog (pg_type.dat). */
 enum pg_oid {
@@ -155,6 +184,9 @@ enum pg_stmt {
 	PG_STMT_READ,
 	PG_STMT_FETCH,
 	PG_STMT_PURGE,
+	PG_STMT_TOKEN,
+	PG_STMT_UPSERT_TOK,
+	PG_STMT_PURGE_TOK,
 	PG_STMT_COUNT
 };
 
@@ -211,12 +243,53 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		3,
 		{ PG_OID_TEXT, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY },
 	},
+	/* Pushes with a token, step 1 of a chunk's transaction: $1 = the
+	 * chunk's token. Remembers it if new; says in a transaction-local
+	 * setting (and returns) 'y' if it was new, 'n' if a transaction that
+	 * committed before (or while we waited for it) had it. */
+	[PG_STMT_TOKEN] = {
+		"rl_token",
+		"WITH k AS (INSERT INTO @K@ (token) VALUES ($1) ON CONFLICT DO NOTHING"
+		" RETURNING true)"
+		" SELECT set_config('" PG_GUC_FRESH "',"
+		" CASE WHEN EXISTS (SELECT FROM k) THEN 'y' ELSE 'n' END, true)",
+		1,
+		{ PG_OID_BYTEA },
+	},
+	/* Step 2: the upsert, adding the diffs if the token was new and 0 if
+	 * not (the rows are then only locked and returned, their totals the
+	 * latest committed). The same plan as rl_upsert: arbiter index
+	 * lookups, nothing left to the planner's estimates. */
+	[PG_STMT_UPSERT_TOK] = {
+		"rl_upsert_tok",
+		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		" SELECT u.namespace, u.key, u.window_start, u.window_size,"
+		" CASE WHEN f.fresh THEN u.count ELSE 0 END"
+		" FROM (SELECT current_setting('" PG_GUC_FRESH "') = 'y' AS fresh) AS f,"
+		" unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::float8[])"
+		" AS u(namespace, key, window_start, window_size, count)"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = t.count + EXCLUDED.count"
+		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count",
+		5,
+		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
+		  PG_OID_FLOAT8_ARRAY },
+	},
+	/* Tokens past their time (the server's clock: it set them). */
+	[PG_STMT_PURGE_TOK] = {
+		"rl_purge_tok",
+		"DELETE FROM @K@ WHERE at < now() - interval '" PG_STR(STRATEGY_TOKEN_TTL)
+		" seconds'",
+		0,
+		{ 0 },
+	},
 };
 
 /* Set-up, run in one pipeline when the table was missing. The lock makes
  * concurrent CREATE ... IF NOT EXISTS from several nodes safe (they race
  * on the catalog otherwise). $1 = the quoted table name. */
-static const char pg_sql_probe[] = "SELECT to_regclass($1) IS NOT NULL";
+static const char pg_sql_probe[] =
+	"SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL";
 static const char pg_sql_lock[] = "SELECT pg_advisory_xact_lock(29292, hashtext($1))"; /* "rl" */
 static const char pg_tpl_table[] =
 	"CREATE TABLE IF NOT EXISTS @T@ (namespace text NOT NULL, key bytea NOT NULL,"
@@ -225,6 +298,11 @@ static const char pg_tpl_table[] =
 	" PRIMARY KEY (namespace, window_size, window_start, key)) WITH (fillfactor = 50)";
 static const char pg_tpl_index[] =
 	"CREATE INDEX IF NOT EXISTS @I@ ON @T@ (namespace, window_start)";
+static const char pg_tpl_tokens[] =
+	"CREATE TABLE IF NOT EXISTS @K@ (token bytea PRIMARY KEY,"
+	" at timestamptz NOT NULL DEFAULT now())";
+static const char pg_tpl_tokens_index[] =
+	"CREATE INDEX IF NOT EXISTS @J@ ON @K@ (at)";
 
 /* ------------------------------------------------------------------------
  * Types.
@@ -271,6 +349,8 @@ struct pg_group {
  * upsert or the read list. */
 struct pg_chunk {
 	bool upsert;
+	bool tok;                 /* an upsert of a push with a token */
+	bool got_flag;            /* tok: the token statement's result came */
 	size_t lo;
 	size_t hi;
 	bool got_result;          /* its rows were read */
@@ -303,6 +383,9 @@ struct pg_op {
 	size_t nsynced;           /* Syncs received */
 
 	/* PUSH, GET: chunks spread over the pool. */
+	bool has_token;
+	size_t token_len;
+	char token[STRATEGY_TOKEN_MAX];
 	struct strategy_counter *batch;
 	size_t n;
 	struct strategy_counter **order;
@@ -372,10 +455,14 @@ struct pg {
 	char *conninfo;
 	char table_name[PG_IDENT_MAX + 1];    /* unquoted, for the lock */
 	char table_quoted[PG_IDENT_MAX + 3];
+	char tokens_quoted[PG_IDENT_MAX + 3]; /* "<table>_tokens" */
 	char *sql[PG_STMT_COUNT];
 	char *sql_table;
 	char *sql_index;
+	char *sql_tokens;
+	char *sql_tokens_index;
 	struct pg_buf par[5];     /* scratch for one statement's parameters */
+	struct pg_buf tokpar;     /* scratch for a chunk's token */
 	char last_err[STRATEGY_ERR_MAX];
 };
 
@@ -613,16 +700,34 @@ static int pg_cmp_counters(const void *pa, const void *pb)
 	return pg_cmp_ident(a->ns, a->ns_len, a->size, a->start, a->key, a->key_len, b);
 }
 
-/* Replaces every "@T@" with table and "@I@" with index. Returns a malloc'd
- * string or NULL. */
-static char *pg_sql_fill(const char *tpl, const char *table, const char *index)
+/* The sort of a push: the order above, then the batch's own (members of a
+ * group are summed in batch order, so a resend of the same counters sums
+ * to the very same double). */
+static int pg_cmp_counters_sort(const void *pa, const void *pb)
 {
+	const struct strategy_counter *a = *(const struct strategy_counter *const *)pa;
+	const struct strategy_counter *b = *(const struct strategy_counter *const *)pb;
+	int c = pg_cmp_counters(pa, pb);
+
+	if (c)
+		return c;
+	return a < b ? -1 : a > b;
+}
+
+/* Replaces every "@T@" with the table, "@I@" with its index, "@K@" with the
+ * tokens table and "@J@" with its index (names[0..3], quoted). Returns a
+ * malloc'd string or NULL. */
+static char *pg_sql_fill(const char *tpl, const char *const names[4])
+{
+	static const char marks[] = "TIKJ";
 	struct pg_buf b = { 0 };
 	const char *p = tpl;
 
 	while (*p) {
-		if (!strncmp(p, "@T@", 3) || !strncmp(p, "@I@", 3)) {
-			const char *v = p[1] == 'T' ? table : index;
+		const char *m = p[0] == '@' && p[1] && p[2] == '@' ? strchr(marks, p[1]) : NULL;
+
+		if (m) {
+			const char *v = names[m - marks];
 
 			pg_buf_put(&b, v, strlen(v));
 			p += 3;
@@ -648,8 +753,11 @@ static void pg_free(struct pg *s)
 		free(s->sql[i]);
 	free(s->sql_table);
 	free(s->sql_index);
+	free(s->sql_tokens);
+	free(s->sql_tokens_index);
 	for (size_t i = 0; i < 5; i++)
 		free(s->par[i].p);
+	free(s->tokpar.p);
 	for (size_t i = 0; i < s->nseen; i++)
 		free(s->seen[i].ns);
 	free(s->conninfo);
@@ -902,7 +1010,68 @@ static int pg_send_prepared(struct pg_conn *c, enum pg_stmt st)
 	return 1;
 }
 
-/* Sends one chunk of a push, and a Sync: its own transaction. */
+static void pg_hash_bytes(uint64_t *h, const void *p, size_t n)
+{
+	const unsigned char *u = p;
+
+	for (size_t i = 0; i < n; i++)
+		*h = (*h ^ u[i]) * 1099511628211u; /* FNV-1a, 64 bits */
+}
+
+static void pg_hash_u64(uint64_t *h, uint64_t v)
+{
+	unsigned char u[8];
+
+	for (int i = 0; i < 8; i++)
+		u[i] = (unsigned char)(v >> (56 - 8 * i));
+	pg_hash_bytes(h, u, 8);
+}
+
+static void pg_hash_counter(uint64_t *h, const struct strategy_counter *c)
+{
+	pg_hash_u64(h, c->ns_len);
+	pg_hash_bytes(h, c->ns, c->ns_len);
+	pg_hash_u64(h, c->key_len);
+	pg_hash_bytes(h, c->key, c->key_len);
+	pg_hash_u64(h, (uint64_t)c->start);
+	pg_hash_u64(h, c->size);
+}
+
+/*
+ * The token of one upsert chunk: the push's token, ':', then 16 hex digits
+ * hashing the chunk's row count and its first and last counters.
+ *
+ * Why it is stable: the caller resends exactly the counters that came
+ * back with ok false, in order, with their diffs. A chunk's counters are
+ * all ok or all not (its transaction committed or not), and so are the
+ * members of a merged group (one row), so a resend holds whole chunks.
+ * Sorted and merged again, the same groups come out in the same order,
+ * and the upsert list is cut again from the start of each of them: where
+ * a cut falls depends only on the rows from the chunk's start (row count
+ * and bytes), so every resent chunk is cut exactly as before (the last
+ * chunk of the list ended at the list's end, and still does). Chunks of
+ * one push hold disjoint key ranges, so their tokens differ.
+ */
+static void pg_chunk_token(struct pg *s, const struct pg_op *op, const struct pg_chunk *ch)
+{
+	static const char hex[] = "0123456789abcdef";
+	uint64_t h = 14695981039346656037u;
+	char suffix[17];
+
+	pg_hash_u64(&h, ch->hi - ch->lo);
+	pg_hash_counter(&h, op->groups[op->up[ch->lo]].c);
+	pg_hash_counter(&h, op->groups[op->up[ch->hi - 1]].c);
+	suffix[0] = ':';
+	for (int i = 0; i < 16; i++)
+		suffix[1 + i] = hex[(h >> (60 - 4 * i)) & 15];
+	s->tokpar.len = 0;
+	s->tokpar.oom = false;
+	pg_buf_put(&s->tokpar, op->token, op->token_len);
+	pg_buf_put(&s->tokpar, suffix, sizeof(suffix));
+}
+
+/* Sends one chunk of a push, and a Sync: its own transaction. With a
+ * token, the token statement comes first in that transaction. */
 static int pg_send_chunk(struct pg_conn *c, struct pg_op *op, const struct pg_chunk *ch)
 {
 	struct pg *s = c->s;
@@ -926,7 +1095,26 @@ static int pg_send_chunk(struct pg_conn *c, struct pg_op *op, const struct pg_ch
 		if (ch->upsert)
 			pg_array_f64(&s->par[4], g->diff);
 	}
-	r = pg_send_prepared(c, ch->upsert ? PG_STMT_UPSERT : PG_STMT_READ);
+	if (ch->tok) {
+		const char *v[1];
+		int len[1], fmt[1] = { 1 };
+
+		pg_chunk_token(s, op, ch);
+		for (int i = 0; i < 5; i++)
+			if (s->par[i].oom || s->par[i].len > INT32_MAX)
+				return -2; /* before anything is queued */
+		if (s->tokpar.oom)
+			return -2;
+		v[0] = s->tokpar.p;
+		len[0] = (int)s->tokpar.len;
+		if (!PQsendQueryPrepared(c->conn, pg_stmts[PG_STMT_TOKEN].name, 1, v, len, fmt, 1))
+			return -1;
+		r = pg_send_prepared(c, PG_STMT_UPSERT_TOK);
+		if (r == -2) /* cannot happen: checked above */
+			r = -1;
+	} else {
+		r = pg_send_prepared(c, ch->upsert ? PG_STMT_UPSERT : PG_STMT_READ);
+	}
 	if (r > 0 && !PQpipelineSync(c->conn))
 		return -1;
 	return r;
@@ -954,8 +1142,9 @@ static int pg_plan_chunks(struct pg_op *op, bool upsert, const size_t *idx, size
 				if (!ch)
 					return -1;
 				op->chunks = ch;
-				ch[op->nchunks++] =
-					(struct pg_chunk){ .upsert = upsert, .lo = lo, .hi = i };
+				ch[op->nchunks++] = (struct pg_chunk){
+					.upsert = upsert, .tok = upsert && op->has_token,
+					.lo = lo, .hi = i };
 			}
 			lo = i;
 			bytes = 0;
@@ -990,12 +1179,24 @@ static int pg_send_windows(struct pg_conn *c, struct pg_op *op, enum pg_stmt st)
 	return r;
 }
 
-/* The periodic purge: one statement per namespace seen. */
+/* Deletes the tokens older than STRATEGY_TOKEN_TTL (every node's: they
+ * all keep them that long). */
+static int pg_send_purge_tokens(struct pg_conn *c, struct pg_op *op)
+{
+	if (pg_send_prepared(c, PG_STMT_PURGE_TOK) < 0)
+		return -1;
+	op->nstmts++;
+	return 1;
+}
+
+/* The periodic purge: the tokens, then one statement per namespace seen. */
 static int pg_send_maint(struct pg_conn *c, struct pg_op *op)
 {
 	struct pg *s = c->s;
 	int64_t now = (int64_t)time(NULL);
 
+	if (pg_send_purge_tokens(c, op) < 0) /* first: see pg_prepare_order */
+		return -1;
 	for (size_t i = 0; i < s->nseen; i++) {
 		const struct pg_seen *sn = &s->seen[i];
 		int r;
@@ -1016,23 +1217,37 @@ static int pg_send_maint(struct pg_conn *c, struct pg_op *op)
 			return -1;
 		op->nstmts++;
 	}
-	return op->nstmts ? 1 : 0;
+	return 1;
 }
 
-/* Set-up, step 1: does the table exist? (Creating needs the CREATE right
+/* Set-up, step 1: do the tables exist? (Creating needs the CREATE right
  * on the schema even when the table exists; a table made by an
  * administrator must work for a user without it.) */
 static int pg_send_probe(struct pg_conn *c, struct pg_op *op)
 {
-	const char *v[1] = { c->s->table_quoted };
+	const char *v[2] = { c->s->table_quoted, c->s->tokens_quoted };
 
-	if (!PQsendQueryParams(c->conn, pg_sql_probe, 1, NULL, v, NULL, NULL, 1))
+	if (!PQsendQueryParams(c->conn, pg_sql_probe, 2, NULL, v, NULL, NULL, 1))
 		return -1;
 	op->nstmts++;
 	return 1;
 }
 
-/* Set-up, step 2: create the table and index if missing, prepare every
+/*
+ * Lock order. Every transaction that locks both tables locks the tokens
+ * table first: a token chunk (insert the token, then upsert), purges
+ * (tokens, then windows) and the set-up (creating: CREATE INDEX IF NOT
+ * EXISTS takes a SHARE lock on its table even when the index exists;
+ * preparing: an INSERT or DELETE is analysed under ROW EXCLUSIVE). In any
+ * other order a connection still setting up and a push or purge on
+ * another one can deadlock (until deadlock_timeout, past our timeout).
+ */
+static const enum pg_stmt pg_prepare_order[] = {
+	PG_STMT_TOKEN, PG_STMT_PURGE_TOK, PG_STMT_UPSERT,    PG_STMT_READ,
+	PG_STMT_FETCH, PG_STMT_PURGE,     PG_STMT_UPSERT_TOK,
+};
+
+/* Set-up, step 2: create the tables and indexes if missing, prepare every
  * statement. */
 static int pg_send_create(struct pg_conn *c, struct pg_op *op)
 {
@@ -1042,14 +1257,19 @@ static int pg_send_create(struct pg_conn *c, struct pg_op *op)
 		const char *v[1] = { s->table_name };
 
 		if (!PQsendQueryParams(c->conn, pg_sql_lock, 1, NULL, v, NULL, NULL, 0) ||
+		    !PQsendQueryParams(c->conn, s->sql_tokens, 0, NULL, NULL, NULL, NULL, 0) ||
+		    !PQsendQueryParams(c->conn, s->sql_tokens_index, 0, NULL, NULL, NULL, NULL,
+				       0) ||
 		    !PQsendQueryParams(c->conn, s->sql_table, 0, NULL, NULL, NULL, NULL, 0) ||
 		    !PQsendQueryParams(c->conn, s->sql_index, 0, NULL, NULL, NULL, NULL, 0))
 			return -1;
-		op->nstmts += 3;
+		op->nstmts += 5;
 	}
-	for (int i = 0; i < PG_STMT_COUNT; i++) {
-		if (!PQsendPrepare(c->conn, pg_stmts[i].name, s->sql[i], pg_stmts[i].nparams,
-				   pg_stmts[i].types))
+	for (size_t i = 0; i < sizeof(pg_prepare_order) / sizeof(pg_prepare_order[0]); i++) {
+		enum pg_stmt k = pg_prepare_order[i];
+
+		if (!PQsendPrepare(c->conn, pg_stmts[k].name, s->sql[k], pg_stmts[k].nparams,
+				   pg_stmts[k].types))
 			return -1;
 		op->nstmts++;
 	}
@@ -1066,7 +1286,11 @@ static int pg_op_send(struct pg_conn *c, struct pg_op *op)
 		r = pg_send_windows(c, op, PG_STMT_FETCH);
 		break;
 	case PG_OP_PURGE:
-		r = pg_send_windows(c, op, PG_STMT_PURGE);
+		/* Tokens first (see pg_prepare_order). Windows not sent
+		 * (out of memory, op failed): the Sync still ends it. */
+		r = pg_send_purge_tokens(c, op);
+		if (r > 0 && pg_send_windows(c, op, PG_STMT_PURGE) < 0)
+			r = -1;
 		break;
 	case PG_OP_MAINT:
 		r = pg_send_maint(c, op);
@@ -1416,6 +1640,27 @@ static void pg_on_chunk_result(struct pg_conn *c, PGresult *r)
 		return;
 	}
 	ch = &op->chunks[c->fifo[0]];
+	if (st != PGRES_PIPELINE_SYNC && ch->tok && !ch->got_flag) {
+		/* The token statement: 'y' (new: the diffs are added) or 'n'
+		 * (applied before: 0 is added, the totals come back). */
+		static const Oid cols[1] = { PG_OID_TEXT };
+		const char *v = NULL;
+
+		ch->got_flag = true;
+		if (!ch->failed && st != PGRES_TUPLES_OK) {
+			pg_op_fail_result(c, op, r);
+			ch->failed = true;
+		} else if (!ch->failed) {
+			if (pg_check_cols(r, cols, 1) == 0 && PQntuples(r) == 1)
+				v = pg_value(r, 0, 0, 1, NULL);
+			if (!v || (*v != 'y' && *v != 'n')) {
+				pg_op_fail(op, NULL, "unexpected result shape");
+				ch->failed = true;
+			}
+		}
+		PQclear(r);
+		return;
+	}
 	if (st != PGRES_PIPELINE_SYNC) {
 		if (st == PGRES_TUPLES_OK && !ch->got_result && !ch->failed) {
 			if (pg_on_push_result(op, r, ch) < 0)
@@ -1437,7 +1682,7 @@ static void pg_on_chunk_result(struct pg_conn *c, PGresult *r)
 	memmove(c->fifo, c->fifo + 1, (c->nfifo - 1) * sizeof(c->fifo[0]));
 	if (--c->nfifo == 0)
 		c->op = NULL;
-	if (!ch->failed && !ch->got_result) {
+	if (!ch->failed && (!ch->got_result || (ch->tok && !ch->got_flag))) {
 		pg_op_fail(op, NULL, "unexpected result count");
 		ch->failed = true;
 	}
@@ -1871,17 +2116,22 @@ static int pg_conninfo_check(const char *ci, char *err, size_t errlen)
 	return rc;
 }
 
-/* An index name that fits in PG_IDENT_MAX for any valid table name. */
-static void pg_index_name(const char *table, char *out, size_t outlen)
+/* The quoted name of a relation beside the table (table + suffix), made
+ * to fit in PG_IDENT_MAX for any valid table name. */
+static void pg_derived_name(const char *table, const char *suffix, char *out, size_t outlen)
 {
-	static const char suffix[] = "_ns_start_idx";
-	size_t n = strlen(table);
+	size_t n = strlen(table), sn = strlen(suffix);
 
-	if (n + sizeof(suffix) - 1 <= PG_IDENT_MAX) {
-		snprintf(out, outlen, "\"%s%s\"", table, suffix);
+	if (n + sn <= PG_IDENT_MAX) {
+		if (outlen >= n + sn + 3) { /* always (PG_IDENT_MAX + 3) */
+			out[0] = '"';
+			memcpy(out + 1, table, n);
+			memcpy(out + 1 + n, suffix, sn);
+			memcpy(out + 1 + n + sn, "\"", 2);
+		}
 	} else {
 		uint32_t h = 2166136261u; /* FNV-1a: keeps distinct long names distinct */
-		int keep = (int)(PG_IDENT_MAX - 9 - (sizeof(suffix) - 1));
+		int keep = (int)(PG_IDENT_MAX - 9 - sn);
 
 		for (size_t i = 0; i < n; i++)
 			h = (h ^ (unsigned char)table[i]) * 16777619u;
@@ -1961,7 +2211,8 @@ static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, c
 {
 	struct pg_opts o = { PG_DEFAULT_CONNINFO, PG_DEFAULT_TABLE, PG_DEFAULT_TIMEOUT,
 			     PG_DEFAULT_PURGE, PG_POOL_DEFAULT };
-	char index[PG_IDENT_MAX + 3];
+	char index[PG_IDENT_MAX + 3], tokens_index[PG_IDENT_MAX + 3];
+	const char *names[4];
 	json_t *root = NULL;
 	struct pg *s;
 	bool oom = false;
@@ -2007,14 +2258,23 @@ static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, c
 	snprintf(s->table_name, sizeof(s->table_name), "%s", o.table);
 	snprintf(s->table_quoted, sizeof(s->table_quoted), "\"%s\"", o.table);
 	json_decref(root);
-	pg_index_name(s->table_name, index, sizeof(index));
+	pg_derived_name(s->table_name, "_ns_start_idx", index, sizeof(index));
+	pg_derived_name(s->table_name, "_tokens", s->tokens_quoted, sizeof(s->tokens_quoted));
+	pg_derived_name(s->table_name, "_tokens_at_idx", tokens_index, sizeof(tokens_index));
+	names[0] = s->table_quoted;
+	names[1] = index;
+	names[2] = s->tokens_quoted;
+	names[3] = tokens_index;
 	for (int i = 0; i < PG_STMT_COUNT; i++) {
-		s->sql[i] = pg_sql_fill(pg_stmts[i].sql, s->table_quoted, index);
+		s->sql[i] = pg_sql_fill(pg_stmts[i].sql, names);
 		oom = oom || !s->sql[i];
 	}
-	s->sql_table = pg_sql_fill(pg_tpl_table, s->table_quoted, index);
-	s->sql_index = pg_sql_fill(pg_tpl_index, s->table_quoted, index);
-	if (oom || !s->conninfo || !s->sql_table || !s->sql_index) {
+	s->sql_table = pg_sql_fill(pg_tpl_table, names);
+	s->sql_index = pg_sql_fill(pg_tpl_index, names);
+	s->sql_tokens = pg_sql_fill(pg_tpl_tokens, names);
+	s->sql_tokens_index = pg_sql_fill(pg_tpl_tokens_index, names);
+	if (oom || !s->conninfo || !s->sql_table || !s->sql_index || !s->sql_tokens ||
+	    !s->sql_tokens_index) {
 		pg_free(s);
 		snprintf(err, errlen, "out of memory");
 		return NULL;
@@ -2121,7 +2381,7 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 		op->batch[i].ok = false;
 		op->order[i] = &op->batch[i];
 	}
-	qsort(op->order, n, sizeof(*op->order), pg_cmp_counters);
+	qsort(op->order, n, sizeof(*op->order), pg_cmp_counters_sort);
 	for (size_t i = 0; i < n; i++) {
 		const struct strategy_counter *c = op->order[i];
 		struct pg_group *g = op->ngroups ? &op->groups[op->ngroups - 1] : NULL;
@@ -2151,20 +2411,31 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 }
 
 static int pg_push_common(struct strategy *st, struct strategy_counter *batch, size_t n,
-			  bool read_only, strategy_done_cb cb, void *arg, char *errstr)
+			  const char *token, bool read_only, strategy_done_cb cb, void *arg,
+			  char *errstr)
 {
 	struct pg *s = pg_of(st);
 	struct pg_op *op;
 	const char *why;
+	size_t token_len = token ? strnlen(token, STRATEGY_TOKEN_MAX + 1) : 0;
 
 	if (!s || !cb || (!batch && n)) {
 		pg_err_set(errstr, NULL, "invalid arguments");
+		return -1;
+	}
+	if (token && (token_len == 0 || token_len > STRATEGY_TOKEN_MAX)) {
+		pg_err_set(errstr, NULL, token_len ? "token longer than 64 bytes" : "empty token");
 		return -1;
 	}
 	op = pg_op_new(s, read_only ? PG_OP_GET : PG_OP_PUSH);
 	if (!op) {
 		pg_err_set(errstr, NULL, "out of memory");
 		return -1;
+	}
+	if (token) {
+		op->has_token = true;
+		op->token_len = token_len;
+		memcpy(op->token, token, token_len);
 	}
 	op->batch = batch;
 	op->n = n;
@@ -2180,9 +2451,9 @@ static int pg_push_common(struct strategy *st, struct strategy_counter *batch, s
 }
 
 static int pg_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
-			 strategy_done_cb cb, void *arg, char *errstr)
+			 const char *token, strategy_done_cb cb, void *arg, char *errstr)
 {
-	return pg_push_common(st, batch, n, false, cb, arg, errstr);
+	return pg_push_common(st, batch, n, token, false, cb, arg, errstr);
 }
 
 static int pg_get_window(struct strategy *st, struct strategy_counter *counter,
@@ -2192,7 +2463,7 @@ static int pg_get_window(struct strategy *st, struct strategy_counter *counter,
 		pg_err_set(errstr, NULL, "invalid arguments");
 		return -1;
 	}
-	return pg_push_common(st, counter, 1, true, cb, arg, errstr);
+	return pg_push_common(st, counter, 1, NULL, true, cb, arg, errstr);
 }
 
 /* FETCH and PURGE: copies ns, dedups sizes, computes the starts (FETCH:

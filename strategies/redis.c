@@ -32,6 +32,23 @@
  * The script is loaded with SCRIPT LOAD while connecting and called with
  * EVALSHA; a NOSCRIPT reply resends that one call as EVAL.
  *
+ * Push tokens (strategy.h: a push with a token is applied at most once).
+ * Each script call of a push with a token also names a token key, in the
+ * same hash tag (same Cluster slot) as its hash:
+ *
+ *   <prefix>:{<ns>:<bucket>}:tok:<token>:<size>:<start>:<call id>
+ *
+ * The script adds the diffs and sets that key (EX STRATEGY_TOKEN_TTL) in
+ * the same atomic step; if the key already exists it adds nothing and
+ * only returns the current totals. The call id is a 64-bit hash of the
+ * call's fields and diffs (plus, for calls of one hash with identical
+ * contents, how many follow it), in hex: a resend of the counters of the
+ * calls that were not confirmed, in the same order, rebuilds the same
+ * calls with the same ids, whichever of them the first try applied. A
+ * reply confirms all of its call's counters or none. One EXISTS and one
+ * SET per script call (per up to REDIS_CHUNK_MAX counters); without a
+ * token the calls are as before (one key, no token key).
+ *
  * get_counters: HGETALL over 64 buckets x sizes x {current, previous},
  * pipelined. get_window: one HGET. purge: completes with 0.
  *
@@ -99,13 +116,18 @@
 #define REDIS_DEFAULT_PREFIX   "rl"
 #define REDIS_DBL_MAX_LEN      32      /* "%.17g" of any double, with NUL */
 #define REDIS_U64_MAX_LEN      20
+#define REDIS_TOK_ID_LEN       16      /* hex digits of a call's id in its token key */
 
 #define redis_container_of(ptr, type, member) \
 	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
+#define REDIS_STR2(x) #x
+#define REDIS_STR(x)  REDIS_STR2(x)
+
 /*
- * The push script. KEYS[1] = the hash; ARGV[1] = TTL seconds, ARGV[2] = n,
- * ARGV[3 .. n+2] = fields, ARGV[n+3 .. 2n+2] = diffs ("0" = read only).
+ * The push script. KEYS[1] = the hash; KEYS[2] (optional) = the token key
+ * of this call; ARGV[1] = TTL seconds, ARGV[2] = n, ARGV[3 .. n+2] =
+ * fields, ARGV[n+3 .. 2n+2] = diffs ("0" = read only).
  * Returns n totals: integers when integral (below 1e15), else "%.17g"
  * strings; values are written as "%d" / "%.17g" text (exact for a double;
  * "%d" spares the slow floating-point printf path for the common case).
@@ -113,11 +135,17 @@
  * appears twice in one call add up in order. Nothing is written before
  * every total is known to be valid, so an error reply means the call
  * changed nothing.
+ * With a token key: if it exists, this call was applied before (an earlier
+ * try of the same push): nothing is added, every diff is read as "0" and
+ * the current totals come back. Otherwise the diffs are added and the
+ * token key is set (EX STRATEGY_TOKEN_TTL) in the same atomic step, after
+ * the writes, so a call that fails half-way leaves no token behind.
  */
 static const char REDIS_SCRIPT[] =
-	"local h = KEYS[1]\n"
+	"local h, tk = KEYS[1], KEYS[2]\n"
 	"local n = tonumber(ARGV[2])\n"
 	"local old = redis.call('HMGET', h, unpack(ARGV, 3, n + 2))\n"
+	"local add = not (tk and redis.call('EXISTS', tk) == 1)\n"
 	"local seen, set, out, ns = {}, {}, {}, 0\n"
 	"for i = 1, n do\n"
 	"  local f = ARGV[i + 2]\n"
@@ -134,7 +162,8 @@ static const char REDIS_SCRIPT[] =
 	"    end\n"
 	"  end\n"
 	"  local d = ARGV[i + n + 2]\n"
-	"  if d ~= '0' then\n"
+	"  local w = add and d ~= '0'\n"
+	"  if w then\n"
 	"    v = v + tonumber(d)\n"
 	"    if v ~= v or v == math.huge or v == -math.huge then\n"
 	"      return redis.error_reply('ERR counter total would not be finite')\n"
@@ -143,7 +172,7 @@ static const char REDIS_SCRIPT[] =
 	"  seen[f] = v\n"
 	"  local int = v % 1 == 0 and v > -1e15 and v < 1e15\n"
 	"  if int then out[i] = v else out[i] = string.format('%.17g', v) end\n"
-	"  if d ~= '0' then\n"
+	"  if w then\n"
 	"    set[ns + 1] = f\n"
 	"    if int then set[ns + 2] = string.format('%d', v) else set[ns + 2] = out[i] end\n"
 	"    ns = ns + 2\n"
@@ -152,6 +181,9 @@ static const char REDIS_SCRIPT[] =
 	"if ns > 0 then\n"
 	"  redis.call('HSET', h, unpack(set))\n"
 	"  redis.call('EXPIRE', h, ARGV[1])\n"
+	"  if tk then\n"
+	"    redis.call('SET', tk, '1', 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	"  end\n"
 	"end\n"
 	"return out\n";
 
@@ -196,8 +228,12 @@ struct redis_call {
 	uint32_t n;                     /* push: counters in this call */
 	uint32_t nargs;                 /* push: arguments, for the EVAL resend */
 	bool resent;                    /* push: NOSCRIPT fallback used */
+	size_t begin;                   /* push: offset of the command in op->cmd */
 	size_t tail;                    /* push: offset in op->cmd of "1" <key> ... */
 	size_t end;                     /* end offset of the command in op->cmd */
+	size_t tok_id;                  /* push: offset of the token key's call id
+					 * (REDIS_TOK_ID_LEN hex digits), 0 = none */
+	uint64_t body_hash;             /* push: hash of the fields and diffs */
 };
 
 /* One operation. Freed only after its callback returned; never while one
@@ -404,6 +440,92 @@ static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char 
 static size_t redis_hkey_max(const struct redis_strategy *s, size_t ns_len)
 {
 	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + 8 + 3 * REDIS_U64_MAX_LEN);
+}
+
+/*
+ * The token key of one script call of a push with a token:
+ *
+ *   <prefix>:{<ns>:<bucket>}:tok:<token>:<size>:<start>:<id>
+ *
+ * same hash tag as the hash (same Cluster slot, so one script may touch
+ * both); <id> (REDIS_TOK_ID_LEN hex digits) is written later, by
+ * redis_put_tok_id(), once every call of the hash is built. Writes the
+ * bulk string and sets *id_off to the offset of <id> from base.
+ */
+static char *redis_put_tkey(char *p, const char *base, const struct redis_strategy *s,
+			    const char *ns, size_t ns_len, unsigned bucket, uint32_t size,
+			    int64_t start, const char *token, size_t token_len, size_t *id_off)
+{
+	char b[REDIS_U64_MAX_LEN], z[REDIS_U64_MAX_LEN], t[REDIS_U64_MAX_LEN + 1];
+	size_t bl = redis_u64_dec(b, bucket);
+	size_t zl = redis_u64_dec(z, size);
+	size_t tl = redis_i64_dec(t, start);
+	size_t len = s->o.prefix_len + 2 + ns_len + 1 + bl + 6 + token_len + 1 + zl + 1 + tl + 1 +
+		     REDIS_TOK_ID_LEN;
+
+	*p++ = '$';
+	p += redis_u64_dec(p, len);
+	p = redis_put_crlf(p);
+	memcpy(p, s->o.prefix, s->o.prefix_len);
+	p += s->o.prefix_len;
+	*p++ = ':';
+	*p++ = '{';
+	if (ns_len)
+		memcpy(p, ns, ns_len);
+	p += ns_len;
+	*p++ = ':';
+	memcpy(p, b, bl);
+	p += bl;
+	memcpy(p, "}:tok:", 6);
+	p += 6;
+	memcpy(p, token, token_len);
+	p += token_len;
+	*p++ = ':';
+	memcpy(p, z, zl);
+	p += zl;
+	*p++ = ':';
+	memcpy(p, t, tl);
+	p += tl;
+	*p++ = ':';
+	*id_off = (size_t)(p - base);
+	memset(p, '0', REDIS_TOK_ID_LEN);
+	p += REDIS_TOK_ID_LEN;
+	return redis_put_crlf(p);
+}
+
+/* Bytes redis_put_tkey() writes, at most. */
+static size_t redis_tkey_max(const struct redis_strategy *s, size_t ns_len, size_t token_len)
+{
+	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + token_len + 12 + 3 * REDIS_U64_MAX_LEN +
+			      REDIS_TOK_ID_LEN);
+}
+
+/* A 64-bit hash of bytes, a word at a time (only compared within this
+ * process: no need to be stable across versions or machines). */
+static uint64_t redis_hash_bytes(const char *p, size_t len)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ULL ^ len, w;
+
+	for (; len >= 8; p += 8, len -= 8) {
+		memcpy(&w, p, 8);
+		h = (h ^ w) * 0xff51afd7ed558ccdULL;
+		h ^= h >> 32;
+	}
+	w = 0;
+	if (len)
+		memcpy(&w, p, len);
+	h = (h ^ w) * 0xc4ceb9fe1a85ec53ULL;
+	h ^= h >> 29;
+	h *= 0xff51afd7ed558ccdULL;
+	return h ^ (h >> 32);
+}
+
+static void redis_put_tok_id(char *p, uint64_t id)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (int i = REDIS_TOK_ID_LEN - 1; i >= 0; i--, id >>= 4)
+		p[i] = hex[id & 15];
 }
 
 /* floor(now / size) * size, also for negative now. size > 0. */
@@ -1219,14 +1341,23 @@ static void redis_on_push_reply(redisAsyncContext *ac, void *r, void *privdata)
 			      redis_reply_type_name(reply->type),
 			      reply->type == REDIS_REPLY_ARRAY ? reply->elements : (size_t)0, c->n);
 	} else {
-		for (uint32_t i = 0; i < c->n; i++) {
-			struct strategy_counter *ctr = &op->batch[op->order[c->first + i]];
+		/* All or nothing: a call is confirmed as a whole, so that the
+		 * counters a caller resends are whole calls (the token keys of
+		 * a resend match those of the first try). */
+		double total;
+		uint32_t i;
 
-			if (redis_reply_number(reply->element[i], &ctr->total) < 0) {
+		for (i = 0; i < c->n; i++) {
+			if (redis_reply_number(reply->element[i], &total) < 0) {
 				redis_op_fail(op, "redis: push script returned a %s total",
 					      redis_reply_type_name(reply->element[i]->type));
 				break;
 			}
+		}
+		for (uint32_t j = 0; i == c->n && j < c->n; j++) {
+			struct strategy_counter *ctr = &op->batch[op->order[c->first + j]];
+
+			redis_reply_number(reply->element[j], &ctr->total);
 			ctr->ok = true;     /* this call was applied */
 		}
 	}
@@ -1234,7 +1365,7 @@ static void redis_on_push_reply(redisAsyncContext *ac, void *r, void *privdata)
 }
 
 static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
-			    strategy_done_cb cb, void *arg, char *errstr)
+			    const char *token, strategy_done_cb cb, void *arg, char *errstr)
 {
 	struct redis_strategy *s = redis_of(st);
 	struct redis_grouping gr = { 0 };
@@ -1244,10 +1375,19 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 	const char *last_ns = NULL;
 	size_t last_ns_len = 0;
 	uint64_t nh = 0;
+	size_t token_len = 0;
 	char *p;
 
 	if (redis_check_ready(s, errstr) < 0)
 		return -1;
+	if (token != NULL) {
+		token_len = strnlen(token, STRATEGY_TOKEN_MAX + 1);
+		if (token_len == 0 || token_len > STRATEGY_TOKEN_MAX) {
+			redis_seterr(errstr, "token: expected 1 to %d bytes%s", STRATEGY_TOKEN_MAX,
+				     token_len ? ", got more" : ", got none");
+			return -1;
+		}
+	}
 	if (n > UINT32_MAX / 2) {
 		redis_seterr(errstr, "batch of %zu counters is too large", n);
 		return -1;
@@ -1299,6 +1439,8 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 
 		ncalls += chunks;
 		cmd_max += chunks * (REDIS_CALL_OVERHEAD + redis_hkey_max(s, gr.g[g].ns_len));
+		if (token)
+			cmd_max += chunks * redis_tkey_max(s, gr.g[g].ns_len, token_len);
 	}
 	for (size_t i = 0; i < n; i++)
 		cmd_max += REDIS_BULK_MAX(batch[i].key_len) + REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
@@ -1325,32 +1467,52 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 	/*
 	 * 4. one script call per chunk of a group:
 	 *   EVALSHA <sha> 1 <hash> <ttl> <k> <field 1..k> <diff 1..k>
+	 *   EVALSHA <sha> 2 <hash> <token key> <ttl> <k> <field 1..k> <diff 1..k>
 	 *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
+	 *
+	 * With a token, each call gets its own token key, whose id must come
+	 * out the same when the caller resends only the counters of calls that
+	 * were not confirmed (whole calls, in the same order: they regroup and
+	 * rechunk into the same calls, only without the confirmed ones). The
+	 * chunk's index in its hash would not (a confirmed first chunk shifts
+	 * the others), so the id is a hash of the call's fields and diffs -
+	 * plus, to tell apart calls of one hash with the very same fields and
+	 * diffs (duplicates in a batch), how many such calls follow it in the
+	 * hash: replies arrive in order, so the calls that may have been
+	 * applied without being confirmed are the last ones of the push, and
+	 * every call that follows one of them is resent too.
 	 */
 	p = op->cmd;
 	for (size_t g = 0, first = 0; g < gr.ng; g++) {
 		const struct redis_group *grp = &gr.g[g];
 		char ttl[REDIS_U64_MAX_LEN];
 		size_t ttl_len = redis_u64_dec(ttl, redis_ttl(grp->size));
+		size_t c0 = op->ncalls;
 
 		for (uint32_t done = 0; done < grp->count;) {
 			struct redis_call *c = &op->calls[op->ncalls++];
 			uint32_t k = grp->count - done > REDIS_CHUNK_MAX ? REDIS_CHUNK_MAX
 									 : grp->count - done;
 			char kbuf[REDIS_U64_MAX_LEN];
-			size_t start = (size_t)(p - op->cmd);
+			size_t body;
 
 			*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-						  .nargs = 6 + 2 * k };
+						  .nargs = (token ? 7 : 6) + 2 * k,
+						  .begin = (size_t)(p - op->cmd) };
 			p = redis_put_array(p, c->nargs);
 			p = redis_put_bulk(p, "EVALSHA", 7);
 			p = redis_put_bulk(p, s->sha, 40);
 			c->tail = (size_t)(p - op->cmd);
-			p = redis_put_bulk(p, "1", 1);
+			p = redis_put_bulk(p, token ? "2" : "1", 1);
 			p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
 					   grp->start);
+			if (token)
+				p = redis_put_tkey(p, op->cmd, s, grp->ns, grp->ns_len, grp->bucket,
+						   grp->size, grp->start, token, token_len,
+						   &c->tok_id);
 			p = redis_put_bulk(p, ttl, ttl_len);
 			p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, k));
+			body = (size_t)(p - op->cmd);
 			for (uint32_t i = 0; i < k; i++) {
 				const struct strategy_counter *ctr = &batch[op->order[first + i]];
 
@@ -1364,15 +1526,30 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 				p = redis_put_bulk(p, d, redis_dbl_dec(d, diff));
 			}
 			c->end = (size_t)(p - op->cmd);
-			if (redis_send(s, c, redis_on_push_reply, start, c->end - start) < 0) {
+			if (token)
+				c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body);
+			done += k;
+			first += k;
+		}
+		for (size_t i = c0; token && i < op->ncalls; i++) {
+			uint64_t later = 0;
+
+			for (size_t j = i + 1; j < op->ncalls; j++)
+				later += op->calls[j].body_hash == op->calls[i].body_hash;
+			redis_put_tok_id(op->cmd + op->calls[i].tok_id,
+					 redis_mix(op->calls[i].body_hash ^
+						   redis_mix(later + 0x9e3779b97f4a7c15ULL)));
+		}
+		for (size_t i = c0; i < op->ncalls; i++) {
+			struct redis_call *c = &op->calls[i];
+
+			if (redis_send(s, c, redis_on_push_reply, c->begin, c->end - c->begin) < 0) {
 				if (op->inflight == 0)
 					goto refused;
 				redis_op_fail(op, "cannot queue the command");
 				redis_conn_drop_later(s, "cannot queue a command");
 				goto started;
 			}
-			done += k;
-			first += k;
 		}
 	}
 started:

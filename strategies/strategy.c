@@ -42,9 +42,9 @@ static int local_refuse(char *errstr)
 }
 
 static int local_push_diffs(struct strategy *s, struct strategy_counter *batch, size_t n,
-			    strategy_done_cb cb, void *arg, char *errstr)
+			    const char *token, strategy_done_cb cb, void *arg, char *errstr)
 {
-	(void)s, (void)batch, (void)n, (void)cb, (void)arg;
+	(void)s, (void)batch, (void)n, (void)token, (void)cb, (void)arg;
 	return local_refuse(errstr);
 }
 

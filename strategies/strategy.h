@@ -34,7 +34,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STRATEGY_ERR_MAX 128
+#define STRATEGY_ERR_MAX   128
+#define STRATEGY_TOKEN_MAX 64
+#define STRATEGY_TOKEN_TTL 600    /* seconds a push token is remembered */
 
 struct strategy;
 
@@ -88,8 +90,18 @@ struct strategy_ops {
 	 * this returns) and frees the instance. */
 	void (*destroy)(struct strategy *s);
 
+	/* token (NULL = none): a push carrying a token is applied at most
+	 * once. Pushing again with the same token (after a failure or a
+	 * timeout, when the store may or may not have applied the first
+	 * try) adds nothing twice: the parts already applied only return
+	 * their totals. The caller resends exactly the counters (same
+	 * diffs, same order) that were not confirmed; a store that applies
+	 * a batch in parts (Redis: one call per hash; PostgreSQL: one
+	 * transaction per chunk) makes each part's memory of the token
+	 * stable under such a resend. Tokens are remembered for at least
+	 * STRATEGY_TOKEN_TTL seconds. At most STRATEGY_TOKEN_MAX bytes. */
 	int (*push_diffs)(struct strategy *s, struct strategy_counter *batch, size_t n,
-			  strategy_done_cb cb, void *arg, char *errstr);
+			  const char *token, strategy_done_cb cb, void *arg, char *errstr);
 
 	int (*get_counters)(struct strategy *s, const char *ns, size_t ns_len,
 			    const uint32_t *sizes, size_t nsizes, int64_t now,

@@ -3,8 +3,10 @@
  * against a real server: options, table creation, upserts and their
  * totals, reads that create nothing, several nodes summing, byte-exact
  * keys, window selection, purge (asked for and periodic), a paused and a
- * restarted server, a big batch, and the async contract (no callback
- * inside the starting call, bounded queue, destroy from anywhere).
+ * restarted server, a big batch, push tokens (applied at most once, also
+ * across a timeout on a paused server; old ones purged), and the async
+ * contract (no callback inside the starting call, bounded queue, destroy
+ * from anywhere).
  *
  * main() makes one template cluster and starts one shared server from a
  * copy of it before Criterion forks the tests (which find them through
@@ -18,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "strategies/strategy.h"
 #include "tests/lib/pg_server.h"
@@ -217,7 +220,7 @@ static void push_ok(struct strategy *s, struct strategy_counter *c, size_t n)
 	struct done d = { 0 };
 	char err[STRATEGY_ERR_MAX] = "";
 
-	cr_assert_eq(ops->push_diffs(s, c, n, on_done, &d, err), 0, "push refused: %s", err);
+	cr_assert_eq(ops->push_diffs(s, c, n, NULL, on_done, &d, err), 0, "push refused: %s", err);
 	cr_assert(run_until(&d.called, 10000), "push: no callback");
 	cr_assert_eq(d.status, 0, "push failed: %s", d.err);
 	for (size_t i = 0; i < n; i++)
@@ -462,8 +465,8 @@ Test(postgres, two_nodes_sum)
 	/* Concurrent pushes of the same counters (in opposite orders). */
 	a[0].diff = a[1].diff = 1;
 	b[0].diff = b[1].diff = 1;
-	cr_assert_eq(ops->push_diffs(n1, a, 2, on_done, &d1, err), 0, "%s", err);
-	cr_assert_eq(ops->push_diffs(n2, b, 2, on_done, &d2, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(n1, a, 2, NULL, on_done, &d1, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(n2, b, 2, NULL, on_done, &d2, err), 0, "%s", err);
 	cr_assert(run_until(&d1.called, 5000) && run_until(&d2.called, 5000));
 	cr_assert(d1.status == 0 && d2.status == 0, "%s / %s", d1.err, d2.err);
 	{
@@ -678,8 +681,8 @@ Test(postgres, concurrent_overlapping_pushes_sum)
 	for (int r = 0; r < ROUNDS; r++) {
 		struct done d1 = { 0 }, d2 = { 0 };
 
-		cr_assert_eq(ops->push_diffs(n1, a, N, on_done, &d1, err), 0, "%s", err);
-		cr_assert_eq(ops->push_diffs(n2, b, N, on_done, &d2, err), 0, "%s", err);
+		cr_assert_eq(ops->push_diffs(n1, a, N, NULL, on_done, &d1, err), 0, "%s", err);
+		cr_assert_eq(ops->push_diffs(n2, b, N, NULL, on_done, &d2, err), 0, "%s", err);
 		cr_assert(run_until(&d1.called, 20000) && run_until(&d2.called, 20000));
 		cr_assert(d1.status == 0 && d2.status == 0, "%s / %s", d1.err, d2.err);
 	}
@@ -721,7 +724,7 @@ Test(postgres, failed_chunk_fails_the_push_and_only_its_counters)
 		c[i] = counter("cf", keys[i], (size_t)n, 600, 60, 1);
 	}
 	c[N] = counter("cf", "zbad", 4, 600, 60, 1); /* sorts last: the last chunk */
-	cr_assert_eq(ops->push_diffs(s, c, N + 1, on_done, &d, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(s, c, N + 1, NULL, on_done, &d, err), 0, "%s", err);
 	cr_assert(run_until(&d.called, 10000));
 	cr_assert_eq(d.status, -1);
 	cr_assert(strstr(d.err, "check constraint"), "%s", d.err);
@@ -736,7 +739,7 @@ Test(postgres, failed_chunk_fails_the_push_and_only_its_counters)
 	cr_assert_eq(query_int("SELECT count(*) FROM t_chunkfail"), (long long)ok);
 	/* The key that failed fails alone next time. */
 	memset(&d, 0, sizeof(d));
-	cr_assert_eq(ops->push_diffs(s, c, N, on_done, &d, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(s, c, N, NULL, on_done, &d, err), 0, "%s", err);
 	cr_assert(run_until(&d.called, 10000));
 	cr_assert_eq(d.status, 0, "%s", d.err);
 	ops->destroy(s);
@@ -762,7 +765,7 @@ Test(postgres, unexpected_result_types_are_errors)
 			   out, sizeof(out)),
 		     0, "%s", out);
 	s = make_ready("t_types", NULL);
-	cr_assert_eq(ops->push_diffs(s, &c, 1, on_done, &d, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(s, &c, 1, NULL, on_done, &d, err), 0, "%s", err);
 	cr_assert(run_until(&d.called, 5000));
 	cr_assert_eq(d.status, -1);
 	cr_assert(strstr(d.err, "shape"), "%s", d.err);
@@ -837,7 +840,7 @@ Test(postgres, callbacks_never_run_inside_the_call)
 	char err[STRATEGY_ERR_MAX] = "";
 	uint32_t size = 60;
 
-	cr_assert_eq(ops->push_diffs(s, &c, 1, on_done, &d, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(s, &c, 1, NULL, on_done, &d, err), 0, "%s", err);
 	cr_assert_eq(ops->get_counters(s, "ns", 2, &size, 1, 60, on_rows, &r, err), 0, "%s", err);
 	cr_assert(!d.called && !r.called, "callback ran inside the call");
 	cr_assert(run_until(&r.called, 5000));
@@ -845,12 +848,12 @@ Test(postgres, callbacks_never_run_inside_the_call)
 	cr_assert_eq(r.n, 1);
 	/* Refused at once: -1 and errstr, never a callback. */
 	memset(&d, 0, sizeof(d));
-	cr_assert_eq(ops->push_diffs(s, &bad, 1, on_done, &d, err), -1);
+	cr_assert_eq(ops->push_diffs(s, &bad, 1, NULL, on_done, &d, err), -1);
 	cr_assert(strstr(err, "size"), "%s", err);
 	run_for(50);
 	cr_assert(!d.called);
 	/* An empty batch completes too. */
-	cr_assert_eq(ops->push_diffs(s, NULL, 0, on_done, &d, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(s, NULL, 0, NULL, on_done, &d, err), 0, "%s", err);
 	cr_assert(!d.called);
 	cr_assert(run_until(&d.called, 5000));
 	cr_assert_eq(d.status, 0);
@@ -869,7 +872,7 @@ Test(postgres, queue_is_bounded)
 	memset(d, 0, sizeof(d));
 	for (int i = 0; i < N; i++) {
 		c[i] = counter("ns", "k", 1, 60, 60, 1);
-		if (ops->push_diffs(s, &c[i], 1, on_done, &d[i], err) == 0) {
+		if (ops->push_diffs(s, &c[i], 1, NULL, on_done, &d[i], err) == 0) {
 			accepted++;
 		} else {
 			refused++;
@@ -897,7 +900,7 @@ Test(postgres, destroy_fails_pending_operations)
 	char err[STRATEGY_ERR_MAX];
 
 	for (int i = 0; i < 3; i++)
-		cr_assert_eq(ops->push_diffs(s, &c[i], 1, on_done, &d[i], err), 0, "%s", err);
+		cr_assert_eq(ops->push_diffs(s, &c[i], 1, NULL, on_done, &d[i], err), 0, "%s", err);
 	cr_assert_eq(ops->get_counters(s, "ns", 2, &size, 1, 60, on_rows, &r, err), 0, "%s", err);
 	ev_run(loop, EVRUN_NOWAIT); /* the first one is likely in flight now */
 	ops->destroy(s);
@@ -936,8 +939,8 @@ Test(postgres, destroy_from_inside_a_callback)
 	double end;
 
 	sd.s = make_ready("t_selfdestroy", NULL);
-	cr_assert_eq(ops->push_diffs(sd.s, &a, 1, destroy_in_cb, &sd, err), 0, "%s", err);
-	cr_assert_eq(ops->push_diffs(sd.s, &b, 1, on_done, &sd.second, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(sd.s, &a, 1, NULL, destroy_in_cb, &sd, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(sd.s, &b, 1, NULL, on_done, &sd.second, err), 0, "%s", err);
 	end = mono() + 5;
 	while (!sd.calls && mono() < end)
 		ev_run(loop, EVRUN_ONCE);
@@ -956,7 +959,7 @@ Test(postgres, refused_at_once_while_down)
 
 	run_for(100); /* the first attempt fails (connection refused) */
 	cr_assert(!ops->ready(s));
-	rc = ops->push_diffs(s, &c, 1, on_done, &d, err);
+	rc = ops->push_diffs(s, &c, 1, NULL, on_done, &d, err);
 	if (rc == 0) { /* caught during a reconnect attempt: fails in time */
 		cr_assert(run_until(&d.called, 1000));
 		cr_assert_eq(d.status, -1);
@@ -980,12 +983,216 @@ Test(postgres, table_of_another_shape_is_an_error_value)
 	s = make(shared_conninfo(), "t_shape", NULL);
 	run_for(300);
 	cr_assert(!ops->ready(s));
-	if (ops->push_diffs(s, &c, 1, on_done, &d, err) == 0) {
+	if (ops->push_diffs(s, &c, 1, NULL, on_done, &d, err) == 0) {
 		cr_assert(run_until(&d.called, 2000));
 		snprintf(err, sizeof(err), "%s", d.err);
 	}
 	cr_assert(strstr(err, "column"), "error does not say why: %s", err);
 	ops->destroy(s);
+}
+
+/* ------------------------------------------------------------------------
+ * Push tokens: a push is applied at most once per token.
+ */
+
+/* Pushes with token and waits; returns the status (the callback ran). */
+static int push_tok(struct strategy *s, struct strategy_counter *c, size_t n, const char *token,
+		    struct done *d)
+{
+	char err[STRATEGY_ERR_MAX] = "";
+
+	memset(d, 0, sizeof(*d));
+	cr_assert_eq(ops->push_diffs(s, c, n, token, on_done, d, err), 0, "push refused: %s", err);
+	cr_assert(run_until(&d->called, 20000), "push: no callback");
+	return d->status;
+}
+
+/* n counters "k00000".. in namespace ns, counter i with diff 1 + i % 3. */
+static struct strategy_counter *tok_batch(const char *ns, size_t n, char (**keys)[16])
+{
+	struct strategy_counter *c = calloc(n, sizeof(*c));
+
+	*keys = calloc(n, 16);
+	cr_assert(c && *keys);
+	for (size_t i = 0; i < n; i++) {
+		int len = snprintf((*keys)[i], 16, "k%05zu", i);
+
+		c[i] = counter(ns, (*keys)[i], (size_t)len, 600, 60, (double)(1 + i % 3));
+	}
+	return c;
+}
+
+Test(postgres, token_same_batch_twice_adds_once)
+{
+	enum { N = 5000 }; /* 3 chunks */
+	struct strategy *s = make_ready("t_tok_same", NULL);
+	char(*keys)[16];
+	struct strategy_counter *c = tok_batch("ts", N, &keys);
+	struct done d;
+
+	c[N - 1] = c[0]; /* a duplicate: merged, counted twice, once */
+	cr_assert_eq(push_tok(s, c, N, "push-1", &d), 0, "%s", d.err);
+	for (size_t i = 0; i < N; i++)
+		cr_assert(c[i].ok);
+	EQ(c[0].total, 2);
+	EQ(c[1].total, 2);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_same_tokens"), 3);
+	for (int again = 0; again < 2; again++) {
+		for (size_t i = 0; i < N; i++)
+			c[i].total = -1;
+		cr_assert_eq(push_tok(s, c, N, "push-1", &d), 0, "%s", d.err);
+		for (size_t i = 0; i < N; i++) {
+			cr_assert(c[i].ok, "counter %zu not ok", i);
+			EQ(c[i].total, i == 0 || i == N - 1 ? 2 : (double)(1 + i % 3));
+		}
+	}
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_same"), N - 1);
+	cr_assert_eq(query_int("SELECT sum(count)::bigint FROM t_tok_same"),
+		     query_int("SELECT sum(1 + i % 3) FROM generate_series(0, 4998) i") + 1);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_same_tokens"), 3);
+	ops->destroy(s);
+	free(c);
+	free(keys);
+}
+
+Test(postgres, token_different_tokens_add_twice)
+{
+	struct strategy *s = make_ready("t_tok_diff", NULL);
+	struct strategy_counter c[] = {
+		counter("td", "a", 1, 600, 60, 1),
+		counter("td", "b", 1, 600, 60, 2.5),
+		counter("td", "z", 1, 600, 60, 0), /* a read: no token needed */
+	};
+	struct done d;
+
+	cr_assert_eq(push_tok(s, c, 3, "A", &d), 0, "%s", d.err);
+	cr_assert_eq(push_tok(s, c, 3, "B", &d), 0, "%s", d.err);
+	cr_assert(c[0].ok && c[1].ok && c[2].ok);
+	EQ(c[0].total, 2);
+	EQ(c[1].total, 5);
+	EQ(c[2].total, 0);
+	cr_assert_eq(push_tok(s, c, 3, "A", &d), 0, "%s", d.err);
+	EQ(c[0].total, 2);
+	EQ(c[1].total, 5);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_diff"), 2, "a read created a row");
+	ops->destroy(s);
+}
+
+Test(postgres, token_null_as_before)
+{
+	struct strategy *s = make_ready("t_tok_null", NULL);
+	struct strategy_counter c = counter("tn", "k", 1, 600, 60, 1);
+	struct done d;
+	char err[STRATEGY_ERR_MAX];
+	char big[STRATEGY_TOKEN_MAX + 2];
+
+	cr_assert_eq(push_tok(s, &c, 1, NULL, &d), 0, "%s", d.err);
+	cr_assert_eq(push_tok(s, &c, 1, NULL, &d), 0, "%s", d.err);
+	cr_assert(c.ok);
+	EQ(c.total, 2);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_null_tokens"), 0);
+	/* Tokens of at most STRATEGY_TOKEN_MAX bytes, not empty. */
+	memset(big, 'x', sizeof(big) - 1);
+	big[sizeof(big) - 1] = '\0';
+	cr_assert_eq(ops->push_diffs(s, &c, 1, big, on_done, &d, err), -1);
+	cr_assert(strstr(err, "token"), "%s", err);
+	cr_assert_eq(ops->push_diffs(s, &c, 1, "", on_done, &d, err), -1);
+	big[STRATEGY_TOKEN_MAX] = '\0';
+	cr_assert_eq(push_tok(s, &c, 1, big, &d), 0, "%s", d.err);
+	EQ(c.total, 3);
+	ops->destroy(s);
+}
+
+Test(postgres, token_purge_deletes_old_tokens)
+{
+	struct strategy *s = make_ready("t_tok_purge", NULL);
+	struct strategy_counter c = counter("tp", "k", 1, 600, 60, 1);
+	struct strategy_counter c2 = counter("tp", "k2", 2, 600, 60, 1);
+	uint32_t size = 60;
+	struct done d;
+	char err[STRATEGY_ERR_MAX];
+
+	cr_assert_eq(push_tok(s, &c, 1, "old", &d), 0, "%s", d.err);
+	cr_assert_eq(push_tok(s, &c2, 1, "new", &d), 0, "%s", d.err);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_purge_tokens"), 2);
+	cr_assert_eq(query_int("WITH u AS (UPDATE t_tok_purge_tokens SET at = now() - interval "
+			       "'601 seconds' WHERE token LIKE 'old:%' RETURNING 1) "
+			       "SELECT count(*) FROM u"),
+		     1);
+	memset(&d, 0, sizeof(d));
+	cr_assert_eq(ops->purge(s, "tp", 2, &size, 1, 600 + 30, on_done, &d, err), 0, "%s", err);
+	cr_assert(run_until(&d.called, 5000));
+	cr_assert_eq(d.status, 0, "%s", d.err);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_purge_tokens WHERE token LIKE 'old:%'"),
+		     0, "old token kept");
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_purge_tokens WHERE token LIKE 'new:%'"),
+		     1, "recent token deleted");
+	/* Forgotten: the same token applies again; the kept one does not. */
+	cr_assert_eq(push_tok(s, &c, 1, "old", &d), 0, "%s", d.err);
+	EQ(c.total, 2);
+	cr_assert_eq(push_tok(s, &c2, 1, "new", &d), 0, "%s", d.err);
+	EQ(c2.total, 1);
+	ops->destroy(s);
+}
+
+/* A failed chunk rolls its token back; the caller resends the counters
+ * that were not confirmed, with the same token: the same chunks come out
+ * (confirmed ones are not resent), the failed one applies once it can,
+ * and a resend of everything adds nothing. */
+Test(postgres, token_resend_of_unconfirmed_counters)
+{
+	enum { N = 5000 };
+	struct strategy *s;
+	char(*keys)[16];
+	struct strategy_counter *c = tok_batch("tr", N + 1, &keys), *r = calloc(N + 1, sizeof(*r));
+	struct done d;
+	char out[256];
+	size_t nr = 0;
+
+	cr_assert(r);
+	cr_assert_eq(query("CREATE TABLE t_tok_resend (namespace text NOT NULL, key bytea NOT NULL, "
+			   "window_start bigint NOT NULL, window_size integer NOT NULL, "
+			   "count double precision NOT NULL CONSTRAINT no_zbad "
+			   "CHECK (key <> '\\x7a626164'::bytea), "
+			   "PRIMARY KEY (namespace, window_size, window_start, key))",
+			   out, sizeof(out)),
+		     0, "%s", out);
+	s = make_ready("t_tok_resend", NULL);
+	c[N] = counter("tr", "zbad", 4, 600, 60, 1); /* sorts last: the last chunk */
+	/* Shuffled a bit: the batch's order is not the store's. */
+	for (size_t i = 0; i + 7 < N; i += 7) {
+		struct strategy_counter t = c[i];
+
+		c[i] = c[i + 5];
+		c[i + 5] = t;
+	}
+	cr_assert_eq(push_tok(s, c, N + 1, "resend", &d), -1);
+	for (size_t i = 0; i <= N; i++)
+		if (!c[i].ok)
+			r[nr++] = c[i];
+	cr_assert(nr > 1 && nr < N, "%zu unconfirmed", nr);
+	cr_assert_eq(push_tok(s, r, nr, "resend", &d), -1, "the check still fails");
+	cr_assert_eq(query("ALTER TABLE t_tok_resend DROP CONSTRAINT no_zbad", out, sizeof(out)), 0,
+		     "%s", out);
+	for (size_t i = 0; i < nr; i++)
+		r[i].ok = false;
+	cr_assert_eq(push_tok(s, r, nr, "resend", &d), 0, "%s", d.err);
+	for (size_t i = 0; i < nr; i++)
+		cr_assert(r[i].ok);
+	/* Everything again, same token: every chunk is known. */
+	cr_assert_eq(push_tok(s, c, N + 1, "resend", &d), 0, "%s", d.err);
+	for (size_t i = 0; i <= N; i++) {
+		cr_assert(c[i].ok);
+		EQ(c[i].total, c[i].diff);
+	}
+	cr_assert_eq(query_int("SELECT count(*) FROM t_tok_resend WHERE CASE WHEN key = 'zbad' "
+			       "THEN count = 1 ELSE count = 1 + "
+			       "(substr(convert_from(key, 'UTF8'), 2)::int % 3) END"),
+		     N + 1);
+	ops->destroy(s);
+	free(c);
+	free(r);
+	free(keys);
 }
 
 /* ------------------------------------------------------------------------
@@ -1021,7 +1228,7 @@ Test(postgres, paused_server_times_out_then_recovers, .init = own_start, .fini =
 	push_ok(s, &c, 1);
 	cr_assert_eq(pg_server_pause(&own), 0);
 	t0 = mono();
-	cr_assert_eq(ops->push_diffs(s, &c, 1, on_done, &d, err), 0, "%s", err);
+	cr_assert_eq(ops->push_diffs(s, &c, 1, NULL, on_done, &d, err), 0, "%s", err);
 	cr_assert(run_until(&d.called, 5000), "no callback while paused");
 	cr_assert_eq(d.status, -1);
 	cr_assert_str_eq(d.err, "timeout");
@@ -1079,7 +1286,7 @@ Test(postgres, restarted_server_reconnects, .init = own_start, .fini = own_stop)
 	while (ops->ready(s) && mono() < end)
 		ev_run(loop, EVRUN_ONCE);
 	cr_assert(!ops->ready(s), "still ready with the server stopped");
-	if (ops->push_diffs(s, &c, 1, on_done, &d, err) == 0) {
+	if (ops->push_diffs(s, &c, 1, NULL, on_done, &d, err) == 0) {
 		cr_assert(run_until(&d.called, 1000));
 		cr_assert_eq(d.status, -1);
 	}
@@ -1089,6 +1296,83 @@ Test(postgres, restarted_server_reconnects, .init = own_start, .fini = own_stop)
 	c.diff = 2;
 	push_ok(s, &c, 1);
 	EQ(c.total, 3);
+	ops->destroy(s);
+}
+
+/* Reads an integer from the own server. */
+static long long own_int(const char *sql)
+{
+	char out[256];
+
+	cr_assert_geq(pg_server_query(own.conninfo, sql, out, sizeof(out)), 0, "%s: %s", sql, out);
+	return atoll(out);
+}
+
+/* A push times out on a paused server; resumed, the server commits what
+ * it had (its client is gone by then); the push resent with the same
+ * token counts every counter once. Twice: once after the stuck backends
+ * ended, once racing them. */
+Test(postgres, token_resend_after_timeout_counts_once, .init = own_start, .fini = own_stop)
+{
+	struct strategy *s = make(own.conninfo, "t_tok_pause", "\"timeout_ms\": 300");
+	struct strategy_counter c[] = {
+		counter("tq", "a", 1, 600, 60, 10),
+		counter("tq", "b", 1, 600, 60, 10),
+		counter("tq", "c", 1, 600, 60, 10),
+	};
+	const char *tokens[] = { "pause-1", "pause-2" };
+	double want[3] = { 10, 10, 10 };
+	struct done d;
+
+	cr_assert(wait_ready(s, 5000));
+	cr_assert_eq(push_tok(s, c, 3, NULL, &d), 0, "%s", d.err);
+	for (int round = 0; round < 2; round++) {
+		char pids[256], sql[512];
+
+		cr_assert_geq(pg_server_query(own.conninfo,
+					      "SELECT string_agg(pid::text, ',') FROM "
+					      "pg_stat_activity WHERE application_name = "
+					      "'spoa-ratelimit'",
+					      pids, sizeof(pids)),
+			      0, "%s", pids);
+		for (int i = 0; i < 3; i++)
+			c[i].diff = i + 1;
+		cr_assert_eq(pg_server_pause(&own), 0);
+		cr_assert_eq(push_tok(s, c, 3, tokens[round], &d), -1);
+		cr_assert_str_eq(d.err, "timeout");
+		cr_assert(!c[0].ok && !c[1].ok && !c[2].ok);
+		run_for(100);
+		cr_assert_eq(pg_server_resume(&own), 0);
+		if (round == 0) {
+			/* Let the stuck backends run what they had and end. */
+			double end = mono() + 5;
+
+			snprintf(sql, sizeof(sql),
+				 "SELECT count(*) FROM pg_stat_activity WHERE pid IN (%s)", pids);
+			while (own_int(sql) > 0 && mono() < end)
+				usleep(20000);
+			cr_assert_eq(own_int(sql), 0, "the stuck backends did not end");
+			snprintf(sql, sizeof(sql),
+				 "SELECT count(*) FROM t_tok_pause_tokens WHERE token LIKE '%s:%%'",
+				 tokens[round]);
+			cr_assert_eq(own_int(sql), 1, "the stuck push was not committed");
+			cr_assert_eq(own_int("SELECT sum(count)::bigint FROM t_tok_pause"),
+				     (long long)(want[0] + want[1] + want[2] + 6));
+		}
+		cr_assert(wait_ready(s, 6000), "no reconnection after SIGCONT");
+		cr_assert_eq(push_tok(s, c, 3, tokens[round], &d), 0, "%s", d.err);
+		for (int i = 0; i < 3; i++) {
+			want[i] += i + 1;
+			cr_assert(c[i].ok);
+			EQ(c[i].total, want[i]);
+		}
+		/* Once more: nothing added. */
+		cr_assert_eq(push_tok(s, c, 3, tokens[round], &d), 0, "%s", d.err);
+		for (int i = 0; i < 3; i++)
+			EQ(c[i].total, want[i]);
+		cr_assert_eq(own_int("SELECT sum(count)::bigint FROM t_tok_pause"),
+			     (long long)(want[0] + want[1] + want[2]));
+	}
 	ops->destroy(s);
 }
 

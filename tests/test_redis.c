@@ -14,6 +14,7 @@
  */
 #include <criterion/criterion.h>
 #include <ev.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -206,26 +207,39 @@ static struct strategy_counter ctr(const char *ns, const char *key, size_t key_l
 
 #define C(ns, key, start, size, diff) ctr((ns), (key), strlen(key), (start), (size), (diff))
 
-/* push_diffs, checked to start without calling back, run to completion. */
-static void push(struct strategy *s, struct strategy_counter *b, size_t n, struct res *r)
+/* push_diffs with a token (NULL = none), checked to start without calling
+ * back, run to completion. */
+static void push_tok(struct strategy *s, struct strategy_counter *b, size_t n, const char *token,
+		     struct res *r)
 {
 	char err[STRATEGY_ERR_MAX] = "";
 
 	memset(r, 0, sizeof(*r));
-	cr_assert_eq(OPS->push_diffs(s, b, n, done_cb, r, err), 0, "push_diffs: %s", err);
+	cr_assert_eq(OPS->push_diffs(s, b, n, token, done_cb, r, err), 0, "push_diffs: %s", err);
 	cr_assert_eq(r->calls, 0, "callback ran inside push_diffs");
 	cr_assert(run_until(&r->done, 5.0), "push did not complete");
 	cr_assert_eq(r->calls, 1);
 }
 
-static void push_ok(struct strategy *s, struct strategy_counter *b, size_t n)
+static void push(struct strategy *s, struct strategy_counter *b, size_t n, struct res *r)
+{
+	push_tok(s, b, n, NULL, r);
+}
+
+static void push_tok_ok(struct strategy *s, struct strategy_counter *b, size_t n,
+			const char *token)
 {
 	struct res r;
 
-	push(s, b, n, &r);
+	push_tok(s, b, n, token, &r);
 	cr_assert_eq(r.status, 0, "push failed: %s", r.err);
 	for (size_t i = 0; i < n; i++)
 		cr_assert(b[i].ok, "counter %zu not ok", i);
+}
+
+static void push_ok(struct strategy *s, struct strategy_counter *b, size_t n)
+{
+	push_tok_ok(s, b, n, NULL);
 }
 
 /* The layout the strategy documents: FNV-1a 64 of the key, mod 64. */
@@ -402,8 +416,8 @@ Test(redis, two_nodes_sum_up)
 	char err[STRATEGY_ERR_MAX];
 
 	/* both in flight at once */
-	cr_assert_eq(OPS->push_diffs(n1, a, 2, done_cb, &ra, err), 0, "%s", err);
-	cr_assert_eq(OPS->push_diffs(n2, b, 2, done_cb, &rb, err), 0, "%s", err);
+	cr_assert_eq(OPS->push_diffs(n1, a, 2, NULL, done_cb, &ra, err), 0, "%s", err);
+	cr_assert_eq(OPS->push_diffs(n2, b, 2, NULL, done_cb, &rb, err), 0, "%s", err);
 	cr_assert(run_until(&ra.done, 5.0) && run_until(&rb.done, 5.0));
 	cr_assert_eq(ra.status, 0, "%s", ra.err);
 	cr_assert_eq(rb.status, 0, "%s", rb.err);
@@ -672,10 +686,10 @@ Test(redis, concurrent_operations_all_complete)
 	struct res r1 = { 0 }, r2 = { 0 }, r3 = { 0 }, r4 = { 0 };
 	char err[STRATEGY_ERR_MAX];
 
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r1, err), 0);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r1, err), 0);
 	cr_assert_eq(OPS->get_window(s, &q, done_cb, &r2, err), 0);
 	cr_assert_eq(OPS->get_counters(s, "ns", 2, sizes, 1, NOW60, rows_cb, &r3, err), 0);
-	cr_assert_eq(OPS->push_diffs(s, b, 0, done_cb, &r4, err), 0);      /* empty batch */
+	cr_assert_eq(OPS->push_diffs(s, b, 0, NULL, done_cb, &r4, err), 0);      /* empty batch */
 	cr_assert(run_until(&r1.done, 5) && run_until(&r2.done, 5) && run_until(&r3.done, 5) &&
 		  run_until(&r4.done, 5));
 	cr_assert(r1.status == 0 && r2.status == 0 && r3.status == 0 && r4.status == 0);
@@ -694,9 +708,9 @@ Test(redis, invalid_arguments_are_refused_at_once)
 	struct res r = { 0 };
 	char err[STRATEGY_ERR_MAX] = "";
 
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r, err), -1);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r, err), -1);
 	cr_assert(strstr(err, "window size 0"), "%s", err);
-	cr_assert_eq(OPS->push_diffs(s, nan_diff, 1, done_cb, &r, err), -1);
+	cr_assert_eq(OPS->push_diffs(s, nan_diff, 1, NULL, done_cb, &r, err), -1);
 	cr_assert(strstr(err, "not finite"), "%s", err);
 	cr_assert_eq(OPS->get_counters(s, "ns", 2, zero, 1, NOW60, rows_cb, &r, err), -1);
 	run_for(0.05);
@@ -740,7 +754,7 @@ Test(redis, auth_and_select_db)
 	bad = mk_opts("{\"port\": %d, \"password\": \"wrong\"}", srv.port);
 	run_for(0.3);
 	cr_assert(!OPS->ready(bad));
-	cr_assert_eq(OPS->push_diffs(bad, b, 1, done_cb, &r, err), -1);
+	cr_assert_eq(OPS->push_diffs(bad, b, 1, NULL, done_cb, &r, err), -1);
 	cr_assert(strstr(err, "not connected") && strstr(err, "WRONGPASS"), "%s", err);
 	OPS->destroy(bad);
 	OPS->destroy(s);
@@ -846,7 +860,7 @@ Test(redis, stopped_server_times_out_then_recovers)
 	cr_assert_eq(redis_server_pause(&srv), 0);
 
 	t0 = now_s();
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r, err), 0, "%s", err);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r, err), 0, "%s", err);
 	cr_assert(run_until(&r.done, 3.0));
 	cr_assert_eq(r.status, -1);
 	cr_assert(strstr(r.err, "timeout"), "%s", r.err);
@@ -858,7 +872,7 @@ Test(redis, stopped_server_times_out_then_recovers)
 	cr_log_info("stopped server: \"%s\" after %.3f s", r.err, r.at - t0);
 
 	/* while it is stopped: refused at once, and reconnect attempts time out */
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r, err), -1);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r, err), -1);
 	cr_assert(strstr(err, "not connected"), "%s", err);
 	run_for(0.5);
 	cr_assert(!OPS->ready(s));
@@ -884,7 +898,7 @@ Test(redis, killed_server_fails_fast_then_reconnects_after_restart)
 
 	/* the loop has not seen the close yet: the op starts, then fails */
 	t0 = now_s();
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r, err), 0, "%s", err);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r, err), 0, "%s", err);
 	cr_assert(run_until(&r.done, 3.0));
 	cr_assert_eq(r.status, -1);
 	cr_assert(strstr(r.err, "connection lost") || strstr(r.err, "timeout"), "%s", r.err);
@@ -892,7 +906,7 @@ Test(redis, killed_server_fails_fast_then_reconnects_after_restart)
 	cr_assert(wait_ready(s, false, 0.5));
 	cr_log_info("killed server: \"%s\" after %.3f s", r.err, r.at - t0);
 
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r, err), -1);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r, err), -1);
 	cr_assert(strstr(err, "not connected"), "%s", err);
 	run_for(0.3);       /* a few refused attempts, backing off */
 
@@ -917,7 +931,7 @@ Test(redis, no_server_is_not_ready_and_refuses)
 	s = mk_opts("{\"port\": %d, \"timeout_ms\": 50}", port);
 	run_for(0.3);
 	cr_assert(!OPS->ready(s));
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r, err), -1);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r, err), -1);
 	cr_assert(strstr(err, "not connected"), "%s", err);
 	cr_assert_eq(OPS->get_window(s, &q, done_cb, &r, err), -1);
 	cr_assert_eq(OPS->get_counters(s, "ns", 2, sizes, 1, NOW60, rows_cb, &r, err), -1);
@@ -941,7 +955,7 @@ Test(redis, destroy_fails_pending_operations_first)
 	struct res r1 = { 0 }, r2 = { 0 }, r3 = { 0 };
 	char err[STRATEGY_ERR_MAX] = "";
 
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r1, err), 0);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r1, err), 0);
 	cr_assert_eq(OPS->get_counters(s, "ns", 2, sizes, 1, NOW60, rows_cb, &r2, err), 0);
 	cr_assert_eq(OPS->purge(s, "ns", 2, sizes, 1, NOW60, done_cb, &r3, err), 0);
 	OPS->destroy(s);
@@ -965,8 +979,8 @@ Test(redis, destroy_from_inside_a_callback)
 	char err[STRATEGY_ERR_MAX] = "";
 
 	r1.destroy_me = s;
-	cr_assert_eq(OPS->push_diffs(s, a, 1, done_cb, &r1, err), 0);
-	cr_assert_eq(OPS->push_diffs(s, b, 1, done_cb, &r2, err), 0);
+	cr_assert_eq(OPS->push_diffs(s, a, 1, NULL, done_cb, &r1, err), 0);
+	cr_assert_eq(OPS->push_diffs(s, b, 1, NULL, done_cb, &r2, err), 0);
 	cr_assert(run_until(&r1.done, 5.0));
 	cr_assert_eq(r1.status, 0, "%s", r1.err);
 	/* the second one was finished or failed by destroy, exactly once */
@@ -993,7 +1007,7 @@ Test(redis, queued_behind_a_big_batch_is_not_a_timeout)
 		snprintf(keys[i], sizeof(keys[i]), "k%d", i);
 		b[i] = C("big", keys[i], START60, 60, 1);
 	}
-	cr_assert_eq(OPS->push_diffs(s, b, N, done_cb, &ra, err), 0, "%s", err);
+	cr_assert_eq(OPS->push_diffs(s, b, N, NULL, done_cb, &ra, err), 0, "%s", err);
 	t0 = now_s();
 	cr_assert_eq(OPS->get_window(s, &q, done_cb, &rb, err), 0, "%s", err);
 	cr_assert(run_until(&rb.done, 20.0));
@@ -1026,7 +1040,7 @@ Test(redis, server_killed_mid_batch)
 		snprintf(keys[i], sizeof(keys[i]), "k%d", i);
 		b[i] = C("mid", keys[i], START60, 60, 1);
 	}
-	cr_assert_eq(OPS->push_diffs(s, b, N, done_cb, &r, err), 0, "%s", err);
+	cr_assert_eq(OPS->push_diffs(s, b, N, NULL, done_cb, &r, err), 0, "%s", err);
 	run_for(0.02);
 	cr_assert_eq(redis_server_kill(&srv), 0);
 	t0 = now_s();
@@ -1041,5 +1055,274 @@ Test(redis, server_killed_mid_batch)
 	cr_assert_eq(redis_server_restart(&srv, 5000), 0, "%s", srv.err);
 	cr_assert(wait_ready(s, true, 5.0), "no reconnect after restart");
 	push_ok(s, b, 10);
+	OPS->destroy(s);
+}
+
+/* ------------------------------------------------------------------ */
+/* Push tokens: a push carrying a token is applied at most once       */
+/* ------------------------------------------------------------------ */
+
+/* TTL of one token key (there must be one), or LLONG_MIN. */
+static long long token_key_ttl(void)
+{
+	redisReply *rep = redis_server_command(&srv, "KEYS %s", "rl:{*}:tok:*");
+	long long ttl = LLONG_MIN;
+
+	cr_assert_not_null(rep, "%s", srv.err);
+	if (rep->type == REDIS_REPLY_ARRAY && rep->elements > 0)
+		ttl = redis_server_integer(&srv, "TTL %b", rep->element[0]->str,
+					   rep->element[0]->len);
+	freeReplyObject(rep);
+	return ttl;
+}
+
+Test(redis, token_same_batch_twice_adds_once)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_counter b[] = {
+		C("ns", "alice", START60, 60, 1),
+		C("ns", "bob", START60, 60, 2.5),
+		C("ns", "alice", START60 - 60, 60, -1),
+		C("other", "carol", START60, 60, 4),
+		C("ns", "dave", START60, 60, 0),        /* read only */
+	};
+	enum { N = sizeof(b) / sizeof(b[0]) };
+	double first[N];
+	long long ttl;
+
+	push_tok_ok(s, b, N, "node1-7-0-42");
+	for (int i = 0; i < N; i++) {
+		cr_assert_eq(b[i].total, b[i].diff, "counter %d: %g", i, b[i].total);
+		first[i] = b[i].total;
+		b[i].total = NAN;
+	}
+	/* the same batch again, same token: nothing added, the totals back */
+	push_tok_ok(s, b, N, "node1-7-0-42");
+	for (int i = 0; i < N; i++)
+		cr_assert_eq(b[i].total, first[i], "counter %d: %g, want %g", i, b[i].total,
+			     first[i]);
+	cr_assert_eq(stored("ns", "alice", 5, 60, START60), 1);
+	cr_assert_eq(stored("ns", "bob", 3, 60, START60), 2.5);
+	cr_assert_eq(stored("ns", "alice", 5, 60, START60 - 60), -1);
+	cr_assert_eq(stored("other", "carol", 5, 60, START60), 4);
+	cr_assert(isnan(stored("ns", "dave", 4, 60, START60)), "a read created a field");
+
+	/* one token key per script call that wrote (4 hashes written, the
+	 * read-only call on dave's hash wrote nothing), remembered 600 s */
+	{
+		long ntok = redis_server_count_keys(&srv, "rl:{*}:tok:*");
+		int writers = 0;
+		char h[5][128];
+
+		for (int i = 0; i < N; i++)
+			hash_name(h[i], sizeof(h[i]), "rl", b[i].ns, b[i].key, b[i].key_len, 60,
+				  b[i].start);
+		for (int i = 0; i < N; i++) {
+			bool seen = false;
+
+			if (b[i].diff == 0)
+				continue;
+			for (int j = 0; j < i; j++)
+				seen |= b[j].diff != 0 && strcmp(h[i], h[j]) == 0;
+			writers += !seen;
+		}
+		cr_assert_eq(ntok, writers, "%ld token keys, want %d", ntok, writers);
+	}
+	ttl = token_key_ttl();
+	cr_assert(ttl > STRATEGY_TOKEN_TTL - 10 && ttl <= STRATEGY_TOKEN_TTL, "token TTL %lld",
+		  ttl);
+
+	/* later pushes without a token add as usual */
+	push_ok(s, b, N);
+	cr_assert_eq(b[0].total, 2);
+	cr_assert_eq(b[1].total, 5);
+	OPS->destroy(s);
+}
+
+Test(redis, token_different_tokens_add_twice)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_counter b[] = { C("ns", "k", START60, 60, 1),
+					C("ns", "j", START60, 60, 0.25),
+					C("ns", "k", START60, 60, 2) };     /* same field twice */
+
+	push_tok_ok(s, b, 3, "t1");
+	cr_assert_eq(b[0].total, 1);
+	cr_assert_eq(b[2].total, 3);
+	push_tok_ok(s, b, 3, "t2");
+	cr_assert_eq(b[0].total, 4);
+	cr_assert_eq(b[1].total, 0.5);
+	cr_assert_eq(b[2].total, 6);
+	/* t1 again: already applied, returns the current totals */
+	push_tok_ok(s, b, 3, "t1");
+	cr_assert_eq(b[0].total, 6, "%g", b[0].total);
+	cr_assert_eq(b[1].total, 0.5);
+	cr_assert_eq(b[2].total, 6);
+	cr_assert_eq(stored("ns", "k", 1, 60, START60), 6);
+	cr_assert_eq(stored("ns", "j", 1, 60, START60), 0.5);
+	OPS->destroy(s);
+}
+
+Test(redis, token_null_behaves_as_before)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_counter b[] = { C("ns", "k", START60, 60, 1),
+					C("ns", "j", START60, 60, 2) };
+	static const char max_tok[] =
+		"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+	static const char long_tok[] =
+		"0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdefX";
+	struct res r = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+	long long keys;
+
+	push_ok(s, b, 2);
+	push_ok(s, b, 2);
+	cr_assert_eq(b[0].total, 2);
+	cr_assert_eq(b[1].total, 4);
+	cr_assert_eq(redis_server_count_keys(&srv, "rl:{*}:tok:*"), 0, "a token key without token");
+	keys = redis_server_integer(&srv, "DBSIZE");
+
+	/* token length: 1 to STRATEGY_TOKEN_MAX bytes */
+	cr_assert_eq(sizeof(max_tok) - 1, STRATEGY_TOKEN_MAX);
+	cr_assert_eq(OPS->push_diffs(s, b, 2, long_tok, done_cb, &r, err), -1);
+	cr_assert(strstr(err, "token"), "%s", err);
+	cr_assert_eq(OPS->push_diffs(s, b, 2, "", done_cb, &r, err), -1);
+	cr_assert(strstr(err, "token"), "%s", err);
+	run_for(0.05);
+	cr_assert_eq(r.calls, 0);
+	push_tok_ok(s, b, 2, max_tok);
+	push_tok_ok(s, b, 2, max_tok);
+	cr_assert_eq(b[0].total, 3);
+	cr_assert_eq(b[1].total, 6);
+	cr_assert_gt(redis_server_integer(&srv, "DBSIZE"), keys);
+
+	/* an empty batch with a token completes */
+	push_tok_ok(s, b, 0, "t");
+	OPS->destroy(s);
+}
+
+/* A resend carries only the counters of the calls that were not confirmed
+ * (whole calls, same order): whichever of the calls the first try applied,
+ * the resend adds the others and only them. One hash with 2500 counters
+ * is two calls (2000 + 500); 4000 copies of one counter are two calls
+ * with the very same contents. */
+Test(redis, token_resend_of_unconfirmed_calls_adds_each_once)
+{
+	struct strategy *s = mk(2000);
+	enum { N = 2500, T = 4000 };
+	static struct strategy_counter b[N], tw[T];
+	double want;
+
+	for (int i = 0; i < N; i++)
+		b[i] = C("ns", "hot", START60, 60, 1);
+	for (int i = 0; i < T; i++)
+		tw[i] = C("ns", "twin", START60, 60, 1);
+
+	/* both calls applied; the first confirmed, the second not: resend it */
+	push_tok_ok(s, b, N, "a");
+	cr_assert_eq(b[N - 1].total, N);
+	push_tok_ok(s, b + 2000, N - 2000, "a");
+	for (int i = 2000; i < N; i++)
+		cr_assert_eq(b[i].total, N, "position %d: %g", i, b[i].total);
+	/* the second confirmed, the first not (it failed): resend it */
+	push_tok_ok(s, b, 2000, "a");
+	cr_assert_eq(b[0].total, N, "%g", b[0].total);
+	push_tok_ok(s, b, N, "a");          /* nothing confirmed: resend all */
+	cr_assert_eq(stored("ns", "hot", 3, 60, START60), N);
+
+	/* only the second call was applied the first time (the first failed
+	 * with an error): the resend of everything adds the first only */
+	push_tok_ok(s, b + 2000, N - 2000, "b");
+	cr_assert_eq(b[N - 1].total, N + 500);
+	push_tok_ok(s, b, N, "b");
+	want = 2 * N;
+	cr_assert_eq(stored("ns", "hot", 3, 60, START60), want);
+	cr_assert_eq(b[N - 1].total, want);
+	cr_assert_eq(b[0].total, N + 500 + 1, "%g", b[0].total);
+
+	/* two calls with identical contents: the first confirmed, the second
+	 * applied but not confirmed, then resent */
+	push_tok_ok(s, tw, T, "c");
+	cr_assert_eq(tw[T - 1].total, T);
+	push_tok_ok(s, tw + 2000, 2000, "c");
+	cr_assert_eq(tw[T - 1].total, T);
+	push_tok_ok(s, tw, T, "c");
+	cr_assert_eq(stored("ns", "twin", 4, 60, START60), T);
+	/* the first confirmed, the second not applied (its id is the one a
+	 * push of 2000 copies has): the resend adds it once */
+	push_tok_ok(s, tw + 2000, 2000, "d");
+	cr_assert_eq(tw[3999].total, T + 2000);
+	push_tok_ok(s, tw + 2000, 2000, "d");
+	cr_assert_eq(tw[3999].total, T + 2000);
+	/* a new token: both identical calls add */
+	push_tok_ok(s, tw, T, "e");
+	cr_assert_eq(tw[T - 1].total, 2 * T + 2000);
+	cr_assert_eq(stored("ns", "twin", 4, 60, START60), 2 * T + 2000);
+	OPS->destroy(s);
+}
+
+/* The first try times out while the server is stopped: its calls sit in
+ * the server's socket buffer. After SIGCONT the server runs some or all
+ * of them (the client has closed that connection); the resend with the
+ * same token, after reconnecting, counts every counter exactly once. */
+Test(redis, token_resend_after_timeout_counts_each_once)
+{
+	struct strategy *s = mk(TIMEOUT_MS);
+	enum { K = 1500, H = 2500, N = K + H };
+	static char keys[K][12];
+	static struct strategy_counter b[N], rs[N];
+	struct res r = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+	size_t ok = 0, nrs = 0;
+	int applied = 0;
+	double hot;
+
+	for (int i = 0; i < K; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "u%d", i);
+		b[i] = C(i % 2 ? "stuck" : "held", keys[i], START60, 60, i % 7 + 1);
+	}
+	for (int i = K; i < N; i++)
+		b[i] = C("stuck", "hot", START60, 60, 1);
+
+	cr_assert_eq(redis_server_pause(&srv), 0);
+	cr_assert_eq(OPS->push_diffs(s, b, N, "stuck-1", done_cb, &r, err), 0, "%s", err);
+	cr_assert(run_until(&r.done, 3.0));
+	cr_assert_eq(r.status, -1);
+	cr_assert(strstr(r.err, "timeout"), "%s", r.err);
+	cr_assert_eq(redis_server_resume(&srv), 0);
+	cr_assert(wait_ready(s, true, 5.0), "no reconnect after SIGCONT");
+
+	/* what the server did with the stuck calls (for the log) */
+	for (int i = 0; i < K; i++)
+		applied += !isnan(stored(b[i].ns, keys[i], strlen(keys[i]), 60, START60));
+	hot = stored("stuck", "hot", 3, 60, START60);
+	cr_log_info("after SIGCONT the stuck push had applied %d of %d keys, hot = %g", applied,
+		    K, isnan(hot) ? 0 : hot);
+
+	/* resend what was not confirmed, as the sync loop does */
+	for (int i = 0; i < N; i++) {
+		ok += b[i].ok;
+		if (!b[i].ok)
+			rs[nrs++] = b[i];
+	}
+	cr_assert_eq(ok + nrs, (size_t)N);
+	push_tok_ok(s, rs, nrs, "stuck-1");
+	for (size_t i = 0; i < nrs; i++)
+		if (strcmp(rs[i].key, "hot") != 0)
+			cr_assert_eq(rs[i].total, rs[i].diff, "%s: total %g, want %g", rs[i].key,
+				     rs[i].total, rs[i].diff);
+	for (int i = 0; i < K; i++) {
+		double v = stored(b[i].ns, keys[i], strlen(keys[i]), 60, START60);
+
+		cr_assert_eq(v, b[i].diff, "%s counted %g times", keys[i], v / b[i].diff);
+	}
+	cr_assert_eq(stored("stuck", "hot", 3, 60, START60), H);
+	cr_assert_eq(rs[nrs - 1].total, H);
+
+	/* and once more (a second timeout that was in fact applied) */
+	push_tok_ok(s, rs, nrs, "stuck-1");
+	cr_assert_eq(stored("stuck", "hot", 3, 60, START60), H);
+	cr_assert_eq(stored("held", "u0", 2, 60, START60), 1);
 	OPS->destroy(s);
 }
