@@ -47,7 +47,7 @@ static uint64_t shm_random_seed(void)
 struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 {
 	struct shm_table *t;
-	size_t nslots, slots_bytes, maxd_bytes, len, page;
+	size_t nslots, slots_bytes, maxd_bytes, used_bytes, len, page;
 	void *p;
 
 	if (max_keys == 0 || max_keys > SHM_MAX_KEYS) {
@@ -59,9 +59,10 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	 * of the hash (no modulo), so the table need not double. */
 	nslots = max_keys / SHM_LOAD_DEN * SHM_LOAD_NUM + max_keys % SHM_LOAD_DEN + 1;
 	slots_bytes = nslots * sizeof(struct shm_slot);
-	maxd_bytes = nslots * sizeof(_Atomic uint16_t);
+	maxd_bytes = (nslots * sizeof(_Atomic uint16_t) + 7) / 8 * 8;
+	used_bytes = (nslots + 63) / 64 * sizeof(_Atomic uint64_t);
 	page = (size_t)sysconf(_SC_PAGESIZE);
-	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + page - 1) / page * page;
+	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + used_bytes + page - 1) / page * page;
 
 	t = calloc(1, sizeof(*t));
 	if (!t) {
@@ -92,6 +93,7 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	t->hdr = p;
 	t->slots = (struct shm_slot *)((char *)p + SHM_HDR_BYTES);
 	t->maxd = (_Atomic uint16_t *)((char *)t->slots + slots_bytes);
+	t->used = (_Atomic uint64_t *)((char *)t->maxd + maxd_bytes);
 	t->nslots = (uint32_t)nslots;
 	t->probe_max = nslots < SHM_PROBE_MAX ? (uint32_t)nslots : SHM_PROBE_MAX;
 	t->seed = shm_random_seed();
@@ -473,6 +475,10 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 	 * PENDING (comparable, not yet counted into). */
 	atomics_store_double(&s->count, 0.0);
 	atomics_store_double(&s->diff, 0.0);
+	/* The sync loop visits only slots marked here (never cleared: slots
+	 * never return to EMPTY). Set on insert only, not per hit. */
+	if (!(atomic_load_explicit(&t->used[c / 64], memory_order_relaxed) & (1ULL << (c % 64))))
+		atomic_fetch_or_explicit(&t->used[c / 64], 1ULL << (c % 64), memory_order_relaxed);
 	for (unsigned w = 0; w < SHM_KEY_WORDS; w++)
 		atomic_store_explicit(&s->key[w], w < k->nwords ? k->w[w] : 0,
 				      memory_order_relaxed);
@@ -670,6 +676,22 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 			break;
 	}
 	return atomic_load(&s->meta) == e->meta ? 0 : -1;
+}
+
+uint32_t shm_next_used(const struct shm_table *t, uint32_t from)
+{
+	uint32_t nwords = (t->nslots + 63) / 64;
+
+	for (uint32_t w = from / 64; w < nwords; w++) {
+		uint64_t bits = atomic_load_explicit(&t->used[w], memory_order_relaxed);
+		if (w == from / 64)
+			bits &= ~0ULL << (from % 64);
+		if (bits) {
+			uint32_t i = w * 64 + (uint32_t)__builtin_ctzll(bits);
+			return i < t->nslots ? i : SHM_NONE;
+		}
+	}
+	return SHM_NONE;
 }
 
 int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)

@@ -23,6 +23,8 @@
  *   +-----------------------+
  *   | _Atomic uint16_t [n]  |  maxd: per home bucket, the largest probe
  *   +-----------------------+  distance of any entry hashed there
+ *   | _Atomic uint64_t [n/64]| used: a bit per slot ever written
+ *   +-----------------------+
  *
  * Slot (128 bytes = two cache lines; meta, the counters and the first 40
  * key bytes share the first line):
@@ -199,6 +201,7 @@ struct shm_table {
 	struct shm_hdr *hdr;
 	struct shm_slot *slots;
 	_Atomic uint16_t *maxd;
+	_Atomic uint64_t *used;     /* a bit per slot ever written (for the sync loop) */
 	uint32_t nslots;
 	uint32_t probe_max;     /* min(SHM_PROBE_MAX, nslots) */
 	uint64_t seed;
@@ -290,6 +293,11 @@ bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double e
 
 /* Number of slots; indexes are 0 .. shm_nslots() - 1. */
 uint32_t shm_nslots(const struct shm_table *t);
+
+/* The first slot at or after `from` that was ever written (not EMPTY), or
+ * SHM_NONE: the sync loop visits these instead of the whole table, so a
+ * cycle costs what the node has used, not what it could hold. */
+uint32_t shm_next_used(const struct shm_table *t, uint32_t from);
 
 /* Copies slot idx into *e if it is LIVE (a consistent snapshot).
  * Returns 0, or -1 if the slot is not LIVE or changed while read. */

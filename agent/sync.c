@@ -144,10 +144,8 @@ int sync_check(const struct rl *rl, char *err, size_t errlen)
 static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 {
 	struct shm_table *t = sn->sy->t;
-	uint32_t nslots = shm_nslots(t);
-
 	sn->n = 0;
-	for (uint32_t idx = 0; idx < nslots; idx++) {
+	for (uint32_t idx = shm_next_used(t, 0); idx != SHM_NONE; idx = shm_next_used(t, idx + 1)) {
 		if (sn->n == sn->cap) {
 			size_t cap = sn->cap ? 2 * sn->cap : 1024;
 			struct shm_entry *e = realloc(sn->ents, cap * sizeof(*e));

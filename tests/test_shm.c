@@ -601,3 +601,28 @@ Test(shm, racing_inserts_make_one_slot_per_key, .timeout = 120)
 	munmap(rs, sizeof(*rs));
 	shm_destroy(t);
 }
+
+/* The sync loop visits the slots shm_next_used() returns: every LIVE slot
+ * is among them, and an empty table has none. */
+Test(shm, next_used_covers_every_live_slot)
+{
+	struct shm_table *t = mk(4096);
+	struct shm_entry e;
+	char name[32];
+	unsigned visited = 0, live = 0;
+
+	cr_assert_eq(shm_next_used(t, 0), SHM_NONE);
+	for (int i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "key-%d", i * 7919);
+		add(t, 0, 0, name, 1800000000, 1800000001.0, 1, false);
+	}
+	for (uint32_t i = shm_next_used(t, 0); i != SHM_NONE; i = shm_next_used(t, i + 1)) {
+		cr_assert_lt(i, shm_nslots(t));
+		visited++;
+		live += shm_read(t, i, &e) == 0;
+	}
+	cr_assert_eq(live, 300, "visited %u slots, %u live", visited, live);
+	cr_assert_eq(live_slots(t), 300);
+	cr_assert_eq(visited, 300, "only written slots are visited");
+	shm_destroy(t);
+}
