@@ -402,6 +402,23 @@ static char *redis_put_bulk(char *p, const void *data, size_t len)
 	(3 + REDIS_U64_MAX_LEN + REDIS_BULK_MAX(7) + REDIS_BULK_MAX(40) + REDIS_BULK_MAX(1) + \
 	 2 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN))
 
+/* Writes "<prefix>:{<ns>:<bucket>" of a hash or token key: the part up to
+ * the end of the bucket, inside the Cluster hash tag (the caller closes it). */
+static char *redis_put_tag(char *p, const struct redis_strategy *s, const char *ns,
+			   size_t ns_len, const char *bucket, size_t bucket_len)
+{
+	memcpy(p, s->o.prefix, s->o.prefix_len);
+	p += s->o.prefix_len;
+	*p++ = ':';
+	*p++ = '{';
+	if (ns_len)
+		memcpy(p, ns, ns_len);
+	p += ns_len;
+	*p++ = ':';
+	memcpy(p, bucket, bucket_len);
+	return p + bucket_len;
+}
+
 /* The hash name of (ns, bucket, size, start) as one bulk string:
  * "<prefix>:{<ns>:<bucket>}:<size>:<start>". */
 static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns,
@@ -416,16 +433,7 @@ static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char 
 	*p++ = '$';
 	p += redis_u64_dec(p, len);
 	p = redis_put_crlf(p);
-	memcpy(p, s->o.prefix, s->o.prefix_len);
-	p += s->o.prefix_len;
-	*p++ = ':';
-	*p++ = '{';
-	if (ns_len)
-		memcpy(p, ns, ns_len);
-	p += ns_len;
-	*p++ = ':';
-	memcpy(p, b, bl);
-	p += bl;
+	p = redis_put_tag(p, s, ns, ns_len, b, bl);
 	*p++ = '}';
 	*p++ = ':';
 	memcpy(p, z, zl);
@@ -466,16 +474,7 @@ static char *redis_put_tkey(char *p, const char *base, const struct redis_strate
 	*p++ = '$';
 	p += redis_u64_dec(p, len);
 	p = redis_put_crlf(p);
-	memcpy(p, s->o.prefix, s->o.prefix_len);
-	p += s->o.prefix_len;
-	*p++ = ':';
-	*p++ = '{';
-	if (ns_len)
-		memcpy(p, ns, ns_len);
-	p += ns_len;
-	*p++ = ':';
-	memcpy(p, b, bl);
-	p += bl;
+	p = redis_put_tag(p, s, ns, ns_len, b, bl);
 	memcpy(p, "}:tok:", 6);
 	p += 6;
 	memcpy(p, token, token_len);

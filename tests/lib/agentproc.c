@@ -3,6 +3,7 @@
  * agentproc.h). Processes are only ever signalled by pid.
  */
 #include "tests/lib/agentproc.h"
+#include "tests/lib/clock.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -20,22 +21,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-static int64_t now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
 
 const char *agentproc_binary(void)
 {
@@ -193,7 +178,7 @@ int agentproc_start(struct agentproc *a, const char *json, const char *const *ar
 	close(fd);
 
 	for (int attempt = 0; attempt < 4; attempt++) {
-		int64_t deadline = now_ms() + timeout_ms;
+		int64_t deadline = test_now_ms() + timeout_ms;
 		bool exited = false;
 
 		a->port = free_port();
@@ -213,7 +198,7 @@ int agentproc_start(struct agentproc *a, const char *json, const char *const *ar
 			return -1;
 		}
 		a->reaped = false;
-		while (now_ms() < deadline) {
+		while (test_now_ms() < deadline) {
 			int st;
 
 			if (waitpid(a->pid, &st, WNOHANG) == a->pid) {
@@ -224,7 +209,7 @@ int agentproc_start(struct agentproc *a, const char *json, const char *const *ar
 			}
 			if (can_connect(a->port))
 				return 0;
-			sleep_ms(20);
+			test_sleep_ms(20);
 		}
 		if (!exited) {
 			snprintf(a->err, sizeof(a->err),
@@ -266,7 +251,7 @@ int agentproc_signal(struct agentproc *a, int sig)
 
 int agentproc_wait(struct agentproc *a, int timeout_ms)
 {
-	int64_t deadline = now_ms() + timeout_ms;
+	int64_t deadline = test_now_ms() + timeout_ms;
 
 	if (!a->pid)
 		return -1;
@@ -286,9 +271,9 @@ int agentproc_wait(struct agentproc *a, int timeout_ms)
 			a->exit_status = -1;
 			return 0;
 		}
-		if (now_ms() >= deadline)
+		if (test_now_ms() >= deadline)
 			return -1;
-		sleep_ms(10);
+		test_sleep_ms(10);
 	}
 }
 
@@ -310,10 +295,10 @@ int agentproc_stop(struct agentproc *a, int timeout_ms, bool remove_log)
 		st = a->exit_status;
 		/* Workers that outlived their master are ours to clean up. */
 		for (size_t i = 0; i < nkids; i++) {
-			int64_t deadline = now_ms() + 2000;
+			int64_t deadline = test_now_ms() + 2000;
 
-			while (agentproc_pid_alive(kids[i]) && now_ms() < deadline)
-				sleep_ms(10);
+			while (agentproc_pid_alive(kids[i]) && test_now_ms() < deadline)
+				test_sleep_ms(10);
 			if (agentproc_pid_alive(kids[i]))
 				kill(kids[i], SIGKILL);
 		}

@@ -4,6 +4,7 @@
  * children /proc says it has.
  */
 #include "tests/lib/pg_server.h"
+#include "tests/lib/clock.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -27,22 +28,6 @@
 #include <unistd.h>
 
 #define PG_SERVER_USER "postgres"
-
-static int64_t pg_server_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void pg_server_sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
 
 const char *pg_server_bindir(void)
 {
@@ -132,7 +117,7 @@ static pid_t pg_server_spawn(struct pg_server *p, char *const argv[], bool postm
 /* Runs argv to completion (up to timeout_ms). Returns 0 if it exited 0. */
 static int pg_server_run(struct pg_server *p, char *const argv[], int timeout_ms)
 {
-	int64_t deadline = pg_server_now_ms() + timeout_ms;
+	int64_t deadline = test_now_ms() + timeout_ms;
 	pid_t pid = pg_server_spawn(p, argv, false);
 	int st;
 
@@ -147,14 +132,14 @@ static int pg_server_run(struct pg_server *p, char *const argv[], int timeout_ms
 			snprintf(p->err, sizeof(p->err), "waitpid: %s", strerror(errno));
 			return -1;
 		}
-		if (pg_server_now_ms() > deadline) {
+		if (test_now_ms() > deadline) {
 			kill(pid, SIGKILL);
 			waitpid(pid, &st, 0);
 			snprintf(p->err, sizeof(p->err), "%s: timed out (log: %s)", argv[0],
 				 p->log_path);
 			return -1;
 		}
-		pg_server_sleep_ms(10);
+		test_sleep_ms(10);
 	}
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
 		snprintf(p->err, sizeof(p->err), "%s failed (status %d, log: %s)", argv[0], st,
@@ -235,7 +220,7 @@ static int pg_server_try_start(struct pg_server *p, int timeout_ms)
 			 "-c", p->durable ? "synchronous_commit=on" : "synchronous_commit=off",
 			 "-c", p->durable ? "full_page_writes=on" : "full_page_writes=off",
 			 NULL };
-	int64_t deadline = pg_server_now_ms() + timeout_ms;
+	int64_t deadline = test_now_ms() + timeout_ms;
 	int st;
 
 	snprintf(bin, sizeof(bin), "%s/postgres", pg_server_bindir());
@@ -257,9 +242,9 @@ static int pg_server_try_start(struct pg_server *p, int timeout_ms)
 		}
 		if (PQping(ping) == PQPING_OK)
 			return 0;
-		if (pg_server_now_ms() > deadline)
+		if (test_now_ms() > deadline)
 			break;
-		pg_server_sleep_ms(20);
+		test_sleep_ms(20);
 	}
 	snprintf(p->err, sizeof(p->err), "postgres not accepting connections after %d ms (log: %s)",
 		 timeout_ms, p->log_path);
@@ -294,7 +279,7 @@ int pg_server_start(struct pg_server *p, int timeout_ms)
 		if (r == -1)
 			return -1;
 		if (p->fixed_port)
-			pg_server_sleep_ms(100); /* same port: let the old one go */
+			test_sleep_ms(100); /* same port: let the old one go */
 	}
 	return -1;
 }
@@ -368,7 +353,7 @@ int pg_server_resume(struct pg_server *p)
 
 int pg_server_stop(struct pg_server *p, int timeout_ms)
 {
-	int64_t deadline = pg_server_now_ms() + timeout_ms;
+	int64_t deadline = test_now_ms() + timeout_ms;
 	int st;
 
 	if (!p->pid)
@@ -381,12 +366,12 @@ int pg_server_stop(struct pg_server *p, int timeout_ms)
 
 		if (r == p->pid || (r < 0 && errno == ECHILD))
 			break;
-		if (pg_server_now_ms() > deadline) {
+		if (test_now_ms() > deadline) {
 			pg_server_signal_all(p, SIGKILL);
 			waitpid(p->pid, &st, 0);
 			break;
 		}
-		pg_server_sleep_ms(10);
+		test_sleep_ms(10);
 	}
 	p->pid = 0;
 	return 0;

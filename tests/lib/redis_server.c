@@ -3,6 +3,7 @@
  * redis_server.h for the contract.
  */
 #include "tests/lib/redis_server.h"
+#include "tests/lib/clock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,22 +25,6 @@
 
 #define REDIS_SERVER_BIN "redis-server"
 #define REDIS_SERVER_PORT_TRIES 8
-
-static long long redis_server_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void redis_server_sleep_ms(int ms)
-{
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
 
 bool redis_server_available(void)
 {
@@ -155,8 +140,8 @@ static int redis_server_spawn(struct redis_server *r, int timeout_ms)
 	}
 	r->pid = pid;
 	r->paused = false;
-	deadline = redis_server_now_ms() + timeout_ms;
-	while (redis_server_now_ms() < deadline) {
+	deadline = test_now_ms() + timeout_ms;
+	while (test_now_ms() < deadline) {
 		if (redis_server_reap(r, &status)) {
 			snprintf(r->err, sizeof(r->err),
 				 "redis-server exited early (status %d, log %s)", status,
@@ -165,7 +150,7 @@ static int redis_server_spawn(struct redis_server *r, int timeout_ms)
 		}
 		if (redis_server_pings(r))
 			return 0;
-		redis_server_sleep_ms(10);
+		test_sleep_ms(10);
 	}
 	snprintf(r->err, sizeof(r->err), "redis-server did not answer PING within %d ms",
 		 timeout_ms);
@@ -206,7 +191,7 @@ int redis_server_start(struct redis_server *r, int timeout_ms)
 
 int redis_server_restart(struct redis_server *r, int timeout_ms)
 {
-	long long deadline = redis_server_now_ms() + timeout_ms;
+	long long deadline = test_now_ms() + timeout_ms;
 
 	if (r->pid > 0) {
 		snprintf(r->err, sizeof(r->err), "still running");
@@ -214,14 +199,14 @@ int redis_server_restart(struct redis_server *r, int timeout_ms)
 	}
 	/* the old socket may linger a moment; retry on the same port */
 	for (;;) {
-		int left = (int)(deadline - redis_server_now_ms());
+		int left = (int)(deadline - test_now_ms());
 		int rc = redis_server_spawn(r, left > 0 ? left : 1);
 
 		if (rc <= 0)
 			return rc;
-		if (redis_server_now_ms() >= deadline)
+		if (test_now_ms() >= deadline)
 			return -1;
-		redis_server_sleep_ms(20);
+		test_sleep_ms(20);
 	}
 }
 
@@ -274,13 +259,13 @@ static void redis_server_rmdir(const char *dir)
 void redis_server_stop(struct redis_server *r, int timeout_ms)
 {
 	if (r->pid > 0) {
-		long long deadline = redis_server_now_ms() + timeout_ms;
+		long long deadline = test_now_ms() + timeout_ms;
 
 		kill(r->pid, SIGTERM);
 		if (r->paused)
 			kill(r->pid, SIGCONT);
-		while (!redis_server_reap(r, NULL) && redis_server_now_ms() < deadline)
-			redis_server_sleep_ms(5);
+		while (!redis_server_reap(r, NULL) && test_now_ms() < deadline)
+			test_sleep_ms(5);
 		if (r->pid > 0) {
 			kill(r->pid, SIGKILL);
 			waitpid(r->pid, NULL, 0);
