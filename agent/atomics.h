@@ -70,10 +70,13 @@ static inline double atomics_add_double(_Atomic uint64_t *p, double v)
 	uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
 	double nv;
 
+	/* seq_cst on success (the same instruction as relaxed on x86): a
+	 * caller's later seq_cst load of the slot's meta is ordered after the
+	 * addition, which is how shm.c tells a hit that raced an eviction. */
 	do {
 		nv = atomics_bitsd(old) + v;
 	} while (!atomic_compare_exchange_weak_explicit(p, &old, atomics_dbits(nv),
-							memory_order_relaxed,
+							memory_order_seq_cst,
 							memory_order_relaxed));
 	return nv;
 }
@@ -94,7 +97,7 @@ static inline bool atomics_add_double_if(_Atomic uint64_t *p, double v, double e
 		if (cur + v + extra > limit)
 			return false;
 		if (atomic_compare_exchange_weak_explicit(p, &old, atomics_dbits(cur + v),
-							  memory_order_relaxed,
+							  memory_order_seq_cst,
 							  memory_order_relaxed))
 			return true;
 	}

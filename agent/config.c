@@ -44,6 +44,7 @@
 #define CFG_TIMEOUT_MAX_MS     86400000         /* one day */
 #define CFG_WINDOW_MAX         31536000         /* 365 days, in seconds */
 #define CFG_NS_DEFAULT         "default"
+#define CFG_SECRET_MIN         16               /* key_secret bytes */
 #define CFG_STRATEGY_LOCAL     "local"
 #define CFG_SHOW_MAX           64               /* a value quoted in a message */
 #define CFG_SUN_PATH_MAX       (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
@@ -61,6 +62,12 @@ static const char *const cfg_scope_names[SPOP_SCOPE_COUNT] = {
 static const char *const cfg_window_type_names[CONFIG_WINDOW_TYPE_COUNT] = {
 	[CONFIG_WINDOW_SLIDING] = "sliding",
 	[CONFIG_WINDOW_FIXED]   = "fixed",
+};
+
+static const char *const cfg_table_full_names[CONFIG_FULL_COUNT] = {
+	[CONFIG_FULL_EVICT] = "evict",
+	[CONFIG_FULL_DENY]  = "deny",
+	[CONFIG_FULL_ALLOW] = "allow",
 };
 
 /* Index 0 is the only strategy that works without sync_rate >= 0. */
@@ -704,6 +711,43 @@ static int cfg_set_ns_count_denied(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+static int cfg_set_ns_max_keys(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_MAX_KEYS_MAX, &x) < 0)
+		return -1;
+	ns->max_keys = (size_t)x;
+	return 0;
+}
+
+static int cfg_set_ns_on_table_full(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config_ns *ns = obj;
+	int t = 0;
+
+	if (cfg_want_enum(p, v, cfg_table_full_names, CONFIG_FULL_COUNT, &t) < 0)
+		return -1;
+	ns->on_table_full = (enum config_table_full)t;
+	return 0;
+}
+
+static int cfg_set_key_secret(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	size_t n;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, "a string of 16..255 bytes");
+	n = json_string_length(v);
+	if (n < CFG_SECRET_MIN || n >= sizeof(c->key_secret) || memchr(json_string_value(v), 0, n))
+		return cfg_fail(p, "expected a string of 16..255 bytes without NUL, got %zu bytes",
+				n);
+	memcpy(c->key_secret, json_string_value(v), n + 1);
+	return 0;
+}
+
 static int cfg_set_namespaces(struct cfg_parser *p, json_t *v, void *obj);
 
 static const struct cfg_key cfg_top_keys[] = {
@@ -718,6 +762,7 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "idle_timeout_ms",  .set = cfg_set_idle_timeout_ms },
 	{ .name = "frame_timeout_ms", .set = cfg_set_frame_timeout_ms },
 	{ .name = "log_level",        .set = cfg_set_log_level },
+	{ .name = "key_secret",       .set = cfg_set_key_secret },
 };
 
 static const struct cfg_key cfg_ns_keys[] = {
@@ -728,6 +773,8 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "strategy_opts", .set = cfg_set_ns_strategy_opts },
 	{ .name = "window_type",   .set = cfg_set_ns_window_type },
 	{ .name = "count_denied",  .set = cfg_set_ns_count_denied },
+	{ .name = "max_keys",      .set = cfg_set_ns_max_keys },
+	{ .name = "on_table_full", .set = cfg_set_ns_on_table_full },
 };
 
 #define CFG_N_KEYS(t) (sizeof(t) / sizeof((t)[0]))
@@ -996,7 +1043,7 @@ int config_load(struct config *c, const char *path, struct config_err *err)
 int config_check(const struct config *c, struct config_err *err)
 {
 	struct cfg_parser p;
-	size_t i, j, mark, n;
+	size_t i, j, mark, n, shares = 0;
 	char q[CFG_SHOW_MAX], names[128];
 
 	memset(err, 0, sizeof(*err));
@@ -1037,6 +1084,11 @@ int config_check(const struct config *c, struct config_err *err)
 		cfg_path_key(&p, "log_level");
 		cfg_list_names(cfg_log_level_names, LOG_LEVEL_COUNT, names, sizeof(names));
 		return cfg_fail(&p, "expected one of %s, got %d", names, c->log_level);
+	}
+
+	if (strnlen(c->key_secret, sizeof(c->key_secret)) == sizeof(c->key_secret)) {
+		cfg_path_key(&p, "key_secret");
+		return cfg_fail(&p, "not NUL-terminated");
 	}
 
 	mark = cfg_path_key(&p, "namespaces");
@@ -1086,6 +1138,20 @@ int config_check(const struct config *c, struct config_err *err)
 			cfg_list_names(cfg_window_type_names, CONFIG_WINDOW_TYPE_COUNT, names,
 				       sizeof(names));
 			return cfg_fail(&p, "expected one of %s, got %d", names, (int)ns->window_type);
+		}
+		if ((unsigned)ns->on_table_full >= CONFIG_FULL_COUNT) {
+			cfg_path_key(&p, "on_table_full");
+			cfg_list_names(cfg_table_full_names, CONFIG_FULL_COUNT, names, sizeof(names));
+			return cfg_fail(&p, "expected one of %s, got %d", names,
+					(int)ns->on_table_full);
+		}
+		if (ns->max_keys) {
+			shares += ns->max_keys;
+			if (shares > c->max_keys) {
+				cfg_path_key(&p, "max_keys");
+				return cfg_fail(&p, "the namespaces' max_keys add up to more than the "
+						"top-level max_keys (%zu)", c->max_keys);
+			}
 		}
 		cfg_path_pop(&p, nsmark);
 	}

@@ -17,11 +17,21 @@
 #define CONFIG_STRATEGY_MAX    16
 #define CONFIG_PREFIX_MAX      32
 #define CONFIG_ADDR_MAX        256
+#define CONFIG_SECRET_MAX      256   /* key_secret, with the NUL */
 
 enum config_window_type {
 	CONFIG_WINDOW_SLIDING = 0,
 	CONFIG_WINDOW_FIXED,
 	CONFIG_WINDOW_TYPE_COUNT
+};
+
+/* What a namespace does when a new key finds no room (same order as
+ * enum rl_table_full). */
+enum config_table_full {
+	CONFIG_FULL_EVICT = 0,
+	CONFIG_FULL_DENY,
+	CONFIG_FULL_ALLOW,
+	CONFIG_FULL_COUNT
 };
 
 struct config_ns {
@@ -33,6 +43,8 @@ struct config_ns {
 	char *strategy_opts;                         /* JSON object text (malloc'd) or NULL */
 	enum config_window_type window_type;         /* default for messages */
 	bool count_denied;                           /* count hits over the limit (default true) */
+	size_t max_keys;                             /* guaranteed share; 0 = even part */
+	enum config_table_full on_table_full;        /* default evict */
 };
 
 struct config {
@@ -46,6 +58,7 @@ struct config {
 	uint32_t idle_timeout_ms;          /* close a connection idle this long */
 	uint32_t frame_timeout_ms;         /* a half-received frame must complete in this */
 	int log_level;                     /* enum log_level */
+	char key_secret[CONFIG_SECRET_MAX]; /* long-key digests; "" = none */
 	struct config_ns ns[CONFIG_MAX_NAMESPACES];
 	size_t n_ns;
 };

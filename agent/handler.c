@@ -248,6 +248,9 @@ static bool is_ratelimit_msg(const struct handler *h, struct spop_str name)
 }
 
 static void finish_result(struct msg_result *r, double now);
+static void table_full(struct handler *h, struct msg_result *r, const struct config_ns *nsc,
+		       int ns, double now);
+static void table_evicted(struct handler *h, int ns, double now);
 
 /* Parses one message's arguments and counts it. Fills *r. */
 static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
@@ -344,17 +347,12 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 		   nsc->count_denied, &res) < 0) {
 		enum rl_status st = rl_errno(h->rl);
 		r->error = rl_status_str(st);
-		if (st == RL_ERR_FULL) {
-			h->full_events++;
-			if (now - h->last_full_log >= 1.0) {
-				h->last_full_log = now;
-				LOG(LOG_WARN, "counter table full (max_keys %zu): new keys are not "
-				    "counted (%llu events in this worker)", h->cfg->max_keys,
-				    (unsigned long long)h->full_events);
-			}
-		}
+		if (st == RL_ERR_FULL)
+			table_full(h, r, nsc, ns, now);
 		return;
 	}
+	if (res.evicted)
+		table_evicted(h, ns, now);
 
 	r->window = (uint32_t)window;
 	r->limit = (int64_t)limit;
@@ -369,12 +367,51 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 	r->prev_idx = res.prev_idx;
 	r->sync0 = nsc->sync_rate == 0 && h->sync;
 	if (r->sync0)
-		r->skeylen = (uint8_t)rl_stored_key(text, keylen, r->skey);
+		r->skeylen = (uint8_t)rl_stored_key(h->rl, text, keylen, r->skey);
 	/* First sight of this key's window on this node: fetch what the
 	 * cluster already counted, without waiting for it. */
 	if (res.inserted && nsc->sync_rate > 0 && h->sync)
 		sync_seed(h->sync, (unsigned)ns, res.cur_idx);
 	finish_result(r, now);
+}
+
+/* A new key found no room in its namespace's share, even by eviction:
+ * on_table_full says whether the request passes (the hit is not counted)
+ * or is denied. Logged at most once a second. */
+static void table_full(struct handler *h, struct msg_result *r, const struct config_ns *nsc,
+		       int ns, double now)
+{
+	struct rl_ns_stats st = { 0 };
+
+	h->full_events++;
+	if (nsc->on_table_full == CONFIG_FULL_DENY) {
+		r->exceeded = true;
+		r->retry_after = 1;
+	}
+	if (now - h->last_full_log < 1.0)
+		return;
+	h->last_full_log = now;
+	rl_ns_stats(h->rl, ns, &st);
+	LOG(LOG_WARN, "namespace \"%s\": no room for a new key (%lld entries, share %llu): "
+	    "%s (%llu refused in all, %llu in this worker)", nsc->name, (long long)st.live,
+	    (unsigned long long)st.share,
+	    nsc->on_table_full == CONFIG_FULL_DENY ? "denied" : "not counted, passed",
+	    (unsigned long long)st.refused, (unsigned long long)h->full_events);
+}
+
+/* A new key evicted the least valuable entry of a full share. Logged at
+ * most once a second. */
+static void table_evicted(struct handler *h, int ns, double now)
+{
+	struct rl_ns_stats st = { 0 };
+
+	if (now - h->last_evict_log < 1.0)
+		return;
+	h->last_evict_log = now;
+	rl_ns_stats(h->rl, ns, &st);
+	LOG(LOG_INFO, "namespace \"%s\": table share full (%lld entries, share %llu): "
+	    "evicting the least used (%llu evicted so far)", h->cfg->ns[ns].name,
+	    (long long)st.live, (unsigned long long)st.share, (unsigned long long)st.evicted);
 }
 
 /* ceil(v) as an int64, saturated: counts can exceed what a cast handles. */
@@ -483,6 +520,11 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 		       const char *sfx)
 {
 	if (r->error) {
+		/* on_table_full "deny": refused, and denied. */
+		if (r->exceeded) {
+			put_var_bool(w, h, VAR_EXCEEDED, sfx, true);
+			put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
+		}
 		put_var_str(w, h, VAR_ERROR, sfx, r->error);
 		return;
 	}
@@ -540,6 +582,11 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 			const struct msg_result *r = &res[i];
 			if (r->error) {
 				error = error ? error : r->error;
+				if (r->exceeded) {
+					plain.exceeded = true;
+					if (r->retry_after > plain.retry_after)
+						plain.retry_after = r->retry_after;
+				}
 				continue;
 			}
 			if (!r->has_limit)
@@ -653,11 +700,17 @@ static void pending_unlink(struct handler_pending *p)
 }
 
 /* A hit the store did not confirm goes into its slot's diff: the retry
- * cycle pushes it later. */
+ * cycle pushes it later. If the slot was evicted meanwhile (its diff was
+ * 0 while the push was in flight), the hit goes into a new one. */
 static void keep_for_later(struct handler *h, struct msg_result *r, const struct shm_entry *e)
 {
-	if (r->counted && r->cost > 0 && e->idx != UINT32_MAX)
-		shm_restore_diff(rl_shm(h->rl), e, r->cost);
+	if (!r->counted || !(r->cost > 0) || e->idx == UINT32_MAX)
+		return;
+	if (shm_restore_diff(rl_shm(h->rl), e, r->cost) == 0)
+		return;
+	if (rl_keep(h->rl, r->ns, e->key, e->keylen, e->size, e->start, r->cost, rl_now()) < 0)
+		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
+		    "(%s)", h->cfg->ns[r->ns].name, rl_status_str(rl_errno(h->rl)));
 }
 
 /* Applies the store's answers to the table and the results. */

@@ -44,8 +44,9 @@ struct handler {
 	uint8_t var_hdr_len[VAR_COUNT];
 	char *scratch;          /* canonical key text (binary keys become hex) */
 	size_t scratch_len;
-	double last_full_log;   /* last "table full" log, to log at most 1/s */
-	uint64_t full_events;   /* table-full events seen by this process */
+	double last_full_log;   /* last "no room" log, to log at most 1/s */
+	double last_evict_log;  /* last eviction log, at most 1/s */
+	uint64_t full_events;   /* new keys refused for room in this process */
 	/* Synchronous namespaces (sync_rate 0): the worker's sync, and how
 	 * an ACK that waited for the store reaches its connection: deliver()
 	 * encodes it with handler_encode_pending() and then calls

@@ -18,6 +18,10 @@
 
 #include <sys/random.h>
 
+_Static_assert((int)CONFIG_FULL_EVICT == (int)RL_FULL_EVICT &&
+	       (int)CONFIG_FULL_DENY == (int)RL_FULL_DENY &&
+	       (int)CONFIG_FULL_ALLOW == (int)RL_FULL_ALLOW, "on_table_full values");
+
 static void usage(FILE *out)
 {
 	fprintf(out,
@@ -132,6 +136,10 @@ int main(int argc, char **argv)
 			.sync_rate = ns->sync_rate,
 			.strategy = ns->strategy,
 			.strategy_opts = ns->strategy_opts,
+			/* -t maps a small table: the shares were checked
+			 * against max_keys by config_check(). */
+			.max_keys = check_only ? 0 : ns->max_keys,
+			.on_full = (enum rl_table_full)ns->on_table_full,
 		};
 		/* The handler finds a namespace's config by its index. */
 		if (rl_new_namespace(rl, &o, err, sizeof(err)) < 0 ||
@@ -142,6 +150,12 @@ int main(int argc, char **argv)
 			return 2;
 		}
 	}
+	if (cfg.key_secret[0])
+		rl_set_key_secret(rl, cfg.key_secret, strlen(cfg.key_secret));
+	else if (rl_digest_key_is_public(rl))
+		LOG(LOG_WARN, "no key_secret: keys over %d bytes are stored as a digest under a "
+		    "public key, which anyone can compute; set key_secret (the same on every "
+		    "node) to keep digests secret (docs/CONFIG.md)", RL_STORED_KEY_MAX);
 	if (sync_check(rl, err, sizeof(err)) < 0) {
 		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: %s\n",
 			file ? file : "built-in", err);

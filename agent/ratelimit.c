@@ -13,11 +13,19 @@
  * one CAS loop on the count (plus one on the diff for namespaces that
  * sync). No allocation, no syscall, no lock.
  *
- * Over-long keys: keys longer than SHM_KEY_MAX (104) bytes are replaced by
- * '#' followed by the 32 lowercase hex digits of SipHash-2-4-128 of the
- * key text, under the fixed 16-byte key RL_DIGEST_KEY below (the same on
- * every node, so every node counts a long key under the same name; the
- * hex digits are the 16 output bytes in the reference order).
+ * Stored keys: a key longer than SHM_KEY_MAX (104) bytes, or one starting
+ * with '#', is replaced by '#' followed by the 32 lowercase hex digits of
+ * SipHash-2-4-128 of the key text (the 16 output bytes in the reference
+ * order). No key kept verbatim starts with '#', so a chosen short key can
+ * never name a digest. The SipHash key is kept in the shared table:
+ * random per start for local-only instances (nobody outside can predict a
+ * digest), derived from a configured secret (key_secret: the same on every
+ * node), or, for an instance that syncs without a secret, the fixed public
+ * RL_DIGEST_KEY below (every node must name a long key alike).
+ *
+ * Shares: each namespace is guaranteed max_keys entries of the table (its
+ * own option, or an even part of what explicit shares leave), given to
+ * shm_set_ns() with whether it may evict (on_table_full "evict").
  */
 #include "agent/ratelimit.h"
 
@@ -44,6 +52,8 @@ static const uint8_t RL_DIGEST_KEY[16] = {
 	's', 'p', 'o', 'a', '-', 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't', '-', 'k',
 };
 
+#define RL_HIT_TRIES      3            /* recounts of a hit that raced an eviction */
+
 struct rl_ns {
 	char name[RL_NAME_MAX];
 	size_t name_len;
@@ -52,6 +62,8 @@ struct rl_ns {
 	double sync_rate;                   /* < 0: local only, no diff kept */
 	char strategy[RL_STRATEGY_MAX];
 	char *strategy_opts;                /* malloc'd copy or NULL */
+	size_t max_keys;                    /* explicit share, 0 = even part */
+	enum rl_table_full on_full;
 };
 
 struct rl {
@@ -59,6 +71,9 @@ struct rl {
 	struct shm_table *shm;
 	struct rl_ns ns[RL_MAX_NAMESPACES];
 	size_t n_ns;
+	size_t max_keys;
+	bool secret_set;                    /* rl_set_key_secret() was called */
+	bool public_key;                    /* digests use RL_DIGEST_KEY */
 	_Atomic int err;                    /* enum rl_status of the last failure */
 };
 
@@ -109,6 +124,7 @@ struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t 
 		free(rl);
 		return NULL;
 	}
+	rl->max_keys = max_keys;
 	return rl;
 }
 
@@ -120,6 +136,36 @@ void rl_free(struct rl *rl)
 		free(rl->ns[i].strategy_opts);
 	shm_destroy(rl->shm);
 	free(rl);
+}
+
+/* The share of each namespace without max_keys if one with `extra` (0 =
+ * none) were added: an even part of what explicit shares leave, at least
+ * 1 (the spare slots of the table cover the rounding). Returns 0 when the
+ * explicit shares do not fit max_keys. */
+static size_t rl_implicit_share(const struct rl *rl, size_t extra, bool add)
+{
+	size_t sum = add ? extra : 0, n_impl = add && extra == 0;
+
+	for (size_t i = 0; i < rl->n_ns; i++) {
+		sum += rl->ns[i].max_keys;
+		n_impl += rl->ns[i].max_keys == 0;
+	}
+	if (sum > rl->max_keys)
+		return 0;
+	if (n_impl == 0 || rl->max_keys - sum < n_impl)
+		return 1;
+	return (rl->max_keys - sum) / n_impl;
+}
+
+static void rl_apply_shares(struct rl *rl)
+{
+	size_t impl = rl_implicit_share(rl, 0, false);
+
+	for (size_t i = 0; i < rl->n_ns; i++) {
+		const struct rl_ns *n = &rl->ns[i];
+		shm_set_ns(rl->shm, (unsigned)i, n->max_keys ? n->max_keys : impl,
+			   n->on_full == RL_FULL_EVICT);
+	}
 }
 
 int rl_new_namespace(struct rl *rl, const struct rl_ns_opts *opts, char *err, size_t errlen)
@@ -171,6 +217,17 @@ int rl_new_namespace(struct rl *rl, const struct rl_ns_opts *opts, char *err, si
 		rl_errf(err, errlen, "namespace \"%s\": strategy name too long", name);
 		return -1;
 	}
+	if ((unsigned)opts->on_full >= RL_FULL_COUNT) {
+		rl_errf(err, errlen, "namespace \"%s\": unknown on_table_full", name);
+		return -1;
+	}
+	if (opts->max_keys > rl->max_keys || rl_implicit_share(rl, opts->max_keys, true) == 0) {
+		if (err && errlen)
+			snprintf(err, errlen, "namespace \"%s\": max_keys %zu does not fit: the "
+				 "namespaces' max_keys add up to more than the table's (%zu)",
+				 name, opts->max_keys, rl->max_keys);
+		return -1;
+	}
 
 	n = &rl->ns[rl->n_ns];
 	memset(n, 0, sizeof(*n));
@@ -184,9 +241,19 @@ int rl_new_namespace(struct rl *rl, const struct rl_ns_opts *opts, char *err, si
 	memcpy(n->sizes, opts->window_sizes, n->n_sizes * sizeof(n->sizes[0]));
 	n->sync_rate = opts->sync_rate;
 	snprintf(n->strategy, sizeof(n->strategy), "%s", strategy);
+	n->max_keys = opts->max_keys;
+	n->on_full = opts->on_full;
 	for (size_t i = 0; i < n->n_sizes; i++)
 		shm_set_window(rl->shm, (unsigned)rl->n_ns, (unsigned)i, n->sizes[i]);
 	rl->n_ns++;
+	rl_apply_shares(rl);
+	/* Every node must name a long key alike: without a shared secret,
+	 * the public key. */
+	if (n->sync_rate >= 0 && strcmp(n->strategy, "local") != 0 && !rl->secret_set &&
+	    !rl->public_key) {
+		shm_set_digest_key(rl->shm, RL_DIGEST_KEY);
+		rl->public_key = true;
+	}
 	return 0;
 }
 
@@ -219,14 +286,36 @@ static int rl_win_index(const struct rl_ns *n, uint32_t size)
 	return -1;
 }
 
+void rl_set_key_secret(struct rl *rl, const char *secret, size_t len)
+{
+	uint8_t k[16];
+
+	/* Any length in, 16 bytes out; the fixed key only spreads the bits,
+	 * the secret is the input. */
+	hash_siphash128(RL_DIGEST_KEY, secret, len, k);
+	shm_set_digest_key(rl->shm, k);
+	rl->secret_set = true;
+	rl->public_key = false;
+}
+
+bool rl_digest_key_is_public(const struct rl *rl)
+{
+	return rl->public_key;
+}
+
+static inline bool rl_needs_digest(const char *key, size_t len)
+{
+	return len > SHM_KEY_MAX || key[0] == '#';
+}
+
 /* out = '#' + 32 lowercase hex digits of SipHash-2-4-128(key), NUL
  * terminated (RL_DIGEST_LEN + 1 bytes). */
-static void rl_digest(const char *key, size_t len, char *out)
+static void rl_digest(const struct rl *rl, const char *key, size_t len, char *out)
 {
 	static const char hex[] = "0123456789abcdef";
 	uint8_t h[16];
 
-	hash_siphash128(RL_DIGEST_KEY, key, len, h);
+	hash_siphash128(shm_digest_key(rl->shm), key, len, h);
 	out[0] = '#';
 	for (int i = 0; i < 16; i++) {
 		out[1 + 2 * i] = hex[h[i] >> 4];
@@ -265,8 +354,8 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	if (!(weight < 0 || weight <= 1))
 		return rl_fail(rl, RL_ERR_VALUE);
 
-	if (keylen > SHM_KEY_MAX) {
-		rl_digest(key, keylen, digest);
+	if (rl_needs_digest(key, keylen)) {
+		rl_digest(rl, key, keylen, digest);
 		key = digest;
 		keylen = RL_DIGEST_LEN;
 	}
@@ -278,28 +367,39 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	 * save a division; now - start is exactly now mod size (window.c). */
 	if (weight < 0)
 		weight = ((double)window_size - (now - (double)start)) / (double)window_size;
-	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur, &prev);
-	p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
-	pw = p * weight;
 	/* Periodic sync keeps a diff of every hit; synchronous namespaces
 	 * (sync_rate 0) push each hit themselves and keep a diff only for
 	 * hits the store did not confirm (agent/handler.c). */
 	with_diff = n->sync_rate > 0;
-	out->counted = false;
-	out->inserted = false;
+	out->evicted = false;
 
-	if (cost == 0) {
-		/* Read only: never inserts. */
-		c = shm_read_count(rl->shm, &cur);
-	} else if (limit >= 0 && !count_denied && cost + pw > limit) {
-		/* Denied whatever the current count (counts are >= 0): no
-		 * CAS, and no slot taken for a key that is only refused. */
-		c = shm_read_count(rl->shm, &cur) + cost;
-	} else {
+	for (int tries = 1;; tries++) {
+		shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur,
+			 &prev);
+		p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
+		pw = p * weight;
+		out->counted = false;
+		out->inserted = false;
+
+		if (cost == 0) {
+			/* Read only: never inserts. */
+			c = shm_read_count(rl->shm, &cur);
+			break;
+		}
+		if (limit >= 0 && !count_denied && cost + pw > limit) {
+			/* Denied whatever the current count (counts are >= 0):
+			 * no CAS, and no slot taken for a key that is only
+			 * refused. */
+			c = shm_read_count(rl->shm, &cur) + cost;
+			break;
+		}
 		if (cur.idx == SHM_NONE) {
-			if (shm_insert(rl->shm, &k, start, now, &cur) < 0)
+			int how = shm_insert(rl->shm, &k, start, now, &cur);
+
+			if (how < 0)
 				return rl_fail(rl, RL_ERR_FULL);
 			out->inserted = true;
+			out->evicted |= how == SHM_INS_EVICTED;
 		}
 		if (limit < 0 || count_denied) {
 			c = shm_add(rl->shm, &cur, cost, with_diff);
@@ -309,6 +409,17 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 			if (!out->counted)
 				c += cost;	/* report what the hit would have made */
 		}
+		/* The slot was evicted between our look and our add (shm.h):
+		 * the hit went to the newcomer; count it again under our key. */
+		if (!out->counted || shm_still(rl->shm, &cur) || tries == RL_HIT_TRIES)
+			break;
+	}
+	/* A key over a limit it was asked about is never evicted: its count
+	 * is what keeps it denied. */
+	if (limit >= 0 && window_rate(c, p, weight) > limit) {
+		shm_protect(rl->shm, &cur);
+		if (pw > 0)
+			shm_protect(rl->shm, &prev);
 	}
 
 	out->cur_idx = cur.idx;
@@ -324,16 +435,35 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 
 _Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");
 
-size_t rl_stored_key(const char *key, size_t len, char *out)
+size_t rl_stored_key(const struct rl *rl, const char *key, size_t len, char *out)
 {
-	if (len > SHM_KEY_MAX) {
+	if (len > 0 && rl_needs_digest(key, len)) {
 		char digest[RL_DIGEST_LEN + 1];
-		rl_digest(key, len, digest);
+		rl_digest(rl, key, len, digest);
 		memcpy(out, digest, RL_DIGEST_LEN);
 		return RL_DIGEST_LEN;
 	}
 	memcpy(out, key, len);
 	return len;
+}
+
+/* The shm key of a stored key's window (ns, size, start), with v (a total
+ * or a diff) checked. Returns 0 or -1 (rl_errno()). */
+static int rl_stored_window(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+			    int64_t start, double v, struct shm_key *k)
+{
+	int win;
+
+	if (ns < 0 || (size_t)ns >= rl->n_ns)
+		return rl_fail(rl, RL_ERR_NAMESPACE);
+	win = rl_win_index(&rl->ns[ns], size);
+	if (win < 0)
+		return rl_fail(rl, RL_ERR_WINDOW);
+	if (!(v >= 0) || !isfinite(v) || start < 0 || start >= (int64_t)RL_NOW_MAX)
+		return rl_fail(rl, RL_ERR_VALUE);
+	if (shm_key_init(rl->shm, k, (unsigned)ns, (unsigned)win, key, keylen) < 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	return 0;
 }
 
 int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
@@ -342,17 +472,9 @@ int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 	struct shm_key k;
 	struct shm_ref ref, none;
 	struct shm_entry e;
-	int win;
 
-	if (ns < 0 || (size_t)ns >= rl->n_ns)
-		return rl_fail(rl, RL_ERR_NAMESPACE);
-	win = rl_win_index(&rl->ns[ns], size);
-	if (win < 0)
-		return rl_fail(rl, RL_ERR_WINDOW);
-	if (!(total >= 0) || !isfinite(total) || start < 0 || start >= (int64_t)RL_NOW_MAX)
-		return rl_fail(rl, RL_ERR_VALUE);
-	if (shm_key_init(rl->shm, &k, (unsigned)ns, (unsigned)win, key, keylen) < 0)
-		return rl_fail(rl, RL_ERR_KEY);
+	if (rl_stored_window(rl, ns, key, keylen, size, start, total, &k) < 0)
+		return -1;
 	shm_find(rl->shm, &k, start, -1, &ref, &none);
 	if (ref.idx == SHM_NONE) {
 		/* Nothing to keep for a window the cluster has not counted. */
@@ -364,6 +486,24 @@ int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 	if (shm_read(rl->shm, ref.idx, &e) == 0)
 		shm_sync_total(rl->shm, &e, total);
 	return 0;
+}
+
+int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
+	    double v, double now)
+{
+	struct shm_key k;
+	struct shm_ref ref, none;
+
+	if (rl_stored_window(rl, ns, key, keylen, size, start, v, &k) < 0)
+		return -1;
+	for (int tries = 1;; tries++) {
+		shm_find(rl->shm, &k, start, -1, &ref, &none);
+		if (ref.idx == SHM_NONE && shm_insert(rl->shm, &k, start, now, &ref) < 0)
+			return rl_fail(rl, RL_ERR_FULL);
+		shm_add(rl->shm, &ref, v, true);
+		if (shm_still(rl->shm, &ref) || tries == RL_HIT_TRIES)
+			return 0;
+	}
 }
 
 int rl_namespace_opts(const struct rl *rl, int ns, struct rl_ns_opts *out)
@@ -378,6 +518,8 @@ int rl_namespace_opts(const struct rl *rl, int ns, struct rl_ns_opts *out)
 		.sync_rate = n->sync_rate,
 		.strategy = n->strategy,
 		.strategy_opts = n->strategy_opts,
+		.max_keys = n->max_keys,
+		.on_full = n->on_full,
 	};
 	return 0;
 }
@@ -436,6 +578,17 @@ uint32_t rl_single_window(const struct rl *rl, int ns)
 	if (ns < 0 || (size_t)ns >= rl->n_ns || rl->ns[ns].n_sizes != 1)
 		return 0;
 	return rl->ns[ns].sizes[0];
+}
+
+int rl_ns_stats(const struct rl *rl, int ns, struct rl_ns_stats *out)
+{
+	struct shm_ns_stats st;
+
+	if (ns < 0 || (size_t)ns >= rl->n_ns || shm_ns_stats(rl->shm, (unsigned)ns, &st) < 0)
+		return -1;
+	*out = (struct rl_ns_stats){ .share = st.share, .live = st.live, .evicted = st.evicted,
+				     .refused = st.refused };
+	return 0;
 }
 
 uint64_t rl_full_events(const struct rl *rl)

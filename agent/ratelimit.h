@@ -31,12 +31,23 @@ enum rl_status {
 	RL_ERR_NAMESPACE,     /* namespace not defined */
 	RL_ERR_WINDOW,        /* window size not one of the namespace's */
 	RL_ERR_KEY,           /* empty key */
-	RL_ERR_FULL,          /* the table is full of live windows: not counted */
+	RL_ERR_FULL,          /* no room for a new key, even by eviction: not
+	                         counted (see rl_ns_opts.on_full) */
 	RL_ERR_VALUE,         /* value not finite or negative */
 	RL_STATUS_COUNT
 };
 
 const char *rl_status_str(enum rl_status st);
+
+/* What a namespace does when a new key finds no room in its share of the
+ * table (docs/CONFIG.md, "on_table_full"). */
+enum rl_table_full {
+	RL_FULL_EVICT = 0,    /* evict its least valuable entry; if even that
+	                         fails, RL_ERR_FULL (the caller fails open) */
+	RL_FULL_DENY,         /* never evict; RL_ERR_FULL, the caller denies */
+	RL_FULL_ALLOW,        /* never evict; RL_ERR_FULL, the caller allows */
+	RL_FULL_COUNT
+};
 
 /* Options of a namespace (the reference's `new(opts)`). */
 struct rl_ns_opts {
@@ -46,6 +57,10 @@ struct rl_ns_opts {
 	double sync_rate;                 /* < 0 local, 0 synchronous, > 0 period */
 	const char *strategy;             /* NULL = "local" */
 	const char *strategy_opts;        /* JSON text or NULL */
+	size_t max_keys;                  /* guaranteed share of the table;
+	                                     0 = an even part of what the
+	                                     namespaces with a share leave */
+	enum rl_table_full on_full;
 };
 
 /* What one hit or read saw, for the handler's variables. */
@@ -61,6 +76,7 @@ struct rl_result {
 	bool counted;         /* the hit was added (false for cost 0 and for
 	                         a hit refused by the limit) */
 	bool inserted;        /* this hit created the current window's slot */
+	bool evicted;         /* ... and evicted a live entry for it */
 	uint32_t cur_idx;     /* slot of the current window (UINT32_MAX: none) */
 	uint32_t prev_idx;    /* slot of the previous window (UINT32_MAX: none) */
 };
@@ -74,7 +90,8 @@ struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t 
 void rl_free(struct rl *rl);
 
 /* Defines a namespace. Returns 0, or -1 with a message in err when the
- * options are invalid or the namespace is already defined. */
+ * options are invalid, the namespace is already defined, or the shares
+ * (max_keys) of the namespaces no longer fit the table's max_keys. */
 int rl_new_namespace(struct rl *rl, const struct rl_ns_opts *opts, char *err, size_t errlen);
 
 /* Index of a namespace (NULL or "" = "default"), or -1. */
@@ -123,13 +140,43 @@ uint64_t rl_full_events(const struct rl *rl);
 int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	    double total, double now);
 
+/* Adds v to the count and the diff (what the sync loop pushes) of the
+ * window (ns, key, size, start), creating its slot if missing: a hit the
+ * store did not confirm whose slot was evicted meanwhile. key is the
+ * stored form. Returns 0 or -1 (rl_errno()). */
+int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
+	    double v, double now);
+
 /* Largest stored key: longer keys are stored as a 33-byte digest. */
 #define RL_STORED_KEY_MAX 104
 
-/* The form a key takes in the table and the stores: the key itself up to
- * RL_STORED_KEY_MAX bytes, else '#' + 32 hex digits of its SipHash-128.
- * Writes it to out (RL_STORED_KEY_MAX bytes) and returns its length. */
-size_t rl_stored_key(const char *key, size_t len, char *out);
+/* The form a key takes in the table and the stores: the key itself, or,
+ * for a key longer than RL_STORED_KEY_MAX bytes or starting with '#', '#'
+ * + 32 hex digits of its SipHash-128 under the instance's digest key (so
+ * no key given verbatim can be a digest). Writes it to out
+ * (RL_STORED_KEY_MAX bytes) and returns its length. */
+size_t rl_stored_key(const struct rl *rl, const char *key, size_t len, char *out);
+
+/* The digest key. By default it is random, chosen when the table is
+ * created (kept in the shared table, so every worker uses it), until a
+ * namespace that syncs with a store is defined: then every node must name
+ * a long key alike, and without a secret the fixed public key is used
+ * (rl_digest_key_is_public() says so; the agent warns). rl_set_key_secret
+ * derives the key from a secret shared by the nodes (config key_secret)
+ * and wins over both. Before fork. */
+void rl_set_key_secret(struct rl *rl, const char *secret, size_t len);
+bool rl_digest_key_is_public(const struct rl *rl);
+
+/* One namespace's use of the table (all processes). */
+struct rl_ns_stats {
+	uint64_t share;       /* guaranteed entries */
+	int64_t live;         /* entries now */
+	uint64_t evicted;     /* its entries evicted to make room */
+	uint64_t refused;     /* its new keys refused: no room */
+};
+
+/* Returns 0, or -1 for an unknown index. */
+int rl_ns_stats(const struct rl *rl, int ns, struct rl_ns_stats *out);
 
 /* The reference's sync(namespace): pushes this node's pending diffs of the
  * namespace to its store and writes back the totals of its active

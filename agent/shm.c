@@ -47,7 +47,7 @@ static uint64_t shm_random_seed(void)
 struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 {
 	struct shm_table *t;
-	size_t nslots, slots_bytes, maxd_bytes, used_bytes, len, page;
+	size_t nslots, slots_bytes, maxd_bytes, used_bytes, prot_bytes, len, page;
 	void *p;
 
 	if (max_keys == 0 || max_keys > SHM_MAX_KEYS) {
@@ -61,8 +61,10 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	slots_bytes = nslots * sizeof(struct shm_slot);
 	maxd_bytes = (nslots * sizeof(_Atomic uint16_t) + 7) / 8 * 8;
 	used_bytes = (nslots + 63) / 64 * sizeof(_Atomic uint64_t);
+	prot_bytes = (nslots + 7) / 8 * 8;
 	page = (size_t)sysconf(_SC_PAGESIZE);
-	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + used_bytes + page - 1) / page * page;
+	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + used_bytes + prot_bytes + page - 1) /
+	      page * page;
 
 	t = calloc(1, sizeof(*t));
 	if (!t) {
@@ -94,6 +96,7 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	t->slots = (struct shm_slot *)((char *)p + SHM_HDR_BYTES);
 	t->maxd = (_Atomic uint16_t *)((char *)t->slots + slots_bytes);
 	t->used = (_Atomic uint64_t *)((char *)t->maxd + maxd_bytes);
+	t->prot = (_Atomic uint8_t *)((char *)t->used + used_bytes);
 	t->nslots = (uint32_t)nslots;
 	t->probe_max = nslots < SHM_PROBE_MAX ? (uint32_t)nslots : SHM_PROBE_MAX;
 	t->seed = shm_random_seed();
@@ -102,7 +105,30 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	t->hdr->nslots = nslots;
 	t->hdr->max_keys = max_keys;
 	t->hdr->seed = t->seed;
+	for (int i = 0; i < 2; i++) {
+		uint64_t r = shm_random_seed();
+		memcpy(t->hdr->digest_key + 8 * i, &r, 8);
+	}
 	return t;
+}
+
+int shm_set_ns(struct shm_table *t, unsigned ns, uint64_t share, bool evict)
+{
+	if (ns >= SHM_MAX_NS)
+		return -1;
+	t->hdr->share[ns] = share;
+	t->hdr->evict[ns] = evict;
+	return 0;
+}
+
+const uint8_t *shm_digest_key(const struct shm_table *t)
+{
+	return t->hdr->digest_key;
+}
+
+void shm_set_digest_key(struct shm_table *t, const uint8_t key[16])
+{
+	memcpy(t->hdr->digest_key, key, 16);
 }
 
 void shm_destroy(struct shm_table *t)
@@ -318,32 +344,83 @@ void shm_find(const struct shm_table *t, const struct shm_key *k, int64_t start,
 	prev->meta = pm;
 }
 
-/* Can an insert that needs room take slot s, whose meta is m, at `now`?
- * EMPTY/FREE; LIVE or PENDING with a window older than the previous one,
- * or starting more than SHM_CLOCK_SLACK seconds in the future (left from
- * before the clock was stepped back; no process's clock is that far
- * ahead), a LIVE one only with nothing left to push; BUSY abandoned for
- * longer than SHM_BUSY_TIMEOUT. */
-static bool shm_claimable(const struct shm_table *t, const struct shm_slot *s, uint64_t m,
-			  double now)
+/* What an insert that needs room can make of slot s, whose meta is m, at
+ * `now` (see the banner). */
+enum shm_cand {
+	SHM_CAND_NONE = 0,   /* in use */
+	SHM_CAND_FREE,       /* EMPTY, FREE, abandoned BUSY, stale PENDING: one
+				more LIVE slot once taken */
+	SHM_CAND_STALE,      /* stale LIVE with nothing to push: re-keyed */
+	SHM_CAND_COUNT
+};
+
+/* FREE: EMPTY/FREE, BUSY abandoned for longer than SHM_BUSY_TIMEOUT, or
+ * PENDING with a stale window. STALE: LIVE with a window older than the
+ * previous one, or starting more than SHM_CLOCK_SLACK seconds in the
+ * future (left from before the clock was stepped back; no process's clock
+ * is that far ahead), and nothing left to push. */
+static enum shm_cand shm_cand_kind(const struct shm_table *t, const struct shm_slot *s,
+				   uint64_t m, double now)
 {
 	uint64_t st = shm_meta_state(m);
 	uint32_t size;
 	double start;
 
 	if (st == SHM_ST_FREE)
-		return true;
+		return SHM_CAND_FREE;
 	if (st == SHM_ST_BUSY)
-		return (double)(shm_meta_busy_time(m) + SHM_BUSY_TIMEOUT) <= now;
+		return (double)(shm_meta_busy_time(m) + SHM_BUSY_TIMEOUT) <= now ? SHM_CAND_FREE
+										: SHM_CAND_NONE;
 	size = atomic_load_explicit(&t->hdr->sizes[shm_meta_ns(m)][shm_meta_win(m)],
 				    memory_order_relaxed);
 	if (size == 0)
-		return false;
+		return SHM_CAND_NONE;
 	start = (double)shm_meta_start(m);
 	if (start + 2.0 * size > now && start <= now + SHM_CLOCK_SLACK)
-		return false;
-	return st == SHM_ST_PENDING ||
-	       atomics_load_double(&s->diff) == 0.0;
+		return SHM_CAND_NONE;
+	if (st == SHM_ST_PENDING)
+		return SHM_CAND_FREE;
+	return atomics_load_double(&s->diff) == 0.0 ? SHM_CAND_STALE : SHM_CAND_NONE;
+}
+
+/* The value of LIVE slot i (meta m, not stale) as an eviction victim: its
+ * count, or for a previous window the part of it the sliding rate still
+ * weighs. -1 when it may not be evicted: a diff the store has not
+ * confirmed, or protected. */
+static double shm_victim_value(const struct shm_table *t, uint32_t i, uint64_t m, double now)
+{
+	const struct shm_slot *s = &t->slots[i];
+	uint32_t size = atomic_load_explicit(&t->hdr->sizes[shm_meta_ns(m)][shm_meta_win(m)],
+					     memory_order_relaxed);
+	double start = (double)shm_meta_start(m), c;
+
+	if (size == 0 || atomics_load_double(&s->diff) != 0.0 ||
+	    atomic_load_explicit(&t->prot[i], memory_order_relaxed))
+		return -1;
+	c = atomics_load_double(&s->count);
+	if (now >= start + size)
+		c *= (start + 2.0 * size - now) / size;
+	return c;
+}
+
+static uint64_t shm_share(const struct shm_table *t, unsigned ns)
+{
+	return t->hdr->share[ns] ? t->hdr->share[ns] : t->hdr->max_keys;
+}
+
+/* Namespaces holding more LIVE slots than their share (a bit each). */
+static uint32_t shm_borrowers(const struct shm_table *t)
+{
+	uint32_t mask = 0;
+
+	for (unsigned ns = 0; ns < SHM_MAX_NS; ns++) {
+		uint64_t share = t->hdr->share[ns];
+
+		if (share && atomic_load_explicit(&t->hdr->live[ns], memory_order_relaxed) >
+				     (int64_t)share)
+			mask |= 1u << ns;
+	}
+	return mask;
 }
 
 /* Waits (bounded) for slot i to leave meta m - another insert of the same
@@ -410,16 +487,125 @@ enum shm_try {
 	SHM_TRY_COUNT
 };
 
-static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k, int64_t start,
-				   double now, struct shm_ref *out)
+/* A BUSY meta dated now. The ticket makes it unique, so a stale owner's
+ * later CAS can never succeed on someone else's claim. */
+static uint64_t shm_busy_meta(struct shm_table *t, double now)
 {
+	return SHM_ST_BUSY << SHM_ST_SHIFT | ((uint64_t)(uint32_t)now << SHM_META_BUSY_TIME_SHIFT) |
+	       (atomic_fetch_add_explicit(&t->hdr->ticket, 1, memory_order_relaxed) &
+		SHM_META_TICKET_MASK);
+}
+
+/* A slot an insert could take, found while scanning its chain. */
+struct shm_pick {
+	uint32_t idx;                /* SHM_NONE: none found */
+	uint32_t d;                  /* probe distance from the home bucket */
+	uint64_t m;                  /* its meta when seen */
+	double value;                /* victims: what evicting it loses */
+};
+
+static void shm_pick_set(struct shm_pick *p, uint32_t idx, uint32_t d, uint64_t m, double value)
+{
+	p->idx = idx;
+	p->d = d;
+	p->m = m;
+	p->value = value;
+}
+
+/* Which slot to take, in the order of the banner; NULL: no room. *victim
+ * is set to an entry to evict first when the slot taken is another (a
+ * free one nearer home: the newcomer stays close to home, so lookups stay
+ * short), or NULL. */
+static const struct shm_pick *shm_choose(const struct shm_table *t, const struct shm_key *k,
+					 bool sample, bool under, int64_t total,
+					 const struct shm_pick *fre, const struct shm_pick *stale,
+					 const struct shm_pick *lend, const struct shm_pick *own,
+					 const struct shm_pick **victim)
+{
+	const struct shm_hdr *hd = t->hdr;
+	int64_t soft_cap = (int64_t)(hd->max_keys + (t->nslots - hd->max_keys) / 2);
+	const struct shm_pick *v = NULL;
+
+	*victim = NULL;
+	if (!sample) {
+		/* Below max_keys: the first free or stale slot, as always. */
+		if (fre->idx == SHM_NONE)
+			return stale->idx == SHM_NONE ? NULL : stale;
+		return stale->idx != SHM_NONE && stale->d < fre->d ? stale : fre;
+	}
+	if (stale->idx != SHM_NONE)
+		return stale;
+	if (under && lend->idx != SHM_NONE)
+		v = lend;
+	else if (under && fre->idx != SHM_NONE)
+		return fre;
+	else if (hd->evict[k->ns] && own->idx != SHM_NONE)
+		v = own;
+	else if (hd->evict[k->ns] && fre->idx != SHM_NONE && total < soft_cap)
+		return fre;
+	else
+		return NULL;
+	if (fre->idx != SHM_NONE && fre->d < v->d) {
+		*victim = v;
+		return fre;
+	}
+	return v;
+}
+
+/* Evicts the LIVE entry of pick v (now FREE), unless it changed, got a
+ * diff or a protection since it was seen. Returns whether it did. */
+static bool shm_evict(struct shm_table *t, const struct shm_pick *v, double now)
+{
+	struct shm_hdr *hd = t->hdr;
+	struct shm_slot *s = &t->slots[v->idx];
+	uint64_t m = v->m, busy = shm_busy_meta(t, now);
+	unsigned vns = shm_meta_ns(m);
+
+	if (!atomic_compare_exchange_strong(&s->meta, &m, busy))
+		return false;
+	/* Under our claim, as in shm_try_insert (step 2). */
+	if (atomics_bitsd(atomic_load(&s->diff)) != 0.0 || atomic_load(&t->prot[v->idx])) {
+		atomic_compare_exchange_strong(&s->meta, &busy, v->m);
+		return false;
+	}
+	atomic_fetch_sub_explicit(&hd->live[vns], 1, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&hd->live_total, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&hd->evicted[vns], 1, memory_order_relaxed);
+	atomic_compare_exchange_strong(&s->meta, &busy, SHM_META_FREE);
+	return true;
+}
+
+/* One attempt. sample: choose among the first SHM_EVICT_SAMPLE slots
+ * (forced at max_keys LIVE slots) instead of taking the first free one. */
+static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k, int64_t start,
+				   double now, bool sample, struct shm_ref *out,
+				   enum shm_ins *how)
+{
+	struct shm_hdr *hd = t->hdr;
 	uint64_t want = shm_meta_of(k, start, SHM_ST_LIVE), pend = shm_meta_of(k, start, SHM_ST_PENDING);
 	uint32_t md = atomic_load(&t->maxd[k->home]);
-	uint32_t i = k->home, c = SHM_NONE, cd = 0, j;
-	uint64_t cm = 0, busy, jm;
+	uint32_t i = k->home, c, j, borrowers = 0;
+	int64_t total = atomic_load_explicit(&hd->live_total, memory_order_relaxed);
+	bool under = atomic_load_explicit(&hd->live[k->ns], memory_order_relaxed) <
+		     (int64_t)shm_share(t, k->ns);
+	struct shm_pick fre, stale, lend, own;
+	const struct shm_pick *pick, *victim;
+	uint64_t cm, busy, jm;
 	struct shm_slot *s;
+	bool evicted = false;
 
-	/* 1. Look again (seq_cst), and pick the first slot we could take. */
+	shm_pick_set(&fre, SHM_NONE, 0, 0, 0);
+	stale = lend = own = fre;
+	/* A namespace never given a share (shm_set_ns) fills the table as it
+	 * comes: no sampling, no eviction. */
+	if (hd->share[k->ns] == 0)
+		sample = false;
+	else if (total >= (int64_t)hd->max_keys)
+		sample = true;
+	if (sample && under)
+		borrowers = shm_borrowers(t) & ~(1u << k->ns);
+
+	/* 1. Look again (seq_cst), and note the slots we could take. */
 	for (uint32_t d = 0; d < t->probe_max; d++, i = shm_next(t, i)) {
 		uint64_t m;
 
@@ -428,6 +614,7 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 			if (m == want) {
 				out->idx = i;
 				out->meta = m;
+				*how = SHM_INS_FOUND;
 				return SHM_TRY_DONE;
 			}
 			/* Someone is inserting it right now. */
@@ -435,39 +622,81 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 			return SHM_TRY_AGAIN;
 		}
 		m = atomic_load(&s->meta);
-		if (c == SHM_NONE && shm_claimable(t, s, m, now)) {
-			c = i;
-			cd = d;
-			cm = m;
+		switch (shm_cand_kind(t, s, m, now)) {
+		case SHM_CAND_FREE:
+			if (fre.idx == SHM_NONE)
+				shm_pick_set(&fre, i, d, m, 0);
+			break;
+		case SHM_CAND_STALE:
+			if (stale.idx == SHM_NONE)
+				shm_pick_set(&stale, i, d, m, 0);
+			break;
+		case SHM_CAND_NONE:
+		case SHM_CAND_COUNT:
+			if (sample && d < SHM_EVICT_SAMPLE && shm_meta_state(m) == SHM_ST_LIVE) {
+				unsigned vns = shm_meta_ns(m);
+				struct shm_pick *best = vns == k->ns		  ? &own
+							: (borrowers >> vns) & 1u ? &lend
+										  : NULL;
+				double v = best ? shm_victim_value(t, i, m, now) : -1;
+
+				if (v >= 0 && (best->idx == SHM_NONE || v < best->value))
+					shm_pick_set(best, i, d, m, v);
+			}
+			break;
 		}
-		if (m == SHM_META_EMPTY || (d >= md && c != SHM_NONE))
+		if (d < md)
+			continue;
+		/* Past the chain: stop at an EMPTY slot or once there is
+		 * something to take; sampling: at a stale slot or after the
+		 * sample (victims past an EMPTY slot are only freed, the
+		 * newcomer goes to the free slot nearer home). */
+		if (!sample ? m == SHM_META_EMPTY || fre.idx != SHM_NONE || stale.idx != SHM_NONE
+			    : stale.idx != SHM_NONE || d + 1 >= SHM_EVICT_SAMPLE)
 			break;
 	}
-	if (c == SHM_NONE)
+	pick = shm_choose(t, k, sample, under, total, &fre, &stale, &lend, &own, &victim);
+	if (!pick)
 		return SHM_TRY_FULL;
+	if (victim) {
+		if (!shm_evict(t, victim, now))
+			return SHM_TRY_AGAIN;
+		evicted = true;
+	}
 
 	/* 2. Claim it. The ticket makes this BUSY value unique, so a stale
 	 * owner's later CAS can never succeed on someone else's claim. */
+	c = pick->idx;
+	cm = pick->m;
 	s = &t->slots[c];
-	busy = SHM_ST_BUSY << SHM_ST_SHIFT |
-	       ((uint64_t)(uint32_t)now << SHM_META_BUSY_TIME_SHIFT) |
-	       (atomic_fetch_add_explicit(&t->hdr->ticket, 1, memory_order_relaxed) &
-		SHM_META_TICKET_MASK);
+	busy = shm_busy_meta(t, now);
 	if (!atomic_compare_exchange_strong(&s->meta, &cm, busy))
 		return SHM_TRY_AGAIN;
+	*how = evicted ? SHM_INS_EVICTED : SHM_INS_NEW;
 	if (shm_meta_state(cm) == SHM_ST_LIVE) {
-		/* Re-check under our claim: a restored diff may have raced
-		 * our first look. shm_restore_diff adds to diff, then
-		 * re-checks meta (seq_cst), so either we see its diff here or
-		 * it sees our BUSY. (Increments only go to current windows,
-		 * which are never stale.) Never drop a pending diff. */
-		if (atomics_bitsd(atomic_load(&s->diff)) != 0.0) {
+		unsigned vns = shm_meta_ns(cm);
+		bool in_place = pick != &stale;    /* evicted in place */
+
+		/* Re-check under our claim: a restored diff or a hit may have
+		 * raced our first look (shm_restore_diff and counting hits add
+		 * to diff, then re-check meta, seq_cst, so either we see their
+		 * diff here or they see our BUSY), and so may a protection.
+		 * Never drop a pending diff. */
+		if (atomics_bitsd(atomic_load(&s->diff)) != 0.0 ||
+		    (in_place && atomic_load(&t->prot[c]))) {
 			atomic_compare_exchange_strong(&s->meta, &busy, cm);
 			return SHM_TRY_AGAIN;
 		}
-		atomic_fetch_add_explicit(&t->hdr->reclaimed, 1, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&hd->live[vns], 1, memory_order_relaxed);
+		atomic_fetch_sub_explicit(&hd->live_total, 1, memory_order_relaxed);
+		if (in_place) {
+			atomic_fetch_add_explicit(&hd->evicted[vns], 1, memory_order_relaxed);
+			*how = SHM_INS_EVICTED;
+		} else {
+			atomic_fetch_add_explicit(&hd->reclaimed, 1, memory_order_relaxed);
+		}
 	} else if (shm_meta_state(cm) != SHM_ST_FREE) {
-		atomic_fetch_add_explicit(&t->hdr->recovered, 1, memory_order_relaxed);
+		atomic_fetch_add_explicit(&hd->recovered, 1, memory_order_relaxed);
 	}
 
 	/* 3. Write the identity and zero counters while nobody can see the
@@ -475,6 +704,7 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 	 * PENDING (comparable, not yet counted into). */
 	atomics_store_double(&s->count, 0.0);
 	atomics_store_double(&s->diff, 0.0);
+	atomic_store_explicit(&t->prot[c], 0, memory_order_relaxed);
 	/* The sync loop visits only slots marked here (never cleared: slots
 	 * never return to EMPTY). Set on insert only, not per hit. */
 	if (!(atomic_load_explicit(&t->used[c / 64], memory_order_relaxed) & (1ULL << (c % 64))))
@@ -482,7 +712,7 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 	for (unsigned w = 0; w < SHM_KEY_WORDS; w++)
 		atomic_store_explicit(&s->key[w], w < k->nwords ? k->w[w] : 0,
 				      memory_order_relaxed);
-	atomics_raise_u16(&t->maxd[k->home], (uint16_t)cd);
+	atomics_raise_u16(&t->maxd[k->home], (uint16_t)pick->d);
 	if (!atomic_compare_exchange_strong(&s->meta, &busy, pend))
 		return SHM_TRY_AGAIN;	/* our claim was taken for abandoned */
 
@@ -493,6 +723,7 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 			shm_release(t, c, pend);
 			out->idx = j;
 			out->meta = jm;
+			*how = SHM_INS_FOUND;
 			return SHM_TRY_DONE;
 		case SHM_DUP_LOWER:
 			shm_release(t, c, pend);
@@ -513,6 +744,8 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 		if (!atomic_compare_exchange_strong(&s->meta, &expect, want))
 			return SHM_TRY_AGAIN;
 	}
+	atomic_fetch_add_explicit(&hd->live[k->ns], 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&hd->live_total, 1, memory_order_relaxed);
 	out->idx = c;
 	out->meta = want;
 	return SHM_TRY_DONE;
@@ -521,16 +754,24 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 int shm_insert(struct shm_table *t, const struct shm_key *k, int64_t start, double now,
 	       struct shm_ref *out)
 {
+	enum shm_ins how = SHM_INS_NEW;
+	bool sample = false;
+
 	out->idx = SHM_NONE;
 	out->meta = 0;
 	if (!shm_valid_start(start) || !(now >= 0))
 		return -1;
 	for (unsigned round = 0; round < SHM_INSERT_ROUNDS; round++) {
-		switch (shm_try_insert(t, k, start, now, out)) {
+		switch (shm_try_insert(t, k, start, now, sample, out, &how)) {
 		case SHM_TRY_DONE:
-			return 0;
+			return (int)how;
 		case SHM_TRY_FULL:
-			goto full;
+			/* Nothing free in the chain below max_keys: look
+			 * once more, as at max_keys (a victim may do). */
+			if (sample || t->hdr->share[k->ns] == 0)
+				goto full;
+			sample = true;
+			break;
 		case SHM_TRY_AGAIN:
 		case SHM_TRY_COUNT:
 			break;
@@ -538,7 +779,22 @@ int shm_insert(struct shm_table *t, const struct shm_key *k, int64_t start, doub
 	}
 full:
 	atomic_fetch_add_explicit(&t->hdr->full_events, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&t->hdr->refused[k->ns], 1, memory_order_relaxed);
 	return -1;
+}
+
+void shm_protect(struct shm_table *t, const struct shm_ref *r)
+{
+	if (r->idx == SHM_NONE)
+		return;
+	/* Read first: a key hammered over its limit writes the line once. */
+	if (!atomic_load_explicit(&t->prot[r->idx], memory_order_relaxed))
+		atomic_store(&t->prot[r->idx], 1);
+}
+
+bool shm_still(const struct shm_table *t, const struct shm_ref *r)
+{
+	return atomic_load(&t->slots[r->idx].meta) == r->meta;
 }
 
 double shm_read_count(const struct shm_table *t, const struct shm_ref *r)
@@ -753,6 +1009,20 @@ void shm_stats(const struct shm_table *t, struct shm_stats *st)
 	st->full_events = atomic_load_explicit(&t->hdr->full_events, memory_order_relaxed);
 	st->reclaimed = atomic_load_explicit(&t->hdr->reclaimed, memory_order_relaxed);
 	st->recovered = atomic_load_explicit(&t->hdr->recovered, memory_order_relaxed);
+	st->evicted = 0;
+	for (unsigned ns = 0; ns < SHM_MAX_NS; ns++)
+		st->evicted += atomic_load_explicit(&t->hdr->evicted[ns], memory_order_relaxed);
+}
+
+int shm_ns_stats(const struct shm_table *t, unsigned ns, struct shm_ns_stats *st)
+{
+	if (ns >= SHM_MAX_NS)
+		return -1;
+	st->share = shm_share(t, ns);
+	st->live = atomic_load_explicit(&t->hdr->live[ns], memory_order_relaxed);
+	st->evicted = atomic_load_explicit(&t->hdr->evicted[ns], memory_order_relaxed);
+	st->refused = atomic_load_explicit(&t->hdr->refused[ns], memory_order_relaxed);
+	return 0;
 }
 
 size_t shm_bytes(const struct shm_table *t)

@@ -25,6 +25,8 @@
  *   +-----------------------+  distance of any entry hashed there
  *   | _Atomic uint64_t [n/64]| used: a bit per slot ever written
  *   +-----------------------+
+ *   | _Atomic uint8_t [n]   |  prot: 1 = the slot may not be evicted
+ *   +-----------------------+
  *
  * Slot (128 bytes = two cache lines; meta, the counters and the first 40
  * key bytes share the first line):
@@ -84,6 +86,32 @@
  * and PENDING are CAS on the exact meta value (BUSY carries a unique
  * ticket), so an owner always notices that it was robbed.
  *
+ * Shares and eviction (a full table never turns limiting off): every
+ * namespace set with shm_set_ns() has a guaranteed share of max_keys (the
+ * agent sets them all; one never set fills the table as it comes) and the
+ * header counts the LIVE slots of each namespace. Below max_keys LIVE
+ * slots in all, an insert takes the first free or stale slot of its chain,
+ * as above: a namespace may borrow what others do not use. At max_keys, an
+ * insert samples the first SHM_EVICT_SAMPLE slots from its home (bounded
+ * work: no scan of the table) and takes, in this order: a stale slot; if
+ * its namespace is under its share, the least valuable entry of a
+ * namespace over its share (borrowed room is given back), else a free
+ * slot; the least valuable entry of its own namespace (when it may evict);
+ * a free slot while the table holds less than the soft cap (max_keys plus
+ * half the spare slots). Else the insert is refused. An evicted entry
+ * further from home than a free slot is only freed, and the newcomer takes
+ * the free slot: entries stay near home and lookups short. The value of an
+ * entry is its count (for a previous window, the part the sliding rate
+ * still weighs). Never a victim: an entry with a diff the store has not
+ * confirmed, or one marked by shm_protect() (a key found over a limit it
+ * was asked about). Both are re-checked after the victim is claimed
+ * (BUSY), as for stale slots.
+ *
+ * A hit that found its slot just before it was evicted may add to the
+ * slot after it changed hands; shm_still() (a seq_cst re-read of meta
+ * after the seq_cst add) tells, and the caller counts the hit again under
+ * its own key: never lost, at worst counted once more for the newcomer.
+ *
  * Known limit (documented, not fixed): a counter add is not atomic with
  * the slot's identity. A process that found its slot and then stalls for
  * longer than a whole window (at least a second) before adding could add
@@ -111,6 +139,7 @@
 #define SHM_BUSY_TIMEOUT 2      /* seconds before a BUSY slot is abandoned */
 #define SHM_CLOCK_SLACK  60     /* windows starting later than now + this are stale */
 #define SHM_NONE         UINT32_MAX   /* "no slot" index */
+#define SHM_EVICT_SAMPLE 32     /* slots of a chain sampled for a victim */
 
 /* Slots per configured key: the table keeps the load factor <= 3/4 at
  * max_keys live entries, where linear probing stays short. */
@@ -186,10 +215,17 @@ struct shm_hdr {
 	uint64_t max_keys;
 	uint64_t seed;
 	_Atomic uint32_t sizes[SHM_MAX_NS][SHM_MAX_WIN];   /* window sizes, 0 = unset */
+	uint64_t share[SHM_MAX_NS];        /* guaranteed LIVE slots; 0 = max_keys */
+	uint8_t evict[SHM_MAX_NS];         /* may evict its own entries when full */
+	uint8_t digest_key[16];            /* secret for long-key digests (ratelimit.c) */
 	_Alignas(64) _Atomic uint64_t full_events;         /* inserts refused: full */
 	_Atomic uint64_t reclaimed;                        /* stale slots re-keyed */
 	_Atomic uint64_t recovered;                        /* abandoned claims freed */
 	_Atomic uint32_t ticket;                           /* BUSY tickets */
+	_Alignas(64) _Atomic int64_t live_total;           /* LIVE slots in all */
+	_Alignas(64) _Atomic int64_t live[SHM_MAX_NS];     /* LIVE slots per namespace */
+	_Alignas(64) _Atomic uint64_t evicted[SHM_MAX_NS]; /* its entries evicted */
+	_Atomic uint64_t refused[SHM_MAX_NS];              /* its inserts refused: full */
 	/* Sync leases, one per namespace (agent/sync.c): until_ms:48 |
 	 * holder:16 (worker id + 1; 0 = free, until_ms = next cycle due). */
 	_Alignas(64) _Atomic uint64_t lease[SHM_MAX_NS];
@@ -202,6 +238,7 @@ struct shm_table {
 	struct shm_slot *slots;
 	_Atomic uint16_t *maxd;
 	_Atomic uint64_t *used;     /* a bit per slot ever written (for the sync loop) */
+	_Atomic uint8_t *prot;      /* per slot: 1 = never evict (shm_protect) */
 	uint32_t nslots;
 	uint32_t probe_max;     /* min(SHM_PROBE_MAX, nslots) */
 	uint64_t seed;
@@ -237,7 +274,23 @@ struct shm_entry {
 };
 
 struct shm_stats {
-	uint64_t full_events, reclaimed, recovered;
+	uint64_t full_events, reclaimed, recovered, evicted;
+};
+
+/* One namespace's use of the table. */
+struct shm_ns_stats {
+	uint64_t share;              /* guaranteed LIVE slots */
+	int64_t live;                /* LIVE slots now */
+	uint64_t evicted;            /* its entries evicted to make room */
+	uint64_t refused;            /* its inserts refused: no room */
+};
+
+/* What shm_insert() did. */
+enum shm_ins {
+	SHM_INS_FOUND = 0,           /* the window was there (a racing insert) */
+	SHM_INS_NEW,                 /* a free or stale slot was taken */
+	SHM_INS_EVICTED,             /* a live entry was evicted for it */
+	SHM_INS_COUNT
 };
 
 /* Maps a table for at least max_keys (key, window) counters, all EMPTY,
@@ -252,6 +305,13 @@ void shm_destroy(struct shm_table *t);
  * (needed to tell stale slots). Before fork. Returns 0, or -1 when ns, win
  * or size is out of range. */
 int shm_set_window(struct shm_table *t, unsigned ns, unsigned win, uint32_t size);
+
+/* Namespace ns is guaranteed `share` LIVE slots (0 = the whole table) and,
+ * when evict, may evict its own least valuable entries once its share is
+ * used and the table is at max_keys. Before fork. Returns 0 or -1 (ns out
+ * of range). A namespace never set fills the table as it comes (the
+ * first free or stale slot, up to every slot): no share, no eviction. */
+int shm_set_ns(struct shm_table *t, unsigned ns, uint64_t share, bool evict);
 
 /* The size set for (ns, win), or 0. */
 uint32_t shm_window_size(const struct shm_table *t, unsigned ns, unsigned win);
@@ -268,12 +328,21 @@ void shm_find(const struct shm_table *t, const struct shm_key *k, int64_t start,
 	      int64_t prev_start, struct shm_ref *cur, struct shm_ref *prev);
 
 /* Finds or creates the LIVE slot of k's window `start`; `now` decides
- * which slots are stale and dates claims. Returns 0 with *out set, or -1
- * when no slot within the probe bound is free or reclaimable (the table is
- * full of live windows; hdr->full_events is incremented). Lock-free;
- * waits (bounded) only for a concurrent insert of the same identity. */
+ * which slots are stale and dates claims. At max_keys it may evict (see
+ * the banner). Returns an enum shm_ins (>= 0) with *out set, or -1 when
+ * there is no room (full_events and the namespace's refused count are
+ * incremented). Lock-free; waits (bounded) only for a concurrent insert
+ * of the same identity. */
 int shm_insert(struct shm_table *t, const struct shm_key *k, int64_t start, double now,
 	       struct shm_ref *out);
+
+/* Marks a found slot as never to be evicted (until its window is stale
+ * and the slot re-keyed): its key was over a limit. No-op for SHM_NONE. */
+void shm_protect(struct shm_table *t, const struct shm_ref *r);
+
+/* Is the slot still the one r was found as? (After shm_add: false means
+ * the hit raced an eviction and must be counted again.) */
+bool shm_still(const struct shm_table *t, const struct shm_ref *r);
 
 /* The count of a found slot; 0 if r is SHM_NONE or the slot no longer
  * holds the window it was found with. */
@@ -343,6 +412,14 @@ void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64
 
 /* Table-wide counters (all processes). */
 void shm_stats(const struct shm_table *t, struct shm_stats *s);
+
+/* One namespace's counters. Returns 0, or -1 for ns out of range. */
+int shm_ns_stats(const struct shm_table *t, unsigned ns, struct shm_ns_stats *s);
+
+/* The 16-byte secret of long-key digests: random at shm_create(), or set
+ * before fork. */
+const uint8_t *shm_digest_key(const struct shm_table *t);
+void shm_set_digest_key(struct shm_table *t, const uint8_t key[16]);
 
 /* Bytes of the mapping (for sizing reports). */
 size_t shm_bytes(const struct shm_table *t);

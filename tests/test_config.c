@@ -115,11 +115,12 @@ static const char full_file[] =
 	"  \"idle_timeout_ms\": 30000,\n"
 	"  \"frame_timeout_ms\": 1500,\n"
 	"  \"log_level\": \"debug\",\n"
+	"  \"key_secret\": \"0123456789abcdef-shared\",\n"
 	"  \"namespaces\": [\n"
 	"    { \"name\": \"default\", \"window_sizes\": [1, 60, 3600], \"sync_rate\": -1,\n"
 	"      \"strategy\": \"local\" },\n"
 	"    { \"name\": \"api\", \"window_sizes\": [60], \"window_type\": \"fixed\",\n"
-	"      \"count_denied\": false },\n"
+	"      \"count_denied\": false, \"max_keys\": 600000, \"on_table_full\": \"deny\" },\n"
 	"    { \"name\": \"shared\", \"window_sizes\": [10, 31536000, 5], \"sync_rate\": 0.25,\n"
 	"      \"strategy\": \"redis\",\n"
 	"      \"strategy_opts\": { \"host\": \"127.0.0.1\", \"port\": 6379, \"db\": [1, true] } },\n"
@@ -164,6 +165,11 @@ Test(config, full_file)
 	cr_assert_str_eq(c.ns[1].strategy, "local");
 	cr_assert_eq(c.ns[1].window_type, CONFIG_WINDOW_FIXED);
 	cr_assert_not(c.ns[1].count_denied);
+	cr_assert_eq(c.ns[1].max_keys, 600000);
+	cr_assert_eq(c.ns[1].on_table_full, CONFIG_FULL_DENY);
+	cr_assert_eq(c.ns[0].max_keys, 0);
+	cr_assert_eq(c.ns[0].on_table_full, CONFIG_FULL_EVICT);
+	cr_assert_str_eq(c.key_secret, "0123456789abcdef-shared");
 
 	cr_assert_str_eq(c.ns[2].name, "shared");
 	cr_assert_eq(c.ns[2].n_window_sizes, 3);
@@ -379,6 +385,13 @@ Test(config, wrong_types)
 		  "namespaces[0].window_type", "expected one of \"sliding\" or \"fixed\", got integer 0" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"count_denied\": \"yes\"}]}",
 		  "namespaces[0].count_denied", "expected true or false, got string \"yes\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"max_keys\": \"10\"}]}",
+		  "namespaces[0].max_keys", "expected an integer in 1..67108864, got string \"10\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"on_table_full\": 1}]}",
+		  "namespaces[0].on_table_full",
+		  "expected one of \"evict\", \"deny\" or \"allow\", got integer 1" },
+		{ "{\"key_secret\": 12345678901234567}", "key_secret",
+		  "expected a string of 16..255 bytes, got integer" },
 	};
 
 	EXPECT_ERRORS(cases);
@@ -443,6 +456,15 @@ Test(config, bad_values)
 		  "namespaces[0].strategy", "expected \"redis\" or \"postgres\" since sync_rate is 2" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"window_type\": \"rolling\"}]}",
 		  "namespaces[0].window_type", "got string \"rolling\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"max_keys\": 0}]}",
+		  "namespaces[0].max_keys", "expected an integer in 1..67108864, got 0" },
+		{ "{\"max_keys\": 100, \"namespaces\": [{\"name\": \"a\", \"window_sizes\": [1],"
+		  " \"max_keys\": 60}, {\"name\": \"b\", \"window_sizes\": [1], \"max_keys\": 41}]}",
+		  "namespaces[1].max_keys", "add up to more than the top-level max_keys (100)" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"on_table_full\": \"drop\"}]}",
+		  "namespaces[0].on_table_full", "got string \"drop\"" },
+		{ "{\"key_secret\": \"short\"}", "key_secret",
+		  "expected a string of 16..255 bytes without NUL, got 5 bytes" },
 	};
 
 	EXPECT_ERRORS(cases);

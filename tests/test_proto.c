@@ -2053,30 +2053,164 @@ Test(config, max_frame_size)
 }
 
 /* A full table: new keys get error, never exceeded, and the agent lives. */
-Test(config, table_full)
+/* ---------------------------------------------------------------- flood */
+
+/* A full table never turns limiting off (docs/CONFIG.md, "max_keys"):
+ * "api" and "login" share max_keys evenly after "strict" (deny) and "lax"
+ * (allow) took 100 each. */
+static const char flood_json[] =
+	"{ \"max_keys\": 20000, \"namespaces\": ["
+	"  { \"name\": \"api\", \"window_sizes\": [60] },"
+	"  { \"name\": \"login\", \"window_sizes\": [60] },"
+	"  { \"name\": \"strict\", \"window_sizes\": [60], \"max_keys\": 100,"
+	"    \"on_table_full\": \"deny\" },"
+	"  { \"name\": \"lax\", \"window_sizes\": [60], \"max_keys\": 100,"
+	"    \"on_table_full\": \"allow\" } ] }";
+
+#define FLOOD_KEYS  60000
+#define FLOOD_BATCH 200       /* NOTIFYs per write */
+
+/* Sends n distinct keys "<tag>-<i>" of namespace ns, limit 5, pipelined
+ * in batches; every ACK must be counted (no error) and allowed. */
+static void flood(int fd, const char *ns, const char *tag, int n)
+{
+	static struct rawspop_actions acts;
+	char key[64];
+
+	for (int i = 0; i < n; i += FLOOD_BATCH) {
+		int m = n - i < FLOOD_BATCH ? n - i : FLOOD_BATCH;
+		uint64_t sid = next_sid, fid = next_fid;
+
+		rawspop_buf_reset(&wb);
+		for (int j = 0; j < m; j++) {
+			snprintf(key, sizeof(key), "%s-%d", tag, i + j);
+			struct rl r = { .key = key, .ns = ns, .window = 60, .limit = 5 };
+			put_notify(sid + 2 * (uint64_t)j, fid + (uint64_t)j, &r, 1);
+		}
+		send_buf(fd);
+		for (int j = 0; j < m; j++) {
+			read_ack(fd, sid + 2 * (uint64_t)j, fid + (uint64_t)j, &acts);
+			expect_no_error(&acts);
+			cr_assert(!var_bool(&acts, "exceeded"), "%s-%d denied", tag, i + j);
+			cr_assert_eq(var_int(&acts, "rate"), 1, "%s-%d", tag, i + j);
+		}
+		next_sid += 2 * (uint64_t)m;
+		next_fid += (uint64_t)m;
+	}
+}
+
+/* n hits on key of ns at limit 5: how many were allowed; every ACK must be
+ * counted (no error) and show the exact rate. */
+static int allowed_of(int fd, const char *ns, const char *key, int n)
+{
+	static struct rawspop_actions acts;
+	int allowed = 0;
+
+	for (int i = 0; i < n; i++) {
+		struct rl r = { .key = key, .ns = ns, .window = 60, .limit = 5 };
+
+		notify1(fd, &r, &acts);
+		expect_no_error(&acts);
+		cr_assert_eq(var_int(&acts, "rate"), i + 1, "%s/%s hit %d", ns, key, i + 1);
+		allowed += !var_bool(&acts, "exceeded");
+	}
+	return allowed;
+}
+
+static int log_count(const char *needle)
+{
+	char line[1024];
+	int n = 0;
+	FILE *f = fopen(agent.log_path, "r");
+
+	cr_assert(f, "open %s", agent.log_path);
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) != NULL;
+	fclose(f);
+	return n;
+}
+
+/* The issue's attack: 60,000 distinct keys in "api" (max_keys 20,000).
+ * A key denied before the flood stays denied, new keys in api and in
+ * login are counted and limited exactly. */
+Test(flood, key_flood_leaves_every_namespace_limiting, .fini = stop_agent, .timeout = 300)
 {
 	static const char *const args[] = { "-w", "1", NULL };
-	static const char json[] = "{ \"max_keys\": 16 }";
-	static struct rawspop_actions acts;
-	int errors = 0;
+	struct timespec t0, t1;
 	int fd;
 
-	start_with(json, args);
+	start_with(flood_json, args);
 	fd = hello_conn();
-	for (int i = 0; i < 64; i++) {
-		char key[64];
-		struct rl r = { .key = key, .window = 3600, .limit = 1 };
+	cr_assert_eq(allowed_of(fd, "api", "attacker", 6), 5);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	flood(fd, "api", "flood", FLOOD_KEYS);
+	clock_gettime(CLOCK_MONOTONIC, &t1);
 
-		make_key(key, sizeof(key), "full");
-		notify1(fd, &r, &acts);
-		if (var(&acts, "error")) {
-			errors++;
-			expect_error(&acts, "table full");
-		} else {
-			cr_assert(var_int(&acts, "rate") == 1);
+	/* still denied (its count was kept: protected), rate 7 */
+	static struct rawspop_actions acts;
+	struct rl r = { .key = "attacker", .ns = "api", .window = 60, .limit = 5 };
+	notify1(fd, &r, &acts);
+	expect_no_error(&acts);
+	cr_assert(var_bool(&acts, "exceeded"));
+	cr_assert_eq(var_int(&acts, "rate"), 7);
+	cr_assert_eq(allowed_of(fd, "api", "newcomer", 8), 5);
+	cr_assert_eq(allowed_of(fd, "login", "alice", 8), 5);
+
+	/* evictions are logged, at most once a second */
+	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
+	int lines = log_count("evicting the least used");
+	cr_assert_geq(lines, 1, "no eviction logged:\n%s", log_tail());
+	cr_assert_leq(lines, (int)secs + 2, "%d eviction lines in %.1f s", lines, secs);
+	close(fd);
+}
+
+/* Beyond its share, a namespace with on_table_full "deny" denies new keys
+ * (exceeded and error), one with "allow" lets them pass (error only);
+ * both keep counting the keys they hold. */
+Test(flood, deny_and_allow_when_no_room, .fini = stop_agent, .timeout = 300)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	static struct rawspop_actions acts;
+	const char *const modes[] = { "strict", "lax" };
+	char key[64];
+	int fd;
+
+	start_with(flood_json, args);
+	fd = hello_conn();
+	flood(fd, "api", "fill", 25000);	/* the table is at max_keys */
+	for (int m = 0; m < 2; m++) {
+		int counted = 0, refused = 0;
+
+		for (int i = 0; i < 300; i++) {
+			snprintf(key, sizeof(key), "%s-%d", modes[m], i);
+			struct rl r = { .key = key, .ns = modes[m], .window = 60, .limit = 5 };
+			notify1(fd, &r, &acts);
+			if (!var(&acts, "error")) {
+				cr_assert_eq(refused, 0, "%s: counted after a refusal", key);
+				cr_assert_eq(var_int(&acts, "rate"), 1);
+				counted++;
+				continue;
+			}
+			refused++;
+			cr_assert(strstr(var(&acts, "error")->value.s, "full") != NULL);
+			const struct rawspop_action *x = var(&acts, "exceeded");
+			if (m == 0) {
+				cr_assert(x && x->value.b, "%s: deny mode, not exceeded", key);
+				cr_assert_geq(var_int(&acts, "retry_after"), 1);
+			} else {
+				cr_assert(!x || !x->value.b, "%s: allow mode, exceeded", key);
+			}
 		}
+		/* exactly its share, taken back from api's borrowed room */
+		cr_assert_eq(counted, 100, "%s: %d counted", modes[m], counted);
+		cr_assert_eq(refused, 200);
+		snprintf(key, sizeof(key), "%s-0", modes[m]);
+		struct rl r = { .key = key, .ns = modes[m], .window = 60, .limit = 5 };
+		notify1(fd, &r, &acts);
+		expect_no_error(&acts);
+		cr_assert_eq(var_int(&acts, "rate"), 2);
 	}
-	cr_assert(errors > 0, "64 keys in a table of 16 and no error");
+	cr_assert_geq(log_count("no room for a new key"), 1, "%s", log_tail());
 	close(fd);
 }
 

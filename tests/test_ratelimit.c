@@ -317,27 +317,252 @@ Test(ratelimit, call_errors)
 	rl_free(rl);
 }
 
-Test(ratelimit, full_table_fails_open_and_counts)
-{
-	struct rl *rl = mk(8);
-	struct rl_result r;
-	char key[32];
-	int ns = ns_of(rl, NULL), ok = 0, full = 0;
+/* An instance of namespaces defined by (name, max_keys, on_full,
+ * sync_rate), each with the one window size 60. A syncing namespace gets
+ * the "redis" strategy (never connected here: diffs are only kept). */
+struct nsdef {
+	const char *name;
+	size_t max_keys;
+	enum rl_table_full on_full;
+	double sync_rate;
+};
 
-	for (int i = 0; i < 100; i++) {
-		snprintf(key, sizeof(key), "k%d", i);
-		if (rl_hit(rl, ns, key, strlen(key), 60, 1, RL_WEIGHT_AUTO, 1000, -1, true, &r) == 0) {
-			ok++;
-		} else {
-			cr_assert_eq(rl_errno(rl), RL_ERR_FULL);
-			full++;
-		}
+static struct rl *mk_shares(size_t max_keys, const struct nsdef *d, size_t n)
+{
+	char err[256];
+	struct rl *rl = rl_new("test", max_keys, err, sizeof(err));
+
+	cr_assert_not_null(rl, "%s", err);
+	for (size_t i = 0; i < n; i++) {
+		struct rl_ns_opts o = {
+			.name = d[i].name, .window_sizes = sixty, .n_window_sizes = 1,
+			.sync_rate = d[i].sync_rate,
+			.strategy = d[i].sync_rate >= 0 ? "redis" : NULL,
+			.max_keys = d[i].max_keys, .on_full = d[i].on_full,
+		};
+		cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
 	}
-	cr_assert_geq(ok, 8);
-	cr_assert_gt(full, 0);
-	cr_assert_eq(rl_full_events(rl), (uint64_t)full);
+	return rl;
+}
+
+/* One hit of cost 1 at `now` against `limit` (counting denied hits, the
+ * agent's default): 1 allowed, 0 denied, -1 refused (rl_errno). */
+static int try_hit(struct rl *rl, const char *ns, const char *key, double limit, double now)
+{
+	struct rl_result r;
+
+	if (rl_hit(rl, ns_of(rl, ns), key, strlen(key), 60, 1, RL_WEIGHT_AUTO, now, limit, true,
+		   &r) < 0)
+		return -1;
+	return limit < 0 || r.rate <= limit;
+}
+
+/* The count of key's current window (read only). */
+static double count_of(struct rl *rl, const char *ns, const char *key, double now)
+{
+	return hit(rl, ns, key, 60, 0, now).current;
+}
+
+static struct rl_ns_stats stats_of(struct rl *rl, const char *ns)
+{
+	struct rl_ns_stats st;
+
+	cr_assert_eq(rl_ns_stats(rl, ns_of(rl, ns), &st), 0);
+	return st;
+}
+
+Test(ratelimit, shares_split_max_keys)
+{
+	static const struct nsdef d[] = {
+		{ "a", 0, RL_FULL_EVICT, -1 }, { "b", 600, RL_FULL_DENY, -1 },
+		{ "c", 0, RL_FULL_ALLOW, -1 },
+	};
+	struct rl *rl = mk_shares(1000, d, 3);
+	struct rl_ns_opts o = { .name = "d", .window_sizes = sixty, .n_window_sizes = 1,
+				.sync_rate = -1, .max_keys = 401 };
+	char err[256];
+
+	cr_assert_eq(stats_of(rl, "a").share, 200);
+	cr_assert_eq(stats_of(rl, "b").share, 600);
+	cr_assert_eq(stats_of(rl, "c").share, 200);
+	/* explicit shares may not add up to more than max_keys */
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1);
+	cr_assert(strstr(err, "max_keys") != NULL, "%s", err);
+	cr_assert_eq(rl_namespace_index(rl, "d", 1), -1);
+	o.max_keys = 400;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
+	/* nothing left for a and c: at least one each */
+	cr_assert_eq(stats_of(rl, "a").share, 1);
+	cr_assert_eq(stats_of(rl, "d").share, 400);
+	rl_free(rl);
+}
+
+/* The issue's attack: one client sends 60,000 distinct keys in "api"
+ * (max_keys 20,000). Every namespace keeps counting and limiting. */
+Test(ratelimit, key_flood_leaves_every_namespace_limiting, .timeout = 120)
+{
+	static const struct nsdef d[] = {
+		{ "api", 0, RL_FULL_EVICT, -1 }, { "login", 0, RL_FULL_EVICT, -1 },
+	};
+	struct rl *rl = mk_shares(20000, d, 2);
+	double now = 1000.5;
+	char key[32];
+	int allowed;
+
+	/* Before the flood: an attacker over its limit, a regular user under. */
+	for (int i = 0; i < 6; i++)
+		cr_assert_eq(try_hit(rl, "api", "attacker", 5, now), i < 5);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(try_hit(rl, "api", "regular", 5, now), 1);
+
+	for (int i = 0; i < 60000; i++) {
+		snprintf(key, sizeof(key), "flood-%d", i);
+		cr_assert_eq(try_hit(rl, "api", key, 5, now), 1, "%s: %s", key,
+			     rl_status_str(rl_errno(rl)));
+	}
+	struct rl_ns_stats api = stats_of(rl, "api");
+	cr_assert_eq(api.refused, 0);
+	cr_assert_geq(api.evicted, 60000 - (uint64_t)shm_nslots(rl_shm(rl)));
+	cr_assert_leq(api.live, (int64_t)shm_nslots(rl_shm(rl)));
+
+	/* The attacker is still denied; the regular user kept its count. */
+	cr_assert_eq(try_hit(rl, "api", "attacker", 5, now), 0);
+	EQ(count_of(rl, "api", "regular", now), 3);
+	/* New keys in both namespaces: counted and limited exactly. */
+	allowed = 0;
+	for (int i = 0; i < 8; i++)
+		allowed += try_hit(rl, "api", "newcomer", 5, now) == 1;
+	cr_assert_eq(allowed, 5);
+	EQ(count_of(rl, "api", "newcomer", now), 8);
+	allowed = 0;
+	for (int i = 0; i < 8; i++)
+		allowed += try_hit(rl, "login", "alice", 5, now) == 1;
+	cr_assert_eq(allowed, 5);
+	EQ(count_of(rl, "login", "alice", now), 8);
+
+	/* login's share is its own: the rest of it is taken back from api,
+	 * without evicting anything of login's. */
+	struct rl_ns_stats login = stats_of(rl, "login");
+	cr_assert_eq(login.share, 10000);
+	for (int i = 0; login.live + i < (int64_t)login.share; i++) {
+		snprintf(key, sizeof(key), "user-%d", i);
+		cr_assert_eq(try_hit(rl, "login", key, 5, now), 1, "%s: %s", key,
+			     rl_status_str(rl_errno(rl)));
+	}
+	login = stats_of(rl, "login");
+	cr_assert_eq(login.live, 10000);
+	cr_assert_eq(login.evicted, 0);
+	cr_assert_eq(login.refused, 0);
+	EQ(count_of(rl, "login", "alice", now), 8);
+	cr_assert_eq(try_hit(rl, "api", "attacker", 5, now), 0);
+	EQ(count_of(rl, "api", "regular", now), 3);
+	rl_free(rl);
+}
+
+/* A table of 16 keys has 22 slots: one insert samples all of them, so
+ * the choice of the victim is exact. */
+Test(ratelimit, eviction_takes_the_least_used_unprotected_entry)
+{
+	static const struct nsdef d[] = { { "api", 0, RL_FULL_EVICT, -1 } };
+	struct rl *rl = mk_shares(16, d, 1);
+	double now = 1000.5;
+	char key[32];
+
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		for (int j = 0; j < i + 2; j++)
+			cr_assert_eq(try_hit(rl, "api", key, -1, now), 1);
+	}
+	cr_assert_eq(stats_of(rl, "api").evicted, 0);
+	/* k0 (2 hits) is the least used */
+	cr_assert_eq(try_hit(rl, "api", "n1", -1, now), 1);
+	cr_assert_eq(stats_of(rl, "api").evicted, 1);
+	EQ(count_of(rl, "api", "k0", now), 0);
+	EQ(count_of(rl, "api", "k1", now), 3);
+	/* then n1 itself (1 hit): a flood churns through its own keys */
+	cr_assert_eq(try_hit(rl, "api", "n2", -1, now), 1);
+	EQ(count_of(rl, "api", "n1", now), 0);
+	EQ(count_of(rl, "api", "k1", now), 3);
+	/* n2 goes over a limit of 1: protected, so k1 (3) goes instead */
+	cr_assert_eq(try_hit(rl, "api", "n2", 1, now), 0);
+	cr_assert_eq(try_hit(rl, "api", "n3", -1, now), 1);
+	EQ(count_of(rl, "api", "n2", now), 2);
+	EQ(count_of(rl, "api", "k1", now), 0);
+	EQ(count_of(rl, "api", "k2", now), 4);
+	cr_assert_eq(stats_of(rl, "api").refused, 0);
+	rl_free(rl);
+}
+
+/* Nothing counted is ever lost: entries whose diff the store has not
+ * confirmed are never evicted. */
+Test(ratelimit, unpushed_diffs_are_never_evicted)
+{
+	static const struct nsdef d[] = { { "api", 0, RL_FULL_EVICT, 1 } };
+	struct rl *rl = mk_shares(16, d, 1);
+	struct shm_table *t = rl_shm(rl);
+	struct shm_entry e;
+	double now = 1000.5, taken = 0;
+	char key[32];
+
+	for (int i = 0; i < 16; i++) {
+		snprintf(key, sizeof(key), "k%d", i);
+		cr_assert_eq(try_hit(rl, "api", key, -1, now), 1);
+	}
+	/* max_keys reached, no victim: the namespace may still use spare
+	 * slots up to the soft cap (16 + 6 / 2), then refuses */
+	for (int i = 0; i < 3; i++) {
+		snprintf(key, sizeof(key), "s%d", i);
+		cr_assert_eq(try_hit(rl, "api", key, -1, now), 1);
+	}
+	cr_assert_eq(try_hit(rl, "api", "late", -1, now), -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_FULL);
+	cr_assert_eq(stats_of(rl, "api").refused, 1);
+	cr_assert_eq(rl_full_events(rl), 1);
+	cr_assert_eq(stats_of(rl, "api").evicted, 0);
+	/* a sync pushes the diffs: now the least used may go */
+	for (uint32_t i = 0; i < shm_nslots(t); i++)
+		if (shm_read(t, i, &e) == 0)
+			taken += shm_take_diff(t, &e);
+	EQ(taken, 19);
+	cr_assert_eq(try_hit(rl, "api", "late", -1, now), 1);
+	cr_assert_eq(stats_of(rl, "api").evicted, 1);
 	/* keys that have a slot keep counting */
-	EQ(hit(rl, NULL, "k0", 60, 1, 1000).current, 2);
+	cr_assert_eq(try_hit(rl, "api", "k15", -1, now), 1);
+	rl_free(rl);
+}
+
+/* on_table_full "deny" and "allow" never evict: a new key beyond the share
+ * is refused (the handler then denies or allows it), old keys count on. */
+Test(ratelimit, deny_and_allow_namespaces_never_evict)
+{
+	static const struct nsdef d[] = {
+		{ "strict", 8, RL_FULL_DENY, -1 }, { "lax", 8, RL_FULL_ALLOW, -1 },
+	};
+	struct rl *rl = mk_shares(16, d, 2);
+	double now = 1000.5;
+	char key[32];
+
+	for (int n = 0; n < 2; n++) {
+		const char *ns = d[n].name;
+		int ok = 0, refused = 0;
+
+		for (int i = 0; i < 40; i++) {
+			snprintf(key, sizeof(key), "%s-%d", ns, i);
+			int r = try_hit(rl, ns, key, -1, now);
+			ok += r == 1;
+			refused += r == -1;
+		}
+		cr_assert_geq(ok, 8, "%s: %d", ns, ok);
+		cr_assert_eq(ok + refused, 40);
+		cr_assert_gt(refused, 0);
+		cr_assert_eq(stats_of(rl, ns).refused, (uint64_t)refused);
+		cr_assert_eq(stats_of(rl, ns).evicted, 0);
+		snprintf(key, sizeof(key), "%s-0", ns);
+		cr_assert_eq(try_hit(rl, ns, key, -1, now), 1);
+		EQ(count_of(rl, ns, key, now), 2);
+	}
+	/* the next window starts with room again (stale slots are re-keyed) */
+	cr_assert_eq(try_hit(rl, "strict", "later", -1, now + 120), 1);
 	rl_free(rl);
 }
 
@@ -367,10 +592,13 @@ Test(ratelimit, stale_window_with_pending_diff_is_kept)
 	int api = ns_of(rl, "api"), n = 0;
 	double taken = 0;
 
-	for (int i = 0; i < 100 && n < (int)shm_nslots(t); i++, n++) {
+	/* fill what api may take (its share, then spare slots) */
+	for (int i = 0; i < 100; i++, n++) {
 		snprintf(key, sizeof(key), "p%d", i);
-		hit(rl, "api", key, 60, 1, 1000);
+		if (rl_hit(rl, api, key, strlen(key), 60, 1, RL_WEIGHT_AUTO, 1000, -1, true, &r) < 0)
+			break;
 	}
+	cr_assert_geq(n, 2);
 	/* an hour later every slot is stale but holds an unpushed diff */
 	cr_assert_eq(rl_hit(rl, api, "late", 4, 60, 1, RL_WEIGHT_AUTO, 4600, -1, true, &r), -1);
 	cr_assert_eq(rl_errno(rl), RL_ERR_FULL);
@@ -384,13 +612,22 @@ Test(ratelimit, stale_window_with_pending_diff_is_kept)
 	rl_free(rl);
 }
 
+/* A key is stored as is, or as '#' + the hex of its SipHash-128 under the
+ * table's digest key when longer than 104 bytes or starting with '#'. */
+static void digest_of(struct rl *rl, const char *k, size_t len, char *out)
+{
+	uint8_t h[16];
+
+	hash_siphash128(shm_digest_key(rl_shm(rl)), k, len, h);
+	out[0] = '#';
+	for (int i = 0; i < 16; i++)
+		snprintf(out + 1 + 2 * i, 3, "%02x", h[i]);
+}
+
 Test(ratelimit, long_keys_use_the_digest_form)
 {
 	struct rl *rl = mk(64);
-	static const uint8_t dkey[16] = { 's', 'p', 'o', 'a', '-', 'r', 'a', 't',
-					  'e', 'l', 'i', 'm', 'i', 't', '-', 'k' };
-	char a[300], b[300], digest[34];
-	uint8_t h[16];
+	char a[300], b[300], digest[34], stored[RL_STORED_KEY_MAX];
 	struct shm_entry e;
 	int found = 0;
 
@@ -398,23 +635,84 @@ Test(ratelimit, long_keys_use_the_digest_form)
 	a[sizeof(a) - 1] = '\0';
 	memcpy(b, a, sizeof(a));
 	b[sizeof(b) - 2] = 'M';	/* differs in the last byte */
-
-	hash_siphash128(dkey, a, strlen(a), h);
-	digest[0] = '#';
-	for (int i = 0; i < 16; i++)
-		snprintf(digest + 1 + 2 * i, 3, "%02x", h[i]);
+	digest_of(rl, a, strlen(a), digest);
 
 	EQ(hit(rl, NULL, a, 60, 1, 1000).current, 1);
 	EQ(hit(rl, NULL, a, 60, 1, 1000).current, 2);	/* deterministic */
 	EQ(hit(rl, NULL, b, 60, 1, 1000).current, 1);	/* distinct */
 	/* the long key is counted under its digest name */
-	EQ(hit(rl, NULL, digest, 60, 0, 1000).current, 2);
 	for (uint32_t i = 0; i < shm_nslots(rl_shm(rl)); i++)
 		if (shm_read(rl_shm(rl), i, &e) == 0 && strcmp(e.key, digest) == 0)
 			found++;
 	cr_assert_eq(found, 1);
 	cr_assert_eq(strlen(digest), 33);
+	cr_assert_eq(rl_stored_key(rl, a, strlen(a), stored), 33);
+	cr_assert(memcmp(stored, digest, 33) == 0);
 	rl_free(rl);
+}
+
+/* The chosen collision: a client that knows (or guesses) the digest of a
+ * long key sends it as a short key. Keys starting with '#' are digested
+ * too, so it names another counter. */
+Test(ratelimit, chosen_short_key_never_shares_a_long_keys_counter)
+{
+	struct rl *rl = mk(64);
+	char a[200], digest[34], stored[RL_STORED_KEY_MAX];
+
+	memset(a, 'x', sizeof(a) - 1);
+	a[sizeof(a) - 1] = '\0';
+	digest_of(rl, a, strlen(a), digest);
+	for (int i = 0; i < 3; i++)
+		hit(rl, NULL, a, 60, 1, 1000);
+	EQ(hit(rl, NULL, digest, 60, 1, 1000).current, 1);
+	EQ(hit(rl, NULL, a, 60, 0, 1000).current, 3);
+	/* the short key's stored form is a digest too, not itself */
+	cr_assert_eq(rl_stored_key(rl, digest, 33, stored), 33);
+	cr_assert(memcmp(stored, digest, 33) != 0);
+	cr_assert_eq(stored[0], '#');
+	/* a short key without '#' is kept verbatim */
+	cr_assert_eq(rl_stored_key(rl, "abc", 3, stored), 3);
+	cr_assert(memcmp(stored, "abc", 3) == 0);
+	rl_free(rl);
+}
+
+/* The digest key: random per instance when nothing syncs (no outsider can
+ * compute a digest), public when a namespace syncs without a secret
+ * (every node names a long key alike), derived from key_secret when set. */
+Test(ratelimit, digest_key_is_secret_unless_nodes_must_agree)
+{
+	static const struct nsdef local[] = { { "a", 0, RL_FULL_EVICT, -1 } };
+	static const struct nsdef synced[] = { { "a", 0, RL_FULL_EVICT, 1 } };
+	static const uint8_t public_key[16] = { 's', 'p', 'o', 'a', '-', 'r', 'a', 't',
+						'e', 'l', 'i', 'm', 'i', 't', '-', 'k' };
+	struct rl *l1 = mk_shares(64, local, 1), *l2 = mk_shares(64, local, 1);
+	struct rl *s1 = mk_shares(64, synced, 1), *s2 = mk_shares(64, synced, 1);
+	char k[150], d1[RL_STORED_KEY_MAX], d2[RL_STORED_KEY_MAX];
+
+	memset(k, 'k', sizeof(k));
+	cr_assert(!rl_digest_key_is_public(l1));
+	cr_assert(memcmp(shm_digest_key(rl_shm(l1)), shm_digest_key(rl_shm(l2)), 16) != 0);
+	cr_assert(memcmp(shm_digest_key(rl_shm(l1)), public_key, 16) != 0);
+	rl_stored_key(l1, k, sizeof(k), d1);
+	rl_stored_key(l2, k, sizeof(k), d2);
+	cr_assert(memcmp(d1, d2, 33) != 0);
+
+	cr_assert(rl_digest_key_is_public(s1));
+	cr_assert(memcmp(shm_digest_key(rl_shm(s1)), public_key, 16) == 0);
+	rl_set_key_secret(s1, "correct horse battery staple", 28);
+	rl_set_key_secret(s2, "correct horse battery staple", 28);
+	cr_assert(!rl_digest_key_is_public(s1));
+	cr_assert(memcmp(shm_digest_key(rl_shm(s1)), public_key, 16) != 0);
+	rl_stored_key(s1, k, sizeof(k), d1);
+	rl_stored_key(s2, k, sizeof(k), d2);
+	cr_assert(memcmp(d1, d2, 33) == 0, "same secret, same name on every node");
+	rl_set_key_secret(s2, "another secret of enough bytes", 30);
+	rl_stored_key(s2, k, sizeof(k), d2);
+	cr_assert(memcmp(d1, d2, 33) != 0);
+	rl_free(l1);
+	rl_free(l2);
+	rl_free(s1);
+	rl_free(s2);
 }
 
 Test(ratelimit, key_of_104_bytes_is_kept_verbatim)

@@ -124,7 +124,7 @@ static double add(struct shm_table *t, unsigned ns, unsigned win, const char *s,
 	key(t, &k, ns, win, s);
 	shm_find(t, &k, start, -1, &r, &p);
 	if (r.idx == SHM_NONE)
-		cr_assert_eq(shm_insert(t, &k, start, now, &r), 0, "insert %s", s);
+		cr_assert_eq(shm_insert(t, &k, start, now, &r), SHM_INS_NEW, "insert %s", s);
 	return shm_add(t, &r, v, diff);
 }
 
@@ -239,7 +239,7 @@ Test(shm, binary_keys)
 	shm_find(t, &k1, 960, 900, &r, &p);
 	cr_assert_eq(r.idx, SHM_NONE);
 	cr_assert_eq(p.idx, SHM_NONE);
-	cr_assert_eq(shm_insert(t, &k1, 960, 1000, &r), 0);
+	cr_assert_eq(shm_insert(t, &k1, 960, 1000, &r), SHM_INS_NEW);
 	EQ(shm_add(t, &r, 1, false), 1);
 	shm_find(t, &k1, 960, 900, &r, &p);
 	cr_assert_neq(r.idx, SHM_NONE);
@@ -272,7 +272,7 @@ Test(shm, keys_of_every_length)
 		for (size_t i = 0; i < len; i++)
 			buf[i] = (unsigned char)(0xff - (len * 7 + i * 13) % 256);
 		cr_assert_eq(shm_key_init(t, &k, 0, 0, buf, len), 0);
-		cr_assert_eq(shm_insert(t, &k, 960, 1000, &r), 0);
+		cr_assert_eq(shm_insert(t, &k, 960, 1000, &r), SHM_INS_NEW);
 		shm_add(t, &r, (double)len, false);
 		cr_assert_eq(shm_read(t, r.idx, &e), 0);
 		cr_assert_eq(e.keylen, len);
@@ -319,7 +319,7 @@ Test(shm, full_table_refuses_and_counts)
 
 		snprintf(name, sizeof(name), "k%d", i);
 		key(t, &k, 0, 0, name);
-		if (shm_insert(t, &k, 960, 1000, &r) == 0)
+		if (shm_insert(t, &k, 960, 1000, &r) >= 0)
 			ok++;
 		else
 			full++;
@@ -368,7 +368,7 @@ Test(shm, previous_window_is_not_stale)
 	key(t, &k, 0, 0, "c");
 	cr_assert_eq(shm_insert(t, &k, 960, 1000, &r), -1);
 	/* at 1020 it is older than the previous one */
-	cr_assert_eq(shm_insert(t, &k, 1020, 1020, &r), 0);
+	cr_assert_eq(shm_insert(t, &k, 1020, 1020, &r), SHM_INS_NEW);
 	shm_destroy(t);
 }
 
@@ -387,7 +387,7 @@ Test(shm, windows_far_in_the_future_are_reclaimed)
 	cr_assert_eq(shm_insert(t, &k, 999900, 999930, &r), -1);
 	/* an hour behind: the clock was stepped back; "a" goes, "b" has a
 	 * diff to push and stays */
-	cr_assert_eq(shm_insert(t, &k, 996360, 996400, &r), 0);
+	cr_assert_eq(shm_insert(t, &k, 996360, 996400, &r), SHM_INS_NEW);
 	EQ(get(t, 0, 0, "b", 999960), 1);
 	EQ(get(t, 0, 0, "a", 999960), 0);
 	shm_destroy(t);
@@ -412,7 +412,7 @@ Test(shm, stale_slot_with_pending_diff_is_kept)
 			d += shm_take_diff(t, &e);
 	EQ(d, 4.0);
 	/* ...and then the slots can go */
-	cr_assert_eq(shm_insert(t, &k, 1e6 - 40, 1e6, &r), 0);
+	cr_assert_eq(shm_insert(t, &k, 1e6 - 40, 1e6, &r), SHM_INS_NEW);
 	shm_destroy(t);
 }
 
@@ -474,7 +474,7 @@ Test(shm, add_if_respects_limit)
 	double c;
 
 	key(t, &k, 0, 0, "x");
-	cr_assert_eq(shm_insert(t, &k, 960, 1000, &r), 0);
+	cr_assert_eq(shm_insert(t, &k, 960, 1000, &r), SHM_INS_NEW);
 	cr_assert(shm_add_if(t, &r, 1, 2.5, 5, false, &c));	/* 1 + 2.5 <= 5 */
 	EQ(c, 1.0);
 	cr_assert(shm_add_if(t, &r, 1, 2.5, 5, false, &c));	/* 1 + 1 + 2.5 <= 5 */
@@ -504,7 +504,7 @@ Test(shm, abandoned_pending_claim_is_recovered)
 	atomic_store(&s->meta, SHM_ST_PENDING << SHM_ST_SHIFT | k.ident | 960);
 
 	clock_gettime(CLOCK_MONOTONIC, &a);
-	cr_assert_eq(shm_insert(t, &k, 960, 1000, &r), 0);
+	cr_assert_eq(shm_insert(t, &k, 960, 1000, &r), SHM_INS_NEW);
 	clock_gettime(CLOCK_MONOTONIC, &b);
 	cr_assert_lt((b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6, 500.0);
 	shm_stats(t, &st);
@@ -528,7 +528,7 @@ Test(shm, abandoned_busy_claim_is_recovered_after_timeout)
 		atomic_store(&t->slots[i].meta, busy + i);
 	key(t, &k, 0, 0, "next");
 	cr_assert_eq(shm_insert(t, &k, 960, 1001, &r), -1);
-	cr_assert_eq(shm_insert(t, &k, 960, 1000 + SHM_BUSY_TIMEOUT, &r), 0);
+	cr_assert_eq(shm_insert(t, &k, 960, 1000 + SHM_BUSY_TIMEOUT, &r), SHM_INS_NEW);
 	EQ(shm_add(t, &r, 2, false), 2.0);
 	shm_destroy(t);
 }
