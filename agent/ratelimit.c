@@ -334,9 +334,9 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	struct shm_key k;
 	struct shm_ref cur, prev;
 	double p, pw, c;
-	bool with_diff;
+	bool with_diff, counted, inserted;
 	int64_t start;
-	int win;
+	int win, tries;
 
 	if (!out)
 		out = &tmp;
@@ -372,48 +372,49 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	 * hits the store did not confirm (agent/handler.c). */
 	with_diff = n->sync_rate > 0;
 	out->evicted = false;
+	tries = 0;
+again:
+	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur, &prev);
+	p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
+	pw = p * weight;
+	counted = false;
+	inserted = false;
 
-	for (int tries = 1;; tries++) {
-		shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur,
-			 &prev);
-		p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
-		pw = p * weight;
-		out->counted = false;
-		out->inserted = false;
-
-		if (cost == 0) {
-			/* Read only: never inserts. */
-			c = shm_read_count(rl->shm, &cur);
-			break;
-		}
-		if (limit >= 0 && !count_denied && cost + pw > limit) {
-			/* Denied whatever the current count (counts are >= 0):
-			 * no CAS, and no slot taken for a key that is only
-			 * refused. */
-			c = shm_read_count(rl->shm, &cur) + cost;
-			break;
-		}
+	if (cost == 0) {
+		/* Read only: never inserts. */
+		c = shm_read_count(rl->shm, &cur);
+	} else if (limit >= 0 && !count_denied && cost + pw > limit) {
+		/* Denied whatever the current count (counts are >= 0): no
+		 * CAS, and no slot taken for a key that is only refused. */
+		c = shm_read_count(rl->shm, &cur) + cost;
+	} else {
 		if (cur.idx == SHM_NONE) {
 			int how = shm_insert(rl->shm, &k, start, now, &cur);
 
 			if (how < 0)
 				return rl_fail(rl, RL_ERR_FULL);
-			out->inserted = true;
+			inserted = true;
 			out->evicted |= how == SHM_INS_EVICTED;
 		}
 		if (limit < 0 || count_denied) {
 			c = shm_add(rl->shm, &cur, cost, with_diff);
-			out->counted = true;
+			counted = true;
 		} else {
-			out->counted = shm_add_if(rl->shm, &cur, cost, pw, limit, with_diff, &c);
-			if (!out->counted)
+			counted = shm_add_if(rl->shm, &cur, cost, pw, limit, with_diff, &c);
+			if (!counted)
 				c += cost;	/* report what the hit would have made */
 		}
 		/* The slot was evicted between our look and our add (shm.h):
-		 * the hit went to the newcomer; count it again under our key. */
-		if (!out->counted || shm_still(rl->shm, &cur) || tries == RL_HIT_TRIES)
-			break;
+		 * the hit went to the newcomer. A diff must reach the store
+		 * under our key: count it again. A local count went away with
+		 * the evicted entry, as if the eviction had come after it
+		 * (no re-read on the local hot path). */
+		if (__builtin_expect(with_diff && counted && !shm_still(rl->shm, &cur), 0) &&
+		    ++tries < RL_HIT_TRIES)
+			goto again;
 	}
+	out->counted = counted;
+	out->inserted = inserted;
 	/* A key over a limit it was asked about is never evicted: its count
 	 * is what keeps it denied. */
 	if (limit >= 0 && window_rate(c, p, weight) > limit) {

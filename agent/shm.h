@@ -109,8 +109,12 @@
  *
  * A hit that found its slot just before it was evicted may add to the
  * slot after it changed hands; shm_still() (a seq_cst re-read of meta
- * after the seq_cst add) tells, and the caller counts the hit again under
- * its own key: never lost, at worst counted once more for the newcomer.
+ * after the seq_cst add) tells. A hit with a diff (a namespace that syncs)
+ * is then counted again under its own key, so the store never misses it;
+ * at worst the newcomer counts it once more. A local hit is not re-read
+ * (ratelimit.c keeps the hot path as it was): it goes away with its
+ * evicted entry, as if the eviction had come just after it, or, in the
+ * narrower race where it lands after the re-keying, the newcomer counts it.
  *
  * Known limit (documented, not fixed): a counter add is not atomic with
  * the slot's identity. A process that found its slot and then stalls for

@@ -281,6 +281,38 @@ static void calibrate(size_t bytes, long n)
 	munmap(buf, bytes);
 }
 
+/* A full table (issue 7): nkeys keys fill max_keys = nkeys, then as many
+ * new keys again, each evicting the least used entry of a sample. */
+static void bench_full(long nkeys)
+{
+	static const uint32_t sizes[] = { 60 };
+	struct rl_ns_opts o = { .name = NULL, .window_sizes = sizes, .n_window_sizes = 1,
+				.sync_rate = -1 };
+	char err[256];
+	struct rl *rl = rl_new("bench", (size_t)nkeys, err, sizeof(err));
+	char *keys = mk_keys(2 * nkeys);
+	struct rl_ns_stats st;
+	double fill, evict, again;
+
+	if (!rl || rl_new_namespace(rl, &o, err, sizeof(err)) < 0) {
+		fprintf(stderr, "bench_core: %s\n", err);
+		exit(2);
+	}
+	fill = pass(rl, keys, nkeys, nkeys, NOW, -1);
+	evict = pass(rl, keys + nkeys * KEYW, nkeys, nkeys, NOW, -1);
+	/* the first half again: evicted by the second, they evict in turn */
+	again = pass(rl, keys, nkeys, nkeys, NOW, -1);
+	rl_ns_stats(rl, 0, &st);
+	printf("%7ld keys, full table: fill %6.1f  new key evicting %6.1f  (again %6.1f) "
+	       "ns/insert; %llu evicted, %llu refused, %lld live\n",
+	       nkeys, fill, evict, again, (unsigned long long)st.evicted,
+	       (unsigned long long)st.refused, (long long)st.live);
+	check("refused on a full table", (double)st.refused, 0);
+	check("live entries at max_keys", (double)st.live, (double)nkeys);
+	free(keys);
+	rl_free(rl);
+}
+
 int main(int argc, char **argv)
 {
 	double scale = argc > 1 ? atof(argv[1]) : 1.0;
@@ -300,6 +332,7 @@ int main(int argc, char **argv)
 	bench_keys(1000, (long)(3e6 * scale));
 	bench_keys(100000, (long)(3e6 * scale));
 	bench_keys(1000000, (long)(2e6 * scale));
+	bench_full(1000000);
 	bench_clock((long)(1e6 * scale));
 	printf("bench_core: %.1f s%s\n", mono() - t0, failures ? ", FAILED checks" : "");
 	return failures ? 1 : 0;
