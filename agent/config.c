@@ -45,6 +45,9 @@
 #define CFG_WINDOW_MAX         31536000         /* 365 days, in seconds */
 #define CFG_NS_DEFAULT         "default"
 #define CFG_SECRET_MIN         16               /* key_secret bytes */
+#define CFG_BUFMEM_DEFAULT     (256ull << 20)   /* max_buffer_memory */
+#define CFG_BUFMEM_MIN         (1ull << 20)
+#define CFG_BUFMEM_MAX         (64ull << 30)
 #define CFG_STRATEGY_LOCAL     "local"
 #define CFG_SHOW_MAX           64               /* a value quoted in a message */
 #define CFG_SUN_PATH_MAX       (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
@@ -748,6 +751,17 @@ static int cfg_set_key_secret(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+static int cfg_set_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX, &x) < 0)
+		return -1;
+	c->max_buffer_memory = (size_t)x;
+	return 0;
+}
+
 static int cfg_set_namespaces(struct cfg_parser *p, json_t *v, void *obj);
 
 static const struct cfg_key cfg_top_keys[] = {
@@ -763,6 +777,7 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "frame_timeout_ms", .set = cfg_set_frame_timeout_ms },
 	{ .name = "log_level",        .set = cfg_set_log_level },
 	{ .name = "key_secret",       .set = cfg_set_key_secret },
+	{ .name = "max_buffer_memory", .set = cfg_set_max_buffer_memory },
 };
 
 static const struct cfg_key cfg_ns_keys[] = {
@@ -961,6 +976,7 @@ void config_defaults(struct config *c)
 	snprintf(c->listen, sizeof(c->listen), "%s", CFG_LISTEN_DEFAULT);
 	c->workers = config_default_workers();
 	c->max_keys = CFG_MAX_KEYS_DEFAULT;
+	c->max_buffer_memory = CFG_BUFMEM_DEFAULT;
 	snprintf(c->message_prefix, sizeof(c->message_prefix), "%s", CFG_PREFIX_DEFAULT);
 	c->var_scope = SPOP_SCOPE_TXN;
 	c->max_frame_size = SPOP_DEFAULT_FRAME_SIZE;
@@ -1078,7 +1094,9 @@ int config_check(const struct config *c, struct config_err *err)
 			    CFG_FRAME_MAX) < 0 ||
 	    cfg_check_range(&p, "max_connections", c->max_connections, 1, CFG_CONN_MAX) < 0 ||
 	    cfg_check_range(&p, "idle_timeout_ms", c->idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
-	    cfg_check_range(&p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0)
+	    cfg_check_range(&p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
+	    cfg_check_range(&p, "max_buffer_memory", (long long)c->max_buffer_memory,
+			    (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX) < 0)
 		return -1;
 	if (c->log_level < 0 || c->log_level >= LOG_LEVEL_COUNT) {
 		cfg_path_key(&p, "log_level");

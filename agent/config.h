@@ -57,6 +57,7 @@ struct config {
 	uint32_t max_connections;          /* per worker */
 	uint32_t idle_timeout_ms;          /* close a connection idle this long */
 	uint32_t frame_timeout_ms;         /* a half-received frame must complete in this */
+	size_t max_buffer_memory;          /* connection buffers per worker, bytes */
 	int log_level;                     /* enum log_level */
 	char key_secret[CONFIG_SECRET_MAX]; /* long-key digests; "" = none */
 	struct config_ns ns[CONFIG_MAX_NAMESPACES];

@@ -22,6 +22,10 @@
 #define CONN_MAX_PENDING     64     /* NOTIFYs waiting for a store per connection
 				       (HAProxy keeps at most 20 in flight) */
 #define CONN_CLOSE_GRACE     1.0    /* seconds to flush a final DISCONNECT */
+#define CONN_HELLO_FRAME_MAX 4096   /* largest frame before HELLO (a HELLO is
+				       about 150 bytes): the buffers of a peer
+				       that has not said HELLO stay this small */
+#define CONN_WBUF_MIN        32768  /* write buffer after HELLO, at least */
 
 static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
@@ -105,9 +109,9 @@ static void conn_fail(struct conn *c, enum spop_err err)
 
 	if (c->state == CONN_CLOSING)
 		return;
-	if (err != SPOP_ERR_NONE)
-		LOG(LOG_INFO, "conn %d: disconnecting: %s (status %d)", c->fd, spop_err_str(err),
-		    (int)err);
+	if (err != SPOP_ERR_NONE && log_limit(&c->w->fail_log, ev_now(c->w->loop)))
+		LOG(LOG_INFO, "conn %d: disconnecting: %s (status %d)%s", c->fd, spop_err_str(err),
+		    (int)err, log_limit_suppressed(&c->w->fail_log));
 	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
 	if (spop_encode_agent_disconnect(&w, err, spop_err_str(err)) == 0)
 		c->wlen += w.len;
@@ -116,6 +120,48 @@ static void conn_fail(struct conn *c, enum spop_err err)
 	ev_timer_stop(c->w->loop, &c->timer);
 	ev_timer_set(&c->timer, CONN_CLOSE_GRACE, 0.);
 	ev_timer_start(c->w->loop, &c->timer);
+}
+
+/* Grows the buffers to at least rcap and wcap bytes, within the worker's
+ * max_buffer_memory. Returns 0, or -1 (buffers unchanged) over the budget
+ * or out of memory. The read buffer may move: callers index it by offset. */
+static int conn_grow(struct conn *c, size_t rcap, size_t wcap)
+{
+	struct worker *w = c->w;
+	size_t more = 0;
+	uint8_t *nb;
+
+	if (wcap < CONN_WBUF_MIN)
+		wcap = CONN_WBUF_MIN;
+	if (rcap < c->rcap)
+		rcap = c->rcap;
+	if (wcap < c->wcap)
+		wcap = c->wcap;
+	more = rcap - c->rcap + wcap - c->wcap;
+	if (more == 0)
+		return 0;
+	if (w->buf_bytes + more > w->cfg->max_buffer_memory) {
+		if (log_limit(&w->budget_log, ev_now(w->loop)))
+			LOG(LOG_WARN, "conn %d: max_buffer_memory (%zu bytes) reached: connection "
+			    "refused%s", c->fd, w->cfg->max_buffer_memory,
+			    log_limit_suppressed(&w->budget_log));
+		return -1;
+	}
+	if (rcap > c->rcap) {
+		if (!(nb = realloc(c->rbuf, rcap)))
+			return -1;
+		c->rbuf = nb;
+		w->buf_bytes += rcap - c->rcap;
+		c->rcap = rcap;
+	}
+	if (wcap > c->wcap) {
+		if (!(nb = realloc(c->wbuf, wcap)))
+			return -1;
+		c->wbuf = nb;
+		w->buf_bytes += wcap - c->wcap;
+		c->wcap = wcap;
+	}
+	return 0;
 }
 
 static void conn_hello(struct conn *c, const struct spop_frame *f)
@@ -151,7 +197,16 @@ static void conn_hello(struct conn *c, const struct spop_frame *f)
 	}
 	c->wlen += w.len;
 	/* A health check is answered, then the connection is closed. */
-	c->state = h.healthcheck ? CONN_CLOSING : CONN_READY;
+	if (h.healthcheck) {
+		c->state = CONN_CLOSING;
+		return;
+	}
+	if (conn_grow(c, (size_t)c->max_frame + SPOP_LEN_SIZE, 2 * ((size_t)c->max_frame +
+								      SPOP_LEN_SIZE)) < 0) {
+		conn_fail(c, SPOP_ERR_RES);
+		return;
+	}
+	c->state = CONN_READY;
 }
 
 static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
@@ -170,6 +225,7 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 	switch (f->type) {
 	case SPOP_FRAME_NOTIFY:
 	{
+		c->last_notify = ev_now(c->w->loop);
 		spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
 		int rc = handler_notify(&c->w->handler, f, now, &w, c->max_frame, &err, c,
 					&c->pending);
@@ -185,9 +241,13 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 	case SPOP_FRAME_HAPROXY_DISCONNECT: {
 		struct spop_disconnect d;
 		if (spop_disconnect_decode(f->payload, f->payload_len, &d, &err) == 0 &&
-		    d.has_status_code && d.status_code > SPOP_ERR_TIMEOUT)
-			LOG(LOG_INFO, "conn %d: HAProxy disconnects: %u %.*s", c->fd, d.status_code,
-			    (int)d.message.len, d.message.ptr);
+		    d.has_status_code && d.status_code > SPOP_ERR_TIMEOUT &&
+		    log_limit(&c->w->disconnect_log, now)) {
+			char text[LOG_ESCAPED_MAX];
+			log_escape(d.message.ptr, d.message.len, text, sizeof(text));
+			LOG(LOG_INFO, "conn %d: HAProxy disconnects: %u \"%s\"%s", c->fd,
+			    d.status_code, text, log_limit_suppressed(&c->w->disconnect_log));
+		}
 		conn_fail(c, SPOP_ERR_NONE);
 		break;
 	}
@@ -214,7 +274,7 @@ static void conn_process(struct conn *c)
 	while (c->state != CONN_CLOSING && off < c->rlen && c->npending < CONN_MAX_PENDING) {
 		struct spop_frame f;
 		enum spop_err err;
-		size_t limit = c->state == CONN_HELLO ? c->w->cfg->max_frame_size : c->max_frame;
+		size_t limit = c->state == CONN_HELLO ? CONN_HELLO_FRAME_MAX : c->max_frame;
 
 		/* Room for the largest answer, or wait until the peer reads. */
 		if (c->wcap - c->wlen < (size_t)c->max_frame + SPOP_LEN_SIZE) {
@@ -243,9 +303,12 @@ static void conn_process(struct conn *c)
 		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
 		c->rlen -= off;
 	}
+	/* The frame timer measures one frame: it restarts whenever a whole
+	 * frame was consumed, so a busy peer whose writes end mid-frame is
+	 * never cut while frames keep completing. */
 	if (c->rlen == 0)
 		c->partial_since = 0;
-	else if (c->partial_since == 0)
+	else if (off > 0 || c->partial_since == 0)
 		c->partial_since = evnow;
 }
 
@@ -354,10 +417,12 @@ struct conn *conn_new(struct worker *w, int fd)
 	c->w = w;
 	c->fd = fd;
 	c->state = CONN_HELLO;
-	c->max_frame = cfg->max_frame_size;
-	c->rcap = (size_t)cfg->max_frame_size + SPOP_LEN_SIZE;
-	/* Room for two full answers, and many small ACKs per batch. */
-	c->wcap = 2 * c->rcap < 32768 ? 32768 : 2 * c->rcap;
+	/* Small buffers until HELLO (conn_hello grows them to the
+	 * negotiated frame size): room for a HELLO in, a HELLO or a
+	 * DISCONNECT out. */
+	c->max_frame = CONN_HELLO_FRAME_MAX;
+	c->rcap = CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE;
+	c->wcap = 2 * c->rcap;
 	c->rbuf = malloc(c->rcap);
 	c->wbuf = malloc(c->wcap);
 	if (!c->rbuf || !c->wbuf) {
@@ -367,7 +432,8 @@ struct conn *conn_new(struct worker *w, int fd)
 		close(fd);
 		return NULL;
 	}
-	c->created = c->last_rx = ev_now(w->loop);
+	w->buf_bytes += c->rcap + c->wcap;
+	c->created = c->last_rx = c->last_notify = ev_now(w->loop);
 	ev_io_init(&c->io, conn_on_io, fd, EV_READ);
 	ev_io_start(w->loop, &c->io);
 	/* The first check comes at the earlier of the two deadlines. */
@@ -412,16 +478,12 @@ void conn_deliver(void *owner, struct handler_pending *p)
 	size_t need = (size_t)c->max_frame + SPOP_LEN_SIZE;
 	if (c->wcap - c->wlen < need) {
 		conn_compact_wbuf(c);
-		if (c->wcap - c->wlen < need) {
-			uint8_t *nb = c->wcap * 2 <= CONN_WBUF_MAX ? realloc(c->wbuf, c->wcap * 2) : NULL;
-			if (!nb) {
-				handler_pending_release(h, p);
-				LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing", c->fd);
-				conn_close(c);
-				return;
-			}
-			c->wbuf = nb;
-			c->wcap *= 2;
+		if (c->wcap - c->wlen < need &&
+		    (c->wcap * 2 > CONN_WBUF_MAX || conn_grow(c, 0, c->wcap * 2) < 0)) {
+			handler_pending_release(h, p);
+			LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing", c->fd);
+			conn_close(c);
+			return;
 		}
 	}
 	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
@@ -437,8 +499,26 @@ void conn_deliver(void *owner, struct handler_pending *p)
 	conn_continue(c);
 }
 
+void conn_evict(struct conn *c)
+{
+	struct spop_writer w;
+
+	if (c->dead)
+		return;
+	/* Best effort: one DISCONNECT if it fits the socket now, then close. */
+	if (c->state != CONN_CLOSING) {
+		spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+		if (spop_encode_agent_disconnect(&w, SPOP_ERR_NONE, "idle connection evicted") == 0)
+			c->wlen += w.len;
+	}
+	if (c->woff < c->wlen)
+		(void)!send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL | MSG_DONTWAIT);
+	conn_close(c);
+}
+
 void conn_free(struct conn *c)
 {
+	c->w->buf_bytes -= c->rcap + c->wcap;
 	free(c->rbuf);
 	free(c->wbuf);
 	free(c);

@@ -41,6 +41,8 @@ struct conn {
 	uint32_t max_frame;           /* negotiated (the configured bound before HELLO) */
 	double created;               /* ev_now() at accept */
 	double last_rx;               /* ev_now() when the last whole frame arrived */
+	double last_notify;           /* ev_now() of the last NOTIFY (or of accept):
+	                                 what makes a connection busy */
 	double partial_since;         /* ev_now() when a partial frame began, or 0 */
 	struct handler_pending *pending;  /* NOTIFYs whose ACK waits for a store */
 	unsigned npending;                /* how many (reads pause at CONN_MAX_PENDING) */
@@ -59,6 +61,11 @@ void conn_drain(struct conn *c);
 /* handler.deliver: writes the ACK of a NOTIFY that waited for its store
  * (pipelined ACKs may leave out of order). */
 void conn_deliver(void *owner, struct handler_pending *p);
+
+/* Closes a connection at once to make room for a new peer (the worker is
+ * at max_connections and c is the longest idle): a DISCONNECT is sent if
+ * the socket takes it now. */
+void conn_evict(struct conn *c);
 
 /* Frees a connection closed earlier (c->dead). */
 void conn_free(struct conn *c);

@@ -188,3 +188,57 @@ void log_write(int level, const char *fmt, ...)
 	}
 	errno = saved_errno;
 }
+
+bool log_limit(struct log_limit *l, double now)
+{
+	if (l->last != 0 && now - l->last < 1.0 && now >= l->last) {
+		l->suppressed++;
+		return false;
+	}
+	if (l->suppressed)
+		snprintf(l->note, sizeof(l->note), " (%llu similar suppressed)",
+			 (unsigned long long)l->suppressed);
+	else
+		l->note[0] = '\0';
+	l->suppressed = 0;
+	l->last = now;
+	return true;
+}
+
+const char *log_limit_suppressed(const struct log_limit *l)
+{
+	return l->note;
+}
+
+void log_escape(const char *p, size_t n, char *out, size_t outlen)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0, shown = n < LOG_ESCAPED_SHOWN ? n : LOG_ESCAPED_SHOWN;
+
+	for (size_t i = 0; i < shown; i++) {
+		unsigned char ch = (unsigned char)p[i];
+		char e[4];
+		size_t k = 0;
+
+		if (ch == '\\' || ch == '"') {
+			e[k++] = '\\';
+			e[k++] = (char)ch;
+		} else if (ch >= 0x20 && ch < 0x7f) {
+			e[k++] = (char)ch;
+		} else {
+			e[k++] = '\\';
+			e[k++] = 'x';
+			e[k++] = hex[ch >> 4];
+			e[k++] = hex[ch & 15];
+		}
+		if (o + k + 1 > outlen)
+			break;
+		memcpy(out + o, e, k);
+		o += k;
+	}
+	if (shown < n && o + 4 <= outlen) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+}

@@ -42,6 +42,25 @@ static double mono_now(void)
 	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
+/* The unix socket this process bound (st_dev, st_ino), 0 if none. */
+static dev_t master_sock_dev;
+static ino_t master_sock_ino;
+
+/* Removes the unix socket of addr if it is still the one we bound (not a
+ * file that replaced it since). */
+static void master_unlink_own(const char *addr)
+{
+	const char *path;
+	struct stat st;
+
+	if (strncmp(addr, "unix:", 5) != 0 && addr[0] != '/')
+		return;
+	path = addr[0] == '/' ? addr : addr + 5;
+	if (master_sock_ino != 0 && lstat(path, &st) == 0 && st.st_dev == master_sock_dev &&
+	    st.st_ino == master_sock_ino)
+		unlink(path);
+}
+
 int master_listen(const char *addr, char *err, size_t errlen)
 {
 	int fd;
@@ -57,13 +76,37 @@ int master_listen(const char *addr, char *err, size_t errlen)
 		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (fd < 0)
 			goto fail;
-		/* A socket file left by a previous run. */
+		/* A socket file left by a previous run is replaced; one that a
+		 * live process listens on is not (a second agent on the same
+		 * path refuses to start), nor is anything but a socket. */
 		struct stat st;
-		if (stat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+		if (lstat(path, &st) == 0) {
+			if (!S_ISSOCK(st.st_mode)) {
+				snprintf(err, errlen, "%s: exists and is not a socket", addr);
+				close(fd);
+				return -1;
+			}
+			int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+			int live = probe >= 0 &&
+				   connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0;
+			if (probe >= 0)
+				close(probe);
+			if (live) {
+				snprintf(err, errlen, "%s: another process is listening on this "
+					 "socket (another agent?); not replacing it", addr);
+				close(fd);
+				return -1;
+			}
 			unlink(path);
+		}
 		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 1024) < 0) {
 			close(fd);
 			goto fail;
+		}
+		/* Remember which file is ours: at exit only it is removed. */
+		if (stat(path, &st) == 0) {
+			master_sock_dev = st.st_dev;
+			master_sock_ino = st.st_ino;
 		}
 		return fd;
 	}
@@ -206,8 +249,7 @@ int master_run(const struct config *cfg, struct rl *rl, int listen_fd)
 
 	LOG(LOG_INFO, "stopping: workers finish their frames");
 	close(listen_fd);
-	if (strncmp(cfg->listen, "unix:", 5) == 0 || cfg->listen[0] == '/')
-		unlink(cfg->listen[0] == '/' ? cfg->listen : cfg->listen + 5);
+	master_unlink_own(cfg->listen);
 	for (int i = 0; i < n; i++)
 		if (ws[i].pid > 0)
 			kill(ws[i].pid, SIGTERM);

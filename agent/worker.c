@@ -25,6 +25,31 @@
 #define WORKER_DRAIN_SECONDS     5.0
 #define WORKER_ACCEPT_PAUSE      0.1     /* after EMFILE and the like */
 #define WORKER_STOP_POLL         0.05    /* while stopping: is everything done? */
+#define WORKER_CAP_RECHECK       1.0     /* at max_connections: look for an idle one */
+#define WORKER_EVICT_IDLE        1.0     /* seconds without a NOTIFY: evictable */
+
+/* At max_connections, the connection to close for a new peer: the one
+ * whose last NOTIFY (or accept, for one that never sent any) is the
+ * oldest, if that is at least WORKER_EVICT_IDLE ago. NULL: every one is
+ * busy. A
+ * peer that only keeps its connection open (or sends anything but
+ * NOTIFYs) cannot hold a slot against a peer that needs it. O(connections),
+ * and only at the cap when a peer is waiting. */
+static struct conn *worker_idlest(const struct worker *w, double now)
+{
+	struct conn *best = NULL;
+	double best_t = now - WORKER_EVICT_IDLE;
+
+	for (struct conn *c = w->conns; c; c = c->next) {
+		double t = c->last_notify;
+
+		if (!c->dead && c->state != CONN_CLOSING && t <= best_t) {
+			best = c;
+			best_t = t;
+		}
+	}
+	return best;
+}
 
 static void worker_on_accept_pause(struct ev_loop *loop, ev_timer *t, int revents)
 {
@@ -80,15 +105,25 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 	(void)revents;
 
 	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
+		struct conn *idle = NULL;
+
 		if (w->nconns >= w->cfg->max_connections) {
-			/* Full: leave new connections to the other workers. */
 			double now = ev_now(loop);
-			if (now - w->last_cap_log >= 1.0) {
-				w->last_cap_log = now;
-				LOG(LOG_WARN, "worker at max_connections (%u): not accepting", w->nconns);
+
+			idle = worker_idlest(w, now);
+			if (!idle) {
+				/* All busy: leave new connections to the other workers;
+				 * look again in a while. */
+				if (log_limit(&w->cap_log, now))
+					LOG(LOG_WARN, "worker at max_connections (%u), all busy: "
+					    "not accepting%s", w->nconns,
+					    log_limit_suppressed(&w->cap_log));
+				ev_io_stop(loop, &w->accept_w);
+				ev_timer_stop(loop, &w->accept_pause_w);
+				ev_timer_set(&w->accept_pause_w, WORKER_CAP_RECHECK, 0.);
+				ev_timer_start(loop, &w->accept_pause_w);
+				return;
 			}
-			ev_io_stop(loop, &w->accept_w);
-			return;
 		}
 		int fd = accept4(w->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
@@ -98,17 +133,22 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 				return;
 			/* EMFILE, ENFILE, ENOBUFS...: the listener stays readable;
 			 * pause accepting instead of spinning on it. */
-			double now = ev_now(loop);
-			if (now - w->last_cap_log >= 1.0) {
-				w->last_cap_log = now;
-				LOG(LOG_WARN, "accept: %s; pausing accepts for %.0f ms", strerror(errno),
-				    WORKER_ACCEPT_PAUSE * 1000);
-			}
+			if (log_limit(&w->accept_log, ev_now(loop)))
+				LOG(LOG_WARN, "accept: %s; pausing accepts for %.0f ms%s", strerror(errno),
+				    WORKER_ACCEPT_PAUSE * 1000, log_limit_suppressed(&w->accept_log));
 			ev_io_stop(loop, &w->accept_w);
 			ev_timer_stop(loop, &w->accept_pause_w);
 			ev_timer_set(&w->accept_pause_w, WORKER_ACCEPT_PAUSE, 0.);
 			ev_timer_start(loop, &w->accept_pause_w);
 			return;
+		}
+		if (idle) {
+			/* A peer is waiting: the longest idle connection goes. */
+			if (log_limit(&w->evict_log, ev_now(loop)))
+				LOG(LOG_INFO, "max_connections (%u): closing the longest idle "
+				    "connection for a new one%s", w->nconns,
+				    log_limit_suppressed(&w->evict_log));
+			conn_evict(idle);
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails on unix sockets */

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "agent/handler.h"
+#include "agent/log.h"
 
 struct config;
 struct conn;
@@ -33,8 +34,9 @@ struct worker {
 	struct conn *conns;           /* live connections */
 	struct conn *dead;            /* closed, to free after the callbacks */
 	uint32_t nconns;
+	size_t buf_bytes;             /* connection buffers (max_buffer_memory) */
 	bool stopping;
-	double last_cap_log;
+	struct log_limit cap_log, accept_log, evict_log, budget_log, fail_log, disconnect_log;
 };
 
 /* Runs a worker until SIGTERM/SIGINT and its connections are done.

@@ -390,6 +390,8 @@ Test(config, wrong_types)
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"on_table_full\": 1}]}",
 		  "namespaces[0].on_table_full",
 		  "expected one of \"evict\", \"deny\" or \"allow\", got integer 1" },
+		{ "{\"max_buffer_memory\": \"1G\"}", "max_buffer_memory",
+		  "expected an integer in 1048576..68719476736, got string \"1G\"" },
 		{ "{\"key_secret\": 12345678901234567}", "key_secret",
 		  "expected a string of 16..255 bytes, got integer" },
 	};
@@ -463,6 +465,7 @@ Test(config, bad_values)
 		  "namespaces[1].max_keys", "add up to more than the top-level max_keys (100)" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"on_table_full\": \"drop\"}]}",
 		  "namespaces[0].on_table_full", "got string \"drop\"" },
+		{ "{\"max_buffer_memory\": 1048575}", "max_buffer_memory", "got 1048575" },
 		{ "{\"key_secret\": \"short\"}", "key_secret",
 		  "expected a string of 16..255 bytes without NUL, got 5 bytes" },
 	};

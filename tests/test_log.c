@@ -321,3 +321,41 @@ Test(log, processes_do_not_interleave)
 	regfree(&re);
 	cr_assert_eq(lines, CHILDREN * LINES);
 }
+
+/* Peer-supplied text in a log line: printable ASCII as is, quotes and
+ * backslashes escaped, everything else as \xNN, bounded. */
+Test(log, escape_peer_text)
+{
+	char out[LOG_ESCAPED_MAX], big[1000];
+
+	log_escape("plain text", 10, out, sizeof(out));
+	cr_assert_str_eq(out, "plain text");
+	log_escape("\x1b[31mred\n\"q\"\\", 13, out, sizeof(out));
+	cr_assert_str_eq(out, "\\x1b[31mred\\x0a\\\"q\\\"\\\\");
+	log_escape("a\0b\xff", 4, out, sizeof(out));
+	cr_assert_str_eq(out, "a\\x00b\\xff");
+	memset(big, 0x07, sizeof(big));
+	log_escape(big, sizeof(big), out, sizeof(out));
+	cr_assert_eq(strlen(out), LOG_ESCAPED_SHOWN * 4 + 3);
+	cr_assert_str_eq(out + strlen(out) - 3, "...");
+	/* a small output is cut on an escape boundary, always terminated */
+	log_escape("\x01\x02", 2, out, 6);
+	cr_assert_str_eq(out, "\\x01");
+}
+
+/* At most one line a second per kind; the next says how many were held. */
+Test(log, limit_once_a_second)
+{
+	struct log_limit l = { 0 };
+
+	cr_assert(log_limit(&l, 100.0));
+	cr_assert_str_eq(log_limit_suppressed(&l), "");
+	cr_assert(!log_limit(&l, 100.2));
+	cr_assert(!log_limit(&l, 100.9));
+	cr_assert(log_limit(&l, 101.0));
+	cr_assert_str_eq(log_limit_suppressed(&l), " (2 similar suppressed)");
+	cr_assert(!log_limit(&l, 101.5));
+	/* a clock stepped back does not silence the kind forever */
+	cr_assert(log_limit(&l, 50.0));
+	cr_assert_str_eq(log_limit_suppressed(&l), " (1 similar suppressed)");
+}

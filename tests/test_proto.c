@@ -1928,6 +1928,138 @@ Test(timeouts, half_frame)
 	check_still_serving("a frame timeout");
 }
 
+/* The frame timer measures one frame (issue 7): a busy peer whose writes
+ * always end in the middle of a frame, each write completing the previous
+ * frame, is never cut, here over 3.5 x frame_timeout_ms. */
+Test(timeouts, busy_writes_ending_mid_frame)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	static const char json[] = "{ \"frame_timeout_ms\": 1000, \"idle_timeout_ms\": 60000 }";
+	static struct rawspop_actions acts;
+	static uint8_t prev[4096];
+	size_t prev_len = 0, half = 0;
+	uint64_t sid = 101, fid = 1;
+	int64_t t0;
+	int fd, frames = 0;
+
+	start_with(json, args);
+	fd = hello_conn();
+	t0 = rawspop_now_ms();
+	while (rawspop_now_ms() - t0 < 3500) {
+		struct rl r = { .key = "busy", .window = 60 };
+		static uint8_t out[8192];
+		size_t n = 0;
+
+		rawspop_buf_reset(&wb);
+		put_notify(sid + 2 * (uint64_t)frames, fid + (uint64_t)frames, &r, 1);
+		cr_assert(wb.len < sizeof(prev));
+		/* the rest of the previous frame, then half of this one */
+		memcpy(out, prev + half, prev_len - half);
+		n = prev_len - half;
+		half = wb.len / 2;
+		memcpy(out + n, wb.b, half);
+		n += half;
+		memcpy(prev, wb.b, wb.len);
+		prev_len = wb.len;
+		cr_assert(rawspop_send(fd, out, n) == 0, "send: %s", strerror(errno));
+		if (frames > 0)
+			read_ack(fd, sid + 2 * (uint64_t)(frames - 1), fid + (uint64_t)(frames - 1),
+				 &acts);
+		frames++;
+		sleep_ms(50);
+	}
+	cr_assert(rawspop_send(fd, prev + half, prev_len - half) == 0);
+	read_ack(fd, sid + 2 * (uint64_t)(frames - 1), fid + (uint64_t)(frames - 1), &acts);
+	cr_assert_eq(var_int(&acts, "rate"), frames, "every hit counted");
+	expect_quiet(fd, 200);
+	close(fd);
+}
+
+/* Before HELLO, a peer gets small buffers and a frame above a few KiB is
+ * refused: 200 peers announcing a 1 MiB frame (max_frame_size 1 MiB) and
+ * sending 256 KiB of it grow the worker by at most 16 MiB. */
+static long rss_kib(pid_t pid)
+{
+	char path[64], line[256];
+	long kib = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	cr_assert(f, "open %s", path);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+			break;
+	fclose(f);
+	return kib;
+}
+
+#define NOHELLO_PEERS 200
+
+Test(timeouts, peers_without_hello_stay_small, .timeout = 120)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	static const char json[] = "{ \"max_frame_size\": 1048576, \"frame_timeout_ms\": 30000 }";
+	static uint8_t chunk[256 * 1024];
+	static int fds[NOHELLO_PEERS];
+	pid_t worker;
+	long before, after;
+	int refused = 0;
+
+	start_with(json, args);
+	close(hello_conn());	/* the worker is up and warm */
+	cr_assert_eq(agentproc_children(agent.pid, &worker, 1), 1);
+	sleep_ms(200);
+	before = rss_kib(worker);
+	/* a HAPROXY-HELLO frame header announcing 1 MiB, then 256 KiB */
+	chunk[0] = 0x00, chunk[1] = 0x10, chunk[2] = 0x00, chunk[3] = 0x00;
+	chunk[4] = RAWSPOP_HAPROXY_HELLO;
+	for (int i = 0; i < NOHELLO_PEERS; i++) {
+		fds[i] = conn_open();
+		(void)!send(fds[i], chunk, sizeof(chunk), MSG_NOSIGNAL | MSG_DONTWAIT);
+	}
+	sleep_ms(500);
+	after = rss_kib(worker);
+	for (int i = 0; i < NOHELLO_PEERS; i++) {
+		enum rawspop_read_res r = rawspop_read_frame(fds[i], &fr, IO_MS);
+		refused += (r == RAWSPOP_READ_FRAME && fr.type == RAWSPOP_AGENT_DISCONNECT) ||
+			   r == RAWSPOP_READ_EOF || r == RAWSPOP_READ_RESET;
+		close(fds[i]);
+	}
+	cr_log_info("worker RSS %ld KiB before, %ld KiB with %d peers without HELLO (+%ld KiB)",
+		    before, after, NOHELLO_PEERS, after - before);
+	cr_assert_leq(after - before, 16 * 1024, "worker grew by %ld KiB", after - before);
+	cr_assert_eq(refused, NOHELLO_PEERS, "%d of %d refused", refused, NOHELLO_PEERS);
+	check_still_serving("200 peers without HELLO");
+}
+
+/* At max_connections, a new peer gets the slot of the connection idle the
+ * longest (no NOTIFY for over a second): idle peers cannot hold every
+ * slot of a worker. */
+Test(timeouts, idle_peers_cannot_hold_the_cap)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	static const char json[] = "{ \"max_connections\": 4 }";
+	static struct rawspop_actions acts;
+	int idle[4], fd, closed = 0;
+
+	start_with(json, args);
+	for (int i = 0; i < 4; i++)
+		idle[i] = hello_conn();
+	sleep_ms(1500);
+	fd = hello_conn();
+	struct rl r = { .key = "newcomer", .window = 60 };
+	notify1(fd, &r, &acts);
+	cr_assert_eq(var_int(&acts, "rate"), 1);
+	for (int i = 0; i < 4; i++) {
+		enum rawspop_read_res rr = rawspop_read_frame(idle[i], &fr, 200);
+		closed += rr != RAWSPOP_READ_TIMEOUT;
+		close(idle[i]);
+	}
+	cr_assert_eq(closed, 1, "%d idle connections closed for one newcomer", closed);
+	close(fd);
+}
+
 /* idle_timeout_ms is independent of frame_timeout_ms (CONFIG.md): an
  * idle connection goes after 400 ms even with a 60 s frame timeout. */
 Test(timeouts, idle)
