@@ -1428,6 +1428,17 @@ static void pg_dispatch(struct pg *s)
 			return;
 		op = s->active;
 		if (!op) {
+			if (s->head && pg_all_down(s)) {
+				/* Every connection failed (a set-up refused, the
+				 * server gone) and waits for its reconnect: what is
+				 * queued fails now with the reason, as a new
+				 * operation would, rather than at its timeout. */
+				op = s->head;
+				pg_err_set(op->err, "not connected: ", s->last_err);
+				op->failed = true;
+				pg_op_finish(s, op, -1);
+				continue;
+			}
 			if (!s->head || !pg_any_ready(s))
 				return;
 			op = s->head;

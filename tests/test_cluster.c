@@ -455,25 +455,39 @@ static double pg_total(const char *key, unsigned w)
 
 static char json[2048];
 
-static const char *cfg_redis(unsigned w, double rate)
+/* Configs with the store timeout the case needs: short where the test is
+ * about a store that is down or paused (answers must not wait), long where
+ * it is about exact counts (a sanitized agent on a busy machine must not
+ * fall back to its local count for want of time). */
+static const char *cfg_redis_t(unsigned w, double rate, int timeout_ms)
 {
 	snprintf(json, sizeof(json),
 		 "{\"log_level\":\"info\",\"namespaces\":[{\"name\":\"default\","
 		 "\"window_sizes\":[%u],\"sync_rate\":%g,\"strategy\":\"redis\","
-		 "\"strategy_opts\":{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":100}}]}",
-		 w, rate, redis.port);
+		 "\"strategy_opts\":{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":%d}}]}",
+		 w, rate, redis.port, timeout_ms);
 	return json;
 }
 
-static const char *cfg_pg(unsigned w, double rate)
+static const char *cfg_redis(unsigned w, double rate)
+{
+	return cfg_redis_t(w, rate, 100);
+}
+
+static const char *cfg_pg_t(unsigned w, double rate, int timeout_ms)
 {
 	snprintf(json, sizeof(json),
 		 "{\"log_level\":\"info\",\"namespaces\":[{\"name\":\"default\","
 		 "\"window_sizes\":[%u],\"sync_rate\":%g,\"strategy\":\"postgres\","
 		 "\"strategy_opts\":{\"conninfo\":\"host=127.0.0.1 port=%d dbname=postgres "
-		 "user=postgres\",\"table\":\"" PG_TABLE "\",\"timeout_ms\":300}}]}",
-		 w, rate, pg.port);
+		 "user=postgres\",\"table\":\"" PG_TABLE "\",\"timeout_ms\":%d}}]}",
+		 w, rate, pg.port, timeout_ms);
 	return json;
+}
+
+static const char *cfg_pg(unsigned w, double rate)
+{
+	return cfg_pg_t(w, rate, 300);
 }
 
 /* ---------------------------------------------------------------- fixture */
@@ -620,7 +634,7 @@ Test(cluster, redis_synchronous_exact)
 
 	redis_up(false);
 	for (size_t n = 0; n < NODES; n++)
-		node_start(n, cfg_redis(w, 0));
+		node_start(n, cfg_redis_t(w, 0, 5000));
 	synchronous_case("redis sync_rate 0", redis_total, w);
 }
 
@@ -630,7 +644,7 @@ Test(cluster, postgres_synchronous_exact)
 
 	pg_up();
 	for (size_t n = 0; n < NODES; n++)
-		node_start(n, cfg_pg(w, 0));
+		node_start(n, cfg_pg_t(w, 0, 5000));
 	synchronous_case("postgres sync_rate 0", pg_total, w);
 }
 
