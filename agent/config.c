@@ -275,6 +275,13 @@ static const char *cfg_host_problem(const char *host, size_t n, bool bracketed)
 	return inet_pton(AF_INET, buf, addr) == 1 ? NULL : "bad IPv4 address";
 }
 
+const char *config_unix_path(const char *listen)
+{
+	if (strncmp(listen, "unix:", 5) == 0)
+		return listen + 5;
+	return listen[0] == '/' ? listen : NULL;
+}
+
 /* Why s is not a listen address, or NULL if it is one:
  *
  *   HOST:PORT   [IPV6]:PORT   unix:/PATH   /PATH
@@ -289,8 +296,8 @@ static const char *cfg_listen_problem(const char *s)
 		return "empty";
 	if (strlen(s) >= CONFIG_ADDR_MAX)
 		return "longer than 255 bytes";
-	if (strncmp(s, "unix:", 5) == 0 || s[0] == '/') {
-		const char *path = s[0] == '/' ? s : s + 5;
+	if (config_unix_path(s)) {
+		const char *path = config_unix_path(s);
 
 		if (!*path)
 			return "empty socket path";
@@ -515,6 +522,77 @@ static int cfg_set_listen(struct cfg_parser *p, json_t *v, void *obj)
 	if (cfg_check_listen(p, json_string_value(v)) < 0)
 		return -1;
 	memcpy(c->listen, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+/* listen_mode: a string of octal digits such as "0660" (JSON has no octal
+ * numbers, and 660 read as decimal would be a surprise). Only permission
+ * bits: no set-user-ID, set-group-ID or sticky bit on a socket. */
+static int cfg_set_listen_mode(struct cfg_parser *p, json_t *v, void *obj)
+{
+	static const char what[] = "an octal string \"0000\"..\"0777\" such as \"0660\"";
+	struct config *c = obj;
+	const char *s;
+	size_t n, i;
+	int mode = 0;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, what);
+	s = json_string_value(v);
+	n = json_string_length(v);
+	if (n < 3 || n > 4)
+		return cfg_fail_type(p, v, what);
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '7')
+			return cfg_fail_type(p, v, what);
+		mode = mode * 8 + (s[i] - '0');
+	}
+	if (mode > 0777)
+		return cfg_fail_type(p, v, what);
+	c->listen_mode = mode;
+	return 0;
+}
+
+/* A user or group: a number or a name of [A-Za-z0-9_.-] (a trailing '$'
+ * allowed, as useradd does), not starting with '-'. */
+static bool cfg_owner_part_ok(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n == 0 || s[0] == '-')
+		return false;
+	for (i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-' ||
+		      (ch == '$' && i == n - 1)))
+			return false;
+	}
+	return true;
+}
+
+/* "user", "user:group" or ":group". */
+static bool cfg_owner_ok(const char *s, size_t n)
+{
+	const char *colon = memchr(s, ':', n);
+
+	if (n == 0 || n >= CONFIG_OWNER_MAX)
+		return false;
+	if (!colon)
+		return cfg_owner_part_ok(s, n);
+	if (colon != s && !cfg_owner_part_ok(s, (size_t)(colon - s)))
+		return false;
+	return cfg_owner_part_ok(colon + 1, n - (size_t)(colon + 1 - s));
+}
+
+static int cfg_set_listen_owner(struct cfg_parser *p, json_t *v, void *obj)
+{
+	static const char what[] = "\"USER\", \"USER:GROUP\" or \":GROUP\" (names or ids)";
+	struct config *c = obj;
+
+	if (!json_is_string(v) || !cfg_owner_ok(json_string_value(v), json_string_length(v)))
+		return cfg_fail_type(p, v, what);
+	memcpy(c->listen_owner, json_string_value(v), json_string_length(v) + 1);
 	return 0;
 }
 
@@ -778,6 +856,8 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "log_level",        .set = cfg_set_log_level },
 	{ .name = "key_secret",       .set = cfg_set_key_secret },
 	{ .name = "max_buffer_memory", .set = cfg_set_max_buffer_memory },
+	{ .name = "listen_mode",      .set = cfg_set_listen_mode },
+	{ .name = "listen_owner",     .set = cfg_set_listen_owner },
 };
 
 static const struct cfg_key cfg_ns_keys[] = {
@@ -827,7 +907,7 @@ static int cfg_unknown_key(struct cfg_parser *p, const struct cfg_key *keys, siz
 {
 	const char *best = NULL;
 	size_t best_d = SIZE_MAX, i, o = 0;
-	char q[CFG_SHOW_MAX], known[200];
+	char q[CFG_SHOW_MAX], known[400];
 
 	cfg_quote(key, strlen(key), q, sizeof(q));
 	for (i = 0; i < n; i++) {
@@ -974,6 +1054,7 @@ void config_defaults(struct config *c)
 
 	memset(c, 0, sizeof(*c));
 	snprintf(c->listen, sizeof(c->listen), "%s", CFG_LISTEN_DEFAULT);
+	c->listen_mode = -1;
 	c->workers = config_default_workers();
 	c->max_keys = CFG_MAX_KEYS_DEFAULT;
 	c->max_buffer_memory = CFG_BUFMEM_DEFAULT;
@@ -1071,6 +1152,24 @@ int config_check(const struct config *c, struct config_err *err)
 	if (cfg_check_listen(&p, c->listen) < 0)
 		return -1;
 	cfg_path_pop(&p, mark);
+	if (c->listen_mode < -1 || c->listen_mode > 0777) {
+		cfg_path_key(&p, "listen_mode");
+		return cfg_fail(&p, "expected 0..0777, got %d", c->listen_mode);
+	}
+	mark = cfg_path_key(&p, "listen_owner");
+	n = strnlen(c->listen_owner, sizeof(c->listen_owner));
+	if (n == sizeof(c->listen_owner))
+		return cfg_fail(&p, "not NUL-terminated");
+	if (n > 0 && !cfg_owner_ok(c->listen_owner, n)) {
+		cfg_quote(c->listen_owner, n, q, sizeof(q));
+		return cfg_fail(&p, "expected \"USER\", \"USER:GROUP\" or \":GROUP\", got %s", q);
+	}
+	cfg_path_pop(&p, mark);
+	if ((c->listen_mode >= 0 || n > 0) && !config_unix_path(c->listen)) {
+		cfg_path_key(&p, c->listen_mode >= 0 ? "listen_mode" : "listen_owner");
+		cfg_quote(c->listen, strlen(c->listen), q, sizeof(q));
+		return cfg_fail(&p, "applies to a unix socket only, but listen is %s", q);
+	}
 
 	if (cfg_check_range(&p, "workers", c->workers, 1, CFG_WORKERS_MAX) < 0 ||
 	    cfg_check_range(&p, "max_keys", (long long)c->max_keys, CFG_MAX_KEYS_MIN,

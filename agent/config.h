@@ -18,6 +18,7 @@
 #define CONFIG_PREFIX_MAX      32
 #define CONFIG_ADDR_MAX        256
 #define CONFIG_SECRET_MAX      256   /* key_secret, with the NUL */
+#define CONFIG_OWNER_MAX       72    /* listen_owner "user:group", with the NUL */
 
 enum config_window_type {
 	CONFIG_WINDOW_SLIDING = 0,
@@ -49,6 +50,8 @@ struct config_ns {
 
 struct config {
 	char listen[CONFIG_ADDR_MAX];      /* "127.0.0.1:12345", "[::1]:12345", "unix:/path" */
+	int listen_mode;                   /* unix socket permissions 0..0777; -1 = umask's */
+	char listen_owner[CONFIG_OWNER_MAX]; /* unix socket "user[:group]"; "" = ours */
 	int workers;                       /* >= 1; 0 in the file = number of CPUs */
 	size_t max_keys;                   /* capacity of the counter table, (key, window) pairs */
 	char message_prefix[CONFIG_PREFIX_MAX]; /* "ratelimit" */
@@ -70,8 +73,11 @@ struct config {
 struct config_err {
 	char file[256];
 	char path[128];
-	char msg[256];
+	char msg[512];
 };
+
+/* The socket path of a "unix:/path" or "/path" listen address, else NULL. */
+const char *config_unix_path(const char *listen);
 
 /* Built-in defaults: listen 127.0.0.1:12345, workers = CPUs, max_keys 65536,
  * one namespace "default" with windows 1, 60, 3600, sync_rate -1, local. */

@@ -52,7 +52,7 @@ static void raise_nofile(const struct config *cfg)
 
 static int fail_config(const struct config_err *err)
 {
-	char line[700];
+	char line[1024];
 	config_err_format(err, line, sizeof(line));
 	fprintf(stderr, "spoa-ratelimit: bad configuration: %s\n", line);
 	return 2;
@@ -156,7 +156,10 @@ int main(int argc, char **argv)
 		LOG(LOG_WARN, "no key_secret: keys over %d bytes are stored as a digest under a "
 		    "public key, which anyone can compute; set key_secret (the same on every "
 		    "node) to keep digests secret (docs/CONFIG.md)", RL_STORED_KEY_MAX);
-	if (sync_check(rl, err, sizeof(err)) < 0) {
+	uid_t uid;
+	gid_t gid;
+	if (sync_check(rl, err, sizeof(err)) < 0 ||
+	    master_owner_ids(cfg.listen_owner, &uid, &gid, err, sizeof(err)) < 0) {
 		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: %s\n",
 			file ? file : "built-in", err);
 		rl_free(rl);
@@ -172,7 +175,7 @@ int main(int argc, char **argv)
 	}
 
 	raise_nofile(&cfg);
-	int fd = master_listen(cfg.listen, err, sizeof(err));
+	int fd = master_listen(&cfg, err, sizeof(err));
 	if (fd < 0) {
 		fprintf(stderr, "spoa-ratelimit: cannot listen: %s\n", err);
 		rl_free(rl);

@@ -6,7 +6,10 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
 #include <netdb.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -50,66 +53,146 @@ static ino_t master_sock_ino;
  * file that replaced it since). */
 static void master_unlink_own(const char *addr)
 {
-	const char *path;
+	const char *path = config_unix_path(addr);
 	struct stat st;
 
-	if (strncmp(addr, "unix:", 5) != 0 && addr[0] != '/')
+	if (!path)
 		return;
-	path = addr[0] == '/' ? addr : addr + 5;
 	if (master_sock_ino != 0 && lstat(path, &st) == 0 && st.st_dev == master_sock_dev &&
 	    st.st_ino == master_sock_ino)
 		unlink(path);
 }
 
-int master_listen(const char *addr, char *err, size_t errlen)
+/* A user or group id from a decimal number or a name; -1 if unknown. */
+static long long master_id(const char *s, bool group)
 {
-	int fd;
+	char *end;
+	unsigned long long x;
 
-	if (strncmp(addr, "unix:", 5) == 0 || addr[0] == '/') {
-		const char *path = addr[0] == '/' ? addr : addr + 5;
-		struct sockaddr_un sun = { .sun_family = AF_UNIX };
-		if (strlen(path) >= sizeof(sun.sun_path)) {
-			snprintf(err, errlen, "%s: unix socket path too long", addr);
+	if (s[0] >= '0' && s[0] <= '9') {
+		errno = 0;
+		x = strtoull(s, &end, 10);
+		return errno == 0 && *end == '\0' && x < UINT_MAX ? (long long)x : -1;
+	}
+	if (group) {
+		struct group *g = getgrnam(s);
+		return g ? (long long)g->gr_gid : -1;
+	}
+	struct passwd *pw = getpwnam(s);
+	return pw ? (long long)pw->pw_uid : -1;
+}
+
+int master_owner_ids(const char *owner, uid_t *uid, gid_t *gid, char *err, size_t errlen)
+{
+	char buf[CONFIG_OWNER_MAX], *colon;
+	long long u = -1, g = -1;
+
+	*uid = (uid_t)-1;
+	*gid = (gid_t)-1;
+	if (!owner[0])
+		return 0;
+	snprintf(buf, sizeof(buf), "%s", owner);
+	colon = strchr(buf, ':');
+	if (colon)
+		*colon = '\0';
+	if (buf[0] && (u = master_id(buf, false)) < 0) {
+		snprintf(err, errlen, "listen_owner \"%s\": no user \"%s\"", owner, buf);
+		return -1;
+	}
+	if (colon && (g = master_id(colon + 1, true)) < 0) {
+		snprintf(err, errlen, "listen_owner \"%s\": no group \"%s\"", owner, colon + 1);
+		return -1;
+	}
+	*uid = (uid_t)u;
+	*gid = (gid_t)g;
+	return 0;
+}
+
+/* Binds and listens on the unix socket of cfg->listen with cfg's owner and
+ * mode. The file is created with no access for group and others, then
+ * chowned, then given its mode, so no peer can connect in between with
+ * more rights than asked for. */
+static int master_listen_unix(const struct config *cfg, const char *path, char *err,
+			      size_t errlen)
+{
+	const char *addr = cfg->listen;
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	uid_t uid;
+	gid_t gid;
+	struct stat st;
+	int fd, rc;
+
+	if (strlen(path) >= sizeof(sun.sun_path)) {
+		snprintf(err, errlen, "%s: unix socket path too long", addr);
+		return -1;
+	}
+	if (master_owner_ids(cfg->listen_owner, &uid, &gid, err, errlen) < 0)
+		return -1;
+	strcpy(sun.sun_path, path);
+	/* A socket file left by a previous run is replaced; one that a live
+	 * process listens on is not (a second agent on the same path refuses
+	 * to start), nor is anything but a socket. */
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			snprintf(err, errlen, "%s: exists and is not a socket", addr);
 			return -1;
 		}
-		strcpy(sun.sun_path, path);
-		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			goto fail;
-		/* A socket file left by a previous run is replaced; one that a
-		 * live process listens on is not (a second agent on the same
-		 * path refuses to start), nor is anything but a socket. */
-		struct stat st;
-		if (lstat(path, &st) == 0) {
-			if (!S_ISSOCK(st.st_mode)) {
-				snprintf(err, errlen, "%s: exists and is not a socket", addr);
-				close(fd);
-				return -1;
-			}
-			int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-			int live = probe >= 0 &&
-				   connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0;
-			if (probe >= 0)
-				close(probe);
-			if (live) {
-				snprintf(err, errlen, "%s: another process is listening on this "
-					 "socket (another agent?); not replacing it", addr);
-				close(fd);
-				return -1;
-			}
-			unlink(path);
+		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		int live = probe >= 0 && connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0;
+		if (probe >= 0)
+			close(probe);
+		if (live) {
+			snprintf(err, errlen, "%s: another process is listening on this "
+				 "socket (another agent?); not replacing it", addr);
+			return -1;
 		}
-		if (bind(fd, (struct sockaddr *)&sun, sizeof(sun)) < 0 || listen(fd, 1024) < 0) {
-			close(fd);
-			goto fail;
-		}
-		/* Remember which file is ours: at exit only it is removed. */
-		if (stat(path, &st) == 0) {
-			master_sock_dev = st.st_dev;
-			master_sock_ino = st.st_ino;
-		}
-		return fd;
+		unlink(path);
 	}
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		snprintf(err, errlen, "%s: socket: %s", addr, strerror(errno));
+		return -1;
+	}
+	bool restrict_first = cfg->listen_mode >= 0 || cfg->listen_owner[0];
+	mode_t old_mask = restrict_first ? umask(0077) : 0;
+	rc = bind(fd, (struct sockaddr *)&sun, sizeof(sun));
+	if (restrict_first)
+		umask(old_mask);
+	if (rc < 0) {
+		snprintf(err, errlen, "%s: bind: %s", addr, strerror(errno));
+		close(fd);
+		return -1;
+	}
+	/* Remember which file is ours: at exit only it is removed. */
+	if (stat(path, &st) == 0) {
+		master_sock_dev = st.st_dev;
+		master_sock_ino = st.st_ino;
+	}
+	const char *what = NULL;
+	if (cfg->listen_owner[0] && chown(path, uid, gid) < 0)
+		what = "listen_owner";
+	else if (cfg->listen_mode >= 0 && chmod(path, (mode_t)cfg->listen_mode) < 0)
+		what = "listen_mode";
+	else if (listen(fd, 1024) < 0)
+		what = "listen";
+	if (what) {
+		snprintf(err, errlen, "%s: %s: %s", addr, what, strerror(errno));
+		close(fd);
+		master_unlink_own(addr);
+		master_sock_ino = 0;
+		return -1;
+	}
+	return fd;
+}
+
+int master_listen(const struct config *cfg, char *err, size_t errlen)
+{
+	const char *addr = cfg->listen;
+	const char *path = config_unix_path(addr);
+	int fd;
+
+	if (path)
+		return master_listen_unix(cfg, path, err, errlen);
 
 	char host[CONFIG_ADDR_MAX], *port;
 	snprintf(host, sizeof(host), "%s", addr);

@@ -516,6 +516,7 @@ Test(config, unknown_keys)
 		{ "{\"listn\": \"127.0.0.1:1\"}", "listn", "unknown key \"listn\" (did you mean \"listen\"?)" },
 		{ "{\"namespace\": []}", "namespace", "unknown key \"namespace\" (did you mean \"namespaces\"?)" },
 		{ "{\"colour\": 1}", "colour", "unknown key \"colour\"; known keys: listen, workers," },
+		{ "{\"colour\": 1}", "colour", ", max_buffer_memory, listen_mode, listen_owner" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"windw_sizes\": [2]}]}",
 		  "namespaces[0].windw_sizes", "unknown key \"windw_sizes\" (did you mean \"window_sizes\"?)" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1]}, {\"window_sizes\": [2], \"name\": \"x\", \"limit\": 5}]}",
@@ -552,6 +553,74 @@ Test(config, listen_bad_forms)
 		{ "{\"listen\": \"unix:\"}", "listen", "empty socket path" },
 		{ "{\"listen\": \"/aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
 		  "listen", "socket path longer than 107 bytes" },
+	};
+
+	EXPECT_ERRORS(cases);
+	assert_no_leaks();
+}
+
+Test(config, listen_mode_and_owner)
+{
+	static const struct { const char *mode; int want; } modes[] = {
+		{ "0660", 0660 }, { "660", 0660 }, { "0600", 0600 }, { "0777", 0777 },
+		{ "000", 0 }, { "0000", 0 },
+	};
+	static const char *const owners[] = {
+		"haproxy", "haproxy:haproxy", ":haproxy", "0", "0:0", "www-data:adm", "svc$",
+		"a.b_c-d",
+	};
+	struct config c;
+	struct config_err err;
+	char json[512];
+	size_t i;
+
+	config_defaults(&c);
+	cr_assert_eq(c.listen_mode, -1);
+	cr_assert_str_empty(c.listen_owner);
+	config_free(&c);
+	for (i = 0; i < sizeof(modes) / sizeof(modes[0]); i++) {
+		config_defaults(&c);
+		snprintf(json, sizeof(json),
+			 "{\"listen_mode\": \"%s\", \"listen\": \"unix:/run/x.sock\"}",
+			 modes[i].mode);
+		cr_expect_eq(load(&c, &err, json), 0, "%s: %s: %s", modes[i].mode, err.path, err.msg);
+		cr_expect_eq(c.listen_mode, modes[i].want, "%s: %o", modes[i].mode, c.listen_mode);
+		config_free(&c);
+	}
+	for (i = 0; i < sizeof(owners) / sizeof(owners[0]); i++) {
+		config_defaults(&c);
+		snprintf(json, sizeof(json),
+			 "{\"listen\": \"/run/x.sock\", \"listen_owner\": \"%s\"}", owners[i]);
+		cr_expect_eq(load(&c, &err, json), 0, "%s: %s: %s", owners[i], err.path, err.msg);
+		cr_expect_str_eq(c.listen_owner, owners[i]);
+		config_free(&c);
+	}
+	assert_no_leaks();
+}
+
+Test(config, listen_mode_and_owner_bad)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"listen\": \"unix:/x\", \"listen_mode\": 660}", "listen_mode",
+		  "expected an octal string \"0000\"..\"0777\" such as \"0660\", got integer 660" },
+		{ "{\"listen\": \"unix:/x\", \"listen_mode\": \"0668\"}", "listen_mode", "got string \"0668\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_mode\": \"4755\"}", "listen_mode", "got string \"4755\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_mode\": \"66\"}", "listen_mode", "got string \"66\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_mode\": \"06600\"}", "listen_mode", "got string \"06600\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_mode\": \"-660\"}", "listen_mode", "got string \"-660\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_mode\": \"\"}", "listen_mode", "got string \"\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": \"\"}", "listen_owner", "USER:GROUP" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": \"a:\"}", "listen_owner", "got string \"a:\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": \":\"}", "listen_owner", "got string \":\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": \"a:b:c\"}", "listen_owner", "got string \"a:b:c\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": \"-rf\"}", "listen_owner", "got string \"-rf\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": \"a b\"}", "listen_owner", "got string \"a b\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": \"a$b\"}", "listen_owner", "got string \"a$b\"" },
+		{ "{\"listen\": \"unix:/x\", \"listen_owner\": 0}", "listen_owner", "got integer 0" },
+		{ "{\"listen_mode\": \"0660\"}", "listen_mode",
+		  "applies to a unix socket only, but listen is \"127.0.0.1:12345\"" },
+		{ "{\"listen_owner\": \"haproxy\", \"listen\": \"[::1]:9\"}", "listen_owner",
+		  "applies to a unix socket only, but listen is \"[::1]:9\"" },
 	};
 
 	EXPECT_ERRORS(cases);
@@ -734,6 +803,18 @@ Test(config, check_after_overrides)
 	cr_assert_eq(config_check(&c, &err), -1);
 	cr_assert_str_eq(err.path, "listen");
 	cr_assert_not_null(strstr(err.msg, "missing ':PORT'"), "%s", err.msg);
+
+	/* -l HOST:PORT over a file that set a socket mode */
+	config_defaults(&c);
+	c.listen_mode = 0660;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "listen_mode");
+	cr_assert_not_null(strstr(err.msg, "applies to a unix socket only"), "%s", err.msg);
+	snprintf(c.listen, sizeof(c.listen), "unix:/run/x.sock");
+	cr_assert_eq(config_check(&c, &err), 0, "%s: %s", err.path, err.msg);
+	c.listen_mode = 01000;
+	cr_assert_eq(config_check(&c, &err), -1);
+	cr_assert_str_eq(err.path, "listen_mode");
 
 	config_defaults(&c);
 	c.var_scope = 5;

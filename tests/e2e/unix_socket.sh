@@ -2,7 +2,8 @@
 # unix_socket.sh - the agent on a unix socket (issue 7, docs/CONFIG.md
 # "listen"): a second agent on the socket of a live one refuses to start
 # and leaves it alone; a stale socket file is replaced; at exit the agent
-# removes its own socket, but not a file that replaced it.
+# removes its own socket, but not a file that replaced it; listen_mode and
+# listen_owner set the socket file's permissions and owner.
 # Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/unix_socket.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -66,4 +67,51 @@ rc=$?
 check "a path that is not a socket is refused (status $rc)" [ "$rc" -ne 0 ]
 check "... saying so" grep -q "exists and is not a socket" "$E2E_TMP/fifth.log"
 check "... and left in place" grep -qx data "$E2E_TMP/not-a-socket"
+
+# listen_mode / listen_owner: the socket file gets them before anyone can
+# connect; an owner that does not exist, or that this user may not give
+# the file, is refused at start with the reason.
+if [ "$(id -u)" -eq 0 ]; then
+  owner="nobody:nogroup"
+else
+  owner="$(id -un):$(id -gn)"
+fi
+printf '{"listen": "unix:%s", "workers": 1, "listen_mode": "0660", "listen_owner": "%s"}\n' \
+  "$sock" "$owner" > "$E2E_TMP/mode.json"
+"$AGENT" -c "$E2E_TMP/mode.json" >> "$E2E_TMP/mode.log" 2>&1 &
+sixth=$!
+check "an agent with listen_mode and listen_owner listens" wait_sock
+is "$(stat -c %a "$sock" 2>/dev/null)" "660" "the socket file has mode 0660"
+is "$(stat -c %U:%G "$sock" 2>/dev/null)" "$owner" "the socket file belongs to $owner"
+kill_wait "$sixth" 10
+check "... and is removed at exit" [ ! -e "$sock" ]
+
+printf '{"listen": "unix:%s", "workers": 1, "listen_mode": "0600"}\n' "$sock" > "$E2E_TMP/mode2.json"
+"$AGENT" -c "$E2E_TMP/mode2.json" >> "$E2E_TMP/mode2.log" 2>&1 &
+seventh=$!
+check "an agent with listen_mode 0600 listens" wait_sock
+is "$(stat -c %a "$sock" 2>/dev/null)" "600" "the socket file has mode 0600 (umask ignored)"
+kill_wait "$seventh" 10
+
+printf '{"listen": "unix:%s", "workers": 1, "listen_owner": "no-such-user-7:root"}\n' "$sock" \
+  > "$E2E_TMP/owner.json"
+"$AGENT" -c "$E2E_TMP/owner.json" > "$E2E_TMP/owner.log" 2>&1
+rc=$?
+is "$rc" "2" "an unknown listen_owner user is a configuration error (status 2)"
+check "... naming the user" grep -q 'no user "no-such-user-7"' "$E2E_TMP/owner.log"
+"$AGENT" -t -c "$E2E_TMP/owner.json" > "$E2E_TMP/owner-t.log" 2>&1
+rc=$?
+is "$rc" "2" "-t reports it too"
+check "no socket was left behind" [ ! -e "$sock" ]
+if [ "$(id -u)" -ne 0 ]; then
+  printf '{"listen": "unix:%s", "workers": 1, "listen_owner": ":root"}\n' "$sock" \
+    > "$E2E_TMP/owner2.json"
+  "$AGENT" -c "$E2E_TMP/owner2.json" > "$E2E_TMP/owner2.log" 2>&1
+  rc=$?
+  check "a group this user may not give is refused (status $rc)" [ "$rc" -ne 0 ]
+  check "... with the reason" grep -q "listen_owner: Operation not permitted" "$E2E_TMP/owner2.log"
+  check "... and no socket left behind" [ ! -e "$sock" ]
+else
+  diag "running as root: the chown-refused case needs an unprivileged user, skipped"
+fi
 finish
