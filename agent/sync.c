@@ -50,6 +50,9 @@
 #define SYNC_RETRY_PERIOD 1.0     /* sync_rate 0: how often unconfirmed hits are retried */
 #define SYNC_SEED_MAX    1024     /* first-seen keys queued per namespace */
 #define SYNC_SEED_DELAY  0.002    /* gather seeds this long into one push */
+#define SYNC_PARK_MAX    4096     /* sync_rate 0 pushes waiting for a connecting store */
+#define SYNC_PARK_POLL   0.002    /* how often they look at the store */
+#define SYNC_PARK_LIMIT  30.0     /* safety bound: the store's timeout ends the attempt first */
 
 struct sync;
 
@@ -83,6 +86,16 @@ struct sync_ns {
 	struct strategy_counter *seed_c;   /* 2 * SYNC_SEED_MAX */
 };
 
+/* A sync_rate 0 push that arrived while its store was connecting. */
+struct sync_parked {
+	struct sync_ns *sn;
+	struct strategy_counter *c;
+	size_t n;
+	strategy_done_cb cb;
+	void *arg;
+	double until;
+};
+
 struct sync {
 	struct ev_loop *loop;
 	struct rl *rl;
@@ -91,6 +104,11 @@ struct sync {
 	bool flush_mode;              /* the master's final flush */
 	size_t n;
 	struct sync_ns ns[SHM_MAX_NS];
+	/* Parked pushes (SYNC_PARK_MAX each, allocated at the first): the
+	 * list and a spare the timer swaps in while it walks the list. */
+	struct sync_parked *parked, *parked_spare;
+	size_t nparked;
+	ev_timer park_timer;
 };
 
 static uint64_t node_seed;
@@ -460,14 +478,77 @@ void sync_seed(struct sync *sy, unsigned ns, uint32_t idx)
 	}
 }
 
+/* Each parked push whose store is ready is sent; one whose store went
+ * down (or that waited SYNC_PARK_LIMIT) fails through its callback; the
+ * others wait for the next poll. */
+static void sync_on_park_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct sync *sy = (struct sync *)((char *)w - offsetof(struct sync, park_timer));
+	struct sync_parked *list = sy->parked;
+	size_t n = sy->nparked;
+	double now = ev_now(loop);
+
+	(void)revents;
+	/* Callbacks may park new pushes: they go to the other list. */
+	sy->parked = sy->parked_spare;
+	sy->parked_spare = list;
+	sy->nparked = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct sync_parked *p = &list[i];
+		const struct strategy_ops *ops = p->sn->ops;
+		char err[STRATEGY_ERR_MAX] = "not connected (the connection attempt failed)";
+		bool ready = ops->ready(p->sn->st);
+
+		if (!ready && ops->connecting(p->sn->st) && now < p->until) {
+			sy->parked[sy->nparked++] = *p;
+			continue;
+		}
+		if (!ready && now >= p->until)
+			snprintf(err, sizeof(err), "not connected (still connecting after %g s)",
+				 SYNC_PARK_LIMIT);
+		if (!ready || ops->push_diffs(p->sn->st, p->c, p->n, NULL, p->cb, p->arg, err) < 0)
+			p->cb(p->arg, -1, err);
+	}
+	if (sy->nparked == 0)
+		ev_timer_stop(loop, w);
+}
+
+/* Parks a push until its connecting store is ready. Returns 0 or -1 (no
+ * room). */
+static int sync_park(struct sync *sy, struct sync_ns *sn, struct strategy_counter *c, size_t n,
+		     strategy_done_cb cb, void *arg)
+{
+	if (!sy->parked) {
+		sy->parked = malloc(SYNC_PARK_MAX * sizeof(*sy->parked));
+		sy->parked_spare = malloc(SYNC_PARK_MAX * sizeof(*sy->parked_spare));
+		if (!sy->parked || !sy->parked_spare) {
+			free(sy->parked), free(sy->parked_spare);
+			sy->parked = sy->parked_spare = NULL;
+			return -1;
+		}
+		ev_timer_init(&sy->park_timer, sync_on_park_timer, SYNC_PARK_POLL, SYNC_PARK_POLL);
+	}
+	if (sy->nparked >= SYNC_PARK_MAX)
+		return -1;
+	sy->parked[sy->nparked++] = (struct sync_parked){
+		.sn = sn, .c = c, .n = n, .cb = cb, .arg = arg,
+		.until = ev_now(sy->loop) + SYNC_PARK_LIMIT,
+	};
+	if (!ev_is_active(&sy->park_timer))
+		ev_timer_again(sy->loop, &sy->park_timer);
+	return 0;
+}
+
 int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
 		  strategy_done_cb cb, void *arg)
 {
 	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
 	char err[STRATEGY_ERR_MAX];
 
-	if (!sn || !sn->ops->ready(sn->st))
+	if (!sn)
 		return -1;
+	if (!sn->ops->ready(sn->st))
+		return sn->ops->connecting(sn->st) ? sync_park(sy, sn, c, n, cb, arg) : -1;
 	return sn->ops->push_diffs(sn->st, c, n, NULL, cb, arg, err);
 }
 
@@ -559,6 +640,8 @@ bool sync_busy(const struct sync *sy)
 {
 	if (!sy)
 		return false;
+	if (sy->nparked > 0)
+		return true;
 	for (size_t i = 0; i < sy->n; i++)
 		if (sy->ns[i].busy || sy->ns[i].seed_busy)
 			return true;
@@ -569,6 +652,14 @@ void sync_stop(struct sync *sy)
 {
 	if (!sy)
 		return;
+	if (sy->parked) {
+		/* Parked pushes fail: their hits stay in the diffs. */
+		ev_timer_stop(sy->loop, &sy->park_timer);
+		for (size_t i = 0; i < sy->nparked; i++)
+			sy->parked[i].cb(sy->parked[i].arg, -1, "not connected (stopping)");
+		free(sy->parked);
+		free(sy->parked_spare);
+	}
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
 		ev_periodic_stop(sy->loop, &sn->tick);

@@ -41,8 +41,10 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
 void sync_seed(struct sync *s, unsigned ns, uint32_t idx);
 
 /* sync_rate 0: pushes counters of one namespace now. Returns 0 (cb runs
- * once, later) or -1 when the store is not connected or refused (cb never
- * runs). */
+ * once, later) or -1 when the store is down or refused (cb never runs).
+ * While the store is connecting (a worker's first connection, or a
+ * reconnect attempt) the push waits for it, polled every 2 ms: the attempt
+ * ends within the store's timeout_ms, then the push is sent or fails. */
 int sync_push_now(struct sync *s, unsigned ns, struct strategy_counter *c, size_t n,
 		  strategy_done_cb cb, void *arg);
 

@@ -2577,6 +2577,13 @@ static bool pg_ready(const struct strategy *st)
 	return s && !s->destroyed && pg_any_ready(s);
 }
 
+static bool pg_connecting(const struct strategy *st)
+{
+	const struct pg *s = (const struct pg *)(const void *)st;
+
+	return s && !s->destroyed && !pg_any_ready(s) && !pg_all_down(s);
+}
+
 const struct strategy_ops postgres_strategy = {
 	.name = "postgres",
 	.create = pg_create,
@@ -2586,4 +2593,5 @@ const struct strategy_ops postgres_strategy = {
 	.get_window = pg_get_window,
 	.purge = pg_purge,
 	.ready = pg_ready,
+	.connecting = pg_connecting,
 };

@@ -1837,6 +1837,13 @@ static bool redis_ready(const struct strategy *st)
 	return s->state == REDIS_ST_READY;
 }
 
+static bool redis_connecting(const struct strategy *st)
+{
+	const struct redis_strategy *s = (const struct redis_strategy *)(const void *)st;
+
+	return s->state == REDIS_ST_CONNECTING && !s->destroying;
+}
+
 static struct strategy *redis_create(struct ev_loop *loop, const char *opts_json, char *err,
 				     size_t errlen)
 {
@@ -1897,4 +1904,5 @@ const struct strategy_ops redis_strategy = {
 	.get_window = redis_get_window,
 	.purge = redis_purge,
 	.ready = redis_ready,
+	.connecting = redis_connecting,
 };

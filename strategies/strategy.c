@@ -85,6 +85,7 @@ const struct strategy_ops local_strategy = {
 	.get_window = local_get_window,
 	.purge = local_purge,
 	.ready = local_ready,
+	.connecting = local_ready,
 };
 
 static const struct strategy_ops *const strategies[] = {

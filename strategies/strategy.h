@@ -116,6 +116,10 @@ struct strategy_ops {
 
 	/* Is the instance connected and usable right now? */
 	bool (*ready)(const struct strategy *s);
+
+	/* Not ready, but a connection attempt is under way that ends (ready,
+	 * or failed) within the store's own timeout: worth waiting for. */
+	bool (*connecting)(const struct strategy *s);
 };
 
 extern const struct strategy_ops local_strategy;

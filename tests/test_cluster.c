@@ -36,6 +36,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <math.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,33 +188,37 @@ static void conn_hello(int fd)
 		  "expected AGENT-HELLO, got read result %d type %u", (int)r, fr.type);
 }
 
-/* One NOTIFY ratelimit(key, window, cost) and its ACK. Returns 0 with the
- * ACK's rate in *rate and the round trip in *us, or -1 with errbuf set. */
-static int notify(int fd, const char *key, unsigned window, int64_t cost, int64_t *rate,
-		  int64_t *us)
+/* Sends NOTIFY ratelimit(key, window, cost) as stream *sid. Returns 0, or
+ * -1 with errbuf set. */
+static int notify_send(int fd, const char *key, unsigned window, int64_t cost, uint64_t *sid)
 {
-	uint64_t sid = next_sid++;
-	const struct rawspop_action *v;
-	enum rawspop_read_res r;
 	size_t start;
-	int64_t t0;
 
+	*sid = next_sid++;
 	rawspop_buf_reset(&wb);
-	start = rawspop_notify_begin(&wb, sid, 1);
+	start = rawspop_notify_begin(&wb, *sid, 1);
 	rawspop_msg(&wb, "ratelimit", 3);
 	rawspop_arg_str(&wb, "key", key);
 	rawspop_arg_int(&wb, "window", window);
 	rawspop_arg_int(&wb, "cost", cost);
 	rawspop_frame_end(&wb, start);
-	t0 = mono_us();
 	if (rawspop_send_buf(fd, &wb) < 0) {
 		snprintf(errbuf, sizeof(errbuf), "send NOTIFY: %s", strerror(errno));
 		return -1;
 	}
-	r = rawspop_read_frame(fd, &fr, IO_MS);
-	*us = mono_us() - t0;
+	return 0;
+}
+
+/* Reads the ACK of stream sid within wait_ms. Returns 0 with its rate in
+ * *rate, or -1 with errbuf set (also when the ACK sets `error`). */
+static int notify_ack(int fd, uint64_t sid, int wait_ms, int64_t *rate)
+{
+	const struct rawspop_action *v;
+	enum rawspop_read_res r;
+
+	r = rawspop_read_frame(fd, &fr, wait_ms);
 	if (r != RAWSPOP_READ_FRAME) {
-		snprintf(errbuf, sizeof(errbuf), "no ACK within %d ms (read result %d)", IO_MS,
+		snprintf(errbuf, sizeof(errbuf), "no ACK within %d ms (read result %d)", wait_ms,
 			 (int)r);
 		return -1;
 	}
@@ -237,6 +242,22 @@ static int notify(int fd, const char *key, unsigned window, int64_t cost, int64_
 	}
 	*rate = v->value.i;
 	return 0;
+}
+
+/* One NOTIFY ratelimit(key, window, cost) and its ACK. Returns 0 with the
+ * ACK's rate in *rate and the round trip in *us, or -1 with errbuf set. */
+static int notify(int fd, const char *key, unsigned window, int64_t cost, int64_t *rate,
+		  int64_t *us)
+{
+	int64_t t0 = mono_us();
+	uint64_t sid;
+	int rc;
+
+	if (notify_send(fd, key, window, cost, &sid) < 0)
+		return -1;
+	rc = notify_ack(fd, sid, IO_MS, rate);
+	*us = mono_us() - t0;
+	return rc;
 }
 
 /* A hit (cost 1) on connection c of node n; the ACK's latency goes to l. */
@@ -851,6 +872,80 @@ Test(cluster, postgres_paused_answers_do_not_wait)
 	for (size_t n = 0; n < NODES; n++)
 		node_start(n, cfg_pg(w, SYNC_RATE));
 	pause_case("postgres", pg_total, w, ev_pg_pause, ev_pg_resume);
+}
+
+/* sync_rate 0 on a node whose store is still connecting (its first
+ * connection, here held back by pausing the store before the node
+ * starts): the hit waits for the connection and is answered with the
+ * store's total, not with the node's own count; when the attempt fails
+ * instead (timeout_ms), the answer is local and the hit reaches the store
+ * once it is back. */
+typedef const char *(*cfg_fn)(unsigned w, double rate, int timeout_ms);
+
+static void first_connection_case(const char *store, cfg_fn cfg, store_event_fn pause_fn,
+				  store_event_fn resume_fn, store_total_fn total_fn, unsigned w)
+{
+	int64_t rate, t0, waited;
+	uint64_t sid;
+	char key[64];
+	int early;
+
+	rand_key(key, sizeof(key), "first");
+	node_start(0, cfg(w, 0, 5000));
+	for (int64_t i = 1; i <= 5; i++) {
+		cr_assert(notify(nodes[0].fd[0], key, w, 1, &rate, &(int64_t){ 0 }) == 0,
+			  "hit %lld on node 0: %s", (long long)i, errbuf);
+		cr_assert_eq(rate, i);
+	}
+
+	/* Node 1 starts while the store answers nothing: its workers'
+	 * connections wait (timeout_ms 5000). */
+	pause_fn();
+	node_start(1, cfg(w, 0, 5000));
+	t0 = mono_ms();
+	cr_assert(notify_send(nodes[1].fd[0], key, w, 1, &sid) == 0, "%s", errbuf);
+	struct pollfd pfd = { .fd = nodes[1].fd[0], .events = POLLIN };
+	early = poll(&pfd, 1, 500);
+	resume_fn();
+	cr_assert(notify_ack(nodes[1].fd[0], sid, 5000, &rate) == 0, "node 1: %s", errbuf);
+	waited = mono_ms() - t0;
+	cr_log_info("%s sync_rate 0, store connecting: the first hit was answered %lld ms after "
+		    "it was sent (store paused for 500 ms)", store, (long long)waited);
+	cr_expect_eq(early, 0, "%s: the ACK came while the store was still paused", store);
+	cr_expect_eq(rate, 6, "%s: node 1's first hit, sent while its store was connecting, "
+		     "answered rate %lld (6 = the store's total; 1 = its own count)", store,
+		     (long long)rate);
+	cr_assert_eq(total_fn(key, w), 6.0);
+
+	/* An attempt that fails (timeout_ms 300 while paused): the answer is
+	 * local, and the hit is pushed once the store is back. */
+	pause_fn();
+	node_start(2, cfg(w, 0, 300));
+	t0 = mono_ms();
+	cr_assert(notify(nodes[2].fd[0], key, w, 1, &rate, &(int64_t){ 0 }) == 0, "node 2: %s",
+		  errbuf);
+	waited = mono_ms() - t0;
+	cr_log_info("%s sync_rate 0, connection attempt failing: answered after %lld ms, rate %lld",
+		    store, (long long)waited, (long long)rate);
+	cr_expect_eq(rate, 1, "%s: node 2 answered from its own count", store);
+	resume_fn();
+	for (t0 = mono_ms(); total_fn(key, w) != 7.0 && mono_ms() - t0 < 10000;)
+		sleep_ms(50);
+	cr_assert_eq(total_fn(key, w), 7.0, "%s: node 2's hit reached the store once", store);
+}
+
+Test(cluster, redis_synchronous_waits_for_the_first_connection)
+{
+	redis_up(false);
+	first_connection_case("redis", cfg_redis_t, ev_redis_pause, ev_redis_resume, redis_total,
+			      pick_window());
+}
+
+Test(cluster, postgres_synchronous_waits_for_the_first_connection)
+{
+	pg_up();
+	first_connection_case("postgres", cfg_pg_t, ev_pg_pause, ev_pg_resume, pg_total,
+			      pick_window());
 }
 
 /* Hits on one node, then SIGTERM before its first sync period ends: the
