@@ -36,7 +36,7 @@ static void conn_close(struct conn *c)
 		return;
 	c->dead = true;
 	/* ACKs still waiting for a store will not be written. */
-	handler_pending_detach_all(&c->pending);
+	decide_pending_detach_all(&c->pending);
 	ev_io_stop(c->w->loop, &c->io);
 	ev_timer_stop(c->w->loop, &c->timer);
 	close(c->fd);
@@ -461,7 +461,7 @@ void conn_drain(struct conn *c)
 
 #define CONN_WBUF_MAX (4u << 20)    /* a peer that stops reading is dropped */
 
-void conn_deliver(void *owner, struct handler_pending *p)
+void conn_deliver(void *owner, struct decide_pending *p)
 {
 	struct conn *c = owner;
 	struct handler *h = &c->w->handler;
@@ -470,7 +470,7 @@ void conn_deliver(void *owner, struct handler_pending *p)
 
 	c->npending--;
 	if (c->dead || c->state == CONN_CLOSING) {
-		handler_pending_release(h, p);
+		decide_pending_release(h->dec, p);
 		return;
 	}
 	/* Room for one more ACK: grow the buffer rather than drop an answer,
@@ -480,7 +480,7 @@ void conn_deliver(void *owner, struct handler_pending *p)
 		conn_compact_wbuf(c);
 		if (c->wcap - c->wlen < need &&
 		    (c->wcap * 2 > CONN_WBUF_MAX || conn_grow(c, 0, c->wcap * 2) < 0)) {
-			handler_pending_release(h, p);
+			decide_pending_release(h->dec, p);
 			LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing", c->fd);
 			conn_close(c);
 			return;
@@ -488,7 +488,7 @@ void conn_deliver(void *owner, struct handler_pending *p)
 	}
 	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
 	int rc = handler_encode_pending(h, p, &w, c->max_frame, &err);
-	handler_pending_release(h, p);
+	decide_pending_release(h->dec, p);
 	if (rc < 0) {
 		conn_fail(c, err);
 	} else {

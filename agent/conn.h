@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct handler_pending;
+struct decide_pending;
 struct worker;
 
 enum conn_state {
@@ -44,7 +44,7 @@ struct conn {
 	double last_notify;           /* ev_now() of the last NOTIFY (or of accept):
 	                                 what makes a connection busy */
 	double partial_since;         /* ev_now() when a partial frame began, or 0 */
-	struct handler_pending *pending;  /* NOTIFYs whose ACK waits for a store */
+	struct decide_pending *pending;  /* NOTIFYs whose ACK waits for a store */
 	unsigned npending;                /* how many (reads pause at CONN_MAX_PENDING) */
 	bool draining;                /* the worker is stopping */
 	bool dead;                    /* closed; freed by the worker after callbacks */
@@ -58,9 +58,9 @@ struct conn *conn_new(struct worker *w, int fd);
  * it closes. Used on SIGTERM. */
 void conn_drain(struct conn *c);
 
-/* handler.deliver: writes the ACK of a NOTIFY that waited for its store
+/* decide.deliver: writes the ACK of a NOTIFY that waited for its store
  * (pipelined ACKs may leave out of order). */
-void conn_deliver(void *owner, struct handler_pending *p);
+void conn_deliver(void *owner, struct decide_pending *p);
 
 /* Closes a connection at once to make room for a new peer (the worker is
  * at max_connections and c is the longest idle): a DISCONNECT is sent if

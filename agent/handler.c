@@ -18,45 +18,16 @@
 #include <string.h>
 
 #include "agent/config.h"
-#include "agent/log.h"
-#include "agent/ratelimit.h"
-#include "agent/shm.h"
-#include "agent/sync.h"
-#include "agent/window.h"
-#include "strategies/strategy.h"
-
-/* What one rate-limit message asked for and got. */
-struct msg_result {
-	char suffix[HANDLER_SUFFIX_MAX + 1];
-	const char *error;      /* NULL when counted/read */
-	bool has_limit;
-	bool exceeded;
-	int64_t limit;
-	int64_t rate;           /* ceiling of the exact rate */
-	int64_t remaining;
-	int64_t reset;
-	int64_t retry_after;    /* only when exceeded */
-	uint32_t window;
-	/* What the answer is computed from (finish_result), kept so that a
-	 * synchronous namespace can recompute it from the store's totals. */
-	double current, previous, weight, cost;
-	uint32_t cur_idx, prev_idx;
-	int ns;
-	bool sliding;
-	bool counted;
-	bool sync0;             /* namespace with sync_rate 0: push before the ACK */
-	uint8_t skeylen;        /* sync0: the key as stored (rl_stored_key) */
-	char skey[RL_STORED_KEY_MAX];
-};
+#include "agent/decide.h"
 
 static void var_headers_init(struct handler *h);
 
-int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
+int handler_init(struct handler *h, const struct config *cfg, struct decide *dec,
 		 size_t max_frame_size)
 {
 	memset(h, 0, sizeof(*h));
 	h->cfg = cfg;
-	h->rl = rl;
+	h->dec = dec;
 	h->prefix_len = strlen(cfg->message_prefix);
 	var_headers_init(h);
 	/* A binary key is at most one frame long; its hex text twice that. */
@@ -65,13 +36,10 @@ int handler_init(struct handler *h, const struct config *cfg, struct rl *rl,
 	return h->scratch ? 0 : -1;
 }
 
-static void pending_free_all(struct handler *h);
-
 void handler_free(struct handler *h)
 {
 	free(h->scratch);
 	h->scratch = NULL;
-	pending_free_all(h);
 }
 
 /* ---- argument parsing ---- */
@@ -100,13 +68,13 @@ static bool arg_uint(const struct spop_data *d, uint64_t *out)
 
 /* Parses a cost: an int >= 0, or a string holding a plain decimal number
  * ("2", "0.5", ".25"); no sign, exponent, hex, inf or nan; at most
- * HANDLER_COST_MAX, so that counts stay exact integers in a double and
+ * DECIDE_COST_MAX, so that counts stay exact integers in a double and
  * every variable fits an int64. */
 static bool arg_cost(const struct spop_data *d, double *out)
 {
 	if (d->type != SPOP_DATA_STRING) {
 		uint64_t u;
-		if (!arg_uint(d, &u) || u > (uint64_t)HANDLER_COST_MAX)
+		if (!arg_uint(d, &u) || u > (uint64_t)DECIDE_COST_MAX)
 			return false;
 		*out = (double)u;
 		return true;
@@ -130,7 +98,7 @@ static bool arg_cost(const struct spop_data *d, double *out)
 		return false;
 	buf[len] = '\0';
 	*out = strtod(buf, NULL);
-	return isfinite(*out) && *out <= HANDLER_COST_MAX;
+	return isfinite(*out) && *out <= DECIDE_COST_MAX;
 }
 
 static bool str_eq(struct spop_str s, const char *lit)
@@ -222,8 +190,8 @@ static size_t key_text(struct handler *h, const struct spop_data *d, const char 
 }
 
 /* Copies the message name's suffix (after the prefix and an optional
- * separator) into r->suffix, made safe for a variable name. */
-static void msg_suffix(struct spop_str name, size_t prefix_len, struct msg_result *r)
+ * separator) into r->label, made safe for a variable name. */
+static void msg_suffix(struct spop_str name, size_t prefix_len, struct rl_decision *r)
 {
 	const char *p = name.ptr + prefix_len;
 	size_t len = name.len - prefix_len, n = 0;
@@ -236,9 +204,9 @@ static void msg_suffix(struct spop_str name, size_t prefix_len, struct msg_resul
 		char c = p[i];
 		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 			  (c >= '0' && c <= '9') || c == '_';
-		r->suffix[n++] = ok ? c : '_';
+		r->label[n++] = ok ? c : '_';
 	}
-	r->suffix[n] = '\0';
+	r->label[n] = '\0';
 }
 
 static bool is_ratelimit_msg(const struct handler *h, struct spop_str name)
@@ -247,21 +215,14 @@ static bool is_ratelimit_msg(const struct handler *h, struct spop_str name)
 	       memcmp(name.ptr, h->cfg->message_prefix, h->prefix_len) == 0;
 }
 
-static void finish_result(struct msg_result *r, double now);
-static void table_full(struct handler *h, struct msg_result *r, const struct config_ns *nsc,
-		       int ns, double now);
-static void table_evicted(struct handler *h, int ns, double now);
-
-/* Parses one message's arguments and counts it. Fills *r. */
+/* Parses one message's arguments into a request and decides it. */
 static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
-		       struct msg_result *r)
+		       struct rl_decision *r)
 {
 	struct spop_data key = { .type = SPOP_DATA_NULL };
 	bool has_key = false;
-	struct spop_str ns_name = { "default", 7 };
 	uint64_t window = 0, limit = 0;
-	double cost = 1;
-	bool has_window = false, sliding = true, wt_given = false;
+	struct rl_request rq = { .cost = 1, .window_type = DECIDE_WT_DEFAULT };
 	struct spop_cursor c;
 	struct spop_kv kv;
 
@@ -279,9 +240,8 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 				r->error = "bad window";
 				return;
 			}
-			has_window = true;
 		} else if (str_eq(a->name, "cost")) {
-			if (!arg_cost(&a->value, &cost)) {
+			if (!arg_cost(&a->value, &rq.cost)) {
 				r->error = "bad cost";
 				return;
 			}
@@ -290,162 +250,35 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 				r->error = "bad namespace";
 				return;
 			}
-			ns_name = a->value.v.str;
+			rq.ns = a->value.v.str.ptr;
+			rq.ns_len = a->value.v.str.len;
 		} else if (str_eq(a->name, "limit")) {
-			if (!arg_uint(&a->value, &limit) || limit > (uint64_t)HANDLER_COST_MAX) {
+			if (!arg_uint(&a->value, &limit) || limit > (uint64_t)DECIDE_COST_MAX) {
 				r->error = "bad limit";
 				return;
 			}
-			r->has_limit = true;
+			rq.has_limit = true;
+			rq.limit = (int64_t)limit;
 		} else if (str_eq(a->name, "window_type")) {
 			if (a->value.type == SPOP_DATA_STRING && str_eq(a->value.v.str, "sliding"))
-				sliding = true;
+				rq.window_type = DECIDE_WT_SLIDING;
 			else if (a->value.type == SPOP_DATA_STRING && str_eq(a->value.v.str, "fixed"))
-				sliding = false;
+				rq.window_type = DECIDE_WT_FIXED;
 			else {
 				r->error = "bad window_type";
 				return;
 			}
-			wt_given = true;
 		}
 		/* Unknown arguments are ignored. */
 	}
-
-	int ns = rl_namespace_index(h->rl, ns_name.ptr, ns_name.len);
-	if (ns < 0) {
-		r->error = "unknown namespace";
-		return;
+	rq.window = (uint32_t)window;
+	if (has_key) {
+		const char *why = "bad key";
+		rq.key_len = key_text(h, &key, &rq.key, &why);
+		if (rq.key_len == 0)
+			rq.key_error = why;
 	}
-	const struct config_ns *nsc = &h->cfg->ns[ns];
-	if (!wt_given)
-		sliding = nsc->window_type == CONFIG_WINDOW_SLIDING;
-	if (!has_window) {
-		window = rl_single_window(h->rl, ns);
-		if (window == 0) {
-			r->error = "missing window";
-			return;
-		}
-	} else if (!rl_has_window(h->rl, ns, (uint32_t)window)) {
-		r->error = "bad window";
-		return;
-	}
-	if (!has_key) {
-		r->error = "missing key";
-		return;
-	}
-	const char *text, *why = "bad key";
-	size_t keylen = key_text(h, &key, &text, &why);
-	if (keylen == 0) {
-		r->error = why;
-		return;
-	}
-
-	struct rl_result res;
-	double weight = sliding ? window_weight(now, (uint32_t)window) : 0.0;
-	double lim = r->has_limit ? (double)limit : -1.0;
-	if (rl_hit(h->rl, ns, text, keylen, (uint32_t)window, cost, weight, now, lim,
-		   nsc->count_denied, &res) < 0) {
-		enum rl_status st = rl_errno(h->rl);
-		r->error = rl_status_str(st);
-		if (st == RL_ERR_FULL)
-			table_full(h, r, nsc, ns, now);
-		return;
-	}
-	if (res.evicted)
-		table_evicted(h, ns, now);
-
-	r->window = (uint32_t)window;
-	r->limit = (int64_t)limit;
-	r->ns = ns;
-	r->sliding = sliding;
-	r->cost = cost;
-	r->counted = res.counted;
-	r->current = res.current;
-	r->previous = res.previous;
-	r->weight = res.weight;
-	r->cur_idx = res.cur_idx;
-	r->prev_idx = res.prev_idx;
-	r->sync0 = nsc->sync_rate == 0 && h->sync;
-	if (r->sync0)
-		r->skeylen = (uint8_t)rl_stored_key(h->rl, text, keylen, r->skey);
-	/* First sight of this key's window on this node: fetch what the
-	 * cluster already counted, without waiting for it. */
-	if (res.inserted && nsc->sync_rate > 0 && h->sync)
-		sync_seed(h->sync, (unsigned)ns, res.cur_idx);
-	finish_result(r, now);
-}
-
-/* A new key found no room in its namespace's share, even by eviction:
- * on_table_full says whether the request passes (the hit is not counted)
- * or is denied. Logged at most once a second. */
-static void table_full(struct handler *h, struct msg_result *r, const struct config_ns *nsc,
-		       int ns, double now)
-{
-	struct rl_ns_stats st = { 0 };
-
-	h->full_events++;
-	if (nsc->on_table_full == CONFIG_FULL_DENY) {
-		r->exceeded = true;
-		r->retry_after = 1;
-	}
-	if (now - h->last_full_log < 1.0)
-		return;
-	h->last_full_log = now;
-	rl_ns_stats(h->rl, ns, &st);
-	LOG(LOG_WARN, "namespace \"%s\": no room for a new key (%lld entries, share %llu): "
-	    "%s (%llu refused in all, %llu in this worker)", nsc->name, (long long)st.live,
-	    (unsigned long long)st.share,
-	    nsc->on_table_full == CONFIG_FULL_DENY ? "denied" : "not counted, passed",
-	    (unsigned long long)st.refused, (unsigned long long)h->full_events);
-}
-
-/* A new key evicted the least valuable entry of a full share. Logged at
- * most once a second. */
-static void table_evicted(struct handler *h, int ns, double now)
-{
-	struct rl_ns_stats st = { 0 };
-
-	if (now - h->last_evict_log < 1.0)
-		return;
-	h->last_evict_log = now;
-	rl_ns_stats(h->rl, ns, &st);
-	LOG(LOG_INFO, "namespace \"%s\": table share full (%lld entries, share %llu): "
-	    "evicting the least used (%llu evicted so far)", h->cfg->ns[ns].name,
-	    (long long)st.live, (unsigned long long)st.share, (unsigned long long)st.evicted);
-}
-
-/* ceil(v) as an int64, saturated: counts can exceed what a cast handles. */
-static int64_t to_int(double v)
-{
-	v = ceil(v);
-	if (!(v > 0))
-		return 0;
-	if (v >= 9.2e18)
-		return INT64_MAX;
-	return (int64_t)v;
-}
-
-/* Computes the variables of a result from its counts. */
-static void finish_result(struct msg_result *r, double now)
-{
-	double rate = window_rate(r->current, r->previous, r->weight);
-
-	r->rate = to_int(rate - 1e-9);
-	r->reset = to_int(window_reset(now, r->window));
-	if (r->reset < 1)
-		r->reset = 1;
-	if (r->has_limit) {
-		r->exceeded = r->rate > r->limit;
-		r->remaining = r->exceeded ? 0 : r->limit - r->rate;
-		r->retry_after = 0;
-		if (r->exceeded) {
-			double ra = window_retry_after(r->current, r->previous, (double)r->limit, now,
-						       r->window, r->sliding);
-			r->retry_after = to_int(ra);
-			if (r->retry_after < 1)
-				r->retry_after = 1;
-		}
-	}
+	decide_one(h->dec, &rq, now, r);
 }
 
 /* ---- encoding ---- */
@@ -516,7 +349,7 @@ static void put_var_str(struct spop_writer *w, const struct handler *h, int id, 
 
 /* The variables of one result; sfx NULL for the plain names. The decision
  * variable goes first: HAProxy stops at the first action it cannot use. */
-static void put_result(struct spop_writer *w, const struct handler *h, const struct msg_result *r,
+static void put_result(struct spop_writer *w, const struct handler *h, const struct rl_decision *r,
 		       const char *sfx)
 {
 	if (r->error) {
@@ -541,26 +374,10 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 		put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
 }
 
-/* Is a more restrictive than b? Exceeded beats not exceeded (then the
- * longer retry_after), then less remaining; results without a limit and
- * errors rank last. */
-static bool more_restrictive(const struct msg_result *a, const struct msg_result *b)
-{
-	if (a->error || !a->has_limit)
-		return false;
-	if (b->error || !b->has_limit)
-		return true;
-	if (a->exceeded != b->exceeded)
-		return a->exceeded;
-	if (a->exceeded)
-		return a->retry_after > b->retry_after;
-	return a->remaining < b->remaining;
-}
-
 /* Encodes the ACK of results res[0..n) (extra: rate-limit messages
  * beyond HANDLER_MAX_MSGS, not counted). */
 static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
-		      const struct msg_result *res, size_t n, size_t extra, struct spop_writer *w,
+		      const struct rl_decision *res, size_t n, size_t extra, struct spop_writer *w,
 		      size_t max_frame_size, enum spop_err *err)
 {
 	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, sid, fid);
@@ -572,33 +389,9 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 	} else {
 		/* Plain variables: the most restrictive result, with exceeded,
 		 * remaining and retry_after folded over all of them. */
-		size_t best = 0;
-		for (size_t i = 1; i < n; i++)
-			if (more_restrictive(&res[i], &res[best]))
-				best = i;
-		struct msg_result plain = res[best];
-		const char *error = NULL;
-		for (size_t i = 0; i < n; i++) {
-			const struct msg_result *r = &res[i];
-			if (r->error) {
-				error = error ? error : r->error;
-				if (r->exceeded) {
-					plain.exceeded = true;
-					if (r->retry_after > plain.retry_after)
-						plain.retry_after = r->retry_after;
-				}
-				continue;
-			}
-			if (!r->has_limit)
-				continue;
-			if (r->exceeded) {
-				plain.exceeded = true;
-				if (r->retry_after > plain.retry_after)
-					plain.retry_after = r->retry_after;
-			}
-			if (r->remaining < plain.remaining)
-				plain.remaining = r->remaining;
-		}
+		struct rl_decision plain;
+		const char *error;
+		decide_fold(res, n, &plain, &error);
 		if (extra)
 			error = "too many messages";
 		put_result(w, h, &plain, NULL);
@@ -606,8 +399,8 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 			put_var_str(w, h, VAR_ERROR, NULL, error);
 		size_t plain_end = w->len;
 		for (size_t i = 0; i < n; i++)
-			if (res[i].suffix[0])
-				put_result(w, h, &res[i], res[i].suffix);
+			if (res[i].label[0])
+				put_result(w, h, &res[i], res[i].label);
 		/* Too many suffixed variables for one frame: keep the plain ones. */
 		if (w->overflow || w->len - start > max_frame_size + SPOP_LEN_SIZE) {
 			w->overflow = false;
@@ -621,273 +414,25 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 	return 0;
 }
 
-/* ---- synchronous namespaces (sync_rate 0) ----
- *
- * Each hit is counted locally, then pushed to the store with a read of
- * the previous window, and the ACK waits for the store's totals. Other
- * frames of the connection are answered meanwhile (pipelining lets ACKs
- * leave out of order). A NOTIFY waiting for its store is a `pending`;
- * pendings come from a per-worker pool (no allocation per message once
- * warm). If the store fails or times out, the answer uses the local count
- * (fail-open) and the hit goes into the slot's diff, which the retry cycle
- * of agent/sync.c pushes later. */
-
-struct handler_pending {
-	struct handler *h;
-	void *owner;                             /* the connection; NULL once closed */
-	struct handler_pending **list;           /* owner's list head */
-	struct handler_pending *prev, *next;     /* owner's list, or the free list */
-	uint64_t sid, fid;
-	double now;
-	size_t n, extra, nc;
-	unsigned outstanding;                    /* pushes not answered yet */
-	int ci[HANDLER_MAX_MSGS];                /* message -> its counter in c, or -1 */
-	struct msg_result res[HANDLER_MAX_MSGS];
-	struct shm_entry e[HANDLER_MAX_MSGS];    /* current window slot, by message */
-	struct strategy_counter c[2 * HANDLER_MAX_MSGS];
-};
-
-static struct handler_pending *pending_get(struct handler *h)
-{
-	struct handler_pending *p = h->free_pending;
-
-	if (p) {
-		h->free_pending = p->next;
-	} else {
-		if (h->npending >= HANDLER_MAX_PENDING)
-			return NULL;
-		p = malloc(sizeof(*p));
-		if (!p)
-			return NULL;
-	}
-	h->npending++;
-	p->h = h;
-	p->owner = NULL;
-	p->list = NULL;
-	p->prev = p->next = NULL;
-	p->outstanding = 0;
-	return p;
-}
-
-static void pending_free_all(struct handler *h)
-{
-	while (h->free_pending) {
-		struct handler_pending *p = h->free_pending;
-		h->free_pending = p->next;
-		free(p);
-	}
-}
-
-static void pending_put(struct handler *h, struct handler_pending *p)
-{
-	p->next = h->free_pending;
-	h->free_pending = p;
-	h->npending--;
-}
-
-static void pending_unlink(struct handler_pending *p)
-{
-	if (!p->list)
-		return;
-	if (p->prev)
-		p->prev->next = p->next;
-	else
-		*p->list = p->next;
-	if (p->next)
-		p->next->prev = p->prev;
-	p->list = NULL;
-	p->prev = p->next = NULL;
-}
-
-/* A hit the store did not confirm goes into its slot's diff: the retry
- * cycle pushes it later. If the slot was evicted meanwhile (its diff was
- * 0 while the push was in flight), the hit goes into a new one. */
-static void keep_for_later(struct handler *h, struct msg_result *r, const struct shm_entry *e)
-{
-	if (!r->counted || !(r->cost > 0) || e->idx == UINT32_MAX)
-		return;
-	if (shm_restore_diff(rl_shm(h->rl), e, r->cost) == 0)
-		return;
-	if (rl_keep(h->rl, r->ns, e->key, e->keylen, e->size, e->start, r->cost, rl_now()) < 0)
-		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
-		    "(%s)", h->cfg->ns[r->ns].name, rl_status_str(rl_errno(h->rl)));
-}
-
-/* Applies the store's answers to the table and the results. */
-static void pending_finish(struct handler_pending *p)
-{
-	struct handler *h = p->h;
-	bool failed = false;
-
-	for (size_t i = 0; i < p->n; i++) {
-		struct msg_result *r = &p->res[i];
-		if (p->ci[i] < 0)
-			continue;
-		struct strategy_counter *cur = &p->c[p->ci[i]];
-		if (!cur->ok) {
-			keep_for_later(h, r, &p->e[i]);
-			failed = true;
-			continue;
-		}
-		if (p->e[i].idx != UINT32_MAX)
-			shm_sync_total(rl_shm(h->rl), &p->e[i], cur->total);
-		else
-			rl_seed(h->rl, r->ns, cur->key, cur->key_len, cur->size, cur->start, cur->total,
-				p->now);
-		/* A hit refused by the limit was not pushed: report the rate it
-		 * would have made, as for local namespaces. */
-		r->current = cur->total + (r->counted ? 0 : r->cost);
-		if (r->weight > 0) {
-			struct strategy_counter *prev = cur + 1;
-			if (prev->ok) {
-				r->previous = prev->total;
-				rl_seed(h->rl, r->ns, prev->key, prev->key_len, prev->size, prev->start,
-					prev->total, p->now);
-			}
-		}
-		finish_result(r, p->now);
-	}
-	if (failed) {
-		h->sync_failures++;
-		if (p->now - h->last_sync_log >= 10.0) {
-			h->last_sync_log = p->now;
-			LOG(LOG_WARN, "synchronous namespace: store did not confirm a hit; answering "
-			    "from the local count, the hit will be pushed later (%llu so far)",
-			    (unsigned long long)h->sync_failures);
-		}
-	}
-}
-
-static void pending_on_pushed(void *arg, int status, const char *errstr)
-{
-	struct handler_pending *p = arg;
-	struct handler *h = p->h;
-	(void)status, (void)errstr;
-
-	if (--p->outstanding > 0)
-		return;
-	pending_finish(p);
-	if (p->owner) {
-		/* The owner writes the ACK and releases p. */
-		h->deliver(p->owner, p);
-		return;
-	}
-	pending_put(h, p);
-}
-
-/* Starts the store pushes of the synchronous messages of res. Returns the
- * pending (pushes in flight), or NULL when the answer can be given now
- * (every push refused: results stay local, hits kept for later). */
-static struct handler_pending *start_sync(struct handler *h, uint64_t sid, uint64_t fid,
-					  double now, struct msg_result *res, size_t n, size_t extra)
-{
-	struct handler_pending *p = pending_get(h);
-	struct shm_table *t = rl_shm(h->rl);
-
-	if (!p) {
-		/* Too many NOTIFYs waiting for the store: answer locally. */
-		for (size_t i = 0; i < n; i++) {
-			struct shm_entry e;
-			if (res[i].sync0 && !res[i].error && res[i].cur_idx != UINT32_MAX &&
-			    shm_read(t, res[i].cur_idx, &e) == 0)
-				keep_for_later(h, &res[i], &e);
-		}
-		return NULL;
-	}
-	p->sid = sid;
-	p->fid = fid;
-	p->now = now;
-	p->n = n;
-	p->extra = extra;
-	p->nc = 0;
-	memcpy(p->res, res, n * sizeof(*res));
-	for (size_t i = 0; i < n; i++)
-		p->ci[i] = -1;
-
-	/* One push per namespace (each may have its own store). */
-	for (size_t i = 0; i < n; i++) {
-		int ns = p->res[i].ns;
-		bool seen = false;
-		if (!p->res[i].sync0 || p->res[i].error || p->ci[i] >= 0)
-			continue;
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = p->res[j].sync0 && !p->res[j].error && p->res[j].ns == ns;
-		if (seen)
-			continue;
-		size_t first = p->nc;
-		const char *nsname = h->cfg->ns[ns].name;
-		for (size_t j = i; j < n; j++) {
-			struct msg_result *r = &p->res[j];
-			if (!r->sync0 || r->error || r->ns != ns)
-				continue;
-			struct shm_entry *e = &p->e[j];
-			if (r->cur_idx == UINT32_MAX || shm_read(t, r->cur_idx, e) < 0) {
-				/* No local slot (a read of a key this node has not
-				 * counted): ask the store, seed the slot from it. */
-				e->idx = UINT32_MAX;
-				e->keylen = r->skeylen;
-				memcpy(e->key, r->skey, r->skeylen);
-				e->start = window_start(now, r->window);
-				e->size = r->window;
-			}
-			p->ci[j] = (int)p->nc;
-			p->c[p->nc++] = (struct strategy_counter){
-				.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
-				.key_len = e->keylen, .start = e->start, .size = e->size,
-				.diff = r->counted ? r->cost : 0,
-			};
-			if (r->weight > 0)
-				p->c[p->nc++] = (struct strategy_counter){
-					.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
-					.key_len = e->keylen, .start = e->start - (int64_t)e->size,
-					.size = e->size, .diff = 0,
-				};
-		}
-		if (p->nc > first && sync_push_now(h->sync, (unsigned)ns, &p->c[first],
-						   p->nc - first, pending_on_pushed, p) == 0)
-			p->outstanding++;
-	}
-	if (p->outstanding == 0) {
-		/* Store not connected: answer from the local counts now. */
-		pending_finish(p);
-		memcpy(res, p->res, n * sizeof(*res));
-		pending_put(h, p);
-		return NULL;
-	}
-	return p;
-}
-
-int handler_encode_pending(struct handler *h, struct handler_pending *p, struct spop_writer *w,
+int handler_encode_pending(struct handler *h, struct decide_pending *p, struct spop_writer *w,
 			   size_t max_frame_size, enum spop_err *err)
 {
-	return encode_ack(h, p->sid, p->fid, p->res, p->n, p->extra, w, max_frame_size, err);
-}
+	const uint64_t *tag = decide_pending_tag(p);
+	size_t n;
+	const struct rl_decision *res = decide_pending_results(p, &n);
 
-void handler_pending_release(struct handler *h, struct handler_pending *p)
-{
-	pending_unlink(p);
-	pending_put(h, p);
-}
-
-void handler_pending_detach_all(struct handler_pending **list)
-{
-	while (*list) {
-		struct handler_pending *p = *list;
-		pending_unlink(p);
-		p->owner = NULL;
-	}
+	return encode_ack(h, tag[0], tag[1], res, n, (size_t)tag[2], w, max_frame_size, err);
 }
 
 int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
-		   void *owner, struct handler_pending **owned)
+		   void *owner, struct decide_pending **owned)
 {
 	struct spop_msg msgs[HANDLER_MAX_MSGS];
-	struct msg_result res[HANDLER_MAX_MSGS];
+	struct rl_decision res[HANDLER_MAX_MSGS];
 	size_t n = 0, extra = 0;
 	struct spop_cursor c;
 	struct spop_msg m;
-	bool sync0 = false;
 	int rc;
 
 	/* Pass 1: validate the whole payload before counting anything. */
@@ -906,24 +451,19 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 	}
 
 	/* Pass 2: count. */
-	for (size_t i = 0; i < n; i++) {
+	for (size_t i = 0; i < n; i++)
 		handle_msg(h, &msgs[i], now, &res[i]);
-		sync0 |= res[i].sync0 && !res[i].error;
-	}
 
-	if (sync0) {
-		struct handler_pending *p = start_sync(h, f->stream_id, f->frame_id, now, res, n,
-						       extra);
+	if (decide_needs_store(res, n)) {
+		struct decide_pending *p = decide_hold(h->dec, res, n, now, owner, owned);
 		if (p) {
-			p->owner = owner;
-			p->list = owned;
-			p->next = *owned;
-			if (*owned)
-				(*owned)->prev = p;
-			*owned = p;
+			uint64_t *tag = decide_pending_tag(p);
+			tag[0] = f->stream_id;
+			tag[1] = f->frame_id;
+			tag[2] = extra;
 			return 1;
 		}
-		/* No pending (pool exhausted or store down): local answer. */
+		/* Not held (pool exhausted or store down): local answer. */
 	}
 	return encode_ack(h, f->stream_id, f->frame_id, res, n, extra, w, max_frame_size, err);
 }

@@ -62,7 +62,7 @@ static void worker_on_accept_pause(struct ev_loop *loop, ev_timer *t, int revent
 /* Everything a stopping worker waits for is done. */
 static bool worker_done(const struct worker *w)
 {
-	return w->stopping && w->nconns == 0 && !sync_busy(w->sync) && w->handler.npending == 0;
+	return w->stopping && w->nconns == 0 && !sync_busy(w->sync) && w->decide.npending == 0;
 }
 
 void worker_conn_closed(struct worker *w, struct conn *c)
@@ -221,7 +221,8 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 	if (getppid() == 1)
 		return 1;
 
-	if (handler_init(&w.handler, cfg, rl, cfg->max_frame_size) < 0) {
+	decide_init(&w.decide, cfg, rl);
+	if (handler_init(&w.handler, cfg, &w.decide, cfg->max_frame_size) < 0) {
 		LOG(LOG_ERR, "out of memory");
 		return 1;
 	}
@@ -253,8 +254,8 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 		handler_free(&w.handler);
 		return 1;
 	}
-	w.handler.sync = w.sync;
-	w.handler.deliver = conn_deliver;
+	w.decide.sync = w.sync;
+	w.decide.deliver = conn_deliver;
 
 	LOG(LOG_DEBUG, "worker %d serving", id);
 	ev_run(w.loop, 0);
@@ -262,7 +263,7 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 	/* Answers still waiting for a store go nowhere now; then stop the
 	 * sync (which fails those pushes). */
 	for (struct conn *c = w.conns; c; c = c->next)
-		handler_pending_detach_all(&c->pending);
+		decide_pending_detach_all(&c->pending);
 	sync_stop(w.sync);
 
 	for (struct conn *c = w.conns, *next; c; c = next) {
@@ -279,5 +280,6 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 	}
 	ev_loop_destroy(w.loop);
 	handler_free(&w.handler);
+	decide_free(&w.decide);
 	return 0;
 }

@@ -21,7 +21,8 @@ struct worker {
 	struct ev_loop *loop;
 	const struct config *cfg;
 	struct rl *rl;
-	struct handler handler;
+	struct decide decide;         /* the decisions of every front */
+	struct handler handler;       /* the SPOP front's messages */
 	struct sync *sync;            /* NULL when no namespace syncs */
 	int id;
 	int listen_fd;

@@ -1,0 +1,506 @@
+/*
+ * decide.c - requests in, decisions out (see decide.h). Calls only the
+ * library (agent/ratelimit.h, agent/shm.h for the slots it answers from)
+ * and the sync API; never a front.
+ */
+#include "agent/decide.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/config.h"
+#include "agent/log.h"
+#include "agent/shm.h"
+#include "agent/sync.h"
+#include "agent/window.h"
+#include "strategies/strategy.h"
+
+void decide_init(struct decide *d, const struct config *cfg, struct rl *rl)
+{
+	memset(d, 0, sizeof(*d));
+	d->cfg = cfg;
+	d->rl = rl;
+}
+
+/* ---- one request ---- */
+
+/* ceil(v) as an int64, saturated: counts can exceed what a cast handles. */
+static int64_t to_int(double v)
+{
+	v = ceil(v);
+	if (!(v > 0))
+		return 0;
+	if (v >= 9.2e18)
+		return INT64_MAX;
+	return (int64_t)v;
+}
+
+/* Computes the public part of a decision from its counts. */
+static void finish(struct rl_decision *r, double now)
+{
+	double rate = window_rate(r->current, r->previous, r->weight);
+
+	r->rate = to_int(rate - 1e-9);
+	r->reset = to_int(window_reset(now, r->window));
+	if (r->reset < 1)
+		r->reset = 1;
+	if (r->has_limit) {
+		r->exceeded = r->rate > r->limit;
+		r->remaining = r->exceeded ? 0 : r->limit - r->rate;
+		r->retry_after = 0;
+		if (r->exceeded) {
+			double ra = window_retry_after(r->current, r->previous, (double)r->limit, now,
+						       r->window, r->sliding);
+			r->retry_after = to_int(ra);
+			if (r->retry_after < 1)
+				r->retry_after = 1;
+		}
+	}
+}
+
+/* A new key found no room in its namespace's share, even by eviction:
+ * on_table_full says whether the request passes (the hit is not counted)
+ * or is denied. Logged at most once a second. */
+static void table_full(struct decide *d, struct rl_decision *r, const struct config_ns *nsc,
+		       int ns, double now)
+{
+	struct rl_ns_stats st = { 0 };
+
+	d->full_events++;
+	if (nsc->on_table_full == CONFIG_FULL_DENY) {
+		r->exceeded = true;
+		r->retry_after = 1;
+	}
+	if (now - d->last_full_log < 1.0)
+		return;
+	d->last_full_log = now;
+	rl_ns_stats(d->rl, ns, &st);
+	LOG(LOG_WARN, "namespace \"%s\": no room for a new key (%lld entries, share %llu): "
+	    "%s (%llu refused in all, %llu in this worker)", nsc->name, (long long)st.live,
+	    (unsigned long long)st.share,
+	    nsc->on_table_full == CONFIG_FULL_DENY ? "denied" : "not counted, passed",
+	    (unsigned long long)st.refused, (unsigned long long)d->full_events);
+}
+
+/* A new key evicted the least valuable entry of a full share. Logged at
+ * most once a second. */
+static void table_evicted(struct decide *d, int ns, double now)
+{
+	struct rl_ns_stats st = { 0 };
+
+	if (now - d->last_evict_log < 1.0)
+		return;
+	d->last_evict_log = now;
+	rl_ns_stats(d->rl, ns, &st);
+	LOG(LOG_INFO, "namespace \"%s\": table share full (%lld entries, share %llu): "
+	    "evicting the least used (%llu evicted so far)", d->cfg->ns[ns].name,
+	    (long long)st.live, (unsigned long long)st.share, (unsigned long long)st.evicted);
+}
+
+void decide_one(struct decide *d, const struct rl_request *rq, double now,
+		struct rl_decision *r)
+{
+	const char *nsname = rq->ns ? rq->ns : "default";
+	size_t nslen = rq->ns ? rq->ns_len : 7;
+	uint32_t window = rq->window;
+	char label[sizeof(r->label)];
+
+	memcpy(label, r->label, sizeof(label));
+	memset(r, 0, sizeof(*r));
+	memcpy(r->label, label, sizeof(label));
+	r->has_limit = rq->has_limit;
+
+	int ns = rl_namespace_index(d->rl, nsname, nslen);
+	if (ns < 0) {
+		r->error = "unknown namespace";
+		return;
+	}
+	const struct config_ns *nsc = &d->cfg->ns[ns];
+	bool sliding = rq->window_type == DECIDE_WT_DEFAULT
+			       ? nsc->window_type == CONFIG_WINDOW_SLIDING
+			       : rq->window_type == DECIDE_WT_SLIDING;
+	if (window == 0) {
+		window = rl_single_window(d->rl, ns);
+		if (window == 0) {
+			r->error = "missing window";
+			return;
+		}
+	} else if (!rl_has_window(d->rl, ns, window)) {
+		r->error = "bad window";
+		return;
+	}
+	if (rq->key_error) {
+		r->error = rq->key_error;
+		return;
+	}
+	if (!rq->key) {
+		r->error = "missing key";
+		return;
+	}
+	if (rq->key_len == 0) {
+		r->error = "empty key";
+		return;
+	}
+
+	struct rl_result res;
+	double weight = sliding ? window_weight(now, window) : 0.0;
+	double lim = rq->has_limit ? (double)rq->limit : -1.0;
+	if (rl_hit(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now, lim,
+		   nsc->count_denied, &res) < 0) {
+		enum rl_status st = rl_errno(d->rl);
+		r->error = rl_status_str(st);
+		if (st == RL_ERR_FULL)
+			table_full(d, r, nsc, ns, now);
+		return;
+	}
+	if (res.evicted)
+		table_evicted(d, ns, now);
+
+	r->window = window;
+	r->limit = rq->limit;
+	r->ns = ns;
+	r->sliding = sliding;
+	r->cost = rq->cost;
+	r->counted = res.counted;
+	r->current = res.current;
+	r->previous = res.previous;
+	r->weight = res.weight;
+	r->cur_idx = res.cur_idx;
+	r->prev_idx = res.prev_idx;
+	r->sync0 = nsc->sync_rate == 0 && d->sync;
+	if (r->sync0)
+		r->skeylen = (uint8_t)rl_stored_key(d->rl, rq->key, rq->key_len, r->skey);
+	/* First sight of this key's window on this node: fetch what the
+	 * cluster already counted, without waiting for it. */
+	if (res.inserted && nsc->sync_rate > 0 && d->sync)
+		sync_seed(d->sync, (unsigned)ns, res.cur_idx);
+	finish(r, now);
+}
+
+/* ---- several decisions, one answer ---- */
+
+bool decide_more_restrictive(const struct rl_decision *a, const struct rl_decision *b)
+{
+	if (a->error || !a->has_limit)
+		return false;
+	if (b->error || !b->has_limit)
+		return true;
+	if (a->exceeded != b->exceeded)
+		return a->exceeded;
+	if (a->exceeded)
+		return a->retry_after > b->retry_after;
+	return a->remaining < b->remaining;
+}
+
+void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *out,
+		 const char **error)
+{
+	size_t best = 0;
+
+	for (size_t i = 1; i < n; i++)
+		if (decide_more_restrictive(&res[i], &res[best]))
+			best = i;
+	*out = res[best];
+	*error = NULL;
+	for (size_t i = 0; i < n; i++) {
+		const struct rl_decision *r = &res[i];
+		if (r->error) {
+			*error = *error ? *error : r->error;
+			if (r->exceeded) {
+				out->exceeded = true;
+				if (r->retry_after > out->retry_after)
+					out->retry_after = r->retry_after;
+			}
+			continue;
+		}
+		if (!r->has_limit)
+			continue;
+		if (r->exceeded) {
+			out->exceeded = true;
+			if (r->retry_after > out->retry_after)
+				out->retry_after = r->retry_after;
+		}
+		if (r->remaining < out->remaining)
+			out->remaining = r->remaining;
+	}
+}
+
+/* ---- synchronous namespaces (sync_rate 0) ----
+ *
+ * Each hit is counted locally, then pushed to the store with a read of
+ * the previous window, and the answer waits for the store's totals. A
+ * batch waiting for its store is a `pending`; pendings come from a
+ * per-worker pool (no allocation per request once warm). If the store
+ * fails or times out, the answer uses the local count (fail-open) and the
+ * hit goes into the slot's diff, which the retry cycle of agent/sync.c
+ * pushes later. */
+
+struct decide_pending {
+	struct decide *d;
+	void *owner;                             /* the front's; NULL once gone */
+	struct decide_pending **list;            /* owner's list head */
+	struct decide_pending *prev, *next;      /* owner's list, or the free list */
+	uint64_t tag[3];
+	double now;
+	size_t n, nc;
+	unsigned outstanding;                    /* pushes not answered yet */
+	int ci[DECIDE_MAX_BATCH];                /* request -> its counter in c, or -1 */
+	struct rl_decision res[DECIDE_MAX_BATCH];
+	struct shm_entry e[DECIDE_MAX_BATCH];    /* current window slot, by request */
+	struct strategy_counter c[2 * DECIDE_MAX_BATCH];
+};
+
+static struct decide_pending *pending_get(struct decide *d)
+{
+	struct decide_pending *p = d->free_pending;
+
+	if (p) {
+		d->free_pending = p->next;
+	} else {
+		if (d->npending >= DECIDE_MAX_PENDING)
+			return NULL;
+		p = malloc(sizeof(*p));
+		if (!p)
+			return NULL;
+	}
+	d->npending++;
+	p->d = d;
+	p->owner = NULL;
+	p->list = NULL;
+	p->prev = p->next = NULL;
+	p->outstanding = 0;
+	return p;
+}
+
+void decide_free(struct decide *d)
+{
+	while (d->free_pending) {
+		struct decide_pending *p = d->free_pending;
+		d->free_pending = p->next;
+		free(p);
+	}
+}
+
+static void pending_put(struct decide *d, struct decide_pending *p)
+{
+	p->next = d->free_pending;
+	d->free_pending = p;
+	d->npending--;
+}
+
+static void pending_unlink(struct decide_pending *p)
+{
+	if (!p->list)
+		return;
+	if (p->prev)
+		p->prev->next = p->next;
+	else
+		*p->list = p->next;
+	if (p->next)
+		p->next->prev = p->prev;
+	p->list = NULL;
+	p->prev = p->next = NULL;
+}
+
+/* A hit the store did not confirm goes into its slot's diff: the retry
+ * cycle pushes it later. If the slot was evicted meanwhile (its diff was
+ * 0 while the push was in flight), the hit goes into a new one. */
+static void keep_for_later(struct decide *d, struct rl_decision *r, const struct shm_entry *e)
+{
+	if (!r->counted || !(r->cost > 0) || e->idx == UINT32_MAX)
+		return;
+	if (shm_restore_diff(rl_shm(d->rl), e, r->cost) == 0)
+		return;
+	if (rl_keep(d->rl, r->ns, e->key, e->keylen, e->size, e->start, r->cost, rl_now()) < 0)
+		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
+		    "(%s)", d->cfg->ns[r->ns].name, rl_status_str(rl_errno(d->rl)));
+}
+
+/* Applies the store's answers to the table and the decisions. */
+static void pending_finish(struct decide_pending *p)
+{
+	struct decide *d = p->d;
+	bool failed = false;
+
+	for (size_t i = 0; i < p->n; i++) {
+		struct rl_decision *r = &p->res[i];
+		if (p->ci[i] < 0)
+			continue;
+		struct strategy_counter *cur = &p->c[p->ci[i]];
+		if (!cur->ok) {
+			keep_for_later(d, r, &p->e[i]);
+			failed = true;
+			continue;
+		}
+		if (p->e[i].idx != UINT32_MAX)
+			shm_sync_total(rl_shm(d->rl), &p->e[i], cur->total);
+		else
+			rl_seed(d->rl, r->ns, cur->key, cur->key_len, cur->size, cur->start, cur->total,
+				p->now);
+		/* A hit refused by the limit was not pushed: report the rate it
+		 * would have made, as for local namespaces. */
+		r->current = cur->total + (r->counted ? 0 : r->cost);
+		if (r->weight > 0) {
+			struct strategy_counter *prev = cur + 1;
+			if (prev->ok) {
+				r->previous = prev->total;
+				rl_seed(d->rl, r->ns, prev->key, prev->key_len, prev->size, prev->start,
+					prev->total, p->now);
+			}
+		}
+		finish(r, p->now);
+	}
+	if (failed) {
+		d->sync_failures++;
+		if (p->now - d->last_sync_log >= 10.0) {
+			d->last_sync_log = p->now;
+			LOG(LOG_WARN, "synchronous namespace: store did not confirm a hit; answering "
+			    "from the local count, the hit will be pushed later (%llu so far)",
+			    (unsigned long long)d->sync_failures);
+		}
+	}
+}
+
+static void pending_on_pushed(void *arg, int status, const char *errstr)
+{
+	struct decide_pending *p = arg;
+	struct decide *d = p->d;
+	(void)status, (void)errstr;
+
+	if (--p->outstanding > 0)
+		return;
+	pending_finish(p);
+	if (p->owner) {
+		/* The owner answers and releases p. */
+		d->deliver(p->owner, p);
+		return;
+	}
+	pending_put(d, p);
+}
+
+bool decide_needs_store(const struct rl_decision *res, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (res[i].sync0 && !res[i].error)
+			return true;
+	return false;
+}
+
+/* Starts the store pushes of the synchronous decisions of p: one push
+ * per namespace (each may have its own store). */
+static void pending_push(struct decide_pending *p)
+{
+	struct decide *d = p->d;
+	struct shm_table *t = rl_shm(d->rl);
+	double now = p->now;
+
+	for (size_t i = 0; i < p->n; i++) {
+		int ns = p->res[i].ns;
+		bool seen = false;
+		if (!p->res[i].sync0 || p->res[i].error || p->ci[i] >= 0)
+			continue;
+		for (size_t j = 0; j < i && !seen; j++)
+			seen = p->res[j].sync0 && !p->res[j].error && p->res[j].ns == ns;
+		if (seen)
+			continue;
+		size_t first = p->nc;
+		const char *nsname = d->cfg->ns[ns].name;
+		for (size_t j = i; j < p->n; j++) {
+			struct rl_decision *r = &p->res[j];
+			if (!r->sync0 || r->error || r->ns != ns)
+				continue;
+			struct shm_entry *e = &p->e[j];
+			if (r->cur_idx == UINT32_MAX || shm_read(t, r->cur_idx, e) < 0) {
+				/* No local slot (a read of a key this node has not
+				 * counted): ask the store, seed the slot from it. */
+				e->idx = UINT32_MAX;
+				e->keylen = r->skeylen;
+				memcpy(e->key, r->skey, r->skeylen);
+				e->start = window_start(now, r->window);
+				e->size = r->window;
+			}
+			p->ci[j] = (int)p->nc;
+			p->c[p->nc++] = (struct strategy_counter){
+				.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
+				.key_len = e->keylen, .start = e->start, .size = e->size,
+				.diff = r->counted ? r->cost : 0,
+			};
+			if (r->weight > 0)
+				p->c[p->nc++] = (struct strategy_counter){
+					.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
+					.key_len = e->keylen, .start = e->start - (int64_t)e->size,
+					.size = e->size, .diff = 0,
+				};
+		}
+		if (p->nc > first && sync_push_now(d->sync, (unsigned)ns, &p->c[first],
+						   p->nc - first, pending_on_pushed, p) == 0)
+			p->outstanding++;
+	}
+}
+
+struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
+				   double now, void *owner, struct decide_pending **owned)
+{
+	struct decide_pending *p = pending_get(d);
+	struct shm_table *t = rl_shm(d->rl);
+
+	if (!p) {
+		/* Too many batches waiting for the store: answer locally. */
+		for (size_t i = 0; i < n; i++) {
+			struct shm_entry e;
+			if (res[i].sync0 && !res[i].error && res[i].cur_idx != UINT32_MAX &&
+			    shm_read(t, res[i].cur_idx, &e) == 0)
+				keep_for_later(d, &res[i], &e);
+		}
+		return NULL;
+	}
+	p->now = now;
+	p->n = n;
+	p->nc = 0;
+	memset(p->tag, 0, sizeof(p->tag));
+	memcpy(p->res, res, n * sizeof(*res));
+	for (size_t i = 0; i < n; i++)
+		p->ci[i] = -1;
+	pending_push(p);
+	if (p->outstanding == 0) {
+		/* Store not connected: answer from the local counts now. */
+		pending_finish(p);
+		memcpy(res, p->res, n * sizeof(*res));
+		pending_put(d, p);
+		return NULL;
+	}
+	p->owner = owner;
+	p->list = owned;
+	p->next = *owned;
+	if (*owned)
+		(*owned)->prev = p;
+	*owned = p;
+	return p;
+}
+
+const struct rl_decision *decide_pending_results(const struct decide_pending *p, size_t *n)
+{
+	*n = p->n;
+	return p->res;
+}
+
+uint64_t *decide_pending_tag(struct decide_pending *p)
+{
+	return p->tag;
+}
+
+void decide_pending_release(struct decide *d, struct decide_pending *p)
+{
+	pending_unlink(p);
+	pending_put(d, p);
+}
+
+void decide_pending_detach_all(struct decide_pending **list)
+{
+	while (*list) {
+		struct decide_pending *p = *list;
+		pending_unlink(p);
+		p->owner = NULL;
+	}
+}

@@ -1,0 +1,138 @@
+/*
+ * decide.h - the protocol-neutral decision: a rate-limit request in (what
+ * to count, in which namespace and window, against which limit), a
+ * decision out (rate, remaining, reset, retry_after, exceeded, error).
+ * The fronts (SPOP in agent/handler.c, HTTP in agent/http_front.c) turn
+ * their messages into requests and decisions into their answers; nothing
+ * here knows a protocol.
+ *
+ * Namespaces with sync_rate 0 answer with the store's totals: the hits of
+ * one batch are pushed together and the decisions are held until the
+ * store answers (or fails: then they stay local, fail-open). A held batch
+ * is a `pending`, from a per-worker pool; the front gets it back through
+ * its deliver() callback, without blocking the loop meanwhile.
+ */
+#ifndef DECIDE_H
+#define DECIDE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/ratelimit.h"
+
+struct config;
+struct sync;
+
+#define DECIDE_MAX_BATCH   32     /* requests decided together (one NOTIFY) */
+#define DECIDE_MAX_PENDING 4096   /* batches waiting for a store, per worker */
+#define DECIDE_COST_MAX    1e12   /* largest cost and limit accepted */
+#define DECIDE_LABEL_MAX   16     /* characters of a front's label */
+
+enum decide_window_type {
+	DECIDE_WT_DEFAULT = -1,       /* the namespace's window_type */
+	DECIDE_WT_SLIDING = 0,
+	DECIDE_WT_FIXED = 1,
+};
+
+/* One request. The strings are not copied and need to live only for the
+ * call. */
+struct rl_request {
+	const char *ns;               /* NULL: "default" */
+	size_t ns_len;
+	const char *key;              /* canonical text; NULL: missing */
+	size_t key_len;
+	const char *key_error;        /* the front could not make a key of it: why */
+	uint32_t window;              /* seconds; 0: the namespace's only window */
+	double cost;                  /* >= 0, <= DECIDE_COST_MAX */
+	bool has_limit;
+	int64_t limit;                /* 0..DECIDE_COST_MAX */
+	int window_type;              /* enum decide_window_type */
+};
+
+/* One decision. The public part is what a front answers; the rest is what
+ * it was computed from (to recompute it from a store's totals). */
+struct rl_decision {
+	char label[DECIDE_LABEL_MAX + 1]; /* the front's own name for it (SPOP: suffix) */
+	const char *error;            /* NULL when counted or read */
+	bool has_limit;
+	bool exceeded;                /* also set with an error by on_table_full "deny" */
+	int64_t limit;
+	int64_t rate;                 /* ceiling of the exact rate */
+	int64_t remaining;
+	int64_t reset;                /* seconds until the window ends, >= 1 */
+	int64_t retry_after;          /* only when exceeded */
+	uint32_t window;
+	/* private */
+	double current, previous, weight, cost;
+	uint32_t cur_idx, prev_idx;
+	int ns;
+	bool sliding;
+	bool counted;
+	bool sync0;                   /* waits for the store */
+	uint8_t skeylen;
+	char skey[RL_STORED_KEY_MAX];
+};
+
+struct decide_pending;
+
+struct decide {
+	const struct config *cfg;
+	struct rl *rl;
+	struct sync *sync;            /* the worker's; NULL: every namespace local */
+	/* A held batch is complete: the front answers it, then calls
+	 * decide_pending_release(). */
+	void (*deliver)(void *owner, struct decide_pending *p);
+	struct decide_pending *free_pending;
+	size_t npending;
+	double last_full_log;         /* "no room" log, at most 1/s */
+	double last_evict_log;        /* eviction log, at most 1/s */
+	uint64_t full_events;         /* new keys refused for room in this process */
+	uint64_t sync_failures;
+	double last_sync_log;
+};
+
+void decide_init(struct decide *d, const struct config *cfg, struct rl *rl);
+
+/* Frees the pool. Held batches must have been released or detached. */
+void decide_free(struct decide *d);
+
+/* Counts (or reads, cost 0) one request at Unix time now and fills *out;
+ * out->error says why nothing was counted. */
+void decide_one(struct decide *d, const struct rl_request *rq, double now,
+		struct rl_decision *out);
+
+/* Does a decision of res[0..n) wait for a store? */
+bool decide_needs_store(const struct rl_decision *res, size_t n);
+
+/* Starts the store round trip of the synchronous decisions of res[0..n)
+ * (n <= DECIDE_MAX_BATCH). Returns the pending batch, linked into *owned
+ * (d->deliver(owner, p) runs later), or NULL when the answer is ready now
+ * (store down, pool exhausted: res is final, local counts). */
+struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
+				   double now, void *owner, struct decide_pending **owned);
+
+/* The decisions of a delivered batch. */
+const struct rl_decision *decide_pending_results(const struct decide_pending *p, size_t *n);
+
+/* Three words the front keeps with a held batch (SPOP: stream, frame, ...). */
+uint64_t *decide_pending_tag(struct decide_pending *p);
+
+/* Unlinks p from its owner's list and returns it to the pool. */
+void decide_pending_release(struct decide *d, struct decide_pending *p);
+
+/* The owner goes away: its batches complete without delivering. */
+void decide_pending_detach_all(struct decide_pending **list);
+
+/* Is a more restrictive than b? Exceeded beats not exceeded (then the
+ * longer retry_after), then less remaining; results without a limit and
+ * errors rank last. */
+bool decide_more_restrictive(const struct rl_decision *a, const struct rl_decision *b);
+
+/* The decision that speaks for res[0..n) (n >= 1): the most restrictive,
+ * with exceeded, remaining and retry_after folded over all of them;
+ * *error is the first error of any (or NULL). */
+void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *out,
+		 const char **error);
+
+#endif /* DECIDE_H */

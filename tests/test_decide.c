@@ -1,0 +1,267 @@
+/*
+ * test_decide.c - the decision layer (agent/decide.h) without any front:
+ * requests built by hand, decisions checked field by field. Counting and
+ * limits, reads, sliding and fixed windows at explicit times, the errors
+ * and which one wins, the namespace defaults, on_table_full "deny", the
+ * fold of several decisions into one answer, and that local namespaces
+ * never wait for a store.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+#include "agent/decide.h"
+#include "agent/ratelimit.h"
+
+static struct config cfg;
+static struct rl *rl;
+static struct decide dec;
+
+/* "default" (1, 60, 3600), "api" (60 only), "login" (60, fixed, deny when
+ * full, a share of 16 keys), max_keys 64. */
+static const char cfg_json[] =
+	"{\"max_keys\": 64, \"namespaces\": ["
+	"{\"name\": \"default\", \"window_sizes\": [1, 60, 3600]},"
+	"{\"name\": \"api\", \"window_sizes\": [60]},"
+	"{\"name\": \"login\", \"window_sizes\": [60], \"window_type\": \"fixed\","
+	" \"on_table_full\": \"deny\", \"max_keys\": 16}]}";
+
+static void setup(void)
+{
+	char path[] = "/tmp/test_decide-XXXXXX", err[256];
+	struct config_err cerr;
+	int fd = mkstemp(path);
+
+	cr_assert_geq(fd, 0);
+	cr_assert_eq(write(fd, cfg_json, strlen(cfg_json)), (ssize_t)strlen(cfg_json));
+	close(fd);
+	config_defaults(&cfg);
+	cr_assert_eq(config_load(&cfg, path, &cerr), 0, "%s: %s", cerr.path, cerr.msg);
+	unlink(path);
+	rl = rl_new("test_decide", cfg.max_keys, err, sizeof(err));
+	cr_assert_not_null(rl, "%s", err);
+	for (size_t i = 0; i < cfg.n_ns; i++) {
+		struct rl_ns_opts o = {
+			.name = cfg.ns[i].name, .window_sizes = cfg.ns[i].window_sizes,
+			.n_window_sizes = cfg.ns[i].n_window_sizes, .sync_rate = cfg.ns[i].sync_rate,
+			.strategy = cfg.ns[i].strategy, .max_keys = cfg.ns[i].max_keys,
+			.on_full = (enum rl_table_full)cfg.ns[i].on_table_full,
+		};
+		cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
+	}
+	decide_init(&dec, &cfg, rl);
+}
+
+static void teardown(void)
+{
+	decide_free(&dec);
+	rl_free(rl);
+	config_free(&cfg);
+}
+
+TestSuite(decide, .init = setup, .fini = teardown);
+
+/* A request for key in ns (NULL: default) with window w and cost. */
+static struct rl_request req(const char *ns, const char *key, uint32_t w, double cost)
+{
+	return (struct rl_request){
+		.ns = ns, .ns_len = ns ? strlen(ns) : 0, .key = key, .key_len = key ? strlen(key) : 0,
+		.window = w, .cost = cost, .window_type = DECIDE_WT_DEFAULT,
+	};
+}
+
+static struct rl_decision decide(const struct rl_request *rq, double now)
+{
+	struct rl_decision d;
+
+	memset(&d, 0, sizeof(d));
+	decide_one(&dec, rq, now, &d);
+	return d;
+}
+
+/* 6000000 is a multiple of 1, 60 and 3600: a window start for each. */
+#define T0 6000000.0
+
+Test(decide, counts_and_limits)
+{
+	struct rl_request rq = req("api", "alice", 60, 1);
+
+	rq.has_limit = true;
+	rq.limit = 3;
+	for (int i = 1; i <= 5; i++) {
+		struct rl_decision d = decide(&rq, T0 + 15);
+
+		cr_assert_null(d.error, "hit %d: %s", i, d.error);
+		cr_assert_eq(d.rate, i);
+		cr_assert(d.has_limit);
+		cr_assert_eq(d.limit, 3);
+		cr_assert_eq(d.window, 60);
+		cr_assert_eq(d.exceeded, i > 3, "hit %d", i);
+		cr_assert_eq(d.remaining, i > 3 ? 0 : 3 - i);
+		cr_assert_eq(d.reset, 45, "reset %lld", (long long)d.reset);
+		if (i > 3)
+			cr_assert_geq(d.retry_after, 1);
+		cr_assert_not(d.sync0);
+	}
+	cr_assert_not(decide_needs_store(&(struct rl_decision){ .sync0 = false }, 1));
+	/* Another key, and the same key in another namespace, are apart. */
+	cr_assert_eq(decide(&(struct rl_request){ .ns = "api", .ns_len = 3, .key = "bob",
+						  .key_len = 3, .window = 60, .cost = 1 }, T0 + 15).rate,
+		     1);
+	struct rl_request other = req(NULL, "alice", 60, 1);
+	cr_assert_eq(decide(&other, T0 + 15).rate, 1);
+}
+
+Test(decide, reads_and_costs)
+{
+	struct rl_request rq = req(NULL, "k", 3600, 2.5);
+
+	cr_assert_eq(decide(&rq, T0 + 1).rate, 3);     /* 2.5 shown as its ceiling */
+	cr_assert_eq(decide(&rq, T0 + 1).rate, 5);
+	rq.cost = 0;
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(decide(&rq, T0 + 1).rate, 5, "a read does not count");
+	/* Without a limit: no exceeded, no remaining. */
+	struct rl_decision d = decide(&rq, T0 + 1);
+	cr_assert_not(d.has_limit);
+	cr_assert_not(d.exceeded);
+	cr_assert_eq(d.remaining, 0);
+}
+
+Test(decide, sliding_and_fixed)
+{
+	struct rl_request rq = req("api", "s", 60, 1);
+
+	for (int i = 0; i < 10; i++)
+		decide(&rq, T0 - 30);   /* the previous window */
+	rq.cost = 0;
+	/* 30 s into the current window: weight (60 - 30) / 60 = 0.5. */
+	cr_assert_eq(decide(&rq, T0 + 30).rate, 5);
+	rq.window_type = DECIDE_WT_FIXED;
+	cr_assert_eq(decide(&rq, T0 + 30).rate, 0);
+	rq.window_type = DECIDE_WT_SLIDING;
+	cr_assert_eq(decide(&rq, T0 + 45).rate, 3);     /* 10 * 0.25 = 2.5 -> 3 */
+
+	/* "login" is fixed by default; a request may ask for sliding. */
+	struct rl_request lg = req("login", "s", 60, 1);
+	for (int i = 0; i < 10; i++)
+		decide(&lg, T0 - 30);
+	lg.cost = 0;
+	cr_assert_eq(decide(&lg, T0 + 30).rate, 0);
+	lg.window_type = DECIDE_WT_SLIDING;
+	cr_assert_eq(decide(&lg, T0 + 30).rate, 5);
+}
+
+Test(decide, window_defaults)
+{
+	/* "api" has one window: window 0 means it. */
+	struct rl_decision d = decide(&(struct rl_request){ .ns = "api", .ns_len = 3, .key = "w",
+							    .key_len = 1, .cost = 1 }, T0);
+	cr_assert_null(d.error, "%s", d.error);
+	cr_assert_eq(d.window, 60);
+	/* "default" has three: a window must be named. */
+	struct rl_request rq = req(NULL, "w", 0, 1);
+	cr_assert_str_eq(decide(&rq, T0).error, "missing window");
+	rq.window = 61;
+	cr_assert_str_eq(decide(&rq, T0).error, "bad window");
+}
+
+Test(decide, errors_and_which_wins)
+{
+	struct rl_request rq = req("nope", NULL, 61, 1);
+
+	rq.key_error = "bad key type";
+	cr_assert_str_eq(decide(&rq, T0).error, "unknown namespace");
+	rq.ns = NULL;
+	cr_assert_str_eq(decide(&rq, T0).error, "bad window");
+	rq.window = 60;
+	cr_assert_str_eq(decide(&rq, T0).error, "bad key type");
+	rq.key_error = NULL;
+	cr_assert_str_eq(decide(&rq, T0).error, "missing key");
+	rq.key = "";
+	cr_assert_str_eq(decide(&rq, T0).error, "empty key");
+	rq.key = "x";
+	rq.key_len = 1;
+	cr_assert_null(decide(&rq, T0).error);
+	/* An error counts nothing. */
+	rq.cost = 0;
+	cr_assert_eq(decide(&rq, T0).rate, 1);
+}
+
+Test(decide, label_is_kept)
+{
+	struct rl_request rq = req(NULL, "l", 60, 1);
+	struct rl_decision d;
+
+	memset(&d, 0, sizeof(d));
+	snprintf(d.label, sizeof(d.label), "perip");
+	decide_one(&dec, &rq, T0, &d);
+	cr_assert_str_eq(d.label, "perip");
+	rq.ns = "nope";
+	rq.ns_len = 4;
+	decide_one(&dec, &rq, T0, &d);
+	cr_assert_str_eq(d.label, "perip");
+	cr_assert_str_eq(d.error, "unknown namespace");
+}
+
+/* "login" never evicts: once its share is full, a new key is refused and
+ * denied (exceeded with an error); other namespaces still count. */
+Test(decide, table_full_deny)
+{
+	struct rl_decision d = { 0 };
+	char key[32];
+	int i;
+
+	for (i = 0; i < 1000; i++) {
+		snprintf(key, sizeof(key), "user-%d", i);
+		struct rl_request rq = req("login", key, 60, 1);
+		d = decide(&rq, T0);
+		if (d.error)
+			break;
+	}
+	cr_assert_lt(i, 1000, "the share never filled");
+	cr_assert_geq(i, 16, "refused after %d keys, below the share", i);
+	cr_assert_str_eq(d.error, "counter table full");
+	cr_assert(d.exceeded, "deny: a refused key is denied");
+	cr_assert_eq(d.retry_after, 1);
+	struct rl_request known = req("login", "user-0", 60, 1);
+	cr_assert_null(decide(&known, T0).error, "a known key is still counted");
+	struct rl_request elsewhere = req("api", "newcomer", 60, 1);
+	cr_assert_null(decide(&elsewhere, T0).error, "another namespace still has room");
+}
+
+Test(decide, fold)
+{
+	struct rl_decision res[3] = {
+		{ .has_limit = true, .limit = 10, .rate = 2, .remaining = 8, .window = 60 },
+		{ .has_limit = true, .limit = 5, .rate = 4, .remaining = 1, .window = 1 },
+		{ .error = "bad cost" },
+	};
+	struct rl_decision out;
+	const char *error;
+
+	decide_fold(res, 3, &out, &error);
+	cr_assert_not(out.exceeded);
+	cr_assert_eq(out.remaining, 1);
+	cr_assert_eq(out.window, 1, "the plain variables are the most restrictive's");
+	cr_assert_str_eq(error, "bad cost");
+
+	res[0].exceeded = true;
+	res[0].remaining = 0;
+	res[0].retry_after = 7;
+	res[2] = (struct rl_decision){ .error = "counter table full", .exceeded = true,
+				       .retry_after = 9 };
+	decide_fold(res, 3, &out, &error);
+	cr_assert(out.exceeded);
+	cr_assert_eq(out.window, 60);
+	cr_assert_eq(out.retry_after, 9, "the longest retry_after of all");
+	cr_assert_eq(out.remaining, 0);
+	cr_assert_str_eq(error, "counter table full");
+
+	cr_assert(decide_more_restrictive(&res[0], &res[1]));
+	cr_assert_not(decide_more_restrictive(&res[1], &res[0]));
+	cr_assert_not(decide_more_restrictive(&res[2], &res[1]), "errors rank last");
+}
