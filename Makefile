@@ -3,7 +3,7 @@
 #   make            build ./spoa-ratelimit
 #   make run        install missing packages, build, run on the built-in config
 #   make test       install missing packages, build with ASan+UBSan, run every test
-#   make fuzz       libFuzzer over the SPOP frame decoder (bounded time)
+#   make fuzz       libFuzzer over the SPOP codec and the HTTP parser (bounded time)
 #   make bench      benchmarks (bench/)
 #   make demo       multi-node demo on loopback: Redis, two agents, two HAProxy
 #   make SANITIZE=address,undefined   sanitized build (in build/san)
@@ -100,12 +100,17 @@ e2e: $(AGENT)
 
 fuzz:
 	@scripts/deps.sh fuzz
-	@mkdir -p build/fuzz/corpus
+	@mkdir -p build/fuzz/corpus build/fuzz/corpus-http
 	clang -std=c11 -D_GNU_SOURCE -O1 -g -I. -fsanitize=fuzzer,address,undefined \
 	    -o build/fuzz/fuzz_spop tests/fuzz/fuzz_spop.c spop/*.c
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -I. -fsanitize=fuzzer,address,undefined \
+	    -o build/fuzz/fuzz_http tests/fuzz/fuzz_http.c agent/http_parse.c
 	build/fuzz/fuzz_spop -max_total_time=$(FUZZ_SECONDS) -max_len=20000 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/seeds > build/fuzz/log 2>&1; \
-	    rc=$$?; tail -5 build/fuzz/log; exit $$rc
+	    rc=$$?; tail -5 build/fuzz/log; [ $$rc -eq 0 ] || exit $$rc; \
+	build/fuzz/fuzz_http -max_total_time=$(FUZZ_SECONDS) -max_len=40000 \
+	    -artifact_prefix=build/fuzz/http- build/fuzz/corpus-http tests/fuzz/seeds-http \
+	    > build/fuzz/log-http 2>&1; rc=$$?; tail -5 build/fuzz/log-http; exit $$rc
 
 bench: deps-build
 	$(MAKE) $(AGENT) $(BENCH_BINS)

@@ -511,9 +511,9 @@ struct cfg_key {
 	int (*set)(struct cfg_parser *p, json_t *v, void *obj);
 };
 
-static int cfg_set_listen(struct cfg_parser *p, json_t *v, void *obj)
+/* A listen address into dst (CONFIG_ADDR_MAX bytes). */
+static int cfg_set_addr(struct cfg_parser *p, json_t *v, char *dst)
 {
-	struct config *c = obj;
 	char what[96];
 
 	snprintf(what, sizeof(what), "an address %s", CFG_LISTEN_WHAT);
@@ -521,8 +521,13 @@ static int cfg_set_listen(struct cfg_parser *p, json_t *v, void *obj)
 		return cfg_fail_type(p, v, what);
 	if (cfg_check_listen(p, json_string_value(v)) < 0)
 		return -1;
-	memcpy(c->listen, json_string_value(v), json_string_length(v) + 1);
+	memcpy(dst, json_string_value(v), json_string_length(v) + 1);
 	return 0;
+}
+
+static int cfg_set_listen(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_addr(p, v, ((struct config *)obj)->listen);
 }
 
 /* listen_mode: a string of octal digits such as "0660" (JSON has no octal
@@ -829,6 +834,22 @@ static int cfg_set_key_secret(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+static int cfg_set_http_listen(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_addr(p, v, ((struct config *)obj)->http_listen);
+}
+
+static int cfg_set_http_deny_status(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 400, 599, &x) < 0)
+		return -1;
+	c->http_deny_status = (int)x;
+	return 0;
+}
+
 static int cfg_set_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct config *c = obj;
@@ -858,6 +879,8 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "max_buffer_memory", .set = cfg_set_max_buffer_memory },
 	{ .name = "listen_mode",      .set = cfg_set_listen_mode },
 	{ .name = "listen_owner",     .set = cfg_set_listen_owner },
+	{ .name = "http_listen",      .set = cfg_set_http_listen },
+	{ .name = "http_deny_status", .set = cfg_set_http_deny_status },
 };
 
 static const struct cfg_key cfg_ns_keys[] = {
@@ -1055,6 +1078,7 @@ void config_defaults(struct config *c)
 	memset(c, 0, sizeof(*c));
 	snprintf(c->listen, sizeof(c->listen), "%s", CFG_LISTEN_DEFAULT);
 	c->listen_mode = -1;
+	c->http_deny_status = 429;
 	c->workers = config_default_workers();
 	c->max_keys = CFG_MAX_KEYS_DEFAULT;
 	c->max_buffer_memory = CFG_BUFMEM_DEFAULT;
@@ -1152,6 +1176,17 @@ int config_check(const struct config *c, struct config_err *err)
 	if (cfg_check_listen(&p, c->listen) < 0)
 		return -1;
 	cfg_path_pop(&p, mark);
+	mark = cfg_path_key(&p, "http_listen");
+	n = strnlen(c->http_listen, sizeof(c->http_listen));
+	if (n == sizeof(c->http_listen))
+		return cfg_fail(&p, "not NUL-terminated");
+	if (n > 0 && cfg_check_listen(&p, c->http_listen) < 0)
+		return -1;
+	if (n > 0 && strcmp(c->http_listen, c->listen) == 0)
+		return cfg_fail(&p, "the same address as listen");
+	cfg_path_pop(&p, mark);
+	if (cfg_check_range(&p, "http_deny_status", c->http_deny_status, 400, 599) < 0)
+		return -1;
 	if (c->listen_mode < -1 || c->listen_mode > 0777) {
 		cfg_path_key(&p, "listen_mode");
 		return cfg_fail(&p, "expected 0..0777, got %d", c->listen_mode);

@@ -52,6 +52,8 @@ struct config {
 	char listen[CONFIG_ADDR_MAX];      /* "127.0.0.1:12345", "[::1]:12345", "unix:/path" */
 	int listen_mode;                   /* unix socket permissions 0..0777; -1 = umask's */
 	char listen_owner[CONFIG_OWNER_MAX]; /* unix socket "user[:group]"; "" = ours */
+	char http_listen[CONFIG_ADDR_MAX]; /* the HTTP front, as listen; "" = off */
+	int http_deny_status;              /* status of a denied HTTP check, 400..599 */
 	int workers;                       /* >= 1; 0 in the file = number of CPUs */
 	size_t max_keys;                   /* capacity of the counter table, (key, window) pairs */
 	char message_prefix[CONFIG_PREFIX_MAX]; /* "ratelimit" */

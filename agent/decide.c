@@ -150,8 +150,10 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		   nsc->count_denied, &res) < 0) {
 		enum rl_status st = rl_errno(d->rl);
 		r->error = rl_status_str(st);
-		if (st == RL_ERR_FULL)
+		if (st == RL_ERR_FULL) {
+			r->refused = true;
 			table_full(d, r, nsc, ns, now);
+		}
 		return;
 	}
 	if (res.evicted)
@@ -176,6 +178,45 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 	if (res.inserted && nsc->sync_rate > 0 && d->sync)
 		sync_seed(d->sync, (unsigned)ns, res.cur_idx);
 	finish(r, now);
+}
+
+bool decide_parse_uint(const char *s, size_t n, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	if (n == 0 || n > 19)
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return false;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	*out = v;
+	return true;
+}
+
+bool decide_parse_cost(const char *s, size_t n, double *out)
+{
+	char buf[32];
+	bool digit = false, dot = false;
+
+	if (n == 0 || n >= sizeof(buf))
+		return false;
+	for (size_t i = 0; i < n; i++) {
+		char c = s[i];
+		if (c >= '0' && c <= '9')
+			digit = true;
+		else if (c == '.' && !dot)
+			dot = true;
+		else
+			return false;
+		buf[i] = c;
+	}
+	if (!digit)
+		return false;
+	buf[n] = '\0';
+	*out = strtod(buf, NULL);
+	return isfinite(*out) && *out <= DECIDE_COST_MAX;
 }
 
 /* ---- several decisions, one answer ---- */
@@ -239,6 +280,7 @@ void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *ou
 struct decide_pending {
 	struct decide *d;
 	void *owner;                             /* the front's; NULL once gone */
+	decide_deliver_fn deliver;
 	struct decide_pending **list;            /* owner's list head */
 	struct decide_pending *prev, *next;      /* owner's list, or the free list */
 	uint64_t tag[3];
@@ -373,7 +415,7 @@ static void pending_on_pushed(void *arg, int status, const char *errstr)
 	pending_finish(p);
 	if (p->owner) {
 		/* The owner answers and releases p. */
-		d->deliver(p->owner, p);
+		p->deliver(p->owner, p);
 		return;
 	}
 	pending_put(d, p);
@@ -440,7 +482,8 @@ static void pending_push(struct decide_pending *p)
 }
 
 struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
-				   double now, void *owner, struct decide_pending **owned)
+				   double now, void *owner, decide_deliver_fn deliver,
+				   struct decide_pending **owned)
 {
 	struct decide_pending *p = pending_get(d);
 	struct shm_table *t = rl_shm(d->rl);
@@ -471,6 +514,7 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 		return NULL;
 	}
 	p->owner = owner;
+	p->deliver = deliver;
 	p->list = owned;
 	p->next = *owned;
 	if (*owned)

@@ -55,6 +55,8 @@ struct rl_request {
 struct rl_decision {
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's own name for it (SPOP: suffix) */
 	const char *error;            /* NULL when counted or read */
+	bool refused;                 /* the error is "counter table full": the
+	                                 service's, not the request's fault */
 	bool has_limit;
 	bool exceeded;                /* also set with an error by on_table_full "deny" */
 	int64_t limit;
@@ -80,9 +82,6 @@ struct decide {
 	const struct config *cfg;
 	struct rl *rl;
 	struct sync *sync;            /* the worker's; NULL: every namespace local */
-	/* A held batch is complete: the front answers it, then calls
-	 * decide_pending_release(). */
-	void (*deliver)(void *owner, struct decide_pending *p);
 	struct decide_pending *free_pending;
 	size_t npending;
 	double last_full_log;         /* "no room" log, at most 1/s */
@@ -105,12 +104,17 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 /* Does a decision of res[0..n) wait for a store? */
 bool decide_needs_store(const struct rl_decision *res, size_t n);
 
+/* A held batch is complete: the owner answers it, then calls
+ * decide_pending_release(). */
+typedef void (*decide_deliver_fn)(void *owner, struct decide_pending *p);
+
 /* Starts the store round trip of the synchronous decisions of res[0..n)
  * (n <= DECIDE_MAX_BATCH). Returns the pending batch, linked into *owned
- * (d->deliver(owner, p) runs later), or NULL when the answer is ready now
+ * (deliver(owner, p) runs later), or NULL when the answer is ready now
  * (store down, pool exhausted: res is final, local counts). */
 struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
-				   double now, void *owner, struct decide_pending **owned);
+				   double now, void *owner, decide_deliver_fn deliver,
+				   struct decide_pending **owned);
 
 /* The decisions of a delivered batch. */
 const struct rl_decision *decide_pending_results(const struct decide_pending *p, size_t *n);
@@ -134,5 +138,12 @@ bool decide_more_restrictive(const struct rl_decision *a, const struct rl_decisi
  * *error is the first error of any (or NULL). */
 void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *out,
 		 const char **error);
+
+/* Request arguments given as text, as every front may: a decimal
+ * integer of 1..19 digits (no sign), and a cost: a plain decimal number
+ * ("2", "0.5", ".25"; no sign, exponent, hex, inf or nan) of at most
+ * DECIDE_COST_MAX, so that counts stay exact integers in a double. */
+bool decide_parse_uint(const char *s, size_t n, uint64_t *out);
+bool decide_parse_cost(const char *s, size_t n, double *out);
 
 #endif /* DECIDE_H */

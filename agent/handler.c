@@ -47,58 +47,22 @@ void handler_free(struct handler *h)
 /* Parses a non-negative integer from an int or a string of digits. */
 static bool arg_uint(const struct spop_data *d, uint64_t *out)
 {
-	switch (d->type) {
-	case SPOP_DATA_STRING: {
-		uint64_t v = 0;
-		if (d->v.str.len == 0 || d->v.str.len > 19)
-			return false;
-		for (size_t i = 0; i < d->v.str.len; i++) {
-			char c = d->v.str.ptr[i];
-			if (c < '0' || c > '9')
-				return false;
-			v = v * 10 + (uint64_t)(c - '0');
-		}
-		*out = v;
-		return true;
-	}
-	default:
-		return spop_data_uint(d, out);
-	}
+	if (d->type == SPOP_DATA_STRING)
+		return decide_parse_uint(d->v.str.ptr, d->v.str.len, out);
+	return spop_data_uint(d, out);
 }
 
 /* Parses a cost: an int >= 0, or a string holding a plain decimal number
- * ("2", "0.5", ".25"); no sign, exponent, hex, inf or nan; at most
- * DECIDE_COST_MAX, so that counts stay exact integers in a double and
- * every variable fits an int64. */
+ * (decide_parse_cost). */
 static bool arg_cost(const struct spop_data *d, double *out)
 {
-	if (d->type != SPOP_DATA_STRING) {
-		uint64_t u;
-		if (!arg_uint(d, &u) || u > (uint64_t)DECIDE_COST_MAX)
-			return false;
-		*out = (double)u;
-		return true;
-	}
-	char buf[32];
-	size_t len = d->v.str.len;
-	bool digit = false, dot = false;
-	if (len == 0 || len >= sizeof(buf))
+	if (d->type == SPOP_DATA_STRING)
+		return decide_parse_cost(d->v.str.ptr, d->v.str.len, out);
+	uint64_t u;
+	if (!arg_uint(d, &u) || u > (uint64_t)DECIDE_COST_MAX)
 		return false;
-	for (size_t i = 0; i < len; i++) {
-		char c = d->v.str.ptr[i];
-		if (c >= '0' && c <= '9')
-			digit = true;
-		else if (c == '.' && !dot)
-			dot = true;
-		else
-			return false;
-		buf[i] = c;
-	}
-	if (!digit)
-		return false;
-	buf[len] = '\0';
-	*out = strtod(buf, NULL);
-	return isfinite(*out) && *out <= DECIDE_COST_MAX;
+	*out = (double)u;
+	return true;
 }
 
 static bool str_eq(struct spop_str s, const char *lit)
@@ -455,7 +419,7 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 		handle_msg(h, &msgs[i], now, &res[i]);
 
 	if (decide_needs_store(res, n)) {
-		struct decide_pending *p = decide_hold(h->dec, res, n, now, owner, owned);
+		struct decide_pending *p = decide_hold(h->dec, res, n, now, owner, h->deliver, owned);
 		if (p) {
 			uint64_t *tag = decide_pending_tag(p);
 			tag[0] = f->stream_id;

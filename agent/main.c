@@ -15,6 +15,7 @@
 #include "agent/master.h"
 #include "agent/ratelimit.h"
 #include "agent/sync.h"
+#include "agent/worker.h"
 
 #include <sys/random.h>
 
@@ -175,16 +176,23 @@ int main(int argc, char **argv)
 	}
 
 	raise_nofile(&cfg);
-	int fd = master_listen(&cfg, err, sizeof(err));
-	if (fd < 0) {
+	struct worker_listeners ls = { .spop_fd = master_listen(&cfg, cfg.listen, err, sizeof(err)),
+				       .http_fd = -1 };
+	if (ls.spop_fd >= 0 && cfg.http_listen[0]) {
+		ls.http_fd = master_listen(&cfg, cfg.http_listen, err, sizeof(err));
+		if (ls.http_fd < 0)
+			close(ls.spop_fd);
+	}
+	if (ls.spop_fd < 0 || (cfg.http_listen[0] && ls.http_fd < 0)) {
 		fprintf(stderr, "spoa-ratelimit: cannot listen: %s\n", err);
 		rl_free(rl);
 		config_free(&cfg);
 		return 1;
 	}
-	LOG(LOG_INFO, "listening on %s with %d worker(s), max_keys %zu, %zu namespace(s)",
-	    cfg.listen, cfg.workers, cfg.max_keys, cfg.n_ns);
-	int rc = master_run(&cfg, rl, fd);
+	LOG(LOG_INFO, "listening on %s%s%s with %d worker(s), max_keys %zu, %zu namespace(s)",
+	    cfg.listen, cfg.http_listen[0] ? ", HTTP on " : "", cfg.http_listen, cfg.workers,
+	    cfg.max_keys, cfg.n_ns);
+	int rc = master_run(&cfg, rl, &ls);
 	rl_free(rl);
 	config_free(&cfg);
 	return rc;

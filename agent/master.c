@@ -46,8 +46,10 @@ static double mono_now(void)
 }
 
 /* The unix socket this process bound (st_dev, st_ino), 0 if none. */
-static dev_t master_sock_dev;
-static ino_t master_sock_ino;
+static struct master_sock {
+	dev_t dev;
+	ino_t ino;
+} master_socks[2];
 
 /* Removes the unix socket of addr if it is still the one we bound (not a
  * file that replaced it since). */
@@ -58,9 +60,16 @@ static void master_unlink_own(const char *addr)
 
 	if (!path)
 		return;
-	if (master_sock_ino != 0 && lstat(path, &st) == 0 && st.st_dev == master_sock_dev &&
-	    st.st_ino == master_sock_ino)
-		unlink(path);
+	if (lstat(path, &st) < 0)
+		return;
+	for (size_t i = 0; i < sizeof(master_socks) / sizeof(master_socks[0]); i++) {
+		struct master_sock *ms = &master_socks[i];
+		if (ms->ino != 0 && st.st_dev == ms->dev && st.st_ino == ms->ino) {
+			unlink(path);
+			ms->ino = 0;
+			return;
+		}
+	}
 }
 
 /* A user or group id from a decimal number or a name; -1 if unknown. */
@@ -112,10 +121,9 @@ int master_owner_ids(const char *owner, uid_t *uid, gid_t *gid, char *err, size_
  * mode. The file is created with no access for group and others, then
  * chowned, then given its mode, so no peer can connect in between with
  * more rights than asked for. */
-static int master_listen_unix(const struct config *cfg, const char *path, char *err,
-			      size_t errlen)
+static int master_listen_unix(const struct config *cfg, const char *addr, const char *path,
+			      char *err, size_t errlen)
 {
-	const char *addr = cfg->listen;
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
 	uid_t uid;
 	gid_t gid;
@@ -165,8 +173,9 @@ static int master_listen_unix(const struct config *cfg, const char *path, char *
 	}
 	/* Remember which file is ours: at exit only it is removed. */
 	if (stat(path, &st) == 0) {
-		master_sock_dev = st.st_dev;
-		master_sock_ino = st.st_ino;
+		struct master_sock *ms = &master_socks[master_socks[0].ino != 0];
+		ms->dev = st.st_dev;
+		ms->ino = st.st_ino;
 	}
 	const char *what = NULL;
 	if (cfg->listen_owner[0] && chown(path, uid, gid) < 0)
@@ -179,20 +188,18 @@ static int master_listen_unix(const struct config *cfg, const char *path, char *
 		snprintf(err, errlen, "%s: %s: %s", addr, what, strerror(errno));
 		close(fd);
 		master_unlink_own(addr);
-		master_sock_ino = 0;
 		return -1;
 	}
 	return fd;
 }
 
-int master_listen(const struct config *cfg, char *err, size_t errlen)
+int master_listen(const struct config *cfg, const char *addr, char *err, size_t errlen)
 {
-	const char *addr = cfg->listen;
 	const char *path = config_unix_path(addr);
 	int fd;
 
 	if (path)
-		return master_listen_unix(cfg, path, err, errlen);
+		return master_listen_unix(cfg, addr, path, err, errlen);
 
 	char host[CONFIG_ADDR_MAX], *port;
 	snprintf(host, sizeof(host), "%s", addr);
@@ -245,11 +252,12 @@ fail:
 	return -1;
 }
 
-static pid_t master_spawn(const struct config *cfg, struct rl *rl, int listen_fd, int id)
+static pid_t master_spawn(const struct config *cfg, struct rl *rl,
+			  const struct worker_listeners *ls, int id)
 {
 	pid_t pid = fork();
 	if (pid == 0)
-		_exit(worker_run(cfg, rl, listen_fd, id));
+		_exit(worker_run(cfg, rl, ls, id));
 	if (pid < 0)
 		LOG(LOG_ERR, "fork: %s", strerror(errno));
 	return pid;
@@ -286,7 +294,7 @@ static int master_reap(struct master_worker *ws, int n, bool stopping)
 	return running;
 }
 
-int master_run(const struct config *cfg, struct rl *rl, int listen_fd)
+int master_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls)
 {
 	struct master_worker ws[MASTER_MAX_WORKERS];
 	int n = cfg->workers < MASTER_MAX_WORKERS ? cfg->workers : MASTER_MAX_WORKERS;
@@ -303,7 +311,7 @@ int master_run(const struct config *cfg, struct rl *rl, int listen_fd)
 
 	for (int i = 0; i < n; i++) {
 		ws[i].started = mono_now();
-		ws[i].pid = master_spawn(cfg, rl, listen_fd, i);
+		ws[i].pid = master_spawn(cfg, rl, ls, i);
 		if (ws[i].pid < 0)
 			return 1;
 	}
@@ -322,7 +330,7 @@ int master_run(const struct config *cfg, struct rl *rl, int listen_fd)
 			if (ws[i].pid == 0 && ws[i].respawn_at > 0 && now >= ws[i].respawn_at) {
 				ws[i].respawn_at = 0;
 				ws[i].started = now;
-				pid_t pid = master_spawn(cfg, rl, listen_fd, i);
+				pid_t pid = master_spawn(cfg, rl, ls, i);
 				ws[i].pid = pid > 0 ? pid : 0;
 				if (pid < 0)
 					ws[i].respawn_at = now + MASTER_RESPAWN_DELAY;
@@ -331,8 +339,12 @@ int master_run(const struct config *cfg, struct rl *rl, int listen_fd)
 	}
 
 	LOG(LOG_INFO, "stopping: workers finish their frames");
-	close(listen_fd);
+	close(ls->spop_fd);
 	master_unlink_own(cfg->listen);
+	if (ls->http_fd >= 0) {
+		close(ls->http_fd);
+		master_unlink_own(cfg->http_listen);
+	}
 	for (int i = 0; i < n; i++)
 		if (ws[i].pid > 0)
 			kill(ws[i].pid, SIGTERM);

@@ -11,13 +11,14 @@
 
 struct config;
 struct rl;
+struct worker_listeners;
 
-/* Opens the listening socket of cfg->listen ("HOST:PORT", "[V6]:PORT",
- * "unix:/path" or "/path"): non-blocking, close-on-exec; a unix socket gets
- * cfg->listen_owner and cfg->listen_mode. Refuses a path that is not a
+/* Opens the listening socket of addr (cfg->listen or cfg->http_listen:
+ * "HOST:PORT", "[V6]:PORT", "unix:/path" or "/path"): non-blocking,
+ * close-on-exec; a unix socket gets cfg->listen_owner and cfg->listen_mode. Refuses a path that is not a
  * socket or that a live process listens on. Returns the fd, or -1 with a
  * message in err. */
-int master_listen(const struct config *cfg, char *err, size_t errlen);
+int master_listen(const struct config *cfg, const char *addr, char *err, size_t errlen);
 
 /* The ids of a listen_owner "user[:group]" (names or numbers); (uid_t)-1 /
  * (gid_t)-1 for a part not given, as chown() takes them. Returns 0, or -1
@@ -25,6 +26,6 @@ int master_listen(const struct config *cfg, char *err, size_t errlen);
 int master_owner_ids(const char *owner, uid_t *uid, gid_t *gid, char *err, size_t errlen);
 
 /* Runs the master until it is told to stop. Returns the exit status. */
-int master_run(const struct config *cfg, struct rl *rl, int listen_fd);
+int master_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls);
 
 #endif /* MASTER_H */

@@ -17,6 +17,7 @@
 
 #include "agent/config.h"
 #include "agent/conn.h"
+#include "agent/http_front.h"
 #include "agent/log.h"
 #include "agent/ratelimit.h"
 #include "agent/sync.h"
@@ -65,6 +66,18 @@ static bool worker_done(const struct worker *w)
 	return w->stopping && w->nconns == 0 && !sync_busy(w->sync) && w->decide.npending == 0;
 }
 
+/* A connection closed: accepts paused at the cap start again. */
+static void worker_below_cap(struct worker *w)
+{
+	if (w->stopping || w->nconns >= w->cfg->max_connections)
+		return;
+	if (!ev_is_active(&w->accept_w) && !ev_is_active(&w->accept_pause_w))
+		ev_io_start(w->loop, &w->accept_w);
+	if (w->http_fd >= 0 && !ev_is_active(&w->http_accept_w) &&
+	    !ev_is_active(&w->http_pause_w))
+		ev_io_start(w->loop, &w->http_accept_w);
+}
+
 void worker_conn_closed(struct worker *w, struct conn *c)
 {
 	if (c->prev)
@@ -77,9 +90,22 @@ void worker_conn_closed(struct worker *w, struct conn *c)
 	c->next = w->dead;
 	w->dead = c;
 	w->nconns--;
-	if (!w->stopping && w->nconns < w->cfg->max_connections && !ev_is_active(&w->accept_w) &&
-	    !ev_is_active(&w->accept_pause_w))
-		ev_io_start(w->loop, &w->accept_w);
+	worker_below_cap(w);
+}
+
+void worker_http_closed(struct worker *w, struct http_conn *c)
+{
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		w->hconns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	c->prev = NULL;
+	c->next = w->hdead;
+	w->hdead = c;
+	w->nconns--;
+	worker_below_cap(w);
 }
 
 /* Frees the connections closed during this loop iteration's callbacks. */
@@ -92,6 +118,11 @@ static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 		struct conn *c = w->dead;
 		w->dead = c->next;
 		conn_free(c);
+	}
+	while (w->hdead) {
+		struct http_conn *c = w->hdead;
+		w->hdead = c->next;
+		http_conn_free(c);
 	}
 	/* Stop once connections are done and no push waits for its store
 	 * (its diffs would otherwise be pushed twice by the final flush). */
@@ -165,6 +196,99 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 	}
 }
 
+/* At max_connections, the HTTP connection to close for a new peer: the
+ * one whose last request is the oldest, at least WORKER_EVICT_IDLE ago,
+ * with nothing half-read or held. */
+static struct http_conn *worker_http_idlest(const struct worker *w, double now)
+{
+	struct http_conn *best = NULL;
+	double best_t = now - WORKER_EVICT_IDLE;
+
+	for (struct http_conn *c = w->hconns; c; c = c->next) {
+		if (!c->dead && !c->pending && c->partial_since == 0 && c->last_rx <= best_t) {
+			best = c;
+			best_t = c->last_rx;
+		}
+	}
+	return best;
+}
+
+static void worker_on_http_pause(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = (struct worker *)((char *)t - offsetof(struct worker, http_pause_w));
+	(void)revents;
+	if (!w->stopping)
+		ev_io_start(loop, &w->http_accept_w);
+}
+
+static void worker_http_pause(struct worker *w, double seconds)
+{
+	ev_io_stop(w->loop, &w->http_accept_w);
+	ev_timer_stop(w->loop, &w->http_pause_w);
+	ev_timer_set(&w->http_pause_w, seconds, 0.);
+	ev_timer_start(w->loop, &w->http_pause_w);
+}
+
+/* The HTTP listener: the same cap and the same idle eviction as SPOP
+ * (an HTTP keep-alive connection idle for a second gives way). */
+static void worker_on_http_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct worker *w = (struct worker *)((char *)io - offsetof(struct worker, http_accept_w));
+	(void)revents;
+
+	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
+		struct http_conn *idle = NULL;
+		struct conn *sidle = NULL;
+
+		if (w->nconns >= w->cfg->max_connections) {
+			double now = ev_now(loop);
+
+			idle = worker_http_idlest(w, now);
+			if (!idle)
+				sidle = worker_idlest(w, now);
+			if (!idle && !sidle) {
+				if (log_limit(&w->cap_log, now))
+					LOG(LOG_WARN, "worker at max_connections (%u), all busy: "
+					    "not accepting HTTP%s", w->nconns,
+					    log_limit_suppressed(&w->cap_log));
+				worker_http_pause(w, WORKER_CAP_RECHECK);
+				return;
+			}
+		}
+		int fd = accept4(w->http_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno == EINTR || errno == ECONNABORTED)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK)
+				return;
+			if (log_limit(&w->accept_log, ev_now(loop)))
+				LOG(LOG_WARN, "accept (HTTP): %s; pausing accepts for %.0f ms%s",
+				    strerror(errno), WORKER_ACCEPT_PAUSE * 1000,
+				    log_limit_suppressed(&w->accept_log));
+			worker_http_pause(w, WORKER_ACCEPT_PAUSE);
+			return;
+		}
+		if (idle)
+			http_conn_evict(idle);
+		else if (sidle)
+			conn_evict(sidle);
+		int one = 1;
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+		struct http_conn *c = http_conn_new(w, fd);
+		if (!c) {
+			if (log_limit(&w->budget_log, ev_now(loop)))
+				LOG(LOG_WARN, "HTTP connection refused: out of memory or "
+				    "max_buffer_memory%s", log_limit_suppressed(&w->budget_log));
+			continue;
+		}
+		c->next = w->hconns;
+		if (w->hconns)
+			w->hconns->prev = c;
+		w->hconns = c;
+		w->nconns++;
+	}
+}
+
 static void worker_on_drain_timeout(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	(void)t;
@@ -195,9 +319,15 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	LOG(LOG_DEBUG, "stopping: %u connections to finish", w->nconns);
 	ev_io_stop(loop, &w->accept_w);
 	ev_timer_stop(loop, &w->accept_pause_w);
+	ev_io_stop(loop, &w->http_accept_w);
+	ev_timer_stop(loop, &w->http_pause_w);
 	for (struct conn *c = w->conns, *next; c; c = next) {
 		next = c->next;
 		conn_drain(c);
+	}
+	for (struct http_conn *c = w->hconns, *next; c; c = next) {
+		next = c->next;
+		http_conn_drain(c);
 	}
 	ev_timer_init(&w->drain_w, worker_on_drain_timeout, WORKER_DRAIN_SECONDS, 0.);
 	ev_timer_start(loop, &w->drain_w);
@@ -206,7 +336,8 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	ev_timer_start(loop, &w->stop_poll_w);
 }
 
-int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
+int worker_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
+	       int id)
 {
 	struct worker w;
 
@@ -214,7 +345,8 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 	w.cfg = cfg;
 	w.rl = rl;
 	w.id = id;
-	w.listen_fd = listen_fd;
+	w.listen_fd = ls->spop_fd;
+	w.http_fd = ls->http_fd;
 	log_worker_id = id;
 	/* Die with the master. */
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
@@ -241,8 +373,13 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	ev_io_init(&w.accept_w, worker_on_accept, listen_fd, EV_READ);
+	ev_io_init(&w.accept_w, worker_on_accept, w.listen_fd, EV_READ);
 	ev_io_start(w.loop, &w.accept_w);
+	ev_init(&w.http_pause_w, worker_on_http_pause);
+	if (w.http_fd >= 0) {
+		ev_io_init(&w.http_accept_w, worker_on_http_accept, w.http_fd, EV_READ);
+		ev_io_start(w.loop, &w.http_accept_w);
+	}
 	ev_init(&w.accept_pause_w, worker_on_accept_pause);
 	ev_check_init(&w.reap_w, worker_on_check);
 	ev_check_start(w.loop, &w.reap_w);
@@ -255,7 +392,7 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 		return 1;
 	}
 	w.decide.sync = w.sync;
-	w.decide.deliver = conn_deliver;
+	w.handler.deliver = conn_deliver;
 
 	LOG(LOG_DEBUG, "worker %d serving", id);
 	ev_run(w.loop, 0);
@@ -263,6 +400,8 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 	/* Answers still waiting for a store go nowhere now; then stop the
 	 * sync (which fails those pushes). */
 	for (struct conn *c = w.conns; c; c = c->next)
+		decide_pending_detach_all(&c->pending);
+	for (struct http_conn *c = w.hconns; c; c = c->next)
 		decide_pending_detach_all(&c->pending);
 	sync_stop(w.sync);
 
@@ -277,6 +416,18 @@ int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id)
 		struct conn *c = w.dead;
 		w.dead = c->next;
 		conn_free(c);
+	}
+	for (struct http_conn *c = w.hconns, *next; c; c = next) {
+		next = c->next;
+		ev_io_stop(w.loop, &c->io);
+		ev_timer_stop(w.loop, &c->timer);
+		close(c->fd);
+		http_conn_free(c);
+	}
+	while (w.hdead) {
+		struct http_conn *c = w.hdead;
+		w.hdead = c->next;
+		http_conn_free(c);
 	}
 	ev_loop_destroy(w.loop);
 	handler_free(&w.handler);

@@ -9,13 +9,21 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent/decide.h"
 #include "agent/handler.h"
 #include "agent/log.h"
 
 struct config;
 struct conn;
+struct http_conn;
 struct rl;
 struct sync;
+
+/* The sockets the master bound; every worker accepts on them. */
+struct worker_listeners {
+	int spop_fd;
+	int http_fd;                  /* -1: no HTTP front */
+};
 
 struct worker {
 	struct ev_loop *loop;
@@ -26,7 +34,10 @@ struct worker {
 	struct sync *sync;            /* NULL when no namespace syncs */
 	int id;
 	int listen_fd;
+	int http_fd;                  /* -1: no HTTP front */
 	ev_io accept_w;
+	ev_io http_accept_w;
+	ev_timer http_pause_w;        /* HTTP accepts paused (cap, EMFILE) */
 	ev_signal term_w, int_w;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */
@@ -34,7 +45,9 @@ struct worker {
 	ev_timer accept_pause_w;      /* accepts paused after EMFILE and the like */
 	struct conn *conns;           /* live connections */
 	struct conn *dead;            /* closed, to free after the callbacks */
-	uint32_t nconns;
+	struct http_conn *hconns;     /* live HTTP connections */
+	struct http_conn *hdead;      /* closed, to free after the callbacks */
+	uint32_t nconns;              /* SPOP and HTTP together (max_connections) */
 	size_t buf_bytes;             /* connection buffers (max_buffer_memory) */
 	bool stopping;
 	struct log_limit cap_log, accept_log, evict_log, budget_log, fail_log, disconnect_log;
@@ -42,9 +55,11 @@ struct worker {
 
 /* Runs a worker until SIGTERM/SIGINT and its connections are done.
  * Returns the process exit status. */
-int worker_run(const struct config *cfg, struct rl *rl, int listen_fd, int id);
+int worker_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
+	       int id);
 
 /* Called by a connection when it closes: unlinks it and queues it to free. */
 void worker_conn_closed(struct worker *w, struct conn *c);
+void worker_http_closed(struct worker *w, struct http_conn *c);
 
 #endif /* WORKER_H */

@@ -627,6 +627,36 @@ Test(config, listen_mode_and_owner_bad)
 	assert_no_leaks();
 }
 
+Test(config, http_front_keys)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"http_listen\": 8080}", "http_listen", "got integer 8080" },
+		{ "{\"http_listen\": \"127.0.0.1\"}", "http_listen", "missing ':PORT'" },
+		{ "{\"http_listen\": \"127.0.0.1:12345\"}", "http_listen",
+		  "the same address as listen" },
+		{ "{\"http_deny_status\": 200}", "http_deny_status", "expected an integer in 400..599" },
+		{ "{\"http_deny_status\": 600}", "http_deny_status", "expected an integer in 400..599" },
+		{ "{\"http_deny_status\": \"429\"}", "http_deny_status", "got string" },
+	};
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_str_empty(c.http_listen, "off by default");
+	cr_assert_eq(c.http_deny_status, 429);
+	cr_assert_eq(load(&c, &err, "{\"http_listen\": \"[::1]:8080\", \"http_deny_status\": 403}"),
+		     0, "%s: %s", err.path, err.msg);
+	cr_assert_str_eq(c.http_listen, "[::1]:8080");
+	cr_assert_eq(c.http_deny_status, 403);
+	config_free(&c);
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"http_listen\": \"unix:/run/rl-http.sock\"}"), 0, "%s",
+		     err.msg);
+	config_free(&c);
+	EXPECT_ERRORS(cases);
+	assert_no_leaks();
+}
+
 Test(config, syntax_error_has_line_and_column)
 {
 	struct config c;

@@ -73,11 +73,12 @@ static bool can_connect(int port)
 	return ok;
 }
 
-/* Writes json with every "@PORT@" replaced by port. Returns 0 or -1. */
+/* Writes json with every "@PORT@" replaced by port and "@HTTP_PORT@" by
+ * http_port. Returns 0 or -1. */
 static int write_config(struct agentproc *a, const char *json)
 {
-	char port[16];
-	const char *p = json, *tok;
+	char port[16], hport[16];
+	const char *p = json;
 	FILE *f;
 	int fd;
 
@@ -94,10 +95,16 @@ static int write_config(struct agentproc *a, const char *json)
 		return -1;
 	}
 	snprintf(port, sizeof(port), "%d", a->port);
-	while ((tok = strstr(p, "@PORT@"))) {
+	snprintf(hport, sizeof(hport), "%d", a->http_port);
+	for (;;) {
+		const char *t1 = strstr(p, "@PORT@"), *t2 = strstr(p, "@HTTP_PORT@");
+		const char *tok = t1 && (!t2 || t1 < t2) ? t1 : t2;
+
+		if (!tok)
+			break;
 		fwrite(p, 1, (size_t)(tok - p), f);
-		fputs(port, f);
-		p = tok + 6;
+		fputs(tok == t1 ? port : hport, f);
+		p = tok + (tok == t1 ? 6 : 11);
 	}
 	fputs(p, f);
 	return fclose(f) == 0 ? 0 : -1;
@@ -182,7 +189,10 @@ int agentproc_start(struct agentproc *a, const char *json, const char *const *ar
 		bool exited = false;
 
 		a->port = free_port();
-		if (a->port < 0) {
+		a->http_port = free_port();
+		for (int k = 0; k < 8 && a->http_port == a->port; k++)
+			a->http_port = free_port();
+		if (a->port < 0 || a->http_port < 0) {
 			snprintf(a->err, sizeof(a->err), "no free port: %s", strerror(errno));
 			return -1;
 		}

@@ -22,6 +22,7 @@
 struct agentproc {
 	pid_t pid;                         /* 0 when not running */
 	int port;
+	int http_port;                     /* a second free port, for "@HTTP_PORT@" */
 	int exit_status;                   /* wait status once reaped */
 	bool reaped;
 	char bin[AGENTPROC_PATH_MAX];
@@ -38,7 +39,8 @@ const char *agentproc_binary(void);
 bool agentproc_available(void);
 
 /* Starts the agent listening on 127.0.0.1:<free port>. json: a config
- * file's text or NULL; the token "@PORT@" in it is replaced by the port.
+ * file's text or NULL; the token "@PORT@" in it is replaced by the port,
+ * "@HTTP_PORT@" by a second free port (a->http_port).
  * args: extra arguments, NULL-terminated (may be NULL). Waits up to
  * timeout_ms for a TCP connect to succeed. Retries a few ports if the
  * agent exits early (another process may have taken the port). Returns 0,

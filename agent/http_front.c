@@ -1,0 +1,570 @@
+/*
+ * http_front.c - HTTP/1.1 connections and routes (see http_front.h).
+ * Requests are parsed in place in the read buffer; answers are appended
+ * to the write buffer, in request order, and sent with one write per
+ * batch. A request whose namespace answers from the store (sync_rate 0)
+ * holds the connection's later requests until it is answered.
+ */
+#include "agent/http_front.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+#include "agent/decide.h"
+#include "agent/http_parse.h"
+#include "agent/log.h"
+#include "agent/worker.h"
+
+#define HTTP_RBUF       HTTP_HEAD_MAX   /* one head at a time */
+#define HTTP_WBUF       16384           /* answers of a pipelined batch */
+#define HTTP_RESP_MAX   1024            /* room one answer needs */
+#define HTTP_CLOSE_GRACE 1.0            /* seconds to flush a last answer */
+#define HTTP_READS_PER_EVENT 16
+
+static void http_on_io(struct ev_loop *loop, ev_io *io, int revents);
+static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+static void http_continue(struct http_conn *c);
+
+static void http_close(struct http_conn *c)
+{
+	if (c->dead)
+		return;
+	c->dead = true;
+	decide_pending_detach_all(&c->pending);
+	ev_io_stop(c->w->loop, &c->io);
+	ev_timer_stop(c->w->loop, &c->timer);
+	close(c->fd);
+	c->fd = -1;
+	worker_http_closed(c->w, c);
+}
+
+static void http_update_events(struct http_conn *c)
+{
+	int ev = 0;
+
+	if (!c->closing && !c->pending && c->rlen < c->rcap)
+		ev |= EV_READ;
+	if (c->woff < c->wlen)
+		ev |= EV_WRITE;
+	if (ev == 0) {
+		ev_io_stop(c->w->loop, &c->io);
+		return;
+	}
+	if ((c->io.events & (EV_READ | EV_WRITE)) != ev || !ev_is_active(&c->io)) {
+		ev_io_stop(c->w->loop, &c->io);
+		ev_io_set(&c->io, c->fd, ev);
+		ev_io_start(c->w->loop, &c->io);
+	}
+}
+
+/* Sends queued output. Returns 0, or -1 when the connection was closed. */
+static int http_flush(struct http_conn *c)
+{
+	while (c->woff < c->wlen) {
+		ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
+		if (n > 0) {
+			c->woff += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		http_close(c);
+		return -1;
+	}
+	c->woff = c->wlen = 0;
+	if (c->closing && !c->pending) {
+		http_close(c);
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- answers ---- */
+
+/* Appends formatted text to the write buffer (the caller made room for
+ * HTTP_RESP_MAX bytes). */
+static void out(struct http_conn *c, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(c->wbuf + c->wlen, c->wcap - c->wlen, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		c->wlen += (size_t)n < c->wcap - c->wlen ? (size_t)n : c->wcap - c->wlen - 1;
+}
+
+static const char *reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 501: return "Not Implemented";
+	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
+	default: return status < 500 ? "Client Error" : "Server Error";
+	}
+}
+
+/* What an answer needs to know of its request. */
+struct http_ctx {
+	bool head;          /* HEAD: no body */
+	bool keep_alive;
+	int minor;
+};
+
+/* The status line, the common headers, extra headers (already formatted,
+ * each ending with CRLF), the body. */
+static void answer(struct http_conn *c, const struct http_ctx *x, int status,
+		   const char *ctype, const char *extra, const char *body)
+{
+	size_t blen = strlen(body);
+
+	out(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	       "Cache-Control: no-store\r\n%s%s\r\n", status, reason(status), ctype, blen, extra,
+	    !x->keep_alive ? "Connection: close\r\n"
+			   : x->minor == 0 ? "Connection: keep-alive\r\n" : "");
+	if (!x->head)
+		out(c, "%s", body);
+	if (!x->keep_alive)
+		c->closing = true;
+}
+
+static void answer_error(struct http_conn *c, const struct http_ctx *x, int status,
+			 const char *why)
+{
+	char body[160];
+
+	snprintf(body, sizeof(body), "{\"error\":\"%s\"}\n", why);
+	answer(c, x, status, "application/json", "", body);
+}
+
+/* The answer of a /ratelimit decision. */
+static void answer_decision(struct http_conn *c, const struct http_ctx *x,
+			    const struct rl_decision *r)
+{
+	const struct config *cfg = c->w->cfg;
+	char hdr[512], body[384];
+	size_t h = 0, b = 0;
+
+	hdr[0] = '\0';
+	if (r->error && !r->refused) {
+		answer_error(c, x, 400, r->error);
+		return;
+	}
+	if (r->error) {
+		/* No room for a new key: on_table_full "deny" denies, else the
+		 * request passes, uncounted; the reason is in the body. */
+		if (r->exceeded)
+			snprintf(hdr, sizeof(hdr), "Retry-After: %lld\r\n", (long long)r->retry_after);
+		snprintf(body, sizeof(body), "{\"exceeded\":%s,\"error\":\"%s\"}\n",
+			 r->exceeded ? "true" : "false", r->error);
+		answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr,
+		       body);
+		return;
+	}
+	const char *policy = cfg->ns[r->ns].name;
+	if (r->has_limit) {
+		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h,
+				      "RateLimit-Policy: \"%s\";q=%lld;w=%u\r\n"
+				      "RateLimit: \"%s\";r=%lld;t=%lld\r\n",
+				      policy, (long long)r->limit, r->window, policy,
+				      (long long)r->remaining, (long long)r->reset);
+		if (r->exceeded)
+			snprintf(hdr + h, sizeof(hdr) - h, "Retry-After: %lld\r\n",
+				 (long long)r->retry_after);
+		b += (size_t)snprintf(body + b, sizeof(body) - b,
+				      "{\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
+				      "\"reset\":%lld,\"limit\":%lld,\"window\":%u",
+				      r->exceeded ? "true" : "false", (long long)r->rate,
+				      (long long)r->remaining, (long long)r->reset, (long long)r->limit,
+				      r->window);
+		if (r->exceeded)
+			b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"retry_after\":%lld",
+					      (long long)r->retry_after);
+	} else {
+		b += (size_t)snprintf(body + b, sizeof(body) - b,
+				      "{\"exceeded\":false,\"rate\":%lld,\"reset\":%lld,\"window\":%u",
+				      (long long)r->rate, (long long)r->reset, r->window);
+	}
+	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", policy);
+	answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr, body);
+}
+
+/* ---- /ratelimit ---- */
+
+static bool is(const char *s, size_t n, const char *lit)
+{
+	return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+/* Builds the request from the query. Decoded values go to dec (the
+ * strings of rq point into it). Returns NULL or why it is a bad request. */
+static const char *query_request(const char *query, size_t qlen, char *dec, size_t cap,
+				 struct rl_request *rq)
+{
+	static const char *const names[] = { "key", "window", "limit", "namespace", "cost",
+					     "window_type" };
+	bool seen[sizeof(names) / sizeof(names[0])] = { false };
+	struct http_query_iter it;
+	const char *n, *v;
+	size_t nl, vl, used = 0;
+	char name[32];
+
+	*rq = (struct rl_request){ .cost = 1, .window_type = DECIDE_WT_DEFAULT };
+	http_query_init(&it, query, qlen);
+	while (http_query_next(&it, &n, &nl, &v, &vl) == 1) {
+		long k = http_pct_decode(n, nl, name, sizeof(name));
+		if (k < 0)
+			continue;     /* not one of ours: ignored, as unknown names are */
+		size_t i;
+		for (i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			if (is(name, (size_t)k, names[i]))
+				break;
+		if (i == sizeof(names) / sizeof(names[0]))
+			continue;     /* unknown arguments are ignored */
+		if (seen[i])
+			return "duplicate argument";
+		seen[i] = true;
+		long len = http_pct_decode(v, vl, dec + used, cap - used);
+		if (len < 0)
+			return "bad percent-encoding";
+		const char *val = dec + used;
+		used += (size_t)len;
+		uint64_t u;
+		switch (i) {
+		case 0:
+			rq->key = val;
+			rq->key_len = (size_t)len;
+			break;
+		case 1:
+			if (!decide_parse_uint(val, (size_t)len, &u) || u == 0 || u > UINT32_MAX)
+				return "bad window";
+			rq->window = (uint32_t)u;
+			break;
+		case 2:
+			if (!decide_parse_uint(val, (size_t)len, &u) || u > (uint64_t)DECIDE_COST_MAX)
+				return "bad limit";
+			rq->has_limit = true;
+			rq->limit = (int64_t)u;
+			break;
+		case 3:
+			rq->ns = val;
+			rq->ns_len = (size_t)len;
+			break;
+		case 4:
+			if (!decide_parse_cost(val, (size_t)len, &rq->cost))
+				return "bad cost";
+			break;
+		case 5:
+			if (is(val, (size_t)len, "sliding"))
+				rq->window_type = DECIDE_WT_SLIDING;
+			else if (is(val, (size_t)len, "fixed"))
+				rq->window_type = DECIDE_WT_FIXED;
+			else
+				return "bad window_type";
+			break;
+		}
+	}
+	return NULL;
+}
+
+static void ratelimit(struct http_conn *c, const struct http_request *req,
+		      const struct http_ctx *x)
+{
+	char dec[HTTP_LINE_MAX];
+	struct rl_request rq;
+	struct rl_decision r;
+	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq);
+
+	if (why) {
+		answer_error(c, x, 400, why);
+		return;
+	}
+	double now = rl_now();
+	memset(&r, 0, sizeof(r));
+	decide_one(&c->w->decide, &rq, now, &r);
+	if (decide_needs_store(&r, 1)) {
+		struct decide_pending *p = decide_hold(&c->w->decide, &r, 1, now, c,
+						       http_deliver, &c->pending);
+		if (p) {
+			uint64_t *tag = decide_pending_tag(p);
+			tag[0] = x->head;
+			tag[1] = x->keep_alive;
+			tag[2] = (uint64_t)x->minor;
+			return;
+		}
+	}
+	answer_decision(c, x, &r);
+}
+
+void http_deliver(void *owner, struct decide_pending *p)
+{
+	struct http_conn *c = owner;
+	const uint64_t *tag = decide_pending_tag(p);
+	struct http_ctx x = { .head = tag[0] != 0, .keep_alive = tag[1] != 0,
+			      .minor = (int)tag[2] };
+	size_t n;
+	const struct rl_decision *r = decide_pending_results(p, &n);
+
+	if (!c->dead && c->wcap - c->wlen >= HTTP_RESP_MAX)
+		answer_decision(c, &x, r);
+	else if (!c->dead)
+		c->closing = true;      /* cannot happen: room is made before holding */
+	decide_pending_release(&c->w->decide, p);
+	if (!c->dead)
+		http_continue(c);
+}
+
+/* ---- requests ---- */
+
+static void route(struct http_conn *c, const struct http_request *req)
+{
+	struct http_ctx x = { .head = req->method == HTTP_HEAD, .keep_alive = req->keep_alive,
+			      .minor = req->minor };
+
+	if (c->draining)
+		x.keep_alive = false;
+	if (req->method == HTTP_OTHER) {
+		answer(c, &x, 405, "application/json", "Allow: GET, HEAD\r\n",
+		       "{\"error\":\"method not allowed\"}\n");
+		return;
+	}
+	if (is(req->path, req->path_len, "/ratelimit"))
+		ratelimit(c, req, &x);
+	else if (is(req->path, req->path_len, "/healthz"))
+		answer(c, &x, 200, "text/plain", "", "ok\n");
+	else
+		answer_error(c, &x, 404, "not found");
+}
+
+/* Answers the complete requests in the read buffer, in order, while
+ * there is room for their answers and none waits for a store. */
+static void http_process(struct http_conn *c)
+{
+	size_t off = 0;
+	double now = ev_now(c->w->loop);
+
+	while (!c->closing && !c->pending && !c->dead) {
+		if (c->skip > 0) {
+			size_t k = c->rlen - off < c->skip ? c->rlen - off : c->skip;
+			off += k;
+			c->skip -= k;
+			if (c->skip > 0)
+				break;
+			continue;
+		}
+		if (off == c->rlen)
+			break;
+		if (c->wcap - c->wlen < HTTP_RESP_MAX) {
+			if (http_flush(c) < 0)
+				return;
+			if (c->wcap - c->wlen < HTTP_RESP_MAX)
+				break;
+		}
+		int status = 0;
+		const char *why = NULL;
+		struct http_ctx bad = { .keep_alive = false, .minor = 1 };
+		long end = http_head_end(c->rbuf + off, c->rlen - off, &c->scanned, &status, &why);
+		if (end == 0)
+			break;
+		if (end < 0) {
+			answer_error(c, &bad, status, why);
+			break;
+		}
+		struct http_request req;
+		if (http_parse_head(c->rbuf + off, (size_t)end, &req, &status, &why) < 0) {
+			answer_error(c, &bad, status, why);
+			break;
+		}
+		off += (size_t)end;
+		c->scanned = 0;
+		c->skip = req.body_len;
+		c->last_rx = now;
+		route(c, &req);
+	}
+	if (c->dead)
+		return;
+	if (c->closing) {
+		c->rlen = 0;
+		return;
+	}
+	if (off > 0) {
+		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
+		c->rlen -= off;
+	}
+	/* The request timer measures one head: from its first byte. */
+	if (c->rlen == 0 || c->skip > 0)
+		c->partial_since = 0;
+	else if (off > 0 || c->partial_since == 0)
+		c->partial_since = now;
+}
+
+static void http_read(struct http_conn *c)
+{
+	for (int i = 0; i < HTTP_READS_PER_EVENT && !c->closing && !c->pending; i++) {
+		if (c->rlen == c->rcap)
+			break;
+		ssize_t n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n <= 0) {
+			/* EOF: answer what came whole, then close. */
+			http_process(c);
+			if (!c->dead)
+				c->closing = true;
+			return;
+		}
+		size_t got = (size_t)n, room = c->rcap - c->rlen;
+		c->rlen += got;
+		http_process(c);
+		if (c->dead || got < room)
+			break;
+	}
+}
+
+static void http_continue(struct http_conn *c)
+{
+	if (http_flush(c) < 0)
+		return;
+	if (c->rlen > 0 && !c->closing && !c->pending) {
+		http_process(c);
+		if (c->dead || http_flush(c) < 0)
+			return;
+	}
+	if (c->draining && !c->pending && c->rlen == 0 && c->woff == c->wlen) {
+		http_close(c);
+		return;
+	}
+	if (c->closing && !c->grace) {
+		/* A last answer gets a bounded time to leave. */
+		c->grace = true;
+		ev_timer_stop(c->w->loop, &c->timer);
+		ev_timer_set(&c->timer, HTTP_CLOSE_GRACE, 0.);
+		ev_timer_start(c->w->loop, &c->timer);
+	}
+	http_update_events(c);
+}
+
+static void http_on_io(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct http_conn *c = (struct http_conn *)((char *)io - offsetof(struct http_conn, io));
+	(void)loop;
+
+	if (revents & EV_READ)
+		http_read(c);
+	if (!c->dead)
+		http_continue(c);
+}
+
+/* One timer: a head must complete within frame_timeout_ms of its first
+ * byte; a connection without a request for idle_timeout_ms is closed; a
+ * request waiting for its store is bounded by the store's timeout. */
+static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct http_conn *c = (struct http_conn *)((char *)t - offsetof(struct http_conn, timer));
+	const struct config *cfg = c->w->cfg;
+	double now = ev_now(loop), deadline, frame = cfg->frame_timeout_ms / 1000.0;
+	(void)revents;
+
+	if (c->closing && !c->pending) {
+		http_close(c);
+		return;
+	}
+	if (c->partial_since > 0)
+		deadline = c->partial_since + frame;
+	else
+		deadline = c->last_rx + cfg->idle_timeout_ms / 1000.0;
+	if (c->pending || now < deadline) {
+		double next = c->pending ? frame : deadline - now;
+		if (c->partial_since == 0 && next > frame)
+			next = frame;
+		ev_timer_set(t, next, 0.);
+		ev_timer_start(loop, t);
+		return;
+	}
+	if (c->partial_since > 0 && c->wcap - c->wlen >= HTTP_RESP_MAX) {
+		struct http_ctx x = { .keep_alive = false, .minor = 1 };
+		answer_error(c, &x, 408, "request timeout");
+		http_continue(c);
+		return;
+	}
+	http_close(c);
+}
+
+struct http_conn *http_conn_new(struct worker *w, int fd)
+{
+	const struct config *cfg = w->cfg;
+	struct http_conn *c;
+
+	if (w->buf_bytes + HTTP_RBUF + HTTP_WBUF > cfg->max_buffer_memory ||
+	    !(c = calloc(1, sizeof(*c)))) {
+		close(fd);
+		return NULL;
+	}
+	c->w = w;
+	c->fd = fd;
+	c->rcap = HTTP_RBUF;
+	c->wcap = HTTP_WBUF;
+	c->rbuf = malloc(c->rcap);
+	c->wbuf = malloc(c->wcap);
+	if (!c->rbuf || !c->wbuf) {
+		free(c->rbuf);
+		free(c->wbuf);
+		free(c);
+		close(fd);
+		return NULL;
+	}
+	w->buf_bytes += c->rcap + c->wcap;
+	c->created = c->last_rx = ev_now(w->loop);
+	ev_io_init(&c->io, http_on_io, fd, EV_READ);
+	ev_io_start(w->loop, &c->io);
+	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
+								      : cfg->idle_timeout_ms) / 1000.0;
+	ev_timer_init(&c->timer, http_on_timer, first, 0.);
+	ev_timer_start(w->loop, &c->timer);
+	return c;
+}
+
+void http_conn_drain(struct http_conn *c)
+{
+	if (c->dead)
+		return;
+	c->draining = true;
+	http_read(c);
+	if (!c->dead)
+		http_continue(c);
+}
+
+void http_conn_evict(struct http_conn *c)
+{
+	http_close(c);
+}
+
+void http_conn_free(struct http_conn *c)
+{
+	c->w->buf_bytes -= c->rcap + c->wcap;
+	free(c->rbuf);
+	free(c->wbuf);
+	free(c);
+}

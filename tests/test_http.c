@@ -1,0 +1,514 @@
+/*
+ * test_http.c - the HTTP front against the real agent ($AGENT), through
+ * a small HTTP client written here: answers and headers, the counts
+ * shared with SPOP (tests/lib/rawspop.c), keep-alive and pipelining in
+ * order, a request sent byte by byte, bad requests with their status,
+ * the head timeout, HTTP/1.0 and HEAD, http_deny_status.
+ */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "tests/lib/agentproc.h"
+#include "tests/lib/rawspop.h"
+#include "tests/lib/redis_server.h"
+
+#define START_MS 15000
+#define IO_MS    3000
+
+static struct agentproc agent;
+
+static const char *log_tail(void)
+{
+	static char tail[3000];
+
+	agentproc_log_tail(&agent, tail, sizeof(tail));
+	return tail;
+}
+
+static void start_with(const char *json)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+
+	if (!agentproc_available())
+		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
+	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
+		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
+}
+
+static const char default_json[] =
+	"{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"frame_timeout_ms\": 400,"
+	" \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [3600]},"
+	" {\"name\": \"api\", \"window_sizes\": [1, 3600]}]}";
+
+static void start_default(void)
+{
+	start_with(default_json);
+}
+
+static void stop_agent(void)
+{
+	bool crash;
+
+	if (!agent.log_path[0])
+		return;
+	agentproc_stop(&agent, 10000, false);
+	crash = agentproc_log_has_crash(&agent);
+	cr_expect(!crash, "the agent's log holds a sanitizer report:\n%s", log_tail());
+	if (!crash)
+		agentproc_stop(&agent, 0, true);
+}
+
+static int http_open(void)
+{
+	int fd = rawspop_connect(agent.http_port, IO_MS);
+
+	cr_assert(fd >= 0, "connect to the HTTP front on %d: %s", agent.http_port,
+		  strerror(errno));
+	return fd;
+}
+
+static void send_str(int fd, const char *s)
+{
+	cr_assert(rawspop_send(fd, s, strlen(s)) == 0, "send: %s", strerror(errno));
+}
+
+/* One parsed response. */
+struct resp {
+	int status;
+	char headers[2048];        /* raw header lines */
+	char body[1024];
+	bool closed;               /* the agent closed after it */
+};
+
+/* Per-connection read buffer: pipelined answers arrive together. */
+static char rbuf[65536];
+static size_t rlen;
+
+/* Reads until rbuf holds n bytes or more; false on EOF or timeout. */
+static bool fill(int fd, size_t n)
+{
+	while (rlen < n) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		if (poll(&pfd, 1, IO_MS) != 1)
+			return false;
+		ssize_t k = recv(fd, rbuf + rlen, sizeof(rbuf) - rlen, 0);
+		if (k <= 0)
+			return false;
+		rlen += (size_t)k;
+	}
+	return true;
+}
+
+/* Reads one response (status line, headers, Content-Length body). */
+static void read_resp(int fd, struct resp *r)
+{
+	char *end;
+
+	memset(r, 0, sizeof(*r));
+	for (;;) {
+		rbuf[rlen] = '\0';
+		end = strstr(rbuf, "\r\n\r\n");
+		if (end)
+			break;
+		cr_assert(fill(fd, rlen + 1), "no complete answer head (have %zu bytes: %.200s)",
+			  rlen, rbuf);
+	}
+	size_t head = (size_t)(end + 4 - rbuf);
+	cr_assert_eq(sscanf(rbuf, "HTTP/1.1 %d ", &r->status), 1, "status line: %.80s", rbuf);
+	char *hstart = strstr(rbuf, "\r\n") + 2;
+	snprintf(r->headers, sizeof(r->headers), "%.*s", (int)(end + 2 - hstart), hstart);
+	const char *cl = strcasestr(r->headers, "\r\nContent-Length: ");
+	size_t blen = 0;
+	if (!cl && strncasecmp(r->headers, "Content-Length: ", 16) == 0)
+		cl = r->headers - 2;
+	cr_assert_not_null(cl, "no Content-Length in\n%s", r->headers);
+	blen = strtoul(cl + 18, NULL, 10);
+	cr_assert(fill(fd, head + blen), "short body");
+	snprintf(r->body, sizeof(r->body), "%.*s", (int)blen, rbuf + head);
+	memmove(rbuf, rbuf + head + blen, rlen - head - blen);
+	rlen -= head + blen;
+	r->closed = strcasestr(r->headers, "Connection: close") != NULL;
+}
+
+/* The value of a response header (first line of that name), or "". */
+static const char *hdr(const struct resp *r, const char *name, char *out, size_t len)
+{
+	char pat[64];
+	const char *p = r->headers;
+
+	snprintf(pat, sizeof(pat), "%s: ", name);
+	out[0] = '\0';
+	for (;;) {
+		if (strncasecmp(p, pat, strlen(pat)) == 0) {
+			const char *e = strstr(p, "\r\n");
+			snprintf(out, len, "%.*s", (int)(e - p - strlen(pat)), p + strlen(pat));
+			return out;
+		}
+		p = strstr(p, "\r\n");
+		if (!p)
+			return out;
+		p += 2;
+	}
+}
+
+/* A number in the JSON body ("name":N), or -1. */
+static long long body_num(const struct resp *r, const char *name)
+{
+	char pat[64];
+
+	snprintf(pat, sizeof(pat), "\"%s\":", name);
+	const char *p = strstr(r->body, pat);
+	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+}
+
+/* GET target on a fresh connection, answer in *r. */
+static void get(const char *target, struct resp *r)
+{
+	char req[2048];
+	int fd = http_open();
+
+	rlen = 0;
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+		 target);
+	send_str(fd, req);
+	read_resp(fd, r);
+	close(fd);
+}
+
+TestSuite(http, .init = start_default, .fini = stop_agent, .timeout = 60);
+
+Test(http, counts_limits_and_headers)
+{
+	struct resp r;
+	char v[256];
+
+	for (int i = 1; i <= 4; i++) {
+		get("/ratelimit?key=alice&limit=3&window=3600", &r);
+		cr_assert_eq(r.status, i <= 3 ? 200 : 429, "hit %d: %d %s", i, r.status, r.body);
+		cr_assert_eq(body_num(&r, "rate"), i);
+		cr_assert_eq(body_num(&r, "limit"), 3);
+		cr_assert_eq(body_num(&r, "remaining"), i <= 3 ? 3 - i : 0);
+		cr_assert_str_eq(hdr(&r, "RateLimit-Policy", v, sizeof(v)), "\"default\";q=3;w=3600");
+		char want[96];
+		snprintf(want, sizeof(want), "\"default\";r=%d;t=%lld", i <= 3 ? 3 - i : 0,
+			 body_num(&r, "reset"));
+		cr_assert_str_eq(hdr(&r, "RateLimit", v, sizeof(v)), want);
+		cr_assert_str_eq(hdr(&r, "Content-Type", v, sizeof(v)), "application/json");
+		if (i == 4) {
+			cr_assert_str_eq(hdr(&r, "Retry-After", v, sizeof(v)),
+					 (snprintf(want, sizeof(want), "%lld",
+						   body_num(&r, "retry_after")), want));
+			cr_assert_geq(body_num(&r, "retry_after"), 1);
+			cr_assert_not_null(strstr(r.body, "\"exceeded\":true"));
+		} else {
+			cr_assert_str_empty(hdr(&r, "Retry-After", v, sizeof(v)));
+			cr_assert_not_null(strstr(r.body, "\"exceeded\":false"));
+		}
+	}
+	/* Without a limit: counted, no RateLimit headers. */
+	get("/ratelimit?key=nolimit&window=3600&cost=2.5", &r);
+	cr_assert_eq(r.status, 200);
+	cr_assert_eq(body_num(&r, "rate"), 3);
+	cr_assert_str_empty(hdr(&r, "RateLimit-Policy", v, sizeof(v)));
+	/* Percent-decoding: "a b" and "a+b" are the same key. */
+	get("/ratelimit?key=a%20b&window=3600", &r);
+	get("/ratelimit?key=a+b&window=3600&cost=0", &r);
+	cr_assert_eq(body_num(&r, "rate"), 1);
+	/* A namespace with one window needs none named. */
+	get("/ratelimit?key=x&namespace=api&window=1", &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_eq(body_num(&r, "window"), 1);
+}
+
+Test(http, counts_shared_with_spop)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	struct resp r;
+	char err[256];
+	int fd = rawspop_connect(agent.port, IO_MS);
+
+	cr_assert(fd >= 0);
+	rawspop_hello(wb, &o);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	for (int i = 0; i < 2; i++) {
+		rawspop_buf_reset(wb);
+		size_t st = rawspop_notify_begin(wb, 1 + (uint64_t)i, 1);
+		rawspop_msg(wb, "ratelimit", 2);
+		rawspop_arg_str(wb, "key", "shared");
+		rawspop_arg_int(wb, "window", 3600);
+		rawspop_frame_end(wb, st);
+		cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+		cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	}
+	get("/ratelimit?key=shared&window=3600", &r);
+	cr_assert_eq(body_num(&r, "rate"), 3, "two SPOP hits and this one: %s", r.body);
+
+	rawspop_buf_reset(wb);
+	size_t st = rawspop_notify_begin(wb, 9, 1);
+	rawspop_msg(wb, "ratelimit", 3);
+	rawspop_arg_str(wb, "key", "shared");
+	rawspop_arg_int(wb, "window", 3600);
+	rawspop_arg_int(wb, "cost", 0);
+	rawspop_frame_end(wb, st);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	cr_assert_eq(rawspop_decode_actions(f, acts, err, sizeof(err)), 0, "%s", err);
+	const struct rawspop_action *v = rawspop_var_find(acts, "rate");
+	cr_assert_not_null(v);
+	cr_assert_eq(v->value.i, 3, "SPOP reads the HTTP hit too");
+	close(fd);
+	free(wb), free(f), free(acts);
+}
+
+Test(http, keep_alive_pipelined_in_order)
+{
+	char req[8192];
+	size_t o = 0;
+	struct resp r;
+	int fd = http_open();
+
+	rlen = 0;
+	for (int i = 0; i < 20; i++)
+		o += (size_t)snprintf(req + o, sizeof(req) - o,
+				      "GET /ratelimit?key=pipe&window=3600&limit=15 HTTP/1.1\r\n"
+				      "Host: t\r\n\r\n");
+	o += (size_t)snprintf(req + o, sizeof(req) - o, "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+	send_str(fd, req);
+	for (int i = 1; i <= 20; i++) {
+		read_resp(fd, &r);
+		cr_assert_eq(body_num(&r, "rate"), i, "answer %d out of order: %s", i, r.body);
+		cr_assert_eq(r.status, i <= 15 ? 200 : 429);
+		cr_assert_not(r.closed);
+	}
+	read_resp(fd, &r);
+	cr_assert_eq(r.status, 200);
+	cr_assert_str_eq(r.body, "ok\n");
+	/* The connection stays open for more. */
+	send_str(fd, "GET /ratelimit?key=pipe&window=3600&cost=0 HTTP/1.1\r\nHost: t\r\n\r\n");
+	read_resp(fd, &r);
+	cr_assert_eq(body_num(&r, "rate"), 20);
+	close(fd);
+}
+
+Test(http, byte_by_byte)
+{
+	static const char req[] = "GET /ratelimit?key=slow&window=3600 HTTP/1.1\r\nHost: t\r\n\r\n";
+	struct resp r;
+	int fd = http_open();
+
+	rlen = 0;
+	for (size_t i = 0; i < strlen(req); i++) {
+		cr_assert_eq(rawspop_send(fd, req + i, 1), 0);
+		usleep(2000);
+	}
+	read_resp(fd, &r);
+	cr_assert_eq(r.status, 200);
+	cr_assert_eq(body_num(&r, "rate"), 1);
+	close(fd);
+}
+
+Test(http, bad_requests)
+{
+	static const struct {
+		const char *target;
+		int status;
+		const char *error;
+	} cases[] = {
+		{ "/ratelimit?window=3600", 400, "missing key" },
+		{ "/ratelimit?key=&window=3600", 400, "empty key" },
+		{ "/ratelimit?key=k&window=0", 400, "bad window" },
+		{ "/ratelimit?key=k&window=61", 400, "bad window" },
+		{ "/ratelimit?key=k&namespace=api", 400, "missing window" },
+		{ "/ratelimit?key=k&window=3600&limit=-1", 400, "bad limit" },
+		{ "/ratelimit?key=k&window=3600&cost=1e3", 400, "bad cost" },
+		{ "/ratelimit?key=k&window=3600&window_type=rolling", 400, "bad window_type" },
+		{ "/ratelimit?key=k&window=3600&namespace=nope", 400, "unknown namespace" },
+		{ "/ratelimit?key=k&key=j&window=3600", 400, "duplicate argument" },
+		{ "/ratelimit?key=%zz&window=3600", 400, "bad percent-encoding" },
+		{ "/nowhere", 404, "not found" },
+	};
+	struct resp r;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		get(cases[i].target, &r);
+		cr_expect_eq(r.status, cases[i].status, "%s: %d %s", cases[i].target, r.status,
+			     r.body);
+		cr_expect(strstr(r.body, cases[i].error), "%s: body %s", cases[i].target, r.body);
+	}
+	/* Nothing of the above counted. */
+	get("/ratelimit?key=k&window=3600&cost=0", &r);
+	cr_assert_eq(body_num(&r, "rate"), 0);
+
+	/* Malformed heads: the status, then the connection closes. */
+	static const struct {
+		const char *req;
+		int status;
+	} heads[] = {
+		{ "GET / HTTP/2.0\r\nHost: t\r\n\r\n", 505 },
+		{ "GET /ratelimit HTTP/1.1\r\n\r\n", 400 },
+		{ "GET /x\x01 HTTP/1.1\r\nHost: t\r\n\r\n", 400 },
+		{ "POST /ratelimit HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n", 501 },
+		{ "garbage\r\n\r\n", 400 },
+	};
+	for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+		int fd = http_open();
+		char b[16];
+
+		rlen = 0;
+		send_str(fd, heads[i].req);
+		read_resp(fd, &r);
+		cr_expect_eq(r.status, heads[i].status, "head %zu: %d %s", i, r.status, r.body);
+		cr_expect(r.closed, "head %zu: no Connection: close", i);
+		cr_expect_eq(rawspop_wait_close(fd, IO_MS), 0, "head %zu: not closed", i);
+		(void)b;
+		close(fd);
+	}
+	/* Another method: 405 with Allow, and the connection stays. */
+	int fd = http_open();
+	rlen = 0;
+	send_str(fd, "POST /ratelimit HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\n\r\nabcd"
+		     "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+	read_resp(fd, &r);
+	cr_assert_eq(r.status, 405);
+	char v[64];
+	cr_assert_str_eq(hdr(&r, "Allow", v, sizeof(v)), "GET, HEAD");
+	read_resp(fd, &r);
+	cr_assert_eq(r.status, 200, "the body was skipped, the next request answered");
+	close(fd);
+}
+
+Test(http, head_timeout_and_busy_connections)
+{
+	struct resp r;
+	int fd = http_open();
+
+	/* A head that stalls past frame_timeout_ms (400 ms): 408, closed. */
+	rlen = 0;
+	send_str(fd, "GET /ratelimit?key=t&window=3600 HTTP/1.1\r\nHo");
+	read_resp(fd, &r);
+	cr_assert_eq(r.status, 408);
+	cr_assert_eq(rawspop_wait_close(fd, IO_MS), 0);
+	close(fd);
+
+	/* Whole requests every 150 ms, each split mid-head: the timer
+	 * measures one head, so the connection lives on past 3 x 400 ms. */
+	fd = http_open();
+	rlen = 0;
+	for (int i = 0; i < 10; i++) {
+		send_str(fd, "GET /ratelimit?key=busy&window=3600 HTT");
+		usleep(75000);
+		send_str(fd, "P/1.1\r\nHost: t\r\n\r\n");
+		read_resp(fd, &r);
+		cr_assert_eq(r.status, 200, "request %d: %d", i, r.status);
+		cr_assert_eq(body_num(&r, "rate"), i + 1);
+		usleep(75000);
+	}
+	close(fd);
+}
+
+Test(http, http10_and_head)
+{
+	struct resp r;
+	char v[64];
+	int fd = http_open();
+
+	rlen = 0;
+	send_str(fd, "HEAD /ratelimit?key=h&window=3600 HTTP/1.0\r\n\r\n");
+	/* A HEAD answer has the headers of a GET and no body. */
+	for (;;) {
+		rbuf[rlen] = '\0';
+		if (strstr(rbuf, "\r\n\r\n"))
+			break;
+		cr_assert(fill(fd, rlen + 1));
+	}
+	cr_assert_eq(strncmp(rbuf, "HTTP/1.1 200 ", 13), 0, "%.40s", rbuf);
+	cr_assert_not_null(strcasestr(rbuf, "Connection: close"), "1.0 without keep-alive closes");
+	cr_assert_eq(rawspop_wait_close(fd, IO_MS), 0);
+	close(fd);
+	get("/ratelimit?key=h&window=3600&cost=0", &r);
+	cr_assert_eq(body_num(&r, "rate"), 1, "HEAD counted like GET");
+
+	fd = http_open();
+	rlen = 0;
+	send_str(fd, "GET /healthz HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+	read_resp(fd, &r);
+	cr_assert_str_eq(hdr(&r, "Connection", v, sizeof(v)), "keep-alive");
+	send_str(fd, "GET /healthz HTTP/1.0\r\n\r\n");
+	read_resp(fd, &r);
+	cr_assert(r.closed);
+	close(fd);
+}
+
+Test(http_deny, status_from_config, .fini = stop_agent, .timeout = 60)
+{
+	struct resp r;
+
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_deny_status\": 403,"
+		   " \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60]}]}");
+	get("/ratelimit?key=d&limit=0", &r);
+	cr_assert_eq(r.status, 403, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"exceeded\":true"));
+}
+
+/* sync_rate 0: each answer waits for Redis and carries the store's
+ * total; pipelined requests are still answered in order while one waits,
+ * and every hit is in the store once. */
+static struct redis_server redis;
+
+static void stop_all(void)
+{
+	stop_agent();
+	redis_server_stop(&redis, 5000);
+}
+
+Test(http_store, synchronous_namespace_in_order, .fini = stop_all, .timeout = 60)
+{
+	char json[512], req[4096];
+	size_t o = 0;
+	struct resp r;
+
+	cr_assert(redis_server_available(), "redis-server is not installed");
+	cr_assert_eq(redis_server_start(&redis, 10000), 0, "redis-server: %s", redis.err);
+	snprintf(json, sizeof(json),
+		 "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": [{\"name\": "
+		 "\"default\", \"window_sizes\": [3600], \"sync_rate\": 0, \"strategy\": \"redis\","
+		 " \"strategy_opts\": {\"host\": \"127.0.0.1\", \"port\": %d, \"timeout_ms\": 3000}}]}",
+		 redis.port);
+	start_with(json);
+	int fd = http_open();
+	rlen = 0;
+	for (int i = 0; i < 10; i++)
+		o += (size_t)snprintf(req + o, sizeof(req) - o,
+				      "GET /ratelimit?key=s0&limit=8 HTTP/1.1\r\nHost: t\r\n\r\n");
+	send_str(fd, req);
+	for (int i = 1; i <= 10; i++) {
+		read_resp(fd, &r);
+		cr_assert_eq(body_num(&r, "rate"), i, "answer %d: %s", i, r.body);
+		cr_assert_eq(r.status, i <= 8 ? 200 : 429);
+	}
+	close(fd);
+	redisReply *rep = redis_server_command(&redis, "KEYS rl:*");
+	cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements >= 1, "no counter in Redis");
+	double total = 0;
+	for (size_t i = 0; i < rep->elements; i++) {
+		redisReply *v = redis_server_command(&redis, "HGET %s s0", rep->element[i]->str);
+		if (v && v->type == REDIS_REPLY_STRING)
+			total += strtod(v->str, NULL);
+		if (v)
+			freeReplyObject(v);
+	}
+	freeReplyObject(rep);
+	cr_assert_eq(total, 10.0, "Redis holds %g hits, want 10", total);
+}
