@@ -14,6 +14,7 @@
 #include "agent/config.h"
 #include "agent/handler.h"
 #include "agent/log.h"
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
 #include "agent/worker.h"
 #include "spop/spop.h"
@@ -109,6 +110,8 @@ static void conn_fail(struct conn *c, enum spop_err err)
 
 	if (c->state == CONN_CLOSING)
 		return;
+	if (err != SPOP_ERR_NONE && err != SPOP_ERR_TIMEOUT)
+		metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
 	if (err != SPOP_ERR_NONE && log_limit(&c->w->fail_log, ev_now(c->w->loop)))
 		LOG(LOG_INFO, "conn %d: disconnecting: %s (status %d)%s", c->fd, spop_err_str(err),
 		    (int)err, log_limit_suppressed(&c->w->fail_log));
@@ -433,6 +436,7 @@ struct conn *conn_new(struct worker *w, int fd)
 		return NULL;
 	}
 	w->buf_bytes += c->rcap + c->wcap;
+	metrics_conn(METRICS_SPOP, 1);
 	c->created = c->last_rx = c->last_notify = ev_now(w->loop);
 	ev_io_init(&c->io, conn_on_io, fd, EV_READ);
 	ev_io_start(w->loop, &c->io);
@@ -518,6 +522,7 @@ void conn_evict(struct conn *c)
 
 void conn_free(struct conn *c)
 {
+	metrics_conn(METRICS_SPOP, -1);
 	c->w->buf_bytes -= c->rcap + c->wcap;
 	free(c->rbuf);
 	free(c->wbuf);

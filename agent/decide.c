@@ -11,6 +11,7 @@
 
 #include "agent/config.h"
 #include "agent/log.h"
+#include "agent/metrics.h"
 #include "agent/shm.h"
 #include "agent/sync.h"
 #include "agent/window.h"
@@ -98,8 +99,34 @@ static void table_evicted(struct decide *d, int ns, double now)
 	    (long long)st.live, (unsigned long long)st.share, (unsigned long long)st.evicted);
 }
 
+/* A decision is final (answered as it is): count what it says. */
+static void count_final(const struct rl_decision *r)
+{
+	if (r->exceeded && r->ns >= 0 && r->ns < METRICS_NS)
+		metrics_add(&metrics_me->exceeded[r->ns], 1);
+}
+
+static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
+			 double now);
+
 void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		struct rl_decision *r)
+{
+	decide_count(d, rq, r, now);
+	if (r->error) {
+		metrics_add(&metrics_me->errors[r->refused ? METRICS_ERR_TABLE_FULL
+							   : METRICS_ERR_BAD_REQUEST], 1);
+		count_final(r);
+		return;
+	}
+	if (r->ns < METRICS_NS && rq->front >= 0 && rq->front < METRICS_FRONTS)
+		metrics_add(&metrics_me->hits[r->ns][rq->front], 1);
+	if (!r->sync0)
+		count_final(r);
+}
+
+static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
+			 double now)
 {
 	const char *nsname = rq->ns ? rq->ns : "default";
 	size_t nslen = rq->ns ? rq->ns_len : 7;
@@ -110,6 +137,11 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 	memset(r, 0, sizeof(*r));
 	memcpy(r->label, label, sizeof(label));
 	r->has_limit = rq->has_limit;
+	r->ns = -1;
+	if (rq->arg_error) {
+		r->error = rq->arg_error;
+		return;
+	}
 
 	int ns = rl_namespace_index(d->rl, nsname, nslen);
 	if (ns < 0) {
@@ -146,6 +178,7 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 	struct rl_result res;
 	double weight = sliding ? window_weight(now, window) : 0.0;
 	double lim = rq->has_limit ? (double)rq->limit : -1.0;
+	r->ns = ns;
 	if (rl_hit(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now, lim,
 		   nsc->count_denied, &res) < 0) {
 		enum rl_status st = rl_errno(d->rl);
@@ -161,7 +194,6 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 
 	r->window = window;
 	r->limit = rq->limit;
-	r->ns = ns;
 	r->sliding = sliding;
 	r->cost = rq->cost;
 	r->counted = res.counted;
@@ -393,7 +425,11 @@ static void pending_finish(struct decide_pending *p)
 		}
 		finish(r, p->now);
 	}
+	for (size_t i = 0; i < p->n; i++)
+		if (p->ci[i] >= 0)
+			count_final(&p->res[i]);
 	if (failed) {
+		metrics_add(&metrics_me->errors[METRICS_ERR_STORE], 1);
 		d->sync_failures++;
 		if (p->now - d->last_sync_log >= 10.0) {
 			d->last_sync_log = p->now;
@@ -492,8 +528,10 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 		/* Too many batches waiting for the store: answer locally. */
 		for (size_t i = 0; i < n; i++) {
 			struct shm_entry e;
-			if (res[i].sync0 && !res[i].error && res[i].cur_idx != UINT32_MAX &&
-			    shm_read(t, res[i].cur_idx, &e) == 0)
+			if (!res[i].sync0 || res[i].error)
+				continue;
+			count_final(&res[i]);
+			if (res[i].cur_idx != UINT32_MAX && shm_read(t, res[i].cur_idx, &e) == 0)
 				keep_for_later(d, &res[i], &e);
 		}
 		return NULL;

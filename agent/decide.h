@@ -48,6 +48,8 @@ struct rl_request {
 	bool has_limit;
 	int64_t limit;                /* 0..DECIDE_COST_MAX */
 	int window_type;              /* enum decide_window_type */
+	const char *arg_error;        /* the front found an argument invalid: why */
+	int front;                    /* enum metrics_front, for the metrics */
 };
 
 /* One decision. The public part is what a front answers; the rest is what

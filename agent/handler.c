@@ -19,6 +19,7 @@
 
 #include "agent/config.h"
 #include "agent/decide.h"
+#include "agent/metrics.h"
 
 static void var_headers_init(struct handler *h);
 
@@ -186,7 +187,8 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 	struct spop_data key = { .type = SPOP_DATA_NULL };
 	bool has_key = false;
 	uint64_t window = 0, limit = 0;
-	struct rl_request rq = { .cost = 1, .window_type = DECIDE_WT_DEFAULT };
+	struct rl_request rq = { .cost = 1, .window_type = DECIDE_WT_DEFAULT,
+				 .front = METRICS_SPOP };
 	struct spop_cursor c;
 	struct spop_kv kv;
 
@@ -201,25 +203,25 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 			has_key = true;
 		} else if (str_eq(a->name, "window")) {
 			if (!arg_uint(&a->value, &window) || window == 0 || window > UINT32_MAX) {
-				r->error = "bad window";
-				return;
+				rq.arg_error = "bad window";
+				goto decide;
 			}
 		} else if (str_eq(a->name, "cost")) {
 			if (!arg_cost(&a->value, &rq.cost)) {
-				r->error = "bad cost";
-				return;
+				rq.arg_error = "bad cost";
+				goto decide;
 			}
 		} else if (str_eq(a->name, "namespace")) {
 			if (a->value.type != SPOP_DATA_STRING) {
-				r->error = "bad namespace";
-				return;
+				rq.arg_error = "bad namespace";
+				goto decide;
 			}
 			rq.ns = a->value.v.str.ptr;
 			rq.ns_len = a->value.v.str.len;
 		} else if (str_eq(a->name, "limit")) {
 			if (!arg_uint(&a->value, &limit) || limit > (uint64_t)DECIDE_COST_MAX) {
-				r->error = "bad limit";
-				return;
+				rq.arg_error = "bad limit";
+				goto decide;
 			}
 			rq.has_limit = true;
 			rq.limit = (int64_t)limit;
@@ -229,12 +231,13 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 			else if (a->value.type == SPOP_DATA_STRING && str_eq(a->value.v.str, "fixed"))
 				rq.window_type = DECIDE_WT_FIXED;
 			else {
-				r->error = "bad window_type";
-				return;
+				rq.arg_error = "bad window_type";
+				goto decide;
 			}
 		}
 		/* Unknown arguments are ignored. */
 	}
+decide:
 	rq.window = (uint32_t)window;
 	if (has_key) {
 		const char *why = "bad key";

@@ -19,6 +19,7 @@
 #include "agent/decide.h"
 #include "agent/http_parse.h"
 #include "agent/log.h"
+#include "agent/metrics.h"
 #include "agent/worker.h"
 
 #define HTTP_RBUF       HTTP_HEAD_MAX   /* one head at a time */
@@ -26,6 +27,7 @@
 #define HTTP_RESP_MAX   1024            /* room one answer needs */
 #define HTTP_CLOSE_GRACE 1.0            /* seconds to flush a last answer */
 #define HTTP_READS_PER_EVENT 16
+#define HTTP_METRICS_MAX (256u << 10)   /* the text of GET /metrics */
 
 static void http_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
@@ -294,12 +296,10 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	struct rl_request rq;
 	struct rl_decision r;
 	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq);
-
-	if (why) {
-		answer_error(c, x, 400, why);
-		return;
-	}
 	double now = rl_now();
+
+	rq.arg_error = why;
+	rq.front = METRICS_HTTP;
 	memset(&r, 0, sizeof(r));
 	decide_one(&c->w->decide, &rq, now, &r);
 	if (decide_needs_store(&r, 1)) {
@@ -334,6 +334,51 @@ void http_deliver(void *owner, struct decide_pending *p)
 		http_continue(c);
 }
 
+/* ---- /metrics ---- */
+
+/* Room for need more bytes of output: the write buffer grows (once, for
+ * /metrics) within max_buffer_memory. Returns 0 or -1. */
+static int http_reserve(struct http_conn *c, size_t need)
+{
+	struct worker *w = c->w;
+
+	if (c->wcap - c->wlen >= need)
+		return 0;
+	if (c->woff > 0) {
+		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
+		c->wlen -= c->woff;
+		c->woff = 0;
+	}
+	if (c->wcap - c->wlen >= need)
+		return 0;
+	size_t cap = c->wlen + need;
+	if (w->buf_bytes + (cap - c->wcap) > w->cfg->max_buffer_memory)
+		return -1;
+	char *nb = realloc(c->wbuf, cap);
+	if (!nb)
+		return -1;
+	w->buf_bytes += cap - c->wcap;
+	c->wbuf = nb;
+	c->wcap = cap;
+	return 0;
+}
+
+static void metrics_page(struct http_conn *c, const struct http_ctx *x)
+{
+	static char *text;
+	long n;
+
+	if (!text)
+		text = malloc(HTTP_METRICS_MAX);
+	if (!text || !c->w->metrics ||
+	    (n = metrics_render(c->w->metrics, c->w->cfg, c->w->rl, text, HTTP_METRICS_MAX)) < 0 ||
+	    http_reserve(c, (size_t)n + HTTP_RESP_MAX) < 0) {
+		answer_error(c, x, 503, "metrics unavailable");
+		return;
+	}
+	answer(c, x, 200, "text/plain; version=0.0.4; charset=utf-8", "", text);
+}
+
 /* ---- requests ---- */
 
 static void route(struct http_conn *c, const struct http_request *req)
@@ -350,6 +395,8 @@ static void route(struct http_conn *c, const struct http_request *req)
 	}
 	if (is(req->path, req->path_len, "/ratelimit"))
 		ratelimit(c, req, &x);
+	else if (is(req->path, req->path_len, "/metrics"))
+		metrics_page(c, &x);
 	else if (is(req->path, req->path_len, "/healthz"))
 		answer(c, &x, 200, "text/plain", "", "ok\n");
 	else
@@ -387,11 +434,13 @@ static void http_process(struct http_conn *c)
 		if (end == 0)
 			break;
 		if (end < 0) {
+			metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
 			answer_error(c, &bad, status, why);
 			break;
 		}
 		struct http_request req;
 		if (http_parse_head(c->rbuf + off, (size_t)end, &req, &status, &why) < 0) {
+			metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
 			answer_error(c, &bad, status, why);
 			break;
 		}
@@ -536,6 +585,7 @@ struct http_conn *http_conn_new(struct worker *w, int fd)
 		return NULL;
 	}
 	w->buf_bytes += c->rcap + c->wcap;
+	metrics_conn(METRICS_HTTP, 1);
 	c->created = c->last_rx = ev_now(w->loop);
 	ev_io_init(&c->io, http_on_io, fd, EV_READ);
 	ev_io_start(w->loop, &c->io);
@@ -563,6 +613,7 @@ void http_conn_evict(struct http_conn *c)
 
 void http_conn_free(struct http_conn *c)
 {
+	metrics_conn(METRICS_HTTP, -1);
 	c->w->buf_bytes -= c->rcap + c->wcap;
 	free(c->rbuf);
 	free(c->wbuf);

@@ -7,6 +7,7 @@
  *       200 allowed, http_deny_status (429) when exceeded, 400 for a bad
  *       request; RateLimit-Policy / RateLimit headers, Retry-After when
  *       denied; a small JSON body with the same variables as SPOP.
+ *   GET /metrics   Prometheus text (agent/metrics.h, docs/METRICS.md)
  *   GET /healthz   200 "ok"
  *
  * Keep-alive and pipelining (answers in order), strict parsing

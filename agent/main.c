@@ -13,6 +13,7 @@
 #include "agent/config.h"
 #include "agent/log.h"
 #include "agent/master.h"
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
 #include "agent/sync.h"
 #include "agent/worker.h"
@@ -177,13 +178,20 @@ int main(int argc, char **argv)
 
 	raise_nofile(&cfg);
 	struct worker_listeners ls = { .spop_fd = master_listen(&cfg, cfg.listen, err, sizeof(err)),
-				       .http_fd = -1 };
+				       .http_fd = -1, .metrics = metrics_new(cfg.workers) };
 	if (ls.spop_fd >= 0 && cfg.http_listen[0]) {
 		ls.http_fd = master_listen(&cfg, cfg.http_listen, err, sizeof(err));
 		if (ls.http_fd < 0)
 			close(ls.spop_fd);
 	}
+	if (!ls.metrics) {
+		snprintf(err, sizeof(err), "out of memory for the metrics");
+		if (ls.spop_fd >= 0)
+			close(ls.spop_fd);
+		ls.spop_fd = -1;
+	}
 	if (ls.spop_fd < 0 || (cfg.http_listen[0] && ls.http_fd < 0)) {
+		metrics_free(ls.metrics);
 		fprintf(stderr, "spoa-ratelimit: cannot listen: %s\n", err);
 		rl_free(rl);
 		config_free(&cfg);
@@ -193,6 +201,7 @@ int main(int argc, char **argv)
 	    cfg.listen, cfg.http_listen[0] ? ", HTTP on " : "", cfg.http_listen, cfg.workers,
 	    cfg.max_keys, cfg.n_ns);
 	int rc = master_run(&cfg, rl, &ls);
+	metrics_free(ls.metrics);
 	rl_free(rl);
 	config_free(&cfg);
 	return rc;

@@ -38,6 +38,7 @@
 #include <string.h>
 
 #include "agent/log.h"
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
 #include "agent/shm.h"
 #include "agent/window.h"
@@ -288,6 +289,9 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 		sn->n = k;
 		sn->retry = k > 0;
 	}
+	if (!sn->sy->flush_mode)
+		metrics_sync_cycle((int)sn->ns, status >= 0 && sn->unpushed == 0,
+				   (double)(now_ms() - sn->cycle_ms) / 1000.0);
 	if (status < 0 || sn->unpushed) {
 		sync_log_failure(sn, status < 0 && errstr ? errstr : "some counters failed");
 	} else if (sn->failing) {
@@ -345,6 +349,9 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	uint64_t ms = now_ms();
 	(void)loop, (void)revents;
 
+	if (sn->ns < METRICS_NS)
+		atomic_store_explicit(&metrics_me->store_up[sn->ns], sn->ops->ready(sn->st) ? 1 : 0,
+				      memory_order_relaxed);
 	if (sn->busy)
 		return;
 	if (sn->holding) {

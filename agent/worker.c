@@ -19,6 +19,7 @@
 #include "agent/conn.h"
 #include "agent/http_front.h"
 #include "agent/log.h"
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
 #include "agent/sync.h"
 
@@ -347,6 +348,8 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	w.id = id;
 	w.listen_fd = ls->spop_fd;
 	w.http_fd = ls->http_fd;
+	w.metrics = ls->metrics;
+	metrics_attach(ls->metrics, id);
 	log_worker_id = id;
 	/* Die with the master. */
 	prctl(PR_SET_PDEATHSIG, SIGTERM);

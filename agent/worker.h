@@ -16,6 +16,7 @@
 struct config;
 struct conn;
 struct http_conn;
+struct metrics;
 struct rl;
 struct sync;
 
@@ -23,6 +24,7 @@ struct sync;
 struct worker_listeners {
 	int spop_fd;
 	int http_fd;                  /* -1: no HTTP front */
+	struct metrics *metrics;      /* every worker's counters (shared) */
 };
 
 struct worker {
@@ -35,6 +37,7 @@ struct worker {
 	int id;
 	int listen_fd;
 	int http_fd;                  /* -1: no HTTP front */
+	struct metrics *metrics;
 	ev_io accept_w;
 	ev_io http_accept_w;
 	ev_timer http_pause_w;        /* HTTP accepts paused (cap, EMFILE) */

@@ -33,14 +33,19 @@ static const char *log_tail(void)
 	return tail;
 }
 
-static void start_with(const char *json)
+static void start_workers(const char *json, const char *workers)
 {
-	static const char *const args[] = { "-w", "1", NULL };
+	const char *const args[] = { "-w", workers, NULL };
 
 	if (!agentproc_available())
 		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
 	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
 		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
+}
+
+static void start_with(const char *json)
+{
+	start_workers(json, "1");
 }
 
 static const char default_json[] =
@@ -511,4 +516,68 @@ Test(http_store, synchronous_namespace_in_order, .fini = stop_all, .timeout = 60
 	}
 	freeReplyObject(rep);
 	cr_assert_eq(total, 10.0, "Redis holds %g hits, want 10", total);
+}
+
+/* GET /metrics sums the counters of every worker: hits over SPOP and HTTP
+ * on many connections (spread over two workers), denials, bad requests,
+ * open connections. */
+Test(http_metrics, aggregated_over_workers, .fini = stop_agent, .timeout = 60)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	struct resp r;
+	int fds[6];
+
+	start_workers(default_json, "2");
+	for (int c = 0; c < 6; c++) {
+		fds[c] = rawspop_connect(agent.port, IO_MS);
+		cr_assert(fds[c] >= 0);
+		rawspop_buf_reset(wb);
+		rawspop_hello(wb, &o);
+		cr_assert_eq(rawspop_send_buf(fds[c], wb), 0);
+		cr_assert_eq(rawspop_read_frame(fds[c], f, IO_MS), RAWSPOP_READ_FRAME);
+		for (int i = 0; i < 3; i++) {
+			rawspop_buf_reset(wb);
+			size_t st = rawspop_notify_begin(wb, 1 + (uint64_t)i, 1);
+			rawspop_msg(wb, "ratelimit", 3);
+			rawspop_arg_str(wb, "key", "m");
+			rawspop_arg_int(wb, "window", 3600);
+			rawspop_arg_int(wb, "limit", 10);
+			rawspop_frame_end(wb, st);
+			cr_assert_eq(rawspop_send_buf(fds[c], wb), 0);
+			cr_assert_eq(rawspop_read_frame(fds[c], f, IO_MS), RAWSPOP_READ_FRAME);
+		}
+	}
+	for (int i = 0; i < 4; i++)
+		get("/ratelimit?key=m&limit=10", &r);   /* hits 19..22: all over 10 */
+	get("/ratelimit?key=m&window=7", &r);
+	cr_assert_eq(r.status, 400);
+	get("/metrics", &r);
+	cr_assert_eq(r.status, 200);
+	char v[128];
+	cr_assert_str_eq(hdr(&r, "Content-Type", v, sizeof(v)),
+			 "text/plain; version=0.0.4; charset=utf-8");
+	/* The body is cut at 1 KiB by read_resp: read the rest raw. */
+	int fd = http_open();
+	rlen = 0;
+	send_str(fd, "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+	while (fill(fd, rlen + 1))
+		;
+	rbuf[rlen] = '\0';
+	close(fd);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_hits_total{namespace=\"default\",front=\"spop\"} 18\n"),
+			   "%s", rbuf);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_hits_total{namespace=\"default\",front=\"http\"} 4\n"),
+			   "%s", rbuf);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_exceeded_total{namespace=\"default\"} 12\n"),
+			   "%s", rbuf);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_errors_total{reason=\"bad_request\"} 1\n"),
+			   "%s", rbuf);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_connections{front=\"spop\"} 6\n"), "%s",
+			   rbuf);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_table_capacity 65536\n"), "%s", rbuf);
+	for (int c = 0; c < 6; c++)
+		close(fds[c]);
+	free(wb), free(f);
 }

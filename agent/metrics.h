@@ -1,0 +1,97 @@
+/*
+ * metrics.h - what the agent counts about itself, for GET /metrics
+ * (Prometheus text format, docs/METRICS.md).
+ *
+ * Each worker writes only its own slot of a shared anonymous mapping the
+ * master creates before fork (relaxed atomic adds on its own cache lines:
+ * no lock, no contention on the hot path); a scrape sums the slots of
+ * every worker and reads the table's own statistics. A respawned worker
+ * takes its slot over, so counters never go back.
+ */
+#ifndef METRICS_H
+#define METRICS_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/config.h"
+
+struct rl;
+
+enum metrics_front {
+	METRICS_SPOP = 0,
+	METRICS_HTTP,
+	METRICS_FRONTS
+};
+
+/* errors_total{reason}: X(enum suffix, label) */
+#define METRICS_ERRORS(X)                                                     \
+	X(BAD_REQUEST, "bad_request")       /* an argument missing or invalid */ \
+	X(TABLE_FULL, "table_full")         /* no room for a new key */          \
+	X(STORE, "store_unconfirmed")       /* sync_rate 0: answered locally */  \
+	X(PROTOCOL, "protocol")             /* a connection closed on bad input */
+
+enum metrics_error {
+#define METRICS_ERR_ENUM(e, l) METRICS_ERR_##e,
+	METRICS_ERRORS(METRICS_ERR_ENUM)
+#undef METRICS_ERR_ENUM
+	METRICS_ERR_COUNT
+};
+
+/* Upper bounds (seconds) of the sync_duration_seconds buckets. */
+#define METRICS_SYNC_BUCKETS(X) X(0.001) X(0.0025) X(0.005) X(0.01) X(0.025) \
+	X(0.05) X(0.1) X(0.25) X(0.5) X(1) X(2.5) X(5)
+#define METRICS_COUNT_ONE(x) +1
+#define METRICS_NBUCKETS (0 METRICS_SYNC_BUCKETS(METRICS_COUNT_ONE))
+
+#define METRICS_NS CONFIG_MAX_NAMESPACES
+
+/* One worker's counters. */
+struct metrics_worker {
+	_Atomic uint64_t hits[METRICS_NS][METRICS_FRONTS];
+	_Atomic uint64_t exceeded[METRICS_NS];
+	_Atomic uint64_t errors[METRICS_ERR_COUNT];
+	_Atomic int64_t connections[METRICS_FRONTS];
+	_Atomic uint64_t sync_ok[METRICS_NS];
+	_Atomic uint64_t sync_failed[METRICS_NS];
+	_Atomic uint64_t sync_bucket[METRICS_NBUCKETS];  /* not cumulative */
+	_Atomic uint64_t sync_count;
+	_Atomic uint64_t sync_sum_us;
+	_Atomic int store_up[METRICS_NS];   /* 1 up, 0 down, -1 no store here */
+} __attribute__((aligned(64)));
+
+/* The slot this process writes: its worker's, or a private one (tests,
+ * the master) until metrics_attach(). */
+extern struct metrics_worker *metrics_me;
+
+struct metrics;
+
+/* The shared counters of nworkers workers (mmap, before fork). NULL when
+ * out of memory. */
+struct metrics *metrics_new(int nworkers);
+void metrics_free(struct metrics *m);
+
+/* Makes worker id's slot this process's. */
+void metrics_attach(struct metrics *m, int id);
+
+static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)
+{
+	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+}
+
+static inline void metrics_conn(enum metrics_front f, int64_t delta)
+{
+	atomic_fetch_add_explicit(&metrics_me->connections[f], delta, memory_order_relaxed);
+}
+
+/* A sync cycle of namespace ns ended (ok or not) after seconds. */
+void metrics_sync_cycle(int ns, bool ok, double seconds);
+
+/* Writes the Prometheus text of every metric into buf (at most cap bytes,
+ * NUL-terminated). Returns the length, or -1 when it does not fit. */
+long metrics_render(const struct metrics *m, const struct config *cfg, const struct rl *rl,
+		    char *buf, size_t cap);
+
+#endif /* METRICS_H */
