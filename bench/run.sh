@@ -9,12 +9,14 @@
 #   core     BUILD_DIR/bench/bench_core, if built
 #   spop     the agent (1 and 2 workers) under bench/spop_load, modes
 #            ratelimit and noop: max msgs/s, latency, latency at half load
+#   http     the HTTP front (1 and 2 workers) under wrk: checks/s, p99
 #   e2e      HAProxy 2.6 + wrk: A (direct), B (stick table), C (SPOE +
 #            agent), interleaved A B C A B C ..., medians, ratios to A
+#   nginx    nginx alone vs nginx + auth_request to the agent, interleaved
 #   sync     BUILD_DIR/bench/bench_sync_redis and bench_sync_pg, if built
 #   profile  perf profile of one worker under spop_load (not in the default)
 #   alloc    heap allocations (valgrind) for N and 10 N messages (idem)
-# Default: $BENCH_PARTS, else core spop e2e sync (about 4.5 minutes on 2
+# Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
 # Knobs (environment): BENCH_SPOP_SECONDS (5), BENCH_SPOP_ROUNDS (3),
@@ -31,7 +33,7 @@ ROOT=$PWD
 
 BUILD=${1:-build/rel}
 shift || true
-PARTS=${*:-${BENCH_PARTS:-core spop e2e sync}}
+PARTS=${*:-${BENCH_PARTS:-core spop http e2e nginx sync}}
 
 case $BUILD in
   /*) BDIR=$BUILD ;;
@@ -863,8 +865,174 @@ part_alloc() {
 
 # ------------------------------------------------------------------ main ---
 
+# ------------------------------------------------------------------ http ---
+
+HTTP_SECONDS=${BENCH_HTTP_SECONDS:-5}
+HTTP_ROUNDS=${BENCH_HTTP_ROUNDS:-3}
+HTTP_CONNS=${BENCH_HTTP_CONNS:-32}
+
+# http_lua FILE DEPTH: a wrk script asking /ratelimit for KEYS keys in
+# turn, DEPTH requests pipelined per write (1: one at a time), each far
+# below its limit (the check, not a denial, is measured).
+http_lua() {
+  cat > "$1" <<LUA
+local n = 0
+request = function()
+  local r = {}
+  for i = 1, $2 do
+    n = n + 1
+    r[i] = wrk.format("GET", "/ratelimit?key=k" .. (n % $KEYS) .. "&window=60&limit=1000000000")
+  end
+  return table.concat(r)
+end
+LUA
+}
+
+part_http() {
+  local w d port hport pin r cfg f rps p99 a0 a1 reqs acpu tag
+  say "== http (the HTTP front alone, wrk)"
+  md "## 2b. HTTP front: the agent alone (wrk)"
+  md ""
+  if ! command -v wrk >/dev/null 2>&1 || [ ! -x "$AGENT" ]; then
+    say "wrk or the agent missing: skipped"; md "wrk or the agent missing: skipped."; md ""
+    return 0
+  fi
+  : > "$RAW/http.txt"; rm -f "$RAW/http-w1-d16"
+  for w in 1 2; do
+    free_port port && free_port hport || return 1
+    cfg=$RAW/http-agent.json
+    printf '{"http_listen": "127.0.0.1:%s", "namespaces": [{"name": "default", "window_sizes": [60]}]}\n' \
+      "$hport" > "$cfg"
+    if [ "$w" = 1 ]; then pin=0; else pin=none; fi
+    start_agent "$port" "$pin" -w "$w" -c "$cfg" || return 1
+    for d in 1 16; do
+      http_lua "$RAW/http-$d.lua" "$d"
+      for r in $(seq 1 "$HTTP_ROUNDS"); do
+        f=$RAW/http-w$w-d$d-$r.txt
+        # 1 s warm-up, then the measured run.
+        "${PIN1[@]}" wrk -t1 -c"$HTTP_CONNS" -d1s -s "$RAW/http-$d.lua" "http://127.0.0.1:$hport" \
+          > /dev/null 2>&1
+        a0=$(agent_ticks)
+        if [ "$w" = 1 ]; then
+          "${PIN1[@]}" wrk -t1 -c"$HTTP_CONNS" -d"${HTTP_SECONDS}s" --latency -s "$RAW/http-$d.lua" \
+            "http://127.0.0.1:$hport" > "$f" 2>&1
+        else
+          wrk -t1 -c"$HTTP_CONNS" -d"${HTTP_SECONDS}s" --latency -s "$RAW/http-$d.lua" \
+            "http://127.0.0.1:$hport" > "$f" 2>&1
+        fi
+        a1=$(agent_ticks)
+        rps=$(wrk_field "$f" rps); reqs=$(wrk_field "$f" requests); p99=$(wrk_field "$f" p99_us)
+        acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }')
+        echo "w$w-d$d $r ${rps:-0} ${p99:-0} $acpu $(wrk_field "$f" non2xx) $(wrk_field "$f" sockerr)" >> "$RAW/http.txt"
+        say "http workers=$w pipeline=$d round=$r checks/s=$rps p99_us=$p99 agent_us/check=$acpu non2xx=$(wrk_field "$f" non2xx)"
+      done
+    done
+    stop_agent
+  done
+  md "\`wrk -t1 -c$HTTP_CONNS -d${HTTP_SECONDS}s --latency\` with a Lua script asking \`/ratelimit\` for $KEYS keys in turn"
+  md "(keep-alive; every check counted, none over its limit), one request at a time per connection or 16 pipelined."
+  md "One worker: agent on CPU 0, wrk on CPU 1; two workers: nothing pinned. Median of $HTTP_ROUNDS runs (by"
+  md "checks/s), 1 s warm-up each. p99 is per wrk request (16 checks when pipelined)."
+  md ""
+  md "| workers | pipelined | checks/s | p99 µs | agent CPU µs/check | non-2xx | socket errors |"
+  md "|---|---|---|---|---|---|---|"
+  for tag in w1-d1 w1-d16 w2-d1 w2-d16; do
+    awk -v t="$tag" '$1 == t' "$RAW/http.txt" | sort -k3 -g | awk '{ v[NR] = $0 } END { if (NR) print v[int((NR + 1) / 2)] }' |
+      while read -r t _ rps p99 acpu non sock; do
+        w=${t%%-*}; d=${t##*-d}
+        md "| ${w#w} | $d | $(printf '%.0f' "$rps") | $p99 | $acpu | $non | $sock |"
+        [ "$t" = w1-d16 ] && echo "$rps" > "$RAW/http-w1-d16"
+      done
+  done
+  md ""
+}
+
+# ----------------------------------------------------------------- nginx ---
+
+NGINX_PID=""
+# nginx_start CONF: nginx in the foreground on CONF (prefix $RAW/nginx).
+nginx_start() {
+  local port=$2 i
+  mkdir -p "$RAW/nginx"
+  "${PIN0[@]}" nginx -p "$RAW/nginx" -c "$1" \
+    -g "daemon off; pid $RAW/nginx/nginx.pid; error_log $RAW/nginx/error.log; worker_processes 1;" &
+  NGINX_PID=$!
+  PIDS+=("$NGINX_PID")
+  for i in $(seq 1 100); do listening "$port" && return 0; alive "$NGINX_PID" || break; sleep 0.05; done
+  echo "bench: nginx did not start" >&2; tail -5 "$RAW/nginx/error.log" >&2
+  return 1
+}
+
+nginx_stop() { [ -n "$NGINX_PID" ] && { stop_pid "$NGINX_PID" 5; forget "$NGINX_PID"; NGINX_PID=""; }; }
+
+# nginx_conf OUT FRONT APP AGENT_HTTP AUTH(0|1): nginx-examples/nginx.conf
+# on these ports, limits far away; AUTH 0 drops the auth_request lines
+# (nginx alone, proxying to the same app).
+nginx_conf() {
+  local out=$1 fe=$2 app=$3 ah=$4 auth=$5
+  sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$ah/; s/127\.0\.0\.1:8082/127.0.0.1:$app/" \
+      -e "s/listen 8080;/listen 127.0.0.1:$fe;/; s/limit=100;/limit=1000000000;/" \
+      -e "s|/etc/nginx/spoa-ratelimit-check.conf|$ROOT/nginx-examples/spoa-ratelimit-check.conf|" \
+      -e "s|^http {|http {\n    access_log off;\n    client_body_temp_path $RAW/nginx/body;\n    proxy_temp_path $RAW/nginx/proxy;\n    fastcgi_temp_path $RAW/nginx/fastcgi;\n    uwsgi_temp_path $RAW/nginx/uwsgi;\n    scgi_temp_path $RAW/nginx/scgi;\n    server { listen 127.0.0.1:$app; location / { return 200 \"app\\\\n\"; } }|" \
+      "$ROOT/nginx-examples/nginx.conf" |
+    if [ "$auth" = 1 ]; then cat; else sed -e '/auth_request/d; /$rl_/d'; fi |
+    sed -e '/^worker_processes/d' > "$out"
+}
+
+part_nginx() {
+  local r v fe app ah port f rps p99 n0 n1 a0 a1 reqs ncpu acpu
+  say "== nginx (nginx alone vs nginx + auth_request to the agent)"
+  md "## 3b. nginx: alone vs auth_request to the HTTP front"
+  md ""
+  if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
+    say "nginx or wrk missing: skipped"; md "nginx or wrk missing (\`scripts/deps.sh bench\`): skipped."; md ""
+    return 0
+  fi
+  : > "$RAW/nginx.txt"
+  free_port port && free_port ah || return 1
+  printf '{"http_listen": "127.0.0.1:%s", "http_deny_status": 403, "namespaces": [{"name": "per-ip", "window_sizes": [60]}, {"name": "per-key", "window_sizes": [1]}]}\n' \
+    "$ah" > "$RAW/nginx-agent.json"
+  start_agent "$port" 0 -w 1 -c "$RAW/nginx-agent.json" || return 1
+  for r in $(seq 1 "$E2E_ROUNDS"); do
+    for v in alone auth; do
+      free_port fe && free_port app || return 1
+      nginx_conf "$RAW/nginx-$v.conf" "$fe" "$app" "$ah" "$([ "$v" = auth ] && echo 1 || echo 0)"
+      nginx_start "$RAW/nginx-$v.conf" "$fe" || return 1
+      f=$RAW/nginx-$v-$r.txt
+      "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "http://127.0.0.1:$fe/" > /dev/null 2>&1
+      n0=$(ticks "$NGINX_PID" $(pgrep -P "$NGINX_PID")); a0=$(agent_ticks)
+      "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d"${E2E_SECONDS}s" --latency "http://127.0.0.1:$fe/" > "$f" 2>&1
+      n1=$(ticks "$NGINX_PID" $(pgrep -P "$NGINX_PID")); a1=$(agent_ticks)
+      rps=$(wrk_field "$f" rps); reqs=$(wrk_field "$f" requests); p99=$(wrk_field "$f" p99_us)
+      ncpu=$(awk -v d=$((n1 - n0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }')
+      acpu=-
+      [ "$v" = auth ] && acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }')
+      echo "$v $r ${rps:-0} ${p99:-0} $ncpu $acpu $(wrk_field "$f" non2xx)" >> "$RAW/nginx.txt"
+      say "nginx variant=$v round=$r req/s=$rps p99_us=$p99 nginx_us/req=$ncpu agent_us/req=$acpu non2xx=$(wrk_field "$f" non2xx)"
+      nginx_stop
+    done
+  done
+  stop_agent
+  md "nginx-examples/nginx.conf (location \`/\`, per-IP check, limit raised out of reach) with \`worker_processes 1\`,"
+  md "nginx and the agent (1 worker) on CPU 0, \`wrk -t1 -c$E2E_CONNS -d${E2E_SECONDS}s\` on CPU 1; \"alone\" is the same"
+  md "file without its auth_request lines. Interleaved alone, auth × $E2E_ROUNDS; medians."
+  md ""
+  md "| variant | req/s | × alone | p99 µs | nginx CPU µs/req | agent CPU µs/req | non-2xx |"
+  md "|---|---|---|---|---|---|---|"
+  local alone
+  alone=$(awk '$1 == "alone" { print $3 }' "$RAW/nginx.txt" | median)
+  for v in alone auth; do
+    rps=$(awk -v v="$v" '$1 == v { print $3 }' "$RAW/nginx.txt" | median)
+    p99=$(awk -v v="$v" '$1 == v { print $4 }' "$RAW/nginx.txt" | median)
+    ncpu=$(awk -v v="$v" '$1 == v { print $5 }' "$RAW/nginx.txt" | median)
+    acpu=$(awk -v v="$v" '$1 == v && $6 != "-" { print $6 }' "$RAW/nginx.txt" | median)
+    md "| $v | $(printf '%.0f' "${rps:-0}") | $(awk -v a="$rps" -v b="$alone" 'BEGIN { if (b > 0) printf "%.2f", a / b }') | $p99 | $ncpu | ${acpu:--} | $(awk -v v="$v" '$1 == v { s += $7 } END { print s + 0 }' "$RAW/nginx.txt") |"
+  done
+  md ""
+}
+
 targets() {
-  md "## Issue 4 targets"
+  md "## Targets (issues 4 and 8)"
   md ""
   md "| target | measured | |"
   md "|---|---|---|"
@@ -877,13 +1045,17 @@ targets() {
     md "| agent CPU ≤ 3 µs per request (C) | ${E2E_C_AGENT:-?} µs | $(awk -v x="${E2E_C_AGENT:-1e9}" 'BEGIN { print (x <= 3) ? "met" : "missed" }') |"
     md "| C ≥ 0.45 × A | $E2E_C_RATIO by req/s, ${E2E_C_CRATIO:-?} by CPU | $(awk -v x="$E2E_C_RATIO" 'BEGIN { print (x >= 0.45) ? "met" : "missed" }') (by req/s) |"
   fi
+  if [ -s "$RAW/http-w1-d16" ] && [[ " $PARTS " == *" http "* ]]; then
+    local h; h=$(cat "$RAW/http-w1-d16")
+    md "| HTTP front ≥ 300,000 checks/s, 1 worker (pipelined) | $(printf '%.0f' "$h") | $(awk -v x="$h" 'BEGIN { print (x >= 300000) ? "met" : "missed" }') |"
+  fi
   md ""
 }
 
 for part in $PARTS; do
   case $part in
-    core|spop|e2e|sync|profile|alloc) ;;
-    *) echo "bench: unknown part '$part' (core spop e2e sync profile alloc)" >&2; exit 2 ;;
+    core|spop|http|e2e|nginx|sync|profile|alloc) ;;
+    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)

@@ -51,6 +51,10 @@ is "$code" "200" "a hit through HAProxy on namespace per-ip, key 127.0.0.1"
 : > "$E2E_TMP/codes"
 for i in $(seq 1 99); do ngx / >> "$E2E_TMP/codes"; done
 is "$(count_codes "$E2E_TMP/codes" 200)" "99" "99 requests through nginx allowed (100 with HAProxy's)"
+# The checks go over kept-alive connections (HEAD, spoa-ratelimit-check.conf):
+# a closed connection leaves a TIME-WAIT on one side or the other.
+tw=$(ss -tanH state time-wait "( sport = :$PORT_HTTP or dport = :$PORT_HTTP )" 2>/dev/null | wc -l)
+check "nginx keeps its connections to the agent alive ($tw of 99 checks closed one)" int_between "$tw" 0 5
 code=$(ngx_h / "$E2E_TMP/h-deny")
 is "$code" "429" "the 101st hit of the client IP is denied with 429"
 is "$(hdr "$E2E_TMP/h-deny" RateLimit-Policy)" '"per-ip";q=100;w=60' "429: RateLimit-Policy"
