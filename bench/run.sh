@@ -16,6 +16,8 @@
 #   sync     BUILD_DIR/bench/bench_sync_redis and bench_sync_pg, if built
 #   profile  perf profile of one worker under spop_load (not in the default)
 #   alloc    heap allocations (valgrind) for N and 10 N messages (idem)
+#   baseline this agent vs $BENCH_BASELINE (an older binary), interleaved:
+#            SPOP msgs/s and variant C (not in the default)
 # Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
@@ -669,6 +671,66 @@ part_e2e() {
   md ""
 }
 
+# -------------------------------------------------------------- baseline ---
+
+# part_baseline: this agent against an older binary ($BENCH_BASELINE), in one
+# interleaved run: per round, old then new, each for one spop_load ratelimit
+# max run (1 worker) and one variant C run. What a refactoring costs.
+part_baseline() {
+  local base=${BENCH_BASELINE:-} rounds=${BENCH_BASELINE_ROUNDS:-5} r b port line save=$AGENT
+  say "== baseline (this agent vs ${base:-?}, interleaved)"
+  md "## 5. Before/after: this agent vs a baseline binary"
+  md ""
+  if [ -z "$base" ] || [ ! -x "$base" ] || [ ! -x "$LOAD" ]; then
+    say "BENCH_BASELINE unset or not executable, or spop_load not built: skipped"
+    md "\`BENCH_BASELINE=/path/to/old/spoa-ratelimit\` not given (or spop_load not built): skipped."; md ""
+    return 0
+  fi
+  : > "$RAW/baseline-spop.txt"
+  rm -f "$RAW/baseline-e2e-old.txt" "$RAW/baseline-e2e-new.txt"
+  for r in $(seq 1 "$rounds"); do
+    for b in old new; do
+      if [ "$b" = old ]; then AGENT=$base; else AGENT=$save; fi
+      free_port port || { AGENT=$save; return 1; }
+      start_agent "$port" 0 -w 1 || { AGENT=$save; return 1; }
+      line=$(spop_run "baseline-$b" 1 -p "$port" -m ratelimit)
+      stop_agent
+      echo "$b $r $(field "$line" msgs_per_s) $(field "$line" agent_cpu_us)" >> "$RAW/baseline-spop.txt"
+      say "baseline $b round=$r $line"
+      if command -v haproxy >/dev/null 2>&1 && command -v wrk >/dev/null 2>&1; then
+        E2E_TXT=$RAW/baseline-e2e-$b.txt e2e_run C "$r" || say "baseline $b variant C round $r failed"
+      fi
+    done
+  done
+  AGENT=$save
+  md "Baseline: \`$base\`; this agent: \`$AGENT\`. $rounds rounds, each: baseline then this agent, for"
+  md "\`spop_load -m ratelimit\` at max (1 worker, as in part 2) and one variant C run (as in part 3). Medians."
+  md ""
+  md "| measurement | baseline | this agent | change |"
+  md "|---|---|---|---|"
+  local o n
+  bl_row() { # LABEL OLD NEW
+    md "| $1 | ${2:--} | ${3:--} | $(awk -v o="${2:-0}" -v n="${3:-0}" 'BEGIN { if (o > 0) printf "%+.1f %%", (n / o - 1) * 100; else print "-" }') |"
+  }
+  o=$(awk '$1 == "old" { print $3 }' "$RAW/baseline-spop.txt" | median)
+  n=$(awk '$1 == "new" { print $3 }' "$RAW/baseline-spop.txt" | median)
+  bl_row "SPOP ratelimit msgs/s, 1 worker" "$o" "$n"
+  o=$(awk '$1 == "old" { print $4 }' "$RAW/baseline-spop.txt" | median)
+  n=$(awk '$1 == "new" { print $4 }' "$RAW/baseline-spop.txt" | median)
+  bl_row "SPOP agent CPU µs/msg" "$o" "$n"
+  if [ -s "$RAW/baseline-e2e-old.txt" ] && [ -s "$RAW/baseline-e2e-new.txt" ]; then
+    o=$(awk '{ print $3 }' "$RAW/baseline-e2e-old.txt" | median)
+    n=$(awk '{ print $3 }' "$RAW/baseline-e2e-new.txt" | median)
+    bl_row "variant C req/s" "$o" "$n"
+    o=$(awk '{ print $8 }' "$RAW/baseline-e2e-old.txt" | median)
+    n=$(awk '{ print $8 }' "$RAW/baseline-e2e-new.txt" | median)
+    bl_row "variant C agent CPU µs/req" "$o" "$n"
+  fi
+  md ""
+  md "Every run: \`$RAW/baseline-spop.txt\` (binary, round, msgs/s, agent µs/msg), \`baseline-e2e-*.txt\` (as e2e.txt)."
+  md ""
+}
+
 # ------------------------------------------------------------------ sync ---
 
 part_sync() {
@@ -1054,8 +1116,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|e2e|nginx|sync|profile|alloc) ;;
-    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc)" >&2; exit 2 ;;
+    core|spop|http|e2e|nginx|sync|profile|alloc|baseline) ;;
+    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)
