@@ -16,6 +16,7 @@
 #include "agent/config.h"
 #include "agent/log.h"
 #include "spop/spop-t.h"
+#include "strategies/strategy.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -42,13 +43,11 @@
 #define CFG_IDLE_DEFAULT_MS    60000
 #define CFG_FTIMEOUT_DEFAULT_MS 5000
 #define CFG_TIMEOUT_MAX_MS     86400000         /* one day */
-#define CFG_WINDOW_MAX         31536000         /* 365 days, in seconds */
 #define CFG_NS_DEFAULT         "default"
 #define CFG_SECRET_MIN         16               /* key_secret bytes */
 #define CFG_BUFMEM_DEFAULT     (256ull << 20)   /* max_buffer_memory */
 #define CFG_BUFMEM_MIN         (1ull << 20)
 #define CFG_BUFMEM_MAX         (64ull << 30)
-#define CFG_STRATEGY_LOCAL     "local"
 #define CFG_SHOW_MAX           64               /* a value quoted in a message */
 #define CFG_SUN_PATH_MAX       (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
@@ -62,30 +61,15 @@ static const char *const cfg_scope_names[SPOP_SCOPE_COUNT] = {
 	[SPOP_SCOPE_RES]  = "res",
 };
 
-static const char *const cfg_window_type_names[CONFIG_WINDOW_TYPE_COUNT] = {
-	[CONFIG_WINDOW_SLIDING] = "sliding",
-	[CONFIG_WINDOW_FIXED]   = "fixed",
-};
-
-static const char *const cfg_table_full_names[CONFIG_FULL_COUNT] = {
-	[CONFIG_FULL_EVICT] = "evict",
-	[CONFIG_FULL_DENY]  = "deny",
-	[CONFIG_FULL_ALLOW] = "allow",
-};
-
-/* Index 0 is the only strategy that works without sync_rate >= 0. */
-static const char *const cfg_strategy_names[] = { CFG_STRATEGY_LOCAL, "redis", "postgres" };
-#define CFG_N_STRATEGIES (sizeof(cfg_strategy_names) / sizeof(cfg_strategy_names[0]))
 
 /* Same order as enum log_level; log_level_parse() is the authority. */
 static const char *const cfg_log_level_names[LOG_LEVEL_COUNT] = {
 	[LOG_ERR] = "err", [LOG_WARN] = "warn", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
 };
 
-_Static_assert(CFG_N_STRATEGIES > 0, "no strategy");
 _Static_assert(sizeof(CFG_LISTEN_DEFAULT) <= CONFIG_ADDR_MAX, "listen default too long");
 _Static_assert(sizeof(CFG_PREFIX_DEFAULT) <= CONFIG_PREFIX_MAX, "prefix default too long");
-_Static_assert(CFG_WINDOW_MAX <= UINT32_MAX, "window sizes are uint32_t");
+_Static_assert(NS_WINDOW_MAX <= UINT32_MAX, "window sizes are uint32_t");
 _Static_assert(CFG_TIMEOUT_MAX_MS <= UINT32_MAX, "timeouts are uint32_t");
 
 /* ------------------------------------------------------------------------
@@ -362,18 +346,6 @@ static bool cfg_prefix_ok(const char *s, size_t n)
 }
 
 /* 1..63 bytes, no control characters (names end up in logs and keys). */
-static bool cfg_ns_name_ok(const char *s, size_t n)
-{
-	size_t i;
-
-	if (n < 1 || n >= CONFIG_NAME_MAX)
-		return false;
-	for (i = 0; i < n; i++)
-		if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
-			return false;
-	return true;
-}
-
 static int cfg_check_range(struct cfg_parser *p, const char *key, long long v, long long lo,
 			   long long hi)
 {
@@ -387,35 +359,26 @@ static int cfg_check_range(struct cfg_parser *p, const char *key, long long v, l
 	return -1;
 }
 
-/* Window i of ns, at path ...window_sizes[i]: in range and unlike those
- * before it. */
-static int cfg_check_window(struct cfg_parser *p, const struct config_ns *ns, size_t i)
+/* ns_check() of namespace ns, at path namespaces[i]: a message at the
+ * path of the key that is wrong. */
+static int cfg_check_ns(struct cfg_parser *p, const struct ns_def *ns)
 {
-	uint32_t w = ns->window_sizes[i];
-	size_t j;
+	struct ns_err e;
 
-	if (w == 0)
-		return cfg_fail(p, "expected a positive integer (seconds), got 0");
-	if (w > CFG_WINDOW_MAX)
-		return cfg_fail(p, "expected at most %d seconds (365 days), got %u", CFG_WINDOW_MAX, w);
-	for (j = 0; j < i; j++)
-		if (ns->window_sizes[j] == w)
-			return cfg_fail(p, "duplicate window size %u (also window_sizes[%zu])", w, j);
-	return 0;
+	if (ns_check(ns, &e) == 0)
+		return 0;
+	cfg_path_key(p, e.field);
+	return cfg_fail(p, "%s", e.msg);
 }
 
-/* Name of namespace i of c, at path namespaces[i].name: valid and unique. */
+/* Name of namespace i of c (valid: ns_check()), at path
+ * namespaces[i].name: unlike those before it. */
 static int cfg_check_ns_name(struct cfg_parser *p, const struct config *c, size_t i)
 {
 	const char *name = c->ns[i].name;
-	size_t n = strnlen(name, CONFIG_NAME_MAX), j;
+	size_t n = strnlen(name, NS_NAME_MAX), j;
 	char q[CFG_SHOW_MAX];
 
-	if (!cfg_ns_name_ok(name, n)) {
-		cfg_quote(name, n, q, sizeof(q));
-		return cfg_fail(p, "expected a name of 1..63 characters, no control characters, got %s",
-				q);
-	}
 	for (j = 0; j < i; j++) {
 		if (strcmp(c->ns[j].name, name) == 0) {
 			cfg_quote(name, n, q, sizeof(q));
@@ -423,40 +386,6 @@ static int cfg_check_ns_name(struct cfg_parser *p, const struct config *c, size_
 		}
 	}
 	return 0;
-}
-
-/* The strategy must match sync_rate: < 0 counts locally only, >= 0 needs
- * a shared store. At path namespaces[i]; pushes ".strategy" itself. An
- * empty strategy means the key was absent. */
-static int cfg_check_ns_strategy(struct cfg_parser *p, const struct config_ns *ns)
-{
-	bool shared = ns->sync_rate >= 0;
-	bool local = ns->strategy[0] == '\0' || strcmp(ns->strategy, CFG_STRATEGY_LOCAL) == 0;
-	size_t mark, i;
-	char q[CFG_SHOW_MAX];
-
-	if (shared == !local) {
-		if (ns->strategy[0] == '\0')
-			return 0;
-		for (i = 0; i < CFG_N_STRATEGIES; i++)
-			if (strcmp(ns->strategy, cfg_strategy_names[i]) == 0)
-				return 0;
-	}
-	mark = cfg_path_key(p, "strategy");
-	cfg_quote(ns->strategy, strnlen(ns->strategy, CONFIG_STRATEGY_MAX), q, sizeof(q));
-	if (shared && ns->strategy[0] == '\0')
-		cfg_fail(p, "missing: sync_rate %g (>= 0: shared counters) needs \"redis\" or \"postgres\"",
-			 ns->sync_rate);
-	else if (shared && local)
-		cfg_fail(p, "expected \"redis\" or \"postgres\" since sync_rate is %g (>= 0: shared "
-			 "counters), got %s", ns->sync_rate, q);
-	else if (!shared && !local)
-		cfg_fail(p, "expected \"local\" since sync_rate is %g (< 0: local only), got %s",
-			 ns->sync_rate, q);
-	else
-		cfg_fail(p, "expected \"local\", \"redis\" or \"postgres\", got %s", q);
-	cfg_path_pop(p, mark);
-	return -1;
 }
 
 /* ------------------------------------------------------------------------
@@ -503,7 +432,7 @@ static int cfg_want_enum(struct cfg_parser *p, const json_t *v, const char *cons
 
 /* ------------------------------------------------------------------------
  * Keys. Each setter reads one value into its object (a struct config or a
- * struct config_ns); the tables below map key names to setters.
+ * struct ns_def); the tables below map key names to setters.
  */
 
 struct cfg_key {
@@ -698,9 +627,9 @@ static int cfg_set_log_level(struct cfg_parser *p, json_t *v, void *obj)
 
 static int cfg_set_ns_name(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 
-	if (!json_is_string(v) || !cfg_ns_name_ok(json_string_value(v), json_string_length(v)))
+	if (!json_is_string(v) || !ns_name_ok(json_string_value(v), json_string_length(v)))
 		return cfg_fail_type(p, v, "a name of 1..63 characters, no control characters");
 	memcpy(ns->name, json_string_value(v), json_string_length(v) + 1);
 	return 0;
@@ -708,16 +637,16 @@ static int cfg_set_ns_name(struct cfg_parser *p, json_t *v, void *obj)
 
 static int cfg_set_ns_window_sizes(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 	json_t *e;
 	size_t i;
 
 	if (!json_is_array(v))
 		return cfg_fail_type(p, v, "an array of window sizes (positive integers, seconds)");
 	if (json_array_size(v) == 0)
-		return cfg_fail(p, "expected 1..%d window sizes, got none", CONFIG_MAX_WINDOWS);
-	if (json_array_size(v) > CONFIG_MAX_WINDOWS)
-		return cfg_fail(p, "expected at most %d window sizes, got %zu", CONFIG_MAX_WINDOWS,
+		return cfg_fail(p, "expected 1..%d window sizes, got none", NS_MAX_WINDOWS);
+	if (json_array_size(v) > NS_MAX_WINDOWS)
+		return cfg_fail(p, "expected at most %d window sizes, got %zu", NS_MAX_WINDOWS,
 				json_array_size(v));
 	json_array_foreach(v, i, e) {
 		size_t mark = cfg_path_push(p, "[%zu]", i);
@@ -728,12 +657,10 @@ static int cfg_set_ns_window_sizes(struct cfg_parser *p, json_t *v, void *obj)
 		x = (long long)json_integer_value(e);
 		if (x <= 0)
 			return cfg_fail(p, "expected a positive integer (seconds), got %lld", x);
-		if (x > CFG_WINDOW_MAX)
-			return cfg_fail(p, "expected at most %d seconds (365 days), got %lld",
-					CFG_WINDOW_MAX, x);
+		if (x > NS_WINDOW_MAX)
+			return cfg_fail(p, "expected at most %u seconds (365 days), got %lld",
+					NS_WINDOW_MAX, x);
 		ns->window_sizes[i] = (uint32_t)x;
-		if (cfg_check_window(p, ns, i) < 0)
-			return -1;
 		cfg_path_pop(p, mark);
 	}
 	ns->n_window_sizes = json_array_size(v);
@@ -742,7 +669,7 @@ static int cfg_set_ns_window_sizes(struct cfg_parser *p, json_t *v, void *obj)
 
 static int cfg_set_ns_sync_rate(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 
 	if (!json_is_number(v))
 		return cfg_fail_type(p, v, "a number (< 0: local only, 0: synchronous, > 0: seconds)");
@@ -752,18 +679,22 @@ static int cfg_set_ns_sync_rate(struct cfg_parser *p, json_t *v, void *obj)
 
 static int cfg_set_ns_strategy(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
+	const char *names[16];
+	size_t n = 0;
 	int i = 0;
 
-	if (cfg_want_enum(p, v, cfg_strategy_names, CFG_N_STRATEGIES, &i) < 0)
+	while (n < 16 && (names[n] = strategy_name(n)))
+		n++;
+	if (cfg_want_enum(p, v, names, n, &i) < 0)
 		return -1;
-	snprintf(ns->strategy, sizeof(ns->strategy), "%s", cfg_strategy_names[i]);
+	snprintf(ns->strategy, sizeof(ns->strategy), "%s", names[i]);
 	return 0;
 }
 
 static int cfg_set_ns_strategy_opts(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 	char *text;
 
 	if (!json_is_object(v))
@@ -771,25 +702,25 @@ static int cfg_set_ns_strategy_opts(struct cfg_parser *p, json_t *v, void *obj)
 	text = json_dumps(v, JSON_COMPACT);
 	if (!text)
 		return cfg_fail(p, "out of memory");
-	free(ns->strategy_opts);
+	free((void *)ns->strategy_opts);
 	ns->strategy_opts = text;
 	return 0;
 }
 
 static int cfg_set_ns_window_type(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 	int t = 0;
 
-	if (cfg_want_enum(p, v, cfg_window_type_names, CONFIG_WINDOW_TYPE_COUNT, &t) < 0)
+	if (cfg_want_enum(p, v, ns_window_type_names, NS_WINDOW_TYPE_COUNT, &t) < 0)
 		return -1;
-	ns->window_type = (enum config_window_type)t;
+	ns->window_type = (enum ns_window_type)t;
 	return 0;
 }
 
 static int cfg_set_ns_count_denied(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 
 	if (!json_is_boolean(v))
 		return cfg_fail_type(p, v, "true or false");
@@ -799,7 +730,7 @@ static int cfg_set_ns_count_denied(struct cfg_parser *p, json_t *v, void *obj)
 
 static int cfg_set_ns_max_keys(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 	long long x = 0;
 
 	if (cfg_want_int(p, v, 1, CFG_MAX_KEYS_MAX, &x) < 0)
@@ -810,12 +741,12 @@ static int cfg_set_ns_max_keys(struct cfg_parser *p, json_t *v, void *obj)
 
 static int cfg_set_ns_on_table_full(struct cfg_parser *p, json_t *v, void *obj)
 {
-	struct config_ns *ns = obj;
+	struct ns_def *ns = obj;
 	int t = 0;
 
-	if (cfg_want_enum(p, v, cfg_table_full_names, CONFIG_FULL_COUNT, &t) < 0)
+	if (cfg_want_enum(p, v, ns_table_full_names, NS_FULL_COUNT, &t) < 0)
 		return -1;
-	ns->on_table_full = (enum config_table_full)t;
+	ns->on_table_full = (enum ns_table_full)t;
 	return 0;
 }
 
@@ -977,23 +908,15 @@ static int cfg_parse_object(struct cfg_parser *p, json_t *obj, const struct cfg_
 	return 0;
 }
 
-static void cfg_ns_init(struct config_ns *ns)
-{
-	memset(ns, 0, sizeof(*ns));
-	ns->sync_rate = -1;
-	ns->window_type = CONFIG_WINDOW_SLIDING;
-	ns->count_denied = true;
-}
-
 /* namespaces[i], an object, into c->ns[i]. */
 static int cfg_parse_ns(struct cfg_parser *p, json_t *e, struct config *c, size_t i)
 {
-	struct config_ns *ns = &c->ns[i];
+	struct ns_def *ns = &c->ns[i];
 	size_t mark;
 
 	if (!json_is_object(e))
 		return cfg_fail_type(p, e, "an object");
-	cfg_ns_init(ns);
+	ns_def_init(ns);
 	if (cfg_parse_object(p, e, cfg_ns_keys, CFG_N_KEYS(cfg_ns_keys), ns) < 0)
 		return -1;
 	if (ns->name[0] == '\0')
@@ -1001,12 +924,12 @@ static int cfg_parse_ns(struct cfg_parser *p, json_t *e, struct config *c, size_
 	if (ns->n_window_sizes == 0) {
 		cfg_path_key(p, "window_sizes");
 		return cfg_fail(p, "missing: expected 1..%d window sizes (positive integers, seconds)",
-				CONFIG_MAX_WINDOWS);
+				NS_MAX_WINDOWS);
 	}
-	if (cfg_check_ns_strategy(p, ns) < 0)
+	if (cfg_check_ns(p, ns) < 0)
 		return -1;
 	if (ns->strategy[0] == '\0')
-		snprintf(ns->strategy, sizeof(ns->strategy), "%s", CFG_STRATEGY_LOCAL);
+		snprintf(ns->strategy, sizeof(ns->strategy), "%s", local_strategy.name);
 	mark = cfg_path_key(p, "name");
 	if (cfg_check_ns_name(p, c, i) < 0)
 		return -1;
@@ -1026,8 +949,8 @@ static int cfg_set_namespaces(struct cfg_parser *p, json_t *v, void *obj)
 		return cfg_fail_type(p, v, "an array of namespace objects");
 	if (json_array_size(v) == 0)
 		return 0;
-	if (json_array_size(v) > CONFIG_MAX_NAMESPACES)
-		return cfg_fail(p, "expected at most %d namespaces, got %zu", CONFIG_MAX_NAMESPACES,
+	if (json_array_size(v) > NS_MAX)
+		return cfg_fail(p, "expected at most %d namespaces, got %zu", NS_MAX,
 				json_array_size(v));
 	/* c is config_load()'s copy: dropping the old pointers here does not
 	 * free them, they still belong to the caller's config. */
@@ -1049,8 +972,8 @@ static void cfg_free_ns(struct config *c)
 {
 	size_t i;
 
-	for (i = 0; i < CONFIG_MAX_NAMESPACES; i++) {
-		free(c->ns[i].strategy_opts);
+	for (i = 0; i < NS_MAX; i++) {
+		free((void *)c->ns[i].strategy_opts);
 		c->ns[i].strategy_opts = NULL;
 	}
 }
@@ -1073,7 +996,7 @@ int config_default_workers(void)
 void config_defaults(struct config *c)
 {
 	static const uint32_t windows[] = { 1, 60, 3600 };
-	struct config_ns *ns = &c->ns[0];
+	struct ns_def *ns = &c->ns[0];
 
 	memset(c, 0, sizeof(*c));
 	snprintf(c->listen, sizeof(c->listen), "%s", CFG_LISTEN_DEFAULT);
@@ -1090,11 +1013,11 @@ void config_defaults(struct config *c)
 	c->frame_timeout_ms = CFG_FTIMEOUT_DEFAULT_MS;
 	c->log_level = LOG_INFO;
 
-	cfg_ns_init(ns);
+	ns_def_init(ns);
 	snprintf(ns->name, sizeof(ns->name), "%s", CFG_NS_DEFAULT);
 	memcpy(ns->window_sizes, windows, sizeof(windows));
 	ns->n_window_sizes = sizeof(windows) / sizeof(windows[0]);
-	snprintf(ns->strategy, sizeof(ns->strategy), "%s", CFG_STRATEGY_LOCAL);
+	snprintf(ns->strategy, sizeof(ns->strategy), "%s", local_strategy.name);
 	c->n_ns = 1;
 }
 
@@ -1164,7 +1087,7 @@ int config_load(struct config *c, const char *path, struct config_err *err)
 int config_check(const struct config *c, struct config_err *err)
 {
 	struct cfg_parser p;
-	size_t i, j, mark, n, shares = 0;
+	size_t i, mark, n, shares = 0;
 	char q[CFG_SHOW_MAX], names[128];
 
 	memset(err, 0, sizeof(*err));
@@ -1244,58 +1167,22 @@ int config_check(const struct config *c, struct config_err *err)
 	}
 
 	mark = cfg_path_key(&p, "namespaces");
-	if (c->n_ns < 1 || c->n_ns > CONFIG_MAX_NAMESPACES)
-		return cfg_fail(&p, "expected 1..%d namespaces, got %zu", CONFIG_MAX_NAMESPACES,
+	if (c->n_ns < 1 || c->n_ns > NS_MAX)
+		return cfg_fail(&p, "expected 1..%d namespaces, got %zu", NS_MAX,
 				c->n_ns);
 	for (i = 0; i < c->n_ns; i++) {
-		const struct config_ns *ns = &c->ns[i];
+		const struct ns_def *ns = &c->ns[i];
 		size_t nsmark = cfg_path_push(&p, "[%zu]", i), kmark;
 
+		if (cfg_check_ns(&p, ns) < 0)
+			return -1;
 		kmark = cfg_path_key(&p, "name");
-		if (strnlen(ns->name, sizeof(ns->name)) == sizeof(ns->name))
-			return cfg_fail(&p, "not NUL-terminated");
 		if (cfg_check_ns_name(&p, c, i) < 0)
 			return -1;
 		cfg_path_pop(&p, kmark);
-
-		kmark = cfg_path_key(&p, "window_sizes");
-		if (ns->n_window_sizes < 1 || ns->n_window_sizes > CONFIG_MAX_WINDOWS)
-			return cfg_fail(&p, "expected 1..%d window sizes, got %zu", CONFIG_MAX_WINDOWS,
-					ns->n_window_sizes);
-		for (j = 0; j < ns->n_window_sizes; j++) {
-			size_t wmark = cfg_path_push(&p, "[%zu]", j);
-
-			if (cfg_check_window(&p, ns, j) < 0)
-				return -1;
-			cfg_path_pop(&p, wmark);
-		}
-		cfg_path_pop(&p, kmark);
-
-		if (!isfinite(ns->sync_rate)) {
-			cfg_path_key(&p, "sync_rate");
-			return cfg_fail(&p, "expected a finite number, got %g", ns->sync_rate);
-		}
-		if (strnlen(ns->strategy, sizeof(ns->strategy)) == sizeof(ns->strategy)) {
-			cfg_path_key(&p, "strategy");
-			return cfg_fail(&p, "not NUL-terminated");
-		}
 		if (ns->strategy[0] == '\0') {
 			cfg_path_key(&p, "strategy");
 			return cfg_fail(&p, "missing");
-		}
-		if (cfg_check_ns_strategy(&p, ns) < 0)
-			return -1;
-		if ((unsigned)ns->window_type >= CONFIG_WINDOW_TYPE_COUNT) {
-			cfg_path_key(&p, "window_type");
-			cfg_list_names(cfg_window_type_names, CONFIG_WINDOW_TYPE_COUNT, names,
-				       sizeof(names));
-			return cfg_fail(&p, "expected one of %s, got %d", names, (int)ns->window_type);
-		}
-		if ((unsigned)ns->on_table_full >= CONFIG_FULL_COUNT) {
-			cfg_path_key(&p, "on_table_full");
-			cfg_list_names(cfg_table_full_names, CONFIG_FULL_COUNT, names, sizeof(names));
-			return cfg_fail(&p, "expected one of %s, got %d", names,
-					(int)ns->on_table_full);
 		}
 		if (ns->max_keys) {
 			shares += ns->max_keys;
@@ -1320,7 +1207,7 @@ int config_ns_find(const struct config *c, const char *name, size_t len)
 	if (!name)
 		return -1;
 	for (i = 0; i < c->n_ns; i++)
-		if (strnlen(c->ns[i].name, CONFIG_NAME_MAX) == len &&
+		if (strnlen(c->ns[i].name, NS_NAME_MAX) == len &&
 		    memcmp(c->ns[i].name, name, len) == 0)
 			return (int)i;
 	return -1;

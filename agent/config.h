@@ -11,42 +11,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define CONFIG_NAME_MAX        64    /* namespace names, with the NUL */
-#define CONFIG_MAX_NAMESPACES  32
-#define CONFIG_MAX_WINDOWS     8     /* window sizes per namespace */
-#define CONFIG_STRATEGY_MAX    16
+#include "agent/ns.h"
+
 #define CONFIG_PREFIX_MAX      32
 #define CONFIG_ADDR_MAX        256
 #define CONFIG_SECRET_MAX      256   /* key_secret, with the NUL */
 #define CONFIG_OWNER_MAX       72    /* listen_owner "user:group", with the NUL */
-
-enum config_window_type {
-	CONFIG_WINDOW_SLIDING = 0,
-	CONFIG_WINDOW_FIXED,
-	CONFIG_WINDOW_TYPE_COUNT
-};
-
-/* What a namespace does when a new key finds no room (same order as
- * enum rl_table_full). */
-enum config_table_full {
-	CONFIG_FULL_EVICT = 0,
-	CONFIG_FULL_DENY,
-	CONFIG_FULL_ALLOW,
-	CONFIG_FULL_COUNT
-};
-
-struct config_ns {
-	char name[CONFIG_NAME_MAX];
-	uint32_t window_sizes[CONFIG_MAX_WINDOWS];   /* seconds, > 0, distinct */
-	size_t n_window_sizes;                       /* >= 1 */
-	double sync_rate;                            /* < 0 local, 0 sync, > 0 seconds */
-	char strategy[CONFIG_STRATEGY_MAX];          /* "local", "redis", "postgres" */
-	char *strategy_opts;                         /* JSON object text (malloc'd) or NULL */
-	enum config_window_type window_type;         /* default for messages */
-	bool count_denied;                           /* count hits over the limit (default true) */
-	size_t max_keys;                             /* guaranteed share; 0 = even part */
-	enum config_table_full on_table_full;        /* default evict */
-};
 
 struct config {
 	char listen[CONFIG_ADDR_MAX];      /* "127.0.0.1:12345", "[::1]:12345", "unix:/path" */
@@ -65,7 +35,7 @@ struct config {
 	size_t max_buffer_memory;          /* connection buffers per worker, bytes */
 	int log_level;                     /* enum log_level */
 	char key_secret[CONFIG_SECRET_MAX]; /* long-key digests; "" = none */
-	struct config_ns ns[CONFIG_MAX_NAMESPACES];
+	struct ns_def ns[NS_MAX];
 	size_t n_ns;
 };
 
@@ -101,7 +71,7 @@ int config_default_workers(void);
 /* Index of a namespace by name, or -1. */
 int config_ns_find(const struct config *c, const char *name, size_t len);
 
-/* Frees what config_load allocated (strategy_opts). */
+/* Frees what config_load allocated (the namespaces' strategy_opts). */
 void config_free(struct config *c);
 
 /* Formats *err as one line into buf. */

@@ -4,6 +4,7 @@
  * buffer and sent with one write() per batch, each frame whole.
  */
 #include "agent/conn.h"
+#include "strategies/container.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -359,7 +360,7 @@ static void conn_continue(struct conn *c)
 
 static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct conn *c = (struct conn *)((char *)io - offsetof(struct conn, io));
+	struct conn *c = container_of(io, struct conn, io);
 	(void)loop;
 
 	if (revents & EV_READ)
@@ -376,7 +377,7 @@ static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
  * it bounds the final flush. */
 static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct conn *c = (struct conn *)((char *)t - offsetof(struct conn, timer));
+	struct conn *c = container_of(t, struct conn, timer);
 	const struct config *cfg = c->w->cfg;
 	double now = ev_now(loop), deadline;
 	(void)revents;

@@ -9,7 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/config.h"
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/shm.h"
@@ -17,10 +16,9 @@
 #include "agent/window.h"
 #include "strategies/strategy.h"
 
-void decide_init(struct decide *d, const struct config *cfg, struct rl *rl)
+void decide_init(struct decide *d, struct rl *rl)
 {
 	memset(d, 0, sizeof(*d));
-	d->cfg = cfg;
 	d->rl = rl;
 }
 
@@ -63,13 +61,13 @@ static void finish(struct rl_decision *r, double now)
 /* A new key found no room in its namespace's share, even by eviction:
  * on_table_full says whether the request passes (the hit is not counted)
  * or is denied. Logged at most once a second. */
-static void table_full(struct decide *d, struct rl_decision *r, const struct config_ns *nsc,
+static void table_full(struct decide *d, struct rl_decision *r, const struct ns_def *nsc,
 		       int ns, double now)
 {
 	struct rl_ns_stats st = { 0 };
 
 	d->full_events++;
-	if (nsc->on_table_full == CONFIG_FULL_DENY) {
+	if (nsc->on_table_full == NS_FULL_DENY) {
 		r->exceeded = true;
 		r->retry_after = 1;
 	}
@@ -80,7 +78,7 @@ static void table_full(struct decide *d, struct rl_decision *r, const struct con
 	LOG(LOG_WARN, "namespace \"%s\": no room for a new key (%lld entries, share %llu): "
 	    "%s (%llu refused in all, %llu in this worker)", nsc->name, (long long)st.live,
 	    (unsigned long long)st.share,
-	    nsc->on_table_full == CONFIG_FULL_DENY ? "denied" : "not counted, passed",
+	    nsc->on_table_full == NS_FULL_DENY ? "denied" : "not counted, passed",
 	    (unsigned long long)st.refused, (unsigned long long)d->full_events);
 }
 
@@ -95,7 +93,7 @@ static void table_evicted(struct decide *d, int ns, double now)
 	d->last_evict_log = now;
 	rl_ns_stats(d->rl, ns, &st);
 	LOG(LOG_INFO, "namespace \"%s\": table share full (%lld entries, share %llu): "
-	    "evicting the least used (%llu evicted so far)", d->cfg->ns[ns].name,
+	    "evicting the least used (%llu evicted so far)", rl_namespace_def(d->rl, ns)->name,
 	    (long long)st.live, (unsigned long long)st.share, (unsigned long long)st.evicted);
 }
 
@@ -148,9 +146,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		r->error = "unknown namespace";
 		return;
 	}
-	const struct config_ns *nsc = &d->cfg->ns[ns];
+	const struct ns_def *nsc = rl_namespace_def(d->rl, ns);
 	bool sliding = rq->window_type == DECIDE_WT_DEFAULT
-			       ? nsc->window_type == CONFIG_WINDOW_SLIDING
+			       ? nsc->window_type == NS_WINDOW_SLIDING
 			       : rq->window_type == DECIDE_WT_SLIDING;
 	if (window == 0) {
 		window = rl_single_window(d->rl, ns);
@@ -388,7 +386,7 @@ static void keep_for_later(struct decide *d, struct rl_decision *r, const struct
 		return;
 	if (rl_keep(d->rl, r->ns, e->key, e->keylen, e->size, e->start, r->cost, rl_now()) < 0)
 		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
-		    "(%s)", d->cfg->ns[r->ns].name, rl_status_str(rl_errno(d->rl)));
+		    "(%s)", rl_namespace_def(d->rl, r->ns)->name, rl_status_str(rl_errno(d->rl)));
 }
 
 /* Applies the store's answers to the table and the decisions. */
@@ -483,7 +481,7 @@ static void pending_push(struct decide_pending *p)
 		if (seen)
 			continue;
 		size_t first = p->nc;
-		const char *nsname = d->cfg->ns[ns].name;
+		const char *nsname = rl_namespace_def(d->rl, ns)->name;
 		for (size_t j = i; j < p->n; j++) {
 			struct rl_decision *r = &p->res[j];
 			if (!r->sync0 || r->error || r->ns != ns)

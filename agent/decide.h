@@ -21,7 +21,6 @@
 
 #include "agent/ratelimit.h"
 
-struct config;
 struct sync;
 
 #define DECIDE_MAX_BATCH   32     /* requests decided together (one NOTIFY) */
@@ -81,7 +80,6 @@ struct rl_decision {
 struct decide_pending;
 
 struct decide {
-	const struct config *cfg;
 	struct rl *rl;
 	struct sync *sync;            /* the worker's; NULL: every namespace local */
 	struct decide_pending *free_pending;
@@ -93,7 +91,7 @@ struct decide {
 	double last_sync_log;
 };
 
-void decide_init(struct decide *d, const struct config *cfg, struct rl *rl);
+void decide_init(struct decide *d, struct rl *rl);
 
 /* Frees the pool. Held batches must have been released or detached. */
 void decide_free(struct decide *d);

@@ -6,6 +6,7 @@
  * holds the connection's later requests until it is answered.
  */
 #include "agent/http_front.h"
+#include "strategies/container.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -517,7 +518,7 @@ static void http_continue(struct http_conn *c)
 
 static void http_on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct http_conn *c = (struct http_conn *)((char *)io - offsetof(struct http_conn, io));
+	struct http_conn *c = container_of(io, struct http_conn, io);
 	(void)loop;
 
 	if (revents & EV_READ)
@@ -531,7 +532,7 @@ static void http_on_io(struct ev_loop *loop, ev_io *io, int revents)
  * request waiting for its store is bounded by the store's timeout. */
 static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct http_conn *c = (struct http_conn *)((char *)t - offsetof(struct http_conn, timer));
+	struct http_conn *c = container_of(t, struct http_conn, timer);
 	const struct config *cfg = c->w->cfg;
 	double now = ev_now(loop), deadline, frame = cfg->frame_timeout_ms / 1000.0;
 	(void)revents;

@@ -20,9 +20,9 @@
 
 #include <sys/random.h>
 
-_Static_assert((int)CONFIG_FULL_EVICT == (int)RL_FULL_EVICT &&
-	       (int)CONFIG_FULL_DENY == (int)RL_FULL_DENY &&
-	       (int)CONFIG_FULL_ALLOW == (int)RL_FULL_ALLOW, "on_table_full values");
+_Static_assert((int)NS_FULL_EVICT == (int)NS_FULL_EVICT &&
+	       (int)NS_FULL_DENY == (int)NS_FULL_DENY &&
+	       (int)NS_FULL_ALLOW == (int)NS_FULL_ALLOW, "on_table_full values");
 
 static void usage(FILE *out)
 {
@@ -130,22 +130,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (size_t i = 0; i < cfg.n_ns; i++) {
-		const struct config_ns *ns = &cfg.ns[i];
-		struct rl_ns_opts o = {
-			.name = ns->name,
-			.window_sizes = ns->window_sizes,
-			.n_window_sizes = ns->n_window_sizes,
-			.sync_rate = ns->sync_rate,
-			.strategy = ns->strategy,
-			.strategy_opts = ns->strategy_opts,
-			/* -t maps a small table: the shares were checked
-			 * against max_keys by config_check(). */
-			.max_keys = check_only ? 0 : ns->max_keys,
-			.on_full = (enum rl_table_full)ns->on_table_full,
-		};
+		struct ns_def o = cfg.ns[i];
+
+		/* -t maps a small table: the shares were checked against
+		 * max_keys by config_check(). */
+		if (check_only)
+			o.max_keys = 0;
 		/* The handler finds a namespace's config by its index. */
 		if (rl_new_namespace(rl, &o, err, sizeof(err)) < 0 ||
-		    rl_namespace_index(rl, ns->name, strlen(ns->name)) != (int)i) {
+		    rl_namespace_index(rl, o.name, strlen(o.name)) != (int)i) {
 			fprintf(stderr, "spoa-ratelimit: namespaces[%zu]: %s\n", i, err);
 			rl_free(rl);
 			config_free(&cfg);
@@ -160,8 +153,7 @@ int main(int argc, char **argv)
 		    "node) to keep digests secret (docs/CONFIG.md)", RL_STORED_KEY_MAX);
 	uid_t uid;
 	gid_t gid;
-	if (sync_check(rl, err, sizeof(err)) < 0 ||
-	    master_owner_ids(cfg.listen_owner, &uid, &gid, err, sizeof(err)) < 0) {
+	if (master_owner_ids(cfg.listen_owner, &uid, &gid, err, sizeof(err)) < 0) {
 		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: %s\n",
 			file ? file : "built-in", err);
 		rl_free(rl);

@@ -148,7 +148,7 @@ long metrics_render(const struct metrics *m, const struct config *cfg, const str
 		    char *buf, size_t cap)
 {
 	struct out o = { .buf = buf, .cap = cap };
-	char ns_label[CONFIG_NAME_MAX * 2];
+	char ns_label[NS_NAME_MAX * 2];
 	size_t nns = cfg->n_ns < METRICS_NS ? cfg->n_ns : METRICS_NS;
 	double pending[METRICS_NS] = { 0 };
 	struct rl_ns_stats st[METRICS_NS];

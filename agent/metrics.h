@@ -46,7 +46,7 @@ enum metrics_error {
 #define METRICS_COUNT_ONE(x) +1
 #define METRICS_NBUCKETS (0 METRICS_SYNC_BUCKETS(METRICS_COUNT_ONE))
 
-#define METRICS_NS CONFIG_MAX_NAMESPACES
+#define METRICS_NS NS_MAX
 
 /* One worker's counters. */
 struct metrics_worker {

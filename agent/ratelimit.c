@@ -31,6 +31,7 @@
 
 #include <math.h>
 #include <stdatomic.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +43,7 @@
 
 #define RL_MAX_NAMESPACES SHM_MAX_NS   /* 32 */
 #define RL_MAX_WINDOWS    SHM_MAX_WIN  /* 8 per namespace */
-#define RL_NAME_MAX       64           /* namespace and instance names, with NUL */
-#define RL_STRATEGY_MAX   16           /* strategy names, with NUL */
+#define RL_NAME_MAX       64           /* the instance name, with NUL */
 #define RL_DIGEST_LEN     33           /* '#' + 32 hex digits */
 #define RL_NOW_MAX        4294967296.0 /* window starts are stored in 32 bits */
 
@@ -55,15 +55,9 @@ static const uint8_t RL_DIGEST_KEY[16] = {
 #define RL_HIT_TRIES      3            /* recounts of a hit that raced an eviction */
 
 struct rl_ns {
-	char name[RL_NAME_MAX];
+	struct ns_def def;                  /* its settings (agent/ns.h), checked;
+	                                       strategy_opts a malloc'd copy */
 	size_t name_len;
-	uint32_t sizes[RL_MAX_WINDOWS];
-	size_t n_sizes;
-	double sync_rate;                   /* < 0: local only, no diff kept */
-	char strategy[RL_STRATEGY_MAX];
-	char *strategy_opts;                /* malloc'd copy or NULL */
-	size_t max_keys;                    /* explicit share, 0 = even part */
-	enum rl_table_full on_full;
 };
 
 struct rl {
@@ -104,10 +98,16 @@ enum rl_status rl_errno(const struct rl *rl)
 	return (enum rl_status)atomic_load_explicit(&rl->err, memory_order_relaxed);
 }
 
-static void rl_errf(char *err, size_t errlen, const char *fmt, const char *a)
+__attribute__((format(printf, 3, 4)))
+static void rl_errf(char *err, size_t errlen, const char *fmt, ...)
 {
-	if (err && errlen)
-		snprintf(err, errlen, fmt, a);
+	va_list ap;
+
+	if (!err || !errlen)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(err, errlen, fmt, ap);
+	va_end(ap);
 }
 
 struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t errlen)
@@ -133,7 +133,7 @@ void rl_free(struct rl *rl)
 	if (!rl)
 		return;
 	for (size_t i = 0; i < rl->n_ns; i++)
-		free(rl->ns[i].strategy_opts);
+		free((void *)rl->ns[i].def.strategy_opts);
 	shm_destroy(rl->shm);
 	free(rl);
 }
@@ -147,8 +147,8 @@ static size_t rl_implicit_share(const struct rl *rl, size_t extra, bool add)
 	size_t sum = add ? extra : 0, n_impl = add && extra == 0;
 
 	for (size_t i = 0; i < rl->n_ns; i++) {
-		sum += rl->ns[i].max_keys;
-		n_impl += rl->ns[i].max_keys == 0;
+		sum += rl->ns[i].def.max_keys;
+		n_impl += rl->ns[i].def.max_keys == 0;
 	}
 	if (sum > rl->max_keys)
 		return 0;
@@ -163,93 +163,58 @@ static void rl_apply_shares(struct rl *rl)
 
 	for (size_t i = 0; i < rl->n_ns; i++) {
 		const struct rl_ns *n = &rl->ns[i];
-		shm_set_ns(rl->shm, (unsigned)i, n->max_keys ? n->max_keys : impl,
-			   n->on_full == RL_FULL_EVICT);
+		shm_set_ns(rl->shm, (unsigned)i, n->def.max_keys ? n->def.max_keys : impl,
+			   n->def.on_table_full == NS_FULL_EVICT);
 	}
 }
 
-int rl_new_namespace(struct rl *rl, const struct rl_ns_opts *opts, char *err, size_t errlen)
+int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t errlen)
 {
-	const char *name = opts->name ? opts->name : "default";
-	const char *strategy = opts->strategy ? opts->strategy : "local";
-	size_t len = strlen(name);
+	struct ns_def d = *def;
+	struct ns_err e;
 	struct rl_ns *n;
+	size_t len;
 
-	if (len == 0 || len >= RL_NAME_MAX) {
-		rl_errf(err, errlen, "namespace \"%.64s\": name must be 1..63 bytes", name);
+	if (d.name[0] == '\0')
+		snprintf(d.name, sizeof(d.name), "default");
+	if (d.strategy[0] == '\0' && d.sync_rate < 0)
+		snprintf(d.strategy, sizeof(d.strategy), "%s", "local");
+	if (ns_check(&d, &e) < 0) {
+		rl_errf(err, errlen, "namespace \"%.64s\": %s: %s", d.name, e.field, e.msg);
 		return -1;
 	}
-	if (rl_namespace_index(rl, name, len) >= 0) {
-		rl_errf(err, errlen, "namespace \"%s\" is already defined", name);
+	len = strlen(d.name);
+	if (rl_namespace_index(rl, d.name, len) >= 0) {
+		rl_errf(err, errlen, "namespace \"%s\" is already defined", d.name);
 		return -1;
 	}
 	if (rl->n_ns >= RL_MAX_NAMESPACES) {
-		rl_errf(err, errlen, "namespace \"%s\": more than 32 namespaces", name);
+		rl_errf(err, errlen, "namespace \"%s\": more than %d namespaces", d.name,
+			RL_MAX_NAMESPACES);
 		return -1;
 	}
-	if (!opts->window_sizes || opts->n_window_sizes == 0) {
-		rl_errf(err, errlen, "namespace \"%s\": no window sizes", name);
-		return -1;
-	}
-	if (opts->n_window_sizes > RL_MAX_WINDOWS) {
-		rl_errf(err, errlen, "namespace \"%s\": more than 8 window sizes", name);
-		return -1;
-	}
-	for (size_t i = 0; i < opts->n_window_sizes; i++) {
-		uint32_t sz = opts->window_sizes[i];
-
-		if (sz == 0 || sz > INT32_MAX) {
-			rl_errf(err, errlen, "namespace \"%s\": window sizes must be 1..2^31-1 s",
-				name);
-			return -1;
-		}
-		for (size_t j = 0; j < i; j++)
-			if (opts->window_sizes[j] == sz) {
-				rl_errf(err, errlen, "namespace \"%s\": duplicate window size", name);
-				return -1;
-			}
-	}
-	if (isnan(opts->sync_rate)) {
-		rl_errf(err, errlen, "namespace \"%s\": sync_rate is not a number", name);
-		return -1;
-	}
-	if (strlen(strategy) >= RL_STRATEGY_MAX) {
-		rl_errf(err, errlen, "namespace \"%s\": strategy name too long", name);
-		return -1;
-	}
-	if ((unsigned)opts->on_full >= RL_FULL_COUNT) {
-		rl_errf(err, errlen, "namespace \"%s\": unknown on_table_full", name);
-		return -1;
-	}
-	if (opts->max_keys > rl->max_keys || rl_implicit_share(rl, opts->max_keys, true) == 0) {
-		if (err && errlen)
-			snprintf(err, errlen, "namespace \"%s\": max_keys %zu does not fit: the "
-				 "namespaces' max_keys add up to more than the table's (%zu)",
-				 name, opts->max_keys, rl->max_keys);
+	if (d.max_keys > rl->max_keys || rl_implicit_share(rl, d.max_keys, true) == 0) {
+		rl_errf(err, errlen, "namespace \"%s\": max_keys %zu does not fit: the "
+			"namespaces' max_keys add up to more than the table's (%zu)",
+			d.name, d.max_keys, rl->max_keys);
 		return -1;
 	}
 
 	n = &rl->ns[rl->n_ns];
 	memset(n, 0, sizeof(*n));
-	if (opts->strategy_opts && !(n->strategy_opts = strdup(opts->strategy_opts))) {
-		rl_errf(err, errlen, "namespace \"%s\": out of memory", name);
+	if (d.strategy_opts && !(d.strategy_opts = strdup(d.strategy_opts))) {
+		rl_errf(err, errlen, "namespace \"%s\": out of memory", d.name);
 		return -1;
 	}
-	memcpy(n->name, name, len + 1);
+	n->def = d;
 	n->name_len = len;
-	n->n_sizes = opts->n_window_sizes;
-	memcpy(n->sizes, opts->window_sizes, n->n_sizes * sizeof(n->sizes[0]));
-	n->sync_rate = opts->sync_rate;
-	snprintf(n->strategy, sizeof(n->strategy), "%s", strategy);
-	n->max_keys = opts->max_keys;
-	n->on_full = opts->on_full;
-	for (size_t i = 0; i < n->n_sizes; i++)
-		shm_set_window(rl->shm, (unsigned)rl->n_ns, (unsigned)i, n->sizes[i]);
+	for (size_t i = 0; i < d.n_window_sizes; i++)
+		shm_set_window(rl->shm, (unsigned)rl->n_ns, (unsigned)i, d.window_sizes[i]);
 	rl->n_ns++;
 	rl_apply_shares(rl);
 	/* Every node must name a long key alike: without a shared secret,
 	 * the public key. */
-	if (n->sync_rate >= 0 && strcmp(n->strategy, "local") != 0 && !rl->secret_set &&
+	if (d.sync_rate >= 0 && strcmp(d.strategy, "local") != 0 && !rl->secret_set &&
 	    !rl->public_key) {
 		shm_set_digest_key(rl->shm, RL_DIGEST_KEY);
 		rl->public_key = true;
@@ -264,7 +229,7 @@ int rl_namespace_index(const struct rl *rl, const char *name, size_t len)
 		len = 7;
 	}
 	for (size_t i = 0; i < rl->n_ns; i++)
-		if (rl->ns[i].name_len == len && memcmp(rl->ns[i].name, name, len) == 0)
+		if (rl->ns[i].name_len == len && memcmp(rl->ns[i].def.name, name, len) == 0)
 			return (int)i;
 	return -1;
 }
@@ -280,8 +245,8 @@ double rl_now(void)
 /* Index of size among the namespace's windows, or -1. */
 static int rl_win_index(const struct rl_ns *n, uint32_t size)
 {
-	for (size_t i = 0; i < n->n_sizes; i++)
-		if (n->sizes[i] == size)
+	for (size_t i = 0; i < n->def.n_window_sizes; i++)
+		if (n->def.window_sizes[i] == size)
 			return (int)i;
 	return -1;
 }
@@ -370,7 +335,7 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	/* Periodic sync keeps a diff of every hit; synchronous namespaces
 	 * (sync_rate 0) push each hit themselves and keep a diff only for
 	 * hits the store did not confirm (agent/handler.c). */
-	with_diff = n->sync_rate > 0;
+	with_diff = n->def.sync_rate > 0;
 	out->evicted = false;
 	tries = 0;
 again:
@@ -507,22 +472,9 @@ int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 	}
 }
 
-int rl_namespace_opts(const struct rl *rl, int ns, struct rl_ns_opts *out)
+const struct ns_def *rl_namespace_def(const struct rl *rl, int ns)
 {
-	if (ns < 0 || (size_t)ns >= rl->n_ns)
-		return -1;
-	const struct rl_ns *n = &rl->ns[ns];
-	*out = (struct rl_ns_opts){
-		.name = n->name,
-		.window_sizes = n->sizes,
-		.n_window_sizes = n->n_sizes,
-		.sync_rate = n->sync_rate,
-		.strategy = n->strategy,
-		.strategy_opts = n->strategy_opts,
-		.max_keys = n->max_keys,
-		.on_full = n->on_full,
-	};
-	return 0;
+	return ns >= 0 && (size_t)ns < rl->n_ns ? &rl->ns[ns].def : NULL;
 }
 
 size_t rl_namespace_count(const struct rl *rl)
@@ -532,7 +484,7 @@ size_t rl_namespace_count(const struct rl *rl)
 
 double rl_sync_rate(const struct rl *rl, int ns)
 {
-	return ns >= 0 && (size_t)ns < rl->n_ns ? rl->ns[ns].sync_rate : -1;
+	return ns >= 0 && (size_t)ns < rl->n_ns ? rl->ns[ns].def.sync_rate : -1;
 }
 
 int rl_increment(struct rl *rl, const char *key, size_t keylen, uint32_t window_size,
@@ -576,9 +528,9 @@ bool rl_has_window(const struct rl *rl, int ns, uint32_t size)
 
 uint32_t rl_single_window(const struct rl *rl, int ns)
 {
-	if (ns < 0 || (size_t)ns >= rl->n_ns || rl->ns[ns].n_sizes != 1)
+	if (ns < 0 || (size_t)ns >= rl->n_ns || rl->ns[ns].def.n_window_sizes != 1)
 		return 0;
-	return rl->ns[ns].sizes[0];
+	return rl->ns[ns].def.window_sizes[0];
 }
 
 int rl_ns_stats(const struct rl *rl, int ns, struct rl_ns_stats *out)

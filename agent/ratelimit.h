@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/ns.h"
+
 struct rl;
 struct shm_table;
 
@@ -32,36 +34,12 @@ enum rl_status {
 	RL_ERR_WINDOW,        /* window size not one of the namespace's */
 	RL_ERR_KEY,           /* empty key */
 	RL_ERR_FULL,          /* no room for a new key, even by eviction: not
-	                         counted (see rl_ns_opts.on_full) */
+	                         counted (see ns_def.on_table_full) */
 	RL_ERR_VALUE,         /* value not finite or negative */
 	RL_STATUS_COUNT
 };
 
 const char *rl_status_str(enum rl_status st);
-
-/* What a namespace does when a new key finds no room in its share of the
- * table (docs/CONFIG.md, "on_table_full"). */
-enum rl_table_full {
-	RL_FULL_EVICT = 0,    /* evict its least valuable entry; if even that
-	                         fails, RL_ERR_FULL (the caller fails open) */
-	RL_FULL_DENY,         /* never evict; RL_ERR_FULL, the caller denies */
-	RL_FULL_ALLOW,        /* never evict; RL_ERR_FULL, the caller allows */
-	RL_FULL_COUNT
-};
-
-/* Options of a namespace (the reference's `new(opts)`). */
-struct rl_ns_opts {
-	const char *name;                 /* NULL = "default" */
-	const uint32_t *window_sizes;     /* seconds */
-	size_t n_window_sizes;
-	double sync_rate;                 /* < 0 local, 0 synchronous, > 0 period */
-	const char *strategy;             /* NULL = "local" */
-	const char *strategy_opts;        /* JSON text or NULL */
-	size_t max_keys;                  /* guaranteed share of the table;
-	                                     0 = an even part of what the
-	                                     namespaces with a share leave */
-	enum rl_table_full on_full;
-};
 
 /* What one hit or read saw, for the handler's variables. */
 struct rl_result {
@@ -89,10 +67,12 @@ struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t 
 /* Unmaps the table (in this process) and frees the instance. */
 void rl_free(struct rl *rl);
 
-/* Defines a namespace. Returns 0, or -1 with a message in err when the
- * options are invalid, the namespace is already defined, or the shares
- * (max_keys) of the namespaces no longer fit the table's max_keys. */
-int rl_new_namespace(struct rl *rl, const struct rl_ns_opts *opts, char *err, size_t errlen);
+/* Defines a namespace from its settings (copied; name "" = "default",
+ * strategy "" = "local" when sync_rate < 0). Returns 0, or -1 with a
+ * message in err when ns_check() refuses them, the namespace is already
+ * defined, or the shares (max_keys) of the namespaces no longer fit the
+ * table's max_keys. */
+int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t errlen);
 
 /* Index of a namespace (NULL or "" = "default"), or -1. */
 int rl_namespace_index(const struct rl *rl, const char *name, size_t len);
@@ -195,9 +175,9 @@ int rl_sync(struct rl *rl, const char *ns, double timeout_s);
  * another process holds the lease), or -1. Implemented in agent/sync.c. */
 int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
 
-/* The options of namespace ns (pointers into the instance). Returns 0 or
- * -1 for an unknown index. */
-int rl_namespace_opts(const struct rl *rl, int ns, struct rl_ns_opts *out);
+/* The settings of namespace ns (the instance's copy), or NULL for an
+ * unknown index. */
+const struct ns_def *rl_namespace_def(const struct rl *rl, int ns);
 
 /* Number of namespaces defined; indexes are 0 .. count - 1. */
 size_t rl_namespace_count(const struct rl *rl);

@@ -30,6 +30,7 @@
  * and another worker takes over.
  */
 #include "agent/sync.h"
+#include "strategies/container.h"
 
 #include <math.h>
 #include <time.h>
@@ -46,8 +47,6 @@
 
 #define SYNC_LOG_EVERY   10.0     /* seconds between "store down" logs */
 #define SYNC_MIN_HOLD_MS 1000
-#define SYNC_RATE_MIN    0.01     /* sync_rate bounds (seconds) */
-#define SYNC_RATE_MAX    3600.0
 #define SYNC_RETRY_PERIOD 1.0     /* sync_rate 0: how often unconfirmed hits are retried */
 #define SYNC_SEED_MAX    1024     /* first-seen keys queued per namespace */
 #define SYNC_SEED_DELAY  0.002    /* gather seeds this long into one push */
@@ -60,7 +59,7 @@ struct sync;
 struct sync_ns {
 	struct sync *sy;
 	unsigned ns;
-	struct rl_ns_opts opts;           /* name, sync_rate, strategy (rl's memory) */
+	const struct ns_def *def;         /* its settings (rl's copy) */
 	const struct strategy_ops *ops;
 	struct strategy *st;
 	ev_periodic tick;
@@ -119,44 +118,6 @@ void sync_set_node_seed(uint64_t seed)
 	node_seed = seed;
 }
 
-int sync_check(const struct rl *rl, char *err, size_t errlen)
-{
-	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
-		struct rl_ns_opts o, *ns = &o;
-		rl_namespace_opts(rl, (int)i, &o);
-		if (ns->sync_rate < 0)
-			continue;
-		if (ns->sync_rate > 0 && (ns->sync_rate < SYNC_RATE_MIN || ns->sync_rate > SYNC_RATE_MAX)) {
-			snprintf(err, errlen, "namespaces[%zu] (%s): sync_rate %g out of range: expected "
-				 "< 0 (local), 0 (synchronous) or %g to %g seconds", i, ns->name,
-				 ns->sync_rate, SYNC_RATE_MIN, SYNC_RATE_MAX);
-			return -1;
-		}
-		const struct strategy_ops *ops = strategy_find(ns->strategy);
-		if (!ops || ops == &local_strategy) {
-			snprintf(err, errlen, "namespaces[%zu] (%s): sync_rate %g needs strategy "
-				 "\"redis\" or \"postgres\", not \"%s\"", i, ns->name, ns->sync_rate,
-				 ns->strategy);
-			return -1;
-		}
-		/* Create (it only parses and starts connecting) and drop at once. */
-		struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-		char serr[256] = "";
-		struct strategy *st = loop ? ops->create(loop, ns->strategy_opts, serr, sizeof(serr))
-					   : NULL;
-		if (st)
-			ops->destroy(st);
-		if (loop)
-			ev_loop_destroy(loop);
-		if (!st) {
-			snprintf(err, errlen, "namespaces[%zu].strategy_opts: %s", i,
-				 serr[0] ? serr : "cannot create the strategy");
-			return -1;
-		}
-	}
-	return 0;
-}
-
 /* Collects the namespace's counters into the batch: active windows (all
  * of them, or only those with a diff) at time now. Returns 0 or -1 (out of
  * memory). */
@@ -190,8 +151,8 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 	for (size_t i = 0; i < sn->n; i++) {
 		struct shm_entry *e = &sn->ents[i];
 		sn->batch[i] = (struct strategy_counter){
-			.ns = sn->opts.name,
-			.ns_len = strlen(sn->opts.name),
+			.ns = sn->def->name,
+			.ns_len = strlen(sn->def->name),
 			.key = e->key,
 			.key_len = e->keylen,
 			.start = e->start,
@@ -213,7 +174,7 @@ static uint64_t now_ms(void)
 
 static double sync_period(const struct sync_ns *sn)
 {
-	return sn->opts.sync_rate > 0 ? sn->opts.sync_rate : SYNC_RETRY_PERIOD;
+	return sn->def->sync_rate > 0 ? sn->def->sync_rate : SYNC_RETRY_PERIOD;
 }
 
 /* Ends a cycle. After a push that failed once sent (a timeout: the store
@@ -247,7 +208,7 @@ static void sync_log_failure(struct sync_ns *sn, const char *why)
 	if (!sn->failing || now - sn->last_log >= SYNC_LOG_EVERY) {
 		sn->last_log = now;
 		LOG(LOG_WARN, "namespace %s: %s store: %s; counting locally, %zu counter(s) to "
-		    "push later", sn->opts.name, sn->ops->name, why, sn->n);
+		    "push later", sn->def->name, sn->ops->name, why, sn->n);
 	}
 	sn->failing = true;
 }
@@ -296,7 +257,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 		sync_log_failure(sn, status < 0 && errstr ? errstr : "some counters failed");
 	} else if (sn->failing) {
 		sn->failing = false;
-		LOG(LOG_INFO, "namespace %s: %s store is back; pending diffs pushed", sn->opts.name,
+		LOG(LOG_INFO, "namespace %s: %s store is back; pending diffs pushed", sn->def->name,
 		    sn->ops->name);
 	}
 	sn->busy = false;
@@ -307,11 +268,11 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 
 static void sync_on_renew(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct sync_ns *sn = (struct sync_ns *)((char *)w - offsetof(struct sync_ns, renew));
+	struct sync_ns *sn = container_of(w, struct sync_ns, renew);
 	(void)loop, (void)revents;
 
 	if (!shm_lease_renew(sn->sy->t, sn->ns, sn->sy->holder, now_ms(), sn->hold_ms))
-		LOG(LOG_WARN, "namespace %s: sync lease lost during a push", sn->opts.name);
+		LOG(LOG_WARN, "namespace %s: sync lease lost during a push", sn->def->name);
 }
 
 /* Starts a push of the collected batch. Returns 0 or -1 (not started). */
@@ -344,7 +305,7 @@ static void sync_start_renew(struct sync_ns *sn)
 
 static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 {
-	struct sync_ns *sn = (struct sync_ns *)((char *)w - offsetof(struct sync_ns, tick));
+	struct sync_ns *sn = container_of(w, struct sync_ns, tick);
 	struct sync *sy = sn->sy;
 	uint64_t ms = now_ms();
 	(void)loop, (void)revents;
@@ -380,8 +341,8 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		return;
 	}
 	/* sync_rate 0: hits refresh themselves; only unconfirmed ones are left. */
-	if (sync_collect(sn, rl_now(), sn->opts.sync_rate == 0) < 0) {
-		LOG(LOG_ERR, "namespace %s: out of memory for a sync batch", sn->opts.name);
+	if (sync_collect(sn, rl_now(), sn->def->sync_rate == 0) < 0) {
+		LOG(LOG_ERR, "namespace %s: out of memory for a sync batch", sn->def->name);
 		sync_release(sn, false);
 		return;
 	}
@@ -442,7 +403,7 @@ static void sync_seed_flush(struct sync_ns *sn)
 	for (size_t i = 0; i < sn->nseeding; i++) {
 		struct shm_entry *e = &sn->seed_e[i];
 		struct strategy_counter c = {
-			.ns = sn->opts.name, .ns_len = strlen(sn->opts.name), .key = e->key,
+			.ns = sn->def->name, .ns_len = strlen(sn->def->name), .key = e->key,
 			.key_len = e->keylen, .start = e->start, .size = e->size, .diff = 0,
 		};
 		sn->seed_c[2 * i] = c;
@@ -457,7 +418,7 @@ static void sync_seed_flush(struct sync_ns *sn)
 
 static void sync_on_seed_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct sync_ns *sn = (struct sync_ns *)((char *)w - offsetof(struct sync_ns, seed_timer));
+	struct sync_ns *sn = container_of(w, struct sync_ns, seed_timer);
 	(void)loop, (void)revents;
 	sync_seed_flush(sn);
 }
@@ -490,7 +451,7 @@ void sync_seed(struct sync *sy, unsigned ns, uint32_t idx)
  * others wait for the next poll. */
 static void sync_on_park_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct sync *sy = (struct sync *)((char *)w - offsetof(struct sync, park_timer));
+	struct sync *sy = container_of(w, struct sync, park_timer);
 	struct sync_parked *list = sy->parked;
 	size_t n = sy->nparked;
 	double now = ev_now(loop);
@@ -574,15 +535,14 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 	sy->holder = (uint16_t)(worker_id + 1);
 	sy->flush_mode = flush_mode;
 	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
-		struct rl_ns_opts o, *nc = &o;
-		rl_namespace_opts(rl, (int)i, &o);
+		const struct ns_def *nc = rl_namespace_def(rl, (int)i);
 		if (nc->sync_rate < 0 || (ns_only >= 0 && (size_t)ns_only != i))
 			continue;
 		struct sync_ns *sn = &sy->ns[sy->n];
 		char err[256] = "";
 		sn->sy = sy;
 		sn->ns = (unsigned)i;
-		sn->opts = o;
+		sn->def = nc;
 		sn->ops = strategy_find(nc->strategy);
 		sn->st = sn->ops ? sn->ops->create(loop, nc->strategy_opts, err, sizeof(err)) : NULL;
 		if (!sn->st) {
@@ -637,7 +597,7 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
 		ev_periodic_init(&sn->tick, sync_on_tick, phase, rate, 0);
 		ev_periodic_start(loop, &sn->tick);
 		LOG(LOG_DEBUG, "namespace %s: syncing with %s every %g s (phase %.3f s)",
-		    sn->opts.name, sn->ops->name, rate, phase);
+		    sn->def->name, sn->ops->name, rate, phase);
 	}
 	*out = sy;
 	return 0;
@@ -738,7 +698,7 @@ size_t sync_flush(struct rl *rl, double timeout_s)
 		if (sn->n > 0)
 			LOG(sn->unpushed ? LOG_WARN : LOG_INFO,
 			    "namespace %s: final flush: %zu of %zu counter(s) pushed to %s",
-			    sn->opts.name, sn->n - sn->unpushed, sn->n, sn->ops->name);
+			    sn->def->name, sn->n - sn->unpushed, sn->n, sn->ops->name);
 	}
 	ev_timer_stop(loop, &wake);
 	sync_stop(sy);
@@ -874,8 +834,8 @@ int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s)
 		goto out;
 	}
 	if (sync_wait_ready(loop, sn, deadline) &&
-	    sn->ops->get_counters(sn->st, sn->opts.name, strlen(sn->opts.name),
-				  sn->opts.window_sizes, sn->opts.n_window_sizes, (int64_t)time,
+	    sn->ops->get_counters(sn->st, sn->def->name, strlen(sn->def->name),
+				  sn->def->window_sizes, sn->def->n_window_sizes, (int64_t)time,
 				  fetch_on_rows, &f, err) == 0) {
 		sync_wait(loop, &f.done, deadline);
 		rc = f.done && f.status == 0 ? 0 : -1;

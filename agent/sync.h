@@ -25,10 +25,6 @@ struct sync;
  * the node shares the phase (nodes differ). */
 void sync_set_node_seed(uint64_t seed);
 
-/* Checks every namespace's strategy and options without connecting.
- * Returns 0, or -1 with a message naming the namespace in err. */
-int sync_check(const struct rl *rl, char *err, size_t errlen);
-
 /* Starts the sync of every namespace with sync_rate >= 0 on loop; *out is
  * NULL when there is none. Returns 0, or -1 when a strategy cannot be set
  * up (logged). */

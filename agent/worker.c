@@ -4,6 +4,7 @@
  * answering the frames it already received.
  */
 #include "agent/worker.h"
+#include "strategies/container.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -55,7 +56,7 @@ static struct conn *worker_idlest(const struct worker *w, double now)
 
 static void worker_on_accept_pause(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = (struct worker *)((char *)t - offsetof(struct worker, accept_pause_w));
+	struct worker *w = container_of(t, struct worker, accept_pause_w);
 	(void)revents;
 	if (!w->stopping)
 		ev_io_start(loop, &w->accept_w);
@@ -112,7 +113,7 @@ void worker_http_closed(struct worker *w, struct http_conn *c)
 /* Frees the connections closed during this loop iteration's callbacks. */
 static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 {
-	struct worker *w = (struct worker *)((char *)chk - offsetof(struct worker, reap_w));
+	struct worker *w = container_of(chk, struct worker, reap_w);
 	(void)revents;
 
 	while (w->dead) {
@@ -133,7 +134,7 @@ static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 
 static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct worker *w = (struct worker *)((char *)io - offsetof(struct worker, accept_w));
+	struct worker *w = container_of(io, struct worker, accept_w);
 	(void)revents;
 
 	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
@@ -216,7 +217,7 @@ static struct http_conn *worker_http_idlest(const struct worker *w, double now)
 
 static void worker_on_http_pause(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = (struct worker *)((char *)t - offsetof(struct worker, http_pause_w));
+	struct worker *w = container_of(t, struct worker, http_pause_w);
 	(void)revents;
 	if (!w->stopping)
 		ev_io_start(loop, &w->http_accept_w);
@@ -234,7 +235,7 @@ static void worker_http_pause(struct worker *w, double seconds)
  * (an HTTP keep-alive connection idle for a second gives way). */
 static void worker_on_http_accept(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct worker *w = (struct worker *)((char *)io - offsetof(struct worker, http_accept_w));
+	struct worker *w = container_of(io, struct worker, http_accept_w);
 	(void)revents;
 
 	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
@@ -301,7 +302,7 @@ static void worker_on_drain_timeout(struct ev_loop *loop, ev_timer *t, int reven
 
 static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = (struct worker *)((char *)t - offsetof(struct worker, stop_poll_w));
+	struct worker *w = container_of(t, struct worker, stop_poll_w);
 	(void)revents;
 	if (worker_done(w))
 		ev_break(loop, EVBREAK_ALL);
@@ -310,8 +311,8 @@ static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
 static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
 	struct worker *w = s->signum == SIGTERM
-		? (struct worker *)((char *)s - offsetof(struct worker, term_w))
-		: (struct worker *)((char *)s - offsetof(struct worker, int_w));
+		? container_of(s, struct worker, term_w)
+		: container_of(s, struct worker, int_w);
 	(void)revents;
 
 	if (w->stopping)
@@ -356,7 +357,7 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	if (getppid() == 1)
 		return 1;
 
-	decide_init(&w.decide, cfg, rl);
+	decide_init(&w.decide, rl);
 	if (handler_init(&w.handler, cfg, &w.decide, cfg->max_frame_size) < 0) {
 		LOG(LOG_ERR, "out of memory");
 		return 1;

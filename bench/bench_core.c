@@ -48,10 +48,10 @@ static double mono(void)
 static struct rl *mk(size_t max_keys)
 {
 	static const uint32_t sizes[] = { 60 };
-	struct rl_ns_opts local = { .name = NULL, .window_sizes = sizes, .n_window_sizes = 1,
-				    .sync_rate = -1 };
-	struct rl_ns_opts sync = { .name = "sync", .window_sizes = sizes, .n_window_sizes = 1,
-				   .sync_rate = 1 };
+	struct ns_def local = { .window_sizes = { sizes[0] }, .n_window_sizes = 1,
+				.sync_rate = -1 };
+	struct ns_def sync = { .name = "sync", .window_sizes = { sizes[0] }, .n_window_sizes = 1,
+			       .sync_rate = 1, .strategy = "redis" };
 	char err[256];
 	struct rl *rl = rl_new("bench", max_keys, err, sizeof(err));
 
@@ -286,8 +286,7 @@ static void calibrate(size_t bytes, long n)
 static void bench_full(long nkeys)
 {
 	static const uint32_t sizes[] = { 60 };
-	struct rl_ns_opts o = { .name = NULL, .window_sizes = sizes, .n_window_sizes = 1,
-				.sync_rate = -1 };
+	struct ns_def o = { .window_sizes = { sizes[0] }, .n_window_sizes = 1, .sync_rate = -1 };
 	char err[256];
 	struct rl *rl = rl_new("bench", (size_t)nkeys, err, sizeof(err));
 	char *keys = mk_keys(2 * nkeys);

@@ -2,14 +2,14 @@
  * pg_ev.c - libev adapter for libpq's asynchronous API (see pg_ev.h).
  */
 #include "strategies/pg_ev.h"
+#include "strategies/container.h"
 
 #include <stddef.h>
 
-#define PG_EV_OF(w, member) ((struct pg_ev *)(void *)((char *)(w) - offsetof(struct pg_ev, member)))
 
 static void pg_ev_on_read(struct ev_loop *loop, ev_io *w, int revents)
 {
-	struct pg_ev *e = PG_EV_OF(w, rev);
+	struct pg_ev *e = container_of(w, struct pg_ev, rev);
 
 	(void)loop;
 	(void)revents;
@@ -18,7 +18,7 @@ static void pg_ev_on_read(struct ev_loop *loop, ev_io *w, int revents)
 
 static void pg_ev_on_write(struct ev_loop *loop, ev_io *w, int revents)
 {
-	struct pg_ev *e = PG_EV_OF(w, wev);
+	struct pg_ev *e = container_of(w, struct pg_ev, wev);
 
 	(void)loop;
 	(void)revents;

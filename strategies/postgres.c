@@ -132,6 +132,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "strategies/container.h"
 #include "strategies/pg_ev.h"
 #include "strategies/strategy.h"
 
@@ -466,7 +467,6 @@ struct pg {
 	char last_err[STRATEGY_ERR_MAX];
 };
 
-#define PG_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 static void pg_dispatch(struct pg *s);
 static void pg_conn_lost(struct pg_conn *c, const char *why);
@@ -1863,7 +1863,7 @@ static void pg_connected(struct pg_conn *c)
 
 static void pg_on_io(struct pg_ev *e, int revents)
 {
-	struct pg_conn *c = PG_OF(e, struct pg_conn, ev);
+	struct pg_conn *c = container_of(e, struct pg_conn, ev);
 	struct pg *s = c->s;
 
 	pg_enter(s);
@@ -1940,7 +1940,7 @@ static void pg_connect_start(struct pg_conn *c)
 
 static void pg_on_reconnect(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct pg_conn *c = PG_OF(w, struct pg_conn, reconnect);
+	struct pg_conn *c = container_of(w, struct pg_conn, reconnect);
 	struct pg *s = c->s;
 
 	(void)loop;
@@ -1952,7 +1952,7 @@ static void pg_on_reconnect(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void pg_on_conn_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct pg_conn *c = PG_OF(w, struct pg_conn, conn_timer);
+	struct pg_conn *c = container_of(w, struct pg_conn, conn_timer);
 	struct pg *s = c->s;
 
 	(void)loop;
@@ -1966,7 +1966,7 @@ static void pg_on_conn_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 
 static void pg_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct pg *s = PG_OF(w, struct pg, kick);
+	struct pg *s = container_of(w, struct pg, kick);
 
 	(void)loop;
 	(void)revents;
@@ -1981,7 +1981,7 @@ static void pg_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
  * alone. */
 static void pg_op_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct pg_op *op = PG_OF(w, struct pg_op, timer);
+	struct pg_op *op = container_of(w, struct pg_op, timer);
 	struct pg *s = op->s;
 
 	(void)loop;
@@ -2032,7 +2032,7 @@ static void pg_seen_note(struct pg *s, const char *ns, size_t ns_len, uint32_t s
 
 static void pg_on_maint(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct pg *s = PG_OF(w, struct pg, maint);
+	struct pg *s = container_of(w, struct pg, maint);
 	struct pg_op *op;
 
 	(void)loop;
@@ -2217,11 +2217,43 @@ static int pg_opts_parse(json_t *root, struct pg_opts *o, char *err, size_t errl
 	return 0;
 }
 
+/* The options of opts_json (NULL or "" = defaults) into *o, whose
+ * strings point into *root (the caller decrefs it, also on failure).
+ * Returns 0, or -1 with err. */
+static int pg_opts_load(const char *opts_json, struct pg_opts *o, json_t **root, char *err,
+			size_t errlen)
+{
+	*o = (struct pg_opts){ PG_DEFAULT_CONNINFO, PG_DEFAULT_TABLE, PG_DEFAULT_TIMEOUT,
+			       PG_DEFAULT_PURGE, PG_POOL_DEFAULT };
+	*root = NULL;
+	if (opts_json && *opts_json) {
+		json_error_t je;
+
+		*root = json_loads(opts_json, JSON_REJECT_DUPLICATES, &je);
+		if (!*root) {
+			snprintf(err, errlen, "strategy_opts: invalid JSON: %s", je.text);
+			return -1;
+		}
+		if (pg_opts_parse(*root, o, err, errlen) < 0)
+			return -1;
+	}
+	return pg_conninfo_check(o->conninfo, err, errlen);
+}
+
+static int pg_check_opts(const char *opts_json, char *err, size_t errlen)
+{
+	struct pg_opts o;
+	json_t *root;
+	int rc = pg_opts_load(opts_json, &o, &root, err, errlen);
+
+	json_decref(root);
+	return rc;
+}
+
 static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, char *err,
 				  size_t errlen)
 {
-	struct pg_opts o = { PG_DEFAULT_CONNINFO, PG_DEFAULT_TABLE, PG_DEFAULT_TIMEOUT,
-			     PG_DEFAULT_PURGE, PG_POOL_DEFAULT };
+	struct pg_opts o;
 	char index[PG_IDENT_MAX + 3], tokens_index[PG_IDENT_MAX + 3];
 	const char *names[4];
 	json_t *root = NULL;
@@ -2238,20 +2270,7 @@ static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, c
 		snprintf(err, errlen, "no event loop");
 		return NULL;
 	}
-	if (opts_json && *opts_json) {
-		json_error_t je;
-
-		root = json_loads(opts_json, JSON_REJECT_DUPLICATES, &je);
-		if (!root) {
-			snprintf(err, errlen, "strategy_opts: invalid JSON: %s", je.text);
-			return NULL;
-		}
-		if (pg_opts_parse(root, &o, err, errlen) < 0) {
-			json_decref(root);
-			return NULL;
-		}
-	}
-	if (pg_conninfo_check(o.conninfo, err, errlen) < 0) {
+	if (pg_opts_load(opts_json, &o, &root, err, errlen) < 0) {
 		json_decref(root);
 		return NULL;
 	}
@@ -2586,6 +2605,7 @@ static bool pg_connecting(const struct strategy *st)
 
 const struct strategy_ops postgres_strategy = {
 	.name = "postgres",
+	.check_opts = pg_check_opts,
 	.create = pg_create,
 	.destroy = pg_destroy,
 	.push_diffs = pg_push_diffs,

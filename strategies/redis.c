@@ -98,6 +98,7 @@
 #include <string.h>
 #include <sys/un.h>
 
+#include "strategies/container.h"
 #include "strategies/strategy.h"
 
 #define REDIS_BUCKETS          64
@@ -117,9 +118,6 @@
 #define REDIS_DBL_MAX_LEN      32      /* "%.17g" of any double, with NUL */
 #define REDIS_U64_MAX_LEN      20
 #define REDIS_TOK_ID_LEN       16      /* hex digits of a call's id in its token key */
-
-#define redis_container_of(ptr, type, member) \
-	((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
 #define REDIS_STR2(x) #x
 #define REDIS_STR(x)  REDIS_STR2(x)
@@ -1040,7 +1038,7 @@ static void redis_on_handshake(redisAsyncContext *ac, void *r, void *privdata)
 
 static void redis_on_handshake_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct redis_strategy *s = redis_container_of(w, struct redis_strategy, handshake);
+	struct redis_strategy *s = container_of(w, struct redis_strategy, handshake);
 
 	(void)loop;
 	(void)revents;
@@ -1049,7 +1047,7 @@ static void redis_on_handshake_timeout(struct ev_loop *loop, ev_timer *w, int re
 
 static void redis_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct redis_strategy *s = redis_container_of(w, struct redis_strategy, retry);
+	struct redis_strategy *s = container_of(w, struct redis_strategy, retry);
 
 	(void)loop;
 	(void)revents;
@@ -1108,7 +1106,7 @@ static void redis_conn_open(struct redis_strategy *s)
 /* The kick: a drop asked for from inside hiredis, then the done queue. */
 static void redis_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct redis_strategy *s = redis_container_of(w, struct redis_strategy, kick);
+	struct redis_strategy *s = container_of(w, struct redis_strategy, kick);
 
 	(void)loop;
 	(void)revents;
@@ -1130,7 +1128,7 @@ static void redis_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
  */
 static void redis_on_op_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct redis_op *op = redis_container_of(w, struct redis_op, timer);
+	struct redis_op *op = container_of(w, struct redis_op, timer);
 	struct redis_strategy *s = op->s;
 	ev_tstamp t = s->o.timeout_ms / 1000.0;
 	ev_tstamp due = (s->last_reply > op->sent ? s->last_reply : op->sent) + t;
@@ -1844,6 +1842,15 @@ static bool redis_connecting(const struct strategy *st)
 	return s->state == REDIS_ST_CONNECTING && !s->destroying;
 }
 
+static int redis_check_opts(const char *opts_json, char *err, size_t errlen)
+{
+	struct redis_opts o;
+	int rc = redis_opts_parse(&o, opts_json, err, errlen);
+
+	free(o.password);
+	return rc;
+}
+
 static struct strategy *redis_create(struct ev_loop *loop, const char *opts_json, char *err,
 				     size_t errlen)
 {
@@ -1897,6 +1904,7 @@ static void redis_destroy(struct strategy *st)
 
 const struct strategy_ops redis_strategy = {
 	.name = "redis",
+	.check_opts = redis_check_opts,
 	.create = redis_create,
 	.destroy = redis_destroy,
 	.push_diffs = redis_push_diffs,

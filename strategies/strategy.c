@@ -14,13 +14,20 @@ struct strategy {
 	struct ev_loop *loop;
 };
 
-static struct strategy *local_create(struct ev_loop *loop, const char *opts_json, char *err,
-				     size_t errlen)
+static int local_check_opts(const char *opts_json, char *err, size_t errlen)
 {
 	if (opts_json && strcmp(opts_json, "{}") != 0) {
 		snprintf(err, errlen, "the local strategy takes no strategy_opts");
-		return NULL;
+		return -1;
 	}
+	return 0;
+}
+
+static struct strategy *local_create(struct ev_loop *loop, const char *opts_json, char *err,
+				     size_t errlen)
+{
+	if (local_check_opts(opts_json, err, errlen) < 0)
+		return NULL;
 	struct strategy *s = calloc(1, sizeof(*s));
 	if (!s) {
 		snprintf(err, errlen, "out of memory");
@@ -78,6 +85,7 @@ static bool local_ready(const struct strategy *s)
 
 const struct strategy_ops local_strategy = {
 	.name = "local",
+	.check_opts = local_check_opts,
 	.create = local_create,
 	.destroy = local_destroy,
 	.push_diffs = local_push_diffs,
@@ -100,4 +108,9 @@ const struct strategy_ops *strategy_find(const char *name)
 		if (strcmp(strategies[i]->name, name) == 0)
 			return strategies[i];
 	return NULL;
+}
+
+const char *strategy_name(size_t i)
+{
+	return i < sizeof(strategies) / sizeof(strategies[0]) ? strategies[i]->name : NULL;
 }

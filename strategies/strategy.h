@@ -80,6 +80,11 @@ typedef void (*strategy_rows_cb)(void *arg, int status, const char *errstr,
 struct strategy_ops {
 	const char *name;
 
+	/* Checks the JSON text of strategy_opts (NULL = defaults) as create()
+	 * would, without creating anything: returns 0, or -1 with a message in
+	 * err naming the option and what was expected. */
+	int (*check_opts)(const char *opts_json, char *err, size_t errlen);
+
 	/* Creates an instance on `loop` from the JSON text of strategy_opts
 	 * (NULL = defaults). Connecting starts in the background. Returns
 	 * NULL with a message in err when the options are invalid. */
@@ -128,5 +133,9 @@ extern const struct strategy_ops postgres_strategy;
 
 /* The ops table of a store by name ("local", "redis", "postgres"), or NULL. */
 const struct strategy_ops *strategy_find(const char *name);
+
+/* The name of the i-th store of the table (from 0), or NULL past the end:
+ * the one list of store names. */
+const char *strategy_name(size_t i);
 
 #endif /* STRATEGY_H */

@@ -78,7 +78,7 @@ static void assert_defaults(const struct config *c)
 	cr_assert_eq(c->ns[0].sync_rate, -1);
 	cr_assert_str_eq(c->ns[0].strategy, "local");
 	cr_assert_null(c->ns[0].strategy_opts);
-	cr_assert_eq(c->ns[0].window_type, CONFIG_WINDOW_SLIDING);
+	cr_assert_eq(c->ns[0].window_type, NS_WINDOW_SLIDING);
 	cr_assert(c->ns[0].count_denied);
 }
 
@@ -123,7 +123,7 @@ static const char full_file[] =
 	"      \"count_denied\": false, \"max_keys\": 600000, \"on_table_full\": \"deny\" },\n"
 	"    { \"name\": \"shared\", \"window_sizes\": [10, 31536000, 5], \"sync_rate\": 0.25,\n"
 	"      \"strategy\": \"redis\",\n"
-	"      \"strategy_opts\": { \"host\": \"127.0.0.1\", \"port\": 6379, \"db\": [1, true] } },\n"
+	"      \"strategy_opts\": { \"host\": \"127.0.0.1\", \"port\": 6379, \"db\": 2 } },\n"
 	"    { \"name\": \"pg\", \"window_sizes\": [1,2,3,4,5,6,7,8], \"sync_rate\": 0,\n"
 	"      \"strategy\": \"postgres\", \"strategy_opts\": {} }\n"
 	"  ]\n"
@@ -155,7 +155,7 @@ Test(config, full_file)
 	cr_assert_eq(c.ns[0].sync_rate, -1);
 	cr_assert_str_eq(c.ns[0].strategy, "local");
 	cr_assert_null(c.ns[0].strategy_opts);
-	cr_assert_eq(c.ns[0].window_type, CONFIG_WINDOW_SLIDING);
+	cr_assert_eq(c.ns[0].window_type, NS_WINDOW_SLIDING);
 	cr_assert(c.ns[0].count_denied);
 
 	cr_assert_str_eq(c.ns[1].name, "api");
@@ -163,12 +163,12 @@ Test(config, full_file)
 	cr_assert_eq(c.ns[1].window_sizes[0], 60);
 	cr_assert_eq(c.ns[1].sync_rate, -1);
 	cr_assert_str_eq(c.ns[1].strategy, "local");
-	cr_assert_eq(c.ns[1].window_type, CONFIG_WINDOW_FIXED);
+	cr_assert_eq(c.ns[1].window_type, NS_WINDOW_FIXED);
 	cr_assert_not(c.ns[1].count_denied);
 	cr_assert_eq(c.ns[1].max_keys, 600000);
-	cr_assert_eq(c.ns[1].on_table_full, CONFIG_FULL_DENY);
+	cr_assert_eq(c.ns[1].on_table_full, NS_FULL_DENY);
 	cr_assert_eq(c.ns[0].max_keys, 0);
-	cr_assert_eq(c.ns[0].on_table_full, CONFIG_FULL_EVICT);
+	cr_assert_eq(c.ns[0].on_table_full, NS_FULL_EVICT);
 	cr_assert_str_eq(c.key_secret, "0123456789abcdef-shared");
 
 	cr_assert_str_eq(c.ns[2].name, "shared");
@@ -178,7 +178,7 @@ Test(config, full_file)
 	cr_assert_eq(c.ns[2].window_sizes[2], 5);
 	cr_assert_eq(c.ns[2].sync_rate, 0.25);
 	cr_assert_str_eq(c.ns[2].strategy, "redis");
-	cr_assert_str_eq(c.ns[2].strategy_opts, "{\"host\":\"127.0.0.1\",\"port\":6379,\"db\":[1,true]}");
+	cr_assert_str_eq(c.ns[2].strategy_opts, "{\"host\":\"127.0.0.1\",\"port\":6379,\"db\":2}");
 
 	cr_assert_str_eq(c.ns[3].name, "pg");
 	cr_assert_eq(c.ns[3].n_window_sizes, 8);
@@ -210,7 +210,7 @@ Test(config, example_file)
 	cr_assert_str_eq(c.ns[1].name, "api");
 	cr_assert_eq(c.ns[1].n_window_sizes, 1);
 	cr_assert_eq(c.ns[1].window_sizes[0], 60);
-	cr_assert_eq(c.ns[1].window_type, CONFIG_WINDOW_SLIDING);
+	cr_assert_eq(c.ns[1].window_type, NS_WINDOW_SLIDING);
 	config_free(&c);
 	assert_no_leaks();
 }
@@ -256,7 +256,7 @@ Test(config, namespace_defaults)
 	cr_assert_eq(c.ns[0].sync_rate, -1);
 	cr_assert_str_eq(c.ns[0].strategy, "local");
 	cr_assert_null(c.ns[0].strategy_opts);
-	cr_assert_eq(c.ns[0].window_type, CONFIG_WINDOW_SLIDING);
+	cr_assert_eq(c.ns[0].window_type, NS_WINDOW_SLIDING);
 	cr_assert(c.ns[0].count_denied);
 	config_free(&c);
 	assert_no_leaks();
@@ -521,7 +521,15 @@ Test(config, unknown_keys)
 		  "namespaces[0].windw_sizes", "unknown key \"windw_sizes\" (did you mean \"window_sizes\"?)" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1]}, {\"window_sizes\": [2], \"name\": \"x\", \"limit\": 5}]}",
 		  "namespaces[1].limit", "unknown key \"limit\"; known keys: name, window_sizes, sync_rate" },
-		/* unknown keys inside strategy_opts belong to the strategy */
+		/* strategy_opts are the store's to check (its check_opts) */
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 1, \"strategy\": \"redis\","
+		  " \"strategy_opts\": {\"hots\": \"x\"}}]}",
+		  "namespaces[0].strategy_opts", "hots: unknown option (known: host, port," },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 1, \"strategy\": \"postgres\","
+		  " \"strategy_opts\": {\"pool_size\": 0}}]}",
+		  "namespaces[0].strategy_opts", "pool_size: expected an integer from 1 to" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 0.001, \"strategy\": \"redis\"}]}",
+		  "namespaces[0].sync_rate", "expected < 0 (local only), 0 (synchronous) or 0.01 to 3600 seconds, got 0.001" },
 	};
 
 	EXPECT_ERRORS(cases);
@@ -749,7 +757,7 @@ Test(config, ns_find)
 Test(config, strategy_opts_round_trip)
 {
 	static const char opts[] = "{\"host\":\"10.0.0.1\",\"port\":6379,\"password\":\"p\\\"w\\u00e9\","
-				   "\"timeout\":0.5,\"nested\":{\"a\":[1,2,{}]},\"ssl\":false,\"x\":null}";
+				   "\"timeout_ms\":500,\"db\":3,\"prefix\":\"rl:\"}";
 	struct config c;
 	struct config_err err;
 	char json[512];
@@ -780,37 +788,37 @@ Test(config, ownership_across_loads)
 {
 	static const char with_opts[] =
 		"{\"namespaces\": [{\"name\": \"r\", \"window_sizes\": [1], \"sync_rate\": 0,"
-		" \"strategy\": \"redis\", \"strategy_opts\": {\"host\": \"a\"}}]}";
+		" \"strategy\": \"redis\", \"strategy_opts\": {\"host\": \"10.0.0.2\"}}]}";
 	struct config c;
 	struct config_err err;
 
 	config_defaults(&c);
 	cr_assert_eq(load(&c, &err, with_opts), 0, "%s", err.msg);
 	cr_assert_eq(load(&c, &err, with_opts), 0, "%s", err.msg);   /* replaces, frees the old */
-	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"10.0.0.2\"}");
 
 	/* no namespaces in the file: the loaded ones stay, opts and all */
 	cr_assert_eq(load(&c, &err, "{\"max_keys\": 1024}"), 0, "%s", err.msg);
 	cr_assert_eq(c.max_keys, 1024);
-	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"10.0.0.2\"}");
 
 	/* fails after allocating opts for namespaces[0]: nothing leaks, c intact */
 	cr_assert_eq(load(&c, &err,
 			  "{\"max_keys\": 2048, \"namespaces\": [{\"name\": \"p\", \"window_sizes\": [1],"
-			  " \"sync_rate\": 0, \"strategy\": \"postgres\", \"strategy_opts\": {\"db\": \"x\"}},"
+			  " \"sync_rate\": 0, \"strategy\": \"postgres\", \"strategy_opts\": {\"table\": \"x\"}},"
 			  " {\"name\": \"p\", \"window_sizes\": [2]}]}"), -1);
 	cr_assert_str_eq(err.path, "namespaces[1].name");
 	cr_assert_eq(c.max_keys, 1024);
 	cr_assert_eq(c.n_ns, 1);
 	cr_assert_str_eq(c.ns[0].name, "r");
-	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"10.0.0.2\"}");
 
 	/* fails inside the namespace that allocated */
 	cr_assert_eq(load(&c, &err,
 			  "{\"namespaces\": [{\"strategy_opts\": {\"db\": \"x\"}, \"window_sizes\": [0]}]}"),
 		     -1);
 	cr_assert_str_eq(err.path, "namespaces[0].window_sizes[0]");
-	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"a\"}");
+	cr_assert_str_eq(c.ns[0].strategy_opts, "{\"host\":\"10.0.0.2\"}");
 	config_free(&c);
 	assert_no_leaks();
 }
@@ -884,7 +892,7 @@ Test(config, check_after_overrides)
 	cr_assert_str_eq(err.path, "namespaces[1].name");
 
 	config_defaults(&c);
-	c.ns[0].window_type = CONFIG_WINDOW_TYPE_COUNT;
+	c.ns[0].window_type = NS_WINDOW_TYPE_COUNT;
 	cr_assert_eq(config_check(&c, &err), -1);
 	cr_assert_str_eq(err.path, "namespaces[0].window_type");
 }

@@ -43,16 +43,9 @@ static void setup(void)
 	unlink(path);
 	rl = rl_new("test_decide", cfg.max_keys, err, sizeof(err));
 	cr_assert_not_null(rl, "%s", err);
-	for (size_t i = 0; i < cfg.n_ns; i++) {
-		struct rl_ns_opts o = {
-			.name = cfg.ns[i].name, .window_sizes = cfg.ns[i].window_sizes,
-			.n_window_sizes = cfg.ns[i].n_window_sizes, .sync_rate = cfg.ns[i].sync_rate,
-			.strategy = cfg.ns[i].strategy, .max_keys = cfg.ns[i].max_keys,
-			.on_full = (enum rl_table_full)cfg.ns[i].on_table_full,
-		};
-		cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
-	}
-	decide_init(&dec, &cfg, rl);
+	for (size_t i = 0; i < cfg.n_ns; i++)
+		cr_assert_eq(rl_new_namespace(rl, &cfg.ns[i], err, sizeof(err)), 0, "%s", err);
+	decide_init(&dec, rl);
 }
 
 static void teardown(void)

@@ -40,15 +40,8 @@ static void setup(void)
 	unlink(path);
 	rl = rl_new("test_metrics", cfg.max_keys, err, sizeof(err));
 	cr_assert_not_null(rl, "%s", err);
-	for (size_t i = 0; i < cfg.n_ns; i++) {
-		struct rl_ns_opts o = {
-			.name = cfg.ns[i].name, .window_sizes = cfg.ns[i].window_sizes,
-			.n_window_sizes = cfg.ns[i].n_window_sizes, .sync_rate = cfg.ns[i].sync_rate,
-			.max_keys = cfg.ns[i].max_keys,
-			.on_full = (enum rl_table_full)cfg.ns[i].on_table_full,
-		};
-		cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
-	}
+	for (size_t i = 0; i < cfg.n_ns; i++)
+		cr_assert_eq(rl_new_namespace(rl, &cfg.ns[i], err, sizeof(err)), 0, "%s", err);
 	m = metrics_new(2);
 	cr_assert_not_null(m);
 }
@@ -68,7 +61,7 @@ static void checks(int id, const char *ns, const char *key, int front, int n)
 	struct decide d;
 
 	metrics_attach(m, id);
-	decide_init(&d, &cfg, rl);
+	decide_init(&d, rl);
 	for (int i = 0; i < n; i++) {
 		struct rl_request rq = { .ns = ns, .ns_len = strlen(ns), .key = key,
 					 .key_len = strlen(key), .window = 60, .cost = 1,
@@ -112,7 +105,7 @@ Test(metrics, counts_summed_over_workers)
 	struct rl_request bad = { .arg_error = "bad window", .front = METRICS_SPOP };
 	struct decide d;
 	struct rl_decision r;
-	decide_init(&d, &cfg, rl);
+	decide_init(&d, rl);
 	decide_one(&d, &bad, 6000010.0, &r);
 	decide_free(&d);
 

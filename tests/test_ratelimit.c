@@ -33,7 +33,6 @@
 	} while (0)
 
 static const uint32_t default_sizes[] = { 1, 60, 3600 };
-static const uint32_t sixty[] = { 60 };
 
 /* An instance with: "default" (1, 60, 3600; local), "api" (60; syncs
  * every second, so diffs are kept), "other" (60; local). */
@@ -41,17 +40,17 @@ static struct rl *mk(size_t max_keys)
 {
 	char err[256];
 	struct rl *rl = rl_new("test", max_keys, err, sizeof(err));
-	struct rl_ns_opts o = { .name = NULL, .window_sizes = default_sizes,
-				.n_window_sizes = 3, .sync_rate = -1 };
+	struct ns_def o = { .window_sizes = { 1, 60, 3600 }, .n_window_sizes = 3,
+			    .sync_rate = -1 };
 
 	cr_assert_not_null(rl, "%s", err);
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
-	o = (struct rl_ns_opts){ .name = "api", .window_sizes = sixty, .n_window_sizes = 1,
-				 .sync_rate = 1, .strategy = "redis",
-				 .strategy_opts = "{\"host\":\"127.0.0.1\"}" };
+	o = (struct ns_def){ .name = "api", .window_sizes = { 60 }, .n_window_sizes = 1,
+			     .sync_rate = 1, .strategy = "redis",
+			     .strategy_opts = "{\"host\":\"127.0.0.1\"}" };
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
-	o = (struct rl_ns_opts){ .name = "other", .window_sizes = sixty, .n_window_sizes = 1,
-				 .sync_rate = -1 };
+	o = (struct ns_def){ .name = "other", .window_sizes = { 60 }, .n_window_sizes = 1,
+			     .sync_rate = -1 };
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
 	return rl;
 }
@@ -238,8 +237,8 @@ Test(ratelimit, namespace_definition_errors)
 	struct rl *rl = rl_new("t", 16, err, sizeof(err));
 	const uint32_t zero[] = { 60, 0 }, dup[] = { 60, 1, 60 };
 	const uint32_t nine[] = { 1, 2, 3, 4, 5, 6, 7, 8, 9 };
-	struct rl_ns_opts o = { .name = "a", .window_sizes = sixty, .n_window_sizes = 1,
-				.sync_rate = -1 };
+	struct ns_def o = { .name = "a", .window_sizes = { 60 }, .n_window_sizes = 1,
+			    .sync_rate = -1 };
 	char name[16];
 
 	cr_assert_not_null(rl);
@@ -247,34 +246,50 @@ Test(ratelimit, namespace_definition_errors)
 	err[0] = '\0';
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "defined twice");
 	cr_assert(strstr(err, "already") != NULL, "%s", err);
-	o.name = "b";
+#define SET(field, v) snprintf(o.field, sizeof(o.field), "%s", v)
+	SET(name, "b");
 	o.n_window_sizes = 0;
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "no windows");
-	o.window_sizes = zero;
+	memcpy(o.window_sizes, zero, sizeof(zero));
 	o.n_window_sizes = 2;
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "zero size");
-	o.window_sizes = dup;
+	cr_assert(strstr(err, "window_sizes[1]") != NULL, "%s", err);
+	memcpy(o.window_sizes, dup, sizeof(dup));
 	o.n_window_sizes = 3;
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "duplicate size");
-	o.window_sizes = nine;
+	memcpy(o.window_sizes, nine, 8 * sizeof(nine[0]));
 	o.n_window_sizes = 9;
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "9 sizes");
 	o.n_window_sizes = 8;
+	o.sync_rate = 0.001;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "sync_rate out of range");
+	cr_assert(strstr(err, "sync_rate") != NULL, "%s", err);
+	o.sync_rate = 1;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "sync_rate 1 on local");
+	cr_assert(strstr(err, "strategy") != NULL, "%s", err);
+	SET(strategy, "redis");
+	o.strategy_opts = "{\"port\": \"x\"}";
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "bad strategy_opts");
+	cr_assert(strstr(err, "strategy_opts") != NULL, "%s", err);
+	o.strategy_opts = NULL;
+	o.sync_rate = -1;
+	SET(strategy, "");
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "8 sizes: %s", err);
-	o.name = "";
-	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "empty name");
-	o.name = NULL;	/* "default" */
+	SET(name, "a\tb");
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "control character");
+	SET(name, "");	/* "default" */
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0);
-	o.name = "default";
+	SET(name, "default");
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "default twice");
 	cr_assert_eq(ns_of(rl, NULL), ns_of(rl, "default"));
 	for (int i = 3; i < 32; i++) {
 		snprintf(name, sizeof(name), "n%d", i);
-		o.name = name;
+		SET(name, name);
 		cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
 	}
-	o.name = "toomany";
+	SET(name, "toomany");
 	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1, "33rd namespace");
+#undef SET
 	/* the failed definitions left nothing behind */
 	cr_assert_eq(rl_namespace_index(rl, "toomany", 7), -1);
 	cr_assert(rl_has_window(rl, ns_of(rl, "a"), 60));
@@ -323,7 +338,7 @@ Test(ratelimit, call_errors)
 struct nsdef {
 	const char *name;
 	size_t max_keys;
-	enum rl_table_full on_full;
+	enum ns_table_full on_full;
 	double sync_rate;
 };
 
@@ -334,12 +349,12 @@ static struct rl *mk_shares(size_t max_keys, const struct nsdef *d, size_t n)
 
 	cr_assert_not_null(rl, "%s", err);
 	for (size_t i = 0; i < n; i++) {
-		struct rl_ns_opts o = {
-			.name = d[i].name, .window_sizes = sixty, .n_window_sizes = 1,
-			.sync_rate = d[i].sync_rate,
-			.strategy = d[i].sync_rate >= 0 ? "redis" : NULL,
-			.max_keys = d[i].max_keys, .on_full = d[i].on_full,
+		struct ns_def o = {
+			.window_sizes = { 60 }, .n_window_sizes = 1, .sync_rate = d[i].sync_rate,
+			.max_keys = d[i].max_keys, .on_table_full = d[i].on_full,
 		};
+		snprintf(o.name, sizeof(o.name), "%s", d[i].name);
+		snprintf(o.strategy, sizeof(o.strategy), "%s", d[i].sync_rate >= 0 ? "redis" : "");
 		cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
 	}
 	return rl;
@@ -374,12 +389,12 @@ static struct rl_ns_stats stats_of(struct rl *rl, const char *ns)
 Test(ratelimit, shares_split_max_keys)
 {
 	static const struct nsdef d[] = {
-		{ "a", 0, RL_FULL_EVICT, -1 }, { "b", 600, RL_FULL_DENY, -1 },
-		{ "c", 0, RL_FULL_ALLOW, -1 },
+		{ "a", 0, NS_FULL_EVICT, -1 }, { "b", 600, NS_FULL_DENY, -1 },
+		{ "c", 0, NS_FULL_ALLOW, -1 },
 	};
 	struct rl *rl = mk_shares(1000, d, 3);
-	struct rl_ns_opts o = { .name = "d", .window_sizes = sixty, .n_window_sizes = 1,
-				.sync_rate = -1, .max_keys = 401 };
+	struct ns_def o = { .name = "d", .window_sizes = { 60 }, .n_window_sizes = 1,
+			    .sync_rate = -1, .max_keys = 401 };
 	char err[256];
 
 	cr_assert_eq(stats_of(rl, "a").share, 200);
@@ -402,7 +417,7 @@ Test(ratelimit, shares_split_max_keys)
 Test(ratelimit, key_flood_leaves_every_namespace_limiting, .timeout = 120)
 {
 	static const struct nsdef d[] = {
-		{ "api", 0, RL_FULL_EVICT, -1 }, { "login", 0, RL_FULL_EVICT, -1 },
+		{ "api", 0, NS_FULL_EVICT, -1 }, { "login", 0, NS_FULL_EVICT, -1 },
 	};
 	struct rl *rl = mk_shares(20000, d, 2);
 	double now = 1000.5;
@@ -463,7 +478,7 @@ Test(ratelimit, key_flood_leaves_every_namespace_limiting, .timeout = 120)
  * the choice of the victim is exact. */
 Test(ratelimit, eviction_takes_the_least_used_unprotected_entry)
 {
-	static const struct nsdef d[] = { { "api", 0, RL_FULL_EVICT, -1 } };
+	static const struct nsdef d[] = { { "api", 0, NS_FULL_EVICT, -1 } };
 	struct rl *rl = mk_shares(16, d, 1);
 	double now = 1000.5;
 	char key[32];
@@ -497,7 +512,7 @@ Test(ratelimit, eviction_takes_the_least_used_unprotected_entry)
  * confirmed are never evicted. */
 Test(ratelimit, unpushed_diffs_are_never_evicted)
 {
-	static const struct nsdef d[] = { { "api", 0, RL_FULL_EVICT, 1 } };
+	static const struct nsdef d[] = { { "api", 0, NS_FULL_EVICT, 1 } };
 	struct rl *rl = mk_shares(16, d, 1);
 	struct shm_table *t = rl_shm(rl);
 	struct shm_entry e;
@@ -536,7 +551,7 @@ Test(ratelimit, unpushed_diffs_are_never_evicted)
 Test(ratelimit, deny_and_allow_namespaces_never_evict)
 {
 	static const struct nsdef d[] = {
-		{ "strict", 8, RL_FULL_DENY, -1 }, { "lax", 8, RL_FULL_ALLOW, -1 },
+		{ "strict", 8, NS_FULL_DENY, -1 }, { "lax", 8, NS_FULL_ALLOW, -1 },
 	};
 	struct rl *rl = mk_shares(16, d, 2);
 	double now = 1000.5;
@@ -681,8 +696,8 @@ Test(ratelimit, chosen_short_key_never_shares_a_long_keys_counter)
  * (every node names a long key alike), derived from key_secret when set. */
 Test(ratelimit, digest_key_is_secret_unless_nodes_must_agree)
 {
-	static const struct nsdef local[] = { { "a", 0, RL_FULL_EVICT, -1 } };
-	static const struct nsdef synced[] = { { "a", 0, RL_FULL_EVICT, 1 } };
+	static const struct nsdef local[] = { { "a", 0, NS_FULL_EVICT, -1 } };
+	static const struct nsdef synced[] = { { "a", 0, NS_FULL_EVICT, 1 } };
 	static const uint8_t public_key[16] = { 's', 'p', 'o', 'a', '-', 'r', 'a', 't',
 						'e', 'l', 'i', 'm', 'i', 't', '-', 'k' };
 	struct rl *l1 = mk_shares(64, local, 1), *l2 = mk_shares(64, local, 1);

@@ -38,8 +38,8 @@ static struct rl *node(double sync_rate)
 	cr_assert(rl, "rl_new: %s", err);
 	snprintf(opts, sizeof(opts), "{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":500}",
 		 srv.port);
-	struct rl_ns_opts o = { .name = "api", .window_sizes = sizes, .n_window_sizes = 1,
-				.sync_rate = sync_rate, .strategy = "redis", .strategy_opts = opts };
+	struct ns_def o = { .name = "api", .window_sizes = { sizes[0] }, .n_window_sizes = 1,
+			    .sync_rate = sync_rate, .strategy = "redis", .strategy_opts = opts };
 	cr_assert(rl_new_namespace(rl, &o, err, sizeof(err)) == 0, "%s", err);
 	return rl;
 }
@@ -143,8 +143,8 @@ Test(sync, local_namespace_refuses, .timeout = 10)
 	char err[256];
 	static const uint32_t sizes[] = { 60 };
 	struct rl *rl = rl_new("test", 64, err, sizeof(err));
-	struct rl_ns_opts o = { .name = "loc", .window_sizes = sizes, .n_window_sizes = 1,
-				.sync_rate = -1 };
+	struct ns_def o = { .name = "loc", .window_sizes = { sizes[0] }, .n_window_sizes = 1,
+			    .sync_rate = -1 };
 
 	cr_assert(rl && rl_new_namespace(rl, &o, err, sizeof(err)) == 0);
 	cr_assert(rl_sync(rl, "loc", 1) == -1);

@@ -1,0 +1,150 @@
+/*
+ * ns.c - the one validator of a namespace's settings (agent/ns.h). The
+ * configuration reports its messages under the JSON path of the namespace,
+ * the library under the namespace's name.
+ */
+#include "agent/ns.h"
+#include "strategies/strategy.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT] = {
+	[NS_WINDOW_SLIDING] = "sliding",
+	[NS_WINDOW_FIXED]   = "fixed",
+};
+
+const char *const ns_table_full_names[NS_FULL_COUNT] = {
+	[NS_FULL_EVICT] = "evict",
+	[NS_FULL_DENY]  = "deny",
+	[NS_FULL_ALLOW] = "allow",
+};
+
+_Static_assert(NS_MAX_WINDOWS <= 8, "the shared table keeps 8 windows per namespace");
+
+void ns_def_init(struct ns_def *d)
+{
+	memset(d, 0, sizeof(*d));
+	d->sync_rate = -1;
+	d->window_type = NS_WINDOW_SLIDING;
+	d->count_denied = true;
+	d->on_table_full = NS_FULL_EVICT;
+}
+
+bool ns_name_ok(const char *name, size_t len)
+{
+	if (len < 1 || len >= NS_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < len; i++)
+		if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+			return false;
+	return true;
+}
+
+__attribute__((format(printf, 3, 4)))
+static int ns_fail(struct ns_err *e, const char *field, const char *fmt, ...)
+{
+	va_list ap;
+
+	snprintf(e->field, sizeof(e->field), "%s", field);
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof(e->msg), fmt, ap);
+	va_end(ap);
+	return -1;
+}
+
+/* "\"local\", \"redis\" or \"postgres\"" from the table of stores; with
+ * shared, the stores that keep counters only. */
+static void ns_strategy_list(bool shared, char *buf, size_t len)
+{
+	const char *names[16];
+	size_t n = 0, o = 0;
+
+	for (size_t i = 0; strategy_name(i) && n < 16; i++)
+		if (!shared || strategy_find(strategy_name(i)) != &local_strategy)
+			names[n++] = strategy_name(i);
+	buf[0] = '\0';
+	for (size_t i = 0; i < n && o < len; i++) {
+		int k = snprintf(buf + o, len - o, "%s\"%s\"", i == 0 ? "" : i + 1 == n ? " or " : ", ",
+				 names[i]);
+		if (k < 0)
+			break;
+		o += (size_t)k;
+	}
+}
+
+static int ns_check_strategy(const struct ns_def *d, struct ns_err *e)
+{
+	bool shared = d->sync_rate >= 0;
+	bool named = d->strategy[0] != '\0';
+	const struct strategy_ops *ops = named ? strategy_find(d->strategy) : &local_strategy;
+	char list[96];
+
+	if (strnlen(d->strategy, sizeof(d->strategy)) == sizeof(d->strategy))
+		return ns_fail(e, "strategy", "not NUL-terminated");
+	if (!ops) {
+		ns_strategy_list(false, list, sizeof(list));
+		return ns_fail(e, "strategy", "expected %s, got \"%s\"", list, d->strategy);
+	}
+	ns_strategy_list(true, list, sizeof(list));
+	if (shared && !named)
+		return ns_fail(e, "strategy", "missing: sync_rate %g (>= 0: shared counters) needs %s",
+			       d->sync_rate, list);
+	if (shared && ops == &local_strategy)
+		return ns_fail(e, "strategy", "expected %s since sync_rate is %g (>= 0: shared "
+			       "counters), got \"%s\"", list, d->sync_rate, d->strategy);
+	if (!shared && ops != &local_strategy)
+		return ns_fail(e, "strategy", "expected \"local\" since sync_rate is %g (< 0: local "
+			       "only), got \"%s\"", d->sync_rate, d->strategy);
+	if (ops->check_opts(d->strategy_opts, e->msg, sizeof(e->msg)) < 0) {
+		snprintf(e->field, sizeof(e->field), "strategy_opts");
+		return -1;
+	}
+	return 0;
+}
+
+int ns_check(const struct ns_def *d, struct ns_err *e)
+{
+	size_t n = strnlen(d->name, sizeof(d->name));
+
+	if (n == sizeof(d->name))
+		return ns_fail(e, "name", "not NUL-terminated");
+	if (!ns_name_ok(d->name, n))
+		return ns_fail(e, "name", "expected a name of 1..63 characters, no control "
+			       "characters");
+	if (d->n_window_sizes < 1 || d->n_window_sizes > NS_MAX_WINDOWS)
+		return ns_fail(e, "window_sizes", "expected 1..%d window sizes, got %zu",
+			       NS_MAX_WINDOWS, d->n_window_sizes);
+	for (size_t i = 0; i < d->n_window_sizes; i++) {
+		uint32_t w = d->window_sizes[i];
+		char field[32];
+
+		snprintf(field, sizeof(field), "window_sizes[%u]", (unsigned)i);
+		if (w == 0)
+			return ns_fail(e, field, "expected a positive integer (seconds), got 0");
+		if (w > NS_WINDOW_MAX)
+			return ns_fail(e, field, "expected at most %u seconds (365 days), got %u",
+				       NS_WINDOW_MAX, w);
+		for (size_t j = 0; j < i; j++)
+			if (d->window_sizes[j] == w)
+				return ns_fail(e, field, "duplicate window size %u (also "
+					       "window_sizes[%zu])", w, j);
+	}
+	if (!isfinite(d->sync_rate))
+		return ns_fail(e, "sync_rate", "expected a finite number, got %g", d->sync_rate);
+	if (d->sync_rate > 0 && (d->sync_rate < NS_SYNC_RATE_MIN || d->sync_rate > NS_SYNC_RATE_MAX))
+		return ns_fail(e, "sync_rate", "expected < 0 (local only), 0 (synchronous) or %g "
+			       "to %g seconds, got %g", NS_SYNC_RATE_MIN, NS_SYNC_RATE_MAX,
+			       d->sync_rate);
+	if (ns_check_strategy(d, e) < 0)
+		return -1;
+	if ((unsigned)d->window_type >= NS_WINDOW_TYPE_COUNT)
+		return ns_fail(e, "window_type", "expected one of \"sliding\" or \"fixed\", got %d",
+			       (int)d->window_type);
+	if ((unsigned)d->on_table_full >= NS_FULL_COUNT)
+		return ns_fail(e, "on_table_full", "expected one of \"evict\", \"deny\" or "
+			       "\"allow\", got %d", (int)d->on_table_full);
+	return 0;
+}

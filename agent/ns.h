@@ -1,0 +1,83 @@
+/*
+ * ns.h - a namespace: the one model of its settings, shared by the
+ * configuration (agent/config.c fills it from JSON), the library
+ * (rl_new_namespace() keeps a copy) and the sync loop (which reads the
+ * library's copy), and the one validator of those settings. What a
+ * namespace means is docs/CONFIG.md's "namespaces".
+ *
+ * Checks that concern several namespaces (unique names, shares that fit
+ * the table) belong to whoever holds the set: config_check() and
+ * rl_new_namespace().
+ */
+#ifndef NS_H
+#define NS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define NS_NAME_MAX        64          /* with the NUL */
+#define NS_MAX             32          /* namespaces per agent */
+#define NS_MAX_WINDOWS     8           /* window sizes per namespace */
+#define NS_STRATEGY_MAX    16          /* strategy names, with the NUL */
+#define NS_WINDOW_MAX      31536000u   /* 365 days, in seconds */
+#define NS_SYNC_RATE_MIN   0.01        /* sync_rate > 0: seconds, in this range */
+#define NS_SYNC_RATE_MAX   3600.0
+#define NS_ERR_MAX         256
+
+/* The window type messages get when they name none. */
+enum ns_window_type {
+	NS_WINDOW_SLIDING = 0,
+	NS_WINDOW_FIXED,
+	NS_WINDOW_TYPE_COUNT
+};
+
+/* What a namespace does when a new key finds no room in its share of the
+ * table (docs/CONFIG.md, "on_table_full"). */
+enum ns_table_full {
+	NS_FULL_EVICT = 0,    /* evict its least valuable entry; if even that
+	                         fails, the hit is not counted (fail open) */
+	NS_FULL_DENY,         /* never evict; the hit is denied */
+	NS_FULL_ALLOW,        /* never evict; the hit is allowed, not counted */
+	NS_FULL_COUNT
+};
+
+struct ns_def {
+	char name[NS_NAME_MAX];                  /* "" = "default" for the library */
+	uint32_t window_sizes[NS_MAX_WINDOWS];   /* seconds, 1..NS_WINDOW_MAX, distinct */
+	size_t n_window_sizes;                   /* 1..NS_MAX_WINDOWS */
+	double sync_rate;                        /* < 0 local, 0 synchronous, > 0 seconds */
+	char strategy[NS_STRATEGY_MAX];          /* a store's name; "" = "local" (sync_rate < 0) */
+	const char *strategy_opts;               /* JSON object text or NULL; owned by
+	                                            the holder (config: malloc'd) */
+	enum ns_window_type window_type;         /* default for messages */
+	bool count_denied;                       /* count hits over the limit */
+	size_t max_keys;                         /* guaranteed share; 0 = even part */
+	enum ns_table_full on_table_full;
+};
+
+/* Where a namespace is wrong: the key ("sync_rate", "window_sizes[2]") and
+ * what was expected, ready for "<path>.<field>: <msg>". */
+struct ns_err {
+	char field[32];
+	char msg[NS_ERR_MAX];
+};
+
+/* The defaults of a namespace the configuration lists: no name, no
+ * window, sync_rate -1 (local), sliding, count_denied, share 0, evict. */
+void ns_def_init(struct ns_def *d);
+
+/* A name of 1..63 bytes without control characters. */
+bool ns_name_ok(const char *name, size_t len);
+
+/* Validates one namespace: name, window sizes, sync_rate (finite; > 0 within
+ * NS_SYNC_RATE_MIN..MAX), a strategy known to strategy_find() that fits
+ * sync_rate, its strategy_opts (the store's check_opts), window type,
+ * on_table_full. Returns 0, or -1 with *e. */
+int ns_check(const struct ns_def *d, struct ns_err *e);
+
+/* Names of the enums' values, for the parser and messages. */
+extern const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT];
+extern const char *const ns_table_full_names[NS_FULL_COUNT];
+
+#endif /* NS_H */
