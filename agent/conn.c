@@ -17,7 +17,6 @@
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
-#include "agent/worker.h"
 #include "spop/spop.h"
 
 #define CONN_READS_PER_EVENT 16     /* fairness between connections */
@@ -34,72 +33,29 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
 static void conn_close(struct conn *c)
 {
-	if (c->dead)
+	if (c->s.dead)
 		return;
-	c->dead = true;
 	/* ACKs still waiting for a store will not be written. */
 	decide_pending_detach_all(&c->pending);
-	ev_io_stop(c->w->loop, &c->io);
-	ev_timer_stop(c->w->loop, &c->timer);
-	close(c->fd);
-	c->fd = -1;
-	worker_conn_closed(c->w, c);
+	stream_close(&c->s);
 }
 
 /* Watch for reads while more frames may come, for writes while output is
  * queued. */
 static void conn_update_events(struct conn *c)
 {
-	int ev = 0;
-	if (c->state != CONN_CLOSING && c->rlen < c->rcap && c->npending < CONN_MAX_PENDING)
-		ev |= EV_READ;
-	if (c->woff < c->wlen)
-		ev |= EV_WRITE;
-	if (ev == 0) {
-		ev_io_stop(c->w->loop, &c->io);
-		return;
-	}
-	if ((c->io.events & (EV_READ | EV_WRITE)) != ev || !ev_is_active(&c->io)) {
-		ev_io_stop(c->w->loop, &c->io);
-		ev_io_set(&c->io, c->fd, ev);
-		ev_io_start(c->w->loop, &c->io);
-	}
+	stream_watch(&c->s, c->state != CONN_CLOSING && c->npending < CONN_MAX_PENDING);
 }
 
-/* Sends queued output. Returns 0, or -1 when the connection was closed. */
+/* Sends queued output; a CLOSING connection closes once all is sent.
+ * Returns 0, or -1 when the connection was closed. */
 static int conn_flush(struct conn *c)
 {
-	while (c->woff < c->wlen) {
-		ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
-		if (n > 0) {
-			c->woff += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		/* EPIPE, ECONNRESET: the peer is gone, a normal close. */
-		LOG(LOG_DEBUG, "conn %d: write: %s", c->fd, n < 0 ? strerror(errno) : "closed");
-		conn_close(c);
-		return -1;
-	}
-	c->woff = c->wlen = 0;
-	if (c->state == CONN_CLOSING) {
+	if (stream_send(&c->s) < 0 || (c->s.wlen == 0 && c->state == CONN_CLOSING)) {
 		conn_close(c);
 		return -1;
 	}
 	return 0;
-}
-
-/* Moves what a partial write left to the front of the write buffer. */
-static void conn_compact_wbuf(struct conn *c)
-{
-	if (c->woff == 0)
-		return;
-	memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
-	c->wlen -= c->woff;
-	c->woff = 0;
 }
 
 /* Queues an AGENT-DISCONNECT and moves to CLOSING: nothing more is read.
@@ -113,64 +69,26 @@ static void conn_fail(struct conn *c, enum spop_err err)
 		return;
 	if (err != SPOP_ERR_NONE && err != SPOP_ERR_TIMEOUT)
 		metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
-	if (err != SPOP_ERR_NONE && log_limit(&c->w->fail_log, ev_now(c->w->loop)))
-		LOG(LOG_INFO, "conn %d: disconnecting: %s (status %d)%s", c->fd, spop_err_str(err),
-		    (int)err, log_limit_suppressed(&c->w->fail_log));
-	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+	if (err != SPOP_ERR_NONE && log_limit(&c->s.env->fail_log, ev_now(c->s.env->loop)))
+		LOG(LOG_INFO, "conn %d: disconnecting: %s (status %d)%s", c->s.fd, spop_err_str(err),
+		    (int)err, log_limit_suppressed(&c->s.env->fail_log));
+	spop_writer_init(&w, c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen);
 	if (spop_encode_agent_disconnect(&w, err, spop_err_str(err)) == 0)
-		c->wlen += w.len;
+		c->s.wlen += w.len;
 	c->state = CONN_CLOSING;
-	c->rlen = 0;
-	ev_timer_stop(c->w->loop, &c->timer);
-	ev_timer_set(&c->timer, CONN_CLOSE_GRACE, 0.);
-	ev_timer_start(c->w->loop, &c->timer);
+	c->s.rlen = 0;
+	stream_timer(&c->s, CONN_CLOSE_GRACE);
 }
 
-/* Grows the buffers to at least rcap and wcap bytes, within the worker's
- * max_buffer_memory. Returns 0, or -1 (buffers unchanged) over the budget
- * or out of memory. The read buffer may move: callers index it by offset. */
+/* stream_grow() with the write buffer at least CONN_WBUF_MIN. */
 static int conn_grow(struct conn *c, size_t rcap, size_t wcap)
 {
-	struct worker *w = c->w;
-	size_t more = 0;
-	uint8_t *nb;
-
-	if (wcap < CONN_WBUF_MIN)
-		wcap = CONN_WBUF_MIN;
-	if (rcap < c->rcap)
-		rcap = c->rcap;
-	if (wcap < c->wcap)
-		wcap = c->wcap;
-	more = rcap - c->rcap + wcap - c->wcap;
-	if (more == 0)
-		return 0;
-	if (w->buf_bytes + more > w->cfg->max_buffer_memory) {
-		if (log_limit(&w->budget_log, ev_now(w->loop)))
-			LOG(LOG_WARN, "conn %d: max_buffer_memory (%zu bytes) reached: connection "
-			    "refused%s", c->fd, w->cfg->max_buffer_memory,
-			    log_limit_suppressed(&w->budget_log));
-		return -1;
-	}
-	if (rcap > c->rcap) {
-		if (!(nb = realloc(c->rbuf, rcap)))
-			return -1;
-		c->rbuf = nb;
-		w->buf_bytes += rcap - c->rcap;
-		c->rcap = rcap;
-	}
-	if (wcap > c->wcap) {
-		if (!(nb = realloc(c->wbuf, wcap)))
-			return -1;
-		c->wbuf = nb;
-		w->buf_bytes += wcap - c->wcap;
-		c->wcap = wcap;
-	}
-	return 0;
+	return stream_grow(&c->s, rcap, wcap < CONN_WBUF_MIN ? CONN_WBUF_MIN : wcap);
 }
 
 static void conn_hello(struct conn *c, const struct spop_frame *f)
 {
-	const struct config *cfg = c->w->cfg;
+	const struct config *cfg = c->s.env->cfg;
 	struct spop_hello h;
 	struct spop_writer w;
 	enum spop_err err;
@@ -194,12 +112,12 @@ static void conn_hello(struct conn *c, const struct spop_frame *f)
 	/* Never more than HAProxy offered, never more than we accept. */
 	c->max_frame = h.max_frame_size < cfg->max_frame_size ? (uint32_t)h.max_frame_size
 							       : cfg->max_frame_size;
-	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+	spop_writer_init(&w, c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen);
 	if (spop_encode_agent_hello(&w, c->max_frame, "pipelining") < 0) {
 		conn_fail(c, SPOP_ERR_RES);
 		return;
 	}
-	c->wlen += w.len;
+	c->s.wlen += w.len;
 	/* A health check is answered, then the connection is closed. */
 	if (h.healthcheck) {
 		c->state = CONN_CLOSING;
@@ -229,15 +147,15 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 	switch (f->type) {
 	case SPOP_FRAME_NOTIFY:
 	{
-		c->last_notify = ev_now(c->w->loop);
-		spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
-		int rc = handler_notify(&c->w->handler, f, now, &w, c->max_frame, &err, c,
+		c->last_notify = ev_now(c->s.env->loop);
+		spop_writer_init(&w, c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen);
+		int rc = handler_notify(c->s.env->handler, f, now, &w, c->max_frame, &err, c,
 					&c->pending);
 		if (rc < 0) {
 			conn_fail(c, err);
 			return;
 		}
-		c->wlen += w.len;	/* 0 when the ACK waits for a store */
+		c->s.wlen += w.len;	/* 0 when the ACK waits for a store */
 		if (rc == 1)
 			c->npending++;
 		break;
@@ -246,11 +164,11 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 		struct spop_disconnect d;
 		if (spop_disconnect_decode(f->payload, f->payload_len, &d, &err) == 0 &&
 		    d.has_status_code && d.status_code > SPOP_ERR_TIMEOUT &&
-		    log_limit(&c->w->disconnect_log, now)) {
+		    log_limit(&c->s.env->disconnect_log, now)) {
 			char text[LOG_ESCAPED_MAX];
 			log_escape(d.message.ptr, d.message.len, text, sizeof(text));
-			LOG(LOG_INFO, "conn %d: HAProxy disconnects: %u \"%s\"%s", c->fd,
-			    d.status_code, text, log_limit_suppressed(&c->w->disconnect_log));
+			LOG(LOG_INFO, "conn %d: HAProxy disconnects: %u \"%s\"%s", c->s.fd,
+			    d.status_code, text, log_limit_suppressed(&c->s.env->disconnect_log));
 		}
 		conn_fail(c, SPOP_ERR_NONE);
 		break;
@@ -273,22 +191,22 @@ static void conn_process(struct conn *c)
 {
 	size_t off = 0;
 	double now = rl_now();
-	double evnow = ev_now(c->w->loop);
+	double evnow = ev_now(c->s.env->loop);
 
-	while (c->state != CONN_CLOSING && off < c->rlen && c->npending < CONN_MAX_PENDING) {
+	while (c->state != CONN_CLOSING && off < c->s.rlen && c->npending < CONN_MAX_PENDING) {
 		struct spop_frame f;
 		enum spop_err err;
 		size_t limit = c->state == CONN_HELLO ? CONN_HELLO_FRAME_MAX : c->max_frame;
 
 		/* Room for the largest answer, or wait until the peer reads. */
-		if (c->wcap - c->wlen < (size_t)c->max_frame + SPOP_LEN_SIZE) {
+		if (c->s.wcap - c->s.wlen < (size_t)c->max_frame + SPOP_LEN_SIZE) {
 			if (conn_flush(c) < 0)
 				return;
-			conn_compact_wbuf(c);
-			if (c->wcap - c->wlen < (size_t)c->max_frame + SPOP_LEN_SIZE)
+			stream_compact(&c->s);
+			if (c->s.wcap - c->s.wlen < (size_t)c->max_frame + SPOP_LEN_SIZE)
 				break;
 		}
-		int rc = spop_frame_decode(c->rbuf + off, c->rlen - off, limit, &f, &err);
+		int rc = spop_frame_decode(c->s.rbuf + off, c->s.rlen - off, limit, &f, &err);
 		if (rc == 0)
 			break;
 		if (rc < 0) {
@@ -296,32 +214,29 @@ static void conn_process(struct conn *c)
 			break;
 		}
 		off += (size_t)rc;
-		c->last_rx = evnow;
+		c->s.last_rx = evnow;
 		conn_frame(c, &f, now);
 	}
 	if (c->state == CONN_CLOSING) {
-		c->rlen = 0;
+		c->s.rlen = 0;
 		return;
 	}
-	if (off > 0) {
-		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
-		c->rlen -= off;
-	}
+	stream_consume(&c->s, off);
 	/* The frame timer measures one frame: it restarts whenever a whole
 	 * frame was consumed, so a busy peer whose writes end mid-frame is
 	 * never cut while frames keep completing. */
-	if (c->rlen == 0)
-		c->partial_since = 0;
-	else if (off > 0 || c->partial_since == 0)
-		c->partial_since = evnow;
+	if (c->s.rlen == 0)
+		c->s.partial_since = 0;
+	else if (off > 0 || c->s.partial_since == 0)
+		c->s.partial_since = evnow;
 }
 
 static void conn_read(struct conn *c)
 {
 	for (int i = 0; i < CONN_READS_PER_EVENT && c->state != CONN_CLOSING; i++) {
-		if (c->rlen == c->rcap)
+		if (c->s.rlen == c->s.rcap)
 			break;
-		ssize_t n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+		ssize_t n = read(c->s.fd, c->s.rbuf + c->s.rlen, c->s.rcap - c->s.rlen);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -329,16 +244,16 @@ static void conn_read(struct conn *c)
 		if (n <= 0) {
 			/* EOF, ECONNRESET: normal closes. Answer what came whole. */
 			if (n < 0 && errno != ECONNRESET)
-				LOG(LOG_DEBUG, "conn %d: read: %s", c->fd, strerror(errno));
+				LOG(LOG_DEBUG, "conn %d: read: %s", c->s.fd, strerror(errno));
 			conn_process(c);
-			if (!c->dead)
+			if (!c->s.dead)
 				c->state = CONN_CLOSING;
 			return;
 		}
-		size_t got = (size_t)n, room = c->rcap - c->rlen;
-		c->rlen += got;
+		size_t got = (size_t)n, room = c->s.rcap - c->s.rlen;
+		c->s.rlen += got;
 		conn_process(c);
-		if (c->dead || got < room)
+		if (c->s.dead || got < room)
 			break;
 	}
 }
@@ -350,7 +265,7 @@ static void conn_continue(struct conn *c)
 {
 	if (conn_flush(c) < 0)
 		return;
-	if (c->rlen > 0 && c->state != CONN_CLOSING) {
+	if (c->s.rlen > 0 && c->state != CONN_CLOSING) {
 		conn_process(c);
 		if (conn_flush(c) < 0)
 			return;
@@ -360,14 +275,14 @@ static void conn_continue(struct conn *c)
 
 static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct conn *c = container_of(io, struct conn, io);
+	struct conn *c = container_of(io, struct conn, s.io);
 	(void)loop;
 
 	if (revents & EV_READ)
 		conn_read(c);
-	if (c->dead)
+	if (c->s.dead)
 		return;
-	if (c->draining && c->state != CONN_CLOSING && c->rlen == 0 && !c->pending)
+	if (c->s.draining && c->state != CONN_CLOSING && c->s.rlen == 0 && !c->pending)
 		conn_fail(c, SPOP_ERR_NONE);
 	conn_continue(c);
 }
@@ -377,8 +292,8 @@ static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
  * it bounds the final flush. */
 static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct conn *c = container_of(t, struct conn, timer);
-	const struct config *cfg = c->w->cfg;
+	struct conn *c = container_of(t, struct conn, s.timer);
+	const struct config *cfg = c->s.env->cfg;
 	double now = ev_now(loop), deadline;
 	(void)revents;
 
@@ -387,13 +302,13 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 		return;
 	}
 	if (c->state == CONN_HELLO)
-		deadline = c->created + cfg->frame_timeout_ms / 1000.0;
-	else if (c->partial_since > 0)
-		deadline = c->partial_since + cfg->frame_timeout_ms / 1000.0;
+		deadline = c->s.created + cfg->frame_timeout_ms / 1000.0;
+	else if (c->s.partial_since > 0)
+		deadline = c->s.partial_since + cfg->frame_timeout_ms / 1000.0;
 	else
-		deadline = c->last_rx + cfg->idle_timeout_ms / 1000.0;
+		deadline = c->s.last_rx + cfg->idle_timeout_ms / 1000.0;
 	if (now >= deadline) {
-		LOG(LOG_DEBUG, "conn %d: timeout", c->fd);
+		LOG(LOG_DEBUG, "conn %d: timeout", c->s.fd);
 		conn_fail(c, SPOP_ERR_TIMEOUT);
 		if (conn_flush(c) == 0)
 			conn_update_events(c);
@@ -403,62 +318,48 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	 * frame may start arriving before the idle deadline. */
 	double next = deadline - now;
 	double frame = cfg->frame_timeout_ms / 1000.0;
-	if (c->partial_since == 0 && next > frame)
+	if (c->s.partial_since == 0 && next > frame)
 		next = frame;
 	ev_timer_set(t, next, 0.);
 	ev_timer_start(loop, t);
 }
 
-struct conn *conn_new(struct worker *w, int fd)
+static struct stream *conn_open(struct front_env *env, int fd)
 {
-	const struct config *cfg = w->cfg;
+	const struct config *cfg = env->cfg;
 	struct conn *c = calloc(1, sizeof(*c));
+	/* The first check comes at the earlier of the two deadlines. */
+	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
+								      : cfg->idle_timeout_ms) / 1000.0;
 
-	if (!c) {
-		close(fd);
-		return NULL;
-	}
-	c->w = w;
-	c->fd = fd;
-	c->state = CONN_HELLO;
 	/* Small buffers until HELLO (conn_hello grows them to the
 	 * negotiated frame size): room for a HELLO in, a HELLO or a
 	 * DISCONNECT out. */
-	c->max_frame = CONN_HELLO_FRAME_MAX;
-	c->rcap = CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE;
-	c->wcap = 2 * c->rcap;
-	c->rbuf = malloc(c->rcap);
-	c->wbuf = malloc(c->wcap);
-	if (!c->rbuf || !c->wbuf) {
-		free(c->rbuf);
-		free(c->wbuf);
+	if (!c || stream_open(&c->s, &spop_front, env, fd, CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE,
+			      2 * (CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE), conn_on_io, conn_on_timer,
+			      first) < 0) {
 		free(c);
 		close(fd);
 		return NULL;
 	}
-	w->buf_bytes += c->rcap + c->wcap;
-	metrics_conn(METRICS_SPOP, 1);
-	c->created = c->last_rx = c->last_notify = ev_now(w->loop);
-	ev_io_init(&c->io, conn_on_io, fd, EV_READ);
-	ev_io_start(w->loop, &c->io);
-	/* The first check comes at the earlier of the two deadlines. */
-	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
-								      : cfg->idle_timeout_ms) / 1000.0;
-	ev_timer_init(&c->timer, conn_on_timer, first, 0.);
-	ev_timer_start(w->loop, &c->timer);
-	return c;
+	c->state = CONN_HELLO;
+	c->max_frame = CONN_HELLO_FRAME_MAX;
+	c->last_notify = c->s.created;
+	return &c->s;
 }
 
-void conn_drain(struct conn *c)
+static void conn_drain(struct stream *s)
 {
-	if (c->dead)
+	struct conn *c = container_of(s, struct conn, s);
+
+	if (c->s.dead)
 		return;
-	c->draining = true;
+	c->s.draining = true;
 	/* Answer what is already in the socket, then leave. */
 	conn_read(c);
-	if (c->dead)
+	if (c->s.dead)
 		return;
-	if (c->state != CONN_CLOSING && c->rlen == 0 && !c->pending)
+	if (c->state != CONN_CLOSING && c->s.rlen == 0 && !c->pending)
 		conn_fail(c, SPOP_ERR_NONE);
 	if (conn_flush(c) == 0)
 		conn_update_events(c);
@@ -469,63 +370,88 @@ void conn_drain(struct conn *c)
 void conn_deliver(void *owner, struct decide_pending *p)
 {
 	struct conn *c = owner;
-	struct handler *h = &c->w->handler;
+	struct handler *h = c->s.env->handler;
 	struct spop_writer w;
 	enum spop_err err;
 
 	c->npending--;
-	if (c->dead || c->state == CONN_CLOSING) {
+	if (c->s.dead || c->state == CONN_CLOSING) {
 		decide_pending_release(h->dec, p);
 		return;
 	}
 	/* Room for one more ACK: grow the buffer rather than drop an answer,
 	 * up to a bound. */
 	size_t need = (size_t)c->max_frame + SPOP_LEN_SIZE;
-	if (c->wcap - c->wlen < need) {
-		conn_compact_wbuf(c);
-		if (c->wcap - c->wlen < need &&
-		    (c->wcap * 2 > CONN_WBUF_MAX || conn_grow(c, 0, c->wcap * 2) < 0)) {
+	if (c->s.wcap - c->s.wlen < need) {
+		stream_compact(&c->s);
+		if (c->s.wcap - c->s.wlen < need &&
+		    (c->s.wcap * 2 > CONN_WBUF_MAX || conn_grow(c, 0, c->s.wcap * 2) < 0)) {
 			decide_pending_release(h->dec, p);
-			LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing", c->fd);
+			LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing", c->s.fd);
 			conn_close(c);
 			return;
 		}
 	}
-	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+	spop_writer_init(&w, c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen);
 	int rc = handler_encode_pending(h, p, &w, c->max_frame, &err);
 	decide_pending_release(h->dec, p);
 	if (rc < 0) {
 		conn_fail(c, err);
 	} else {
-		c->wlen += w.len;
-		if (c->draining && !c->pending && c->rlen == 0)
+		c->s.wlen += w.len;
+		if (c->s.draining && !c->pending && c->s.rlen == 0)
 			conn_fail(c, SPOP_ERR_NONE);
 	}
 	conn_continue(c);
 }
 
-void conn_evict(struct conn *c)
+static void conn_evict(struct stream *s)
 {
+	struct conn *c = container_of(s, struct conn, s);
 	struct spop_writer w;
 
-	if (c->dead)
+	if (c->s.dead)
 		return;
 	/* Best effort: one DISCONNECT if it fits the socket now, then close. */
 	if (c->state != CONN_CLOSING) {
-		spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
+		spop_writer_init(&w, c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen);
 		if (spop_encode_agent_disconnect(&w, SPOP_ERR_NONE, "idle connection evicted") == 0)
-			c->wlen += w.len;
+			c->s.wlen += w.len;
 	}
-	if (c->woff < c->wlen)
-		(void)!send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL | MSG_DONTWAIT);
+	stream_send_once(&c->s);
 	conn_close(c);
 }
 
-void conn_free(struct conn *c)
+static void conn_close_now(struct stream *s)
 {
-	metrics_conn(METRICS_SPOP, -1);
-	c->w->buf_bytes -= c->rcap + c->wcap;
-	free(c->rbuf);
-	free(c->wbuf);
+	conn_close(container_of(s, struct conn, s));
+}
+
+static void conn_free(struct stream *s)
+{
+	struct conn *c = container_of(s, struct conn, s);
+
+	stream_release(&c->s);
 	free(c);
 }
+
+/* At max_connections, a connection whose last NOTIFY (or accept, for one
+ * that never sent any) is old may give way: a peer that only keeps its
+ * connection open, or only pings, cannot hold a slot. */
+static double conn_idle_since(const struct stream *s)
+{
+	const struct conn *c = container_of(s, const struct conn, s);
+
+	return c->state == CONN_CLOSING ? -1 : c->last_notify;
+}
+
+const struct front_ops spop_front = {
+	.name = "spop",
+	.metric = METRICS_SPOP,
+	.open = conn_open,
+	.idle_since = conn_idle_since,
+	.drain = conn_drain,
+	.evict = conn_evict,
+	.close = conn_close_now,
+	.free = conn_free,
+};

@@ -21,7 +21,6 @@
 #include "agent/http_parse.h"
 #include "agent/log.h"
 #include "agent/metrics.h"
-#include "agent/worker.h"
 
 #define HTTP_RBUF       HTTP_HEAD_MAX   /* one head at a time */
 #define HTTP_WBUF       16384           /* answers of a pipelined batch */
@@ -36,54 +35,22 @@ static void http_continue(struct http_conn *c);
 
 static void http_close(struct http_conn *c)
 {
-	if (c->dead)
+	if (c->s.dead)
 		return;
-	c->dead = true;
 	decide_pending_detach_all(&c->pending);
-	ev_io_stop(c->w->loop, &c->io);
-	ev_timer_stop(c->w->loop, &c->timer);
-	close(c->fd);
-	c->fd = -1;
-	worker_http_closed(c->w, c);
+	stream_close(&c->s);
 }
 
 static void http_update_events(struct http_conn *c)
 {
-	int ev = 0;
-
-	if (!c->closing && !c->pending && c->rlen < c->rcap)
-		ev |= EV_READ;
-	if (c->woff < c->wlen)
-		ev |= EV_WRITE;
-	if (ev == 0) {
-		ev_io_stop(c->w->loop, &c->io);
-		return;
-	}
-	if ((c->io.events & (EV_READ | EV_WRITE)) != ev || !ev_is_active(&c->io)) {
-		ev_io_stop(c->w->loop, &c->io);
-		ev_io_set(&c->io, c->fd, ev);
-		ev_io_start(c->w->loop, &c->io);
-	}
+	stream_watch(&c->s, !c->closing && !c->pending);
 }
 
-/* Sends queued output. Returns 0, or -1 when the connection was closed. */
+/* Sends queued output; a closing connection closes once all is sent and
+ * nothing waits for a store. Returns 0, or -1 when it was closed. */
 static int http_flush(struct http_conn *c)
 {
-	while (c->woff < c->wlen) {
-		ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
-		if (n > 0) {
-			c->woff += (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return 0;
-		http_close(c);
-		return -1;
-	}
-	c->woff = c->wlen = 0;
-	if (c->closing && !c->pending) {
+	if (stream_send(&c->s) < 0 || (c->s.wlen == 0 && c->closing && !c->pending)) {
 		http_close(c);
 		return -1;
 	}
@@ -100,10 +67,10 @@ static void out(struct http_conn *c, const char *fmt, ...)
 	int n;
 
 	va_start(ap, fmt);
-	n = vsnprintf(c->wbuf + c->wlen, c->wcap - c->wlen, fmt, ap);
+	n = vsnprintf((char *)c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen, fmt, ap);
 	va_end(ap);
 	if (n > 0)
-		c->wlen += (size_t)n < c->wcap - c->wlen ? (size_t)n : c->wcap - c->wlen - 1;
+		c->s.wlen += (size_t)n < c->s.wcap - c->s.wlen ? (size_t)n : c->s.wcap - c->s.wlen - 1;
 }
 
 static const char *reason(int status)
@@ -164,7 +131,7 @@ static void answer_error(struct http_conn *c, const struct http_ctx *x, int stat
 static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 			    const struct rl_decision *r)
 {
-	const struct config *cfg = c->w->cfg;
+	const struct config *cfg = c->s.env->cfg;
 	char hdr[512], body[384];
 	size_t h = 0, b = 0;
 
@@ -302,9 +269,9 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	rq.arg_error = why;
 	rq.front = METRICS_HTTP;
 	memset(&r, 0, sizeof(r));
-	decide_one(&c->w->decide, &rq, now, &r);
+	decide_one(c->s.env->decide, &rq, now, &r);
 	if (decide_needs_store(&r, 1)) {
-		struct decide_pending *p = decide_hold(&c->w->decide, &r, 1, now, c,
+		struct decide_pending *p = decide_hold(c->s.env->decide, &r, 1, now, c,
 						       http_deliver, &c->pending);
 		if (p) {
 			uint64_t *tag = decide_pending_tag(p);
@@ -326,12 +293,12 @@ void http_deliver(void *owner, struct decide_pending *p)
 	size_t n;
 	const struct rl_decision *r = decide_pending_results(p, &n);
 
-	if (!c->dead && c->wcap - c->wlen >= HTTP_RESP_MAX)
+	if (!c->s.dead && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX)
 		answer_decision(c, &x, r);
-	else if (!c->dead)
+	else if (!c->s.dead)
 		c->closing = true;      /* cannot happen: room is made before holding */
-	decide_pending_release(&c->w->decide, p);
-	if (!c->dead)
+	decide_pending_release(c->s.env->decide, p);
+	if (!c->s.dead)
 		http_continue(c);
 }
 
@@ -341,27 +308,10 @@ void http_deliver(void *owner, struct decide_pending *p)
  * /metrics) within max_buffer_memory. Returns 0 or -1. */
 static int http_reserve(struct http_conn *c, size_t need)
 {
-	struct worker *w = c->w;
-
-	if (c->wcap - c->wlen >= need)
+	if (c->s.wcap - c->s.wlen >= need)
 		return 0;
-	if (c->woff > 0) {
-		memmove(c->wbuf, c->wbuf + c->woff, c->wlen - c->woff);
-		c->wlen -= c->woff;
-		c->woff = 0;
-	}
-	if (c->wcap - c->wlen >= need)
-		return 0;
-	size_t cap = c->wlen + need;
-	if (w->buf_bytes + (cap - c->wcap) > w->cfg->max_buffer_memory)
-		return -1;
-	char *nb = realloc(c->wbuf, cap);
-	if (!nb)
-		return -1;
-	w->buf_bytes += cap - c->wcap;
-	c->wbuf = nb;
-	c->wcap = cap;
-	return 0;
+	stream_compact(&c->s);
+	return stream_grow(&c->s, 0, c->s.wlen + need);
 }
 
 static void metrics_page(struct http_conn *c, const struct http_ctx *x)
@@ -371,8 +321,8 @@ static void metrics_page(struct http_conn *c, const struct http_ctx *x)
 
 	if (!text)
 		text = malloc(HTTP_METRICS_MAX);
-	if (!text || !c->w->metrics ||
-	    (n = metrics_render(c->w->metrics, c->w->cfg, c->w->rl, text, HTTP_METRICS_MAX)) < 0 ||
+	if (!text || !c->s.env->metrics ||
+	    (n = metrics_render(c->s.env->metrics, c->s.env->cfg, c->s.env->rl, text, HTTP_METRICS_MAX)) < 0 ||
 	    http_reserve(c, (size_t)n + HTTP_RESP_MAX) < 0) {
 		answer_error(c, x, 503, "metrics unavailable");
 		return;
@@ -387,7 +337,7 @@ static void route(struct http_conn *c, const struct http_request *req)
 	struct http_ctx x = { .head = req->method == HTTP_HEAD, .keep_alive = req->keep_alive,
 			      .minor = req->minor };
 
-	if (c->draining)
+	if (c->s.draining)
 		x.keep_alive = false;
 	if (req->method == HTTP_OTHER) {
 		answer(c, &x, 405, "application/json", "Allow: GET, HEAD\r\n",
@@ -409,29 +359,29 @@ static void route(struct http_conn *c, const struct http_request *req)
 static void http_process(struct http_conn *c)
 {
 	size_t off = 0;
-	double now = ev_now(c->w->loop);
+	double now = ev_now(c->s.env->loop);
 
-	while (!c->closing && !c->pending && !c->dead) {
+	while (!c->closing && !c->pending && !c->s.dead) {
 		if (c->skip > 0) {
-			size_t k = c->rlen - off < c->skip ? c->rlen - off : c->skip;
+			size_t k = c->s.rlen - off < c->skip ? c->s.rlen - off : c->skip;
 			off += k;
 			c->skip -= k;
 			if (c->skip > 0)
 				break;
 			continue;
 		}
-		if (off == c->rlen)
+		if (off == c->s.rlen)
 			break;
-		if (c->wcap - c->wlen < HTTP_RESP_MAX) {
+		if (c->s.wcap - c->s.wlen < HTTP_RESP_MAX) {
 			if (http_flush(c) < 0)
 				return;
-			if (c->wcap - c->wlen < HTTP_RESP_MAX)
+			if (c->s.wcap - c->s.wlen < HTTP_RESP_MAX)
 				break;
 		}
 		int status = 0;
 		const char *why = NULL;
 		struct http_ctx bad = { .keep_alive = false, .minor = 1 };
-		long end = http_head_end(c->rbuf + off, c->rlen - off, &c->scanned, &status, &why);
+		long end = http_head_end((const char *)c->s.rbuf + off, c->s.rlen - off, &c->scanned, &status, &why);
 		if (end == 0)
 			break;
 		if (end < 0) {
@@ -440,7 +390,7 @@ static void http_process(struct http_conn *c)
 			break;
 		}
 		struct http_request req;
-		if (http_parse_head(c->rbuf + off, (size_t)end, &req, &status, &why) < 0) {
+		if (http_parse_head((const char *)c->s.rbuf + off, (size_t)end, &req, &status, &why) < 0) {
 			metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
 			answer_error(c, &bad, status, why);
 			break;
@@ -448,32 +398,29 @@ static void http_process(struct http_conn *c)
 		off += (size_t)end;
 		c->scanned = 0;
 		c->skip = req.body_len;
-		c->last_rx = now;
+		c->s.last_rx = now;
 		route(c, &req);
 	}
-	if (c->dead)
+	if (c->s.dead)
 		return;
 	if (c->closing) {
-		c->rlen = 0;
+		c->s.rlen = 0;
 		return;
 	}
-	if (off > 0) {
-		memmove(c->rbuf, c->rbuf + off, c->rlen - off);
-		c->rlen -= off;
-	}
+	stream_consume(&c->s, off);
 	/* The request timer measures one head: from its first byte. */
-	if (c->rlen == 0 || c->skip > 0)
-		c->partial_since = 0;
-	else if (off > 0 || c->partial_since == 0)
-		c->partial_since = now;
+	if (c->s.rlen == 0 || c->skip > 0)
+		c->s.partial_since = 0;
+	else if (off > 0 || c->s.partial_since == 0)
+		c->s.partial_since = now;
 }
 
 static void http_read(struct http_conn *c)
 {
 	for (int i = 0; i < HTTP_READS_PER_EVENT && !c->closing && !c->pending; i++) {
-		if (c->rlen == c->rcap)
+		if (c->s.rlen == c->s.rcap)
 			break;
-		ssize_t n = read(c->fd, c->rbuf + c->rlen, c->rcap - c->rlen);
+		ssize_t n = read(c->s.fd, c->s.rbuf + c->s.rlen, c->s.rcap - c->s.rlen);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -481,14 +428,14 @@ static void http_read(struct http_conn *c)
 		if (n <= 0) {
 			/* EOF: answer what came whole, then close. */
 			http_process(c);
-			if (!c->dead)
+			if (!c->s.dead)
 				c->closing = true;
 			return;
 		}
-		size_t got = (size_t)n, room = c->rcap - c->rlen;
-		c->rlen += got;
+		size_t got = (size_t)n, room = c->s.rcap - c->s.rlen;
+		c->s.rlen += got;
 		http_process(c);
-		if (c->dead || got < room)
+		if (c->s.dead || got < room)
 			break;
 	}
 }
@@ -497,33 +444,31 @@ static void http_continue(struct http_conn *c)
 {
 	if (http_flush(c) < 0)
 		return;
-	if (c->rlen > 0 && !c->closing && !c->pending) {
+	if (c->s.rlen > 0 && !c->closing && !c->pending) {
 		http_process(c);
-		if (c->dead || http_flush(c) < 0)
+		if (c->s.dead || http_flush(c) < 0)
 			return;
 	}
-	if (c->draining && !c->pending && c->rlen == 0 && c->woff == c->wlen) {
+	if (c->s.draining && !c->pending && c->s.rlen == 0 && c->s.woff == c->s.wlen) {
 		http_close(c);
 		return;
 	}
 	if (c->closing && !c->grace) {
 		/* A last answer gets a bounded time to leave. */
 		c->grace = true;
-		ev_timer_stop(c->w->loop, &c->timer);
-		ev_timer_set(&c->timer, HTTP_CLOSE_GRACE, 0.);
-		ev_timer_start(c->w->loop, &c->timer);
+		stream_timer(&c->s, HTTP_CLOSE_GRACE);
 	}
 	http_update_events(c);
 }
 
 static void http_on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct http_conn *c = container_of(io, struct http_conn, io);
+	struct http_conn *c = container_of(io, struct http_conn, s.io);
 	(void)loop;
 
 	if (revents & EV_READ)
 		http_read(c);
-	if (!c->dead)
+	if (!c->s.dead)
 		http_continue(c);
 }
 
@@ -532,8 +477,8 @@ static void http_on_io(struct ev_loop *loop, ev_io *io, int revents)
  * request waiting for its store is bounded by the store's timeout. */
 static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct http_conn *c = container_of(t, struct http_conn, timer);
-	const struct config *cfg = c->w->cfg;
+	struct http_conn *c = container_of(t, struct http_conn, s.timer);
+	const struct config *cfg = c->s.env->cfg;
 	double now = ev_now(loop), deadline, frame = cfg->frame_timeout_ms / 1000.0;
 	(void)revents;
 
@@ -541,19 +486,19 @@ static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 		http_close(c);
 		return;
 	}
-	if (c->partial_since > 0)
-		deadline = c->partial_since + frame;
+	if (c->s.partial_since > 0)
+		deadline = c->s.partial_since + frame;
 	else
-		deadline = c->last_rx + cfg->idle_timeout_ms / 1000.0;
+		deadline = c->s.last_rx + cfg->idle_timeout_ms / 1000.0;
 	if (c->pending || now < deadline) {
 		double next = c->pending ? frame : deadline - now;
-		if (c->partial_since == 0 && next > frame)
+		if (c->s.partial_since == 0 && next > frame)
 			next = frame;
 		ev_timer_set(t, next, 0.);
 		ev_timer_start(loop, t);
 		return;
 	}
-	if (c->partial_since > 0 && c->wcap - c->wlen >= HTTP_RESP_MAX) {
+	if (c->s.partial_since > 0 && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX) {
 		struct http_ctx x = { .keep_alive = false, .minor = 1 };
 		answer_error(c, &x, 408, "request timeout");
 		http_continue(c);
@@ -562,61 +507,63 @@ static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	http_close(c);
 }
 
-struct http_conn *http_conn_new(struct worker *w, int fd)
+static struct stream *http_open(struct front_env *env, int fd)
 {
-	const struct config *cfg = w->cfg;
-	struct http_conn *c;
+	const struct config *cfg = env->cfg;
+	struct http_conn *c = calloc(1, sizeof(*c));
+	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
+								      : cfg->idle_timeout_ms) / 1000.0;
 
-	if (w->buf_bytes + HTTP_RBUF + HTTP_WBUF > cfg->max_buffer_memory ||
-	    !(c = calloc(1, sizeof(*c)))) {
-		close(fd);
-		return NULL;
-	}
-	c->w = w;
-	c->fd = fd;
-	c->rcap = HTTP_RBUF;
-	c->wcap = HTTP_WBUF;
-	c->rbuf = malloc(c->rcap);
-	c->wbuf = malloc(c->wcap);
-	if (!c->rbuf || !c->wbuf) {
-		free(c->rbuf);
-		free(c->wbuf);
+	if (!c || stream_open(&c->s, &http_front, env, fd, HTTP_RBUF, HTTP_WBUF, http_on_io,
+			      http_on_timer, first) < 0) {
 		free(c);
 		close(fd);
 		return NULL;
 	}
-	w->buf_bytes += c->rcap + c->wcap;
-	metrics_conn(METRICS_HTTP, 1);
-	c->created = c->last_rx = ev_now(w->loop);
-	ev_io_init(&c->io, http_on_io, fd, EV_READ);
-	ev_io_start(w->loop, &c->io);
-	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
-								      : cfg->idle_timeout_ms) / 1000.0;
-	ev_timer_init(&c->timer, http_on_timer, first, 0.);
-	ev_timer_start(w->loop, &c->timer);
-	return c;
+	return &c->s;
 }
 
-void http_conn_drain(struct http_conn *c)
+static void http_drain(struct stream *s)
 {
-	if (c->dead)
+	struct http_conn *c = container_of(s, struct http_conn, s);
+
+	if (c->s.dead)
 		return;
-	c->draining = true;
+	c->s.draining = true;
 	http_read(c);
-	if (!c->dead)
+	if (!c->s.dead)
 		http_continue(c);
 }
 
-void http_conn_evict(struct http_conn *c)
+static void http_close_now(struct stream *s)
 {
-	http_close(c);
+	http_close(container_of(s, struct http_conn, s));
 }
 
-void http_conn_free(struct http_conn *c)
+static void http_free(struct stream *s)
 {
-	metrics_conn(METRICS_HTTP, -1);
-	c->w->buf_bytes -= c->rcap + c->wcap;
-	free(c->rbuf);
-	free(c->wbuf);
+	struct http_conn *c = container_of(s, struct http_conn, s);
+
+	stream_release(&c->s);
 	free(c);
 }
+
+/* At max_connections, a connection with nothing half-read or held may give
+ * way from its last request on. */
+static double http_idle_since(const struct stream *s)
+{
+	const struct http_conn *c = container_of(s, const struct http_conn, s);
+
+	return c->pending || c->s.partial_since != 0 ? -1 : c->s.last_rx;
+}
+
+const struct front_ops http_front = {
+	.name = "http",
+	.metric = METRICS_HTTP,
+	.open = http_open,
+	.idle_since = http_idle_since,
+	.drain = http_drain,
+	.evict = http_close_now,
+	.close = http_close_now,
+	.free = http_free,
+};

@@ -18,7 +18,6 @@
 
 #include "agent/config.h"
 #include "agent/conn.h"
-#include "agent/http_front.h"
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
@@ -32,22 +31,19 @@
 #define WORKER_EVICT_IDLE        1.0     /* seconds without a NOTIFY: evictable */
 
 /* At max_connections, the connection to close for a new peer: the one
- * whose last NOTIFY (or accept, for one that never sent any) is the
- * oldest, if that is at least WORKER_EVICT_IDLE ago. NULL: every one is
- * busy. A
- * peer that only keeps its connection open (or sends anything but
- * NOTIFYs) cannot hold a slot against a peer that needs it. O(connections),
+ * idle the longest (its front says since when: ops->idle_since), if that
+ * is at least WORKER_EVICT_IDLE ago. NULL: every one is busy. O(connections),
  * and only at the cap when a peer is waiting. */
-static struct conn *worker_idlest(const struct worker *w, double now)
+static struct stream *worker_idlest(const struct worker *w, double now)
 {
-	struct conn *best = NULL;
+	struct stream *best = NULL;
 	double best_t = now - WORKER_EVICT_IDLE;
 
-	for (struct conn *c = w->conns; c; c = c->next) {
-		double t = c->last_notify;
+	for (struct stream *s = w->conns; s; s = s->next) {
+		double t = s->ops->idle_since(s);
 
-		if (!c->dead && c->state != CONN_CLOSING && t <= best_t) {
-			best = c;
+		if (!s->dead && t >= 0 && t <= best_t) {
+			best = s;
 			best_t = t;
 		}
 	}
@@ -56,10 +52,18 @@ static struct conn *worker_idlest(const struct worker *w, double now)
 
 static void worker_on_accept_pause(struct ev_loop *loop, ev_timer *t, int revents)
 {
-	struct worker *w = container_of(t, struct worker, accept_pause_w);
+	struct worker_listener *l = container_of(t, struct worker_listener, pause_w);
 	(void)revents;
-	if (!w->stopping)
-		ev_io_start(loop, &w->accept_w);
+	if (!l->w->stopping)
+		ev_io_start(loop, &l->accept_w);
+}
+
+static void worker_pause(struct worker_listener *l, double seconds)
+{
+	ev_io_stop(l->w->loop, &l->accept_w);
+	ev_timer_stop(l->w->loop, &l->pause_w);
+	ev_timer_set(&l->pause_w, seconds, 0.);
+	ev_timer_start(l->w->loop, &l->pause_w);
 }
 
 /* Everything a stopping worker waits for is done. */
@@ -68,46 +72,39 @@ static bool worker_done(const struct worker *w)
 	return w->stopping && w->nconns == 0 && !sync_busy(w->sync) && w->decide.npending == 0;
 }
 
-/* A connection closed: accepts paused at the cap start again. */
-static void worker_below_cap(struct worker *w)
+/* env.closed: a connection closed; it is freed after the callbacks, and
+ * accepts paused at the cap start again. */
+static void worker_closed(struct front_env *env, struct stream *s)
 {
+	struct worker *w = container_of(env, struct worker, env);
+
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		w->conns = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	s->prev = NULL;
+	s->next = w->dead;
+	w->dead = s;
+	w->nconns--;
 	if (w->stopping || w->nconns >= w->cfg->max_connections)
 		return;
-	if (!ev_is_active(&w->accept_w) && !ev_is_active(&w->accept_pause_w))
-		ev_io_start(w->loop, &w->accept_w);
-	if (w->http_fd >= 0 && !ev_is_active(&w->http_accept_w) &&
-	    !ev_is_active(&w->http_pause_w))
-		ev_io_start(w->loop, &w->http_accept_w);
+	for (size_t i = 0; i < w->nlis; i++) {
+		struct worker_listener *l = &w->lis[i];
+
+		if (!ev_is_active(&l->accept_w) && !ev_is_active(&l->pause_w))
+			ev_io_start(w->loop, &l->accept_w);
+	}
 }
 
-void worker_conn_closed(struct worker *w, struct conn *c)
+static void worker_reap(struct worker *w)
 {
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		w->conns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	c->prev = NULL;
-	c->next = w->dead;
-	w->dead = c;
-	w->nconns--;
-	worker_below_cap(w);
-}
-
-void worker_http_closed(struct worker *w, struct http_conn *c)
-{
-	if (c->prev)
-		c->prev->next = c->next;
-	else
-		w->hconns = c->next;
-	if (c->next)
-		c->next->prev = c->prev;
-	c->prev = NULL;
-	c->next = w->hdead;
-	w->hdead = c;
-	w->nconns--;
-	worker_below_cap(w);
+	while (w->dead) {
+		struct stream *s = w->dead;
+		w->dead = s->next;
+		s->ops->free(s);
+	}
 }
 
 /* Frees the connections closed during this loop iteration's callbacks. */
@@ -116,29 +113,23 @@ static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 	struct worker *w = container_of(chk, struct worker, reap_w);
 	(void)revents;
 
-	while (w->dead) {
-		struct conn *c = w->dead;
-		w->dead = c->next;
-		conn_free(c);
-	}
-	while (w->hdead) {
-		struct http_conn *c = w->hdead;
-		w->hdead = c->next;
-		http_conn_free(c);
-	}
+	worker_reap(w);
 	/* Stop once connections are done and no push waits for its store
 	 * (its diffs would otherwise be pushed twice by the final flush). */
 	if (worker_done(w))
 		ev_break(loop, EVBREAK_ALL);
 }
 
+/* Any listener: max_connections counts every front's connections; at the
+ * cap the longest idle one (of any front) gives way to a new peer. */
 static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 {
-	struct worker *w = container_of(io, struct worker, accept_w);
+	struct worker_listener *l = container_of(io, struct worker_listener, accept_w);
+	struct worker *w = l->w;
 	(void)revents;
 
 	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
-		struct conn *idle = NULL;
+		struct stream *idle = NULL;
 
 		if (w->nconns >= w->cfg->max_connections) {
 			double now = ev_now(loop);
@@ -149,16 +140,13 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 				 * look again in a while. */
 				if (log_limit(&w->cap_log, now))
 					LOG(LOG_WARN, "worker at max_connections (%u), all busy: "
-					    "not accepting%s", w->nconns,
+					    "not accepting %s%s", w->nconns, l->ops->name,
 					    log_limit_suppressed(&w->cap_log));
-				ev_io_stop(loop, &w->accept_w);
-				ev_timer_stop(loop, &w->accept_pause_w);
-				ev_timer_set(&w->accept_pause_w, WORKER_CAP_RECHECK, 0.);
-				ev_timer_start(loop, &w->accept_pause_w);
+				worker_pause(l, WORKER_CAP_RECHECK);
 				return;
 			}
 		}
-		int fd = accept4(w->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
@@ -167,126 +155,34 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 			/* EMFILE, ENFILE, ENOBUFS...: the listener stays readable;
 			 * pause accepting instead of spinning on it. */
 			if (log_limit(&w->accept_log, ev_now(loop)))
-				LOG(LOG_WARN, "accept: %s; pausing accepts for %.0f ms%s", strerror(errno),
-				    WORKER_ACCEPT_PAUSE * 1000, log_limit_suppressed(&w->accept_log));
-			ev_io_stop(loop, &w->accept_w);
-			ev_timer_stop(loop, &w->accept_pause_w);
-			ev_timer_set(&w->accept_pause_w, WORKER_ACCEPT_PAUSE, 0.);
-			ev_timer_start(loop, &w->accept_pause_w);
+				LOG(LOG_WARN, "accept (%s): %s; pausing accepts for %.0f ms%s",
+				    l->ops->name, strerror(errno), WORKER_ACCEPT_PAUSE * 1000,
+				    log_limit_suppressed(&w->accept_log));
+			worker_pause(l, WORKER_ACCEPT_PAUSE);
 			return;
 		}
 		if (idle) {
 			/* A peer is waiting: the longest idle connection goes. */
 			if (log_limit(&w->evict_log, ev_now(loop)))
 				LOG(LOG_INFO, "max_connections (%u): closing the longest idle "
-				    "connection for a new one%s", w->nconns,
+				    "connection (%s) for a new one%s", w->nconns, idle->ops->name,
 				    log_limit_suppressed(&w->evict_log));
-			conn_evict(idle);
+			idle->ops->evict(idle);
 		}
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails on unix sockets */
-		struct conn *c = conn_new(w, fd);
-		if (!c) {
-			LOG(LOG_ERR, "out of memory for a connection");
+		struct stream *s = l->ops->open(&w->env, fd);
+		if (!s) {
+			if (log_limit(&w->refuse_log, ev_now(loop)))
+				LOG(LOG_WARN, "%s connection refused: out of memory or "
+				    "max_buffer_memory%s", l->ops->name,
+				    log_limit_suppressed(&w->refuse_log));
 			continue;
 		}
-		c->next = w->conns;
+		s->next = w->conns;
 		if (w->conns)
-			w->conns->prev = c;
-		w->conns = c;
-		w->nconns++;
-	}
-}
-
-/* At max_connections, the HTTP connection to close for a new peer: the
- * one whose last request is the oldest, at least WORKER_EVICT_IDLE ago,
- * with nothing half-read or held. */
-static struct http_conn *worker_http_idlest(const struct worker *w, double now)
-{
-	struct http_conn *best = NULL;
-	double best_t = now - WORKER_EVICT_IDLE;
-
-	for (struct http_conn *c = w->hconns; c; c = c->next) {
-		if (!c->dead && !c->pending && c->partial_since == 0 && c->last_rx <= best_t) {
-			best = c;
-			best_t = c->last_rx;
-		}
-	}
-	return best;
-}
-
-static void worker_on_http_pause(struct ev_loop *loop, ev_timer *t, int revents)
-{
-	struct worker *w = container_of(t, struct worker, http_pause_w);
-	(void)revents;
-	if (!w->stopping)
-		ev_io_start(loop, &w->http_accept_w);
-}
-
-static void worker_http_pause(struct worker *w, double seconds)
-{
-	ev_io_stop(w->loop, &w->http_accept_w);
-	ev_timer_stop(w->loop, &w->http_pause_w);
-	ev_timer_set(&w->http_pause_w, seconds, 0.);
-	ev_timer_start(w->loop, &w->http_pause_w);
-}
-
-/* The HTTP listener: the same cap and the same idle eviction as SPOP
- * (an HTTP keep-alive connection idle for a second gives way). */
-static void worker_on_http_accept(struct ev_loop *loop, ev_io *io, int revents)
-{
-	struct worker *w = container_of(io, struct worker, http_accept_w);
-	(void)revents;
-
-	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
-		struct http_conn *idle = NULL;
-		struct conn *sidle = NULL;
-
-		if (w->nconns >= w->cfg->max_connections) {
-			double now = ev_now(loop);
-
-			idle = worker_http_idlest(w, now);
-			if (!idle)
-				sidle = worker_idlest(w, now);
-			if (!idle && !sidle) {
-				if (log_limit(&w->cap_log, now))
-					LOG(LOG_WARN, "worker at max_connections (%u), all busy: "
-					    "not accepting HTTP%s", w->nconns,
-					    log_limit_suppressed(&w->cap_log));
-				worker_http_pause(w, WORKER_CAP_RECHECK);
-				return;
-			}
-		}
-		int fd = accept4(w->http_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-		if (fd < 0) {
-			if (errno == EINTR || errno == ECONNABORTED)
-				continue;
-			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return;
-			if (log_limit(&w->accept_log, ev_now(loop)))
-				LOG(LOG_WARN, "accept (HTTP): %s; pausing accepts for %.0f ms%s",
-				    strerror(errno), WORKER_ACCEPT_PAUSE * 1000,
-				    log_limit_suppressed(&w->accept_log));
-			worker_http_pause(w, WORKER_ACCEPT_PAUSE);
-			return;
-		}
-		if (idle)
-			http_conn_evict(idle);
-		else if (sidle)
-			conn_evict(sidle);
-		int one = 1;
-		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-		struct http_conn *c = http_conn_new(w, fd);
-		if (!c) {
-			if (log_limit(&w->budget_log, ev_now(loop)))
-				LOG(LOG_WARN, "HTTP connection refused: out of memory or "
-				    "max_buffer_memory%s", log_limit_suppressed(&w->budget_log));
-			continue;
-		}
-		c->next = w->hconns;
-		if (w->hconns)
-			w->hconns->prev = c;
-		w->hconns = c;
+			w->conns->prev = s;
+		w->conns = s;
 		w->nconns++;
 	}
 }
@@ -319,17 +215,13 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 		return;
 	w->stopping = true;
 	LOG(LOG_DEBUG, "stopping: %u connections to finish", w->nconns);
-	ev_io_stop(loop, &w->accept_w);
-	ev_timer_stop(loop, &w->accept_pause_w);
-	ev_io_stop(loop, &w->http_accept_w);
-	ev_timer_stop(loop, &w->http_pause_w);
-	for (struct conn *c = w->conns, *next; c; c = next) {
-		next = c->next;
-		conn_drain(c);
+	for (size_t i = 0; i < w->nlis; i++) {
+		ev_io_stop(loop, &w->lis[i].accept_w);
+		ev_timer_stop(loop, &w->lis[i].pause_w);
 	}
-	for (struct http_conn *c = w->hconns, *next; c; c = next) {
+	for (struct stream *c = w->conns, *next; c; c = next) {
 		next = c->next;
-		http_conn_drain(c);
+		c->ops->drain(c);
 	}
 	ev_timer_init(&w->drain_w, worker_on_drain_timeout, WORKER_DRAIN_SECONDS, 0.);
 	ev_timer_start(loop, &w->drain_w);
@@ -345,11 +237,11 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 
 	memset(&w, 0, sizeof(w));
 	w.cfg = cfg;
-	w.rl = rl;
 	w.id = id;
-	w.listen_fd = ls->spop_fd;
-	w.http_fd = ls->http_fd;
-	w.metrics = ls->metrics;
+	w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = &spop_front, .fd = ls->spop_fd };
+	if (ls->http_fd >= 0)
+		w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = &http_front,
+							    .fd = ls->http_fd };
 	metrics_attach(ls->metrics, id);
 	log_worker_id = id;
 	/* Die with the master. */
@@ -377,14 +269,14 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	ev_io_init(&w.accept_w, worker_on_accept, w.listen_fd, EV_READ);
-	ev_io_start(w.loop, &w.accept_w);
-	ev_init(&w.http_pause_w, worker_on_http_pause);
-	if (w.http_fd >= 0) {
-		ev_io_init(&w.http_accept_w, worker_on_http_accept, w.http_fd, EV_READ);
-		ev_io_start(w.loop, &w.http_accept_w);
+	w.env = (struct front_env){ .loop = w.loop, .cfg = cfg, .rl = rl, .decide = &w.decide,
+				    .handler = &w.handler, .metrics = ls->metrics,
+				    .closed = worker_closed };
+	for (size_t i = 0; i < w.nlis; i++) {
+		ev_io_init(&w.lis[i].accept_w, worker_on_accept, w.lis[i].fd, EV_READ);
+		ev_io_start(w.loop, &w.lis[i].accept_w);
+		ev_init(&w.lis[i].pause_w, worker_on_accept_pause);
 	}
-	ev_init(&w.accept_pause_w, worker_on_accept_pause);
 	ev_check_init(&w.reap_w, worker_on_check);
 	ev_check_start(w.loop, &w.reap_w);
 
@@ -401,38 +293,12 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	LOG(LOG_DEBUG, "worker %d serving", id);
 	ev_run(w.loop, 0);
 
-	/* Answers still waiting for a store go nowhere now; then stop the
-	 * sync (which fails those pushes). */
-	for (struct conn *c = w.conns; c; c = c->next)
-		decide_pending_detach_all(&c->pending);
-	for (struct http_conn *c = w.hconns; c; c = c->next)
-		decide_pending_detach_all(&c->pending);
+	/* Answers still waiting for a store go nowhere now (connections
+	 * closed at once); then stop the sync (which fails those pushes). */
+	while (w.conns)
+		w.conns->ops->close(w.conns);
 	sync_stop(w.sync);
-
-	for (struct conn *c = w.conns, *next; c; c = next) {
-		next = c->next;
-		ev_io_stop(w.loop, &c->io);
-		ev_timer_stop(w.loop, &c->timer);
-		close(c->fd);
-		conn_free(c);
-	}
-	while (w.dead) {
-		struct conn *c = w.dead;
-		w.dead = c->next;
-		conn_free(c);
-	}
-	for (struct http_conn *c = w.hconns, *next; c; c = next) {
-		next = c->next;
-		ev_io_stop(w.loop, &c->io);
-		ev_timer_stop(w.loop, &c->timer);
-		close(c->fd);
-		http_conn_free(c);
-	}
-	while (w.hdead) {
-		struct http_conn *c = w.hdead;
-		w.hdead = c->next;
-		http_conn_free(c);
-	}
+	worker_reap(&w);
 	ev_loop_destroy(w.loop);
 	handler_free(&w.handler);
 	decide_free(&w.decide);

@@ -1,6 +1,7 @@
 /*
- * worker.h - a worker process: its own libev loop accepting on the listener
- * the master bound, serving SPOP connections, counting in the shared table.
+ * worker.h - a worker process: its own libev loop accepting on the
+ * listeners the master bound (one front each, agent/stream.h), serving
+ * their connections, counting in the shared table.
  */
 #ifndef WORKER_H
 #define WORKER_H
@@ -12,10 +13,9 @@
 #include "agent/decide.h"
 #include "agent/handler.h"
 #include "agent/log.h"
+#include "agent/stream.h"
 
 struct config;
-struct conn;
-struct http_conn;
 struct metrics;
 struct rl;
 struct sync;
@@ -27,42 +27,43 @@ struct worker_listeners {
 	struct metrics *metrics;      /* every worker's counters (shared) */
 };
 
+#define WORKER_MAX_LISTENERS 2
+
+struct worker;
+
+/* One listening socket and the front it speaks. */
+struct worker_listener {
+	struct worker *w;
+	const struct front_ops *ops;
+	int fd;
+	ev_io accept_w;
+	ev_timer pause_w;             /* accepts paused (at the cap, after EMFILE) */
+};
+
 struct worker {
 	struct ev_loop *loop;
 	const struct config *cfg;
-	struct rl *rl;
 	struct decide decide;         /* the decisions of every front */
 	struct handler handler;       /* the SPOP front's messages */
+	struct front_env env;         /* what the connections share */
 	struct sync *sync;            /* NULL when no namespace syncs */
 	int id;
-	int listen_fd;
-	int http_fd;                  /* -1: no HTTP front */
-	struct metrics *metrics;
-	ev_io accept_w;
-	ev_io http_accept_w;
-	ev_timer http_pause_w;        /* HTTP accepts paused (cap, EMFILE) */
+	struct worker_listener lis[WORKER_MAX_LISTENERS];
+	size_t nlis;
 	ev_signal term_w, int_w;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */
 	ev_timer stop_poll_w;         /* while stopping: checks whether all is done */
-	ev_timer accept_pause_w;      /* accepts paused after EMFILE and the like */
-	struct conn *conns;           /* live connections */
-	struct conn *dead;            /* closed, to free after the callbacks */
-	struct http_conn *hconns;     /* live HTTP connections */
-	struct http_conn *hdead;      /* closed, to free after the callbacks */
-	uint32_t nconns;              /* SPOP and HTTP together (max_connections) */
-	size_t buf_bytes;             /* connection buffers (max_buffer_memory) */
+	struct stream *conns;         /* live connections, every front */
+	struct stream *dead;          /* closed, to free after the callbacks */
+	uint32_t nconns;              /* max_connections counts them all */
 	bool stopping;
-	struct log_limit cap_log, accept_log, evict_log, budget_log, fail_log, disconnect_log;
+	struct log_limit cap_log, accept_log, evict_log, refuse_log;
 };
 
 /* Runs a worker until SIGTERM/SIGINT and its connections are done.
  * Returns the process exit status. */
 int worker_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
 	       int id);
-
-/* Called by a connection when it closes: unlinks it and queues it to free. */
-void worker_conn_closed(struct worker *w, struct conn *c);
-void worker_http_closed(struct worker *w, struct http_conn *c);
 
 #endif /* WORKER_H */

@@ -581,3 +581,43 @@ Test(http_metrics, aggregated_over_workers, .fini = stop_agent, .timeout = 60)
 		close(fds[c]);
 	free(wb), free(f);
 }
+
+/* max_connections counts both fronts, and at the cap the longest idle
+ * connection gives way whatever its front: four kept-alive HTTP clients
+ * idle for over a second cannot keep an SPOP peer (HAProxy) out. */
+Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	struct resp r;
+	int h[4], fd, closed = 0;
+
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"max_connections\": 4}");
+	for (int i = 0; i < 4; i++) {
+		h[i] = http_open();
+		rlen = 0;
+		send_str(h[i], "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n");
+		read_resp(h[i], &r);
+		cr_assert_eq(r.status, 200);
+	}
+	usleep(1500 * 1000);
+	fd = rawspop_connect(agent.port, IO_MS);
+	cr_assert(fd >= 0);
+	rawspop_hello(wb, &o);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME,
+		     "the SPOP peer is served at the cap\n%s", log_tail());
+	cr_assert_eq(f->type, RAWSPOP_AGENT_HELLO);
+	for (int i = 0; i < 4; i++) {
+		struct pollfd pfd = { .fd = h[i], .events = POLLIN };
+		char c;
+
+		if (poll(&pfd, 1, 200) == 1 && recv(h[i], &c, 1, 0) <= 0)
+			closed++;
+		close(h[i]);
+	}
+	cr_assert_eq(closed, 1, "%d idle HTTP connections closed for one SPOP peer", closed);
+	close(fd);
+	free(wb), free(f);
+}

@@ -1,0 +1,172 @@
+/*
+ * stream.c - the buffered, non-blocking connection every front builds on
+ * (agent/stream.h): buffers within the worker's max_buffer_memory, sends
+ * that stop when the socket is full, the watcher set for what comes next.
+ */
+#include "agent/stream.h"
+#include "agent/config.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+int stream_open(struct stream *s, const struct front_ops *ops, struct front_env *env, int fd,
+		size_t rcap, size_t wcap,
+		void (*io_cb)(struct ev_loop *, ev_io *, int),
+		void (*timer_cb)(struct ev_loop *, ev_timer *, int), double first)
+{
+	memset(s, 0, sizeof(*s));
+	if (env->buf_bytes + rcap + wcap > env->cfg->max_buffer_memory)
+		return -1;
+	s->rbuf = malloc(rcap);
+	s->wbuf = malloc(wcap);
+	if (!s->rbuf || !s->wbuf) {
+		free(s->rbuf);
+		free(s->wbuf);
+		return -1;
+	}
+	s->ops = ops;
+	s->env = env;
+	s->fd = fd;
+	s->rcap = rcap;
+	s->wcap = wcap;
+	env->buf_bytes += rcap + wcap;
+	metrics_conn(ops->metric, 1);
+	s->created = s->last_rx = ev_now(env->loop);
+	ev_io_init(&s->io, io_cb, fd, EV_READ);
+	ev_io_start(env->loop, &s->io);
+	ev_timer_init(&s->timer, timer_cb, first, 0.);
+	ev_timer_start(env->loop, &s->timer);
+	return 0;
+}
+
+int stream_grow(struct stream *s, size_t rcap, size_t wcap)
+{
+	struct front_env *env = s->env;
+	uint8_t *nb;
+
+	if (rcap < s->rcap)
+		rcap = s->rcap;
+	if (wcap < s->wcap)
+		wcap = s->wcap;
+	size_t more = rcap - s->rcap + wcap - s->wcap;
+	if (more == 0)
+		return 0;
+	if (env->buf_bytes + more > env->cfg->max_buffer_memory) {
+		if (log_limit(&env->budget_log, ev_now(env->loop)))
+			LOG(LOG_WARN, "%s connection %d: max_buffer_memory (%zu bytes) reached: "
+			    "connection refused%s", s->ops->name, s->fd,
+			    env->cfg->max_buffer_memory, log_limit_suppressed(&env->budget_log));
+		return -1;
+	}
+	if (rcap > s->rcap) {
+		if (!(nb = realloc(s->rbuf, rcap)))
+			return -1;
+		s->rbuf = nb;
+		env->buf_bytes += rcap - s->rcap;
+		s->rcap = rcap;
+	}
+	if (wcap > s->wcap) {
+		if (!(nb = realloc(s->wbuf, wcap)))
+			return -1;
+		s->wbuf = nb;
+		env->buf_bytes += wcap - s->wcap;
+		s->wcap = wcap;
+	}
+	return 0;
+}
+
+int stream_send(struct stream *s)
+{
+	while (s->woff < s->wlen) {
+		ssize_t n = send(s->fd, s->wbuf + s->woff, s->wlen - s->woff, MSG_NOSIGNAL);
+		if (n > 0) {
+			s->woff += (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return 0;
+		/* EPIPE, ECONNRESET: the peer is gone, a normal close. */
+		LOG(LOG_DEBUG, "%s connection %d: write: %s", s->ops->name, s->fd,
+		    n < 0 ? strerror(errno) : "closed");
+		return -1;
+	}
+	s->woff = s->wlen = 0;
+	return 0;
+}
+
+void stream_send_once(struct stream *s)
+{
+	if (s->woff < s->wlen)
+		(void)!send(s->fd, s->wbuf + s->woff, s->wlen - s->woff, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void stream_compact(struct stream *s)
+{
+	if (s->woff == 0)
+		return;
+	memmove(s->wbuf, s->wbuf + s->woff, s->wlen - s->woff);
+	s->wlen -= s->woff;
+	s->woff = 0;
+}
+
+void stream_consume(struct stream *s, size_t n)
+{
+	if (n == 0)
+		return;
+	memmove(s->rbuf, s->rbuf + n, s->rlen - n);
+	s->rlen -= n;
+}
+
+void stream_watch(struct stream *s, bool want_read)
+{
+	struct ev_loop *loop = s->env->loop;
+	int ev = 0;
+
+	if (want_read && s->rlen < s->rcap)
+		ev |= EV_READ;
+	if (s->woff < s->wlen)
+		ev |= EV_WRITE;
+	if (ev == 0) {
+		ev_io_stop(loop, &s->io);
+		return;
+	}
+	if ((s->io.events & (EV_READ | EV_WRITE)) != ev || !ev_is_active(&s->io)) {
+		ev_io_stop(loop, &s->io);
+		ev_io_set(&s->io, s->fd, ev);
+		ev_io_start(loop, &s->io);
+	}
+}
+
+void stream_timer(struct stream *s, double after)
+{
+	ev_timer_stop(s->env->loop, &s->timer);
+	ev_timer_set(&s->timer, after, 0.);
+	ev_timer_start(s->env->loop, &s->timer);
+}
+
+void stream_close(struct stream *s)
+{
+	if (s->dead)
+		return;
+	s->dead = true;
+	ev_io_stop(s->env->loop, &s->io);
+	ev_timer_stop(s->env->loop, &s->timer);
+	close(s->fd);
+	s->fd = -1;
+	s->env->closed(s->env, s);
+}
+
+void stream_release(struct stream *s)
+{
+	metrics_conn(s->ops->metric, -1);
+	s->env->buf_bytes -= s->rcap + s->wcap;
+	free(s->rbuf);
+	free(s->wbuf);
+	s->rbuf = s->wbuf = NULL;
+	s->rcap = s->wcap = 0;
+}

@@ -1,0 +1,134 @@
+/*
+ * stream.h - fronts and their connections, as the worker sees them.
+ *
+ * A front is what a listener speaks: a const ops table (spop_front in
+ * agent/conn.c, http_front in agent/http_front.c). Its connections embed a
+ * struct stream: a non-blocking socket with its watchers and its read and
+ * write buffers, counted against the worker's max_buffer_memory. A
+ * connection reports to its owner only through the environment's `closed`
+ * callback: fronts never include the worker, the worker knows fronts only
+ * by their ops.
+ *
+ *   worker --accept--> ops->open(env, fd) --> struct conn / http_conn
+ *      ^                                          |  (struct stream inside)
+ *      '------------- env->closed(env, s) <-------'
+ */
+#ifndef STREAM_H
+#define STREAM_H
+
+#include <ev.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "agent/log.h"
+#include "agent/metrics.h"
+
+struct config;
+struct decide;
+struct handler;
+struct rl;
+struct stream;
+struct front_env;
+
+struct front_ops {
+	const char *name;                 /* "spop", "http": logs */
+	enum metrics_front metric;        /* connections{front} */
+	/* Takes a connected non-blocking fd: the new connection's stream, or
+	 * NULL (fd closed) when out of memory or over max_buffer_memory. */
+	struct stream *(*open)(struct front_env *env, int fd);
+	/* Since when (ev_now() time) s could give way to a new peer at
+	 * max_connections; negative while it is busy. */
+	double (*idle_since)(const struct stream *s);
+	/* The worker stops: answer what came, then close. */
+	void (*drain)(struct stream *s);
+	/* Close at once for a new peer (a goodbye if the socket takes it). */
+	void (*evict)(struct stream *s);
+	/* Close at once, answers waiting for a store forgotten (the worker
+	 * exits). */
+	void (*close)(struct stream *s);
+	/* Frees a connection closed earlier (s->dead), never from inside its
+	 * own callbacks. */
+	void (*free)(struct stream *s);
+};
+
+extern const struct front_ops spop_front;
+extern const struct front_ops http_front;
+
+/* What the connections of a worker share, and how they report back. */
+struct front_env {
+	struct ev_loop *loop;
+	const struct config *cfg;
+	struct rl *rl;
+	struct decide *decide;            /* the decisions of every front */
+	struct handler *handler;          /* SPOP messages */
+	struct metrics *metrics;          /* every worker's counters (GET /metrics) */
+	size_t buf_bytes;                 /* all connection buffers (max_buffer_memory) */
+	struct log_limit budget_log, fail_log, disconnect_log;
+	/* s closed (fd closed, watchers stopped, s->dead): the owner unlinks
+	 * it and frees it (ops->free) once the callbacks are over. */
+	void (*closed)(struct front_env *env, struct stream *s);
+};
+
+struct stream {
+	const struct front_ops *ops;
+	struct front_env *env;
+	struct stream *prev, *next;       /* the owner's list */
+	int fd;
+	ev_io io;
+	ev_timer timer;
+	uint8_t *rbuf;
+	size_t rlen, rcap;
+	uint8_t *wbuf;
+	size_t wlen, woff, wcap;
+	double created;                   /* ev_now() at accept */
+	double last_rx;                   /* ev_now() of the last whole frame/request */
+	double partial_since;             /* a frame/head began arriving, or 0 */
+	bool draining;                    /* the worker is stopping */
+	bool dead;                        /* closed; freed by the owner */
+};
+
+/* Sets up s on fd with buffers of rcap and wcap bytes (within the budget)
+ * and starts its watchers: io_cb on EV_READ, timer_cb after `first`
+ * seconds. Returns 0, or -1 (nothing allocated, fd left open). */
+int stream_open(struct stream *s, const struct front_ops *ops, struct front_env *env, int fd,
+		size_t rcap, size_t wcap,
+		void (*io_cb)(struct ev_loop *, ev_io *, int),
+		void (*timer_cb)(struct ev_loop *, ev_timer *, int), double first);
+
+/* Grows the buffers to at least rcap and wcap bytes within the worker's
+ * max_buffer_memory (logged once a second when refused). Returns 0, or -1
+ * (buffers unchanged). The read buffer may move: index it by offset. */
+int stream_grow(struct stream *s, size_t rcap, size_t wcap);
+
+/* Sends queued output until done or the socket is full (when done, the
+ * buffer is reset: woff = wlen = 0). Returns 0, or -1 when the peer is
+ * gone (the caller closes). */
+int stream_send(struct stream *s);
+
+/* One non-blocking try at sending what is queued (an evicted peer's
+ * goodbye). */
+void stream_send_once(struct stream *s);
+
+/* Moves what a partial write left to the front of the write buffer. */
+void stream_compact(struct stream *s);
+
+/* Drops the first n bytes of the read buffer. */
+void stream_consume(struct stream *s, size_t n);
+
+/* Watches for reads when want_read and the read buffer has room, for
+ * writes while output is queued. */
+void stream_watch(struct stream *s, bool want_read);
+
+/* Re-arms the timer to fire in `after` seconds. */
+void stream_timer(struct stream *s, double after);
+
+/* Stops the watchers, closes the socket, marks s dead and reports it to
+ * the owner. Safe twice. */
+void stream_close(struct stream *s);
+
+/* Gives the buffers back (memory and budget). The connection itself is
+ * its front's to free. */
+void stream_release(struct stream *s);
+
+#endif /* STREAM_H */
