@@ -11,10 +11,8 @@
 
 #include "agent/log.h"
 #include "agent/metrics.h"
-#include "agent/shm.h"
 #include "agent/sync.h"
 #include "agent/window.h"
-#include "strategies/strategy.h"
 
 void decide_init(struct decide *d, struct rl *rl)
 {
@@ -315,13 +313,13 @@ struct decide_pending {
 	struct decide_pending *prev, *next;      /* owner's list, or the free list */
 	uint64_t tag[3];
 	double now;
-	size_t n, nc;
-	unsigned outstanding;                    /* pushes not answered yet */
-	int ci[DECIDE_MAX_BATCH];                /* request -> its counter in c, or -1 */
+	size_t n;
+	int hi[DECIDE_MAX_BATCH];                /* request -> its hit in hits, or -1 */
 	struct rl_decision res[DECIDE_MAX_BATCH];
-	struct shm_entry e[DECIDE_MAX_BATCH];    /* current window slot, by request */
-	struct strategy_counter c[2 * DECIDE_MAX_BATCH];
+	struct sync_hits hits;                   /* what waits for the stores */
 };
+
+_Static_assert(DECIDE_MAX_BATCH <= SYNC_HITS_MAX, "a batch of hits holds a whole batch");
 
 static struct decide_pending *pending_get(struct decide *d)
 {
@@ -341,7 +339,6 @@ static struct decide_pending *pending_get(struct decide *d)
 	p->owner = NULL;
 	p->list = NULL;
 	p->prev = p->next = NULL;
-	p->outstanding = 0;
 	return p;
 }
 
@@ -375,56 +372,32 @@ static void pending_unlink(struct decide_pending *p)
 	p->prev = p->next = NULL;
 }
 
-/* A hit the store did not confirm goes into its slot's diff: the retry
- * cycle pushes it later. If the slot was evicted meanwhile (its diff was
- * 0 while the push was in flight), the hit goes into a new one. */
-static void keep_for_later(struct decide *d, struct rl_decision *r, const struct shm_entry *e)
-{
-	if (!r->counted || !(r->cost > 0) || e->idx == UINT32_MAX)
-		return;
-	if (shm_restore_diff(rl_shm(d->rl), e, r->cost) == 0)
-		return;
-	if (rl_keep(d->rl, r->ns, e->key, e->keylen, e->size, e->start, r->cost, rl_now()) < 0)
-		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
-		    "(%s)", rl_namespace_def(d->rl, r->ns)->name, rl_status_str(rl_errno(d->rl)));
-}
-
-/* Applies the store's answers to the table and the decisions. */
+/* Applies the store's answers to the table (agent/sync.c) and to the
+ * decisions. */
 static void pending_finish(struct decide_pending *p)
 {
 	struct decide *d = p->d;
 	bool failed = false;
 
+	sync_hits_apply(d->rl, &p->hits);
 	for (size_t i = 0; i < p->n; i++) {
 		struct rl_decision *r = &p->res[i];
-		if (p->ci[i] < 0)
+		if (p->hi[i] < 0)
 			continue;
-		struct strategy_counter *cur = &p->c[p->ci[i]];
-		if (!cur->ok) {
-			keep_for_later(d, r, &p->e[i]);
+		const struct sync_hit *h = &p->hits.h[p->hi[i]];
+		if (!h->ok) {
 			failed = true;
 			continue;
 		}
-		if (p->e[i].idx != UINT32_MAX)
-			shm_sync_total(rl_shm(d->rl), &p->e[i], cur->total);
-		else
-			rl_seed(d->rl, r->ns, cur->key, cur->key_len, cur->size, cur->start, cur->total,
-				p->now);
 		/* A hit refused by the limit was not pushed: report the rate it
 		 * would have made, as for local namespaces. */
-		r->current = cur->total + (r->counted ? 0 : r->cost);
-		if (r->weight > 0) {
-			struct strategy_counter *prev = cur + 1;
-			if (prev->ok) {
-				r->previous = prev->total;
-				rl_seed(d->rl, r->ns, prev->key, prev->key_len, prev->size, prev->start,
-					prev->total, p->now);
-			}
-		}
+		r->current = h->total + (r->counted ? 0 : r->cost);
+		if (r->weight > 0 && h->prev_ok)
+			r->previous = h->prev_total;
 		finish(r, p->now);
 	}
 	for (size_t i = 0; i < p->n; i++)
-		if (p->ci[i] >= 0)
+		if (p->hi[i] >= 0)
 			count_final(&p->res[i]);
 	if (failed) {
 		metrics_add(&metrics_me->errors[METRICS_ERR_STORE], 1);
@@ -438,14 +411,11 @@ static void pending_finish(struct decide_pending *p)
 	}
 }
 
-static void pending_on_pushed(void *arg, int status, const char *errstr)
+static void pending_on_pushed(void *arg)
 {
 	struct decide_pending *p = arg;
 	struct decide *d = p->d;
-	(void)status, (void)errstr;
 
-	if (--p->outstanding > 0)
-		return;
 	pending_finish(p);
 	if (p->owner) {
 		/* The owner answers and releases p. */
@@ -463,56 +433,13 @@ bool decide_needs_store(const struct rl_decision *res, size_t n)
 	return false;
 }
 
-/* Starts the store pushes of the synchronous decisions of p: one push
- * per namespace (each may have its own store). */
-static void pending_push(struct decide_pending *p)
+/* The hit of a synchronous decision, for agent/sync.c. */
+static struct sync_hit hit_of(const struct rl_decision *r)
 {
-	struct decide *d = p->d;
-	struct shm_table *t = rl_shm(d->rl);
-	double now = p->now;
-
-	for (size_t i = 0; i < p->n; i++) {
-		int ns = p->res[i].ns;
-		bool seen = false;
-		if (!p->res[i].sync0 || p->res[i].error || p->ci[i] >= 0)
-			continue;
-		for (size_t j = 0; j < i && !seen; j++)
-			seen = p->res[j].sync0 && !p->res[j].error && p->res[j].ns == ns;
-		if (seen)
-			continue;
-		size_t first = p->nc;
-		const char *nsname = rl_namespace_def(d->rl, ns)->name;
-		for (size_t j = i; j < p->n; j++) {
-			struct rl_decision *r = &p->res[j];
-			if (!r->sync0 || r->error || r->ns != ns)
-				continue;
-			struct shm_entry *e = &p->e[j];
-			if (r->cur_idx == UINT32_MAX || shm_read(t, r->cur_idx, e) < 0) {
-				/* No local slot (a read of a key this node has not
-				 * counted): ask the store, seed the slot from it. */
-				e->idx = UINT32_MAX;
-				e->keylen = r->skeylen;
-				memcpy(e->key, r->skey, r->skeylen);
-				e->start = window_start(now, r->window);
-				e->size = r->window;
-			}
-			p->ci[j] = (int)p->nc;
-			p->c[p->nc++] = (struct strategy_counter){
-				.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
-				.key_len = e->keylen, .start = e->start, .size = e->size,
-				.diff = r->counted ? r->cost : 0,
-			};
-			if (r->weight > 0)
-				p->c[p->nc++] = (struct strategy_counter){
-					.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
-					.key_len = e->keylen, .start = e->start - (int64_t)e->size,
-					.size = e->size, .diff = 0,
-				};
-		}
-		if (p->nc > first && sync_push_now(d->sync, (unsigned)ns, &p->c[first],
-						   p->nc - first, pending_on_pushed, p) == 0)
-			p->outstanding++;
-	}
+	return (struct sync_hit){
+		.ns = r->ns, .idx = r->cur_idx, .key = r->skey, .keylen = r->skeylen,
+		.size = r->window, .diff = r->counted ? r->cost : 0, .with_prev = r->weight > 0,
+	};
 }
 
 struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
@@ -520,29 +447,31 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 				   struct decide_pending **owned)
 {
 	struct decide_pending *p = pending_get(d);
-	struct shm_table *t = rl_shm(d->rl);
 
 	if (!p) {
 		/* Too many batches waiting for the store: answer locally. */
 		for (size_t i = 0; i < n; i++) {
-			struct shm_entry e;
 			if (!res[i].sync0 || res[i].error)
 				continue;
 			count_final(&res[i]);
-			if (res[i].cur_idx != UINT32_MAX && shm_read(t, res[i].cur_idx, &e) == 0)
-				keep_for_later(d, &res[i], &e);
+			struct sync_hit h = hit_of(&res[i]);
+			sync_hit_keep(d->rl, &h);
 		}
 		return NULL;
 	}
 	p->now = now;
 	p->n = n;
-	p->nc = 0;
+	p->hits.n = 0;
 	memset(p->tag, 0, sizeof(p->tag));
 	memcpy(p->res, res, n * sizeof(*res));
-	for (size_t i = 0; i < n; i++)
-		p->ci[i] = -1;
-	pending_push(p);
-	if (p->outstanding == 0) {
+	for (size_t i = 0; i < n; i++) {
+		p->hi[i] = -1;
+		if (p->res[i].sync0 && !p->res[i].error) {
+			p->hi[i] = (int)p->hits.n;
+			p->hits.h[p->hits.n++] = hit_of(&p->res[i]);
+		}
+	}
+	if (!sync_hits_push(d->sync, &p->hits, now, pending_on_pushed, p)) {
 		/* Store not connected: answer from the local counts now. */
 		pending_finish(p);
 		memcpy(res, p->res, n * sizeof(*res));

@@ -507,8 +507,10 @@ static int sync_park(struct sync *sy, struct sync_ns *sn, struct strategy_counte
 	return 0;
 }
 
-int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
-		  strategy_done_cb cb, void *arg)
+/* One push of counters of one namespace now; while its store connects,
+ * the push is parked. Returns 0 (cb runs once, later) or -1. */
+static int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
+			 strategy_done_cb cb, void *arg)
 {
 	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
 	char err[STRATEGY_ERR_MAX];
@@ -518,6 +520,123 @@ int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size
 	if (!sn->ops->ready(sn->st))
 		return sn->ops->connecting(sn->st) ? sync_park(sy, sn, c, n, cb, arg) : -1;
 	return sn->ops->push_diffs(sn->st, c, n, NULL, cb, arg, err);
+}
+
+static void sync_hits_on_pushed(void *arg, int status, const char *errstr)
+{
+	struct sync_hits *b = arg;
+	(void)status, (void)errstr;
+
+	if (--b->outstanding == 0)
+		b->done(b->arg);
+}
+
+int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done)(void *arg),
+		   void *arg)
+{
+	b->nc = 0;
+	b->outstanding = 0;
+	b->now = now;
+	b->done = done;
+	b->arg = arg;
+	for (size_t i = 0; i < b->n; i++)
+		b->h[i].ci = -1;
+	if (!sy)
+		return 0;
+	for (size_t i = 0; i < b->n; i++) {
+		int ns = b->h[i].ns;
+		if (b->h[i].ci >= 0)
+			continue;
+		size_t first = b->nc;
+		const char *nsname = rl_namespace_def(sy->rl, ns)->name;
+		for (size_t j = i; j < b->n; j++) {
+			struct sync_hit *h = &b->h[j];
+			struct shm_entry *e = &h->e;
+			if (h->ns != ns)
+				continue;
+			if (h->idx == UINT32_MAX || shm_read(sy->t, h->idx, e) < 0) {
+				/* No local slot (a read of a key this node has not
+				 * counted): ask the store, seed the slot from it. */
+				e->idx = UINT32_MAX;
+				e->keylen = (uint8_t)h->keylen;
+				memcpy(e->key, h->key, h->keylen);
+				e->start = window_start(now, h->size);
+				e->size = h->size;
+			}
+			h->ci = (int)b->nc;
+			b->c[b->nc++] = (struct strategy_counter){
+				.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
+				.key_len = e->keylen, .start = e->start, .size = e->size,
+				.diff = h->diff,
+			};
+			if (h->with_prev)
+				b->c[b->nc++] = (struct strategy_counter){
+					.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
+					.key_len = e->keylen, .start = e->start - (int64_t)e->size,
+					.size = e->size, .diff = 0,
+				};
+		}
+		if (b->nc > first && sync_push_now(sy, (unsigned)ns, &b->c[first], b->nc - first,
+						   sync_hits_on_pushed, b) == 0)
+			b->outstanding++;
+	}
+	return b->outstanding > 0;
+}
+
+/* A counted hit the store did not confirm goes into its slot's diff; if
+ * the slot was evicted meanwhile (its diff was 0 while the push was in
+ * flight), into a new one. */
+static void sync_keep_entry(struct rl *rl, int ns, const struct shm_entry *e, double diff)
+{
+	if (!(diff > 0) || e->idx == UINT32_MAX)
+		return;
+	if (shm_restore_diff(rl_shm(rl), e, diff) == 0)
+		return;
+	if (rl_keep(rl, ns, e->key, e->keylen, e->size, e->start, diff, rl_now()) < 0)
+		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
+		    "(%s)", rl_namespace_def(rl, ns)->name, rl_status_str(rl_errno(rl)));
+}
+
+void sync_hit_keep(struct rl *rl, const struct sync_hit *h)
+{
+	struct shm_entry e;
+
+	if (h->diff > 0 && h->idx != UINT32_MAX && shm_read(rl_shm(rl), h->idx, &e) == 0)
+		sync_keep_entry(rl, h->ns, &e, h->diff);
+}
+
+void sync_hits_apply(struct rl *rl, struct sync_hits *b)
+{
+	for (size_t i = 0; i < b->n; i++) {
+		struct sync_hit *h = &b->h[i];
+		h->ok = h->prev_ok = false;
+		if (h->ci < 0) {
+			/* never pushed */
+			sync_hit_keep(rl, h);
+			continue;
+		}
+		struct strategy_counter *cur = &b->c[h->ci];
+		if (!cur->ok) {
+			sync_keep_entry(rl, h->ns, &h->e, h->diff);
+			continue;
+		}
+		if (h->e.idx != UINT32_MAX)
+			shm_sync_total(rl_shm(rl), &h->e, cur->total);
+		else
+			rl_seed(rl, h->ns, cur->key, cur->key_len, cur->size, cur->start, cur->total,
+				b->now);
+		h->ok = true;
+		h->total = cur->total;
+		if (h->with_prev) {
+			struct strategy_counter *prev = cur + 1;
+			if (prev->ok) {
+				h->prev_ok = true;
+				h->prev_total = prev->total;
+				rl_seed(rl, h->ns, prev->key, prev->key_len, prev->size, prev->start,
+					prev->total, b->now);
+			}
+		}
+	}
 }
 
 /* A sync of the namespaces with sync_rate >= 0 (only ns_only if >= 0). */

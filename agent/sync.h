@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "agent/shm.h"
 #include "strategies/strategy.h"
 
 struct rl;
@@ -36,13 +37,62 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
  * table. Does nothing when the queue is full or the store is away. */
 void sync_seed(struct sync *s, unsigned ns, uint32_t idx);
 
-/* sync_rate 0: pushes counters of one namespace now. Returns 0 (cb runs
- * once, later) or -1 when the store is down or refused (cb never runs).
- * While the store is connecting (a worker's first connection, or a
- * reconnect attempt) the push waits for it, polled every 2 ms: the attempt
- * ends within the store's timeout_ms, then the push is sent or fails. */
-int sync_push_now(struct sync *s, unsigned ns, struct strategy_counter *c, size_t n,
-		  strategy_done_cb cb, void *arg);
+/* ---- sync_rate 0: hits that wait for the store ---- */
+
+#define SYNC_HITS_MAX 32
+
+/* One hit of a synchronous namespace, already counted (or read) in the
+ * table by the library: what the store must add and confirm. */
+struct sync_hit {
+	int ns;
+	uint32_t idx;            /* its slot (rl_result.cur_idx); UINT32_MAX: none */
+	const char *key;         /* stored form (rl_stored_key), for a hit without
+	                            a slot; lives until the batch is applied */
+	size_t keylen;
+	uint32_t size;           /* window size */
+	double diff;             /* what to add: the cost if counted, else 0 */
+	bool with_prev;          /* also read the previous window (sliding) */
+	/* out, from sync_hits_apply() */
+	bool ok;                 /* the store confirmed: total is valid */
+	double total;            /* the current window's count in the store */
+	bool prev_ok;
+	double prev_total;
+	/* sync's */
+	struct shm_entry e;
+	int ci;
+};
+
+/* A batch of hits, in the caller's memory until it is applied. */
+struct sync_hits {
+	struct sync_hit h[SYNC_HITS_MAX];
+	size_t n;                /* the caller fills h[0..n) */
+	/* sync's */
+	struct strategy_counter c[2 * SYNC_HITS_MAX];
+	size_t nc;
+	unsigned outstanding;
+	double now;
+	void (*done)(void *arg);
+	void *arg;
+};
+
+/* Pushes the hits (one push per namespace, each to its store) and calls
+ * done(arg) once, later, when every push has answered. Returns 1 when done
+ * will run, 0 when no push started (no store connected): apply at once.
+ * While a store is connecting (a worker's first connection, a reconnect),
+ * its push waits for the attempt, polled every 2 ms: the attempt ends
+ * within the store's timeout_ms. */
+int sync_hits_push(struct sync *s, struct sync_hits *b, double now, void (*done)(void *arg),
+		   void *arg);
+
+/* After done (or a 0 from sync_hits_push): the store's totals go into the
+ * table (a slot the node lacks is seeded), every counted hit the store did
+ * not confirm stays as a diff that the retry cycle pushes later (nothing
+ * is lost), and each hit's ok / total / prev_ok / prev_total are set. */
+void sync_hits_apply(struct rl *rl, struct sync_hits *b);
+
+/* A counted hit that will not be pushed now (no room to wait): its slot
+ * keeps it as a diff for the retry cycle. */
+void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
 
 /* Is a cycle waiting for its store? (A stopping worker waits for it.) */
 bool sync_busy(const struct sync *s);
