@@ -324,6 +324,8 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	ev_timer_start(loop, t);
 }
 
+_Static_assert(offsetof(struct conn, s) == 0, "stream_free() frees the connection");
+
 static struct stream *conn_open(struct front_env *env, int fd)
 {
 	const struct config *cfg = env->cfg;
@@ -427,14 +429,6 @@ static void conn_close_now(struct stream *s)
 	conn_close(container_of(s, struct conn, s));
 }
 
-static void conn_free(struct stream *s)
-{
-	struct conn *c = container_of(s, struct conn, s);
-
-	stream_release(&c->s);
-	free(c);
-}
-
 /* At max_connections, a connection whose last NOTIFY (or accept, for one
  * that never sent any) is old may give way: a peer that only keeps its
  * connection open, or only pings, cannot hold a slot. */
@@ -453,5 +447,5 @@ const struct front_ops spop_front = {
 	.drain = conn_drain,
 	.evict = conn_evict,
 	.close = conn_close_now,
-	.free = conn_free,
+	.free = stream_free,
 };

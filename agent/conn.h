@@ -31,7 +31,7 @@ enum conn_state {
 
 /* An SPOP connection: the front `spop_front` (agent/stream.h) opens them. */
 struct conn {
-	struct stream s;              /* socket, watchers, buffers */
+	struct stream s;              /* first: socket, watchers, buffers */
 	enum conn_state state;
 	uint32_t max_frame;           /* negotiated (the configured bound before HELLO) */
 	double last_notify;           /* ev_now() of the last NOTIFY (or of accept):

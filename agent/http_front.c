@@ -322,7 +322,7 @@ static void metrics_page(struct http_conn *c, const struct http_ctx *x)
 	if (!text)
 		text = malloc(HTTP_METRICS_MAX);
 	if (!text || !c->s.env->metrics ||
-	    (n = metrics_render(c->s.env->metrics, c->s.env->cfg, c->s.env->rl, text, HTTP_METRICS_MAX)) < 0 ||
+	    (n = metrics_render(c->s.env->metrics, c->s.env->rl, text, HTTP_METRICS_MAX)) < 0 ||
 	    http_reserve(c, (size_t)n + HTTP_RESP_MAX) < 0) {
 		answer_error(c, x, 503, "metrics unavailable");
 		return;
@@ -507,6 +507,8 @@ static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	http_close(c);
 }
 
+_Static_assert(offsetof(struct http_conn, s) == 0, "stream_free() frees the connection");
+
 static struct stream *http_open(struct front_env *env, int fd)
 {
 	const struct config *cfg = env->cfg;
@@ -540,14 +542,6 @@ static void http_close_now(struct stream *s)
 	http_close(container_of(s, struct http_conn, s));
 }
 
-static void http_free(struct stream *s)
-{
-	struct http_conn *c = container_of(s, struct http_conn, s);
-
-	stream_release(&c->s);
-	free(c);
-}
-
 /* At max_connections, a connection with nothing half-read or held may give
  * way from its last request on. */
 static double http_idle_since(const struct stream *s)
@@ -565,5 +559,5 @@ const struct front_ops http_front = {
 	.drain = http_drain,
 	.evict = http_close_now,
 	.close = http_close_now,
-	.free = http_free,
+	.free = stream_free,
 };

@@ -29,7 +29,7 @@ struct decide_pending;
 
 /* An HTTP connection: the front `http_front` (agent/stream.h) opens them. */
 struct http_conn {
-	struct stream s;                  /* socket, watchers, buffers */
+	struct stream s;                  /* first: socket, watchers, buffers */
 	size_t scanned;                   /* head scanned so far (http_head_end) */
 	size_t skip;                      /* body bytes still to discard */
 	struct decide_pending *pending;   /* the request waiting for a store (one) */

@@ -138,131 +138,159 @@ static uint64_t sum_u(const struct metrics *m, size_t off)
 
 #define SUM(m, field) sum_u(m, offsetof(struct metrics_worker, field))
 
-static void head(struct out *o, const char *name, const char *type, const char *help)
+static const struct {
+	const char *name, *type, *help;
+} metrics_families[METRICS_FAM_COUNT] = {
+#define METRICS_FAM_ROW(e, n, t, h) [METRICS_FAM_##e] = { n, t, h },
+	METRICS_FAMILIES(METRICS_FAM_ROW)
+#undef METRICS_FAM_ROW
+};
+
+const char *metrics_family_name(enum metrics_family f)
 {
-	put(o, "# HELP spoa_ratelimit_%s %s\n# TYPE spoa_ratelimit_%s %s\n", name, help, name,
-	    type);
+	return (unsigned)f < METRICS_FAM_COUNT ? metrics_families[f].name : NULL;
 }
 
-long metrics_render(const struct metrics *m, const struct config *cfg, const struct rl *rl,
-		    char *buf, size_t cap)
+/* What a scrape reads once: the namespaces and the table. */
+struct scrape {
+	const struct metrics *m;
+	const struct rl *rl;
+	size_t nns;
+	const struct ns_def *ns[METRICS_NS];
+	char label[METRICS_NS][NS_NAME_MAX * 2];   /* escaped names */
+	struct rl_ns_stats st[METRICS_NS];
+	double pending[METRICS_NS];
+};
+
+/* One family's samples, after its HELP and TYPE lines. */
+static void family(struct out *o, const struct scrape *sc, enum metrics_family f)
+{
+	const struct metrics *m = sc->m;
+	const char *name = metrics_families[f].name;
+
+	switch (f) {
+	case METRICS_FAM_HITS:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			for (int fr = 0; fr < METRICS_FRONTS; fr++)
+				put(o, "spoa_ratelimit_%s{namespace=\"%s\",front=\"%s\"} %llu\n", name,
+				    sc->label[ns], metrics_front_labels[fr],
+				    (unsigned long long)SUM(m, hits[ns][fr]));
+		break;
+	case METRICS_FAM_EXCEEDED:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %llu\n", name, sc->label[ns],
+			    (unsigned long long)SUM(m, exceeded[ns]));
+		break;
+	case METRICS_FAM_ERRORS:
+		for (int e = 0; e < METRICS_ERR_COUNT; e++)
+			put(o, "spoa_ratelimit_%s{reason=\"%s\"} %llu\n", name, metrics_err_labels[e],
+			    (unsigned long long)SUM(m, errors[e]));
+		break;
+	case METRICS_FAM_TABLE_KEYS:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %lld\n", name, sc->label[ns],
+			    (long long)sc->st[ns].live);
+		break;
+	case METRICS_FAM_TABLE_CAPACITY:
+		put(o, "spoa_ratelimit_%s %zu\n", name, rl_max_keys(sc->rl));
+		break;
+	case METRICS_FAM_TABLE_SHARE:
+	case METRICS_FAM_TABLE_EVICTIONS:
+	case METRICS_FAM_TABLE_REFUSED:
+		for (size_t ns = 0; ns < sc->nns; ns++) {
+			const struct rl_ns_stats *st = &sc->st[ns];
+			uint64_t v = f == METRICS_FAM_TABLE_SHARE ? st->share
+				     : f == METRICS_FAM_TABLE_EVICTIONS ? st->evicted : st->refused;
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %llu\n", name, sc->label[ns],
+			    (unsigned long long)v);
+		}
+		break;
+	case METRICS_FAM_CONNECTIONS:
+		for (int fr = 0; fr < METRICS_FRONTS; fr++) {
+			int64_t c = 0;
+			for (int i = 0; i < m->nworkers; i++)
+				c += atomic_load_explicit(&m->w[i].connections[fr],
+							  memory_order_relaxed);
+			put(o, "spoa_ratelimit_%s{front=\"%s\"} %lld\n", name, metrics_front_labels[fr],
+			    (long long)c);
+		}
+		break;
+	case METRICS_FAM_SYNC_CYCLES:
+		for (size_t ns = 0; ns < sc->nns; ns++) {
+			if (sc->ns[ns]->sync_rate < 0)
+				continue;
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\",result=\"ok\"} %llu\n", name,
+			    sc->label[ns], (unsigned long long)SUM(m, sync_ok[ns]));
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\",result=\"failed\"} %llu\n", name,
+			    sc->label[ns], (unsigned long long)SUM(m, sync_failed[ns]));
+		}
+		break;
+	case METRICS_FAM_SYNC_DURATION: {
+		uint64_t cum = 0;
+		for (size_t b = 0; b < METRICS_NBUCKETS; b++) {
+			cum += SUM(m, sync_bucket[b]);
+			put(o, "spoa_ratelimit_%s_bucket{le=\"%g\"} %llu\n", name, metrics_bounds[b],
+			    (unsigned long long)cum);
+		}
+		put(o, "spoa_ratelimit_%s_bucket{le=\"+Inf\"} %llu\n", name,
+		    (unsigned long long)SUM(m, sync_count));
+		put(o, "spoa_ratelimit_%s_sum %.6f\n", name, (double)SUM(m, sync_sum_us) / 1e6);
+		put(o, "spoa_ratelimit_%s_count %llu\n", name, (unsigned long long)SUM(m, sync_count));
+		break;
+	}
+	case METRICS_FAM_STORE_UP:
+		for (size_t ns = 0; ns < sc->nns; ns++) {
+			int up = -1;
+			if (sc->ns[ns]->sync_rate < 0)
+				continue;
+			for (int i = 0; i < m->nworkers; i++) {
+				int v = atomic_load_explicit(&m->w[i].store_up[ns], memory_order_relaxed);
+				if (v >= 0)
+					up = up < 0 ? v : (v < up ? v : up);
+			}
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %d\n", name, sc->label[ns],
+			    up < 0 ? 0 : up);
+		}
+		break;
+	case METRICS_FAM_STORE_PENDING:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			if (sc->ns[ns]->sync_rate >= 0)
+				put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %g\n", name, sc->label[ns],
+				    sc->pending[ns]);
+		break;
+	case METRICS_FAM_COUNT:
+		break;
+	}
+}
+
+long metrics_render(const struct metrics *m, const struct rl *rl, char *buf, size_t cap)
 {
 	struct out o = { .buf = buf, .cap = cap };
-	char ns_label[NS_NAME_MAX * 2];
-	size_t nns = cfg->n_ns < METRICS_NS ? cfg->n_ns : METRICS_NS;
-	double pending[METRICS_NS] = { 0 };
-	struct rl_ns_stats st[METRICS_NS];
+	static struct scrape sc;    /* large; one scrape at a time per process */
+	size_t n = rl_namespace_count(rl);
 
-	for (size_t ns = 0; ns < nns; ns++) {
-		memset(&st[ns], 0, sizeof(st[ns]));
-		rl_ns_stats(rl, (int)ns, &st[ns]);
+	memset(&sc, 0, sizeof(sc));
+	sc.m = m;
+	sc.rl = rl;
+	sc.nns = n < METRICS_NS ? n : METRICS_NS;
+	for (size_t ns = 0; ns < sc.nns; ns++) {
+		sc.ns[ns] = rl_namespace_def(rl, (int)ns);
+		label(sc.ns[ns]->name, sc.label[ns], sizeof(sc.label[ns]));
+		rl_ns_stats(rl, (int)ns, &sc.st[ns]);
 	}
-
-	head(&o, "hits_total", "counter", "Rate-limit checks answered (counted or read), "
-	     "by namespace and front.");
-	for (size_t ns = 0; ns < nns; ns++)
-		for (int f = 0; f < METRICS_FRONTS; f++)
-			put(&o, "spoa_ratelimit_hits_total{namespace=\"%s\",front=\"%s\"} %llu\n",
-			    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)),
-			    metrics_front_labels[f], (unsigned long long)SUM(m, hits[ns][f]));
-	head(&o, "exceeded_total", "counter", "Checks answered exceeded (denied).");
-	for (size_t ns = 0; ns < nns; ns++)
-		put(&o, "spoa_ratelimit_exceeded_total{namespace=\"%s\"} %llu\n",
-		    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)),
-		    (unsigned long long)SUM(m, exceeded[ns]));
-	head(&o, "errors_total", "counter", "Checks answered with an error, and connections "
-	     "closed on bad input, by reason.");
-	for (int e = 0; e < METRICS_ERR_COUNT; e++)
-		put(&o, "spoa_ratelimit_errors_total{reason=\"%s\"} %llu\n", metrics_err_labels[e],
-		    (unsigned long long)SUM(m, errors[e]));
-
-	/* The table: live entries and evictions per namespace, unpushed
-	 * hits (diffs the store has not confirmed), one pass over it. */
+	/* Unpushed hits (diffs the store has not confirmed): one pass over
+	 * the table. */
 	struct shm_table *t = rl_shm(rl);
 	for (uint32_t i = shm_next_used(t, 0); i < shm_nslots(t); i = shm_next_used(t, i + 1)) {
 		struct shm_entry e;
 		if (shm_read(t, i, &e) == 0 && e.ns < METRICS_NS && e.diff > 0)
-			pending[e.ns] += e.diff;
+			sc.pending[e.ns] += e.diff;
 	}
-	head(&o, "table_keys", "gauge", "Entries of the counter table in use, by namespace.");
-	for (size_t ns = 0; ns < nns; ns++)
-		put(&o, "spoa_ratelimit_table_keys{namespace=\"%s\"} %lld\n",
-		    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)), (long long)st[ns].live);
-	head(&o, "table_capacity", "gauge", "Entries of the counter table (max_keys).");
-	put(&o, "spoa_ratelimit_table_capacity %zu\n", cfg->max_keys);
-	head(&o, "table_share", "gauge", "Entries guaranteed to a namespace.");
-	for (size_t ns = 0; ns < nns; ns++)
-		put(&o, "spoa_ratelimit_table_share{namespace=\"%s\"} %llu\n",
-		    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)),
-		    (unsigned long long)st[ns].share);
-	head(&o, "table_evictions_total", "counter", "Entries evicted to make room for a new "
-	     "key, by namespace.");
-	for (size_t ns = 0; ns < nns; ns++)
-		put(&o, "spoa_ratelimit_table_evictions_total{namespace=\"%s\"} %llu\n",
-		    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)),
-		    (unsigned long long)st[ns].evicted);
-	head(&o, "table_refused_total", "counter", "New keys refused for want of room, even by "
-	     "eviction, by namespace.");
-	for (size_t ns = 0; ns < nns; ns++)
-		put(&o, "spoa_ratelimit_table_refused_total{namespace=\"%s\"} %llu\n",
-		    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)),
-		    (unsigned long long)st[ns].refused);
-
-	head(&o, "connections", "gauge", "Open connections, by front.");
-	for (int f = 0; f < METRICS_FRONTS; f++) {
-		int64_t c = 0;
-		for (int i = 0; i < m->nworkers; i++)
-			c += atomic_load_explicit(&m->w[i].connections[f], memory_order_relaxed);
-		put(&o, "spoa_ratelimit_connections{front=\"%s\"} %lld\n", metrics_front_labels[f],
-		    (long long)c);
-	}
-
-	head(&o, "sync_cycles_total", "counter", "Sync cycles (pushes of a node's diffs to the "
-	     "store), by namespace and result.");
-	for (size_t ns = 0; ns < nns; ns++) {
-		if (cfg->ns[ns].sync_rate < 0)
-			continue;
-		label(cfg->ns[ns].name, ns_label, sizeof(ns_label));
-		put(&o, "spoa_ratelimit_sync_cycles_total{namespace=\"%s\",result=\"ok\"} %llu\n",
-		    ns_label, (unsigned long long)SUM(m, sync_ok[ns]));
-		put(&o, "spoa_ratelimit_sync_cycles_total{namespace=\"%s\",result=\"failed\"} %llu\n",
-		    ns_label, (unsigned long long)SUM(m, sync_failed[ns]));
-	}
-	head(&o, "sync_duration_seconds", "histogram", "Time of a sync cycle, from the push to "
-	     "the store's answer.");
-	uint64_t cum = 0;
-	for (size_t b = 0; b < METRICS_NBUCKETS; b++) {
-		cum += SUM(m, sync_bucket[b]);
-		put(&o, "spoa_ratelimit_sync_duration_seconds_bucket{le=\"%g\"} %llu\n",
-		    metrics_bounds[b], (unsigned long long)cum);
-	}
-	put(&o, "spoa_ratelimit_sync_duration_seconds_bucket{le=\"+Inf\"} %llu\n",
-	    (unsigned long long)SUM(m, sync_count));
-	put(&o, "spoa_ratelimit_sync_duration_seconds_sum %.6f\n", (double)SUM(m, sync_sum_us) / 1e6);
-	put(&o, "spoa_ratelimit_sync_duration_seconds_count %llu\n",
-	    (unsigned long long)SUM(m, sync_count));
-
-	head(&o, "store_up", "gauge", "1 when every worker is connected to the namespace's "
-	     "store, else 0.");
-	for (size_t ns = 0; ns < nns; ns++) {
-		int up = -1;
-		if (cfg->ns[ns].sync_rate < 0)
-			continue;
-		for (int i = 0; i < m->nworkers; i++) {
-			int v = atomic_load_explicit(&m->w[i].store_up[ns], memory_order_relaxed);
-			if (v >= 0)
-				up = up < 0 ? v : (v < up ? v : up);
-		}
-		put(&o, "spoa_ratelimit_store_up{namespace=\"%s\"} %d\n",
-		    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)), up < 0 ? 0 : up);
-	}
-	head(&o, "store_pending_hits", "gauge", "Hits counted on this node that the store has "
-	     "not confirmed yet, by namespace.");
-	for (size_t ns = 0; ns < nns; ns++) {
-		if (cfg->ns[ns].sync_rate < 0)
-			continue;
-		put(&o, "spoa_ratelimit_store_pending_hits{namespace=\"%s\"} %g\n",
-		    label(cfg->ns[ns].name, ns_label, sizeof(ns_label)), pending[ns]);
+	for (int f = 0; f < METRICS_FAM_COUNT; f++) {
+		const char *name = metrics_families[f].name;
+		put(&o, "# HELP spoa_ratelimit_%s %s\n# TYPE spoa_ratelimit_%s %s\n", name,
+		    metrics_families[f].help, name, metrics_families[f].type);
+		family(&o, &sc, (enum metrics_family)f);
 	}
 	if (o.overflow)
 		return -1;

@@ -16,7 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "agent/config.h"
+#include "agent/ns.h"
 
 struct rl;
 
@@ -25,6 +25,44 @@ enum metrics_front {
 	METRICS_HTTP,
 	METRICS_FRONTS
 };
+
+/* Every metric family of GET /metrics, in the order of the page (names
+ * prefixed spoa_ratelimit_; docs/METRICS.md documents each):
+ * X(enum suffix, name, type, help). */
+#define METRICS_FAMILIES(X)                                                              \
+	X(HITS, "hits_total", "counter",                                                 \
+	  "Rate-limit checks answered (counted or read), by namespace and front.")      \
+	X(EXCEEDED, "exceeded_total", "counter", "Checks answered exceeded (denied).")   \
+	X(ERRORS, "errors_total", "counter",                                             \
+	  "Checks answered with an error, and connections closed on bad input, by reason.") \
+	X(TABLE_KEYS, "table_keys", "gauge",                                             \
+	  "Entries of the counter table in use, by namespace.")                         \
+	X(TABLE_CAPACITY, "table_capacity", "gauge",                                     \
+	  "Entries of the counter table (max_keys).")                                   \
+	X(TABLE_SHARE, "table_share", "gauge", "Entries guaranteed to a namespace.")      \
+	X(TABLE_EVICTIONS, "table_evictions_total", "counter",                           \
+	  "Entries evicted to make room for a new key, by namespace.")                  \
+	X(TABLE_REFUSED, "table_refused_total", "counter",                               \
+	  "New keys refused for want of room, even by eviction, by namespace.")         \
+	X(CONNECTIONS, "connections", "gauge", "Open connections, by front.")            \
+	X(SYNC_CYCLES, "sync_cycles_total", "counter",                                   \
+	  "Sync cycles (pushes of a node's diffs to the store), by namespace and result.") \
+	X(SYNC_DURATION, "sync_duration_seconds", "histogram",                           \
+	  "Time of a sync cycle, from the push to the store's answer.")                 \
+	X(STORE_UP, "store_up", "gauge",                                                 \
+	  "1 when every worker is connected to the namespace's store, else 0.")         \
+	X(STORE_PENDING, "store_pending_hits", "gauge",                                  \
+	  "Hits counted on this node that the store has not confirmed yet, by namespace.")
+
+enum metrics_family {
+#define METRICS_FAM_ENUM(e, n, t, h) METRICS_FAM_##e,
+	METRICS_FAMILIES(METRICS_FAM_ENUM)
+#undef METRICS_FAM_ENUM
+	METRICS_FAM_COUNT
+};
+
+/* The name of a family (without the prefix), for tests and docs. */
+const char *metrics_family_name(enum metrics_family f);
 
 /* errors_total{reason}: X(enum suffix, label) */
 #define METRICS_ERRORS(X)                                                     \
@@ -46,7 +84,7 @@ enum metrics_error {
 #define METRICS_COUNT_ONE(x) +1
 #define METRICS_NBUCKETS (0 METRICS_SYNC_BUCKETS(METRICS_COUNT_ONE))
 
-#define METRICS_NS NS_MAX
+#define METRICS_NS NS_MAX       /* namespaces, by index (rl_namespace_index) */
 
 /* One worker's counters. */
 struct metrics_worker {
@@ -89,9 +127,9 @@ static inline void metrics_conn(enum metrics_front f, int64_t delta)
 /* A sync cycle of namespace ns ended (ok or not) after seconds. */
 void metrics_sync_cycle(int ns, bool ok, double seconds);
 
-/* Writes the Prometheus text of every metric into buf (at most cap bytes,
+/* Writes the Prometheus text of every family (the workers' counters of m,
+ * the namespaces and table of rl) into buf (at most cap bytes,
  * NUL-terminated). Returns the length, or -1 when it does not fit. */
-long metrics_render(const struct metrics *m, const struct config *cfg, const struct rl *rl,
-		    char *buf, size_t cap);
+long metrics_render(const struct metrics *m, const struct rl *rl, char *buf, size_t cap);
 
 #endif /* METRICS_H */

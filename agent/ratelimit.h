@@ -179,6 +179,9 @@ int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
  * unknown index. */
 const struct ns_def *rl_namespace_def(const struct rl *rl, int ns);
 
+/* The table's capacity: the max_keys of rl_new(). */
+size_t rl_max_keys(const struct rl *rl);
+
 /* Number of namespaces defined; indexes are 0 .. count - 1. */
 size_t rl_namespace_count(const struct rl *rl);
 

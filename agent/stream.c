@@ -161,12 +161,11 @@ void stream_close(struct stream *s)
 	s->env->closed(s->env, s);
 }
 
-void stream_release(struct stream *s)
+void stream_free(struct stream *s)
 {
 	metrics_conn(s->ops->metric, -1);
 	s->env->buf_bytes -= s->rcap + s->wcap;
 	free(s->rbuf);
 	free(s->wbuf);
-	s->rbuf = s->wbuf = NULL;
-	s->rcap = s->wcap = 0;
+	free(s);
 }

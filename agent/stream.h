@@ -127,8 +127,8 @@ void stream_timer(struct stream *s, double after);
  * the owner. Safe twice. */
 void stream_close(struct stream *s);
 
-/* Gives the buffers back (memory and budget). The connection itself is
- * its front's to free. */
-void stream_release(struct stream *s);
+/* Gives the buffers back (memory and budget) and frees the connection,
+ * which holds its stream as its first member (malloc'd by ops->open). */
+void stream_free(struct stream *s);
 
 #endif /* STREAM_H */

@@ -25,7 +25,8 @@ static char text[1 << 18];
 static const char cfg_json[] =
 	"{\"max_keys\": 64, \"namespaces\": ["
 	"{\"name\": \"default\", \"window_sizes\": [60]},"
-	"{\"name\": \"we\\\"ird\", \"window_sizes\": [60], \"max_keys\": 16, \"on_table_full\": \"deny\"}]}";
+	"{\"name\": \"we\\\"ird\", \"window_sizes\": [60], \"max_keys\": 16, \"on_table_full\": \"deny\"},"
+	"{\"name\": \"synced\", \"window_sizes\": [60], \"sync_rate\": 1, \"strategy\": \"redis\"}]}";
 
 static void setup(void)
 {
@@ -109,7 +110,7 @@ Test(metrics, counts_summed_over_workers)
 	decide_one(&d, &bad, 6000010.0, &r);
 	decide_free(&d);
 
-	long n = metrics_render(m, &cfg, rl, text, sizeof(text));
+	long n = metrics_render(m, rl, text, sizeof(text));
 	cr_assert_gt(n, 0);
 	cr_assert_eq((size_t)n, strlen(text));
 	cr_assert_eq(value("spoa_ratelimit_hits_total{namespace=\"default\",front=\"spop\"} "), 3);
@@ -137,7 +138,7 @@ Test(metrics, table_full_and_every_line_well_formed)
 		snprintf(key, sizeof(key), "k%d", i);
 		checks(0, "we\"ird", key, METRICS_SPOP, 1);
 	}
-	cr_assert_gt(metrics_render(m, &cfg, rl, text, sizeof(text)), 0);
+	cr_assert_gt(metrics_render(m, rl, text, sizeof(text)), 0);
 	cr_assert_gt(value("spoa_ratelimit_errors_total{reason=\"table_full\"} "), 0);
 	cr_assert_gt(value("spoa_ratelimit_table_refused_total{namespace=\"we\\\"ird\"} "), 0);
 	/* Refused under "deny": counted as exceeded too. */
@@ -165,5 +166,28 @@ Test(metrics, too_small_a_buffer_is_an_error)
 {
 	char small[64];
 
-	cr_assert_eq(metrics_render(m, &cfg, rl, small, sizeof(small)), -1);
+	cr_assert_eq(metrics_render(m, rl, small, sizeof(small)), -1);
+}
+
+/* Every family of the list (METRICS_FAMILIES) is on the page with its
+ * HELP and TYPE lines, in the list's order, and has samples. */
+Test(metrics, every_family_listed_in_order)
+{
+	const char *at = text;
+
+	cr_assert_gt(metrics_render(m, rl, text, sizeof(text)), 0);
+	for (int f = 0; f < METRICS_FAM_COUNT; f++) {
+		char help[96], type[96], sample[96];
+		const char *name = metrics_family_name((enum metrics_family)f);
+
+		snprintf(help, sizeof(help), "# HELP spoa_ratelimit_%s ", name);
+		snprintf(type, sizeof(type), "# TYPE spoa_ratelimit_%s ", name);
+		snprintf(sample, sizeof(sample), "\nspoa_ratelimit_%s", name);
+		const char *h = strstr(at, help);
+		cr_assert_not_null(h, "%s missing or out of order", help);
+		cr_assert_not_null(strstr(h, type), "%s", type);
+		cr_assert_not_null(strstr(h, sample), "no sample of %s", name);
+		at = h + 1;
+	}
+	cr_assert_null(metrics_family_name(METRICS_FAM_COUNT));
 }
