@@ -127,12 +127,53 @@ static void answer_error(struct http_conn *c, const struct http_ctx *x, int stat
 	answer(c, x, status, "application/json", "", body);
 }
 
+/* A namespace name as the inside of a structured-field string (RFC 8941):
+ * '"' and '\\' escaped; bytes outside printable ASCII, which an sf-string
+ * cannot hold, as %XX. out holds 3 * NS_NAME_MAX bytes. */
+static const char *sf_string(const char *s, char *out)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (; *s && o + 4 <= 3 * NS_NAME_MAX; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch == '"' || ch == '\\') {
+			out[o++] = '\\';
+			out[o++] = (char)ch;
+		} else if (ch < 0x20 || ch > 0x7e) {
+			out[o++] = '%';
+			out[o++] = hex[ch >> 4];
+			out[o++] = hex[ch & 15];
+		} else {
+			out[o++] = (char)ch;
+		}
+	}
+	out[o] = '\0';
+	return out;
+}
+
+/* A namespace name as the inside of a JSON string: '"' and '\\' escaped
+ * (names hold no control characters, and the configuration's are UTF-8).
+ * out holds 2 * NS_NAME_MAX bytes. */
+static const char *json_string(const char *s, char *out)
+{
+	size_t o = 0;
+
+	for (; *s && o + 3 <= 2 * NS_NAME_MAX; s++) {
+		if (*s == '"' || *s == '\\')
+			out[o++] = '\\';
+		out[o++] = *s;
+	}
+	out[o] = '\0';
+	return out;
+}
+
 /* The answer of a /ratelimit decision. */
 static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 			    const struct rl_decision *r)
 {
 	const struct config *cfg = c->s.env->cfg;
-	char hdr[512], body[384];
+	char hdr[640], body[512];
 	size_t h = 0, b = 0;
 
 	hdr[0] = '\0';
@@ -151,7 +192,9 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 		       body);
 		return;
 	}
-	const char *policy = cfg->ns[r->ns].name;
+	const char *name = rl_namespace_def(c->s.env->rl, r->ns)->name;
+	char policy[3 * NS_NAME_MAX], jname[2 * NS_NAME_MAX];
+	sf_string(name, policy);
 	if (r->has_limit) {
 		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h,
 				      "RateLimit-Policy: \"%s\";q=%lld;w=%u\r\n"
@@ -175,7 +218,7 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 				      "{\"exceeded\":false,\"rate\":%lld,\"reset\":%lld,\"window\":%u",
 				      (long long)r->rate, (long long)r->reset, r->window);
 	}
-	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", policy);
+	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", json_string(name, jname));
 	answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr, body);
 }
 

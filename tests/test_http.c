@@ -621,3 +621,21 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
 	close(fd);
 	free(wb), free(f);
 }
+
+/* A namespace name is escaped where it is quoted: in the structured-field
+ * strings of the RateLimit headers ('"' and '\' escaped, other than
+ * printable ASCII as %XX) and in the JSON body. */
+Test(http_names, escaped_in_headers_and_body, .fini = stop_agent, .timeout = 60)
+{
+	struct resp r;
+	char v[256];
+
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
+		   "{\"name\": \"q\\\"t\\\\\u00e9\", \"window_sizes\": [60]}]}");
+	get("/ratelimit?namespace=q%22t%5C%C3%A9&key=k&window=60&limit=5", &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_str_eq(hdr(&r, "RateLimit-Policy", v, sizeof(v)), "\"q\\\"t\\\\%C3%A9\";q=5;w=60");
+	hdr(&r, "RateLimit", v, sizeof(v));
+	cr_assert(strncmp(v, "\"q\\\"t\\\\%C3%A9\";r=4;t=", 21) == 0, "RateLimit: %s", v);
+	cr_assert_not_null(strstr(r.body, ",\"namespace\":\"q\\\"t\\\\\u00e9\"}"), "%s", r.body);
+}
