@@ -6,6 +6,7 @@
 #include "agent/decide.h"
 
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,11 +128,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	const char *nsname = rq->ns ? rq->ns : "default";
 	size_t nslen = rq->ns ? rq->ns_len : 7;
 	uint32_t window = rq->window;
-	char label[sizeof(r->label)];
-
-	memcpy(label, r->label, sizeof(label));
-	memset(r, 0, sizeof(*r));
-	memcpy(r->label, label, sizeof(label));
+	/* Everything but the label (the front's) and the stored key (set
+	 * below when needed): no need to clear them for every request. */
+	memset(r, 0, offsetof(struct rl_decision, label));
 	r->has_limit = rq->has_limit;
 	r->ns = -1;
 	if (rq->arg_error) {

@@ -54,7 +54,6 @@ struct rl_request {
 /* One decision. The public part is what a front answers; the rest is what
  * it was computed from (to recompute it from a store's totals). */
 struct rl_decision {
-	char label[DECIDE_LABEL_MAX + 1]; /* the front's own name for it (SPOP: suffix) */
 	const char *error;            /* NULL when counted or read */
 	bool refused;                 /* the error is "counter table full": the
 	                                 service's, not the request's fault */
@@ -74,6 +73,9 @@ struct rl_decision {
 	bool counted;
 	bool sync0;                   /* waits for the store */
 	uint8_t skeylen;
+	/* Kept by decide_one(): the front's label, and the stored key (only
+	 * for sync0), last so that the fields above are cleared cheaply. */
+	char label[DECIDE_LABEL_MAX + 1]; /* the front's own name for it (SPOP: suffix) */
 	char skey[RL_STORED_KEY_MAX];
 };
 

@@ -192,7 +192,6 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 	struct spop_cursor c;
 	struct spop_kv kv;
 
-	memset(r, 0, sizeof(*r));
 	msg_suffix(m->name, h->prefix_len, r);
 
 	spop_args_init(&c, m);

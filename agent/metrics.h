@@ -114,14 +114,21 @@ void metrics_free(struct metrics *m);
 /* Makes worker id's slot this process's. */
 void metrics_attach(struct metrics *m, int id);
 
+/* A slot has one writer (its worker, one thread): a relaxed load and
+ * store, no locked read-modify-write on the hot path; a scrape still
+ * reads whole 64-bit values. */
 static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)
 {
-	atomic_fetch_add_explicit(c, n, memory_order_relaxed);
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + n,
+			      memory_order_relaxed);
 }
 
 static inline void metrics_conn(enum metrics_front f, int64_t delta)
 {
-	atomic_fetch_add_explicit(&metrics_me->connections[f], delta, memory_order_relaxed);
+	_Atomic int64_t *c = &metrics_me->connections[f];
+
+	atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + delta,
+			      memory_order_relaxed);
 }
 
 /* A sync cycle of namespace ns ended (ok or not) after seconds. */
