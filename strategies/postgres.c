@@ -133,6 +133,7 @@
 #include <time.h>
 
 #include "strategies/container.h"
+#include "strategies/store.h"
 #include "strategies/pg_ev.h"
 #include "strategies/strategy.h"
 
@@ -362,12 +363,13 @@ struct pg_chunk {
 struct pg;
 
 struct pg_op {
+	struct store_op base;     /* done queue, silence timer (store.h) */
 	struct pg_op *prev;
 	struct pg_op *next;
 	struct pg *s;
 	enum pg_op_kind kind;
 	bool queued;              /* in the FIFO */
-	ev_timer timer;           /* timeout, restarted on progress */
+	int status;               /* its outcome, once finished */
 	strategy_done_cb done_cb;
 	strategy_rows_cb rows_cb;
 	void *arg;
@@ -420,7 +422,7 @@ struct pg_conn {
 	struct pg_ev ev;
 	ev_timer reconnect;       /* DOWN: next attempt */
 	ev_timer conn_timer;      /* bounds CONNECTING + SETUP */
-	double backoff;           /* s, next reconnect delay */
+	struct store_backoff backoff; /* next reconnect delay */
 	bool table_present;
 	struct pg_op *setup;      /* PROBE or CREATE in flight */
 	struct pg_op *op;         /* the active operation, while working for it */
@@ -437,16 +439,14 @@ struct pg_seen {
 };
 
 struct pg {
+	struct store_core core;   /* kick, done queue, callback guard (store.h) */
 	struct ev_loop *loop;
 	struct pg_conn conns[PG_POOL_MAX];
 	size_t nconns;
-	ev_timer kick;            /* dispatches from the loop, never from an API call */
 	ev_timer maint;           /* periodic purge */
 	double timeout;           /* s */
 	double purge_interval;    /* s, 0 = never */
 	bool maint_pending;
-	bool destroyed;
-	int depth;                /* our libev callbacks on the stack */
 	struct pg_op *active;     /* the operation being executed */
 	struct pg_op *head;       /* waiting operations, FIFO */
 	struct pg_op *tail;
@@ -764,25 +764,29 @@ static void pg_free(struct pg *s)
 	free(s);
 }
 
+static void pg_core_free(struct store_core *c)
+{
+	pg_free(container_of(c, struct pg, core));
+}
+
+/* Around every libev callback of the instance (store.h): the callbacks
+ * of the operations finished meanwhile run when the outermost returns. */
 static void pg_enter(struct pg *s)
 {
-	s->depth++;
+	store_enter(&s->core);
 }
 
 /* Returns true if s was freed: the caller must not touch it again. */
 static bool pg_leave(struct pg *s)
 {
-	if (--s->depth == 0 && s->destroyed) {
-		pg_free(s);
-		return true;
-	}
-	return false;
+	return store_leave(&s->core);
 }
 
 /* ------------------------------------------------------------------------
  * Operations: allocation, queue, completion.
  */
 static void pg_op_timeout(struct ev_loop *loop, ev_timer *w, int revents);
+static void pg_op_deliver(struct store_op *b);
 
 static struct pg_op *pg_op_new(struct pg *s, enum pg_op_kind kind)
 {
@@ -791,8 +795,9 @@ static struct pg_op *pg_op_new(struct pg *s, enum pg_op_kind kind)
 	if (!op)
 		return NULL;
 	op->s = s;
+	op->base.core = &s->core;
+	op->base.deliver = pg_op_deliver;
 	op->kind = kind;
-	ev_timer_init(&op->timer, pg_op_timeout, 0., s->timeout);
 	return op;
 }
 
@@ -882,26 +887,13 @@ static void pg_push_totals(struct pg_op *op)
 	}
 }
 
-/*
- * Ends an operation: it leaves the queue (or the active slot), its timer
- * stops, its callback runs (status 0 with errstr NULL, or -1 with op->err)
- * and it is freed. No connection may still work for it. The callback may
- * do anything, including destroying the instance: callers must check
- * s->destroyed afterwards.
- */
-static void pg_op_finish(struct pg *s, struct pg_op *op, int status)
+/* Runs the callback of a finished operation (status 0 with errstr NULL,
+ * or -1 with op->err), then frees it. */
+static void pg_op_deliver(struct store_op *b)
 {
-	ev_timer_stop(s->loop, &op->timer);
-	pg_queue_unlink(s, op);
-	if (s->active == op)
-		s->active = NULL;
-	for (size_t i = 0; i < s->nconns; i++)
-		if (s->conns[i].op == op) /* cannot happen; never leave a dangling one */
-			pg_conn_lost(&s->conns[i], "internal error: operation ended early");
-	if (s->nops > 0)
-		s->nops--;
-	if (status < 0 && !op->err[0])
-		pg_err_set(op->err, NULL, "failed");
+	struct pg_op *op = container_of(b, struct pg_op, base);
+	int status = op->status;
+
 	switch (op->kind) {
 	case PG_OP_PUSH:
 	case PG_OP_GET:
@@ -918,8 +910,6 @@ static void pg_op_finish(struct pg *s, struct pg_op *op, int status)
 		op->done_cb(op->arg, status, status ? op->err : NULL);
 		break;
 	case PG_OP_MAINT:
-		s->maint_pending = false;
-		break;
 	case PG_OP_PROBE:
 	case PG_OP_CREATE:
 	case PG_OP_COUNT:
@@ -928,13 +918,34 @@ static void pg_op_finish(struct pg *s, struct pg_op *op, int status)
 	pg_op_free(op);
 }
 
-/* Restarts the timers of every operation: the store just answered. */
+/*
+ * Ends an operation: it leaves the queue (or the active slot), its timer
+ * stops and it joins the done queue (store.h): its callback runs when the
+ * outermost of our libev callbacks returns, and it is freed then. No
+ * connection may still work for it.
+ */
+static void pg_op_finish(struct pg *s, struct pg_op *op, int status)
+{
+	pg_queue_unlink(s, op);
+	if (s->active == op)
+		s->active = NULL;
+	for (size_t i = 0; i < s->nconns; i++)
+		if (s->conns[i].op == op) /* cannot happen; never leave a dangling one */
+			pg_conn_lost(&s->conns[i], "internal error: operation ended early");
+	if (s->nops > 0)
+		s->nops--;
+	if (status < 0 && !op->err[0])
+		pg_err_set(op->err, NULL, "failed");
+	if (op->kind == PG_OP_MAINT)
+		s->maint_pending = false;
+	op->status = status;
+	store_op_finish(&op->base);
+}
+
+/* The store just answered: every operation's silence restarts. */
 static void pg_progress(struct pg *s)
 {
-	if (s->active)
-		ev_timer_again(s->loop, &s->active->timer);
-	for (struct pg_op *op = s->head; op; op = op->next)
-		ev_timer_again(s->loop, &op->timer);
+	store_activity(&s->core);
 }
 
 static bool pg_any_ready(const struct pg *s)
@@ -959,7 +970,7 @@ static int pg_submit(struct pg *s, struct pg_op *op, char *errstr)
 {
 	const char *why = NULL;
 
-	if (s->destroyed)
+	if (s->core.destroyed)
 		why = "instance is being destroyed";
 	else if (s->nops >= PG_QUEUE_MAX)
 		why = "queue full";
@@ -977,9 +988,9 @@ static int pg_submit(struct pg *s, struct pg_op *op, char *errstr)
 	}
 	pg_queue_append(s, op);
 	s->nops++;
-	ev_timer_again(s->loop, &op->timer);
-	if (!s->active && pg_any_ready(s) && !ev_is_active(&s->kick))
-		ev_timer_start(s->loop, &s->kick);
+	store_op_start(&s->core, &op->base, pg_op_timeout, pg_op_deliver);
+	if (!s->active && pg_any_ready(s))
+		store_kick(&s->core);
 	return 0;
 }
 
@@ -1407,7 +1418,7 @@ static void pg_settle(struct pg *s)
 {
 	struct pg_op *op = s->active;
 
-	if (!op || s->destroyed)
+	if (!op || s->core.destroyed)
 		return;
 	if (pg_op_is_push(op) ? op->chunks_done < op->nchunks : !op->ended)
 		return;
@@ -1420,11 +1431,11 @@ static void pg_settle(struct pg *s)
  * libev callback (user callbacks may run). */
 static void pg_dispatch(struct pg *s)
 {
-	while (!s->destroyed) {
+	while (!s->core.destroyed) {
 		struct pg_op *op;
 
 		pg_settle(s);
-		if (s->destroyed)
+		if (s->core.destroyed)
 			return;
 		op = s->active;
 		if (!op) {
@@ -1738,7 +1749,7 @@ static void pg_setup_done(struct pg_conn *c)
 		return;
 	}
 	c->state = PG_ST_READY;
-	c->backoff = PG_BACKOFF_MIN;
+	store_backoff_reset(&c->backoff);
 	s->last_err[0] = '\0';
 	ev_timer_stop(s->loop, &c->conn_timer);
 }
@@ -1751,7 +1762,7 @@ static void pg_read_results(struct pg_conn *c)
 	struct pg *s = c->s;
 	int nulls = 0;
 
-	while (!s->destroyed && c->conn && (c->setup || c->op) && !PQisBusy(c->conn)) {
+	while (!s->core.destroyed && c->conn && (c->setup || c->op) && !PQisBusy(c->conn)) {
 		PGresult *r = PQgetResult(c->conn);
 		ExecStatusType st;
 		struct pg_op *op;
@@ -1844,9 +1855,8 @@ static void pg_conn_lost(struct pg_conn *c, const char *why)
 	c->state = PG_ST_DOWN;
 	snprintf(s->last_err, sizeof(s->last_err), "%s", err);
 	ev_timer_stop(s->loop, &c->reconnect);
-	ev_timer_set(&c->reconnect, c->backoff, 0.);
+	ev_timer_set(&c->reconnect, store_backoff_take(&c->backoff), 0.);
 	ev_timer_start(s->loop, &c->reconnect);
-	c->backoff = c->backoff * 2 > PG_BACKOFF_MAX ? PG_BACKOFF_MAX : c->backoff * 2;
 }
 
 /* CONNECTION_OK: non-blocking, pipeline mode, then the set-up. */
@@ -1964,15 +1974,10 @@ static void pg_on_conn_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 	pg_leave(s);
 }
 
-static void pg_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
+/* The kick (store.h; inside its enter/leave): starts what can start. */
+static void pg_on_kick(struct store_core *c)
 {
-	struct pg *s = container_of(w, struct pg, kick);
-
-	(void)loop;
-	(void)revents;
-	pg_enter(s);
-	pg_dispatch(s);
-	pg_leave(s);
+	pg_dispatch(container_of(c, struct pg, core));
 }
 
 /* The store was silent for timeout_ms. For the active operation the whole
@@ -1981,11 +1986,13 @@ static void pg_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
  * alone. */
 static void pg_op_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct pg_op *op = container_of(w, struct pg_op, timer);
+	struct pg_op *op = container_of(w, struct pg_op, base.timer);
 	struct pg *s = op->s;
 
 	(void)loop;
 	(void)revents;
+	if (!store_op_silent(&op->base))
+		return;
 	pg_enter(s);
 	if (s->active == op) {
 		for (size_t i = 0; i < s->nconns; i++)
@@ -2165,14 +2172,11 @@ static int pg_opts_parse(json_t *root, struct pg_opts *o, char *err, size_t errl
 	const char *k;
 	json_t *v;
 
-	if (!json_is_object(root)) {
-		snprintf(err, errlen, "strategy_opts: expected an object");
-		return -1;
-	}
 	json_object_foreach(root, k, v) {
 		if (!strcmp(k, "conninfo")) {
 			if (!json_is_string(v)) {
-				snprintf(err, errlen, "conninfo: expected a string");
+				snprintf(err, errlen, "conninfo: expected a string, got %s",
+					 store_json_type(v));
 				return -1;
 			}
 			o->conninfo = json_string_value(v);
@@ -2184,34 +2188,18 @@ static int pg_opts_parse(json_t *root, struct pg_opts *o, char *err, size_t errl
 			}
 			o->table = json_string_value(v);
 		} else if (!strcmp(k, "timeout_ms")) {
-			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-			    json_integer_value(v) > PG_TIMEOUT_MAX) {
-				snprintf(err, errlen,
-					 "timeout_ms: expected an integer from 1 to %d",
-					 PG_TIMEOUT_MAX);
+			if (store_opt_int(k, v, 1, PG_TIMEOUT_MAX, &o->timeout_ms, err, errlen) < 0)
 				return -1;
-			}
-			o->timeout_ms = json_integer_value(v);
 		} else if (!strcmp(k, "pool_size")) {
-			if (!json_is_integer(v) || json_integer_value(v) < 1 ||
-			    json_integer_value(v) > PG_POOL_MAX) {
-				snprintf(err, errlen, "pool_size: expected an integer from 1 to %d",
-					 PG_POOL_MAX);
+			if (store_opt_int(k, v, 1, PG_POOL_MAX, &o->pool_size, err, errlen) < 0)
 				return -1;
-			}
-			o->pool_size = json_integer_value(v);
 		} else if (!strcmp(k, "purge_interval_s")) {
-			if (!json_is_integer(v) || json_integer_value(v) < 0 ||
-			    json_integer_value(v) > 7 * 86400) {
-				snprintf(err, errlen, "purge_interval_s: expected an integer "
-						      "from 0 (never) to %d", 7 * 86400);
+			/* 0: never */
+			if (store_opt_int(k, v, 0, 7 * 86400, &o->purge_s, err, errlen) < 0)
 				return -1;
-			}
-			o->purge_s = json_integer_value(v);
 		} else {
-			snprintf(err, errlen, "%.64s: unknown option (known: conninfo, table, "
-					      "timeout_ms, purge_interval_s, pool_size)", k);
-			return -1;
+			return store_opt_unknown(k, "conninfo, table, timeout_ms, purge_interval_s, "
+						 "pool_size", err, errlen);
 		}
 	}
 	return 0;
@@ -2225,18 +2213,9 @@ static int pg_opts_load(const char *opts_json, struct pg_opts *o, json_t **root,
 {
 	*o = (struct pg_opts){ PG_DEFAULT_CONNINFO, PG_DEFAULT_TABLE, PG_DEFAULT_TIMEOUT,
 			       PG_DEFAULT_PURGE, PG_POOL_DEFAULT };
-	*root = NULL;
-	if (opts_json && *opts_json) {
-		json_error_t je;
-
-		*root = json_loads(opts_json, JSON_REJECT_DUPLICATES, &je);
-		if (!*root) {
-			snprintf(err, errlen, "strategy_opts: invalid JSON: %s", je.text);
-			return -1;
-		}
-		if (pg_opts_parse(*root, o, err, errlen) < 0)
-			return -1;
-	}
+	if (store_opts_load(opts_json, root, err, errlen) < 0 ||
+	    (*root && pg_opts_parse(*root, o, err, errlen) < 0))
+		return -1;
 	return pg_conninfo_check(o->conninfo, err, errlen);
 }
 
@@ -2309,7 +2288,7 @@ static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, c
 		snprintf(err, errlen, "out of memory");
 		return NULL;
 	}
-	ev_timer_init(&s->kick, pg_on_kick, 0., 0.);
+	store_core_init(&s->core, loop, s->timeout, pg_on_kick, pg_core_free);
 	ev_timer_init(&s->maint, pg_on_maint, s->purge_interval, s->purge_interval);
 	if (s->purge_interval > 0)
 		ev_timer_start(loop, &s->maint);
@@ -2318,7 +2297,7 @@ static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, c
 		struct pg_conn *c = &s->conns[i];
 
 		c->s = s;
-		c->backoff = PG_BACKOFF_MIN;
+		store_backoff_init(&c->backoff, PG_BACKOFF_MIN, PG_BACKOFF_MAX);
 		c->ev.fd = -1;
 		ev_timer_init(&c->reconnect, pg_on_reconnect, 0., 0.);
 		ev_timer_init(&c->conn_timer, pg_on_conn_timeout, 0., 0.);
@@ -2340,11 +2319,9 @@ static void pg_destroy(struct strategy *st)
 	struct pg *s = pg_of(st);
 	struct pg_op *op;
 
-	if (!s || s->destroyed)
+	if (!s || s->core.destroyed)
 		return;
-	s->destroyed = true;
-	pg_enter(s);
-	ev_timer_stop(s->loop, &s->kick);
+	s->core.destroyed = true;         /* refuses new operations from now on */
 	ev_timer_stop(s->loop, &s->maint);
 	for (size_t i = 0; i < s->nconns; i++) {
 		struct pg_conn *c = &s->conns[i];
@@ -2370,7 +2347,9 @@ static void pg_destroy(struct strategy *st)
 		pg_err_set(op->err, NULL, "destroyed");
 		pg_op_finish(s, op, -1);
 	}
-	pg_leave(s);
+	/* Their callbacks run now; the instance is freed now, or when the
+	 * callback of ours that called this returns. */
+	store_destroy(&s->core);
 }
 
 /* Validates one counter; returns NULL or why it is refused. */
@@ -2593,14 +2572,14 @@ static bool pg_ready(const struct strategy *st)
 {
 	const struct pg *s = (const struct pg *)(const void *)st;
 
-	return s && !s->destroyed && pg_any_ready(s);
+	return s && !s->core.destroyed && pg_any_ready(s);
 }
 
 static bool pg_connecting(const struct strategy *st)
 {
 	const struct pg *s = (const struct pg *)(const void *)st;
 
-	return s && !s->destroyed && !pg_any_ready(s) && !pg_all_down(s);
+	return s && !s->core.destroyed && !pg_any_ready(s) && !pg_all_down(s);
 }
 
 const struct strategy_ops postgres_strategy = {

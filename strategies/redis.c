@@ -99,6 +99,7 @@
 #include <sys/un.h>
 
 #include "strategies/container.h"
+#include "strategies/store.h"
 #include "strategies/strategy.h"
 
 #define REDIS_BUCKETS          64
@@ -237,13 +238,10 @@ struct redis_call {
 /* One operation. Freed only after its callback returned; never while one
  * of its calls is registered with hiredis (inflight > 0). */
 struct redis_op {
+	struct store_op base;           /* done queue, silence timer (store.h) */
 	struct redis_strategy *s;
-	struct redis_op *next;          /* done queue */
 	enum redis_op_kind kind;
-	ev_timer timer;                 /* silence timeout */
-	ev_tstamp sent;                 /* loop time its calls were queued */
 	uint32_t inflight;              /* calls registered with hiredis */
-	bool finished;                  /* on the done queue */
 	int status;
 	char errstr[STRATEGY_ERR_MAX];
 	strategy_done_cb done_cb;
@@ -271,6 +269,7 @@ struct redis_op {
 };
 
 struct redis_strategy {
+	struct store_core core;         /* loop, kick, done queue, callback guard */
 	struct ev_loop *loop;
 	struct redis_opts o;
 	enum redis_state state;
@@ -278,20 +277,15 @@ struct redis_strategy {
 	uint64_t gen;                   /* connection attempts so far */
 	int handshake_left;             /* replies awaited before READY */
 	char sha[41];                   /* of REDIS_SCRIPT, "" until loaded */
-	int backoff_ms;                 /* wait before the next attempt */
+	struct store_backoff backoff;   /* wait before the next attempt */
 	ev_timer retry;                 /* next connection attempt */
 	ev_timer handshake;             /* deadline of the current attempt */
-	ev_timer kick;                  /* zero delay: drop request + done queue */
-	struct redis_op *done_head, *done_tail;
 	bool drop_pending;              /* drop connection `drop_gen` at the kick */
 	uint64_t drop_gen;
 	char drop_reason[STRATEGY_ERR_MAX];
 	char close_reason[STRATEGY_ERR_MAX]; /* for replies lost to our close */
 	char last_err[STRATEGY_ERR_MAX];     /* why the last attempt failed */
-	ev_tstamp last_reply;           /* loop time of the last reply, any call */
-	int in_drain;                   /* nesting of redis_deliver_all() */
 	bool destroying;
-	bool free_pending;              /* destroy() ran inside the drain */
 };
 
 static inline struct redis_strategy *redis_of(struct strategy *st)
@@ -606,73 +600,15 @@ static void redis_seterr(char *errstr, const char *fmt, ...)
 /* Options                                                               */
 /* ===================================================================== */
 
-static const char *redis_json_type(const json_t *v)
-{
-	switch (json_typeof(v)) {
-	case JSON_OBJECT:  return "an object";
-	case JSON_ARRAY:   return "an array";
-	case JSON_STRING:  return "a string";
-	case JSON_INTEGER: return "an integer";
-	case JSON_REAL:    return "a number with a fraction";
-	case JSON_TRUE:
-	case JSON_FALSE:   return "a boolean";
-	case JSON_NULL:    return "null";
-	default:           return "something else";
-	}
-}
-
-/* An integer option within [lo, hi]. */
-static int redis_opt_int(const char *name, const json_t *v, long long lo, long long hi,
-			 int *out, char *err, size_t errlen)
-{
-	long long x;
-
-	if (!json_is_integer(v)) {
-		snprintf(err, errlen,
-			 "%s: expected an integer from %lld to %lld, got %s", name,
-			 lo, hi, redis_json_type(v));
-		return -1;
-	}
-	x = json_integer_value(v);
-	if (x < lo || x > hi) {
-		snprintf(err, errlen,
-			 "%s: expected an integer from %lld to %lld, got %lld", name,
-			 lo, hi, x);
-		return -1;
-	}
-	*out = (int)x;
-	return 0;
-}
-
-/* A string option of 1..max bytes. */
-static int redis_opt_str(const char *name, const json_t *v, size_t max, const char **out,
-			 size_t *len, char *err, size_t errlen)
-{
-	if (!json_is_string(v)) {
-		snprintf(err, errlen, "%s: expected a string, got %s", name,
-			 redis_json_type(v));
-		return -1;
-	}
-	*out = json_string_value(v);
-	*len = json_string_length(v);
-	if (*len == 0 || *len > max) {
-		snprintf(err, errlen,
-			 "%s: expected a string of 1 to %zu bytes, got %zu", name,
-			 max, *len);
-		return -1;
-	}
-	return 0;
-}
-
 /* Fills o from the JSON text (NULL = defaults). Returns 0, or -1 with a
  * message naming the option and what was expected. o->password is owned
  * by o on success and on failure (free it either way). */
 static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, size_t errlen)
 {
-	json_error_t jerr;
 	json_t *root, *v;
 	const char *k;
 	bool has_host = false, has_port = false, has_socket = false;
+	long long x;
 	int rc = -1;
 
 	memset(o, 0, sizeof(*o));
@@ -681,20 +617,10 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 	o->timeout_ms = REDIS_DEFAULT_TIMEOUT;
 	strcpy(o->prefix, REDIS_DEFAULT_PREFIX);
 	o->prefix_len = strlen(o->prefix);
-	if (text == NULL)
-		return 0;
-
-	root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-	if (root == NULL) {
-		snprintf(err, errlen, "strategy_opts: invalid JSON at line %d column %d: %s",
-			 jerr.line, jerr.column, jerr.text);
+	if (store_opts_load(text, &root, err, errlen) < 0)
 		return -1;
-	}
-	if (!json_is_object(root)) {
-		snprintf(err, errlen, "strategy_opts: expected a JSON object, got %s",
-			 redis_json_type(root));
-		goto out;
-	}
+	if (root == NULL)
+		return 0;
 	json_object_foreach(root, k, v) {
 		const char *str;
 		size_t len;
@@ -702,7 +628,7 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 		if (strcmp(k, "host") == 0) {
 			unsigned char addr[sizeof(struct in6_addr)];
 
-			if (redis_opt_str(k, v, INET6_ADDRSTRLEN - 1, &str, &len, err, errlen) < 0)
+			if (store_opt_str(k, v, INET6_ADDRSTRLEN - 1, &str, &len, err, errlen) < 0)
 				goto out;
 			if (strcmp(str, "localhost") == 0)
 				str = "127.0.0.1";
@@ -717,11 +643,12 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 			snprintf(o->host, sizeof(o->host), "%s", str);
 			has_host = true;
 		} else if (strcmp(k, "port") == 0) {
-			if (redis_opt_int(k, v, 1, 65535, &o->port, err, errlen) < 0)
+			if (store_opt_int(k, v, 1, 65535, &x, err, errlen) < 0)
 				goto out;
+			o->port = (int)x;
 			has_port = true;
 		} else if (strcmp(k, "socket") == 0) {
-			if (redis_opt_str(k, v, sizeof(o->socket) - 1, &str, &len, err, errlen) < 0)
+			if (store_opt_str(k, v, sizeof(o->socket) - 1, &str, &len, err, errlen) < 0)
 				goto out;
 			if (strlen(str) != len) {
 				snprintf(err, errlen,
@@ -731,7 +658,7 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 			memcpy(o->socket, str, len + 1);
 			has_socket = true;
 		} else if (strcmp(k, "password") == 0) {
-			if (redis_opt_str(k, v, REDIS_PASSWORD_MAX, &str, &len, err, errlen) < 0)
+			if (store_opt_str(k, v, REDIS_PASSWORD_MAX, &str, &len, err, errlen) < 0)
 				goto out;
 			o->password = malloc(len + 1);
 			if (o->password == NULL) {
@@ -741,14 +668,15 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 			memcpy(o->password, str, len + 1);
 			o->password_len = len;
 		} else if (strcmp(k, "db") == 0) {
-			if (redis_opt_int(k, v, 0, INT_MAX, &o->db, err, errlen) < 0)
+			if (store_opt_int(k, v, 0, INT_MAX, &x, err, errlen) < 0)
 				goto out;
+			o->db = (int)x;
 		} else if (strcmp(k, "timeout_ms") == 0) {
-			if (redis_opt_int(k, v, 1, REDIS_TIMEOUT_MAX_MS, &o->timeout_ms, err,
-					  errlen) < 0)
+			if (store_opt_int(k, v, 1, REDIS_TIMEOUT_MAX_MS, &x, err, errlen) < 0)
 				goto out;
+			o->timeout_ms = (int)x;
 		} else if (strcmp(k, "prefix") == 0) {
-			if (redis_opt_str(k, v, REDIS_PREFIX_MAX, &str, &len, err, errlen) < 0)
+			if (store_opt_str(k, v, REDIS_PREFIX_MAX, &str, &len, err, errlen) < 0)
 				goto out;
 			if (memchr(str, '{', len) || memchr(str, '}', len)) {
 				snprintf(err, errlen, "prefix: expected a string "
@@ -760,8 +688,8 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 			o->prefix[len] = '\0';
 			o->prefix_len = len;
 		} else {
-			snprintf(err, errlen, "%.64s: unknown option (known: host, port, socket, "
-				 "password, db, timeout_ms, prefix)", k);
+			store_opt_unknown(k, "host, port, socket, password, db, timeout_ms, prefix",
+					  err, errlen);
 			goto out;
 		}
 	}
@@ -779,16 +707,6 @@ out:
 /* Operations: lifetime and completion                                   */
 /* ===================================================================== */
 
-/* Zero-delay timer: the drain runs at the next loop iteration, outside
- * hiredis and outside the caller's current call. */
-static void redis_kick(struct redis_strategy *s)
-{
-	if (!ev_is_active(&s->kick)) {
-		ev_timer_set(&s->kick, 0., 0.);
-		ev_timer_start(s->loop, &s->kick);
-	}
-}
-
 /* Records the first failure of op (later ones are consequences). */
 static void redis_op_fail(struct redis_op *op, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
@@ -805,22 +723,11 @@ static void redis_op_fail(struct redis_op *op, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Puts op on the done queue; its callback runs from the drain. */
+/* Puts op on the done queue; its callback runs from the drain, outside
+ * hiredis and outside the caller's current call. */
 static void redis_op_finish(struct redis_op *op)
 {
-	struct redis_strategy *s = op->s;
-
-	if (op->finished)
-		return;
-	op->finished = true;
-	ev_timer_stop(s->loop, &op->timer);
-	op->next = NULL;
-	if (s->done_tail)
-		s->done_tail->next = op;
-	else
-		s->done_head = op;
-	s->done_tail = op;
-	redis_kick(s);
+	store_op_finish(&op->base);
 }
 
 /* One call of op got its reply (or NULL): finish op after the last one.
@@ -829,7 +736,7 @@ static void redis_call_done(struct redis_call *c)
 {
 	struct redis_op *op = c->op;
 
-	op->s->last_reply = ev_now(op->s->loop);
+	store_activity(&op->s->core);
 	if (op->inflight > 0)
 		op->inflight--;
 	if (op->inflight == 0)
@@ -845,9 +752,11 @@ static void redis_op_free(struct redis_op *op)
 	free(op);
 }
 
-/* Runs op's callback once, with its outcome. */
-static void redis_op_deliver(struct redis_op *op)
+/* Runs op's callback once, with its outcome, then frees op. */
+static void redis_op_deliver(struct store_op *b)
 {
+	struct redis_op *op = container_of(b, struct redis_op, base);
+
 	switch (op->kind) {
 	case REDIS_OP_PUSH:
 	case REDIS_OP_WINDOW:
@@ -873,6 +782,7 @@ static void redis_op_deliver(struct redis_op *op)
 	default:
 		break;
 	}
+	redis_op_free(op);
 }
 
 static void redis_free(struct redis_strategy *s)
@@ -881,26 +791,9 @@ static void redis_free(struct redis_strategy *s)
 	free(s);
 }
 
-/* Delivers every finished operation. A callback may start operations or
- * destroy the instance: then the instance is freed here, once the
- * outermost drain is done with it. */
-static void redis_deliver_all(struct redis_strategy *s)
+static void redis_core_free(struct store_core *c)
 {
-	s->in_drain++;
-	while (s->done_head != NULL) {
-		struct redis_op *op = s->done_head;
-
-		s->done_head = op->next;
-		if (s->done_head == NULL)
-			s->done_tail = NULL;
-		redis_op_deliver(op);
-		redis_op_free(op);
-		if (s->free_pending)
-			break;
-	}
-	s->in_drain--;
-	if (s->free_pending && s->in_drain == 0)
-		redis_free(s);
+	redis_free(container_of(c, struct redis_strategy, core));
 }
 
 static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kind kind,
@@ -911,6 +804,8 @@ static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kin
 	if (op == NULL)
 		return NULL;
 	op->s = s;
+	op->base.core = &s->core;
+	op->base.deliver = redis_op_deliver;
 	op->kind = kind;
 	op->done_cb = done_cb;
 	op->rows_cb = rows_cb;
@@ -927,10 +822,8 @@ static void redis_schedule_retry(struct redis_strategy *s)
 	if (s->destroying)
 		return;
 	ev_timer_stop(s->loop, &s->retry);
-	ev_timer_set(&s->retry, s->backoff_ms / 1000.0, 0.);
+	ev_timer_set(&s->retry, store_backoff_take(&s->backoff), 0.);
 	ev_timer_start(s->loop, &s->retry);
-	s->backoff_ms = s->backoff_ms * 2 > REDIS_BACKOFF_MAX_MS ? REDIS_BACKOFF_MAX_MS
-								  : s->backoff_ms * 2;
 }
 
 /* Forgets the connection hiredis is about to free by itself. */
@@ -971,7 +864,7 @@ static void redis_conn_drop_later(struct redis_strategy *s, const char *why)
 	s->drop_pending = true;
 	s->drop_gen = s->gen;
 	snprintf(s->drop_reason, sizeof(s->drop_reason), "%s", why);
-	redis_kick(s);
+	store_kick(&s->core);
 }
 
 static void redis_on_connect(const redisAsyncContext *ac, int status)
@@ -1031,7 +924,7 @@ static void redis_on_handshake(redisAsyncContext *ac, void *r, void *privdata)
 		return;
 	}
 	s->state = REDIS_ST_READY;
-	s->backoff_ms = REDIS_BACKOFF_MIN_MS;
+	store_backoff_reset(&s->backoff);
 	s->last_err[0] = '\0';
 	ev_timer_stop(s->loop, &s->handshake);
 }
@@ -1103,19 +996,16 @@ static void redis_conn_open(struct redis_strategy *s)
 	ev_timer_start(s->loop, &s->handshake);
 }
 
-/* The kick: a drop asked for from inside hiredis, then the done queue. */
-static void redis_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
+/* The kick (then the done queue): a drop asked for from inside hiredis. */
+static void redis_on_kick(struct store_core *c)
 {
-	struct redis_strategy *s = container_of(w, struct redis_strategy, kick);
+	struct redis_strategy *s = container_of(c, struct redis_strategy, core);
 
-	(void)loop;
-	(void)revents;
 	if (s->drop_pending) {
 		s->drop_pending = false;
 		if (s->ac != NULL && s->gen == s->drop_gen)
 			redis_conn_close(s, s->drop_reason, true);
 	}
-	redis_deliver_all(s);
 }
 
 /*
@@ -1128,20 +1018,16 @@ static void redis_on_kick(struct ev_loop *loop, ev_timer *w, int revents)
  */
 static void redis_on_op_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
-	struct redis_op *op = container_of(w, struct redis_op, timer);
+	struct redis_op *op = container_of(w, struct redis_op, base.timer);
 	struct redis_strategy *s = op->s;
-	ev_tstamp t = s->o.timeout_ms / 1000.0;
-	ev_tstamp due = (s->last_reply > op->sent ? s->last_reply : op->sent) + t;
 
+	(void)loop;
 	(void)revents;
-	if (due - ev_now(loop) > 0.0005) {
-		w->repeat = due - ev_now(loop);
-		ev_timer_again(loop, w);
+	if (!store_op_silent(&op->base))
 		return;
-	}
 	redis_op_fail(op, "timeout: no reply from redis within %d ms", s->o.timeout_ms);
 	redis_conn_close(s, "an operation timed out", true);
-	if (!op->finished) {    /* its calls were all on that connection */
+	if (!op->base.finished) {    /* its calls were all on that connection */
 		op->inflight = 0;
 		redis_op_finish(op);
 	}
@@ -1172,10 +1058,7 @@ static void redis_op_started(struct redis_op *op)
 		return;
 	}
 	ev_now_update(s->loop);     /* building a big batch takes a while */
-	op->sent = ev_now(s->loop);
-	ev_init(&op->timer, redis_on_op_timeout);
-	op->timer.repeat = s->o.timeout_ms / 1000.0;
-	ev_timer_again(s->loop, &op->timer);
+	store_op_start(&s->core, &op->base, redis_on_op_timeout, redis_op_deliver);
 }
 
 /* Registers call c (RESP text at op->cmd + off, len bytes). */
@@ -1875,10 +1758,10 @@ static struct strategy *redis_create(struct ev_loop *loop, const char *opts_json
 		return NULL;
 	}
 	s->loop = loop;
-	s->backoff_ms = REDIS_BACKOFF_MIN_MS;
+	store_core_init(&s->core, loop, s->o.timeout_ms / 1000.0, redis_on_kick, redis_core_free);
+	store_backoff_init(&s->backoff, REDIS_BACKOFF_MIN_MS / 1000.0, REDIS_BACKOFF_MAX_MS / 1000.0);
 	ev_timer_init(&s->retry, redis_on_retry, 0., 0.);
 	ev_timer_init(&s->handshake, redis_on_handshake_timeout, 0., 0.);
-	ev_timer_init(&s->kick, redis_on_kick, 0., 0.);
 	redis_conn_open(s);
 	return (struct strategy *)(void *)s;
 }
@@ -1892,14 +1775,11 @@ static void redis_destroy(struct strategy *st)
 	s->destroying = true;
 	ev_timer_stop(s->loop, &s->retry);
 	ev_timer_stop(s->loop, &s->handshake);
-	/* every operation in flight fails and lands on the done queue */
+	/* every operation in flight fails and lands on the done queue, is
+	 * delivered, and the instance is freed (later, from inside one of its
+	 * callbacks) */
 	redis_conn_close(s, "instance destroyed", false);
-	ev_timer_stop(s->loop, &s->kick);
-	redis_deliver_all(s);
-	if (s->in_drain > 0)
-		s->free_pending = true;     /* inside one of our callbacks */
-	else
-		redis_free(s);
+	store_destroy(&s->core);
 }
 
 const struct strategy_ops redis_strategy = {

@@ -25,6 +25,11 @@
  *
  * Counters are identified by (namespace, key, window size, window start);
  * keys are bytes (may hold NULs), counts are doubles.
+ *
+ * What the stores share is written once in strategies/store.h: an
+ * operation's way from the call to its callback (done queue, delivery
+ * outside the call, destroy from inside a callback), the silence timeout,
+ * the reconnect backoff and the strategy_opts readers.
  */
 #ifndef STRATEGY_H
 #define STRATEGY_H
