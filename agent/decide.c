@@ -269,7 +269,9 @@ void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *ou
 	for (size_t i = 1; i < n; i++)
 		if (decide_more_restrictive(&res[i], &res[best]))
 			best = i;
-	*out = res[best];
+	/* Not the label and the stored key: the folded answer has neither. */
+	memcpy(out, &res[best], offsetof(struct rl_decision, label));
+	out->label[0] = '\0';
 	*error = NULL;
 	for (size_t i = 0; i < n; i++) {
 		const struct rl_decision *r = &res[i];

@@ -137,7 +137,8 @@ bool decide_more_restrictive(const struct rl_decision *a, const struct rl_decisi
 
 /* The decision that speaks for res[0..n) (n >= 1): the most restrictive,
  * with exceeded, remaining and retry_after folded over all of them;
- * *error is the first error of any (or NULL). */
+ * *error is the first error of any (or NULL). out has no label and no
+ * stored key. */
 void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *out,
 		 const char **error);
 
