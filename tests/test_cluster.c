@@ -1034,3 +1034,145 @@ Test(cluster, sigterm_flush_bounded_when_store_paused)
 		  tail);
 	redis_server_resume(&redis);
 }
+
+/* ---------------------------------------------------------------- admission */
+
+/* How many hits a cluster admits on one key past its limit (issue 9):
+ * three nodes, sync_rate 0.1 s, a limit of 100 per window, 600 hits in
+ * three patterns. Each node decides from the total it last read plus its
+ * own hits, so today the cluster admits more than the limit; what it may
+ * never do is admit less than the limit (nothing is lost) or more than
+ * the limit per node (each node alone stops at it). The counts go to the
+ * log; the target of issue 9 (at most limit + 1 %) is not reached yet. */
+#define ADMIT_LIMIT   100
+#define ADMIT_HITS    600
+#define ADMIT_SYNC    0.1
+#define ADMIT_BURST   (ADMIT_HITS / NODES)
+
+enum admit_pattern {
+	ADMIT_PARALLEL = 0,      /* every node's hits in flight at once */
+	ADMIT_ROUND_ROBIN,       /* one at a time, node after node, full speed */
+	ADMIT_PACED,             /* one at a time, ~110 hits/s per node */
+	ADMIT_PATTERN_COUNT
+};
+
+static const char *const admit_names[ADMIT_PATTERN_COUNT] = {
+	[ADMIT_PARALLEL] = "parallel", [ADMIT_ROUND_ROBIN] = "round-robin",
+	[ADMIT_PACED] = "paced ~110/s per node",
+};
+
+/* Sends NOTIFY ratelimit(key, window, limit) as stream *sid. */
+static int limit_send(int fd, const char *key, unsigned window, int64_t limit, uint64_t *sid)
+{
+	size_t start;
+
+	*sid = next_sid++;
+	rawspop_buf_reset(&wb);
+	start = rawspop_notify_begin(&wb, *sid, 1);
+	rawspop_msg(&wb, "ratelimit", 3);
+	rawspop_arg_str(&wb, "key", key);
+	rawspop_arg_int(&wb, "window", window);
+	rawspop_arg_int(&wb, "limit", limit);
+	rawspop_frame_end(&wb, start);
+	if (rawspop_send_buf(fd, &wb) < 0) {
+		snprintf(errbuf, sizeof(errbuf), "send NOTIFY: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* Reads the ACK of stream sid: 1 admitted, 0 denied, -1 (errbuf) bad. */
+static int limit_ack(int fd, uint64_t sid)
+{
+	const struct rawspop_action *v;
+	int64_t rate;
+
+	if (notify_ack(fd, sid, IO_MS, &rate) < 0)
+		return -1;
+	v = rawspop_var_find(&acts, "exceeded");
+	if (!v || v->value.type != RAWSPOP_T_BOOL) {
+		snprintf(errbuf, sizeof(errbuf), "ACK without a boolean exceeded");
+		return -1;
+	}
+	return v->value.b ? 0 : 1;
+}
+
+static int64_t admitted_count(enum admit_pattern p, const char *key, unsigned w)
+{
+	int64_t admitted = 0;
+
+	if (p == ADMIT_PARALLEL) {
+		static uint64_t sids[NODES][ADMIT_BURST];
+
+		/* Every node's share goes out before any answer is read. */
+		for (size_t i = 0; i < ADMIT_BURST; i++)
+			for (size_t n = 0; n < NODES; n++)
+				cr_assert(limit_send(nodes[n].fd[i % CONNS], key, w, ADMIT_LIMIT,
+						     &sids[n][i]) == 0, "%s", errbuf);
+		for (size_t i = 0; i < ADMIT_BURST; i++)
+			for (size_t n = 0; n < NODES; n++) {
+				int a = limit_ack(nodes[n].fd[i % CONNS], sids[n][i]);
+				cr_assert(a >= 0, "node %zu hit %zu: %s", n, i, errbuf);
+				admitted += a;
+			}
+		return admitted;
+	}
+	int64_t t0 = mono_us();
+	for (size_t i = 0; i < ADMIT_HITS; i++) {
+		size_t n = i % NODES;
+		uint64_t sid;
+		int a;
+
+		if (p == ADMIT_PACED) {
+			/* ~110 hits/s per node: one every 1/330 s overall. */
+			int64_t due = t0 + (int64_t)i * 1000000 / (110 * NODES), now = mono_us();
+			if (due > now)
+				usleep((useconds_t)(due - now));
+		}
+		cr_assert(limit_send(nodes[n].fd[(i / NODES) % CONNS], key, w, ADMIT_LIMIT, &sid) == 0,
+			  "%s", errbuf);
+		a = limit_ack(nodes[n].fd[(i / NODES) % CONNS], sid);
+		cr_assert(a >= 0, "node %zu hit %zu: %s", n, i, errbuf);
+		admitted += a;
+	}
+	return admitted;
+}
+
+static void admission_case(const char *store, unsigned w)
+{
+	for (int p = 0; p < ADMIT_PATTERN_COUNT; p++) {
+		char key[64];
+		int64_t got;
+
+		rand_key(key, sizeof(key), "admit");
+		got = admitted_count((enum admit_pattern)p, key, w);
+		cr_log_info("%s, sync_rate %g s, limit %d, %d hits over %d nodes, %s: %lld admitted",
+			    store, ADMIT_SYNC, ADMIT_LIMIT, ADMIT_HITS, NODES, admit_names[p],
+			    (long long)got);
+		cr_expect(got >= ADMIT_LIMIT, "%s, %s: %lld admitted, fewer than the limit %d",
+			  store, admit_names[p], (long long)got, ADMIT_LIMIT);
+		cr_expect(got <= (int64_t)NODES * ADMIT_LIMIT,
+			  "%s, %s: %lld admitted, more than the limit on every node", store,
+			  admit_names[p], (long long)got);
+	}
+}
+
+Test(cluster, redis_admission_measured)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis_t(w, ADMIT_SYNC, 1000));
+	admission_case("redis", w);
+}
+
+Test(cluster, postgres_admission_measured)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_pg_t(w, ADMIT_SYNC, 1000));
+	admission_case("postgres", w);
+}
