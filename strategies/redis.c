@@ -186,6 +186,56 @@ static const char REDIS_SCRIPT[] =
 	"end\n"
 	"return out\n";
 
+/*
+ * The admission script (strategy.h, struct strategy_admit). KEYS[1] = the
+ * current window's hash, KEYS[2] = the previous window's (same hash tag:
+ * same Cluster slot), KEYS[3] (optional) = the token key of this call;
+ * ARGV[1] = TTL seconds, ARGV[2] = field, ARGV[3] = diff, ARGV[4] = cost,
+ * ARGV[5] = limit, ARGV[6] = weight of the previous window, ARGV[7] = "1"
+ * to count a hit that is not admitted. Returns { current, previous,
+ * "1" admitted | "0" not } (numbers as in the push script). With a token
+ * key that exists, the call was applied before: nothing is added and the
+ * decision recorded in the token key comes back with the current totals.
+ */
+static const char REDIS_ADMIT_SCRIPT[] =
+	"local h, hp, tk, f = KEYS[1], KEYS[2], KEYS[3], ARGV[2]\n"
+	"local function num(v)\n"
+	"  if not v then return 0 end\n"
+	"  return tonumber(v)\n"
+	"end\n"
+	"local cur, prev = num(redis.call('HGET', h, f)), num(redis.call('HGET', hp, f))\n"
+	"if cur == nil or prev == nil then\n"
+	"  return redis.error_reply('ERR counter value is not a number')\n"
+	"end\n"
+	"local adm = tk and redis.call('GET', tk)\n"
+	"local v = cur\n"
+	"if not adm then\n"
+	"  local cost = tonumber(ARGV[4])\n"
+	"  v = v + tonumber(ARGV[3])\n"
+	"  local ok = v + prev * tonumber(ARGV[6]) + cost <= tonumber(ARGV[5])\n"
+	"  if ok or ARGV[7] == '1' then v = v + cost end\n"
+	"  if v ~= v or v == math.huge or v == -math.huge then\n"
+	"    return redis.error_reply('ERR counter total would not be finite')\n"
+	"  end\n"
+	"  if ok then adm = '1' else adm = '0' end\n"
+	"  if v ~= cur then\n"
+	"    if v % 1 == 0 and v > -1e15 and v < 1e15 then\n"
+	"      redis.call('HSET', h, f, string.format('%d', v))\n"
+	"    else\n"
+	"      redis.call('HSET', h, f, string.format('%.17g', v))\n"
+	"    end\n"
+	"    redis.call('EXPIRE', h, ARGV[1])\n"
+	"  end\n"
+	"  if tk then\n"
+	"    redis.call('SET', tk, adm, 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	"  end\n"
+	"end\n"
+	"local function out(x)\n"
+	"  if x % 1 == 0 and x > -1e15 and x < 1e15 then return x end\n"
+	"  return string.format('%.17g', x)\n"
+	"end\n"
+	"return { out(v), out(prev), adm }\n";
+
 /* ===================================================================== */
 /* Types                                                                 */
 /* ===================================================================== */
@@ -214,6 +264,7 @@ enum redis_op_kind {
 	REDIS_OP_ROWS,
 	REDIS_OP_WINDOW,
 	REDIS_OP_PURGE,
+	REDIS_OP_ADMIT,
 	REDIS_OP_KIND_COUNT
 };
 
@@ -250,7 +301,10 @@ struct redis_op {
 
 	/* push, window */
 	struct strategy_counter *batch;
-	size_t n;
+	size_t n;                       /* also admit: admissions */
+
+	/* admit */
+	struct strategy_admit *admits;
 	uint32_t *order;                /* batch indexes, grouped by call */
 
 	/* rows */
@@ -277,6 +331,7 @@ struct redis_strategy {
 	uint64_t gen;                   /* connection attempts so far */
 	int handshake_left;             /* replies awaited before READY */
 	char sha[41];                   /* of REDIS_SCRIPT, "" until loaded */
+	char sha_admit[41];             /* of REDIS_ADMIT_SCRIPT */
 	struct store_backoff backoff;   /* wait before the next attempt */
 	ev_timer retry;                 /* next connection attempt */
 	ev_timer handshake;             /* deadline of the current attempt */
@@ -760,6 +815,7 @@ static void redis_op_deliver(struct store_op *b)
 	switch (op->kind) {
 	case REDIS_OP_PUSH:
 	case REDIS_OP_WINDOW:
+	case REDIS_OP_ADMIT:
 		/* The replies marked the counters of every call that was
 		 * applied: on a failed push they are the ones the store has
 		 * (strategy.h), so the sync loop acks them and only them. */
@@ -908,9 +964,11 @@ static void redis_on_handshake(redisAsyncContext *ac, void *r, void *privdata)
 		redis_conn_drop_later(s, why);
 		return;
 	}
-	if (reply->type == REDIS_REPLY_STRING && reply->len == 40 && s->handshake_left == 1) {
-		memcpy(s->sha, reply->str, 40);   /* SCRIPT LOAD comes last */
-		s->sha[40] = '\0';
+	if (reply->type == REDIS_REPLY_STRING && reply->len == 40 && s->handshake_left <= 2) {
+		/* The two SCRIPT LOADs come last: push, then admit. */
+		char *sha = s->handshake_left == 2 ? s->sha : s->sha_admit;
+		memcpy(sha, reply->str, 40);
+		sha[40] = '\0';
 	} else if (reply->type != REDIS_REPLY_STATUS) {
 		snprintf(why, sizeof(why), "handshake: unexpected %s reply",
 			 redis_reply_type_name(reply->type));
@@ -919,7 +977,7 @@ static void redis_on_handshake(redisAsyncContext *ac, void *r, void *privdata)
 	}
 	if (--s->handshake_left > 0)
 		return;
-	if (s->sha[0] == '\0') {
+	if (s->sha[0] == '\0' || s->sha_admit[0] == '\0') {
 		redis_conn_drop_later(s, "handshake: SCRIPT LOAD returned no SHA1");
 		return;
 	}
@@ -981,6 +1039,7 @@ static void redis_conn_open(struct redis_strategy *s)
 	s->state = REDIS_ST_CONNECTING;
 	s->handshake_left = 0;
 	s->sha[0] = '\0';
+	s->sha_admit[0] = '\0';
 	if (s->o.password) {
 		redisAsyncCommand(ac, redis_on_handshake, s, "AUTH %b", s->o.password,
 				  s->o.password_len);
@@ -991,7 +1050,8 @@ static void redis_conn_open(struct redis_strategy *s)
 		s->handshake_left++;
 	}
 	redisAsyncCommand(ac, redis_on_handshake, s, "SCRIPT LOAD %s", REDIS_SCRIPT);
-	s->handshake_left++;
+	redisAsyncCommand(ac, redis_on_handshake, s, "SCRIPT LOAD %s", REDIS_ADMIT_SCRIPT);
+	s->handshake_left += 2;
 	ev_timer_set(&s->handshake, s->o.timeout_ms / 1000.0, 0.);
 	ev_timer_start(s->loop, &s->handshake);
 }
@@ -1455,6 +1515,195 @@ oom:
 }
 
 /* ===================================================================== */
+/* admit                                                                 */
+/* ===================================================================== */
+
+static void redis_on_admit_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_call *c = privdata;
+	struct redis_op *op = c->op;
+	struct strategy_admit *a = &op->admits[c->first];
+	redisReply *reply = r;
+	double cur, prev;
+
+	if (reply == NULL) {
+		redis_call_lost(c, ac);
+	} else if (reply->type == REDIS_REPLY_ERROR) {
+		if (!c->resent && op->status == 0 && reply->len >= 8 &&
+		    memcmp(reply->str, "NOSCRIPT", 8) == 0) {
+			/* The script cache was flushed: this call again as EVAL. */
+			size_t slen = sizeof(REDIS_ADMIT_SCRIPT) - 1, tail = c->end - c->tail;
+			char *buf = malloc(64 + REDIS_BULK_MAX(slen) + tail), *p = buf;
+
+			c->resent = true;
+			if (buf != NULL) {
+				p = redis_put_array(p, c->nargs);
+				p = redis_put_bulk(p, "EVAL", 4);
+				p = redis_put_bulk(p, REDIS_ADMIT_SCRIPT, slen);
+				memcpy(p, op->cmd + c->tail, tail);
+				p += tail;
+				if (redisAsyncFormattedCommand(ac, redis_on_admit_reply, c, buf,
+							       (size_t)(p - buf)) == REDIS_OK) {
+					free(buf);
+					return;     /* still in flight */
+				}
+				free(buf);
+			}
+			redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
+		} else {
+			redis_call_error(c, reply);
+		}
+	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+		   redis_reply_number(reply->element[0], &cur) < 0 ||
+		   redis_reply_number(reply->element[1], &prev) < 0 ||
+		   reply->element[2]->type != REDIS_REPLY_STRING || reply->element[2]->len != 1 ||
+		   (reply->element[2]->str[0] != '0' && reply->element[2]->str[0] != '1')) {
+		redis_op_fail(op, "redis: admit script returned %s, expected {current, previous, "
+			      "admitted}", redis_reply_type_name(reply->type));
+	} else {
+		a->current = cur;
+		a->previous = prev;
+		a->admitted = reply->element[2]->str[0] == '1';
+		a->ok = true;
+	}
+	redis_call_done(c);
+}
+
+/*
+ * One script call per admission, all pipelined:
+ *   EVALSHA <sha> 2 <hash> <prev hash> <ttl> <field> <diff> <cost> <limit> <weight> <cd>
+ *   EVALSHA <sha> 3 <hash> <prev hash> <token key> <ttl> ...
+ *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
+ * A call's token id is a hash of its arguments plus how many identical
+ * calls follow it (as for push_diffs): stable when the caller resends the
+ * admissions that were not confirmed, in the same order.
+ */
+static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
+		       const char *token, strategy_done_cb cb, void *arg, char *errstr)
+{
+	struct redis_strategy *s = redis_of(st);
+	struct redis_op *op;
+	size_t token_len = 0, cmd_max = 0, calls_off, total;
+	char *p;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	if (token != NULL) {
+		token_len = strnlen(token, STRATEGY_TOKEN_MAX + 1);
+		if (token_len == 0 || token_len > STRATEGY_TOKEN_MAX) {
+			redis_seterr(errstr, "token: expected 1 to %d bytes%s", STRATEGY_TOKEN_MAX,
+				     token_len ? ", got more" : ", got none");
+			return -1;
+		}
+	}
+	if (n > UINT32_MAX / 2) {
+		redis_seterr(errstr, "batch of %zu admissions is too large", n);
+		return -1;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (a[i].size == 0) {
+			redis_seterr(errstr, "admission %zu: window size 0", i);
+			return -1;
+		}
+		if (!isfinite(a[i].diff) || !isfinite(a[i].cost) || !isfinite(a[i].limit) ||
+		    !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 || a[i].weight > 1) {
+			redis_seterr(errstr, "admission %zu: diff, cost, limit or weight out of range",
+				     i);
+			return -1;
+		}
+		a[i].ok = a[i].admitted = false;
+	}
+	op = redis_op_new(s, REDIS_OP_ADMIT, cb, NULL, arg);
+	if (op == NULL)
+		goto oom;
+	op->admits = a;
+	op->n = n;
+	if (n == 0) {
+		redis_op_finish(op);
+		return 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		cmd_max += REDIS_CALL_OVERHEAD + 2 * redis_hkey_max(s, a[i].ns_len) +
+			   REDIS_BULK_MAX(a[i].key_len) + 6 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+		if (token)
+			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
+	}
+	calls_off = 0;
+	total = n * sizeof(struct redis_call) + cmd_max;
+	op->arena = malloc(total);
+	if (op->arena == NULL)
+		goto oom;
+	op->calls = (struct redis_call *)(void *)((char *)op->arena + calls_off);
+	op->cmd = (char *)op->arena + n * sizeof(struct redis_call);
+	p = op->cmd;
+	for (size_t i = 0; i < n; i++) {
+		const struct strategy_admit *ad = &a[i];
+		struct redis_call *c = &op->calls[op->ncalls++];
+		unsigned bucket = redis_bucket(ad->key, ad->key_len);
+		char num[REDIS_DBL_MAX_LEN];
+		size_t body;
+
+		*c = (struct redis_call){ .op = op, .first = (uint32_t)i, .n = 1,
+					  .nargs = token ? 13 : 12,
+					  .begin = (size_t)(p - op->cmd) };
+		p = redis_put_array(p, c->nargs);
+		p = redis_put_bulk(p, "EVALSHA", 7);
+		p = redis_put_bulk(p, s->sha_admit, 40);
+		c->tail = (size_t)(p - op->cmd);
+		p = redis_put_bulk(p, token ? "3" : "2", 1);
+		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size, ad->start);
+		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size,
+				   ad->start - (int64_t)ad->size);
+		if (token)
+			p = redis_put_tkey(p, op->cmd, s, ad->ns, ad->ns_len, bucket, ad->size,
+					   ad->start, token, token_len, &c->tok_id);
+		p = redis_put_bulk(p, num, redis_u64_dec(num, redis_ttl(ad->size)));
+		body = (size_t)(p - op->cmd);
+		p = redis_put_bulk(p, ad->key, ad->key_len);
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->limit));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->weight));
+		p = redis_put_bulk(p, ad->count_denied ? "1" : "0", 1);
+		c->end = (size_t)(p - op->cmd);
+		if (token)
+			c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body) ^
+				       redis_mix((uint64_t)ad->start ^ ((uint64_t)ad->size << 40) ^
+						 redis_fnv1a(ad->ns, ad->ns_len, REDIS_FNV_BASIS));
+	}
+	for (size_t i = 0; token && i < op->ncalls; i++) {
+		uint64_t later = 0;
+
+		for (size_t j = i + 1; j < op->ncalls; j++)
+			later += op->calls[j].body_hash == op->calls[i].body_hash;
+		redis_put_tok_id(op->cmd + op->calls[i].tok_id,
+				 redis_mix(op->calls[i].body_hash ^
+					   redis_mix(later + 0x9e3779b97f4a7c15ULL)));
+	}
+	for (size_t i = 0; i < op->ncalls; i++) {
+		struct redis_call *c = &op->calls[i];
+
+		if (redis_send(s, c, redis_on_admit_reply, c->begin, c->end - c->begin) < 0) {
+			if (op->inflight == 0) {
+				redis_op_free(op);
+				redis_seterr(errstr, "not connected (cannot queue the command)");
+				return -1;
+			}
+			redis_op_fail(op, "cannot queue the command");
+			redis_conn_drop_later(s, "cannot queue a command");
+			break;
+		}
+	}
+	redis_op_started(op);
+	return 0;
+oom:
+	if (op)
+		redis_op_free(op);
+	redis_seterr(errstr, "out of memory");
+	return -1;
+}
+
+/* ===================================================================== */
 /* get_counters                                                          */
 /* ===================================================================== */
 
@@ -1791,6 +2040,7 @@ const struct strategy_ops redis_strategy = {
 	.get_counters = redis_get_counters,
 	.get_window = redis_get_window,
 	.purge = redis_purge,
+	.admit = redis_admit,
 	.ready = redis_ready,
 	.connecting = redis_connecting,
 };

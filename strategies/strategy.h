@@ -69,6 +69,32 @@ struct strategy_row {
 	double count;
 };
 
+/* One admission decided by the store (docs/CLUSTER.md, "Exact at the
+ * limit"): in one atomic step, for the counter (ns, key, size, start),
+ *   1. current += diff           (the node's hits of the key the store has
+ *                                 not seen; may be 0)
+ *   2. admitted = current + previous * weight + cost <= limit
+ *   3. current += cost           if admitted or count_denied
+ * and the totals come back. The caller owns the memory until the callback
+ * returns. */
+struct strategy_admit {
+	const char *ns;
+	size_t ns_len;
+	const char *key;
+	size_t key_len;
+	int64_t start;          /* current window start, Unix seconds */
+	uint32_t size;          /* window size, seconds */
+	double diff;            /* in: added unconditionally */
+	double cost;            /* in: the hit */
+	double limit;           /* in */
+	double weight;          /* in: of the previous window (0: fixed window) */
+	bool count_denied;      /* in: count a hit that is not admitted */
+	bool ok;                /* out: the store decided; the rest is valid */
+	bool admitted;          /* out */
+	double current;         /* out: the current window's count after */
+	double previous;        /* out: the previous window's count */
+};
+
 /* status 0 = done, -1 = failed (errstr says why). Either way the
  * counters' `ok` say which diffs the store applied and whose totals are
  * valid: a failed push may have applied part of the batch (a store that
@@ -116,6 +142,15 @@ struct strategy_ops {
 	int (*get_counters)(struct strategy *s, const char *ns, size_t ns_len,
 			    const uint32_t *sizes, size_t nsizes, int64_t now,
 			    strategy_rows_cb cb, void *arg, char *errstr);
+
+	/* n admissions, each decided atomically by the store; all of them
+	 * leave in one round trip. token: as for push_diffs (each admission
+	 * is applied at most once; a resend of one that was applied returns
+	 * the same decision and the current totals). Each admission's `ok`
+	 * says whether it was decided. NULL: the store cannot decide
+	 * admissions (the caller decides locally). */
+	int (*admit)(struct strategy *s, struct strategy_admit *a, size_t n, const char *token,
+		     strategy_done_cb cb, void *arg, char *errstr);
 
 	/* batch of one: counter->total and ->ok filled. */
 	int (*get_window)(struct strategy *s, struct strategy_counter *counter,

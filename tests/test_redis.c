@@ -1326,3 +1326,161 @@ Test(redis, token_resend_after_timeout_counts_each_once)
 	cr_assert_eq(stored("held", "u0", 2, 60, START60), 1);
 	OPS->destroy(s);
 }
+
+/* ------------------------------------------------------------------ */
+/* Admission (issue 9): the store decides, atomically                 */
+/* ------------------------------------------------------------------ */
+
+static struct strategy_admit adm(const char *key, int64_t start, double diff, double cost,
+				 double limit, double weight, bool count_denied)
+{
+	return (struct strategy_admit){ .ns = "ns", .ns_len = 2, .key = key, .key_len = strlen(key),
+					.start = start, .size = 60, .diff = diff, .cost = cost,
+					.limit = limit, .weight = weight,
+					.count_denied = count_denied };
+}
+
+static void admit_tok(struct strategy *s, struct strategy_admit *a, size_t n, const char *token)
+{
+	char err[STRATEGY_ERR_MAX] = "";
+	struct res r;
+
+	memset(&r, 0, sizeof(r));
+	cr_assert_eq(OPS->admit(s, a, n, token, done_cb, &r, err), 0, "admit: %s", err);
+	cr_assert_eq(r.calls, 0, "callback ran inside admit");
+	cr_assert(run_until(&r.done, 5.0), "admit did not complete");
+	cr_assert_eq(r.status, 0, "admit failed: %s", r.err);
+	for (size_t i = 0; i < n; i++)
+		cr_assert(a[i].ok, "admission %zu not decided", i);
+}
+
+/* Up to the limit admitted, then not; the node's diff goes in whatever
+ * the decision; a denied hit counts only with count_denied. */
+Test(redis, admit_up_to_the_limit)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_admit a;
+
+	a = adm("k", START60, 3, 1, 5, 0, false);     /* 3 + 1 <= 5 */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.current, 4);
+	cr_assert_eq(a.previous, 0);
+	a = adm("k", START60, 0, 1, 5, 0, false);     /* 4 + 1 <= 5 */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.current, 5);
+	a = adm("k", START60, 0, 1, 5, 0, false);     /* 5 + 1 > 5: not counted */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(!a.admitted);
+	cr_assert_eq(a.current, 5);
+	a = adm("k", START60, 2, 1, 5, 0, true);      /* the diff goes in, and the hit */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(!a.admitted);
+	cr_assert_eq(a.current, 8);
+	cr_assert_eq(stored("ns", "k", 1, 60, START60), 8);
+	OPS->destroy(s);
+}
+
+/* The sliding window as the library computes it: current + previous x
+ * weight; decimal costs. */
+Test(redis, admit_sliding_window_and_decimals)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_counter prev = C("ns", "w", START60 - 60, 60, 40);
+	struct strategy_admit a;
+
+	push_ok(s, &prev, 1);
+	/* 0 + 40 x 0.25 + 0.5 = 10.5 <= 10.5 */
+	a = adm("w", START60, 0, 0.5, 10.5, 0.25, false);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.previous, 40);
+	cr_assert_eq(a.current, 0.5);
+	/* 0.5 + 10 + 0.25 > 10.5 */
+	a = adm("w", START60, 0, 0.25, 10.5, 0.25, false);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(!a.admitted);
+	cr_assert_eq(a.current, 0.5);
+	/* a smaller weight (later in the window) lets it through */
+	a = adm("w", START60, 0, 0.25, 10.5, 0.2, false);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.current, 0.75);
+	OPS->destroy(s);
+}
+
+/* One round trip for a batch; each admission sees the ones before it. */
+Test(redis, admit_batch_in_order)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_admit a[4] = {
+		adm("b", START60, 0, 1, 2, 0, false), adm("b", START60, 0, 1, 2, 0, false),
+		adm("b", START60, 0, 1, 2, 0, false), adm("c", START60, 1, 1, 2, 0, false),
+	};
+
+	admit_tok(s, a, 4, NULL);
+	cr_assert(a[0].admitted && a[1].admitted && !a[2].admitted && a[3].admitted);
+	cr_assert_eq(a[1].current, 2);
+	cr_assert_eq(a[2].current, 2);
+	cr_assert_eq(a[3].current, 2);
+	OPS->destroy(s);
+}
+
+/* With a token, an admission resent (its answer lost) is not applied
+ * twice and gets the same decision back; another token is a new one. */
+Test(redis, admit_token_applies_once)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_admit a[2] = { adm("t", START60, 2, 1, 3, 0, false),
+				       adm("t", START60, 0, 1, 3, 0, false) };
+
+	admit_tok(s, a, 2, "node1:7");
+	cr_assert(a[0].admitted && !a[1].admitted);
+	cr_assert_eq(a[1].current, 3);
+	a[0] = adm("t", START60, 2, 1, 3, 0, false);
+	a[1] = adm("t", START60, 0, 1, 3, 0, false);
+	admit_tok(s, a, 2, "node1:7");
+	cr_assert(a[0].admitted && !a[1].admitted, "the recorded decisions come back");
+	cr_assert_eq(a[0].current, 3, "nothing added twice");
+	cr_assert_eq(stored("ns", "t", 1, 60, START60), 3);
+	a[0] = adm("t", START60, 0, 1, 3, 0, true);
+	admit_tok(s, a, 1, "node1:8");
+	cr_assert(!a[0].admitted);
+	cr_assert_eq(a[0].current, 4);
+	OPS->destroy(s);
+}
+
+/* After SCRIPT FLUSH the admission is resent as EVAL. */
+Test(redis, admit_script_flush_falls_back_to_eval)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_admit a = adm("f", START60, 0, 1, 10, 0, false);
+
+	admit_tok(s, &a, 1, NULL);
+	freeReplyObject(redis_server_command(&srv, "SCRIPT FLUSH"));
+	a = adm("f", START60, 0, 1, 10, 0, false);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.current, 2);
+	OPS->destroy(s);
+}
+
+/* Refused at once: bad numbers; the store down. */
+Test(redis, admit_refuses_bad_arguments)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_admit a = adm("x", START60, 0, -1, 10, 0, false);
+	char err[STRATEGY_ERR_MAX] = "";
+	struct res r = { 0 };
+
+	cr_assert_eq(OPS->admit(s, &a, 1, NULL, done_cb, &r, err), -1);
+	cr_assert(strstr(err, "admission 0") != NULL, "%s", err);
+	a = adm("x", START60, 0, 1, 10, 1.5, false);
+	cr_assert_eq(OPS->admit(s, &a, 1, NULL, done_cb, &r, err), -1);
+	a = adm("x", START60, NAN, 1, 10, 0, false);
+	cr_assert_eq(OPS->admit(s, &a, 1, NULL, done_cb, &r, err), -1);
+	run_for(0.05);
+	cr_assert_eq(r.calls, 0);
+	OPS->destroy(s);
+}
