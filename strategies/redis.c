@@ -277,7 +277,7 @@ struct redis_call {
 					 * rows: window index (2 * size index + prev) */
 	uint32_t n;                     /* push: counters in this call */
 	uint32_t nargs;                 /* push: arguments, for the EVAL resend */
-	bool resent;                    /* push: NOSCRIPT fallback used */
+	bool resent;                    /* push, admit: NOSCRIPT fallback used */
 	size_t begin;                   /* push: offset of the command in op->cmd */
 	size_t tail;                    /* push: offset in op->cmd of "1" <key> ... */
 	size_t end;                     /* end offset of the command in op->cmd */
@@ -1184,6 +1184,68 @@ static uint64_t redis_mix(uint64_t h)
 	return h;
 }
 
+/* A push token: NULL (none) or 1..STRATEGY_TOKEN_MAX bytes. */
+static int redis_check_token(const char *token, size_t *len, char *errstr)
+{
+	*len = 0;
+	if (token == NULL)
+		return 0;
+	*len = strnlen(token, STRATEGY_TOKEN_MAX + 1);
+	if (*len == 0 || *len > STRATEGY_TOKEN_MAX) {
+		redis_seterr(errstr, "token: expected 1 to %d bytes%s", STRATEGY_TOKEN_MAX,
+			     *len ? ", got more" : ", got none");
+		return -1;
+	}
+	return 0;
+}
+
+/* After a NOSCRIPT error: sends call c again as EVAL of script (which
+ * caches it again), once. Returns true when the call is in flight again. */
+static bool redis_resend_eval(redisAsyncContext *ac, struct redis_call *c, const char *script,
+			      size_t slen, redisCallbackFn *fn)
+{
+	struct redis_op *op = c->op;
+	size_t tail = c->end - c->tail;
+	char *buf = malloc(64 + REDIS_BULK_MAX(slen) + tail), *p = buf;
+	bool sent = false;
+
+	c->resent = true;
+	if (buf != NULL) {
+		p = redis_put_array(p, c->nargs);
+		p = redis_put_bulk(p, "EVAL", 4);
+		p = redis_put_bulk(p, script, slen);
+		memcpy(p, op->cmd + c->tail, tail);
+		p += tail;
+		sent = redisAsyncFormattedCommand(ac, fn, c, buf, (size_t)(p - buf)) == REDIS_OK;
+		free(buf);
+	}
+	if (!sent)
+		redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
+	return sent;
+}
+
+/* Is this error reply a NOSCRIPT that c may answer with an EVAL? */
+static bool redis_noscript(const struct redis_call *c, const redisReply *r)
+{
+	return !c->resent && c->op->status == 0 && r->len >= 8 &&
+	       memcmp(r->str, "NOSCRIPT", 8) == 0;
+}
+
+/* Writes the token ids of calls [from, to): each call's body hash mixed
+ * with how many calls after it (up to `to`) have the same body. */
+static void redis_put_tok_ids(struct redis_op *op, size_t from, size_t to)
+{
+	for (size_t i = from; i < to; i++) {
+		uint64_t later = 0;
+
+		for (size_t j = i + 1; j < to; j++)
+			later += op->calls[j].body_hash == op->calls[i].body_hash;
+		redis_put_tok_id(op->cmd + op->calls[i].tok_id,
+				 redis_mix(op->calls[i].body_hash ^
+					   redis_mix(later + 0x9e3779b97f4a7c15ULL)));
+	}
+}
+
 static int redis_grouping_grow(struct redis_grouping *gr)
 {
 	size_t ncap = gr->tcap ? gr->tcap * 2 : 256;
@@ -1248,30 +1310,11 @@ static void redis_on_push_reply(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply == NULL) {
 		redis_call_lost(c, ac);
 	} else if (reply->type == REDIS_REPLY_ERROR) {
-		if (!c->resent && op->status == 0 && reply->len >= 8 &&
-		    memcmp(reply->str, "NOSCRIPT", 8) == 0) {
-			/* The script cache was flushed: resend this call as
-			 * EVAL (which caches the script again). */
-			size_t slen = sizeof(REDIS_SCRIPT) - 1;
-			size_t tail = c->end - c->tail;
-			char *buf = malloc(64 + REDIS_BULK_MAX(slen) + tail);
-			char *p = buf;
-
-			c->resent = true;
-			if (buf != NULL) {
-				p = redis_put_array(p, c->nargs);
-				p = redis_put_bulk(p, "EVAL", 4);
-				p = redis_put_bulk(p, REDIS_SCRIPT, slen);
-				memcpy(p, op->cmd + c->tail, tail);
-				p += tail;
-				if (redisAsyncFormattedCommand(ac, redis_on_push_reply, c, buf,
-							       (size_t)(p - buf)) == REDIS_OK) {
-					free(buf);
-					return;     /* still in flight */
-				}
-				free(buf);
-			}
-			redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
+		/* The script cache was flushed: resend this call as EVAL. */
+		if (redis_noscript(c, reply)) {
+			if (redis_resend_eval(ac, c, REDIS_SCRIPT, sizeof(REDIS_SCRIPT) - 1,
+					      redis_on_push_reply))
+				return;     /* still in flight */
 		} else {
 			redis_call_error(c, reply);
 		}
@@ -1318,16 +1361,8 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 	size_t token_len = 0;
 	char *p;
 
-	if (redis_check_ready(s, errstr) < 0)
+	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
 		return -1;
-	if (token != NULL) {
-		token_len = strnlen(token, STRATEGY_TOKEN_MAX + 1);
-		if (token_len == 0 || token_len > STRATEGY_TOKEN_MAX) {
-			redis_seterr(errstr, "token: expected 1 to %d bytes%s", STRATEGY_TOKEN_MAX,
-				     token_len ? ", got more" : ", got none");
-			return -1;
-		}
-	}
 	if (n > UINT32_MAX / 2) {
 		redis_seterr(errstr, "batch of %zu counters is too large", n);
 		return -1;
@@ -1471,15 +1506,8 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			done += k;
 			first += k;
 		}
-		for (size_t i = c0; token && i < op->ncalls; i++) {
-			uint64_t later = 0;
-
-			for (size_t j = i + 1; j < op->ncalls; j++)
-				later += op->calls[j].body_hash == op->calls[i].body_hash;
-			redis_put_tok_id(op->cmd + op->calls[i].tok_id,
-					 redis_mix(op->calls[i].body_hash ^
-						   redis_mix(later + 0x9e3779b97f4a7c15ULL)));
-		}
+		if (token)
+			redis_put_tok_ids(op, c0, op->ncalls);
 		for (size_t i = c0; i < op->ncalls; i++) {
 			struct redis_call *c = &op->calls[i];
 
@@ -1529,27 +1557,11 @@ static void redis_on_admit_reply(redisAsyncContext *ac, void *r, void *privdata)
 	if (reply == NULL) {
 		redis_call_lost(c, ac);
 	} else if (reply->type == REDIS_REPLY_ERROR) {
-		if (!c->resent && op->status == 0 && reply->len >= 8 &&
-		    memcmp(reply->str, "NOSCRIPT", 8) == 0) {
-			/* The script cache was flushed: this call again as EVAL. */
-			size_t slen = sizeof(REDIS_ADMIT_SCRIPT) - 1, tail = c->end - c->tail;
-			char *buf = malloc(64 + REDIS_BULK_MAX(slen) + tail), *p = buf;
-
-			c->resent = true;
-			if (buf != NULL) {
-				p = redis_put_array(p, c->nargs);
-				p = redis_put_bulk(p, "EVAL", 4);
-				p = redis_put_bulk(p, REDIS_ADMIT_SCRIPT, slen);
-				memcpy(p, op->cmd + c->tail, tail);
-				p += tail;
-				if (redisAsyncFormattedCommand(ac, redis_on_admit_reply, c, buf,
-							       (size_t)(p - buf)) == REDIS_OK) {
-					free(buf);
-					return;     /* still in flight */
-				}
-				free(buf);
-			}
-			redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
+		/* The script cache was flushed: resend this call as EVAL. */
+		if (redis_noscript(c, reply)) {
+			if (redis_resend_eval(ac, c, REDIS_ADMIT_SCRIPT, sizeof(REDIS_ADMIT_SCRIPT) - 1,
+					      redis_on_admit_reply))
+				return;     /* still in flight */
 		} else {
 			redis_call_error(c, reply);
 		}
@@ -1586,16 +1598,8 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 	size_t token_len = 0, cmd_max = 0, calls_off, total;
 	char *p;
 
-	if (redis_check_ready(s, errstr) < 0)
+	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
 		return -1;
-	if (token != NULL) {
-		token_len = strnlen(token, STRATEGY_TOKEN_MAX + 1);
-		if (token_len == 0 || token_len > STRATEGY_TOKEN_MAX) {
-			redis_seterr(errstr, "token: expected 1 to %d bytes%s", STRATEGY_TOKEN_MAX,
-				     token_len ? ", got more" : ", got none");
-			return -1;
-		}
-	}
 	if (n > UINT32_MAX / 2) {
 		redis_seterr(errstr, "batch of %zu admissions is too large", n);
 		return -1;
@@ -1671,15 +1675,8 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 				       redis_mix((uint64_t)ad->start ^ ((uint64_t)ad->size << 40) ^
 						 redis_fnv1a(ad->ns, ad->ns_len, REDIS_FNV_BASIS));
 	}
-	for (size_t i = 0; token && i < op->ncalls; i++) {
-		uint64_t later = 0;
-
-		for (size_t j = i + 1; j < op->ncalls; j++)
-			later += op->calls[j].body_hash == op->calls[i].body_hash;
-		redis_put_tok_id(op->cmd + op->calls[i].tok_id,
-				 redis_mix(op->calls[i].body_hash ^
-					   redis_mix(later + 0x9e3779b97f4a7c15ULL)));
-	}
+	if (token)
+		redis_put_tok_ids(op, 0, op->ncalls);
 	for (size_t i = 0; i < op->ncalls; i++) {
 		struct redis_call *c = &op->calls[i];
 
