@@ -52,9 +52,15 @@
  * get_counters: HGETALL over 64 buckets x sizes x {current, previous},
  * pipelined. get_window: one HGET. purge: completes with 0.
  *
+ * admit (REDIS_ADMIT_SCRIPT): one script call per admission, all
+ * pipelined; the call reads the key's field in the current and previous
+ * windows' hashes (one hash tag), adds the node's diff, decides, adds the
+ * hit, and with a token records the decision in the call's token key, so a
+ * resend returns the same decision without adding anything.
+ *
  * Connection. create() starts a non-blocking connect; AUTH, SELECT and
- * SCRIPT LOAD are pipelined behind it and the instance is ready() once all
- * three answered (within timeout_ms, else the attempt is dropped). Host
+ * the two SCRIPT LOADs are pipelined behind it and the instance is ready()
+ * once all of them answered (within timeout_ms, else the attempt is dropped). Host
  * names are not accepted (resolving would block the loop): host is an
  * IPv4 or IPv6 literal, or "localhost" for 127.0.0.1. After any failure the
  * next attempt waits REDIS_BACKOFF_MIN_MS, doubling to REDIS_BACKOFF_MAX_MS,
