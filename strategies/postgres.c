@@ -97,6 +97,15 @@
  *     is not answering; ready() turns false); on a waiting operation, that
  *     one fails alone. Connecting (up to the table being usable) is
  *     bounded by timeout_ms as a whole.
+ *   - admit(): each admission is its own transaction, pipelined behind the
+ *     others: insert the row if missing (count 0), then one statement
+ *     locks it (SELECT ... FOR UPDATE in a CTE), reads the previous window,
+ *     decides and updates, returning (count, previous, admitted). One row
+ *     per transaction: two nodes' batches cannot deadlock. With a token,
+ *     rl_token runs first with the admission's own token (the call's, ':',
+ *     a hash of the admission and of the identical ones after it); an
+ *     admitted decision is recorded as that token + ":a", so a resend
+ *     returns it without adding anything.
  *   - Purge: purge() deletes what the caller names, and old tokens. Also, every
  *     purge_interval_s (0 = never) the instance purges, for each namespace
  *     and window size it has seen in its own operations, windows older
@@ -189,15 +198,35 @@ enum pg_stmt {
 	PG_STMT_TOKEN,
 	PG_STMT_UPSERT_TOK,
 	PG_STMT_PURGE_TOK,
+	PG_STMT_ADMIT_ROW,
+	PG_STMT_ADMIT,
+	PG_STMT_ADMIT_TOK,
 	PG_STMT_COUNT
 };
+
+#define PG_PARAMS_MAX 10          /* parameters of one statement */
 
 struct pg_stmt_def {
 	const char *name;
 	const char *sql;
 	int nparams;
-	Oid types[5];
+	Oid types[PG_PARAMS_MAX];
 };
+
+/* The decision of an admission (struct strategy_admit), on a row locked
+ * for the transaction: $1 namespace, $2 key, $3 start, $4 size, $5 diff,
+ * $6 cost, $7 limit, $8 weight, $9 count_denied. */
+#define PG_ADMIT_ROWS \
+	"o AS (SELECT count FROM @T@ WHERE namespace = $1 AND window_size = $4" \
+	" AND window_start = $3 AND key = $2 FOR UPDATE)," \
+	" p AS (SELECT coalesce((SELECT count FROM @T@ WHERE namespace = $1" \
+	" AND window_size = $4 AND window_start = $3 - $4 AND key = $2), 0) AS prev),"
+#define PG_ADMIT_UPDATE \
+	" FROM d WHERE t.namespace = $1 AND t.window_size = $4 AND t.window_start = $3" \
+	" AND t.key = $2 RETURNING t.count, d.prev, d.adm"
+#define PG_ADMIT_TYPES \
+	{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4, PG_OID_FLOAT8, PG_OID_FLOAT8, \
+	  PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL, PG_OID_BYTEA }
 
 static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	/* $1..$5: namespaces, keys, starts, sizes, diffs; all the same length.
@@ -277,6 +306,46 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
 		  PG_OID_FLOAT8_ARRAY },
 	},
+	/* Admissions (one transaction each): the row first, so that it can
+	 * be locked. */
+	[PG_STMT_ADMIT_ROW] = {
+		"rl_admit_row",
+		"INSERT INTO @T@ (namespace, key, window_start, window_size, count)"
+		" VALUES ($1, $2, $3, $4, 0)"
+		" ON CONFLICT (namespace, window_size, window_start, key) DO NOTHING",
+		4,
+		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4 },
+	},
+	[PG_STMT_ADMIT] = {
+		"rl_admit",
+		"WITH " PG_ADMIT_ROWS
+		" d AS (SELECT o.count + $5 AS v, p.prev,"
+		" o.count + $5 + p.prev * $8 + $6 <= $7 AS adm FROM o, p)"
+		" UPDATE @T@ AS t SET count = d.v + CASE WHEN d.adm OR $9 THEN $6 ELSE 0 END"
+		PG_ADMIT_UPDATE,
+		9,
+		PG_ADMIT_TYPES,
+	},
+	/* With a token ($10, the admission's; rl_token ran before it in the
+	 * transaction): if it was new, as rl_admit, and an admitted decision
+	 * is recorded as the token + ":a"; if not, nothing is added and the
+	 * recorded decision comes back with the current totals. */
+	[PG_STMT_ADMIT_TOK] = {
+		"rl_admit_tok",
+		"WITH f AS (SELECT current_setting('" PG_GUC_FRESH "') = 'y' AS fresh), "
+		PG_ADMIT_ROWS
+		" d AS (SELECT f.fresh, CASE WHEN f.fresh THEN o.count + $5 ELSE o.count END AS v,"
+		" p.prev, CASE WHEN f.fresh THEN o.count + $5 + p.prev * $8 + $6 <= $7"
+		" ELSE EXISTS (SELECT FROM @K@ WHERE token = $10 || '\\x3a61'::bytea) END AS adm"
+		" FROM o, p, f),"
+		" k AS (INSERT INTO @K@ (token) SELECT $10 || '\\x3a61'::bytea FROM d"
+		" WHERE d.fresh AND d.adm ON CONFLICT DO NOTHING)"
+		" UPDATE @T@ AS t SET count = d.v"
+		" + CASE WHEN d.fresh AND (d.adm OR $9) THEN $6 ELSE 0 END"
+		PG_ADMIT_UPDATE,
+		10,
+		PG_ADMIT_TYPES,
+	},
 	/* Tokens past their time (the server's clock: it set them). */
 	[PG_STMT_PURGE_TOK] = {
 		"rl_purge_tok",
@@ -325,6 +394,7 @@ enum pg_op_kind {
 	PG_OP_MAINT,    /* periodic purge, no callback */
 	PG_OP_PROBE,    /* set-up of one connection: does the table exist? */
 	PG_OP_CREATE,   /* set-up: create it if not, prepare statements */
+	PG_OP_ADMIT,    /* admit: one transaction per admission */
 	PG_OP_COUNT
 };
 
@@ -403,6 +473,10 @@ struct pg_op {
 	size_t next_chunk;        /* first one not sent */
 	size_t chunks_done;
 
+	/* ADMIT */
+	struct strategy_admit *admits;
+	uint64_t *adm_ids;        /* with a token: each admission's token id */
+
 	/* FETCH, PURGE */
 	char *ns;
 	size_t ns_len;
@@ -462,7 +536,7 @@ struct pg {
 	char *sql_index;
 	char *sql_tokens;
 	char *sql_tokens_index;
-	struct pg_buf par[5];     /* scratch for one statement's parameters */
+	struct pg_buf par[PG_PARAMS_MAX]; /* scratch for one statement's parameters */
 	struct pg_buf tokpar;     /* scratch for a chunk's token */
 	char last_err[STRATEGY_ERR_MAX];
 };
@@ -755,7 +829,7 @@ static void pg_free(struct pg *s)
 	free(s->sql_index);
 	free(s->sql_tokens);
 	free(s->sql_tokens_index);
-	for (size_t i = 0; i < 5; i++)
+	for (size_t i = 0; i < PG_PARAMS_MAX; i++)
 		free(s->par[i].p);
 	free(s->tokpar.p);
 	for (size_t i = 0; i < s->nseen; i++)
@@ -812,6 +886,7 @@ static void pg_op_free(struct pg_op *op)
 	free(op->sizes);
 	free(op->starts);
 	free(op->rows);
+	free(op->adm_ids);
 	if (op->res)
 		PQclear(op->res);
 	free(op);
@@ -907,6 +982,7 @@ static void pg_op_deliver(struct store_op *b)
 			op->rows_cb(op->arg, -1, op->err, NULL, 0);
 		break;
 	case PG_OP_PURGE:
+	case PG_OP_ADMIT:
 		op->done_cb(op->arg, status, status ? op->err : NULL);
 		break;
 	case PG_OP_MAINT:
@@ -1005,8 +1081,8 @@ static int pg_submit(struct pg *s, struct pg_op *op, char *errstr)
 static int pg_send_prepared(struct pg_conn *c, enum pg_stmt st)
 {
 	struct pg *s = c->s;
-	const char *values[5];
-	int lengths[5], formats[5];
+	const char *values[PG_PARAMS_MAX];
+	int lengths[PG_PARAMS_MAX], formats[PG_PARAMS_MAX];
 	int n = pg_stmts[st].nparams;
 
 	for (int i = 0; i < n; i++) {
@@ -1256,6 +1332,7 @@ static int pg_send_probe(struct pg_conn *c, struct pg_op *op)
 static const enum pg_stmt pg_prepare_order[] = {
 	PG_STMT_TOKEN, PG_STMT_PURGE_TOK, PG_STMT_UPSERT,    PG_STMT_READ,
 	PG_STMT_FETCH, PG_STMT_PURGE,     PG_STMT_UPSERT_TOK,
+	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK,
 };
 
 /* Set-up, step 2: create the tables and indexes if missing, prepare every
@@ -1288,6 +1365,78 @@ static int pg_send_create(struct pg_conn *c, struct pg_op *op)
 }
 
 /* Sends a whole operation (not a push) and its Sync: one transaction. */
+/* Statements per admission: [rl_token,] rl_admit_row, rl_admit[_tok]. */
+static size_t pg_admit_stmts(const struct pg_op *op)
+{
+	return op->has_token ? 3 : 2;
+}
+
+/* The parameters of admission a, for rl_admit_row (4) and rl_admit (9). */
+static void pg_admit_params(struct pg *s, const struct strategy_admit *a)
+{
+	for (int i = 0; i < 9; i++) {
+		s->par[i].len = 0;
+		s->par[i].oom = false;
+	}
+	pg_buf_put(&s->par[0], a->ns, a->ns_len);
+	pg_buf_put(&s->par[1], a->key, a->key_len);
+	pg_buf_u64(&s->par[2], (uint64_t)a->start);
+	pg_buf_u32(&s->par[3], a->size);
+	pg_buf_f64(&s->par[4], a->diff);
+	pg_buf_f64(&s->par[5], a->cost);
+	pg_buf_f64(&s->par[6], a->limit);
+	pg_buf_f64(&s->par[7], a->weight);
+	pg_buf_put(&s->par[8], a->count_denied ? "\1" : "\0", 1);
+}
+
+/* Each admission in its own transaction (its row is locked until its
+ * Sync: one row per transaction, so two nodes' batches cannot deadlock):
+ * with a token, rl_token with the admission's token first. */
+static int pg_send_admits(struct pg_conn *c, struct pg_op *op)
+{
+	struct pg *s = c->s;
+	char tok[STRATEGY_TOKEN_MAX + 1 + 16];
+
+	if (op->n == 0)
+		return 0;
+	for (size_t i = 0; i < op->n; i++) {
+		size_t tl = 0;
+
+		if (op->has_token) {
+			/* The admission's token: the call's, ':', 16 hex digits. */
+			static const char hex[] = "0123456789abcdef";
+
+			memcpy(tok, op->token, op->token_len);
+			tok[op->token_len] = ':';
+			for (int k = 0; k < 16; k++)
+				tok[op->token_len + 1 + k] = hex[(op->adm_ids[i] >> (60 - 4 * k)) & 15];
+			tl = op->token_len + 17;
+			s->par[0].len = 0;
+			s->par[0].oom = false;
+			pg_buf_put(&s->par[0], tok, tl);
+			if (pg_send_prepared(c, PG_STMT_TOKEN) < 0)
+				return -1;
+			op->nstmts++;
+		}
+		pg_admit_params(s, &op->admits[i]);
+		if (pg_send_prepared(c, PG_STMT_ADMIT_ROW) < 0)
+			return -1;
+		op->nstmts++;
+		if (op->has_token) {
+			s->par[9].len = 0;
+			s->par[9].oom = false;
+			pg_buf_put(&s->par[9], tok, tl);
+		}
+		if (pg_send_prepared(c, op->has_token ? PG_STMT_ADMIT_TOK : PG_STMT_ADMIT) < 0)
+			return -1;
+		op->nstmts++;
+		if (!PQpipelineSync(c->conn))
+			return -1;
+		op->nsyncs++;
+	}
+	return 1;
+}
+
 static int pg_op_send(struct pg_conn *c, struct pg_op *op)
 {
 	int r = -1;
@@ -1312,6 +1461,8 @@ static int pg_op_send(struct pg_conn *c, struct pg_op *op)
 	case PG_OP_CREATE:
 		r = pg_send_create(c, op);
 		break;
+	case PG_OP_ADMIT:
+		return pg_send_admits(c, op);   /* a Sync after each */
 	case PG_OP_PUSH:
 	case PG_OP_GET:
 	case PG_OP_COUNT:
@@ -1597,6 +1748,35 @@ static void pg_op_fail_result(struct pg_conn *c, struct pg_op *op, const PGresul
 	}
 }
 
+/* Result i of an admission op: the admissions are independent
+ * transactions, so one that fails (its statements then come back
+ * "aborted") fails the op but not the others. Only rl_admit's row says
+ * anything: (count, previous, admitted). Takes r. */
+static void pg_on_admit_result(struct pg_conn *c, struct pg_op *op, PGresult *r, size_t i)
+{
+	static const Oid cols[3] = { PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL };
+	ExecStatusType st = PQresultStatus(r);
+	size_t per = pg_admit_stmts(op);
+	struct strategy_admit *a = &op->admits[i / per];
+	const char *cur, *prev, *adm;
+
+	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
+		pg_op_fail_result(c, op, r);
+	} else if (i % per == per - 1) {
+		if (st != PGRES_TUPLES_OK || pg_check_cols(r, cols, 3) < 0 || PQntuples(r) != 1 ||
+		    !(cur = pg_value(r, 0, 0, 8, NULL)) || !(prev = pg_value(r, 0, 1, 8, NULL)) ||
+		    !(adm = pg_value(r, 0, 2, 1, NULL))) {
+			pg_op_fail(op, NULL, "unexpected result shape");
+		} else {
+			a->current = pg_get_f64(cur);
+			a->previous = pg_get_f64(prev);
+			a->admitted = *adm != 0;
+			a->ok = true;
+		}
+	}
+	PQclear(r);
+}
+
 /* One statement's result for a whole operation (set-up included). Takes r. */
 static void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 {
@@ -1606,6 +1786,10 @@ static void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 	if (i >= op->nstmts) {
 		pg_op_fail(op, NULL, "unexpected result");
 		PQclear(r);
+		return;
+	}
+	if (op->kind == PG_OP_ADMIT) {
+		pg_on_admit_result(c, op, r, i);
 		return;
 	}
 	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
@@ -1641,6 +1825,7 @@ static void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 	case PG_OP_PURGE:
 	case PG_OP_MAINT:
 	case PG_OP_CREATE:
+	case PG_OP_ADMIT:
 	case PG_OP_COUNT:
 		break;
 	}
@@ -2419,6 +2604,25 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 	return NULL;
 }
 
+static void pg_op_set_token(struct pg_op *op, const char *token, size_t len)
+{
+	if (!token)
+		return;
+	op->has_token = true;
+	op->token_len = len;
+	memcpy(op->token, token, len);
+}
+
+/* A token: NULL (none) or 1..STRATEGY_TOKEN_MAX bytes (len from strnlen). */
+static int pg_check_token(const char *token, size_t len, char *errstr)
+{
+	if (token && (len == 0 || len > STRATEGY_TOKEN_MAX)) {
+		pg_err_set(errstr, NULL, len ? "token longer than 64 bytes" : "empty token");
+		return -1;
+	}
+	return 0;
+}
+
 static int pg_push_common(struct strategy *st, struct strategy_counter *batch, size_t n,
 			  const char *token, bool read_only, strategy_done_cb cb, void *arg,
 			  char *errstr)
@@ -2432,20 +2636,14 @@ static int pg_push_common(struct strategy *st, struct strategy_counter *batch, s
 		pg_err_set(errstr, NULL, "invalid arguments");
 		return -1;
 	}
-	if (token && (token_len == 0 || token_len > STRATEGY_TOKEN_MAX)) {
-		pg_err_set(errstr, NULL, token_len ? "token longer than 64 bytes" : "empty token");
+	if (pg_check_token(token, token_len, errstr) < 0)
 		return -1;
-	}
 	op = pg_op_new(s, read_only ? PG_OP_GET : PG_OP_PUSH);
 	if (!op) {
 		pg_err_set(errstr, NULL, "out of memory");
 		return -1;
 	}
-	if (token) {
-		op->has_token = true;
-		op->token_len = token_len;
-		memcpy(op->token, token, token_len);
-	}
+	pg_op_set_token(op, token, token_len);
 	op->batch = batch;
 	op->n = n;
 	op->done_cb = cb;
@@ -2463,6 +2661,84 @@ static int pg_push_diffs(struct strategy *st, struct strategy_counter *batch, si
 			 const char *token, strategy_done_cb cb, void *arg, char *errstr)
 {
 	return pg_push_common(st, batch, n, token, false, cb, arg, errstr);
+}
+
+/* The token id of admission i: its fields hashed, plus how many identical
+ * admissions follow it in the batch (stable when the caller resends the
+ * admissions that were not decided, in order: see redis.c). */
+static uint64_t pg_admit_id(const struct strategy_admit *a, size_t n, size_t i)
+{
+	uint64_t h = 1469598103934665603u, later = 0;
+	const struct strategy_admit *x = &a[i];
+
+	for (size_t j = i + 1; j < n; j++)
+		later += a[j].ns_len == x->ns_len && !memcmp(a[j].ns, x->ns, x->ns_len) &&
+			 a[j].key_len == x->key_len && !memcmp(a[j].key, x->key, x->key_len) &&
+			 a[j].start == x->start && a[j].size == x->size && a[j].diff == x->diff &&
+			 a[j].cost == x->cost && a[j].limit == x->limit &&
+			 a[j].weight == x->weight && a[j].count_denied == x->count_denied;
+	pg_hash_u64(&h, x->ns_len);
+	pg_hash_bytes(&h, x->ns, x->ns_len);
+	pg_hash_u64(&h, x->key_len);
+	pg_hash_bytes(&h, x->key, x->key_len);
+	pg_hash_u64(&h, (uint64_t)x->start);
+	pg_hash_u64(&h, x->size);
+	pg_hash_bytes(&h, &x->diff, sizeof(x->diff));
+	pg_hash_bytes(&h, &x->cost, sizeof(x->cost));
+	pg_hash_bytes(&h, &x->limit, sizeof(x->limit));
+	pg_hash_bytes(&h, &x->weight, sizeof(x->weight));
+	pg_hash_u64(&h, x->count_denied);
+	pg_hash_u64(&h, later);
+	return h;
+}
+
+static int pg_admit(struct strategy *st, struct strategy_admit *a, size_t n, const char *token,
+		    strategy_done_cb cb, void *arg, char *errstr)
+{
+	struct pg *s = pg_of(st);
+	size_t token_len = token ? strnlen(token, STRATEGY_TOKEN_MAX + 1) : 0;
+	struct pg_op *op;
+
+	if (!s || !cb || (!a && n)) {
+		pg_err_set(errstr, NULL, "invalid arguments");
+		return -1;
+	}
+	if (pg_check_token(token, token_len, errstr) < 0)
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		struct strategy_counter c = { .ns = a[i].ns, .ns_len = a[i].ns_len, .key = a[i].key,
+					      .key_len = a[i].key_len, .size = a[i].size,
+					      .diff = a[i].diff };
+		const char *why = pg_counter_check(&c, true);
+
+		if (!why && (!isfinite(a[i].cost) || !isfinite(a[i].limit) ||
+			     !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 ||
+			     a[i].weight > 1))
+			why = "cost, limit or weight out of range";
+		if (why) {
+			if (errstr)
+				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);
+			return -1;
+		}
+		a[i].ok = a[i].admitted = false;
+	}
+	op = pg_op_new(s, PG_OP_ADMIT);
+	if (!op || (token && n && !(op->adm_ids = malloc(n * sizeof(*op->adm_ids))))) {
+		if (op)
+			pg_op_free(op);
+		pg_err_set(errstr, NULL, "out of memory");
+		return -1;
+	}
+	pg_op_set_token(op, token, token_len);
+	for (size_t i = 0; token && i < n; i++)
+		op->adm_ids[i] = pg_admit_id(a, n, i);
+	op->admits = a;
+	op->n = n;
+	op->done_cb = cb;
+	op->arg = arg;
+	for (size_t i = 0; i < n; i++)
+		pg_seen_note(s, a[i].ns, a[i].ns_len, a[i].size);
+	return pg_submit(s, op, errstr);
 }
 
 static int pg_get_window(struct strategy *st, struct strategy_counter *counter,
@@ -2585,6 +2861,7 @@ static bool pg_connecting(const struct strategy *st)
 const struct strategy_ops postgres_strategy = {
 	.name = "postgres",
 	.check_opts = pg_check_opts,
+	.admit = pg_admit,
 	.create = pg_create,
 	.destroy = pg_destroy,
 	.push_diffs = pg_push_diffs,

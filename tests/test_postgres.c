@@ -1409,3 +1409,133 @@ int main(int argc, char *argv[])
 	criterion_finalize(tests);
 	return result;
 }
+
+/* ------------------------------------------------------------------------
+ * Admission (issue 9): the store decides, atomically.
+ */
+static struct strategy_admit adm(const char *key, int64_t start, double diff, double cost,
+				 double limit, double weight, bool count_denied)
+{
+	return (struct strategy_admit){ .ns = "ns", .ns_len = 2, .key = key, .key_len = strlen(key),
+					.start = start, .size = 60, .diff = diff, .cost = cost,
+					.limit = limit, .weight = weight,
+					.count_denied = count_denied };
+}
+
+static void admit_tok(struct strategy *s, struct strategy_admit *a, size_t n, const char *token)
+{
+	struct done d = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+
+	cr_assert_eq(ops->admit(s, a, n, token, on_done, &d, err), 0, "admit refused: %s", err);
+	cr_assert_eq(d.calls, 0, "callback ran inside admit");
+	cr_assert(run_until(&d.called, 10000), "admit: no callback");
+	cr_assert_eq(d.status, 0, "admit failed: %s", d.err);
+	for (size_t i = 0; i < n; i++)
+		cr_assert(a[i].ok, "admission %zu not decided", i);
+}
+
+Test(postgres, admit_up_to_the_limit)
+{
+	struct strategy *s = make_ready("t_admit_limit", NULL);
+	struct strategy_admit a;
+
+	a = adm("k", 600, 3, 1, 5, 0, false);       /* 3 + 1 <= 5 */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	EQ(a.current, 4);
+	EQ(a.previous, 0);
+	a = adm("k", 600, 0, 1, 5, 0, false);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	EQ(a.current, 5);
+	a = adm("k", 600, 0, 1, 5, 0, false);       /* over: not counted */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(!a.admitted);
+	EQ(a.current, 5);
+	a = adm("k", 600, 2, 1, 5, 0, true);        /* the diff goes in, and the hit */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(!a.admitted);
+	EQ(a.current, 8);
+	cr_assert_eq(query_int("SELECT count FROM t_admit_limit WHERE key = 'k'"), 8);
+	ops->destroy(s);
+}
+
+Test(postgres, admit_sliding_window_and_decimals)
+{
+	struct strategy *s = make_ready("t_admit_sliding", NULL);
+	struct strategy_counter prev = counter("ns", "w", 1, 540, 60, 40);
+	struct strategy_admit a;
+
+	push_ok(s, &prev, 1);
+	a = adm("w", 600, 0, 0.5, 10.5, 0.25, false);  /* 0 + 10 + 0.5 <= 10.5 */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	EQ(a.previous, 40);
+	EQ(a.current, 0.5);
+	a = adm("w", 600, 0, 0.25, 10.5, 0.25, false); /* 0.5 + 10 + 0.25 > 10.5 */
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(!a.admitted);
+	EQ(a.current, 0.5);
+	a = adm("w", 600, 0, 0.25, 10.5, 0.2, false);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	EQ(a.current, 0.75);
+	ops->destroy(s);
+}
+
+Test(postgres, admit_batch_in_order)
+{
+	struct strategy *s = make_ready("t_admit_batch", NULL);
+	struct strategy_admit a[4] = {
+		adm("b", 600, 0, 1, 2, 0, false), adm("b", 600, 0, 1, 2, 0, false),
+		adm("b", 600, 0, 1, 2, 0, false), adm("c", 600, 1, 1, 2, 0, false),
+	};
+
+	admit_tok(s, a, 4, NULL);
+	cr_assert(a[0].admitted && a[1].admitted && !a[2].admitted && a[3].admitted);
+	EQ(a[1].current, 2);
+	EQ(a[2].current, 2);
+	EQ(a[3].current, 2);
+	ops->destroy(s);
+}
+
+Test(postgres, admit_token_applies_once)
+{
+	struct strategy *s = make_ready("t_admit_token", NULL);
+	struct strategy_admit a[2] = { adm("t", 600, 2, 1, 3, 0, false),
+				       adm("t", 600, 0, 1, 3, 0, false) };
+
+	admit_tok(s, a, 2, "node1:7");
+	cr_assert(a[0].admitted && !a[1].admitted);
+	EQ(a[1].current, 3);
+	a[0] = adm("t", 600, 2, 1, 3, 0, false);
+	a[1] = adm("t", 600, 0, 1, 3, 0, false);
+	admit_tok(s, a, 2, "node1:7");
+	cr_assert(a[0].admitted && !a[1].admitted, "the recorded decisions come back");
+	EQ(a[0].current, 3);
+	cr_assert_eq(query_int("SELECT count FROM t_admit_token WHERE key = 't'"), 3);
+	a[0] = adm("t", 600, 0, 1, 3, 0, true);
+	admit_tok(s, a, 1, "node1:8");
+	cr_assert(!a[0].admitted);
+	EQ(a[0].current, 4);
+	ops->destroy(s);
+}
+
+Test(postgres, admit_refuses_bad_arguments)
+{
+	struct strategy *s = make_ready("t_admit_bad", NULL);
+	struct strategy_admit a = adm("x", 600, 0, -1, 10, 0, false);
+	struct done d = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+
+	cr_assert_eq(ops->admit(s, &a, 1, NULL, on_done, &d, err), -1);
+	cr_assert(strstr(err, "admission 0") != NULL, "%s", err);
+	a = adm("x", 600, 0, 1, 10, 1.5, false);
+	cr_assert_eq(ops->admit(s, &a, 1, NULL, on_done, &d, err), -1);
+	a = adm("x", 600, NAN, 1, 10, 0, false);
+	cr_assert_eq(ops->admit(s, &a, 1, NULL, on_done, &d, err), -1);
+	run_for(50);
+	cr_assert_eq(d.calls, 0);
+	ops->destroy(s);
+}
