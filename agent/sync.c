@@ -81,9 +81,30 @@ struct sync_ns {
 	ev_timer seed_timer;
 	bool seed_busy;
 	size_t nqueued, nseeding;
+	struct sync_gather *gather;        /* sync_rate 0: this iteration's pushes */
 	struct shm_entry *seed_q;          /* SYNC_SEED_MAX, queued */
 	struct shm_entry *seed_e;          /* SYNC_SEED_MAX, in flight */
 	struct strategy_counter *seed_c;   /* 2 * SYNC_SEED_MAX */
+};
+
+/* sync_rate 0: the pushes of one namespace asked for during one loop
+ * iteration, sent as one push_diffs before the loop waits again (an
+ * ev_prepare): one store round trip for every hit that arrived together,
+ * whatever connection or front it came from. */
+struct sync_req {
+	struct strategy_counter *c;       /* the caller's counters */
+	size_t n;
+	strategy_done_cb cb;
+	void *arg;
+};
+
+struct sync_gather {
+	struct sync_gather *next;         /* the free list */
+	struct sync *sy;
+	struct strategy_counter *c;       /* copies of every request's, in order */
+	size_t n, cap;
+	struct sync_req *req;
+	size_t nreq, reqcap;
 };
 
 /* A sync_rate 0 push that arrived while its store was connecting. */
@@ -109,6 +130,8 @@ struct sync {
 	struct sync_parked *parked, *parked_spare;
 	size_t nparked;
 	ev_timer park_timer;
+	ev_prepare gather_w;          /* sends the gathered pushes */
+	struct sync_gather *free_gathers;
 };
 
 static uint64_t node_seed;
@@ -522,6 +545,103 @@ static int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *
 	return sn->ops->push_diffs(sn->st, c, n, NULL, cb, arg, err);
 }
 
+/* A gathered push answered: each request gets its counters' totals and
+ * its callback, then the gather is reused. */
+static void sync_gather_done(void *arg, int status, const char *errstr)
+{
+	struct sync_gather *g = arg;
+	struct sync *sy = g->sy;
+	size_t off = 0;
+
+	for (size_t i = 0; i < g->nreq; i++) {
+		struct sync_req *r = &g->req[i];
+
+		for (size_t j = 0; j < r->n; j++) {
+			r->c[j].total = g->c[off + j].total;
+			r->c[j].ok = g->c[off + j].ok;
+		}
+		off += r->n;
+		r->cb(r->arg, status, errstr);
+	}
+	g->n = g->nreq = 0;
+	g->next = sy->free_gathers;
+	sy->free_gathers = g;
+}
+
+/* Before the loop waits: every namespace's gathered pushes leave as one. */
+static void sync_on_gather(struct ev_loop *loop, ev_prepare *w, int revents)
+{
+	struct sync *sy = container_of(w, struct sync, gather_w);
+
+	(void)revents;
+	ev_prepare_stop(loop, w);
+	for (size_t i = 0; i < sy->n; i++) {
+		struct sync_ns *sn = &sy->ns[i];
+		struct sync_gather *g = sn->gather;
+
+		if (!g)
+			continue;
+		sn->gather = NULL;
+		if (sync_push_now(sy, sn->ns, g->c, g->n, sync_gather_done, g) < 0)
+			sync_gather_done(g, -1, "not connected");
+	}
+}
+
+/* Grows an array of elements of size sz to hold need, doubling. */
+static int sync_grow(void **p, size_t *cap, size_t need, size_t sz)
+{
+	size_t c = *cap ? *cap : 16;
+	void *np;
+
+	if (need <= *cap)
+		return 0;
+	while (c < need)
+		c *= 2;
+	if (!(np = realloc(*p, c * sz)))
+		return -1;
+	*p = np;
+	*cap = c;
+	return 0;
+}
+
+/* sync_rate 0: adds a push to its namespace's gather (sent before the loop
+ * waits again). Returns 0 (cb runs once, later), or -1 when the store is
+ * neither up nor connecting, or out of memory (cb never runs). Once warm,
+ * nothing is allocated. */
+static int sync_push_later(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
+			   strategy_done_cb cb, void *arg)
+{
+	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+	struct sync_gather *g;
+
+	if (!sn || (!sn->ops->ready(sn->st) && !sn->ops->connecting(sn->st)))
+		return -1;
+	if (!(g = sn->gather)) {
+		if ((g = sy->free_gathers))
+			sy->free_gathers = g->next;
+		else if (!(g = calloc(1, sizeof(*g))))
+			return -1;
+		g->sy = sy;
+		g->n = g->nreq = 0;
+		sn->gather = g;
+	}
+	if (sync_grow((void **)&g->c, &g->cap, g->n + n, sizeof(*g->c)) < 0 ||
+	    sync_grow((void **)&g->req, &g->reqcap, g->nreq + 1, sizeof(*g->req)) < 0) {
+		if (g->nreq == 0) {
+			sn->gather = NULL;
+			g->next = sy->free_gathers;
+			sy->free_gathers = g;
+		}
+		return -1;
+	}
+	memcpy(g->c + g->n, c, n * sizeof(*c));
+	g->n += n;
+	g->req[g->nreq++] = (struct sync_req){ .c = c, .n = n, .cb = cb, .arg = arg };
+	if (!ev_is_active(&sy->gather_w))
+		ev_prepare_start(sy->loop, &sy->gather_w);
+	return 0;
+}
+
 static void sync_hits_on_pushed(void *arg, int status, const char *errstr)
 {
 	struct sync_hits *b = arg;
@@ -576,8 +696,8 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 					.size = e->size, .diff = 0,
 				};
 		}
-		if (b->nc > first && sync_push_now(sy, (unsigned)ns, &b->c[first], b->nc - first,
-						   sync_hits_on_pushed, b) == 0)
+		if (b->nc > first && sync_push_later(sy, (unsigned)ns, &b->c[first], b->nc - first,
+						     sync_hits_on_pushed, b) == 0)
 			b->outstanding++;
 	}
 	return b->outstanding > 0;
@@ -651,6 +771,7 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 	sy->loop = loop;
 	sy->rl = rl;
 	sy->t = rl_shm(rl);
+	ev_prepare_init(&sy->gather_w, sync_on_gather);
 	sy->holder = (uint16_t)(worker_id + 1);
 	sy->flush_mode = flush_mode;
 	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
@@ -738,6 +859,15 @@ void sync_stop(struct sync *sy)
 {
 	if (!sy)
 		return;
+	/* Gathered pushes not sent yet fail: their hits stay in the diffs. */
+	ev_prepare_stop(sy->loop, &sy->gather_w);
+	for (size_t i = 0; i < sy->n; i++) {
+		struct sync_gather *g = sy->ns[i].gather;
+
+		sy->ns[i].gather = NULL;
+		if (g)
+			sync_gather_done(g, -1, "not connected (stopping)");
+	}
 	if (sy->parked) {
 		/* Parked pushes fail: their hits stay in the diffs. */
 		ev_timer_stop(sy->loop, &sy->park_timer);
@@ -759,6 +889,14 @@ void sync_stop(struct sync *sy)
 		free(sn->seed_q);
 		free(sn->seed_e);
 		free(sn->seed_c);
+	}
+	while (sy->free_gathers) {
+		struct sync_gather *g = sy->free_gathers;
+
+		sy->free_gathers = g->next;
+		free(g->c);
+		free(g->req);
+		free(g);
 	}
 	free(sy);
 }

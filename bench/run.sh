@@ -17,7 +17,8 @@
 #   profile  perf profile of one worker under spop_load (not in the default)
 #   alloc    heap allocations (valgrind) for N and 10 N messages (idem)
 #   baseline this agent vs $BENCH_BASELINE (an older binary), interleaved:
-#            SPOP msgs/s and variant C (not in the default)
+#            SPOP msgs/s and variant $BENCH_BASELINE_VARIANT (C) (not in
+#            the default)
 # Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
@@ -678,6 +679,7 @@ part_e2e() {
 # max run (1 worker) and one variant C run. What a refactoring costs.
 part_baseline() {
   local base=${BENCH_BASELINE:-} rounds=${BENCH_BASELINE_ROUNDS:-5} r b port line save=$AGENT
+  local bv=${BENCH_BASELINE_VARIANT:-C}
   say "== baseline (this agent vs ${base:-?}, interleaved)"
   md "## 5. Before/after: this agent vs a baseline binary"
   md ""
@@ -698,13 +700,13 @@ part_baseline() {
       echo "$b $r $(field "$line" msgs_per_s) $(field "$line" agent_cpu_us)" >> "$RAW/baseline-spop.txt"
       say "baseline $b round=$r $line"
       if command -v haproxy >/dev/null 2>&1 && command -v wrk >/dev/null 2>&1; then
-        E2E_TXT=$RAW/baseline-e2e-$b.txt e2e_run C "$r" || say "baseline $b variant C round $r failed"
+        E2E_TXT=$RAW/baseline-e2e-$b.txt e2e_run "$bv" "$r" || say "baseline $b variant $bv round $r failed"
       fi
     done
   done
   AGENT=$save
   md "Baseline: \`$base\`; this agent: \`$AGENT\`. $rounds rounds, each: baseline then this agent, for"
-  md "\`spop_load -m ratelimit\` at max (1 worker, as in part 2) and one variant C run (as in part 3). Medians."
+  md "\`spop_load -m ratelimit\` at max (1 worker, as in part 2) and one variant $bv run (as in part 3). Medians."
   md ""
   md "| measurement | baseline | this agent | change |"
   md "|---|---|---|---|"
@@ -721,10 +723,10 @@ part_baseline() {
   if [ -s "$RAW/baseline-e2e-old.txt" ] && [ -s "$RAW/baseline-e2e-new.txt" ]; then
     o=$(awk '{ print $3 }' "$RAW/baseline-e2e-old.txt" | median)
     n=$(awk '{ print $3 }' "$RAW/baseline-e2e-new.txt" | median)
-    bl_row "variant C req/s" "$o" "$n"
+    bl_row "variant $bv req/s" "$o" "$n"
     o=$(awk '{ print $8 }' "$RAW/baseline-e2e-old.txt" | median)
     n=$(awk '{ print $8 }' "$RAW/baseline-e2e-new.txt" | median)
-    bl_row "variant C agent CPU µs/req" "$o" "$n"
+    bl_row "variant $bv agent CPU µs/req" "$o" "$n"
   fi
   md ""
   md "Every run: \`$RAW/baseline-spop.txt\` (binary, round, msgs/s, agent µs/msg), \`baseline-e2e-*.txt\` (as e2e.txt)."

@@ -1176,3 +1176,63 @@ Test(cluster, postgres_admission_measured)
 		node_start(n, cfg_pg_t(w, ADMIT_SYNC, 1000));
 	admission_case("postgres", w);
 }
+
+/* ---------------------------------------------------------------- batching */
+
+/* Script calls Redis has served so far (INFO commandstats). */
+static long long redis_script_calls(void)
+{
+	redisReply *rep = redis_server_command(&redis, "INFO commandstats");
+	long long calls = 0;
+	const char *p;
+
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING, "INFO commandstats");
+	for (const char *name = "cmdstat_evalsha:calls="; name; name = NULL)
+		if ((p = strstr(rep->str, name)))
+			calls += atoll(p + strlen(name));
+	if ((p = strstr(rep->str, "cmdstat_eval:calls=")))
+		calls += atoll(p + strlen("cmdstat_eval:calls="));
+	freeReplyObject(rep);
+	return calls;
+}
+
+/* sync_rate 0: hits that arrive together leave together. 50 NOTIFYs of
+ * one key written at once on one connection cost a couple of script calls,
+ * not 50, and every ACK still carries the exact running total. */
+Test(cluster, redis_synchronous_hits_arriving_together_are_one_push)
+{
+	enum { BURST = 50 };
+	unsigned w = pick_window();
+	uint64_t sids[BURST];
+	long long before, after;
+	char key[64];
+
+	redis_up(false);
+	node_start(0, cfg_redis_t(w, 0, 5000));
+	rand_key(key, sizeof(key), "burst");
+	before = redis_script_calls();
+	/* One write of every frame: the agent reads them together. */
+	rawspop_buf_reset(&wb);
+	for (int i = 0; i < BURST; i++) {
+		size_t start;
+
+		sids[i] = next_sid++;
+		start = rawspop_notify_begin(&wb, sids[i], 1);
+		rawspop_msg(&wb, "ratelimit", 2);
+		rawspop_arg_str(&wb, "key", key);
+		rawspop_arg_int(&wb, "window", w);
+		rawspop_frame_end(&wb, start);
+	}
+	cr_assert(rawspop_send_buf(nodes[0].fd[0], &wb) == 0, "send: %s", strerror(errno));
+	for (int i = 0; i < BURST; i++) {
+		int64_t rate;
+
+		cr_assert(notify_ack(nodes[0].fd[0], sids[i], IO_MS, &rate) == 0, "ACK %d: %s", i,
+			  errbuf);
+		cr_assert_eq(rate, i + 1, "hit %d answered rate %lld", i + 1, (long long)rate);
+	}
+	after = redis_script_calls();
+	cr_log_info("%d hits arriving together: %lld script calls", BURST, after - before);
+	cr_assert_leq(after - before, 5, "%lld script calls for %d hits arriving together",
+		      after - before, BURST);
+}
