@@ -404,7 +404,10 @@ void conn_deliver(void *owner, struct decide_pending *p)
 		if (c->s.draining && !c->pending && c->s.rlen == 0)
 			conn_fail(c, SPOP_ERR_NONE);
 	}
-	conn_continue(c);
+	/* Not sent now: the ACKs of every hit the store answered together
+	 * leave in one write, when the socket says it is writable (the next
+	 * loop iteration), which also answers frames held back meanwhile. */
+	conn_update_events(c);
 }
 
 static void conn_evict(struct stream *s)

@@ -341,8 +341,10 @@ void http_deliver(void *owner, struct decide_pending *p)
 	else if (!c->s.dead)
 		c->closing = true;      /* cannot happen: room is made before holding */
 	decide_pending_release(c->s.env->decide, p);
+	/* Sent (and the next requests answered) when the socket is writable:
+	 * answers the store gave together leave together. */
 	if (!c->s.dead)
-		http_continue(c);
+		http_update_events(c);
 }
 
 /* ---- /metrics ---- */

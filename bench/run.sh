@@ -837,15 +837,17 @@ part_profile() {
     say "callgrind $mode: $cg"
   done
 
-  # The agent behind HAProxy (variant C): how many system calls per
-  # request, and where its time goes, kernel included.
+  # The agent behind HAProxy (variant C, or BENCH_PROFILE_VARIANT): how
+  # many system calls per request, and where its time goes, kernel
+  # included.
+  local pv=${BENCH_PROFILE_VARIANT:-C}
   if perf stat -e raw_syscalls:sys_enter true > /dev/null 2>&1 && command -v wrk > /dev/null 2>&1 &&
      command -v haproxy > /dev/null 2>&1; then
     local sc reqs
-    E2E_WATCH=1 E2E_TXT=$RAW/e2e-profile.txt e2e_run C profile || return 0
-    reqs=$(wrk_field "$RAW/wrk-C-profile.txt" requests)
-    sc=$RAW/e2e-C-syscalls.txt
-    md "Variant C of part 3 once more, the agent's worker watched for the whole wrk run"
+    E2E_WATCH=1 E2E_TXT=$RAW/e2e-profile.txt e2e_run "$pv" profile || return 0
+    reqs=$(wrk_field "$RAW/wrk-$pv-profile.txt" requests)
+    sc=$RAW/e2e-$pv-syscalls.txt
+    md "Variant $pv of part 3 once more, the agent's worker watched for the whole wrk run"
     md "(\`perf stat -e raw_syscalls:sys_enter,syscalls:sys_enter_{read,sendto,epoll_wait}\`, \`perf record -e cpu-clock\`):"
     md "$reqs requests; per request:"
     md ""
@@ -856,10 +858,10 @@ part_profile() {
     md "Worker samples (\`--sort dso\`, then \`--sort symbol\`):"
     md ""
     md '```'
-    md "$(perf report -i "$RAW/perf-e2e-C.data" --no-children --sort dso --stdio 2>/dev/null |
+    md "$(perf report -i "$RAW/perf-e2e-$pv.data" --no-children --sort dso --stdio 2>/dev/null |
           grep -E '^ +[0-9.]+%' | head -n 4)"
     md ""
-    md "$(perf report -i "$RAW/perf-e2e-C.data" --no-children --sort symbol --stdio 2>/dev/null |
+    md "$(perf report -i "$RAW/perf-e2e-$pv.data" --no-children --sort symbol --stdio 2>/dev/null |
           grep -E '^ +[0-9.]+%' | sed 's/ *$//' | head -n 20)"
     md '```'
     md ""
