@@ -201,6 +201,7 @@ enum pg_stmt {
 	PG_STMT_ADMIT_ROW,
 	PG_STMT_ADMIT,
 	PG_STMT_ADMIT_TOK,
+	PG_STMT_NODES,
 	PG_STMT_COUNT
 };
 
@@ -346,6 +347,24 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		10,
 		PG_ADMIT_TYPES,
 	},
+	/* Heartbeat: a node's row (window size 0 and start 0, which no
+	 * counter has: fetch and purge never see it; count = the node's last
+	 * "now"), and how many nodes were seen within $4 seconds; a node
+	 * silent for a day is dropped. $1 namespace, $2 node, $3 now. The
+	 * count leaves out the CTEs' changes (one snapshot): itself is +1. */
+	[PG_STMT_NODES] = {
+		"rl_nodes",
+		"WITH up AS (INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		" VALUES ($1, $2, 0, 0, $3)"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = EXCLUDED.count),"
+		" old AS (DELETE FROM @T@ WHERE namespace = $1 AND window_size = 0"
+		" AND window_start = 0 AND key <> $2 AND count < $3 - 86400)"
+		" SELECT (1 + count(*))::int8 FROM @T@ WHERE namespace = $1 AND window_size = 0"
+		" AND window_start = 0 AND key <> $2 AND count >= $3 - $4",
+		4,
+		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_FLOAT8, PG_OID_FLOAT8 },
+	},
 	/* Tokens past their time (the server's clock: it set them). */
 	[PG_STMT_PURGE_TOK] = {
 		"rl_purge_tok",
@@ -395,6 +414,7 @@ enum pg_op_kind {
 	PG_OP_PROBE,    /* set-up of one connection: does the table exist? */
 	PG_OP_CREATE,   /* set-up: create it if not, prepare statements */
 	PG_OP_ADMIT,    /* admit: one transaction per admission */
+	PG_OP_NODES,    /* heartbeat */
 	PG_OP_COUNT
 };
 
@@ -472,6 +492,12 @@ struct pg_op {
 	size_t nchunks;
 	size_t next_chunk;        /* first one not sent */
 	size_t chunks_done;
+
+	/* NODES */
+	char node[64];
+	size_t node_len;
+	double now, ttl;
+	unsigned *active;
 
 	/* ADMIT */
 	struct strategy_admit *admits;
@@ -983,6 +1009,7 @@ static void pg_op_deliver(struct store_op *b)
 		break;
 	case PG_OP_PURGE:
 	case PG_OP_ADMIT:
+	case PG_OP_NODES:
 		op->done_cb(op->arg, status, status ? op->err : NULL);
 		break;
 	case PG_OP_MAINT:
@@ -1332,7 +1359,7 @@ static int pg_send_probe(struct pg_conn *c, struct pg_op *op)
 static const enum pg_stmt pg_prepare_order[] = {
 	PG_STMT_TOKEN, PG_STMT_PURGE_TOK, PG_STMT_UPSERT,    PG_STMT_READ,
 	PG_STMT_FETCH, PG_STMT_PURGE,     PG_STMT_UPSERT_TOK,
-	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK,
+	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK, PG_STMT_NODES,
 };
 
 /* Set-up, step 2: create the tables and indexes if missing, prepare every
@@ -1365,6 +1392,24 @@ static int pg_send_create(struct pg_conn *c, struct pg_op *op)
 }
 
 /* Sends a whole operation (not a push) and its Sync: one transaction. */
+static int pg_send_nodes(struct pg_conn *c, struct pg_op *op)
+{
+	struct pg *s = c->s;
+
+	for (int i = 0; i < 4; i++) {
+		s->par[i].len = 0;
+		s->par[i].oom = false;
+	}
+	pg_buf_put(&s->par[0], op->ns, op->ns_len);
+	pg_buf_put(&s->par[1], op->node, op->node_len);
+	pg_buf_f64(&s->par[2], op->now);
+	pg_buf_f64(&s->par[3], op->ttl);
+	if (pg_send_prepared(c, PG_STMT_NODES) < 0)
+		return -1;
+	op->nstmts++;
+	return 1;
+}
+
 /* Statements per admission: [rl_token,] rl_admit_row, rl_admit[_tok]. */
 static size_t pg_admit_stmts(const struct pg_op *op)
 {
@@ -1463,6 +1508,9 @@ static int pg_op_send(struct pg_conn *c, struct pg_op *op)
 		break;
 	case PG_OP_ADMIT:
 		return pg_send_admits(c, op);   /* a Sync after each */
+	case PG_OP_NODES:
+		r = pg_send_nodes(c, op);
+		break;
 	case PG_OP_PUSH:
 	case PG_OP_GET:
 	case PG_OP_COUNT:
@@ -1818,6 +1866,17 @@ static void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 			pg_op_fail(op, NULL, "unexpected result shape");
 		else
 			c->table_present = *v != 0;
+		break;
+	}
+	case PG_OP_NODES: {
+		static const Oid cols[1] = { PG_OID_INT8 };
+		const char *v;
+
+		if (pg_check_cols(r, cols, 1) < 0 || PQntuples(r) != 1 ||
+		    !(v = pg_value(r, 0, 0, 8, NULL)))
+			pg_op_fail(op, NULL, "unexpected result shape");
+		else
+			*op->active = (unsigned)pg_get_u64(v);
 		break;
 	}
 	case PG_OP_PUSH:
@@ -2741,6 +2800,37 @@ static int pg_admit(struct strategy *st, struct strategy_admit *a, size_t n, con
 	return pg_submit(s, op, errstr);
 }
 
+static int pg_heartbeat(struct strategy *st, const char *ns, size_t ns_len, const char *node,
+			size_t node_len, double now, double ttl, unsigned *active,
+			strategy_done_cb cb, void *arg, char *errstr)
+{
+	struct pg *s = pg_of(st);
+	struct pg_op *op;
+
+	if (!s || !cb || !active || !ns || node_len == 0 || node_len > sizeof(op->node) ||
+	    ns_len > PG_NS_MAX || memchr(ns, '\0', ns_len) || !isfinite(now) || !(ttl > 0)) {
+		pg_err_set(errstr, NULL, "invalid arguments");
+		return -1;
+	}
+	op = pg_op_new(s, PG_OP_NODES);
+	if (!op || !(op->ns = malloc(ns_len ? ns_len : 1))) {
+		if (op)
+			pg_op_free(op);
+		pg_err_set(errstr, NULL, "out of memory");
+		return -1;
+	}
+	memcpy(op->ns, ns, ns_len);
+	op->ns_len = ns_len;
+	memcpy(op->node, node, node_len);
+	op->node_len = node_len;
+	op->now = now;
+	op->ttl = ttl;
+	op->active = active;
+	op->done_cb = cb;
+	op->arg = arg;
+	return pg_submit(s, op, errstr);
+}
+
 static int pg_get_window(struct strategy *st, struct strategy_counter *counter,
 			 strategy_done_cb cb, void *arg, char *errstr)
 {
@@ -2862,6 +2952,7 @@ const struct strategy_ops postgres_strategy = {
 	.name = "postgres",
 	.check_opts = pg_check_opts,
 	.admit = pg_admit,
+	.heartbeat = pg_heartbeat,
 	.create = pg_create,
 	.destroy = pg_destroy,
 	.push_diffs = pg_push_diffs,

@@ -271,6 +271,7 @@ enum redis_op_kind {
 	REDIS_OP_WINDOW,
 	REDIS_OP_PURGE,
 	REDIS_OP_ADMIT,
+	REDIS_OP_NODES,
 	REDIS_OP_KIND_COUNT
 };
 
@@ -311,6 +312,9 @@ struct redis_op {
 
 	/* admit */
 	struct strategy_admit *admits;
+
+	/* heartbeat */
+	unsigned *active;
 	uint32_t *order;                /* batch indexes, grouped by call */
 
 	/* rows */
@@ -822,6 +826,7 @@ static void redis_op_deliver(struct store_op *b)
 	case REDIS_OP_PUSH:
 	case REDIS_OP_WINDOW:
 	case REDIS_OP_ADMIT:
+	case REDIS_OP_NODES:
 		/* The replies marked the counters of every call that was
 		 * applied: on a failed push they are the ones the store has
 		 * (strategy.h), so the sync loop acks them and only them. */
@@ -1155,6 +1160,20 @@ static void redis_call_lost(struct redis_call *c, const redisAsyncContext *ac)
 static void redis_call_error(struct redis_call *c, const redisReply *r)
 {
 	redis_op_fail(c->op, "redis: %.*s", (int)(r->len > 110 ? 110 : r->len), r->str);
+}
+
+/* The reply of c is no reply (connection going away) or an error: the op
+ * fails with why. Returns true then. */
+static bool redis_reply_failed(struct redis_call *c, const redisAsyncContext *ac,
+			       const redisReply *r)
+{
+	if (r == NULL)
+		redis_call_lost(c, ac);
+	else if (r->type == REDIS_REPLY_ERROR)
+		redis_call_error(c, r);
+	else
+		return false;
+	return true;
 }
 
 /* ===================================================================== */
@@ -1706,6 +1725,122 @@ oom:
 	return -1;
 }
 
+/* An operation of one call, with room for a command of cmd_max bytes
+ * (op->calls[0]; op->cmd). NULL when out of memory. */
+static struct redis_op *redis_op_single(struct redis_strategy *s, enum redis_op_kind kind,
+					strategy_done_cb cb, void *arg, size_t cmd_max)
+{
+	struct redis_op *op = redis_op_new(s, kind, cb, NULL, arg);
+
+	if (op == NULL)
+		return NULL;
+	op->arena = malloc(sizeof(struct redis_call) + cmd_max);
+	if (op->arena == NULL) {
+		redis_op_free(op);
+		return NULL;
+	}
+	op->calls = op->arena;
+	op->cmd = (char *)op->arena + sizeof(struct redis_call);
+	op->ncalls = 1;
+	op->calls[0] = (struct redis_call){ .op = op, .n = 1 };
+	return op;
+}
+
+/* Sends the one call of op, whose command ends at end, and starts its
+ * timer. Returns 0, or -1 (op freed, errstr set). */
+static int redis_op_single_send(struct redis_strategy *s, struct redis_op *op, const char *end,
+				redisCallbackFn *fn, char *errstr)
+{
+	struct redis_call *c = &op->calls[0];
+
+	c->end = (size_t)(end - op->cmd);
+	if (redis_send(s, c, fn, 0, c->end) < 0) {
+		redis_op_free(op);
+		redis_seterr(errstr, "not connected (cannot queue the command)");
+		return -1;
+	}
+	redis_op_started(op);
+	return 0;
+}
+
+/* ===================================================================== */
+/* heartbeat                                                             */
+/* ===================================================================== */
+
+/*
+ * KEYS[1] = "<prefix>:{<ns>:nodes}", a hash: field = node id, value = the
+ * node's last "now". ARGV[1] = node, ARGV[2] = now, ARGV[3] = ttl.
+ * Returns how many nodes were seen within ttl; nodes silent for a day are
+ * dropped. Sent as EVAL (once per sync cycle: no need to preload it).
+ */
+static const char REDIS_NODES_SCRIPT[] =
+	"local k, now, ttl = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+	"redis.call('HSET', k, ARGV[1], ARGV[2])\n"
+	"local all, n, old = redis.call('HGETALL', k), 0, {}\n"
+	"for i = 1, #all, 2 do\n"
+	"  local t = tonumber(all[i + 1]) or 0\n"
+	"  if t >= now - ttl then n = n + 1\n"
+	"  elseif t < now - 86400 then old[#old + 1] = all[i] end\n"
+	"end\n"
+	"if #old > 0 then redis.call('HDEL', k, unpack(old)) end\n"
+	"redis.call('EXPIRE', k, 86400)\n"
+	"return n\n";
+
+static void redis_on_nodes_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_call *c = privdata;
+	redisReply *reply = r;
+
+	if (!redis_reply_failed(c, ac, reply)) {
+		if (reply->type != REDIS_REPLY_INTEGER || reply->integer < 1)
+			redis_op_fail(c->op, "redis: nodes script returned %s, expected a count",
+				      redis_reply_type_name(reply->type));
+		else
+			*c->op->active = (unsigned)(reply->integer > UINT_MAX ? UINT_MAX
+									 : reply->integer);
+	}
+	redis_call_done(c);
+}
+
+static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, const char *node,
+			   size_t node_len, double now, double ttl, unsigned *active,
+			   strategy_done_cb cb, void *arg, char *errstr)
+{
+	struct redis_strategy *s = redis_of(st);
+	size_t slen = sizeof(REDIS_NODES_SCRIPT) - 1, klen = s->o.prefix_len + ns_len + 9;
+	struct redis_op *op;
+	char num[REDIS_DBL_MAX_LEN], *p;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	if (node_len == 0 || !isfinite(now) || !(ttl > 0)) {
+		redis_seterr(errstr, "heartbeat: empty node id, or now or ttl out of range");
+		return -1;
+	}
+	op = redis_op_single(s, REDIS_OP_NODES, cb, arg,
+			     128 + REDIS_BULK_MAX(slen) + REDIS_BULK_MAX(klen) +
+			     REDIS_BULK_MAX(node_len) + 2 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN));
+	if (op == NULL) {
+		redis_seterr(errstr, "out of memory");
+		return -1;
+	}
+	op->active = active;
+	p = redis_put_array(op->cmd, 7);
+	p = redis_put_bulk(p, "EVAL", 4);
+	p = redis_put_bulk(p, REDIS_NODES_SCRIPT, slen);
+	p = redis_put_bulk(p, "1", 1);
+	*p++ = '$';
+	p += redis_u64_dec(p, klen);
+	p = redis_put_crlf(p);
+	p = redis_put_tag(p, s, ns, ns_len, "nodes", 5);
+	*p++ = '}';
+	p = redis_put_crlf(p);
+	p = redis_put_bulk(p, node, node_len);
+	p = redis_put_bulk(p, num, redis_dbl_dec(num, now));
+	p = redis_put_bulk(p, num, redis_dbl_dec(num, ttl));
+	return redis_op_single_send(s, op, p, redis_on_nodes_reply, errstr);
+}
+
 /* ===================================================================== */
 /* get_counters                                                          */
 /* ===================================================================== */
@@ -1875,15 +2010,13 @@ static void redis_on_window_reply(redisAsyncContext *ac, void *r, void *privdata
 	struct redis_call *c = privdata;
 	redisReply *reply = r;
 
-	if (reply == NULL)
-		redis_call_lost(c, ac);
-	else if (reply->type == REDIS_REPLY_ERROR)
-		redis_call_error(c, reply);
-	else if (redis_reply_number(reply, &c->op->batch->total) < 0)
-		redis_op_fail(c->op, "redis: HGET returned %s, expected a number",
-			      redis_reply_type_name(reply->type));
-	else
-		c->op->batch->ok = true;
+	if (!redis_reply_failed(c, ac, reply)) {
+		if (redis_reply_number(reply, &c->op->batch->total) < 0)
+			redis_op_fail(c->op, "redis: HGET returned %s, expected a number",
+				      redis_reply_type_name(reply->type));
+		else
+			c->op->batch->ok = true;
+	}
 	redis_call_done(c);
 }
 
@@ -1892,7 +2025,6 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 {
 	struct redis_strategy *s = redis_of(st);
 	struct redis_op *op;
-	struct redis_call *c;
 	char *p;
 
 	if (redis_check_ready(s, errstr) < 0)
@@ -1902,39 +2034,22 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 		return -1;
 	}
 	counter->ok = false;
-	op = redis_op_new(s, REDIS_OP_WINDOW, cb, NULL, arg);
-	if (op == NULL)
-		goto oom;
+	op = redis_op_single(s, REDIS_OP_WINDOW, cb, arg,
+			     64 + redis_hkey_max(s, counter->ns_len) +
+			     REDIS_BULK_MAX(counter->key_len));
+	if (op == NULL) {
+		redis_seterr(errstr, "out of memory");
+		return -1;
+	}
 	op->batch = counter;
 	op->n = 1;
-	op->arena = malloc(sizeof(struct redis_call) + 64 + redis_hkey_max(s, counter->ns_len) +
-			   REDIS_BULK_MAX(counter->key_len));
-	if (op->arena == NULL)
-		goto oom;
-	op->calls = op->arena;
-	op->cmd = (char *)op->arena + sizeof(struct redis_call);
-	c = &op->calls[0];
-	op->ncalls = 1;
-	*c = (struct redis_call){ .op = op, .n = 1 };
 	p = redis_put_array(op->cmd, 3);
 	p = redis_put_bulk(p, "HGET", 4);
 	p = redis_put_hkey(p, s, counter->ns, counter->ns_len,
 			   redis_bucket(counter->key, counter->key_len), counter->size,
 			   counter->start);
 	p = redis_put_bulk(p, counter->key, counter->key_len);
-	c->end = (size_t)(p - op->cmd);
-	if (redis_send(s, c, redis_on_window_reply, 0, c->end) < 0) {
-		redis_op_free(op);
-		redis_seterr(errstr, "not connected (cannot queue the command)");
-		return -1;
-	}
-	redis_op_started(op);
-	return 0;
-oom:
-	if (op)
-		redis_op_free(op);
-	redis_seterr(errstr, "out of memory");
-	return -1;
+	return redis_op_single_send(s, op, p, redis_on_window_reply, errstr);
 }
 
 /* Every hash carries a TTL: nothing to delete. Completes with 0 (from the
@@ -2044,6 +2159,7 @@ const struct strategy_ops redis_strategy = {
 	.get_window = redis_get_window,
 	.purge = redis_purge,
 	.admit = redis_admit,
+	.heartbeat = redis_heartbeat,
 	.ready = redis_ready,
 	.connecting = redis_connecting,
 };

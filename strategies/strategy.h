@@ -152,6 +152,15 @@ struct strategy_ops {
 	int (*admit)(struct strategy *s, struct strategy_admit *a, size_t n, const char *token,
 		     strategy_done_cb cb, void *arg, char *errstr);
 
+	/* Says that this node (node: its id, bytes) uses namespace ns at
+	 * time now (Unix seconds, the node's clock, as window starts are),
+	 * and counts the nodes that said so within the last `ttl` seconds,
+	 * itself included, into *active before cb runs. The margin of
+	 * admissions (issue 9) assumes that many nodes. */
+	int (*heartbeat)(struct strategy *s, const char *ns, size_t ns_len, const char *node,
+			 size_t node_len, double now, double ttl, unsigned *active,
+			 strategy_done_cb cb, void *arg, char *errstr);
+
 	/* batch of one: counter->total and ->ok filled. */
 	int (*get_window)(struct strategy *s, struct strategy_counter *counter,
 			  strategy_done_cb cb, void *arg, char *errstr);

@@ -1539,3 +1539,40 @@ Test(postgres, admit_refuses_bad_arguments)
 	cr_assert_eq(d.calls, 0);
 	ops->destroy(s);
 }
+
+/* ------------------------------------------------------------------------
+ * Heartbeats: the nodes of a namespace.
+ */
+static unsigned beat(struct strategy *s, const char *ns, const char *node, double now, double ttl)
+{
+	struct done d = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+	unsigned active = 0;
+
+	cr_assert_eq(ops->heartbeat(s, ns, strlen(ns), node, strlen(node), now, ttl, &active,
+				    on_done, &d, err), 0, "heartbeat refused: %s", err);
+	cr_assert_eq(d.calls, 0, "callback ran inside heartbeat");
+	cr_assert(run_until(&d.called, 10000), "heartbeat: no callback");
+	cr_assert_eq(d.status, 0, "heartbeat failed: %s", d.err);
+	return active;
+}
+
+Test(postgres, heartbeat_counts_the_nodes_seen_within_ttl)
+{
+	struct strategy *s = make_ready("t_nodes", NULL);
+	uint32_t sizes[1] = { 60 };
+	struct rows rows;
+
+	cr_assert_eq(beat(s, "ns", "a", 1000, 3), 1);
+	cr_assert_eq(beat(s, "ns", "b", 1001, 3), 2);
+	cr_assert_eq(beat(s, "other", "c", 1001, 3), 1, "namespaces are apart");
+	cr_assert_eq(beat(s, "ns", "a", 1004.5, 3), 1, "b, silent for 3.5 s, no longer counts");
+	cr_assert_eq(beat(s, "ns", "b", 1005, 3), 2);
+	cr_assert_eq(beat(s, "ns", "a", 1000 + 90000, 3), 1);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_nodes WHERE namespace = 'ns'"), 1,
+		     "b, silent for a day, dropped");
+	/* The heartbeat rows are not counters. */
+	fetch_ok(s, "ns", sizes, 1, 1000 + 90000, &rows);
+	cr_assert_eq(rows.n, 0);
+	ops->destroy(s);
+}

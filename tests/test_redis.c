@@ -1484,3 +1484,41 @@ Test(redis, admit_refuses_bad_arguments)
 	cr_assert_eq(r.calls, 0);
 	OPS->destroy(s);
 }
+
+/* ------------------------------------------------------------------ */
+/* Heartbeats: the nodes of a namespace                               */
+/* ------------------------------------------------------------------ */
+
+static unsigned beat(struct strategy *s, const char *ns, const char *node, double now, double ttl)
+{
+	char err[STRATEGY_ERR_MAX] = "";
+	unsigned active = 0;
+	struct res r;
+
+	memset(&r, 0, sizeof(r));
+	cr_assert_eq(OPS->heartbeat(s, ns, strlen(ns), node, strlen(node), now, ttl, &active,
+				    done_cb, &r, err), 0, "heartbeat: %s", err);
+	cr_assert_eq(r.calls, 0, "callback ran inside heartbeat");
+	cr_assert(run_until(&r.done, 5.0), "heartbeat did not complete");
+	cr_assert_eq(r.status, 0, "heartbeat failed: %s", r.err);
+	return active;
+}
+
+Test(redis, heartbeat_counts_the_nodes_seen_within_ttl)
+{
+	struct strategy *s = mk(1000);
+	redisReply *rep;
+
+	cr_assert_eq(beat(s, "ns", "a", 1000, 3), 1);
+	cr_assert_eq(beat(s, "ns", "b", 1001, 3), 2);
+	cr_assert_eq(beat(s, "other", "c", 1001, 3), 1, "namespaces are apart");
+	cr_assert_eq(beat(s, "ns", "a", 1004.5, 3), 1, "b, silent for 3.5 s, no longer counts");
+	cr_assert_eq(beat(s, "ns", "b", 1005, 3), 2);
+	/* A node silent for a day is forgotten. */
+	cr_assert_eq(beat(s, "ns", "a", 1000 + 90000, 3), 1);
+	rep = redis_server_command(&srv, "HLEN rl:{ns:nodes}");
+	cr_assert(rep && rep->type == REDIS_REPLY_INTEGER);
+	cr_assert_eq(rep->integer, 1, "b dropped");
+	freeReplyObject(rep);
+	OPS->destroy(s);
+}
