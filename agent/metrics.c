@@ -252,6 +252,12 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 			    up < 0 ? 0 : up);
 		}
 		break;
+	case METRICS_FAM_STORE_NODES:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			if (sc->ns[ns]->sync_rate >= 0)
+				put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %u\n", name, sc->label[ns],
+				    rl_active_nodes(sc->rl, (int)ns));
+		break;
 	case METRICS_FAM_STORE_PENDING:
 		for (size_t ns = 0; ns < sc->nns; ns++)
 			if (sc->ns[ns]->sync_rate >= 0)

@@ -51,6 +51,8 @@ enum metrics_front {
 	  "Time of a sync cycle, from the push to the store's answer.")                 \
 	X(STORE_UP, "store_up", "gauge",                                                 \
 	  "1 when every worker is connected to the namespace's store, else 0.")         \
+	X(STORE_NODES, "store_nodes", "gauge",                                           \
+	  "Nodes using the namespace, as its store last counted them (0: not known yet).") \
 	X(STORE_PENDING, "store_pending_hits", "gauge",                                  \
 	  "Hits counted on this node that the store has not confirmed yet, by namespace.")
 

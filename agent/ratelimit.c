@@ -477,6 +477,11 @@ const struct ns_def *rl_namespace_def(const struct rl *rl, int ns)
 	return ns >= 0 && (size_t)ns < rl->n_ns ? &rl->ns[ns].def : NULL;
 }
 
+unsigned rl_active_nodes(const struct rl *rl, int ns)
+{
+	return ns >= 0 && (size_t)ns < rl->n_ns ? shm_nodes(rl->shm, (unsigned)ns) : 0;
+}
+
 size_t rl_max_keys(const struct rl *rl)
 {
 	return rl->max_keys;

@@ -179,6 +179,11 @@ int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
  * unknown index. */
 const struct ns_def *rl_namespace_def(const struct rl *rl, int ns);
 
+/* The nodes of the cluster that use namespace ns, as its store last
+ * counted them (sync heartbeats); 0 while not known (local namespaces,
+ * before the first sync cycle). */
+unsigned rl_active_nodes(const struct rl *rl, int ns);
+
 /* The table's capacity: the max_keys of rl_new(). */
 size_t rl_max_keys(const struct rl *rl);
 

@@ -1029,3 +1029,15 @@ size_t shm_bytes(const struct shm_table *t)
 {
 	return t->map_len;
 }
+
+void shm_set_nodes(struct shm_table *t, unsigned ns, uint32_t n)
+{
+	if (ns < SHM_MAX_NS)
+		atomic_store_explicit(&t->hdr->nodes[ns], n, memory_order_relaxed);
+}
+
+uint32_t shm_nodes(const struct shm_table *t, unsigned ns)
+{
+	return ns < SHM_MAX_NS ? atomic_load_explicit(&t->hdr->nodes[ns], memory_order_relaxed)
+			       : 0;
+}

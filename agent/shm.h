@@ -233,6 +233,9 @@ struct shm_hdr {
 	/* Sync leases, one per namespace (agent/sync.c): until_ms:48 |
 	 * holder:16 (worker id + 1; 0 = free, until_ms = next cycle due). */
 	_Alignas(64) _Atomic uint64_t lease[SHM_MAX_NS];
+	/* Nodes of the cluster that use each namespace, as its store last
+	 * counted them (agent/sync.c heartbeats); 0 = not known yet. */
+	_Atomic uint32_t nodes[SHM_MAX_NS];
 };
 
 /* Per-process handle on the segment (malloc'd; its pointers are valid in
@@ -416,6 +419,11 @@ void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64
 
 /* Table-wide counters (all processes). */
 void shm_stats(const struct shm_table *t, struct shm_stats *s);
+
+/* The active nodes of namespace ns, as the store last counted them (0:
+ * not known yet). */
+void shm_set_nodes(struct shm_table *t, unsigned ns, uint32_t n);
+uint32_t shm_nodes(const struct shm_table *t, unsigned ns);
 
 /* One namespace's counters. Returns 0, or -1 for ns out of range. */
 int shm_ns_stats(const struct shm_table *t, unsigned ns, struct shm_ns_stats *s);

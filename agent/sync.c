@@ -82,6 +82,8 @@ struct sync_ns {
 	bool seed_busy;
 	size_t nqueued, nseeding;
 	struct sync_gather *gather;        /* sync_rate 0: this iteration's pushes */
+	bool beating;                      /* a heartbeat is in flight */
+	unsigned active;                   /* its answer: the namespace's nodes */
 	struct shm_entry *seed_q;          /* SYNC_SEED_MAX, queued */
 	struct shm_entry *seed_e;          /* SYNC_SEED_MAX, in flight */
 	struct strategy_counter *seed_c;   /* 2 * SYNC_SEED_MAX */
@@ -326,6 +328,34 @@ static void sync_start_renew(struct sync_ns *sn)
 	ev_timer_start(sn->sy->loop, &sn->renew);
 }
 
+static void sync_on_heartbeat(void *arg, int status, const char *errstr)
+{
+	struct sync_ns *sn = arg;
+	(void)errstr;
+
+	sn->beating = false;
+	if (status == 0 && sn->active > 0)
+		shm_set_nodes(sn->sy->t, sn->ns, sn->active);
+}
+
+/* The lease holder says the node is here, once a cycle, and learns how
+ * many nodes are (stored in the segment for every worker: the admission
+ * margin of issue 9, and /metrics). A node counts for three periods. */
+static void sync_heartbeat(struct sync_ns *sn)
+{
+	struct sync *sy = sn->sy;
+	char node[17], err[STRATEGY_ERR_MAX];
+
+	if (sn->beating || !sn->ops->heartbeat || !sn->ops->ready(sn->st) || sy->flush_mode)
+		return;
+	snprintf(node, sizeof(node), "%016llx", (unsigned long long)node_seed);
+	sn->beating = true;
+	if (sn->ops->heartbeat(sn->st, sn->def->name, strlen(sn->def->name), node, 16, rl_now(),
+			       3 * sync_period(sn) + 1, &sn->active, sync_on_heartbeat, sn,
+			       err) < 0)
+		sn->beating = false;
+}
+
 static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 {
 	struct sync_ns *sn = container_of(w, struct sync_ns, tick);
@@ -354,6 +384,7 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		return;
 	}
 	sn->cycle_ms = ms;
+	sync_heartbeat(sn);
 	if (sn->retry) {
 		/* First the unconfirmed push, unchanged and with its token: the
 		 * next cycle collects what came since. */

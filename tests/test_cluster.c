@@ -43,6 +43,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1235,4 +1236,70 @@ Test(cluster, redis_synchronous_hits_arriving_together_are_one_push)
 	cr_log_info("%d hits arriving together: %lld script calls", BURST, after - before);
 	cr_assert_leq(after - before, 5, "%lld script calls for %d hits arriving together",
 		      after - before, BURST);
+}
+
+/* ---------------------------------------------------------------- nodes */
+
+/* GET /metrics of node n's HTTP front: the value of one sample, or -1. */
+static long long node_metric(size_t n, const char *sample)
+{
+	static char page[1 << 16];
+	size_t len = 0;
+	int fd = rawspop_connect(nodes[n].a.http_port, IO_MS);
+	const char *req = "GET /metrics HTTP/1.0\r\n\r\n", *p;
+
+	cr_assert(fd >= 0, "connect to node %zu's HTTP front: %s", n, strerror(errno));
+	cr_assert(rawspop_send(fd, req, strlen(req)) == 0);
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (poll(&pfd, 1, IO_MS) != 1 || len + 1 >= sizeof(page))
+			break;
+		k = recv(fd, page + len, sizeof(page) - 1 - len, 0);
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+	}
+	close(fd);
+	page[len] = '\0';
+	p = strstr(page, sample);
+	return p ? atoll(p + strlen(sample)) : -1;
+}
+
+/* Each node says it is there once per sync cycle: the store counts three,
+ * every node knows it (store_nodes on /metrics), and a node that stops is
+ * no longer counted after three periods. */
+Test(cluster, redis_nodes_count_each_other)
+{
+	static const char sample[] = "spoa_ratelimit_store_nodes{namespace=\"default\"} ";
+	unsigned w = pick_window();
+	char cfg[2048];
+	int64_t t0;
+	bool all;
+
+	redis_up(false);
+	snprintf(cfg, sizeof(cfg),
+		 "{\"http_listen\":\"127.0.0.1:@HTTP_PORT@\",\"namespaces\":[{\"name\":\"default\","
+		 "\"window_sizes\":[%u],\"sync_rate\":0.1,\"strategy\":\"redis\","
+		 "\"strategy_opts\":{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":1000}}]}",
+		 w, redis.port);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg);
+	t0 = mono_ms();
+	do {
+		sleep_ms(100);
+		all = true;
+		for (size_t n = 0; n < NODES; n++)
+			all = all && node_metric(n, sample) == NODES;
+	} while (!all && mono_ms() - t0 < 5000);
+	for (size_t n = 0; n < NODES; n++)
+		cr_assert_eq(node_metric(n, sample), NODES, "node %zu counts %lld nodes", n,
+			     node_metric(n, sample));
+	node_stop(2);
+	t0 = mono_ms();
+	while (node_metric(0, sample) != NODES - 1 && mono_ms() - t0 < 5000)
+		sleep_ms(100);
+	cr_assert_eq(node_metric(0, sample), NODES - 1, "a stopped node still counted after %lld ms",
+		     (long long)(mono_ms() - t0));
 }
