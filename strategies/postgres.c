@@ -106,6 +106,9 @@
  *     a hash of the admission and of the identical ones after it); an
  *     admitted decision is recorded as that token + ":a", so a resend
  *     returns it without adding anything.
+ *   - heartbeat(): a row per node in the tokens table (see rl_nodes),
+ *     refreshed once per sync cycle and dropped with the old tokens; the
+ *     counters table holds counters only.
  *   - Purge: purge() deletes what the caller names, and old tokens. Also, every
  *     purge_interval_s (0 = never) the instance purges, for each namespace
  *     and window size it has seen in its own operations, windows older
@@ -347,23 +350,20 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		10,
 		PG_ADMIT_TYPES,
 	},
-	/* Heartbeat: a node's row (window size 0 and start 0, which no
-	 * counter has: fetch and purge never see it; count = the node's last
-	 * "now"), and how many nodes were seen within $4 seconds; a node
-	 * silent for a day is dropped. $1 namespace, $2 node, $3 now. The
-	 * count leaves out the CTEs' changes (one snapshot): itself is +1. */
+	/* Heartbeat: a node's row in the tokens table, "\x01nodes:<ns>\x01<node>"
+	 * (push tokens never start with \x01), `at` its last beat (the
+	 * server's clock), dropped with the old tokens; and how many nodes
+	 * beat within $4 seconds: $1 <= token < $3 is the namespace's range,
+	 * $2 this node. The count leaves out the CTE's change (one snapshot):
+	 * itself is +1. */
 	[PG_STMT_NODES] = {
 		"rl_nodes",
-		"WITH up AS (INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
-		" VALUES ($1, $2, 0, 0, $3)"
-		" ON CONFLICT (namespace, window_size, window_start, key)"
-		" DO UPDATE SET count = EXCLUDED.count),"
-		" old AS (DELETE FROM @T@ WHERE namespace = $1 AND window_size = 0"
-		" AND window_start = 0 AND key <> $2 AND count < $3 - 86400)"
-		" SELECT (1 + count(*))::int8 FROM @T@ WHERE namespace = $1 AND window_size = 0"
-		" AND window_start = 0 AND key <> $2 AND count >= $3 - $4",
+		"WITH up AS (INSERT INTO @K@ (token) VALUES ($2)"
+		" ON CONFLICT (token) DO UPDATE SET at = now())"
+		" SELECT (1 + count(*))::int8 FROM @K@ WHERE token >= $1 AND token < $3"
+		" AND token <> $2 AND at >= now() - make_interval(secs => $4)",
 		4,
-		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_FLOAT8, PG_OID_FLOAT8 },
+		{ PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_FLOAT8 },
 	},
 	/* Tokens past their time (the server's clock: it set them). */
 	[PG_STMT_PURGE_TOK] = {
@@ -493,10 +493,10 @@ struct pg_op {
 	size_t next_chunk;        /* first one not sent */
 	size_t chunks_done;
 
-	/* NODES */
+	/* NODES ("now" is the server's clock) */
 	char node[64];
 	size_t node_len;
-	double now, ttl;
+	double ttl;
 	unsigned *active;
 
 	/* ADMIT */
@@ -1400,9 +1400,14 @@ static int pg_send_nodes(struct pg_conn *c, struct pg_op *op)
 		s->par[i].len = 0;
 		s->par[i].oom = false;
 	}
+	/* "\x01nodes:<ns>\x01": from, this node, and the end of the range. */
+	pg_buf_put(&s->par[0], "\1nodes:", 7);
 	pg_buf_put(&s->par[0], op->ns, op->ns_len);
+	pg_buf_put(&s->par[0], "\1", 1);
+	pg_buf_put(&s->par[1], s->par[0].p, s->par[0].len);
 	pg_buf_put(&s->par[1], op->node, op->node_len);
-	pg_buf_f64(&s->par[2], op->now);
+	pg_buf_put(&s->par[2], s->par[0].p, s->par[0].len - 1);
+	pg_buf_put(&s->par[2], "\2", 1);
 	pg_buf_f64(&s->par[3], op->ttl);
 	if (pg_send_prepared(c, PG_STMT_NODES) < 0)
 		return -1;
@@ -2823,7 +2828,6 @@ static int pg_heartbeat(struct strategy *st, const char *ns, size_t ns_len, cons
 	op->ns_len = ns_len;
 	memcpy(op->node, node, node_len);
 	op->node_len = node_len;
-	op->now = now;
 	op->ttl = ttl;
 	op->active = active;
 	op->done_cb = cb;

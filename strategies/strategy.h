@@ -153,9 +153,10 @@ struct strategy_ops {
 		     strategy_done_cb cb, void *arg, char *errstr);
 
 	/* Says that this node (node: its id, bytes) uses namespace ns at
-	 * time now (Unix seconds, the node's clock, as window starts are),
-	 * and counts the nodes that said so within the last `ttl` seconds,
-	 * itself included, into *active before cb runs. The margin of
+	 * time now (Unix seconds, the node's clock; a store may use its own
+	 * clock instead, as PostgreSQL does), and counts the nodes that said
+	 * so within the last `ttl` seconds, itself included, into *active
+	 * before cb runs. The margin of
 	 * admissions (issue 9) assumes that many nodes. */
 	int (*heartbeat)(struct strategy *s, const char *ns, size_t ns_len, const char *node,
 			 size_t node_len, double now, double ttl, unsigned *active,

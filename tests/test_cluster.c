@@ -1267,25 +1267,26 @@ static long long node_metric(size_t n, const char *sample)
 	return p ? atoll(p + strlen(sample)) : -1;
 }
 
+/* cfg with the HTTP front on (for /metrics). */
+static const char *with_http(const char *cfg)
+{
+	static char out[2048];
+
+	snprintf(out, sizeof(out), "{\"http_listen\":\"127.0.0.1:@HTTP_PORT@\",%s", cfg + 1);
+	return out;
+}
+
 /* Each node says it is there once per sync cycle: the store counts three,
  * every node knows it (store_nodes on /metrics), and a node that stops is
  * no longer counted after three periods. */
-Test(cluster, redis_nodes_count_each_other)
+static void nodes_case(const char *cfg)
 {
 	static const char sample[] = "spoa_ratelimit_store_nodes{namespace=\"default\"} ";
-	unsigned w = pick_window();
-	char cfg[2048];
 	int64_t t0;
 	bool all;
 
-	redis_up(false);
-	snprintf(cfg, sizeof(cfg),
-		 "{\"http_listen\":\"127.0.0.1:@HTTP_PORT@\",\"namespaces\":[{\"name\":\"default\","
-		 "\"window_sizes\":[%u],\"sync_rate\":0.1,\"strategy\":\"redis\","
-		 "\"strategy_opts\":{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":1000}}]}",
-		 w, redis.port);
 	for (size_t n = 0; n < NODES; n++)
-		node_start(n, cfg);
+		node_start(n, with_http(cfg));
 	t0 = mono_ms();
 	do {
 		sleep_ms(100);
@@ -1302,4 +1303,16 @@ Test(cluster, redis_nodes_count_each_other)
 		sleep_ms(100);
 	cr_assert_eq(node_metric(0, sample), NODES - 1, "a stopped node still counted after %lld ms",
 		     (long long)(mono_ms() - t0));
+}
+
+Test(cluster, redis_nodes_count_each_other)
+{
+	redis_up(false);
+	nodes_case(cfg_redis_t(pick_window(), 0.1, 1000));
+}
+
+Test(cluster, postgres_nodes_count_each_other)
+{
+	pg_up();
+	nodes_case(cfg_pg_t(pick_window(), 0.1, 1000));
 }
