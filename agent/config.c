@@ -739,6 +739,17 @@ static int cfg_set_ns_max_keys(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+static int cfg_set_ns_admission(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+	int t = 0;
+
+	if (cfg_want_enum(p, v, ns_admission_names, NS_ADMIT_COUNT, &t) < 0)
+		return -1;
+	ns->admission = (enum ns_admission)t;
+	return 0;
+}
+
 static int cfg_set_ns_on_table_full(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct ns_def *ns = obj;
@@ -824,6 +835,7 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "count_denied",  .set = cfg_set_ns_count_denied },
 	{ .name = "max_keys",      .set = cfg_set_ns_max_keys },
 	{ .name = "on_table_full", .set = cfg_set_ns_on_table_full },
+	{ .name = "admission",     .set = cfg_set_ns_admission },
 };
 
 #define CFG_N_KEYS(t) (sizeof(t) / sizeof((t)[0]))

@@ -173,16 +173,26 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	struct rl_result res;
 	double weight = sliding ? window_weight(now, window) : 0.0;
 	double lim = rq->has_limit ? (double)rq->limit : -1.0;
+	/* Admission "exact": the node reads its view first; the store
+	 * decides, unless the view already passes the limit (it never
+	 * overstates the cluster's count): then the node denies at once. */
+	bool exact = rq->has_limit && nsc->admission == NS_ADMIT_EXACT && nsc->sync_rate > 0 &&
+		     d->sync;
 	r->ns = ns;
-	if (rl_hit(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now, lim,
-		   nsc->count_denied, &res) < 0) {
-		enum rl_status st = rl_errno(d->rl);
-		r->error = rl_status_str(st);
-		if (st == RL_ERR_FULL) {
-			r->refused = true;
-			table_full(d, r, nsc, ns, now);
+	for (;;) {
+		if (rl_hit(d->rl, ns, rq->key, rq->key_len, window, exact ? 0 : rq->cost, weight,
+			   now, exact ? -1 : lim, nsc->count_denied, &res) < 0) {
+			enum rl_status st = rl_errno(d->rl);
+			r->error = rl_status_str(st);
+			if (st == RL_ERR_FULL) {
+				r->refused = true;
+				table_full(d, r, nsc, ns, now);
+			}
+			return;
 		}
-		return;
+		if (!exact || window_rate(res.current, res.previous, res.weight) + rq->cost <= lim)
+			break;
+		exact = false;
 	}
 	if (res.evicted)
 		table_evicted(d, ns, now);
@@ -197,7 +207,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	r->weight = res.weight;
 	r->cur_idx = res.cur_idx;
 	r->prev_idx = res.prev_idx;
-	r->sync0 = nsc->sync_rate == 0 && d->sync;
+	r->count_denied = nsc->count_denied;
+	r->admit0 = exact;
+	r->sync0 = (nsc->sync_rate == 0 && d->sync) || exact;
 	if (r->sync0)
 		r->skeylen = (uint8_t)rl_stored_key(d->rl, rq->key, rq->key_len, r->skey);
 	/* First sight of this key's window on this node: fetch what the
@@ -275,6 +287,7 @@ void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *ou
 	*error = NULL;
 	for (size_t i = 0; i < n; i++) {
 		const struct rl_decision *r = &res[i];
+		out->degraded = out->degraded || r->degraded;
 		if (r->error) {
 			*error = *error ? *error : r->error;
 			if (r->exceeded) {
@@ -373,6 +386,8 @@ static void pending_unlink(struct decide_pending *p)
 	p->prev = p->next = NULL;
 }
 
+static void admit_locally(struct decide *d, struct rl_decision *r, double now);
+
 /* Applies the store's answers to the table (agent/sync.c) and to the
  * decisions. */
 static void pending_finish(struct decide_pending *p)
@@ -386,6 +401,21 @@ static void pending_finish(struct decide_pending *p)
 		if (p->hi[i] < 0)
 			continue;
 		const struct sync_hit *h = &p->hits.h[p->hi[i]];
+		if (r->admit0) {
+			if (!h->ok) {
+				admit_locally(d, r, p->now);
+				failed = true;
+				continue;
+			}
+			/* The store's decision; a hit it did not add is reported
+			 * with the rate it would have made. */
+			r->counted = h->admitted || r->count_denied;
+			r->current = h->total + (r->counted ? 0 : r->cost);
+			if (r->weight > 0)
+				r->previous = h->prev_total;
+			finish(r, p->now);
+			continue;
+		}
 		if (!h->ok) {
 			failed = true;
 			continue;
@@ -440,7 +470,26 @@ static struct sync_hit hit_of(const struct rl_decision *r)
 	return (struct sync_hit){
 		.ns = r->ns, .idx = r->cur_idx, .key = r->skey, .keylen = r->skeylen,
 		.size = r->window, .diff = r->counted ? r->cost : 0, .with_prev = r->weight > 0,
+		.admit = r->admit0, .cost = r->cost, .limit = (double)r->limit,
+		.weight = r->weight, .count_denied = r->count_denied,
 	};
+}
+
+/* An admission the store could not decide: the node decides from its
+ * view (fail-open, as local namespaces do), counts the hit if admitted or
+ * with count_denied, and the sync loop pushes it later. */
+static void admit_locally(struct decide *d, struct rl_decision *r, double now)
+{
+	bool ok = window_rate(r->current, r->previous, r->weight) + r->cost <= (double)r->limit;
+
+	r->degraded = true;
+	r->counted = (ok || r->count_denied) && r->cost > 0;
+	if (r->counted &&
+	    rl_keep(d->rl, r->ns, r->skey, r->skeylen, r->window, window_start(now, r->window),
+		    r->cost, now) < 0)
+		r->counted = false;
+	r->current += r->cost;          /* the rate the hit makes, counted or not */
+	finish(r, now);
 }
 
 struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
@@ -454,9 +503,12 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 		for (size_t i = 0; i < n; i++) {
 			if (!res[i].sync0 || res[i].error)
 				continue;
+			if (res[i].admit0)
+				admit_locally(d, &res[i], now);
 			count_final(&res[i]);
 			struct sync_hit h = hit_of(&res[i]);
-			sync_hit_keep(d->rl, &h);
+			if (!res[i].admit0)
+				sync_hit_keep(d->rl, &h);
 		}
 		return NULL;
 	}

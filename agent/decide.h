@@ -65,6 +65,8 @@ struct rl_decision {
 	int64_t reset;                /* seconds until the window ends, >= 1 */
 	int64_t retry_after;          /* only when exceeded */
 	uint32_t window;
+	bool degraded;                /* admission "exact", but the store could not
+	                                 decide: decided from the local view */
 	/* private */
 	double current, previous, weight, cost;
 	uint32_t cur_idx, prev_idx;
@@ -72,6 +74,8 @@ struct rl_decision {
 	bool sliding;
 	bool counted;
 	bool sync0;                   /* waits for the store */
+	bool admit0;                  /* ... which decides the admission */
+	bool count_denied;
 	uint8_t skeylen;
 	/* Kept by decide_one(): the front's label, and the stored key (only
 	 * for sync0), last so that the fields above are cleared cheaply. */

@@ -255,7 +255,7 @@ decide:
 static const char *const var_names[VAR_COUNT] = {
 	[VAR_EXCEEDED] = "exceeded", [VAR_RATE] = "rate", [VAR_REMAINING] = "remaining",
 	[VAR_RESET] = "reset", [VAR_LIMIT] = "limit", [VAR_WINDOW] = "window",
-	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error",
+	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error", [VAR_DEGRADED] = "degraded",
 };
 
 static void var_headers_init(struct handler *h)
@@ -338,6 +338,8 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 	put_var_int(w, h, VAR_WINDOW, sfx, r->window);
 	if (r->exceeded)
 		put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
+	if (r->degraded)
+		put_var_bool(w, h, VAR_DEGRADED, sfx, true);
 }
 
 /* Encodes the ACK of results res[0..n) (extra: rate-limit messages

@@ -29,6 +29,7 @@ enum handler_var {
 	VAR_WINDOW,
 	VAR_RETRY_AFTER,
 	VAR_ERROR,
+	VAR_DEGRADED,
 	VAR_COUNT
 };
 

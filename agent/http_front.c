@@ -218,6 +218,8 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 				      "{\"exceeded\":false,\"rate\":%lld,\"reset\":%lld,\"window\":%u",
 				      (long long)r->rate, (long long)r->reset, r->window);
 	}
+	if (r->degraded)
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"degraded\":true");
 	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", json_string(name, jname));
 	answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr, body);
 }

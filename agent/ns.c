@@ -16,6 +16,11 @@ const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT] = {
 	[NS_WINDOW_FIXED]   = "fixed",
 };
 
+const char *const ns_admission_names[NS_ADMIT_COUNT] = {
+	[NS_ADMIT_LOCAL] = "local",
+	[NS_ADMIT_EXACT] = "exact",
+};
+
 const char *const ns_table_full_names[NS_FULL_COUNT] = {
 	[NS_FULL_EVICT] = "evict",
 	[NS_FULL_DENY]  = "deny",
@@ -146,5 +151,18 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->on_table_full >= NS_FULL_COUNT)
 		return ns_fail(e, "on_table_full", "expected one of \"evict\", \"deny\" or "
 			       "\"allow\", got %d", (int)d->on_table_full);
+	if ((unsigned)d->admission >= NS_ADMIT_COUNT)
+		return ns_fail(e, "admission", "expected one of \"local\" or \"exact\", got %d",
+			       (int)d->admission);
+	if (d->admission == NS_ADMIT_EXACT) {
+		const struct strategy_ops *ops = strategy_find(d->strategy);
+
+		if (!(d->sync_rate > 0))
+			return ns_fail(e, "admission", "\"exact\" needs sync_rate > 0 (with 0 "
+				       "every hit is exact already), got %g", d->sync_rate);
+		if (!ops || !ops->admit)
+			return ns_fail(e, "admission", "\"exact\": the %s store cannot decide "
+				       "admissions", d->strategy);
+	}
 	return 0;
 }

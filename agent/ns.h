@@ -32,6 +32,15 @@ enum ns_window_type {
 	NS_WINDOW_TYPE_COUNT
 };
 
+/* Who decides whether a hit with a limit is admitted (docs/CLUSTER.md,
+ * "Exact at the limit"). */
+enum ns_admission {
+	NS_ADMIT_LOCAL = 0,   /* this node, from its view of the cluster */
+	NS_ADMIT_EXACT,       /* the store, atomically, unless the node's own
+	                         view already says the limit is passed */
+	NS_ADMIT_COUNT
+};
+
 /* What a namespace does when a new key finds no room in its share of the
  * table (docs/CONFIG.md, "on_table_full"). */
 enum ns_table_full {
@@ -54,6 +63,7 @@ struct ns_def {
 	bool count_denied;                       /* count hits over the limit */
 	size_t max_keys;                         /* guaranteed share; 0 = even part */
 	enum ns_table_full on_table_full;
+	enum ns_admission admission;             /* sync_rate > 0 only */
 };
 
 /* Where a namespace is wrong: the key ("sync_rate", "window_sizes[2]") and
@@ -79,5 +89,6 @@ int ns_check(const struct ns_def *d, struct ns_err *e);
 /* Names of the enums' values, for the parser and messages. */
 extern const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT];
 extern const char *const ns_table_full_names[NS_FULL_COUNT];
+extern const char *const ns_admission_names[NS_ADMIT_COUNT];
 
 #endif /* NS_H */

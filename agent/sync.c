@@ -82,6 +82,7 @@ struct sync_ns {
 	bool seed_busy;
 	size_t nqueued, nseeding;
 	struct sync_gather *gather;        /* sync_rate 0: this iteration's pushes */
+	struct sync_gather *gather_adm;    /* this iteration's admissions */
 	bool beating;                      /* a heartbeat is in flight */
 	unsigned active;                   /* its answer: the namespace's nodes */
 	struct shm_entry *seed_q;          /* SYNC_SEED_MAX, queued */
@@ -94,7 +95,8 @@ struct sync_ns {
  * ev_prepare): one store round trip for every hit that arrived together,
  * whatever connection or front it came from. */
 struct sync_req {
-	struct strategy_counter *c;       /* the caller's counters */
+	struct strategy_counter *c;       /* the caller's counters, or */
+	struct strategy_admit *a;         /* its admissions */
 	size_t n;
 	strategy_done_cb cb;
 	void *arg;
@@ -105,6 +107,10 @@ struct sync_gather {
 	struct sync *sy;
 	struct strategy_counter *c;       /* copies of every request's, in order */
 	size_t n, cap;
+	struct strategy_admit *a;         /* the same, for admissions */
+	size_t na, acap;
+	double until;                     /* admissions wait for a connecting
+	                                     store until then */
 	struct sync_req *req;
 	size_t nreq, reqcap;
 };
@@ -133,6 +139,7 @@ struct sync {
 	size_t nparked;
 	ev_timer park_timer;
 	ev_prepare gather_w;          /* sends the gathered pushes */
+	ev_timer gather_wait;         /* admissions wait for a connecting store */
 	struct sync_gather *free_gathers;
 };
 
@@ -588,13 +595,17 @@ static void sync_gather_done(void *arg, int status, const char *errstr)
 		struct sync_req *r = &g->req[i];
 
 		for (size_t j = 0; j < r->n; j++) {
+			if (r->a) {
+				r->a[j] = g->a[off + j];
+				continue;
+			}
 			r->c[j].total = g->c[off + j].total;
 			r->c[j].ok = g->c[off + j].ok;
 		}
 		off += r->n;
 		r->cb(r->arg, status, errstr);
 	}
-	g->n = g->nreq = 0;
+	g->n = g->na = g->nreq = 0;
 	g->next = sy->free_gathers;
 	sy->free_gathers = g;
 }
@@ -603,6 +614,7 @@ static void sync_gather_done(void *arg, int status, const char *errstr)
 static void sync_on_gather(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct sync *sy = container_of(w, struct sync, gather_w);
+	bool wait = false;
 
 	(void)revents;
 	ev_prepare_stop(loop, w);
@@ -610,12 +622,41 @@ static void sync_on_gather(struct ev_loop *loop, ev_prepare *w, int revents)
 		struct sync_ns *sn = &sy->ns[i];
 		struct sync_gather *g = sn->gather;
 
-		if (!g)
-			continue;
-		sn->gather = NULL;
-		if (sync_push_now(sy, sn->ns, g->c, g->n, sync_gather_done, g) < 0)
-			sync_gather_done(g, -1, "not connected");
+		if (g) {
+			sn->gather = NULL;
+			if (sync_push_now(sy, sn->ns, g->c, g->n, sync_gather_done, g) < 0)
+				sync_gather_done(g, -1, "not connected");
+		}
+		if ((g = sn->gather_adm)) {
+			char err[STRATEGY_ERR_MAX] = "not connected";
+			bool ready = sn->ops->ready(sn->st);
+
+			/* A worker's first connection (or a reconnect) is under
+			 * way: wait for it, as sync_rate 0 pushes do. */
+			if (!ready && sn->ops->connecting(sn->st) && ev_now(loop) < g->until) {
+				wait = true;
+				continue;
+			}
+			sn->gather_adm = NULL;
+			if (!ready ||
+			    sn->ops->admit(sn->st, g->a, g->na, NULL, sync_gather_done, g, err) < 0)
+				sync_gather_done(g, -1, err);
+		}
 	}
+	if (wait && !ev_is_active(&sy->gather_wait)) {
+		ev_timer_set(&sy->gather_wait, SYNC_PARK_POLL, 0.);
+		ev_timer_start(loop, &sy->gather_wait);
+	}
+}
+
+/* Admissions waiting for a connecting store: try again. */
+static void sync_on_gather_wait(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct sync *sy = container_of(w, struct sync, gather_wait);
+
+	(void)revents;
+	if (!ev_is_active(&sy->gather_w))
+		ev_prepare_start(loop, &sy->gather_w);
 }
 
 /* Grows an array of elements of size sz to hold need, doubling. */
@@ -639,37 +680,70 @@ static int sync_grow(void **p, size_t *cap, size_t need, size_t sz)
  * waits again). Returns 0 (cb runs once, later), or -1 when the store is
  * neither up nor connecting, or out of memory (cb never runs). Once warm,
  * nothing is allocated. */
+/* The gather *slot of a namespace, taken from the free list if empty,
+ * with room for n more items of size sz (in *items, *count, *cap) and one
+ * more request. NULL when out of memory. */
+static struct sync_gather *sync_gather_room(struct sync *sy, struct sync_gather **slot,
+					    size_t n, bool admit)
+{
+	struct sync_gather *g = *slot;
+	int rc;
+
+	if (!g) {
+		if ((g = sy->free_gathers))
+			sy->free_gathers = g->next;
+		else if (!(g = calloc(1, sizeof(*g))))
+			return NULL;
+		g->sy = sy;
+		g->n = g->na = g->nreq = 0;
+		g->until = ev_now(sy->loop) + SYNC_PARK_LIMIT;
+		*slot = g;
+	}
+	rc = admit ? sync_grow((void **)&g->a, &g->acap, g->na + n, sizeof(*g->a))
+		   : sync_grow((void **)&g->c, &g->cap, g->n + n, sizeof(*g->c));
+	if (rc < 0 || sync_grow((void **)&g->req, &g->reqcap, g->nreq + 1, sizeof(*g->req)) < 0) {
+		if (g->nreq == 0) {
+			*slot = NULL;
+			g->next = sy->free_gathers;
+			sy->free_gathers = g;
+		}
+		return NULL;
+	}
+	if (!ev_is_active(&sy->gather_w))
+		ev_prepare_start(sy->loop, &sy->gather_w);
+	return g;
+}
+
 static int sync_push_later(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
 			   strategy_done_cb cb, void *arg)
 {
 	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
 	struct sync_gather *g;
 
-	if (!sn || (!sn->ops->ready(sn->st) && !sn->ops->connecting(sn->st)))
+	if (!sn || (!sn->ops->ready(sn->st) && !sn->ops->connecting(sn->st)) ||
+	    !(g = sync_gather_room(sy, &sn->gather, n, false)))
 		return -1;
-	if (!(g = sn->gather)) {
-		if ((g = sy->free_gathers))
-			sy->free_gathers = g->next;
-		else if (!(g = calloc(1, sizeof(*g))))
-			return -1;
-		g->sy = sy;
-		g->n = g->nreq = 0;
-		sn->gather = g;
-	}
-	if (sync_grow((void **)&g->c, &g->cap, g->n + n, sizeof(*g->c)) < 0 ||
-	    sync_grow((void **)&g->req, &g->reqcap, g->nreq + 1, sizeof(*g->req)) < 0) {
-		if (g->nreq == 0) {
-			sn->gather = NULL;
-			g->next = sy->free_gathers;
-			sy->free_gathers = g;
-		}
-		return -1;
-	}
 	memcpy(g->c + g->n, c, n * sizeof(*c));
 	g->n += n;
 	g->req[g->nreq++] = (struct sync_req){ .c = c, .n = n, .cb = cb, .arg = arg };
-	if (!ev_is_active(&sy->gather_w))
-		ev_prepare_start(sy->loop, &sy->gather_w);
+	return 0;
+}
+
+/* Admissions, gathered the same way (one admit call per namespace and
+ * loop iteration); while the store is connecting they wait for it. */
+static int sync_admit_later(struct sync *sy, unsigned ns, struct strategy_admit *a, size_t n,
+			    strategy_done_cb cb, void *arg)
+{
+	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+	struct sync_gather *g;
+
+	if (!sn || !sn->ops->admit ||
+	    (!sn->ops->ready(sn->st) && !sn->ops->connecting(sn->st)) ||
+	    !(g = sync_gather_room(sy, &sn->gather_adm, n, true)))
+		return -1;
+	memcpy(g->a + g->na, a, n * sizeof(*a));
+	g->na += n;
+	g->req[g->nreq++] = (struct sync_req){ .a = a, .n = n, .cb = cb, .arg = arg };
 	return 0;
 }
 
@@ -694,11 +768,12 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 		b->h[i].ci = -1;
 	if (!sy)
 		return 0;
+	b->na = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		int ns = b->h[i].ns;
 		if (b->h[i].ci >= 0)
 			continue;
-		size_t first = b->nc;
+		size_t first = b->nc, afirst = b->na;
 		const char *nsname = rl_namespace_def(sy->rl, ns)->name;
 		for (size_t j = i; j < b->n; j++) {
 			struct sync_hit *h = &b->h[j];
@@ -713,6 +788,16 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 				memcpy(e->key, h->key, h->keylen);
 				e->start = window_start(now, h->size);
 				e->size = h->size;
+			}
+			if (h->admit) {
+				h->ci = (int)b->na;
+				b->a[b->na++] = (struct strategy_admit){
+					.ns = nsname, .ns_len = strlen(nsname), .key = e->key,
+					.key_len = e->keylen, .start = e->start, .size = e->size,
+					.cost = h->cost, .limit = h->limit, .weight = h->weight,
+					.count_denied = h->count_denied,
+				};
+				continue;
 			}
 			h->ci = (int)b->nc;
 			b->c[b->nc++] = (struct strategy_counter){
@@ -729,6 +814,9 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 		}
 		if (b->nc > first && sync_push_later(sy, (unsigned)ns, &b->c[first], b->nc - first,
 						     sync_hits_on_pushed, b) == 0)
+			b->outstanding++;
+		if (b->na > afirst && sync_admit_later(sy, (unsigned)ns, &b->a[afirst],
+						       b->na - afirst, sync_hits_on_pushed, b) == 0)
 			b->outstanding++;
 	}
 	return b->outstanding > 0;
@@ -760,7 +848,27 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 {
 	for (size_t i = 0; i < b->n; i++) {
 		struct sync_hit *h = &b->h[i];
-		h->ok = h->prev_ok = false;
+		h->ok = h->prev_ok = h->admitted = false;
+		if (h->admit) {
+			/* Nothing was counted here: a failed admission leaves
+			 * nothing to keep (the caller decides locally). */
+			const struct strategy_admit *a = h->ci >= 0 ? &b->a[h->ci] : NULL;
+			if (!a || !a->ok)
+				continue;
+			if (h->e.idx != UINT32_MAX)
+				shm_sync_total(rl_shm(rl), &h->e, a->current);
+			else
+				rl_seed(rl, h->ns, a->key, a->key_len, a->size, a->start, a->current,
+					b->now);
+			if (a->weight > 0)
+				rl_seed(rl, h->ns, a->key, a->key_len, a->size,
+					a->start - (int64_t)a->size, a->previous, b->now);
+			h->ok = h->prev_ok = true;
+			h->admitted = a->admitted;
+			h->total = a->current;
+			h->prev_total = a->previous;
+			continue;
+		}
 		if (h->ci < 0) {
 			/* never pushed */
 			sync_hit_keep(rl, h);
@@ -803,6 +911,7 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 	sy->rl = rl;
 	sy->t = rl_shm(rl);
 	ev_prepare_init(&sy->gather_w, sync_on_gather);
+	ev_timer_init(&sy->gather_wait, sync_on_gather_wait, SYNC_PARK_POLL, 0.);
 	sy->holder = (uint16_t)(worker_id + 1);
 	sy->flush_mode = flush_mode;
 	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
@@ -892,12 +1001,15 @@ void sync_stop(struct sync *sy)
 		return;
 	/* Gathered pushes not sent yet fail: their hits stay in the diffs. */
 	ev_prepare_stop(sy->loop, &sy->gather_w);
+	ev_timer_stop(sy->loop, &sy->gather_wait);
 	for (size_t i = 0; i < sy->n; i++) {
-		struct sync_gather *g = sy->ns[i].gather;
+		struct sync_gather *g = sy->ns[i].gather, *ga = sy->ns[i].gather_adm;
 
-		sy->ns[i].gather = NULL;
+		sy->ns[i].gather = sy->ns[i].gather_adm = NULL;
 		if (g)
 			sync_gather_done(g, -1, "not connected (stopping)");
+		if (ga)
+			sync_gather_done(ga, -1, "not connected (stopping)");
 	}
 	if (sy->parked) {
 		/* Parked pushes fail: their hits stay in the diffs. */
@@ -926,6 +1038,7 @@ void sync_stop(struct sync *sy)
 
 		sy->free_gathers = g->next;
 		free(g->c);
+		free(g->a);
 		free(g->req);
 		free(g);
 	}

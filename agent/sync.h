@@ -52,14 +52,20 @@ struct sync_hit {
 	uint32_t size;           /* window size */
 	double diff;             /* what to add: the cost if counted, else 0 */
 	bool with_prev;          /* also read the previous window (sliding) */
+	/* An admission the store decides (strategy_admit; diff unused): the
+	 * hit is added there only if admitted, or with count_denied. */
+	bool admit;
+	double cost, limit, weight;
+	bool count_denied;
 	/* out, from sync_hits_apply() */
 	bool ok;                 /* the store confirmed: total is valid */
+	bool admitted;           /* admit: the store's decision */
 	double total;            /* the current window's count in the store */
 	bool prev_ok;
 	double prev_total;
 	/* sync's */
 	struct shm_entry e;
-	int ci;
+	int ci;                  /* its counter in c, or its admission in a */
 };
 
 /* A batch of hits, in the caller's memory until it is applied. */
@@ -69,6 +75,8 @@ struct sync_hits {
 	/* sync's */
 	struct strategy_counter c[2 * SYNC_HITS_MAX];
 	size_t nc;
+	struct strategy_admit a[SYNC_HITS_MAX];
+	size_t na;
 	unsigned outstanding;
 	double now;
 	void (*done)(void *arg);

@@ -896,3 +896,33 @@ Test(config, check_after_overrides)
 	cr_assert_eq(config_check(&c, &err), -1);
 	cr_assert_str_eq(err.path, "namespaces[0].window_type");
 }
+
+/* admission: "local" (default) or "exact"; exact needs sync_rate > 0 and
+ * a store that decides admissions. */
+Test(config, admission)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"admission\": \"strict\"}]}",
+		  "namespaces[0].admission", "got string \"strict\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"admission\": \"exact\"}]}",
+		  "namespaces[0].admission", "\"exact\" needs sync_rate > 0" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 0, \"strategy\": \"redis\","
+		  " \"admission\": \"exact\"}]}",
+		  "namespaces[0].admission", "\"exact\" needs sync_rate > 0" },
+	};
+	struct config c;
+	struct config_err err;
+
+	EXPECT_ERRORS(cases);
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 0.5,"
+				    " \"strategy\": \"redis\", \"admission\": \"exact\"}]}"), 0,
+		     "%s: %s", err.path, err.msg);
+	cr_assert_eq(c.ns[0].admission, NS_ADMIT_EXACT);
+	config_free(&c);
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": [{\"window_sizes\": [1]}]}"), 0);
+	cr_assert_eq(c.ns[0].admission, NS_ADMIT_LOCAL, "local by default");
+	config_free(&c);
+	assert_no_leaks();
+}
