@@ -176,8 +176,10 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	/* Admission "exact": the node reads its view first; the store
 	 * decides, unless the view already passes the limit (it never
 	 * overstates the cluster's count): then the node denies at once. */
-	bool exact = rq->has_limit && nsc->admission == NS_ADMIT_EXACT && nsc->sync_rate > 0 &&
-		     d->sync;
+	bool want = rq->admission == DECIDE_ADMIT_DEFAULT ? nsc->admission == NS_ADMIT_EXACT
+							  : rq->admission == DECIDE_ADMIT_EXACT;
+	bool exact = rq->has_limit && want && nsc->sync_rate > 0 &&
+		     d->sync && sync_can_admit(d->sync, (unsigned)ns);
 	r->ns = ns;
 	for (;;) {
 		if (rl_hit(d->rl, ns, rq->key, rq->key_len, window, exact ? 0 : rq->cost, weight,
@@ -217,6 +219,15 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	if (res.inserted && nsc->sync_rate > 0 && d->sync)
 		sync_seed(d->sync, (unsigned)ns, res.cur_idx);
 	finish(r, now);
+}
+
+int decide_parse_admission(const char *s, size_t n)
+{
+	if (n == 5 && memcmp(s, "local", 5) == 0)
+		return DECIDE_ADMIT_LOCAL;
+	if (n == 5 && memcmp(s, "exact", 5) == 0)
+		return DECIDE_ADMIT_EXACT;
+	return -1;
 }
 
 bool decide_parse_uint(const char *s, size_t n, uint64_t *out)

@@ -28,6 +28,12 @@ struct sync;
 #define DECIDE_COST_MAX    1e12   /* largest cost and limit accepted */
 #define DECIDE_LABEL_MAX   16     /* characters of a front's label */
 
+enum decide_admission {
+	DECIDE_ADMIT_DEFAULT = 0,     /* the namespace's `admission` */
+	DECIDE_ADMIT_LOCAL,
+	DECIDE_ADMIT_EXACT,
+};
+
 enum decide_window_type {
 	DECIDE_WT_DEFAULT = -1,       /* the namespace's window_type */
 	DECIDE_WT_SLIDING = 0,
@@ -47,6 +53,7 @@ struct rl_request {
 	bool has_limit;
 	int64_t limit;                /* 0..DECIDE_COST_MAX */
 	int window_type;              /* enum decide_window_type */
+	int admission;                /* enum decide_admission (0: the namespace's) */
 	const char *arg_error;        /* the front found an argument invalid: why */
 	int front;                    /* enum metrics_front, for the metrics */
 };
@@ -145,6 +152,10 @@ bool decide_more_restrictive(const struct rl_decision *a, const struct rl_decisi
  * stored key. */
 void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *out,
 		 const char **error);
+
+/* An admission argument's value: DECIDE_ADMIT_LOCAL for "local",
+ * DECIDE_ADMIT_EXACT for "exact", or -1. */
+int decide_parse_admission(const char *s, size_t n);
 
 /* Request arguments given as text, as every front may: a decimal
  * integer of 1..19 digits (no sign), and a cost: a plain decimal number

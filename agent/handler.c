@@ -224,6 +224,13 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 			}
 			rq.has_limit = true;
 			rq.limit = (int64_t)limit;
+		} else if (str_eq(a->name, "admission")) {
+			if (a->value.type != SPOP_DATA_STRING ||
+			    (rq.admission = decide_parse_admission(a->value.v.str.ptr,
+								    a->value.v.str.len)) < 0) {
+				rq.arg_error = "bad admission";
+				goto decide;
+			}
 		} else if (str_eq(a->name, "window_type")) {
 			if (a->value.type == SPOP_DATA_STRING && str_eq(a->value.v.str, "sliding"))
 				rq.window_type = DECIDE_WT_SLIDING;

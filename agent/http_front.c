@@ -237,7 +237,7 @@ static const char *query_request(const char *query, size_t qlen, char *dec, size
 				 struct rl_request *rq)
 {
 	static const char *const names[] = { "key", "window", "limit", "namespace", "cost",
-					     "window_type" };
+					     "window_type", "admission" };
 	bool seen[sizeof(names) / sizeof(names[0])] = { false };
 	struct http_query_iter it;
 	const char *n, *v;
@@ -296,6 +296,10 @@ static const char *query_request(const char *query, size_t qlen, char *dec, size
 				rq->window_type = DECIDE_WT_FIXED;
 			else
 				return "bad window_type";
+			break;
+		case 6:
+			if ((rq->admission = decide_parse_admission(val, (size_t)len)) < 0)
+				return "bad admission";
 			break;
 		}
 	}

@@ -983,6 +983,13 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
 	return 0;
 }
 
+bool sync_can_admit(struct sync *sy, unsigned ns)
+{
+	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+
+	return sn && sn->ops->admit;
+}
+
 bool sync_busy(const struct sync *sy)
 {
 	if (!sy)

@@ -102,6 +102,9 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b);
  * keeps it as a diff for the retry cycle. */
 void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
 
+/* Can namespace ns's store decide admissions? */
+bool sync_can_admit(struct sync *s, unsigned ns);
+
 /* Is a cycle waiting for its store? (A stopping worker waits for it.) */
 bool sync_busy(const struct sync *s);
 

@@ -1051,6 +1051,7 @@ Test(cluster, sigterm_flush_bounded_when_store_paused)
 #define ADMIT_BURST   (ADMIT_HITS / NODES)
 
 static int64_t degraded_seen;      /* ACKs with degraded=true */
+static bool admission_arg_exact;   /* NOTIFYs carry admission="exact" */
 
 enum admit_pattern {
 	ADMIT_PARALLEL = 0,      /* every node's hits in flight at once */
@@ -1072,10 +1073,12 @@ static int limit_send(int fd, const char *key, unsigned window, int64_t limit, u
 	*sid = next_sid++;
 	rawspop_buf_reset(&wb);
 	start = rawspop_notify_begin(&wb, *sid, 1);
-	rawspop_msg(&wb, "ratelimit", 3);
+	rawspop_msg(&wb, "ratelimit", admission_arg_exact ? 4 : 3);
 	rawspop_arg_str(&wb, "key", key);
 	rawspop_arg_int(&wb, "window", window);
 	rawspop_arg_int(&wb, "limit", limit);
+	if (admission_arg_exact)
+		rawspop_arg_str(&wb, "admission", "exact");
 	rawspop_frame_end(&wb, start);
 	if (rawspop_send_buf(fd, &wb) < 0) {
 		snprintf(errbuf, sizeof(errbuf), "send NOTIFY: %s", strerror(errno));
@@ -1403,4 +1406,17 @@ Test(cluster, redis_admission_exact_store_down_decides_locally)
 	 * node's own view were denied without asking it (as with the store
 	 * up). */
 	cr_assert_eq(degraded_seen, 5, "%lld answers degraded", (long long)degraded_seen);
+}
+
+/* The same, asked per request (argument admission="exact") of nodes whose
+ * namespace admits locally. */
+Test(cluster, redis_admission_exact_per_request)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis_t(w, ADMIT_SYNC, 1000));
+	admission_arg_exact = true;
+	admission_case("redis", w, true);
 }

@@ -339,6 +339,7 @@ Test(http, bad_requests)
 		{ "/ratelimit?key=k&window=3600&limit=-1", 400, "bad limit" },
 		{ "/ratelimit?key=k&window=3600&cost=1e3", 400, "bad cost" },
 		{ "/ratelimit?key=k&window=3600&window_type=rolling", 400, "bad window_type" },
+		{ "/ratelimit?key=k&window=3600&admission=strict", 400, "bad admission" },
 		{ "/ratelimit?key=k&window=3600&namespace=nope", 400, "unknown namespace" },
 		{ "/ratelimit?key=k&key=j&window=3600", 400, "duplicate argument" },
 		{ "/ratelimit?key=%zz&window=3600", 400, "bad percent-encoding" },
