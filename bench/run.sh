@@ -473,8 +473,8 @@ variant_cfg() {
   case $1 in
     A) echo "$ROOT/bench/haproxy/a-direct.cfg" ;;
     B) echo "$ROOT/bench/haproxy/b-stick-table.cfg" ;;
-    # D and E: the same HAProxy as C; only the agent's config differs.
-    C|D|E) echo "$ROOT/bench/haproxy/c-spoe-local.cfg" ;;
+    # D, E and F: the same HAProxy as C; only the agent's config differs.
+    C|D|E|F) echo "$ROOT/bench/haproxy/c-spoe-local.cfg" ;;
     *) local f
        for f in "$ROOT"/bench/haproxy/"$(echo "$1" | tr '[:upper:]' '[:lower:]')"-*.cfg; do
          [ -f "$f" ] && { echo "$f"; break; }
@@ -494,11 +494,14 @@ variant_setup() {
       start_agent "$2" 0 -w 1 || return 1
       VARIANT_AGENT=1
       ;;
-    D|E)
+    D|E|F)
       # Redis on CPU 1 (with wrk), the agent synchronising the default
-      # namespace through it: D every 0.1 s, E on every hit (sync_rate 0).
-      local rport rate=0.1 cfgf
+      # namespace through it: D every 0.1 s, E on every hit (sync_rate 0),
+      # F every 0.1 s with admission "exact" (every request carries a
+      # limit: each one is decided by Redis).
+      local rport rate=0.1 cfgf adm=""
       [ "$1" = E ] && rate=0
+      [ "$1" = F ] && adm='"admission":"exact",'
       free_port rport || return 1
       "${PIN1[@]}" redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
         > "$RAW/redis-$1-$rport.log" 2>&1 &
@@ -506,8 +509,8 @@ variant_setup() {
       PIDS+=("$VARIANT_REDIS_PID")
       for i in $(seq 1 50); do listening "$rport" && break; sleep 0.05; done
       cfgf=$RAW/agent-$1.json
-      printf '{"namespaces":[{"name":"default","window_sizes":[1,60,3600],"sync_rate":%s,"strategy":"redis","strategy_opts":{"host":"127.0.0.1","port":%s,"timeout_ms":100}}]}\n' \
-        "$rate" "$rport" > "$cfgf"
+      printf '{"namespaces":[{"name":"default","window_sizes":[1,60,3600],%s"sync_rate":%s,"strategy":"redis","strategy_opts":{"host":"127.0.0.1","port":%s,"timeout_ms":100}}]}\n' \
+        "$adm" "$rate" "$rport" > "$cfgf"
       start_agent "$2" 0 -w 1 -c "$cfgf" || return 1
       VARIANT_AGENT=1
       ;;
@@ -661,6 +664,7 @@ part_e2e() {
   md "A: HAProxy answers (\`http-request return\`). B: + stick table (\`track-sc0 src\`, \`sc_http_req_rate\`)."
   md "C: + SPOE filter asking this agent (local strategy) for every request. D: the same, the agent syncing"
   md "its counters with Redis (on CPU 1) every 0.1 s. E: the same with sync_rate 0 (a Redis round trip per request)."
+  md "F: D with admission \"exact\": every request (all carry a limit) is admitted by Redis."
   md "Errors: non-2xx + socket errors, all rounds."
   md ""
   md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
