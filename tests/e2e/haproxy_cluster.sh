@@ -54,7 +54,10 @@ cat > "$E2E_TMP/agent.json" <<EOF
 { "log_level": "info",
   "namespaces": [ { "name": "default", "window_sizes": [60], "sync_rate": $SYNC,
     "strategy": "redis",
-    "strategy_opts": { "host": "127.0.0.1", "port": $REDIS_PORT, "timeout_ms": 100 } } ] }
+    "strategy_opts": { "host": "127.0.0.1", "port": $REDIS_PORT, "timeout_ms": 100 } },
+    { "name": "exact", "window_sizes": [60], "sync_rate": $SYNC, "admission": "exact",
+    "strategy": "redis",
+    "strategy_opts": { "host": "127.0.0.1", "port": $REDIS_PORT, "timeout_ms": 1000 } } ] }
 EOF
 
 # Node a: lib.sh's agent (log agent.log, stopped by finish).
@@ -121,10 +124,11 @@ run() {
   ELAPSED_MS=$(((t1 - t0) / 1000000))
 }
 
-# redis_total KEY: the key's count summed over its 60 s hashes in Redis.
+# redis_total KEY [NAMESPACE]: the key's count summed over its 60 s hashes
+# in Redis.
 redis_total() {
-  local h sum=0 v
-  for h in $(redis-cli -p "$REDIS_PORT" --scan --pattern 'rl:{default:*}:60:*'); do
+  local h sum=0 v ns=${2:-default}
+  for h in $(redis-cli -p "$REDIS_PORT" --scan --pattern "rl:{$ns:*}:60:*"); do
     v=$(redis-cli -p "$REDIS_PORT" hget "$h" "$1")
     [ -n "$v" ] && sum=$(awk -v a="$sum" -v b="$v" 'BEGIN { printf "%.0f", a + b }')
   done
@@ -171,6 +175,31 @@ check_variant() {
   is "$got" "$want" "$name: Redis holds every counted request ($want)"
 }
 
+# check_exact NAME KEY: the assertions for namespace "exact" (admission
+# "exact": the store decides): the limit, within 1 %, in every pattern.
+check_exact() {
+  local name=$1 key=$2 total admitted denied errs other want got i
+  total=$(wc -l < "$E2E_TMP/out")
+  admitted=$(grep -c -E ' 200 $' "$E2E_TMP/out")
+  denied=$(grep -c -E ' 429 $' "$E2E_TMP/out")
+  errs=$(grep -c -E ' [0-9]+ [0-9]+$' "$E2E_TMP/out")
+  other=$((total - admitted - denied - errs))
+  diag "$name, admission exact: N=$N, $total requests in ${ELAPSED_MS} ms: admitted $admitted," \
+       "denied $denied, SPOE errors $errs, other $other"
+  is "$errs" "0" "$name, exact: no SPOE errors"
+  is "$other" "0" "$name, exact: every answer is 200 or 429"
+  check "$name, exact: N=$N <= admitted $admitted <= N + 1 %" \
+    int_between "$admitted" "$N" "$((N + N / 100))"
+  want=$((admitted + denied))
+  got=""
+  for i in $(seq 1 30); do
+    sleep 0.2
+    got=$(redis_total "$key" exact)
+    [ "$got" = "$want" ] && break
+  done
+  is "$got" "$want" "$name, exact: Redis holds every counted request ($want)"
+}
+
 # --------------------------------------------------------------- tests ---
 
 # As fast as one curl goes (keep-alive): a node answers more than N in one
@@ -191,6 +220,23 @@ wait_window_margin 60 15
 K="cluster-par-$E2E_RUN_ID"
 run "$K" "$REQS_PAR" -Z --parallel-max "$PAR" --parallel-immediate
 check_variant "parallel x$PAR" "$K"
+
+# The same three patterns on namespace "exact": the store decides near the
+# limit (docs/CLUSTER.md, "Exact at the limit").
+wait_window_margin 60 15
+K="exact-seq-$E2E_RUN_ID"
+run "$K" "$REQS_SEQ" -H "X-Namespace: exact"
+check_exact "sequential" "$K"
+
+wait_window_margin 60 15
+K="exact-paced-$E2E_RUN_ID"
+run "$K" "$REQS_PACED" --rate "$PACED_RATE/s" -H "X-Namespace: exact"
+check_exact "sequential at $PACED_RATE/s" "$K"
+
+wait_window_margin 60 15
+K="exact-par-$E2E_RUN_ID"
+run "$K" "$REQS_PAR" -Z --parallel-max "$PAR" --parallel-immediate -H "X-Namespace: exact"
+check_exact "parallel x$PAR" "$K"
 
 # --------------------------------------------------------------- finish ---
 
