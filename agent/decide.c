@@ -175,10 +175,11 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	double lim = rq->has_limit ? (double)rq->limit : -1.0;
 	/* Admission "exact": the node reads its view first; the store
 	 * decides, unless the view already passes the limit (it never
-	 * overstates the cluster's count): then the node denies at once. */
+	 * overstates the cluster's count): then the node denies at once. A
+	 * read (cost 0) admits nothing: it stays local. */
 	bool want = rq->admission == DECIDE_ADMIT_DEFAULT ? nsc->admission == NS_ADMIT_EXACT
 							  : rq->admission == DECIDE_ADMIT_EXACT;
-	bool exact = rq->has_limit && want && nsc->sync_rate > 0 &&
+	bool exact = rq->has_limit && rq->cost > 0 && want && nsc->sync_rate > 0 &&
 		     d->sync && sync_can_admit(d->sync, (unsigned)ns);
 	r->ns = ns;
 	for (;;) {
