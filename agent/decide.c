@@ -70,15 +70,15 @@ static void table_full(struct decide *d, struct rl_decision *r, const struct ns_
 		r->exceeded = true;
 		r->retry_after = 1;
 	}
-	if (now - d->last_full_log < 1.0)
+	if (!log_limit(&d->full_log, now))
 		return;
-	d->last_full_log = now;
 	rl_ns_stats(d->rl, ns, &st);
 	LOG(LOG_WARN, "namespace \"%s\": no room for a new key (%lld entries, share %llu): "
-	    "%s (%llu refused in all, %llu in this worker)", nsc->name, (long long)st.live,
+	    "%s (%llu refused in all, %llu in this worker)%s", nsc->name, (long long)st.live,
 	    (unsigned long long)st.share,
 	    nsc->on_table_full == NS_FULL_DENY ? "denied" : "not counted, passed",
-	    (unsigned long long)st.refused, (unsigned long long)d->full_events);
+	    (unsigned long long)st.refused, (unsigned long long)d->full_events,
+	    log_limit_suppressed(&d->full_log));
 }
 
 /* A new key evicted the least valuable entry of a full share. Logged at
@@ -87,13 +87,13 @@ static void table_evicted(struct decide *d, int ns, double now)
 {
 	struct rl_ns_stats st = { 0 };
 
-	if (now - d->last_evict_log < 1.0)
+	if (!log_limit(&d->evict_log, now))
 		return;
-	d->last_evict_log = now;
 	rl_ns_stats(d->rl, ns, &st);
 	LOG(LOG_INFO, "namespace \"%s\": table share full (%lld entries, share %llu): "
-	    "evicting the least used (%llu evicted so far)", rl_namespace_def(d->rl, ns)->name,
-	    (long long)st.live, (unsigned long long)st.share, (unsigned long long)st.evicted);
+	    "evicting the least used (%llu evicted so far)%s", rl_namespace_def(d->rl, ns)->name,
+	    (long long)st.live, (unsigned long long)st.share, (unsigned long long)st.evicted,
+	    log_limit_suppressed(&d->evict_log));
 }
 
 /* A decision is final (answered as it is): count what it says. */

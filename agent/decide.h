@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/log.h"
 #include "agent/ratelimit.h"
 
 struct sync;
@@ -97,8 +98,8 @@ struct decide {
 	struct sync *sync;            /* the worker's; NULL: every namespace local */
 	struct decide_pending *free_pending;
 	size_t npending;
-	double last_full_log;         /* "no room" log, at most 1/s */
-	double last_evict_log;        /* eviction log, at most 1/s */
+	struct log_limit full_log;    /* "no room" log, at most 1/s */
+	struct log_limit evict_log;   /* eviction log, at most 1/s */
 	uint64_t full_events;         /* new keys refused for room in this process */
 	uint64_t sync_failures;
 	double last_sync_log;
