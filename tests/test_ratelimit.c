@@ -1176,3 +1176,119 @@ Test(ratelimit, window_churn_exact_counts, .timeout = 120)
 	munmap(cs, sizeof(*cs));
 	rl_free(rl);
 }
+
+/* Hits racing evictions on a syncing namespace lose nothing. One process
+ * hits a few hot keys over and over, another floods new keys (each one
+ * evicts when the share is full), a third plays the sync loop: it takes
+ * every slot's diff (what a push confirms) and adds it to the key's tally.
+ * A slot can only be evicted once its diff is taken, so at the end each
+ * hot key's counted hits (those not refused for want of room) are exactly
+ * its taken diffs plus what its slot still holds: a hit that landed in a
+ * slot being evicted would be missing. The hot keys are many and hit in
+ * turn, so they are evicted too, not only the flood's keys. */
+#define RACE_HOT     48
+#define RACE_HITS    48000
+#define RACE_FLOOD   40000
+
+struct race_shared {
+	_Atomic int done;                 /* the hitter and the flooder ended */
+	_Atomic int refused[RACE_HOT];    /* hot hits refused (no room): not counted */
+	double taken[RACE_HOT];           /* written by the sync process only */
+};
+
+static int race_hot_index(const struct shm_entry *e)
+{
+	for (int k = 0; k < RACE_HOT; k++) {
+		char key[16];
+		int n = snprintf(key, sizeof(key), "hot%d", k);
+
+		if (e->keylen == (size_t)n && memcmp(e->key, key, (size_t)n) == 0)
+			return k;
+	}
+	return -1;
+}
+
+static void race_take_all(struct rl *rl, struct race_shared *rs)
+{
+	struct shm_table *t = rl_shm(rl);
+	struct shm_entry e;
+
+	for (uint32_t i = 0; i < shm_nslots(t); i++) {
+		if (shm_read(t, i, &e) < 0 || !(e.diff > 0))
+			continue;
+		double d = shm_take_diff(t, &e);
+		int k = race_hot_index(&e);
+
+		if (k >= 0)
+			rs->taken[k] += d;
+	}
+}
+
+Test(ratelimit, hits_racing_evictions_lose_nothing, .timeout = 120)
+{
+	static const struct nsdef d[] = { { "api", 0, NS_FULL_EVICT, 1 } };
+	struct rl *rl = mk_shares(64, d, 1);
+	struct race_shared *rs = mmap(NULL, sizeof(*rs), PROT_READ | PROT_WRITE,
+				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct shm_stats st;
+	struct shm_entry e;
+	pid_t pid[3];
+
+	cr_assert_neq(rs, MAP_FAILED);
+	for (int p = 0; p < 3; p++) {
+		pid[p] = fork();
+		cr_assert_geq(pid[p], 0);
+		if (pid[p] != 0)
+			continue;
+		if (p == 0) {           /* the hot keys */
+			for (int i = 0; i < RACE_HITS; i++) {
+				char key[16];
+				snprintf(key, sizeof(key), "hot%d", i % RACE_HOT);
+				if (try_hit(rl, "api", key, -1, NOW_FIXED) != 1)
+					atomic_fetch_add(&rs->refused[i % RACE_HOT], 1);
+			}
+			atomic_fetch_add(&rs->done, 1);
+		} else if (p == 1) {    /* the flood: every hit a new key */
+			for (int i = 0; i < RACE_FLOOD; i++) {
+				char key[24];
+				snprintf(key, sizeof(key), "flood%d", i);
+				(void)try_hit(rl, "api", key, -1, NOW_FIXED);
+			}
+			atomic_fetch_add(&rs->done, 1);
+		} else {                /* the sync loop */
+			while (atomic_load(&rs->done) < 2)
+				race_take_all(rl, rs);
+			race_take_all(rl, rs);
+		}
+		_exit(0);
+	}
+	for (int p = 0; p < 3; p++) {
+		int status;
+
+		cr_assert_eq(waitpid(pid[p], &status, 0), pid[p]);
+		cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	/* What the slots still hold (the last take raced nothing). */
+	double left[RACE_HOT] = { 0 };
+	for (uint32_t i = 0; i < shm_nslots(rl_shm(rl)); i++) {
+		int k;
+		if (shm_read(rl_shm(rl), i, &e) == 0 && (k = race_hot_index(&e)) >= 0)
+			left[k] += e.diff;
+	}
+	/* Nothing counted is lost. (A hit refused for want of room just after
+	 * its slot was evicted may still have reached the slot's diff: the
+	 * count may exceed the counted hits by such refusals, never the hits.) */
+	for (int k = 0; k < RACE_HOT; k++) {
+		double got = rs->taken[k] + left[k];
+		double counted = RACE_HITS / RACE_HOT - atomic_load(&rs->refused[k]);
+
+		cr_assert(got >= counted - 1e-9 && got <= RACE_HITS / RACE_HOT + 1e-9,
+			  "hot%d: %g in the diffs, %g hits counted (%d refused)", k, got, counted,
+			  atomic_load(&rs->refused[k]));
+	}
+	shm_stats(rl_shm(rl), &st);
+	cr_assert_gt(stats_of(rl, "api").evicted, 100, "the flood evicted: %llu",
+		     (unsigned long long)stats_of(rl, "api").evicted);
+	munmap(rs, sizeof(*rs));
+	rl_free(rl);
+}
