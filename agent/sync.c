@@ -109,20 +109,17 @@ struct sync_gather {
 	size_t n, cap;
 	struct strategy_admit *a;         /* the same, for admissions */
 	size_t na, acap;
-	double until;                     /* admissions wait for a connecting
-	                                     store until then */
+	double until;                     /* it waits for a connecting store
+	                                     until then */
 	struct sync_req *req;
 	size_t nreq, reqcap;
 };
 
-/* A sync_rate 0 push that arrived while its store was connecting. */
+/* A gather (pushes or admissions) that found its store connecting. */
 struct sync_parked {
 	struct sync_ns *sn;
-	struct strategy_counter *c;
-	size_t n;
-	strategy_done_cb cb;
-	void *arg;
-	double until;
+	struct sync_gather *g;
+	bool admit;
 };
 
 struct sync {
@@ -139,7 +136,6 @@ struct sync {
 	size_t nparked;
 	ev_timer park_timer;
 	ev_prepare gather_w;          /* sends the gathered pushes */
-	ev_timer gather_wait;         /* admissions wait for a connecting store */
 	struct sync_gather *free_gathers;
 };
 
@@ -507,45 +503,56 @@ void sync_seed(struct sync *sy, unsigned ns, uint32_t idx)
 	}
 }
 
-/* Each parked push whose store is ready is sent; one whose store went
- * down (or that waited SYNC_PARK_LIMIT) fails through its callback; the
- * others wait for the next poll. */
+static void sync_gather_done(void *arg, int status, const char *errstr);
+static int sync_park(struct sync *sy, struct sync_ns *sn, struct sync_gather *g, bool admit);
+
+/* Sends a gather to its store: the pushes, or the admissions. While the
+ * store is connecting (a worker's first connection, a reconnect) the
+ * gather is parked until the attempt ends, at most until g->until; a
+ * store away, or a refusal, fails it through its callbacks. */
+static void sync_send(struct sync *sy, struct sync_ns *sn, struct sync_gather *g, bool admit)
+{
+	char err[STRATEGY_ERR_MAX] = "not connected";
+	int rc;
+
+	if (!sn->ops->ready(sn->st)) {
+		if (sn->ops->connecting(sn->st) && ev_now(sy->loop) < g->until) {
+			if (sync_park(sy, sn, g, admit) == 0)
+				return;
+		} else if (sn->ops->connecting(sn->st)) {
+			snprintf(err, sizeof(err), "not connected (still connecting after %g s)",
+				 SYNC_PARK_LIMIT);
+		}
+		sync_gather_done(g, -1, err);
+		return;
+	}
+	rc = admit ? sn->ops->admit(sn->st, g->a, g->na, NULL, sync_gather_done, g, err)
+		   : sn->ops->push_diffs(sn->st, g->c, g->n, NULL, sync_gather_done, g, err);
+	if (rc < 0)
+		sync_gather_done(g, -1, err);
+}
+
+/* Every parked gather is sent again (sent, parked again, or failed). */
 static void sync_on_park_timer(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct sync *sy = container_of(w, struct sync, park_timer);
 	struct sync_parked *list = sy->parked;
 	size_t n = sy->nparked;
-	double now = ev_now(loop);
 
 	(void)revents;
-	/* Callbacks may park new pushes: they go to the other list. */
+	/* Sending may park again: into the other list. */
 	sy->parked = sy->parked_spare;
 	sy->parked_spare = list;
 	sy->nparked = 0;
-	for (size_t i = 0; i < n; i++) {
-		struct sync_parked *p = &list[i];
-		const struct strategy_ops *ops = p->sn->ops;
-		char err[STRATEGY_ERR_MAX] = "not connected (the connection attempt failed)";
-		bool ready = ops->ready(p->sn->st);
-
-		if (!ready && ops->connecting(p->sn->st) && now < p->until) {
-			sy->parked[sy->nparked++] = *p;
-			continue;
-		}
-		if (!ready && now >= p->until)
-			snprintf(err, sizeof(err), "not connected (still connecting after %g s)",
-				 SYNC_PARK_LIMIT);
-		if (!ready || ops->push_diffs(p->sn->st, p->c, p->n, NULL, p->cb, p->arg, err) < 0)
-			p->cb(p->arg, -1, err);
-	}
+	for (size_t i = 0; i < n; i++)
+		sync_send(sy, list[i].sn, list[i].g, list[i].admit);
 	if (sy->nparked == 0)
 		ev_timer_stop(loop, w);
 }
 
-/* Parks a push until its connecting store is ready. Returns 0 or -1 (no
+/* Parks a gather until its connecting store is ready. Returns 0 or -1 (no
  * room). */
-static int sync_park(struct sync *sy, struct sync_ns *sn, struct strategy_counter *c, size_t n,
-		     strategy_done_cb cb, void *arg)
+static int sync_park(struct sync *sy, struct sync_ns *sn, struct sync_gather *g, bool admit)
 {
 	if (!sy->parked) {
 		sy->parked = malloc(SYNC_PARK_MAX * sizeof(*sy->parked));
@@ -559,28 +566,10 @@ static int sync_park(struct sync *sy, struct sync_ns *sn, struct strategy_counte
 	}
 	if (sy->nparked >= SYNC_PARK_MAX)
 		return -1;
-	sy->parked[sy->nparked++] = (struct sync_parked){
-		.sn = sn, .c = c, .n = n, .cb = cb, .arg = arg,
-		.until = ev_now(sy->loop) + SYNC_PARK_LIMIT,
-	};
+	sy->parked[sy->nparked++] = (struct sync_parked){ .sn = sn, .g = g, .admit = admit };
 	if (!ev_is_active(&sy->park_timer))
 		ev_timer_again(sy->loop, &sy->park_timer);
 	return 0;
-}
-
-/* One push of counters of one namespace now; while its store connects,
- * the push is parked. Returns 0 (cb runs once, later) or -1. */
-static int sync_push_now(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
-			 strategy_done_cb cb, void *arg)
-{
-	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
-	char err[STRATEGY_ERR_MAX];
-
-	if (!sn)
-		return -1;
-	if (!sn->ops->ready(sn->st))
-		return sn->ops->connecting(sn->st) ? sync_park(sy, sn, c, n, cb, arg) : -1;
-	return sn->ops->push_diffs(sn->st, c, n, NULL, cb, arg, err);
 }
 
 /* A gathered push answered: each request gets its counters' totals and
@@ -610,53 +599,27 @@ static void sync_gather_done(void *arg, int status, const char *errstr)
 	sy->free_gathers = g;
 }
 
-/* Before the loop waits: every namespace's gathered pushes leave as one. */
+/* Before the loop waits: every namespace's gathered pushes and
+ * admissions leave, one call each. */
 static void sync_on_gather(struct ev_loop *loop, ev_prepare *w, int revents)
 {
 	struct sync *sy = container_of(w, struct sync, gather_w);
-	bool wait = false;
 
 	(void)revents;
 	ev_prepare_stop(loop, w);
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
-		struct sync_gather *g = sn->gather;
+		struct sync_gather *g;
 
-		if (g) {
+		if ((g = sn->gather)) {
 			sn->gather = NULL;
-			if (sync_push_now(sy, sn->ns, g->c, g->n, sync_gather_done, g) < 0)
-				sync_gather_done(g, -1, "not connected");
+			sync_send(sy, sn, g, false);
 		}
 		if ((g = sn->gather_adm)) {
-			char err[STRATEGY_ERR_MAX] = "not connected";
-			bool ready = sn->ops->ready(sn->st);
-
-			/* A worker's first connection (or a reconnect) is under
-			 * way: wait for it, as sync_rate 0 pushes do. */
-			if (!ready && sn->ops->connecting(sn->st) && ev_now(loop) < g->until) {
-				wait = true;
-				continue;
-			}
 			sn->gather_adm = NULL;
-			if (!ready ||
-			    sn->ops->admit(sn->st, g->a, g->na, NULL, sync_gather_done, g, err) < 0)
-				sync_gather_done(g, -1, err);
+			sync_send(sy, sn, g, true);
 		}
 	}
-	if (wait && !ev_is_active(&sy->gather_wait)) {
-		ev_timer_set(&sy->gather_wait, SYNC_PARK_POLL, 0.);
-		ev_timer_start(loop, &sy->gather_wait);
-	}
-}
-
-/* Admissions waiting for a connecting store: try again. */
-static void sync_on_gather_wait(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	struct sync *sy = container_of(w, struct sync, gather_wait);
-
-	(void)revents;
-	if (!ev_is_active(&sy->gather_w))
-		ev_prepare_start(loop, &sy->gather_w);
 }
 
 /* Grows an array of elements of size sz to hold need, doubling. */
@@ -676,13 +639,9 @@ static int sync_grow(void **p, size_t *cap, size_t need, size_t sz)
 	return 0;
 }
 
-/* sync_rate 0: adds a push to its namespace's gather (sent before the loop
- * waits again). Returns 0 (cb runs once, later), or -1 when the store is
- * neither up nor connecting, or out of memory (cb never runs). Once warm,
- * nothing is allocated. */
-/* The gather *slot of a namespace, taken from the free list if empty,
- * with room for n more items of size sz (in *items, *count, *cap) and one
- * more request. NULL when out of memory. */
+/* The gather *slot of a namespace (taken from the free list if empty),
+ * with room for n more counters or admissions and one more request. NULL
+ * when out of memory. */
 static struct sync_gather *sync_gather_room(struct sync *sy, struct sync_gather **slot,
 					    size_t n, bool admit)
 {
@@ -714,6 +673,10 @@ static struct sync_gather *sync_gather_room(struct sync *sy, struct sync_gather 
 	return g;
 }
 
+/* sync_rate 0: adds a push to its namespace's gather (sent before the loop
+ * waits again). Returns 0 (cb runs once, later), or -1 when the store is
+ * neither up nor connecting, or out of memory (cb never runs). Once warm,
+ * nothing is allocated. */
 static int sync_push_later(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
 			   strategy_done_cb cb, void *arg)
 {
@@ -911,7 +874,6 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 	sy->rl = rl;
 	sy->t = rl_shm(rl);
 	ev_prepare_init(&sy->gather_w, sync_on_gather);
-	ev_timer_init(&sy->gather_wait, sync_on_gather_wait, SYNC_PARK_POLL, 0.);
 	sy->holder = (uint16_t)(worker_id + 1);
 	sy->flush_mode = flush_mode;
 	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
@@ -1008,7 +970,6 @@ void sync_stop(struct sync *sy)
 		return;
 	/* Gathered pushes not sent yet fail: their hits stay in the diffs. */
 	ev_prepare_stop(sy->loop, &sy->gather_w);
-	ev_timer_stop(sy->loop, &sy->gather_wait);
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_gather *g = sy->ns[i].gather, *ga = sy->ns[i].gather_adm;
 
@@ -1022,7 +983,7 @@ void sync_stop(struct sync *sy)
 		/* Parked pushes fail: their hits stay in the diffs. */
 		ev_timer_stop(sy->loop, &sy->park_timer);
 		for (size_t i = 0; i < sy->nparked; i++)
-			sy->parked[i].cb(sy->parked[i].arg, -1, "not connected (stopping)");
+			sync_gather_done(sy->parked[i].g, -1, "not connected (stopping)");
 		free(sy->parked);
 		free(sy->parked_spare);
 	}
