@@ -2769,22 +2769,19 @@ static int pg_admit(struct strategy *st, struct strategy_admit *a, size_t n, con
 	}
 	if (pg_check_token(token, token_len, errstr) < 0)
 		return -1;
+	if (strategy_admit_check(a, n, errstr) < 0)
+		return -1;
 	for (size_t i = 0; i < n; i++) {
+		/* and what PostgreSQL itself cannot take */
 		struct strategy_counter c = { .ns = a[i].ns, .ns_len = a[i].ns_len, .key = a[i].key,
-					      .key_len = a[i].key_len, .size = a[i].size,
-					      .diff = a[i].diff };
-		const char *why = pg_counter_check(&c, true);
+					      .key_len = a[i].key_len, .size = a[i].size };
+		const char *why = pg_counter_check(&c, false);
 
-		if (!why && (!isfinite(a[i].cost) || !isfinite(a[i].limit) ||
-			     !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 ||
-			     a[i].weight > 1))
-			why = "cost, limit or weight out of range";
 		if (why) {
 			if (errstr)
 				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);
 			return -1;
 		}
-		a[i].ok = a[i].admitted = false;
 	}
 	op = pg_op_new(s, PG_OP_ADMIT);
 	if (!op || (token && n && !(op->adm_ids = malloc(n * sizeof(*op->adm_ids))))) {

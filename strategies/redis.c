@@ -1620,7 +1620,7 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 {
 	struct redis_strategy *s = redis_of(st);
 	struct redis_op *op;
-	size_t token_len = 0, cmd_max = 0, calls_off, total;
+	size_t token_len = 0, cmd_max = 0, total;
 	char *p;
 
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
@@ -1629,19 +1629,8 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		redis_seterr(errstr, "batch of %zu admissions is too large", n);
 		return -1;
 	}
-	for (size_t i = 0; i < n; i++) {
-		if (a[i].size == 0) {
-			redis_seterr(errstr, "admission %zu: window size 0", i);
-			return -1;
-		}
-		if (!isfinite(a[i].diff) || !isfinite(a[i].cost) || !isfinite(a[i].limit) ||
-		    !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 || a[i].weight > 1) {
-			redis_seterr(errstr, "admission %zu: diff, cost, limit or weight out of range",
-				     i);
-			return -1;
-		}
-		a[i].ok = a[i].admitted = false;
-	}
+	if (strategy_admit_check(a, n, errstr) < 0)
+		return -1;
 	op = redis_op_new(s, REDIS_OP_ADMIT, cb, NULL, arg);
 	if (op == NULL)
 		goto oom;
@@ -1657,12 +1646,11 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		if (token)
 			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
 	}
-	calls_off = 0;
 	total = n * sizeof(struct redis_call) + cmd_max;
 	op->arena = malloc(total);
 	if (op->arena == NULL)
 		goto oom;
-	op->calls = (struct redis_call *)(void *)((char *)op->arena + calls_off);
+	op->calls = op->arena;
 	op->cmd = (char *)op->arena + n * sizeof(struct redis_call);
 	p = op->cmd;
 	for (size_t i = 0; i < n; i++) {

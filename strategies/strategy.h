@@ -188,4 +188,9 @@ const struct strategy_ops *strategy_find(const char *name);
  * the one list of store names. */
 const char *strategy_name(size_t i);
 
+/* Checks n admissions for every store's admit(): a window size, finite
+ * numbers, cost >= 0, weight in [0, 1]; clears their outputs. Returns 0,
+ * or -1 with errstr ("admission <i>: ..."). */
+int strategy_admit_check(struct strategy_admit *a, size_t n, char *errstr);
+
 #endif /* STRATEGY_H */
