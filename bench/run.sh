@@ -714,23 +714,21 @@ part_baseline() {
   md ""
   md "| measurement | baseline | this agent | change |"
   md "|---|---|---|---|"
-  local o n
   bl_row() { # LABEL OLD NEW
     md "| $1 | ${2:--} | ${3:--} | $(awk -v o="${2:-0}" -v n="${3:-0}" 'BEGIN { if (o > 0) printf "%+.1f %%", (n / o - 1) * 100; else print "-" }') |"
   }
-  o=$(awk '$1 == "old" { print $3 }' "$RAW/baseline-spop.txt" | median)
-  n=$(awk '$1 == "new" { print $3 }' "$RAW/baseline-spop.txt" | median)
-  bl_row "SPOP ratelimit msgs/s, 1 worker" "$o" "$n"
-  o=$(awk '$1 == "old" { print $4 }' "$RAW/baseline-spop.txt" | median)
-  n=$(awk '$1 == "new" { print $4 }' "$RAW/baseline-spop.txt" | median)
-  bl_row "SPOP agent CPU µs/msg" "$o" "$n"
+  bl_col() { # FILE COLUMN [TAG]: the median of a column (of the rows tagged TAG)
+    awk -v c="$2" -v t="${3:-}" 't == "" || $1 == t { print $c }' "$1" | median
+  }
+  bl_row "SPOP ratelimit msgs/s, 1 worker" "$(bl_col "$RAW/baseline-spop.txt" 3 old)" \
+    "$(bl_col "$RAW/baseline-spop.txt" 3 new)"
+  bl_row "SPOP agent CPU µs/msg" "$(bl_col "$RAW/baseline-spop.txt" 4 old)" \
+    "$(bl_col "$RAW/baseline-spop.txt" 4 new)"
   if [ -s "$RAW/baseline-e2e-old.txt" ] && [ -s "$RAW/baseline-e2e-new.txt" ]; then
-    o=$(awk '{ print $3 }' "$RAW/baseline-e2e-old.txt" | median)
-    n=$(awk '{ print $3 }' "$RAW/baseline-e2e-new.txt" | median)
-    bl_row "variant $bv req/s" "$o" "$n"
-    o=$(awk '{ print $8 }' "$RAW/baseline-e2e-old.txt" | median)
-    n=$(awk '{ print $8 }' "$RAW/baseline-e2e-new.txt" | median)
-    bl_row "variant $bv agent CPU µs/req" "$o" "$n"
+    bl_row "variant $bv req/s" "$(bl_col "$RAW/baseline-e2e-old.txt" 3)" \
+      "$(bl_col "$RAW/baseline-e2e-new.txt" 3)"
+    bl_row "variant $bv agent CPU µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 8)" \
+      "$(bl_col "$RAW/baseline-e2e-new.txt" 8)"
   fi
   md ""
   md "Every run: \`$RAW/baseline-spop.txt\` (binary, round, msgs/s, agent µs/msg), \`baseline-e2e-*.txt\` (as e2e.txt)."
