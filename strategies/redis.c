@@ -1249,11 +1249,17 @@ static bool redis_resend_eval(redisAsyncContext *ac, struct redis_call *c, const
 	return sent;
 }
 
-/* Is this error reply a NOSCRIPT that c may answer with an EVAL? */
-static bool redis_noscript(const struct redis_call *c, const redisReply *r)
+/* The reply of script call c is NOSCRIPT (the script cache was flushed):
+ * sends c again as EVAL of script, once, and returns true while it is in
+ * flight again. False for any other reply, or when the resend failed (the
+ * op has failed then and redis_reply_failed says so). */
+static bool redis_script_resent(struct redis_call *c, redisAsyncContext *ac, const redisReply *r,
+				const char *script, size_t slen, redisCallbackFn *fn)
 {
-	return !c->resent && c->op->status == 0 && r->len >= 8 &&
-	       memcmp(r->str, "NOSCRIPT", 8) == 0;
+	if (r == NULL || r->type != REDIS_REPLY_ERROR || c->resent || c->op->status != 0 ||
+	    r->len < 8 || memcmp(r->str, "NOSCRIPT", 8) != 0)
+		return false;
+	return redis_resend_eval(ac, c, script, slen, fn);
 }
 
 /* Writes the token ids of calls [from, to): each call's body hash mixed
@@ -1332,17 +1338,11 @@ static void redis_on_push_reply(redisAsyncContext *ac, void *r, void *privdata)
 	struct redis_op *op = c->op;
 	redisReply *reply = r;
 
-	if (reply == NULL) {
-		redis_call_lost(c, ac);
-	} else if (reply->type == REDIS_REPLY_ERROR) {
-		/* The script cache was flushed: resend this call as EVAL. */
-		if (redis_noscript(c, reply)) {
-			if (redis_resend_eval(ac, c, REDIS_SCRIPT, sizeof(REDIS_SCRIPT) - 1,
-					      redis_on_push_reply))
-				return;     /* still in flight */
-		} else {
-			redis_call_error(c, reply);
-		}
+	if (redis_script_resent(c, ac, reply, REDIS_SCRIPT, sizeof(REDIS_SCRIPT) - 1,
+				redis_on_push_reply))
+		return;     /* still in flight */
+	if (redis_reply_failed(c, ac, reply)) {
+		/* the op failed */
 	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->n) {
 		redis_op_fail(op,
 			      "redis: push script returned %s of %zu elements, expected %u totals",
@@ -1579,17 +1579,11 @@ static void redis_on_admit_reply(redisAsyncContext *ac, void *r, void *privdata)
 	redisReply *reply = r;
 	double cur, prev;
 
-	if (reply == NULL) {
-		redis_call_lost(c, ac);
-	} else if (reply->type == REDIS_REPLY_ERROR) {
-		/* The script cache was flushed: resend this call as EVAL. */
-		if (redis_noscript(c, reply)) {
-			if (redis_resend_eval(ac, c, REDIS_ADMIT_SCRIPT, sizeof(REDIS_ADMIT_SCRIPT) - 1,
-					      redis_on_admit_reply))
-				return;     /* still in flight */
-		} else {
-			redis_call_error(c, reply);
-		}
+	if (redis_script_resent(c, ac, reply, REDIS_ADMIT_SCRIPT, sizeof(REDIS_ADMIT_SCRIPT) - 1,
+				redis_on_admit_reply))
+		return;     /* still in flight */
+	if (redis_reply_failed(c, ac, reply)) {
+		/* the op failed */
 	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
 		   redis_reply_number(reply->element[0], &cur) < 0 ||
 		   redis_reply_number(reply->element[1], &prev) < 0 ||
@@ -1881,10 +1875,8 @@ static void redis_on_rows_reply(redisAsyncContext *ac, void *r, void *privdata)
 	struct redis_op *op = c->op;
 	redisReply *reply = r;
 
-	if (reply == NULL) {
-		redis_call_lost(c, ac);
-	} else if (reply->type == REDIS_REPLY_ERROR) {
-		redis_call_error(c, reply);
+	if (redis_reply_failed(c, ac, reply)) {
+		/* the op failed */
 	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements % 2) {
 		redis_op_fail(op, "redis: HGETALL returned %s, expected field/value pairs",
 			      redis_reply_type_name(reply->type));
