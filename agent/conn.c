@@ -328,18 +328,14 @@ _Static_assert(offsetof(struct conn, s) == 0, "stream_free() frees the connectio
 
 static struct stream *conn_open(struct front_env *env, int fd)
 {
-	const struct config *cfg = env->cfg;
 	struct conn *c = calloc(1, sizeof(*c));
-	/* The first check comes at the earlier of the two deadlines. */
-	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
-								      : cfg->idle_timeout_ms) / 1000.0;
 
 	/* Small buffers until HELLO (conn_hello grows them to the
 	 * negotiated frame size): room for a HELLO in, a HELLO or a
 	 * DISCONNECT out. */
 	if (!c || stream_open(&c->s, &spop_front, env, fd, CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE,
-			      2 * (CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE), conn_on_io, conn_on_timer,
-			      first) < 0) {
+			      2 * (CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE), conn_on_io,
+			      conn_on_timer) < 0) {
 		free(c);
 		close(fd);
 		return NULL;

@@ -562,13 +562,10 @@ _Static_assert(offsetof(struct http_conn, s) == 0, "stream_free() frees the conn
 
 static struct stream *http_open(struct front_env *env, int fd)
 {
-	const struct config *cfg = env->cfg;
 	struct http_conn *c = calloc(1, sizeof(*c));
-	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
-								      : cfg->idle_timeout_ms) / 1000.0;
 
 	if (!c || stream_open(&c->s, &http_front, env, fd, HTTP_RBUF, HTTP_WBUF, http_on_io,
-			      http_on_timer, first) < 0) {
+			      http_on_timer) < 0) {
 		free(c);
 		close(fd);
 		return NULL;

@@ -15,8 +15,13 @@
 int stream_open(struct stream *s, const struct front_ops *ops, struct front_env *env, int fd,
 		size_t rcap, size_t wcap,
 		void (*io_cb)(struct ev_loop *, ev_io *, int),
-		void (*timer_cb)(struct ev_loop *, ev_timer *, int), double first)
+		void (*timer_cb)(struct ev_loop *, ev_timer *, int))
 {
+	const struct config *cfg = env->cfg;
+	/* The first check comes at the earlier of the two deadlines. */
+	double first = (cfg->frame_timeout_ms < cfg->idle_timeout_ms ? cfg->frame_timeout_ms
+								      : cfg->idle_timeout_ms) / 1000.0;
+
 	memset(s, 0, sizeof(*s));
 	if (env->buf_bytes + rcap + wcap > env->cfg->max_buffer_memory)
 		return -1;
@@ -42,10 +47,24 @@ int stream_open(struct stream *s, const struct front_ops *ops, struct front_env 
 	return 0;
 }
 
+/* Grows one buffer of a stream to want bytes, counted in env->buf_bytes. */
+static int stream_grow_buf(struct front_env *env, uint8_t **buf, size_t *cap, size_t want)
+{
+	uint8_t *nb;
+
+	if (want <= *cap)
+		return 0;
+	if (!(nb = realloc(*buf, want)))
+		return -1;
+	*buf = nb;
+	env->buf_bytes += want - *cap;
+	*cap = want;
+	return 0;
+}
+
 int stream_grow(struct stream *s, size_t rcap, size_t wcap)
 {
 	struct front_env *env = s->env;
-	uint8_t *nb;
 
 	if (rcap < s->rcap)
 		rcap = s->rcap;
@@ -61,21 +80,8 @@ int stream_grow(struct stream *s, size_t rcap, size_t wcap)
 			    env->cfg->max_buffer_memory, log_limit_suppressed(&env->budget_log));
 		return -1;
 	}
-	if (rcap > s->rcap) {
-		if (!(nb = realloc(s->rbuf, rcap)))
-			return -1;
-		s->rbuf = nb;
-		env->buf_bytes += rcap - s->rcap;
-		s->rcap = rcap;
-	}
-	if (wcap > s->wcap) {
-		if (!(nb = realloc(s->wbuf, wcap)))
-			return -1;
-		s->wbuf = nb;
-		env->buf_bytes += wcap - s->wcap;
-		s->wcap = wcap;
-	}
-	return 0;
+	return stream_grow_buf(env, &s->rbuf, &s->rcap, rcap) < 0 ||
+	       stream_grow_buf(env, &s->wbuf, &s->wcap, wcap) < 0 ? -1 : 0;
 }
 
 int stream_send(struct stream *s)

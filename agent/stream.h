@@ -89,12 +89,13 @@ struct stream {
 };
 
 /* Sets up s on fd with buffers of rcap and wcap bytes (within the budget)
- * and starts its watchers: io_cb on EV_READ, timer_cb after `first`
- * seconds. Returns 0, or -1 (nothing allocated, fd left open). */
+ * and starts its watchers: io_cb on EV_READ, timer_cb at the earlier of
+ * frame_timeout and idle_timeout. Returns 0, or -1 (nothing allocated, fd
+ * left open). */
 int stream_open(struct stream *s, const struct front_ops *ops, struct front_env *env, int fd,
 		size_t rcap, size_t wcap,
 		void (*io_cb)(struct ev_loop *, ev_io *, int),
-		void (*timer_cb)(struct ev_loop *, ev_timer *, int), double first);
+		void (*timer_cb)(struct ev_loop *, ev_timer *, int));
 
 /* Grows the buffers to at least rcap and wcap bytes within the worker's
  * max_buffer_memory (logged once a second when refused). Returns 0, or -1
