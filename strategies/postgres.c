@@ -137,6 +137,7 @@
 #include <ev.h>
 #include <jansson.h>
 #include <libpq-fe.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1881,7 +1882,8 @@ static void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 		    !(v = pg_value(r, 0, 0, 8, NULL)))
 			pg_op_fail(op, NULL, "unexpected result shape");
 		else
-			*op->active = (unsigned)pg_get_u64(v);
+			*op->active = (unsigned)(pg_get_u64(v) > UINT_MAX ? UINT_MAX
+									 : pg_get_u64(v));
 		break;
 	}
 	case PG_OP_PUSH:
