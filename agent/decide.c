@@ -173,30 +173,35 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	struct rl_result res;
 	double weight = sliding ? window_weight(now, window) : 0.0;
 	double lim = rq->has_limit ? (double)rq->limit : -1.0;
-	/* Admission "exact": the node reads its view first; the store
-	 * decides, unless the view already passes the limit (it never
-	 * overstates the cluster's count): then the node denies at once. A
-	 * read (cost 0) admits nothing: it stays local. */
-	bool want = rq->admission == DECIDE_ADMIT_DEFAULT ? nsc->admission == NS_ADMIT_EXACT
+	/* Admission "exact": a hit is admitted here from the store's grant
+	 * (rl_hit_exact), denied here when the node's view is already over
+	 * the limit (it never overstates the cluster's count), and decided
+	 * by the store otherwise. A read (cost 0) admits nothing: it stays
+	 * local. */
+	/* ("auto" is exact where the store can decide: checked below.) */
+	bool want = rq->admission == DECIDE_ADMIT_DEFAULT ? nsc->admission != NS_ADMIT_LOCAL
 							  : rq->admission == DECIDE_ADMIT_EXACT;
 	bool exact = rq->has_limit && rq->cost > 0 && want && nsc->sync_rate > 0 &&
 		     d->sync && sync_can_admit(d->sync, (unsigned)ns);
+	int rc = exact ? rl_hit_exact(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight,
+				      now, lim, nsc->count_denied, &res)
+		       : rl_hit(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now, lim,
+				nsc->count_denied, &res);
 	r->ns = ns;
-	for (;;) {
-		if (rl_hit(d->rl, ns, rq->key, rq->key_len, window, exact ? 0 : rq->cost, weight,
-			   now, exact ? -1 : lim, nsc->count_denied, &res) < 0) {
-			enum rl_status st = rl_errno(d->rl);
-			r->error = rl_status_str(st);
-			if (st == RL_ERR_FULL) {
-				r->refused = true;
-				table_full(d, r, nsc, ns, now);
-			}
-			return;
+	if (rc < 0) {
+		enum rl_status st = rl_errno(d->rl);
+		r->error = rl_status_str(st);
+		if (st == RL_ERR_FULL) {
+			r->refused = true;
+			table_full(d, r, nsc, ns, now);
 		}
-		if (!exact || window_rate(res.current, res.previous, res.weight) + rq->cost <= lim)
-			break;
-		exact = false;
+		return;
 	}
+	/* Admissions the store decides are counted when it answers. */
+	if (exact && !res.need_store && ns < METRICS_NS)
+		metrics_add(&metrics_me->admissions[ns][res.granted ? METRICS_ADM_GRANT
+								    : METRICS_ADM_VIEW], 1);
+	exact = exact && res.need_store;
 	if (res.evicted)
 		table_evicted(d, ns, now);
 
@@ -216,8 +221,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	if (r->sync0)
 		r->skeylen = (uint8_t)rl_stored_key(d->rl, rq->key, rq->key_len, r->skey);
 	/* First sight of this key's window on this node: fetch what the
-	 * cluster already counted, without waiting for it. */
-	if (res.inserted && nsc->sync_rate > 0 && d->sync)
+	 * cluster already counted, without waiting for it (an admission by
+	 * the store brings it back anyway). */
+	if (res.inserted && nsc->sync_rate > 0 && d->sync && !exact)
 		sync_seed(d->sync, (unsigned)ns, res.cur_idx);
 	finish(r, now);
 }
@@ -419,10 +425,13 @@ static void pending_finish(struct decide_pending *p)
 				failed = true;
 				continue;
 			}
+			if (r->ns < METRICS_NS)
+				metrics_add(&metrics_me->admissions[r->ns][METRICS_ADM_STORE], 1);
 			/* The store's decision; a hit it did not add is reported
-			 * with the rate it would have made. */
+			 * with the rate it would have made, and the grant (counted
+			 * for this node's next hits, not hits yet) is left out. */
 			r->counted = h->admitted || r->count_denied;
-			r->current = h->total + (r->counted ? 0 : r->cost);
+			r->current = h->total - h->grant + (r->counted ? 0 : r->cost);
 			if (r->weight > 0)
 				r->previous = h->prev_total;
 			finish(r, p->now);
@@ -495,6 +504,8 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 	bool ok = window_rate(r->current, r->previous, r->weight) + r->cost <= (double)r->limit;
 
 	r->degraded = true;
+	if (r->ns < METRICS_NS)
+		metrics_add(&metrics_me->admissions[r->ns][METRICS_ADM_DEGRADED], 1);
 	r->counted = (ok || r->count_denied) && r->cost > 0;
 	if (r->counted &&
 	    rl_keep(d->rl, r->ns, r->skey, r->skeylen, r->window, window_start(now, r->window),

@@ -192,6 +192,11 @@ int main(int argc, char **argv)
 	LOG(LOG_INFO, "listening on %s%s%s with %d worker(s), max_keys %zu, %zu namespace(s)",
 	    cfg.listen, cfg.http_listen[0] ? ", HTTP on " : "", cfg.http_listen, cfg.workers,
 	    cfg.max_keys, cfg.n_ns);
+	for (size_t i = 0; i < cfg.n_ns; i++)
+		if (cfg.ns[i].sync_rate > 0)
+			LOG(LOG_INFO, "namespace %s: %s store every %g s, admission %s",
+			    cfg.ns[i].name, cfg.ns[i].strategy, cfg.ns[i].sync_rate,
+			    ns_admission_names[ns_admission_of(&cfg.ns[i])]);
 	int rc = master_run(&cfg, rl, &ls);
 	metrics_free(ls.metrics);
 	rl_free(rl);

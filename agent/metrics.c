@@ -34,6 +34,12 @@ static const char *const metrics_err_labels[] = {
 
 static const char *const metrics_front_labels[METRICS_FRONTS] = { "spop", "http" };
 
+static const char *const metrics_adm_labels[METRICS_ADM_COUNT] = {
+#define METRICS_ADM_LABEL(e, l) [METRICS_ADM_##e] = l,
+	METRICS_ADMISSIONS(METRICS_ADM_LABEL)
+#undef METRICS_ADM_LABEL
+};
+
 static size_t metrics_bytes(int nworkers)
 {
 	return sizeof(struct metrics) + (size_t)nworkers * sizeof(struct metrics_worker);
@@ -263,6 +269,14 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 			if (sc->ns[ns]->sync_rate >= 0)
 				put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %g\n", name, sc->label[ns],
 				    sc->pending[ns]);
+		break;
+	case METRICS_FAM_ADMISSIONS:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			if (sc->ns[ns]->sync_rate > 0)
+				for (int a = 0; a < METRICS_ADM_COUNT; a++)
+					put(o, "spoa_ratelimit_%s{namespace=\"%s\",by=\"%s\"} %llu\n",
+					    name, sc->label[ns], metrics_adm_labels[a],
+					    (unsigned long long)SUM(m, admissions[ns][a]));
 		break;
 	case METRICS_FAM_COUNT:
 		break;

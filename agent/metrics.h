@@ -54,7 +54,11 @@ enum metrics_front {
 	X(STORE_NODES, "store_nodes", "gauge",                                           \
 	  "Nodes using the namespace, as its store last counted them (0: not known yet).") \
 	X(STORE_PENDING, "store_pending_hits", "gauge",                                  \
-	  "Hits counted on this node that the store has not confirmed yet, by namespace.")
+	  "Hits counted on this node that the store has not confirmed yet, by namespace.") \
+	X(ADMISSIONS, "admissions_total", "counter",                                     \
+	  "Hits with a limit under admission exact, by namespace and by what decided: "  \
+	  "grant (this node, from the store's grant), store (a round trip), view (denied " \
+	  "here, over the limit already), degraded (the store could not: this node).")
 
 enum metrics_family {
 #define METRICS_FAM_ENUM(e, n, t, h) METRICS_FAM_##e,
@@ -80,6 +84,17 @@ enum metrics_error {
 	METRICS_ERR_COUNT
 };
 
+/* admissions_total{by}: X(enum suffix, label) */
+#define METRICS_ADMISSIONS(X) \
+	X(GRANT, "grant") X(STORE, "store") X(VIEW, "view") X(DEGRADED, "degraded")
+
+enum metrics_admission {
+#define METRICS_ADM_ENUM(e, l) METRICS_ADM_##e,
+	METRICS_ADMISSIONS(METRICS_ADM_ENUM)
+#undef METRICS_ADM_ENUM
+	METRICS_ADM_COUNT
+};
+
 /* Upper bounds (seconds) of the sync_duration_seconds buckets. */
 #define METRICS_SYNC_BUCKETS(X) X(0.001) X(0.0025) X(0.005) X(0.01) X(0.025) \
 	X(0.05) X(0.1) X(0.25) X(0.5) X(1) X(2.5) X(5)
@@ -100,6 +115,7 @@ struct metrics_worker {
 	_Atomic uint64_t sync_count;
 	_Atomic uint64_t sync_sum_us;
 	_Atomic int store_up[METRICS_NS];   /* 1 up, 0 down, -1 no store here */
+	_Atomic uint64_t admissions[METRICS_NS][METRICS_ADM_COUNT];
 } __attribute__((aligned(64)));
 
 /* The slot this process writes: its worker's, or a private one (tests,

@@ -17,6 +17,7 @@ const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT] = {
 };
 
 const char *const ns_admission_names[NS_ADMIT_COUNT] = {
+	[NS_ADMIT_AUTO]  = "auto",
 	[NS_ADMIT_LOCAL] = "local",
 	[NS_ADMIT_EXACT] = "exact",
 };
@@ -36,6 +37,16 @@ void ns_def_init(struct ns_def *d)
 	d->window_type = NS_WINDOW_SLIDING;
 	d->count_denied = true;
 	d->on_table_full = NS_FULL_EVICT;
+}
+
+enum ns_admission ns_admission_of(const struct ns_def *d)
+{
+	const struct strategy_ops *ops;
+
+	if (d->admission != NS_ADMIT_AUTO)
+		return d->admission;
+	ops = d->sync_rate > 0 ? strategy_find(d->strategy) : NULL;
+	return ops && ops->admit ? NS_ADMIT_EXACT : NS_ADMIT_LOCAL;
 }
 
 bool ns_name_ok(const char *name, size_t len)
@@ -152,7 +163,7 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 		return ns_fail(e, "on_table_full", "expected one of \"evict\", \"deny\" or "
 			       "\"allow\", got %d", (int)d->on_table_full);
 	if ((unsigned)d->admission >= NS_ADMIT_COUNT)
-		return ns_fail(e, "admission", "expected one of \"local\" or \"exact\", got %d",
+		return ns_fail(e, "admission", "expected one of \"auto\", \"local\" or \"exact\", got %d",
 			       (int)d->admission);
 	if (d->admission == NS_ADMIT_EXACT) {
 		const struct strategy_ops *ops = strategy_find(d->strategy);

@@ -35,9 +35,12 @@ enum ns_window_type {
 /* Who decides whether a hit with a limit is admitted (docs/CLUSTER.md,
  * "Exact at the limit"). */
 enum ns_admission {
-	NS_ADMIT_LOCAL = 0,   /* this node, from its view of the cluster */
-	NS_ADMIT_EXACT,       /* the store, atomically, unless the node's own
-	                         view already says the limit is passed */
+	NS_ADMIT_AUTO = 0,    /* "exact" when sync_rate > 0 and the store can
+	                         decide admissions, else "local" */
+	NS_ADMIT_LOCAL,       /* this node, from its view of the cluster */
+	NS_ADMIT_EXACT,       /* the store's grants, or the store atomically,
+	                         unless the node's view already says the limit
+	                         is passed */
 	NS_ADMIT_COUNT
 };
 
@@ -76,6 +79,9 @@ struct ns_err {
 /* The defaults of a namespace the configuration lists: no name, no
  * window, sync_rate -1 (local), sliding, count_denied, share 0, evict. */
 void ns_def_init(struct ns_def *d);
+
+/* The admission a namespace uses: its `admission`, "auto" resolved. */
+enum ns_admission ns_admission_of(const struct ns_def *d);
 
 /* A name of 1..63 bytes without control characters. */
 bool ns_name_ok(const char *name, size_t len);

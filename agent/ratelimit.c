@@ -289,9 +289,9 @@ static void rl_digest(const struct rl *rl, const char *key, size_t len, char *ou
 	out[RL_DIGEST_LEN] = '\0';
 }
 
-int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
-	   double cost, double weight, double now, double limit, bool count_denied,
-	   struct rl_result *out)
+static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
+		     uint32_t window_size, double cost, double weight, double now, double limit,
+		     bool count_denied, bool exact, struct rl_result *out)
 {
 	char digest[RL_DIGEST_LEN + 1];
 	struct rl_result tmp;
@@ -337,6 +337,7 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	 * hits the store did not confirm (agent/handler.c). */
 	with_diff = n->def.sync_rate > 0;
 	out->evicted = false;
+	out->need_store = out->granted = false;
 	tries = 0;
 again:
 	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur, &prev);
@@ -348,6 +349,26 @@ again:
 	if (cost == 0) {
 		/* Read only: never inserts. */
 		c = shm_read_count(rl->shm, &cur);
+	} else if (exact && shm_grant_take(rl->shm, &cur, cost)) {
+		/* Admitted from the store's grant: the store counted it. */
+		c = shm_read_count(rl->shm, &cur) - shm_grant_left(rl->shm, cur.idx);
+		counted = true;
+		out->granted = true;
+	} else if (exact && (c = shm_read_count(rl->shm, &cur) -
+			      (cur.idx == SHM_NONE ? 0 : shm_grant_left(rl->shm, cur.idx))) +
+					 pw + cost <= limit) {
+		/* The node's view admits it: the store decides. The slot is
+		 * made now: it keeps the demand and will hold the grant. */
+		if (cur.idx == SHM_NONE) {
+			int how = shm_insert(rl->shm, &k, start, now, &cur);
+
+			if (how < 0)
+				return rl_fail(rl, RL_ERR_FULL);
+			inserted = true;
+			out->evicted |= how == SHM_INS_EVICTED;
+		}
+		shm_grant_note(rl->shm, &cur, cost);
+		out->need_store = true;
 	} else if (limit >= 0 && !count_denied && cost + pw > limit) {
 		/* Denied whatever the current count (counts are >= 0): no
 		 * CAS, and no slot taken for a key that is only refused. */
@@ -397,6 +418,24 @@ again:
 	out->start = start;
 	out->size = window_size;
 	return 0;
+}
+
+int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
+	   double cost, double weight, double now, double limit, bool count_denied,
+	   struct rl_result *out)
+{
+	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
+			 false, out);
+}
+
+int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
+		 double cost, double weight, double now, double limit, bool count_denied,
+		 struct rl_result *out)
+{
+	if (!(limit >= 0))
+		return rl_fail(rl, RL_ERR_VALUE);
+	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
+			 true, out);
 }
 
 _Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");
@@ -454,22 +493,46 @@ int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 	return 0;
 }
 
+/* The slot of k's window `start`, found or made. Returns 0 or -1. */
+static int rl_window_slot(struct rl *rl, const struct shm_key *k, int64_t start, double now,
+			  struct shm_ref *ref)
+{
+	struct shm_ref none;
+
+	shm_find(rl->shm, k, start, -1, ref, &none);
+	if (ref->idx == SHM_NONE && shm_insert(rl->shm, k, start, now, ref) < 0)
+		return rl_fail(rl, RL_ERR_FULL);
+	return 0;
+}
+
 int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	    double v, double now)
 {
 	struct shm_key k;
-	struct shm_ref ref, none;
+	struct shm_ref ref;
 
 	if (rl_stored_window(rl, ns, key, keylen, size, start, v, &k) < 0)
 		return -1;
 	for (int tries = 1;; tries++) {
-		shm_find(rl->shm, &k, start, -1, &ref, &none);
-		if (ref.idx == SHM_NONE && shm_insert(rl->shm, &k, start, now, &ref) < 0)
-			return rl_fail(rl, RL_ERR_FULL);
+		if (rl_window_slot(rl, &k, start, now, &ref) < 0)
+			return -1;
 		shm_add(rl->shm, &ref, v, true);
 		if (shm_still(rl->shm, &ref) || tries == RL_HIT_TRIES)
 			return 0;
 	}
+}
+
+int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
+	     double amount, double now)
+{
+	struct shm_key k;
+	struct shm_ref ref;
+
+	if (rl_stored_window(rl, ns, key, keylen, size, start, amount, &k) < 0 ||
+	    rl_window_slot(rl, &k, start, now, &ref) < 0)
+		return -1;
+	shm_grant_add(rl->shm, &ref, amount);
+	return 0;
 }
 
 const struct ns_def *rl_namespace_def(const struct rl *rl, int ns)

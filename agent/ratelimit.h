@@ -55,6 +55,9 @@ struct rl_result {
 	                         a hit refused by the limit) */
 	bool inserted;        /* this hit created the current window's slot */
 	bool evicted;         /* ... and evicted a live entry for it */
+	bool granted;         /* rl_hit_exact: admitted from the store's grant */
+	bool need_store;      /* rl_hit_exact: the store must decide (nothing
+	                         counted; current is the view without the hit) */
 	uint32_t cur_idx;     /* slot of the current window (UINT32_MAX: none) */
 	uint32_t prev_idx;    /* slot of the previous window (UINT32_MAX: none) */
 };
@@ -101,6 +104,17 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	   double cost, double weight, double now, double limit, bool count_denied,
 	   struct rl_result *out);
 
+/* A hit under admission "exact" (docs/CLUSTER.md, "Exact at the limit"),
+ * limit >= 0. Admitted here only from a grant of the store that covers the
+ * cost (the store counted it with the grant: no diff to push). Without
+ * one, a hit the node's view already denies is decided as rl_hit() with
+ * the limit decides it (counted if count_denied); any other counts nothing
+ * and sets out->need_store: the store decides. Counts leave out what is
+ * left of the grant (reserved, not hits). Never allocates. */
+int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
+		 double cost, double weight, double now, double limit, bool count_denied,
+		 struct rl_result *out);
+
 /* Status of the last failed call in this process. */
 enum rl_status rl_errno(const struct rl *rl);
 
@@ -126,6 +140,12 @@ int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
  * stored form. Returns 0 or -1 (rl_errno()). */
 int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	    double v, double now);
+
+/* A grant of the store (rl_hit_exact) for the window (ns, key, size,
+ * start), creating its slot if missing. key is the stored form. Returns 0
+ * or -1 (rl_errno()). */
+int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
+	     double amount, double now);
 
 /* Largest stored key: longer keys are stored as a 33-byte digest. */
 #define RL_STORED_KEY_MAX 104

@@ -47,7 +47,7 @@ static uint64_t shm_random_seed(void)
 struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 {
 	struct shm_table *t;
-	size_t nslots, slots_bytes, maxd_bytes, used_bytes, prot_bytes, len, page;
+	size_t nslots, slots_bytes, maxd_bytes, used_bytes, prot_bytes, grant_bytes, len, page;
 	void *p;
 
 	if (max_keys == 0 || max_keys > SHM_MAX_KEYS) {
@@ -62,9 +62,10 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	maxd_bytes = (nslots * sizeof(_Atomic uint16_t) + 7) / 8 * 8;
 	used_bytes = (nslots + 63) / 64 * sizeof(_Atomic uint64_t);
 	prot_bytes = (nslots + 7) / 8 * 8;
+	grant_bytes = SHM_GRANT_WORDS * nslots * sizeof(_Atomic uint64_t);
 	page = (size_t)sysconf(_SC_PAGESIZE);
-	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + used_bytes + prot_bytes + page - 1) /
-	      page * page;
+	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + used_bytes + prot_bytes + grant_bytes +
+	       page - 1) / page * page;
 
 	t = calloc(1, sizeof(*t));
 	if (!t) {
@@ -97,6 +98,7 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	t->maxd = (_Atomic uint16_t *)((char *)t->slots + slots_bytes);
 	t->used = (_Atomic uint64_t *)((char *)t->maxd + maxd_bytes);
 	t->prot = (_Atomic uint8_t *)((char *)t->used + used_bytes);
+	t->grant = (_Atomic uint64_t *)((char *)t->prot + prot_bytes);
 	t->nslots = (uint32_t)nslots;
 	t->probe_max = nslots < SHM_PROBE_MAX ? (uint32_t)nslots : SHM_PROBE_MAX;
 	t->seed = shm_random_seed();
@@ -386,7 +388,7 @@ static enum shm_cand shm_cand_kind(const struct shm_table *t, const struct shm_s
 /* The value of LIVE slot i (meta m, not stale) as an eviction victim: its
  * count, or for a previous window the part of it the sliding rate still
  * weighs. -1 when it may not be evicted: a diff the store has not
- * confirmed, or protected. */
+ * confirmed, a grant, or protected. */
 static double shm_victim_value(const struct shm_table *t, uint32_t i, uint64_t m, double now)
 {
 	const struct shm_slot *s = &t->slots[i];
@@ -395,7 +397,8 @@ static double shm_victim_value(const struct shm_table *t, uint32_t i, uint64_t m
 	double start = (double)shm_meta_start(m), c;
 
 	if (size == 0 || atomics_load_double(&s->diff) != 0.0 ||
-	    atomic_load_explicit(&t->prot[i], memory_order_relaxed))
+	    atomic_load_explicit(&t->prot[i], memory_order_relaxed) ||
+	    atomics_load_double(&t->grant[SHM_GRANT_WORDS * (size_t)i + SHM_GRANT_LEFT]) != 0.0)
 		return -1;
 	c = atomics_load_double(&s->count);
 	if (now >= start + size)
@@ -564,7 +567,8 @@ static bool shm_evict(struct shm_table *t, const struct shm_pick *v, double now)
 	if (!atomic_compare_exchange_strong(&s->meta, &m, busy))
 		return false;
 	/* Under our claim, as in shm_try_insert (step 2). */
-	if (atomics_bitsd(atomic_load(&s->diff)) != 0.0 || atomic_load(&t->prot[v->idx])) {
+	if (atomics_bitsd(atomic_load(&s->diff)) != 0.0 || atomic_load(&t->prot[v->idx]) ||
+	    atomics_bitsd(atomic_load(&t->grant[SHM_GRANT_WORDS * (size_t)v->idx + SHM_GRANT_LEFT])) != 0.0) {
 		atomic_compare_exchange_strong(&s->meta, &busy, v->m);
 		return false;
 	}
@@ -683,7 +687,8 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 		 * diff here or they see our BUSY), and so may a protection.
 		 * Never drop a pending diff. */
 		if (atomics_bitsd(atomic_load(&s->diff)) != 0.0 ||
-		    (in_place && atomic_load(&t->prot[c]))) {
+		    (in_place && (atomic_load(&t->prot[c]) ||
+				  atomics_bitsd(atomic_load(&t->grant[SHM_GRANT_WORDS * (size_t)c + SHM_GRANT_LEFT])) != 0.0))) {
 			atomic_compare_exchange_strong(&s->meta, &busy, cm);
 			return SHM_TRY_AGAIN;
 		}
@@ -705,6 +710,9 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 	atomics_store_double(&s->count, 0.0);
 	atomics_store_double(&s->diff, 0.0);
 	atomic_store_explicit(&t->prot[c], 0, memory_order_relaxed);
+	for (size_t w = 0; w < SHM_GRANT_WORDS; w++)
+		atomic_store_explicit(&t->grant[SHM_GRANT_WORDS * (size_t)c + w], 0,
+				      memory_order_relaxed);
 	/* The sync loop visits only slots marked here (never cleared: slots
 	 * never return to EMPTY). Set on insert only, not per hit. */
 	if (!(atomic_load_explicit(&t->used[c / 64], memory_order_relaxed) & (1ULL << (c % 64))))
@@ -1040,4 +1048,114 @@ uint32_t shm_nodes(const struct shm_table *t, unsigned ns)
 {
 	return ns < SHM_MAX_NS ? atomic_load_explicit(&t->hdr->nodes[ns], memory_order_relaxed)
 			       : 0;
+}
+
+/* ---- grants ---- (doubles in atomic words, as count and diff) */
+
+static _Atomic uint64_t *shm_grant_word(const struct shm_table *t, uint32_t idx, unsigned w)
+{
+	return &t->grant[SHM_GRANT_WORDS * (size_t)idx + w];
+}
+
+bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost)
+{
+	_Atomic uint64_t *g;
+	uint64_t w;
+
+	if (r->idx == SHM_NONE)
+		return false;
+	g = shm_grant_word(t, r->idx, SHM_GRANT_LEFT);
+	w = atomic_load_explicit(g, memory_order_relaxed);
+	for (;;) {
+		double left = atomics_bitsd(w);
+		if (!(left >= cost) || left == 0)
+			return false;
+		if (atomic_compare_exchange_weak(g, &w, atomics_dbits(left - cost)))
+			break;
+	}
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), cost);
+	return shm_still(t, r);
+}
+
+void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost)
+{
+	if (r->idx != SHM_NONE)
+		atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), cost);
+}
+
+double shm_grant_left(const struct shm_table *t, uint32_t idx)
+{
+	return idx < t->nslots ? atomics_load_double(shm_grant_word(t, idx, SHM_GRANT_LEFT)) : 0;
+}
+
+void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
+{
+	if (r->idx == SHM_NONE || !(amount > 0))
+		return;
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), amount);
+	/* Re-keyed meanwhile (an insert clears the grant before the slot
+	 * shows its new identity): take it back from the newcomer. */
+	if (!shm_still(t, r))
+		shm_grant_return(t, r->idx);
+}
+
+double shm_grant_return(struct shm_table *t, uint32_t idx)
+{
+	if (idx >= t->nslots)
+		return 0;
+	return atomics_bitsd(atomic_exchange(shm_grant_word(t, idx, SHM_GRANT_LEFT),
+					     atomics_dbits(0.0)));
+}
+
+/* The LAST word: the demand of the last cycle, or -(it + 1) while a grant
+ * is asked for (a load and a store: two workers racing may both ask, which
+ * only costs one more grant). */
+double shm_grant_begin(struct shm_table *t, uint32_t idx)
+{
+	_Atomic uint64_t *w;
+	double last;
+
+	if (idx >= t->nslots)
+		return -1;
+	w = shm_grant_word(t, idx, SHM_GRANT_LAST);
+	last = atomics_load_double(w);
+	if (last < 0)
+		return -1;
+	atomics_store_double(w, -last - 1);
+	return last;
+}
+
+void shm_grant_end(struct shm_table *t, uint32_t idx)
+{
+	_Atomic uint64_t *w;
+	double last;
+
+	if (idx >= t->nslots)
+		return;
+	w = shm_grant_word(t, idx, SHM_GRANT_LAST);
+	last = atomics_load_double(w);
+	if (last < 0)
+		atomics_store_double(w, -last - 1);
+}
+
+double shm_grant_cycle(struct shm_table *t, uint32_t idx)
+{
+	_Atomic uint64_t *w;
+	double used;
+
+	if (idx >= t->nslots)
+		return 0;
+	used = atomics_bitsd(atomic_exchange(shm_grant_word(t, idx, SHM_GRANT_USED),
+					     atomics_dbits(0.0)));
+	w = shm_grant_word(t, idx, SHM_GRANT_LAST);
+	atomics_store_double(w, atomics_load_double(w) < 0 ? -used - 1 : used);
+	return used;
+}
+
+bool shm_grant_any(const struct shm_table *t, uint32_t idx)
+{
+	return idx < t->nslots && (atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_LEFT),
+							memory_order_relaxed) != 0 ||
+				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_USED),
+							memory_order_relaxed) != 0);
 }

@@ -27,6 +27,9 @@
  *   +-----------------------+
  *   | _Atomic uint8_t [n]   |  prot: 1 = the slot may not be evicted
  *   +-----------------------+
+ *   | _Atomic uint64_t [3n] |  grant: per slot, what is left of the grant
+ *   +-----------------------+  the store counted for this node, and the
+ *                              demand of the last and of this sync cycle
  *
  * Slot (128 bytes = two cache lines; meta, the counters and the first 40
  * key bytes share the first line):
@@ -103,9 +106,9 @@
  * the free slot: entries stay near home and lookups short. The value of an
  * entry is its count (for a previous window, the part the sliding rate
  * still weighs). Never a victim: an entry with a diff the store has not
- * confirmed, or one marked by shm_protect() (a key found over a limit it
- * was asked about). Both are re-checked after the victim is claimed
- * (BUSY), as for stale slots.
+ * confirmed, one holding a grant (shm_grant_add), or one marked by
+ * shm_protect() (a key found over a limit it was asked about). All are
+ * re-checked after the victim is claimed (BUSY), as for stale slots.
  *
  * A hit that found its slot just before it was evicted may add to the
  * slot after it changed hands; shm_still() (a seq_cst re-read of meta
@@ -144,6 +147,10 @@
 #define SHM_CLOCK_SLACK  60     /* windows starting later than now + this are stale */
 #define SHM_NONE         UINT32_MAX   /* "no slot" index */
 #define SHM_EVICT_SAMPLE 32     /* slots of a chain sampled for a victim */
+#define SHM_GRANT_WORDS  3      /* per slot: grant left, last and this cycle's demand */
+#define SHM_GRANT_LEFT   0
+#define SHM_GRANT_LAST   1
+#define SHM_GRANT_USED   2
 
 /* Slots per configured key: the table keeps the load factor <= 3/4 at
  * max_keys live entries, where linear probing stays short. */
@@ -246,6 +253,7 @@ struct shm_table {
 	_Atomic uint16_t *maxd;
 	_Atomic uint64_t *used;     /* a bit per slot ever written (for the sync loop) */
 	_Atomic uint8_t *prot;      /* per slot: 1 = never evict (shm_protect) */
+	_Atomic uint64_t *grant;    /* per slot: SHM_GRANT_WORDS doubles (shm_grant_*) */
 	uint32_t nslots;
 	uint32_t probe_max;     /* min(SHM_PROBE_MAX, nslots) */
 	uint64_t seed;
@@ -416,6 +424,43 @@ bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t
 
 /* Frees the lease (if holder has it); the next cycle is due at due_ms. */
 void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms);
+
+/* Grants (docs/CLUSTER.md, "Exact at the limit"): part of a limit's
+ * headroom that the store has already counted for this node's coming hits
+ * on a window. Hits spend it locally (they are in the store already: no
+ * diff); what is left goes back with a push, as a negative diff. Per slot:
+ * what is left, the demand of the last sync cycle (hits that spent a
+ * grant or went to the store) and of this one, and whether a grant is
+ * being asked for. Cleared when the slot is re-keyed; a slot holding a
+ * grant is never evicted. */
+
+/* Spends cost from the slot's grant if it covers it (one CAS) and notes
+ * the demand. false: the store must decide. */
+bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
+
+/* Notes a hit of the slot that went to the store (demand). */
+void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost);
+
+/* What is left of slot idx's grant. */
+double shm_grant_left(const struct shm_table *t, uint32_t idx);
+
+/* Adds a grant the store counted to a found slot. */
+void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount);
+
+/* Takes back what is left of slot idx's grant (sets it to 0). */
+double shm_grant_return(struct shm_table *t, uint32_t idx);
+
+/* A grant is asked for slot idx: returns the demand of the last cycle
+ * (>= 0), or -1 when one is being asked for already. shm_grant_end() when
+ * the answer is in (or lost). */
+double shm_grant_begin(struct shm_table *t, uint32_t idx);
+void shm_grant_end(struct shm_table *t, uint32_t idx);
+
+/* A sync cycle: this cycle's demand becomes the last one (returned). */
+double shm_grant_cycle(struct shm_table *t, uint32_t idx);
+
+/* Has slot idx a grant left or demand this cycle? */
+bool shm_grant_any(const struct shm_table *t, uint32_t idx);
 
 /* Table-wide counters (all processes). */
 void shm_stats(const struct shm_table *t, struct shm_stats *s);

@@ -47,6 +47,7 @@
 
 #define SYNC_LOG_EVERY   10.0     /* seconds between "store down" logs */
 #define SYNC_MIN_HOLD_MS 1000
+#define SYNC_GRANT_FIRST_SHARE 64 /* a first grant: this part of a node's share */
 #define SYNC_RETRY_PERIOD 1.0     /* sync_rate 0: how often unconfirmed hits are retried */
 #define SYNC_SEED_MAX    1024     /* first-seen keys queued per namespace */
 #define SYNC_SEED_DELAY  0.002    /* gather seeds this long into one push */
@@ -146,6 +147,29 @@ void sync_set_node_seed(uint64_t seed)
 	node_seed = seed;
 }
 
+/* A sync cycle for a slot with a grant or demand: what is left of a grant
+ * that saw no hit for a whole cycle (all of it at the final flush) goes
+ * back to the store with this push, as a negative diff (the store counted
+ * the whole grant): the count and the diff drop by it. A grant in use is
+ * kept: given back while hits still come, its room could be taken by hits
+ * denied (and counted) meanwhile. */
+static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
+{
+	struct shm_ref r = { .idx = e->idx, .meta = e->meta };
+	double left;
+
+	if (shm_grant_cycle(t, e->idx) > 0 && !all)
+		return;
+	left = shm_grant_return(t, e->idx);
+	if (!(left > 0))
+		return;
+	shm_add(t, &r, -left, true);
+	if (!shm_still(t, &r))
+		return;         /* re-keyed: a window no longer counted anyway */
+	e->count -= left;
+	e->diff -= left;
+}
+
 /* Collects the namespace's counters into the batch: active windows (all
  * of them, or only those with a diff) at time now. Returns 0 or -1 (out of
  * memory). */
@@ -169,6 +193,8 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 		struct shm_entry *e = &sn->ents[sn->n];
 		if (shm_read(t, idx, e) < 0 || e->ns != sn->ns || e->size == 0)
 			continue;
+		if (shm_grant_any(t, idx))
+			sync_grant_cycle(t, e, sn->sy->flush_mode);
 		int64_t cur = window_start(now, e->size);
 		bool active = e->start == cur || e->start == cur - (int64_t)e->size;
 		if (e->diff == 0 && (only_diffs || !active))
@@ -710,6 +736,31 @@ static int sync_admit_later(struct sync *sy, unsigned ns, struct strategy_admit 
 	return 0;
 }
 
+/* The nodes sharing a namespace's limits, for grants: as last counted, 1
+ * until then. A count too low only makes grants bigger, never lets the
+ * cluster pass a limit: the store counts a grant when it gives it. */
+static unsigned sync_nodes(const struct shm_table *t, unsigned ns)
+{
+	unsigned n = shm_nodes(t, ns);
+
+	return n > 0 ? n : 1;
+}
+
+/* The grant to ask for with an admission on slot idx (0: none): twice the
+ * node's demand on the key in the last sync cycle; before the node has
+ * seen a cycle of it, 1/SYNC_GRANT_FIRST_SHARE of the limit's share of a
+ * node (a small limit gets none: its first hits go to the store one by
+ * one). One grant is asked for at a time per slot: many hits of a burst in
+ * flight together ask once. */
+static double sync_grant_want(struct shm_table *t, uint32_t idx, double limit, unsigned nodes)
+{
+	double last;
+
+	if (idx == UINT32_MAX || nodes == 0 || (last = shm_grant_begin(t, idx)) < 0)
+		return 0;
+	return last > 0 ? 2 * last : limit / (SYNC_GRANT_FIRST_SHARE * nodes);
+}
+
 static void sync_hits_on_pushed(void *arg, int status, const char *errstr)
 {
 	struct sync_hits *b = arg;
@@ -759,7 +810,10 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 					.key_len = e->keylen, .start = e->start, .size = e->size,
 					.cost = h->cost, .limit = h->limit, .weight = h->weight,
 					.count_denied = h->count_denied,
+					.nodes = sync_nodes(sy->t, (unsigned)ns),
 				};
+				b->a[b->na - 1].want = sync_grant_want(sy->t, e->idx, h->limit,
+								       b->a[b->na - 1].nodes);
 				continue;
 			}
 			h->ci = (int)b->nc;
@@ -812,10 +866,13 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 	for (size_t i = 0; i < b->n; i++) {
 		struct sync_hit *h = &b->h[i];
 		h->ok = h->prev_ok = h->admitted = false;
+		h->grant = 0;
 		if (h->admit) {
 			/* Nothing was counted here: a failed admission leaves
 			 * nothing to keep (the caller decides locally). */
 			const struct strategy_admit *a = h->ci >= 0 ? &b->a[h->ci] : NULL;
+			if (a && a->want > 0)
+				shm_grant_end(rl_shm(rl), h->e.idx);
 			if (!a || !a->ok)
 				continue;
 			if (h->e.idx != UINT32_MAX)
@@ -826,8 +883,16 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 			if (a->weight > 0)
 				rl_seed(rl, h->ns, a->key, a->key_len, a->size,
 					a->start - (int64_t)a->size, a->previous, b->now);
+			if (a->grant > 0 &&
+			    rl_grant(rl, h->ns, a->key, a->key_len, a->size, a->start, a->grant,
+				     b->now) < 0)
+				LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be "
+				    "kept (%s): %g of the limit stay counted until the window ends",
+				    rl_namespace_def(rl, h->ns)->name, rl_status_str(rl_errno(rl)),
+				    a->grant);
 			h->ok = h->prev_ok = true;
 			h->admitted = a->admitted;
+			h->grant = a->grant;
 			h->total = a->current;
 			h->prev_total = a->previous;
 			continue;

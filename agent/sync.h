@@ -60,6 +60,7 @@ struct sync_hit {
 	/* out, from sync_hits_apply() */
 	bool ok;                 /* the store confirmed: total is valid */
 	bool admitted;           /* admit: the store's decision */
+	double grant;            /* admit: counted in total for this node's next hits */
 	double total;            /* the current window's count in the store */
 	bool prev_ok;
 	double prev_total;

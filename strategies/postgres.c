@@ -100,12 +100,13 @@
  *   - admit(): each admission is its own transaction, pipelined behind the
  *     others: insert the row if missing (count 0), then one statement
  *     locks it (SELECT ... FOR UPDATE in a CTE), reads the previous window,
- *     decides and updates, returning (count, previous, admitted). One row
- *     per transaction: two nodes' batches cannot deadlock. With a token,
- *     rl_token runs first with the admission's own token (the call's, ':',
- *     a hash of the admission and of the identical ones after it); an
- *     admitted decision is recorded as that token + ":a", so a resend
- *     returns it without adding anything.
+ *     decides, adds the hit and the grant, returning (count, previous,
+ *     admitted, grant). One row per transaction: two nodes' batches cannot
+ *     deadlock. With a token, rl_token runs first with the admission's own
+ *     token (the call's, ':', a hash of the admission and of the identical
+ *     ones after it); an admitted decision is recorded as that token +
+ *     ":a" + the grant as text, so a resend returns both without adding
+ *     anything.
  *   - heartbeat(): a row per node in the tokens table (see rl_nodes),
  *     refreshed once per sync cycle and dropped with the old tokens; the
  *     counters table holds counters only.
@@ -209,7 +210,7 @@ enum pg_stmt {
 	PG_STMT_COUNT
 };
 
-#define PG_PARAMS_MAX 10          /* parameters of one statement */
+#define PG_PARAMS_MAX 12          /* parameters of one statement */
 
 struct pg_stmt_def {
 	const char *name;
@@ -220,18 +221,26 @@ struct pg_stmt_def {
 
 /* The decision of an admission (struct strategy_admit), on a row locked
  * for the transaction: $1 namespace, $2 key, $3 start, $4 size, $5 diff,
- * $6 cost, $7 limit, $8 weight, $9 count_denied. */
+ * $6 cost, $7 limit, $8 weight, $9 count_denied, $10 want, $11 nodes
+ * ($12: the admission's token). d0 holds (v: count + diff, prev, adm);
+ * PG_ADMIT_GRANT the grant of an admitted hit, a multiple of the cost
+ * (NULLIF: a zero cost or node count gives none, never a division by
+ * zero, even folded at planning). */
 #define PG_ADMIT_ROWS \
 	"o AS (SELECT count FROM @T@ WHERE namespace = $1 AND window_size = $4" \
 	" AND window_start = $3 AND key = $2 FOR UPDATE)," \
 	" p AS (SELECT coalesce((SELECT count FROM @T@ WHERE namespace = $1" \
 	" AND window_size = $4 AND window_start = $3 - $4 AND key = $2), 0) AS prev),"
+#define PG_ADMIT_GRANT \
+	" d0, LATERAL (SELECT coalesce(floor(LEAST($10, ($7 - d0.v - $6 - d0.prev * $8)" \
+	" / (2 * NULLIF($11, 0))) / NULLIF($6, 0)) * $6, 0) AS g) x"
+#define PG_ADMIT_GR "CASE WHEN d0.adm AND x.g > 0 AND x.g >= $6 THEN x.g ELSE 0 END"
 #define PG_ADMIT_UPDATE \
 	" FROM d WHERE t.namespace = $1 AND t.window_size = $4 AND t.window_start = $3" \
-	" AND t.key = $2 RETURNING t.count, d.prev, d.adm"
+	" AND t.key = $2 RETURNING t.count, d.prev, d.adm, d.gr"
 #define PG_ADMIT_TYPES \
 	{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4, PG_OID_FLOAT8, PG_OID_FLOAT8, \
-	  PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL, PG_OID_BYTEA }
+	  PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL, PG_OID_FLOAT8, PG_OID_INT4, PG_OID_BYTEA }
 
 static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	/* $1..$5: namespaces, keys, starts, sizes, diffs; all the same length.
@@ -324,31 +333,41 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	[PG_STMT_ADMIT] = {
 		"rl_admit",
 		"WITH " PG_ADMIT_ROWS
-		" d AS (SELECT o.count + $5 AS v, p.prev,"
-		" o.count + $5 + p.prev * $8 + $6 <= $7 AS adm FROM o, p)"
-		" UPDATE @T@ AS t SET count = d.v + CASE WHEN d.adm OR $9 THEN $6 ELSE 0 END"
+		" d0 AS (SELECT o.count + $5 AS v, p.prev,"
+		" o.count + $5 + p.prev * $8 + $6 <= $7 AS adm FROM o, p),"
+		" d AS (SELECT d0.v, d0.prev, d0.adm, " PG_ADMIT_GR " AS gr FROM" PG_ADMIT_GRANT ")"
+		" UPDATE @T@ AS t SET count = d.v + CASE WHEN d.adm OR $9 THEN $6 ELSE 0 END + d.gr"
 		PG_ADMIT_UPDATE,
-		9,
+		11,
 		PG_ADMIT_TYPES,
 	},
-	/* With a token ($10, the admission's; rl_token ran before it in the
+	/* With a token ($12, the admission's; rl_token ran before it in the
 	 * transaction): if it was new, as rl_admit, and an admitted decision
-	 * is recorded as the token + ":a"; if not, nothing is added and the
-	 * recorded decision comes back with the current totals. */
+	 * is recorded as the token + ":a" + the grant in text; if not, nothing
+	 * is added and the recorded decision and grant come back with the
+	 * current totals. */
 	[PG_STMT_ADMIT_TOK] = {
 		"rl_admit_tok",
 		"WITH f AS (SELECT current_setting('" PG_GUC_FRESH "') = 'y' AS fresh), "
 		PG_ADMIT_ROWS
-		" d AS (SELECT f.fresh, CASE WHEN f.fresh THEN o.count + $5 ELSE o.count END AS v,"
+		" r AS (SELECT substring(token from length($12) + 3) AS g FROM @K@"
+		" WHERE token >= $12 || '\\x3a61'::bytea AND token < $12 || '\\x3a62'::bytea"
+		" LIMIT 1),"
+		" d0 AS (SELECT f.fresh, CASE WHEN f.fresh THEN o.count + $5 ELSE o.count END AS v,"
 		" p.prev, CASE WHEN f.fresh THEN o.count + $5 + p.prev * $8 + $6 <= $7"
-		" ELSE EXISTS (SELECT FROM @K@ WHERE token = $10 || '\\x3a61'::bytea) END AS adm"
+		" ELSE EXISTS (SELECT FROM r) END AS adm,"
+		" (SELECT NULLIF(convert_from(r.g, 'UTF8'), '')::float8 FROM r) AS rg"
 		" FROM o, p, f),"
-		" k AS (INSERT INTO @K@ (token) SELECT $10 || '\\x3a61'::bytea FROM d"
+		" d AS (SELECT d0.fresh, d0.v, d0.prev, d0.adm, CASE WHEN d0.fresh THEN "
+		PG_ADMIT_GR " ELSE coalesce(d0.rg, 0) END AS gr FROM" PG_ADMIT_GRANT "),"
+		" k AS (INSERT INTO @K@ (token) SELECT $12 || '\\x3a61'::bytea"
+		" || convert_to(d.gr::text, 'UTF8') FROM d"
 		" WHERE d.fresh AND d.adm ON CONFLICT DO NOTHING)"
 		" UPDATE @T@ AS t SET count = d.v"
 		" + CASE WHEN d.fresh AND (d.adm OR $9) THEN $6 ELSE 0 END"
+		" + CASE WHEN d.fresh THEN d.gr ELSE 0 END"
 		PG_ADMIT_UPDATE,
-		10,
+		12,
 		PG_ADMIT_TYPES,
 	},
 	/* Heartbeat: a node's row in the tokens table, "\x01nodes:<ns>\x01<node>"
@@ -1422,10 +1441,10 @@ static size_t pg_admit_stmts(const struct pg_op *op)
 	return op->has_token ? 3 : 2;
 }
 
-/* The parameters of admission a, for rl_admit_row (4) and rl_admit (9). */
+/* The parameters of admission a, for rl_admit_row (4) and rl_admit (11). */
 static void pg_admit_params(struct pg *s, const struct strategy_admit *a)
 {
-	for (int i = 0; i < 9; i++) {
+	for (int i = 0; i < 11; i++) {
 		s->par[i].len = 0;
 		s->par[i].oom = false;
 	}
@@ -1438,6 +1457,8 @@ static void pg_admit_params(struct pg *s, const struct strategy_admit *a)
 	pg_buf_f64(&s->par[6], a->limit);
 	pg_buf_f64(&s->par[7], a->weight);
 	pg_buf_put(&s->par[8], a->count_denied ? "\1" : "\0", 1);
+	pg_buf_f64(&s->par[9], a->want);
+	pg_buf_u32(&s->par[10], a->nodes > INT32_MAX ? INT32_MAX : a->nodes);
 }
 
 /* Each admission in its own transaction (its row is locked until its
@@ -1474,9 +1495,9 @@ static int pg_send_admits(struct pg_conn *c, struct pg_op *op)
 			return -1;
 		op->nstmts++;
 		if (op->has_token) {
-			s->par[9].len = 0;
-			s->par[9].oom = false;
-			pg_buf_put(&s->par[9], tok, tl);
+			s->par[11].len = 0;
+			s->par[11].oom = false;
+			pg_buf_put(&s->par[11], tok, tl);
 		}
 		if (pg_send_prepared(c, op->has_token ? PG_STMT_ADMIT_TOK : PG_STMT_ADMIT) < 0)
 			return -1;
@@ -1805,26 +1826,28 @@ static void pg_op_fail_result(struct pg_conn *c, struct pg_op *op, const PGresul
 /* Result i of an admission op: the admissions are independent
  * transactions, so one that fails (its statements then come back
  * "aborted") fails the op but not the others. Only rl_admit's row says
- * anything: (count, previous, admitted). Takes r. */
+ * anything: (count, previous, admitted, grant). Takes r. */
 static void pg_on_admit_result(struct pg_conn *c, struct pg_op *op, PGresult *r, size_t i)
 {
-	static const Oid cols[3] = { PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL };
+	static const Oid cols[4] = { PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL, PG_OID_FLOAT8 };
 	ExecStatusType st = PQresultStatus(r);
 	size_t per = pg_admit_stmts(op);
 	struct strategy_admit *a = &op->admits[i / per];
-	const char *cur, *prev, *adm;
+	const char *cur, *prev, *adm, *grant;
 
 	if (st != PGRES_TUPLES_OK && st != PGRES_COMMAND_OK) {
 		pg_op_fail_result(c, op, r);
 	} else if (i % per == per - 1) {
-		if (st != PGRES_TUPLES_OK || pg_check_cols(r, cols, 3) < 0 || PQntuples(r) != 1 ||
+		if (st != PGRES_TUPLES_OK || pg_check_cols(r, cols, 4) < 0 || PQntuples(r) != 1 ||
 		    !(cur = pg_value(r, 0, 0, 8, NULL)) || !(prev = pg_value(r, 0, 1, 8, NULL)) ||
-		    !(adm = pg_value(r, 0, 2, 1, NULL))) {
+		    !(adm = pg_value(r, 0, 2, 1, NULL)) || !(grant = pg_value(r, 0, 3, 8, NULL)) ||
+		    !(pg_get_f64(grant) >= 0)) {
 			pg_op_fail(op, NULL, "unexpected result shape");
 		} else {
 			a->current = pg_get_f64(cur);
 			a->previous = pg_get_f64(prev);
 			a->admitted = *adm != 0;
+			a->grant = pg_get_f64(grant);
 			a->ok = true;
 		}
 	}

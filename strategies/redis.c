@@ -55,8 +55,9 @@
  * admit (REDIS_ADMIT_SCRIPT): one script call per admission, all
  * pipelined; the call reads the key's field in the current and previous
  * windows' hashes (one hash tag), adds the node's diff, decides, adds the
- * hit, and with a token records the decision in the call's token key, so a
- * resend returns the same decision without adding anything.
+ * hit and the grant, and with a token records the decision and the grant
+ * in the call's token key, so a resend returns them without adding
+ * anything.
  *
  * Connection. create() starts a non-blocking connect; AUTH, SELECT and
  * the two SCRIPT LOADs are pipelined behind it and the instance is ready()
@@ -198,10 +199,12 @@ static const char REDIS_SCRIPT[] =
  * same Cluster slot), KEYS[3] (optional) = the token key of this call;
  * ARGV[1] = TTL seconds, ARGV[2] = field, ARGV[3] = diff, ARGV[4] = cost,
  * ARGV[5] = limit, ARGV[6] = weight of the previous window, ARGV[7] = "1"
- * to count a hit that is not admitted. Returns { current, previous,
- * "1" admitted | "0" not } (numbers as in the push script). With a token
- * key that exists, the call was applied before: nothing is added and the
- * decision recorded in the token key comes back with the current totals.
+ * to count a hit that is not admitted, ARGV[8] = the largest grant wanted,
+ * ARGV[9] = nodes. Returns { current, previous, "1" admitted | "0" not,
+ * grant } (numbers as in the push script). With a token key that exists,
+ * the call was applied before: nothing is added and the decision and grant
+ * recorded in the token key ("0", or "1 <grant>") come back with the
+ * current totals.
  */
 static const char REDIS_ADMIT_SCRIPT[] =
 	"local h, hp, tk, f = KEYS[1], KEYS[2], KEYS[3], ARGV[2]\n"
@@ -213,17 +216,27 @@ static const char REDIS_ADMIT_SCRIPT[] =
 	"if cur == nil or prev == nil then\n"
 	"  return redis.error_reply('ERR counter value is not a number')\n"
 	"end\n"
-	"local adm = tk and redis.call('GET', tk)\n"
-	"local v = cur\n"
-	"if not adm then\n"
-	"  local cost = tonumber(ARGV[4])\n"
+	"local rec = tk and redis.call('GET', tk)\n"
+	"local v, adm, g = cur, '0', 0\n"
+	"if rec then\n"
+	"  adm = string.sub(rec, 1, 1)\n"
+	"  g = tonumber(string.sub(rec, 3)) or 0\n"
+	"else\n"
+	"  local cost, lim, pw = tonumber(ARGV[4]), tonumber(ARGV[5]), prev * tonumber(ARGV[6])\n"
 	"  v = v + tonumber(ARGV[3])\n"
-	"  local ok = v + prev * tonumber(ARGV[6]) + cost <= tonumber(ARGV[5])\n"
+	"  local ok = v + pw + cost <= lim\n"
 	"  if ok or ARGV[7] == '1' then v = v + cost end\n"
+	"  local want, nodes = tonumber(ARGV[8]), tonumber(ARGV[9])\n"
+	"  if ok and want > 0 and nodes > 0 and cost > 0 then\n"
+	"    g = (lim - v - pw) / (2 * nodes)\n"
+	"    if g > want then g = want end\n"
+	"    g = math.floor(g / cost) * cost\n"
+	"    if g >= cost then v = v + g else g = 0 end\n"
+	"  end\n"
 	"  if v ~= v or v == math.huge or v == -math.huge then\n"
 	"    return redis.error_reply('ERR counter total would not be finite')\n"
 	"  end\n"
-	"  if ok then adm = '1' else adm = '0' end\n"
+	"  if ok then adm = '1' end\n"
 	"  if v ~= cur then\n"
 	"    if v % 1 == 0 and v > -1e15 and v < 1e15 then\n"
 	"      redis.call('HSET', h, f, string.format('%d', v))\n"
@@ -233,14 +246,15 @@ static const char REDIS_ADMIT_SCRIPT[] =
 	"    redis.call('EXPIRE', h, ARGV[1])\n"
 	"  end\n"
 	"  if tk then\n"
-	"    redis.call('SET', tk, adm, 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	"    redis.call('SET', tk, adm .. ' ' .. string.format('%.17g', g), 'EX', '"
+	REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
 	"  end\n"
 	"end\n"
 	"local function out(x)\n"
 	"  if x % 1 == 0 and x > -1e15 and x < 1e15 then return x end\n"
 	"  return string.format('%.17g', x)\n"
 	"end\n"
-	"return { out(v), out(prev), adm }\n";
+	"return { out(v), out(prev), adm, out(g) }\n";
 
 /* ===================================================================== */
 /* Types                                                                 */
@@ -1577,23 +1591,25 @@ static void redis_on_admit_reply(redisAsyncContext *ac, void *r, void *privdata)
 	struct redis_op *op = c->op;
 	struct strategy_admit *a = &op->admits[c->first];
 	redisReply *reply = r;
-	double cur, prev;
+	double cur, prev, grant;
 
 	if (redis_script_resent(c, ac, reply, REDIS_ADMIT_SCRIPT, sizeof(REDIS_ADMIT_SCRIPT) - 1,
 				redis_on_admit_reply))
 		return;     /* still in flight */
 	if (redis_reply_failed(c, ac, reply)) {
 		/* the op failed */
-	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 3 ||
+	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4 ||
 		   redis_reply_number(reply->element[0], &cur) < 0 ||
 		   redis_reply_number(reply->element[1], &prev) < 0 ||
+		   redis_reply_number(reply->element[3], &grant) < 0 || !(grant >= 0) ||
 		   reply->element[2]->type != REDIS_REPLY_STRING || reply->element[2]->len != 1 ||
 		   (reply->element[2]->str[0] != '0' && reply->element[2]->str[0] != '1')) {
 		redis_op_fail(op, "redis: admit script returned %s, expected {current, previous, "
-			      "admitted}", redis_reply_type_name(reply->type));
+			      "admitted, grant}", redis_reply_type_name(reply->type));
 	} else {
 		a->current = cur;
 		a->previous = prev;
+		a->grant = grant;
 		a->admitted = reply->element[2]->str[0] == '1';
 		a->ok = true;
 	}
@@ -1603,6 +1619,7 @@ static void redis_on_admit_reply(redisAsyncContext *ac, void *r, void *privdata)
 /*
  * One script call per admission, all pipelined:
  *   EVALSHA <sha> 2 <hash> <prev hash> <ttl> <field> <diff> <cost> <limit> <weight> <cd>
+ *           <want> <nodes>
  *   EVALSHA <sha> 3 <hash> <prev hash> <token key> <ttl> ...
  *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
  * A call's token id is a hash of its arguments plus how many identical
@@ -1636,7 +1653,7 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 	}
 	for (size_t i = 0; i < n; i++) {
 		cmd_max += REDIS_CALL_OVERHEAD + 2 * redis_hkey_max(s, a[i].ns_len) +
-			   REDIS_BULK_MAX(a[i].key_len) + 6 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+			   REDIS_BULK_MAX(a[i].key_len) + 8 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
 		if (token)
 			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
 	}
@@ -1655,7 +1672,7 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		size_t body;
 
 		*c = (struct redis_call){ .op = op, .first = (uint32_t)i, .n = 1,
-					  .nargs = token ? 13 : 12,
+					  .nargs = token ? 15 : 14,
 					  .begin = (size_t)(p - op->cmd) };
 		p = redis_put_array(p, c->nargs);
 		p = redis_put_bulk(p, "EVALSHA", 7);
@@ -1676,6 +1693,8 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->limit));
 		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->weight));
 		p = redis_put_bulk(p, ad->count_denied ? "1" : "0", 1);
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->want));
+		p = redis_put_bulk(p, num, redis_u64_dec(num, ad->nodes));
 		c->end = (size_t)(p - op->cmd);
 		if (token)
 			c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body) ^

@@ -127,12 +127,17 @@ int strategy_admit_check(struct strategy_admit *a, size_t n, char *errstr)
 			 !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 ||
 			 a[i].weight > 1)
 			why = "diff, cost, limit or weight out of range";
+		else if (!(a[i].want >= 0) || !isfinite(a[i].want))
+			why = "want out of range";
 		if (why) {
 			if (errstr)
 				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);
 			return -1;
 		}
 		a[i].ok = a[i].admitted = false;
+		a[i].grant = 0;
+		if (a[i].nodes == 0 || a[i].cost == 0)
+			a[i].want = 0;
 	}
 	return 0;
 }

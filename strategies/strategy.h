@@ -75,6 +75,12 @@ struct strategy_row {
  *                                 not seen; may be 0)
  *   2. admitted = current + previous * weight + cost <= limit
  *   3. current += cost           if admitted or count_denied
+ *   4. if admitted, a grant: part of the headroom left, counted now for the
+ *      node's coming hits (which it then admits locally, returning what it
+ *      did not use with a later push, as a negative diff):
+ *        grant = min(want, (limit - current - previous * weight) / (2 * nodes))
+ *      rounded down to a multiple of cost (0 when under one cost, or when
+ *      want or nodes is 0); current += grant
  * and the totals come back. The caller owns the memory until the callback
  * returns. */
 struct strategy_admit {
@@ -89,8 +95,11 @@ struct strategy_admit {
 	double limit;           /* in */
 	double weight;          /* in: of the previous window (0: fixed window) */
 	bool count_denied;      /* in: count a hit that is not admitted */
+	double want;            /* in: the largest grant wanted (0: none) */
+	unsigned nodes;         /* in: the nodes sharing the limit (0: no grant) */
 	bool ok;                /* out: the store decided; the rest is valid */
 	bool admitted;          /* out */
+	double grant;           /* out: counted for this node (0 if none) */
 	double current;         /* out: the current window's count after */
 	double previous;        /* out: the previous window's count */
 };
@@ -189,7 +198,8 @@ const struct strategy_ops *strategy_find(const char *name);
 const char *strategy_name(size_t i);
 
 /* Checks n admissions for every store's admit(): a window size, finite
- * numbers, cost >= 0, weight in [0, 1]; clears their outputs. Returns 0,
+ * numbers, cost >= 0, weight in [0, 1], want >= 0; clears their outputs
+ * and sets want to 0 where no grant can be given (nodes or cost 0). Returns 0,
  * or -1 with errstr ("admission <i>: ..."). */
 int strategy_admit_check(struct strategy_admit *a, size_t n, char *errstr);
 

@@ -1050,6 +1050,17 @@ Test(cluster, sigterm_flush_bounded_when_store_paused)
 #define ADMIT_SYNC    0.1
 #define ADMIT_BURST   (ADMIT_HITS / NODES)
 
+/* cfg (one namespace) with "admission": how. */
+static const char *with_admission(const char *cfg, const char *how)
+{
+	static char out[2048];
+	const char *p = strstr(cfg, "\"sync_rate\":");
+
+	cr_assert_not_null(p);
+	snprintf(out, sizeof(out), "%.*s\"admission\":\"%s\",%s", (int)(p - cfg), cfg, how, p);
+	return out;
+}
+
 static int64_t degraded_seen;      /* ACKs with degraded=true */
 static bool admission_arg_exact;   /* NOTIFYs carry admission="exact" */
 
@@ -1191,7 +1202,7 @@ Test(cluster, redis_admission_measured)
 
 	redis_up(false);
 	for (size_t n = 0; n < NODES; n++)
-		node_start(n, cfg_redis_t(w, ADMIT_SYNC, 1000));
+		node_start(n, with_admission(cfg_redis_t(w, ADMIT_SYNC, 1000), "local"));
 	admission_case("redis", w, false);
 }
 
@@ -1201,7 +1212,7 @@ Test(cluster, postgres_admission_measured)
 
 	pg_up();
 	for (size_t n = 0; n < NODES; n++)
-		node_start(n, cfg_pg_t(w, ADMIT_SYNC, 1000));
+		node_start(n, with_admission(cfg_pg_t(w, ADMIT_SYNC, 1000), "local"));
 	admission_case("postgres", w, false);
 }
 
@@ -1346,17 +1357,10 @@ Test(cluster, postgres_nodes_count_each_other)
 
 /* ---------------------------------------------------------------- exact admission */
 
-/* cfg (one namespace) with "admission": "exact". */
 static const char *with_exact(const char *cfg)
 {
-	static char out[2048];
-	const char *p = strstr(cfg, "\"sync_rate\":");
-
-	cr_assert_not_null(p);
-	snprintf(out, sizeof(out), "%.*s\"admission\":\"exact\",%s", (int)(p - cfg), cfg, p);
-	return out;
+	return with_admission(cfg, "exact");
 }
-
 
 Test(cluster, redis_admission_exact)
 {
@@ -1376,6 +1380,95 @@ Test(cluster, postgres_admission_exact)
 	for (size_t n = 0; n < NODES; n++)
 		node_start(n, with_exact(cfg_pg_t(w, ADMIT_SYNC, 1000)));
 	admission_case("postgres", w, true);
+}
+
+/* Commands the agents sent to Redis (INFO commandstats): script calls and
+ * the few direct commands. What a script runs inside is the server's work
+ * for that one command, not a round trip; *server gets the server's own
+ * count (total_commands_processed), scripts' insides included. */
+static long long redis_agent_commands(long long *server)
+{
+	/* Not hget or hgetall: the agents' sync and admissions never send
+	 * them (only the library's fetch does), the scripts run them. */
+	static const char *const sent[] = { "evalsha", "eval", "script|load", "auth", "select",
+					    "ping" };
+	redisReply *rep = redis_server_command(&redis, "INFO commandstats");
+	long long n = 0;
+	const char *p;
+
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING, "INFO commandstats");
+	for (size_t i = 0; i < sizeof(sent) / sizeof(sent[0]); i++) {
+		char name[64];
+
+		snprintf(name, sizeof(name), "cmdstat_%s:calls=", sent[i]);
+		if ((p = strstr(rep->str, name)))
+			n += atoll(p + strlen(name));
+	}
+	freeReplyObject(rep);
+	rep = redis_server_command(&redis, "INFO stats");
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING, "INFO stats");
+	p = strstr(rep->str, "total_commands_processed:");
+	*server = p ? atoll(p + strlen("total_commands_processed:")) : 0;
+	freeReplyObject(rep);
+	return n;
+}
+
+/* 3,000 hits on a fresh key with a limit of LIMIT, `depth` at a time on
+ * each node (waiting for their answers), round-robin over the nodes.
+ * Returns the hits admitted; *cmds the commands the agents sent. */
+static int64_t far_hits(unsigned w, size_t depth, long long *cmds)
+{
+	enum { HITS = 3000, LIMIT = 1000000 };
+	long long before, after, srv_before, srv_after;
+	int64_t admitted = 0, t0 = mono_us();
+	char key[64];
+
+	rand_key(key, sizeof(key), "far");
+	before = redis_agent_commands(&srv_before);
+	for (size_t i = 0; i < HITS / NODES; i += depth) {
+		uint64_t sid;
+
+		for (size_t n = 0; n < NODES; n++)
+			for (size_t k = 0; k < depth && i + k < HITS / NODES; k++)
+				cr_assert(limit_send(nodes[n].fd[0], key, w, LIMIT, &sid) == 0, "%s",
+					  errbuf);
+		for (size_t n = 0; n < NODES; n++)
+			for (size_t k = 0; k < depth && i + k < HITS / NODES; k++) {
+				int a = any_limit_ack(nodes[n].fd[0]);
+				cr_assert(a >= 0, "node %zu: %s", n, errbuf);
+				admitted += a;
+			}
+	}
+	after = redis_agent_commands(&srv_after);
+	*cmds = after - before;
+	/* The scripts' insides and our own INFO calls. */
+	cr_log_info("%d hits far from a limit of %d over %d nodes, %zu at a time per node, in "
+		    "%.2f s: %lld commands from the agents (%lld more run inside their scripts)",
+		    HITS, LIMIT, NODES, depth, (double)(mono_us() - t0) / 1e6, *cmds,
+		    (srv_after - srv_before) - *cmds);
+	return admitted;
+}
+
+/* Far from its limit a key costs no store round trip per hit (issue 9):
+ * 3,000 hits on a key with a limit of 1,000,000 over three nodes (admission
+ * "auto", exact here) cost at most 300 Redis commands, sync cycles and
+ * heartbeats included, and every hit is admitted: one hit at a time per
+ * node, and eight. */
+Test(cluster, redis_far_from_the_limit_costs_no_round_trip_per_hit)
+{
+	static const size_t depths[] = { 1, 8 };
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis_t(w, ADMIT_SYNC, 1000));
+	for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {
+		long long cmds;
+
+		cr_assert_eq(far_hits(w, depths[i], &cmds), 3000);
+		cr_expect_leq(cmds, 300, "%lld commands for 3000 hits far from the limit, %zu at a "
+			      "time", cmds, depths[i]);
+	}
 }
 
 /* The store down: an exact admission is decided from the node's view
@@ -1416,7 +1509,7 @@ Test(cluster, redis_admission_exact_per_request)
 
 	redis_up(false);
 	for (size_t n = 0; n < NODES; n++)
-		node_start(n, cfg_redis_t(w, ADMIT_SYNC, 1000));
+		node_start(n, with_admission(cfg_redis_t(w, ADMIT_SYNC, 1000), "local"));
 	admission_arg_exact = true;
 	admission_case("redis", w, true);
 }

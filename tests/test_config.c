@@ -922,7 +922,26 @@ Test(config, admission)
 	config_free(&c);
 	config_defaults(&c);
 	cr_assert_eq(load(&c, &err, "{\"namespaces\": [{\"window_sizes\": [1]}]}"), 0);
-	cr_assert_eq(c.ns[0].admission, NS_ADMIT_LOCAL, "local by default");
+	cr_assert_eq(c.ns[0].admission, NS_ADMIT_AUTO, "auto by default");
+	cr_assert_eq(ns_admission_of(&c.ns[0]), NS_ADMIT_LOCAL, "auto is local without a store");
+	config_free(&c);
+	/* auto: exact where the store decides admissions (sync_rate > 0,
+	 * redis or postgres), local otherwise; "local" is kept. */
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": ["
+				    "{\"name\": \"a\", \"window_sizes\": [1], \"sync_rate\": 0.5,"
+				    " \"strategy\": \"redis\"},"
+				    "{\"name\": \"b\", \"window_sizes\": [1], \"sync_rate\": 0,"
+				    " \"strategy\": \"redis\"},"
+				    "{\"name\": \"c\", \"window_sizes\": [1], \"sync_rate\": 0.5,"
+				    " \"strategy\": \"postgres\", \"admission\": \"local\"},"
+				    "{\"name\": \"d\", \"window_sizes\": [1], \"sync_rate\": 0.5,"
+				    " \"strategy\": \"postgres\", \"admission\": \"auto\"}]}"), 0,
+		     "%s: %s", err.path, err.msg);
+	cr_assert_eq(ns_admission_of(&c.ns[0]), NS_ADMIT_EXACT);
+	cr_assert_eq(ns_admission_of(&c.ns[1]), NS_ADMIT_LOCAL, "sync_rate 0 is exact already");
+	cr_assert_eq(ns_admission_of(&c.ns[2]), NS_ADMIT_LOCAL);
+	cr_assert_eq(ns_admission_of(&c.ns[3]), NS_ADMIT_EXACT);
 	config_free(&c);
 	assert_no_leaks();
 }

@@ -1522,6 +1522,81 @@ Test(postgres, admit_token_applies_once)
 	ops->destroy(s);
 }
 
+static struct strategy_admit grant_adm(double cost, double limit, double weight, double want,
+				       unsigned nodes)
+{
+	struct strategy_admit a = adm("g", 600, 0, cost, limit, weight, false);
+
+	a.want = want;
+	a.nodes = nodes;
+	return a;
+}
+
+/* Grants (docs/CLUSTER.md, "Exact at the limit"): an admitted hit also
+ * gets min(want, headroom / (2 * nodes)) in whole costs, counted at once;
+ * none when refused, without nodes or want, or under one cost; a resend
+ * with the same token gets the same grant and adds nothing. */
+Test(postgres, admit_grants_share_the_headroom)
+{
+	struct strategy *s = make_ready("t_admit_grant", NULL);
+	struct strategy_admit a = grant_adm(1, 100, 0, 1000, 3);
+
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.grant, 16, "(100 - 1) / 6 = 16.5, in whole costs: %g", a.grant);
+	cr_assert_eq(a.current, 17);
+	a = grant_adm(1, 100, 0, 1000, 3);
+	admit_tok(s, &a, 1, "n1:1");
+	cr_assert_eq(a.grant, 13, "(100 - 18) / 6: %g", a.grant);
+	cr_assert_eq(a.current, 31);
+	a = grant_adm(1, 100, 0, 1000, 3);
+	admit_tok(s, &a, 1, "n1:1");
+	cr_assert(a.admitted);
+	cr_assert_eq(a.grant, 13, "a resend gets the recorded grant: %g", a.grant);
+	cr_assert_eq(a.current, 31, "and adds nothing");
+	a = grant_adm(1, 100, 0, 4, 3);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 4, "want caps it");
+	cr_assert_eq(a.current, 36);
+	a = grant_adm(1, 100, 0, 1000, 0);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.grant, 0, "no nodes, no grant");
+	a = grant_adm(1, 100, 0, 0, 3);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 0, "no want, no grant");
+	a = grant_adm(2.5, 100, 0, 1000, 1);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 27.5, "(100 - 40.5) / 2 = 29.75, in costs of 2.5: %g", a.grant);
+	cr_assert_eq(a.current, 68);
+	a = grant_adm(30, 100, 0, 1000, 1);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.grant, 0, "(100 - 98) / 2 is under one cost");
+	a = grant_adm(3, 100, 0, 1000, 1);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(!a.admitted);
+	cr_assert_eq(a.grant, 0, "refused: no grant");
+	cr_assert_eq(query_int("SELECT count FROM t_admit_grant WHERE key = 'g' AND window_start = 600"), 98);
+	ops->destroy(s);
+}
+
+/* The previous window weighs on the headroom of a grant. */
+Test(postgres, admit_grant_counts_the_previous_window)
+{
+	struct strategy *s = make_ready("t_admit_grant_prev", NULL);
+	struct strategy_admit a = adm("g", 600 - 60, 40, 0, 1000, 0, false);
+
+	admit_tok(s, &a, 1, NULL);
+	a = grant_adm(1, 100, 0.5, 1000, 2);
+	admit_tok(s, &a, 1, NULL);
+	cr_assert(a.admitted);
+	cr_assert_eq(a.previous, 40);
+	cr_assert_eq(a.grant, 19, "(100 - 1 - 40 * 0.5) / 4 = 19.75: %g", a.grant);
+	cr_assert_eq(a.current, 20);
+	ops->destroy(s);
+}
+
 Test(postgres, admit_refuses_bad_arguments)
 {
 	struct strategy *s = make_ready("t_admit_bad", NULL);

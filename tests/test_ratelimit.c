@@ -1292,3 +1292,70 @@ Test(ratelimit, hits_racing_evictions_lose_nothing, .timeout = 120)
 	munmap(rs, sizeof(*rs));
 	rl_free(rl);
 }
+
+/* rl_hit_exact (admission "exact"): without a grant a hit the node's view
+ * admits is left to the store (nothing counted, the slot made for the
+ * grant to come); a grant admits hits here without a diff (the store
+ * counted them with the grant), and what is left of it is no hit; a hit
+ * the view denies is decided here, counted as a denied hit (a diff). A
+ * slot holding a grant is never evicted. */
+Test(ratelimit, exact_hits_spend_grants_or_ask_the_store)
+{
+	static const struct nsdef d[] = { { "api", 0, NS_FULL_EVICT, 1 } };
+	struct rl *rl = mk_shares(16, d, 1);
+	struct shm_table *t = rl_shm(rl);
+	int ns = ns_of(rl, "api");
+	double now = 1000.5;
+	struct rl_result r;
+	struct shm_entry e;
+
+	cr_assert_eq(rl_hit_exact(rl, ns, "k", 1, 60, 1, 0, now, -1, true, &r), -1, "a limit");
+	cr_assert_eq(rl_hit_exact(rl, ns, "k", 1, 60, 1, 0, now, 10, true, &r), 0);
+	cr_assert(r.need_store && !r.granted && !r.counted);
+	cr_assert(r.inserted && r.cur_idx != UINT32_MAX, "the slot is made");
+	EQ(r.current, 0);
+	cr_assert(shm_grant_any(t, r.cur_idx), "demand noted");
+	/* The store admitted it and granted 3 more: its total is 4. */
+	cr_assert_eq(rl_seed(rl, ns, "k", 1, 60, 960, 4, now), 0);
+	cr_assert_eq(rl_grant(rl, ns, "k", 1, 60, 960, 3, now), 0);
+	for (int i = 0; i < 3; i++) {
+		cr_assert_eq(rl_hit_exact(rl, ns, "k", 1, 60, 1, 0, now, 10, true, &r), 0);
+		cr_assert(r.granted && r.counted && !r.need_store, "hit %d", i);
+		EQ(r.current, 2 + i);  /* the grant's rest is not hits */
+	}
+	cr_assert_eq(rl_hit_exact(rl, ns, "k", 1, 60, 1, 0, now, 10, true, &r), 0);
+	cr_assert(r.need_store, "the grant is spent");
+	cr_assert_eq(shm_read(t, r.cur_idx, &e), 0);
+	EQ(e.diff, 0);                 /* nothing to push: the store has them */
+	EQ(e.count, 4);
+	/* Over the limit by the view: decided here, counted (count_denied). */
+	cr_assert_eq(rl_seed(rl, ns, "k", 1, 60, 960, 10, now), 0);
+	cr_assert_eq(rl_hit_exact(rl, ns, "k", 1, 60, 1, 0, now, 10, true, &r), 0);
+	cr_assert(!r.need_store && !r.granted && r.counted);
+	EQ(r.current, 11);
+	cr_assert_eq(shm_read(t, r.cur_idx, &e), 0);
+	EQ(e.diff, 1);
+
+	/* A slot holding a grant is never a victim, though it is the least
+	 * valuable (count 0): fill the table with pushed keys, flood. */
+	char key[32];
+	for (int i = 0; i < 18; i++) {
+		snprintf(key, sizeof(key), "f%d", i);
+		try_hit(rl, "api", key, -1, now);
+	}
+	for (uint32_t i = 0; i < shm_nslots(t); i++)
+		if (shm_read(t, i, &e) == 0)
+			shm_take_diff(t, &e);
+	cr_assert_eq(rl_grant(rl, ns, "g", 1, 60, 960, 5, now), 0);
+	for (int i = 0; i < 200; i++) {
+		snprintf(key, sizeof(key), "x%d", i);
+		try_hit(rl, "api", key, -1, now);
+		for (uint32_t j = 0; j < shm_nslots(t); j++)
+			if (shm_read(t, j, &e) == 0)
+				shm_take_diff(t, &e);
+	}
+	cr_assert_gt(stats_of(rl, "api").evicted, 0);
+	cr_assert_eq(rl_hit_exact(rl, ns, "g", 1, 60, 1, 0, now, 100, true, &r), 0);
+	cr_assert(r.granted, "the granted slot is still there");
+	rl_free(rl);
+}

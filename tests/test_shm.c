@@ -626,3 +626,69 @@ Test(shm, next_used_covers_every_live_slot)
 	cr_assert_eq(visited, 300, "only written slots are visited");
 	shm_destroy(t);
 }
+
+/* Grants: spent only while they cover the cost (one CAS each), demand
+ * noted, a second ask refused while one is in flight, a cycle's demand
+ * becomes the last one, what is left taken back at once, and nothing of
+ * a grant survives the slot being re-keyed. */
+Test(shm, grants)
+{
+	struct shm_table *t = mk(1);	/* 2 slots */
+	struct shm_key k;
+	struct shm_ref r, p;
+
+	add(t, 0, 0, "a", 900, 930, 1, true);
+	key(t, &k, 0, 0, "a");
+	shm_find(t, &k, 900, -1, &r, &p);
+	cr_assert_neq(r.idx, SHM_NONE);
+	cr_assert(!shm_grant_take(t, &r, 1), "no grant yet");
+	cr_assert(!shm_grant_any(t, r.idx));
+	shm_grant_add(t, &r, 2.5);
+	EQ(shm_grant_left(t, r.idx), 2.5);
+	cr_assert(shm_grant_take(t, &r, 1));
+	cr_assert(shm_grant_take(t, &r, 1));
+	cr_assert(!shm_grant_take(t, &r, 1), "0.5 left does not cover 1");
+	cr_assert(shm_grant_take(t, &r, 0.5));
+	EQ(shm_grant_left(t, r.idx), 0.0);
+	shm_grant_note(t, &r, 3);          /* three more went to the store */
+	cr_assert(shm_grant_any(t, r.idx));
+	/* Asking: the first ask learns the last demand (none yet). */
+	EQ(shm_grant_begin(t, r.idx), 0.0);
+	EQ(shm_grant_begin(t, r.idx), -1.0); /* one ask at a time */
+	/* A cycle: this cycle's demand (2.5 spent + 3 asked) becomes the
+	 * last one, the ask stays in flight. */
+	EQ(shm_grant_cycle(t, r.idx), 5.5);
+	EQ(shm_grant_begin(t, r.idx), -1.0);
+	shm_grant_end(t, r.idx);
+	shm_grant_end(t, r.idx);           /* twice: harmless */
+	EQ(shm_grant_begin(t, r.idx), 5.5);
+	shm_grant_end(t, r.idx);
+	EQ(shm_grant_cycle(t, r.idx), 0.0); /* no demand since */
+	EQ(shm_grant_begin(t, r.idx), 0.0);
+	shm_grant_end(t, r.idx);
+	/* Taken back. */
+	shm_grant_add(t, &r, 4);
+	EQ(shm_grant_return(t, r.idx), 4.0);
+	EQ(shm_grant_return(t, r.idx), 0.0);
+	/* A slot holding a grant is re-keyed only once stale; then the new
+	 * key starts with nothing. */
+	shm_grant_add(t, &r, 7);
+	shm_grant_note(t, &r, 1);
+	{
+		struct shm_entry e;
+
+		cr_assert_eq(shm_read(t, r.idx, &e), 0);
+		cr_assert_eq(shm_ack_diff(t, &e, e.diff), 0);
+	}
+	key(t, &k, 0, 0, "b");
+	cr_assert_eq(shm_insert(t, &k, 1e6 - 40, 1e6, &p), SHM_INS_NEW);
+	key(t, &k, 0, 0, "c");
+	cr_assert_eq(shm_insert(t, &k, 1e6 - 40, 1e6, &p), SHM_INS_NEW);
+	for (uint32_t i = 0; i < shm_nslots(t); i++) {
+		EQ(shm_grant_left(t, i), 0.0);
+		cr_assert(!shm_grant_any(t, i));
+		EQ(shm_grant_begin(t, i), 0.0);
+	}
+	cr_assert(!shm_grant_take(t, &r, 1), "the old reference spends nothing");
+	shm_destroy(t);
+}

@@ -2,9 +2,12 @@
 # haproxy_cluster.sh - two HAProxy instances, each in front of its own agent
 # node (2 workers), the two nodes sharing one Redis (sync_rate 0.2 s).
 # One key, limit N per 60 s sliding window, requests alternating between
-# the two HAProxy instances as fast as curl goes:
-#   - sequential (one curl, keep-alive), then parallel (curl --parallel);
-#   - the cluster admits at least N (the limit is not undercounted) and at
+# the two HAProxy instances as fast as curl goes: sequential (one curl,
+# keep-alive), paced, then parallel (curl --parallel); in two namespaces:
+#   - "default", admission "auto" (exact: the store's grants far from the
+#     limit, the store at it): N <= admitted <= N + 1 % in every pattern;
+#   - "local" (admission "local", each node decides from its view): the
+#     cluster admits at least N (the limit is not undercounted) and at
 #     most N + (nodes - 1) x ceil(r x sync_rate) + slack, where r is the
 #     measured request rate of one node: a node learns the other's hits
 #     one sync period late, so it may admit what the other admitted
@@ -52,10 +55,10 @@ done
 
 cat > "$E2E_TMP/agent.json" <<EOF
 { "log_level": "info",
-  "namespaces": [ { "name": "default", "window_sizes": [60], "sync_rate": $SYNC,
-    "strategy": "redis",
+  "namespaces": [ { "name": "local", "window_sizes": [60], "sync_rate": $SYNC,
+    "strategy": "redis", "admission": "local",
     "strategy_opts": { "host": "127.0.0.1", "port": $REDIS_PORT, "timeout_ms": 100 } },
-    { "name": "exact", "window_sizes": [60], "sync_rate": $SYNC, "admission": "exact",
+    { "name": "default", "window_sizes": [60], "sync_rate": $SYNC,
     "strategy": "redis",
     "strategy_opts": { "host": "127.0.0.1", "port": $REDIS_PORT, "timeout_ms": 1000 } } ] }
 EOF
@@ -135,7 +138,7 @@ redis_total() {
   echo "$sum"
 }
 
-# check_variant NAME KEY: the assertions on $E2E_TMP/out.
+# check_variant NAME KEY: the assertions for namespace "local".
 check_variant() {
   local name=$1 key=$2 total admitted denied errs other per_node r bound over want got i
   total=$(wc -l < "$E2E_TMP/out")
@@ -169,14 +172,14 @@ check_variant() {
   got=""
   for i in $(seq 1 30); do
     sleep 0.2
-    got=$(redis_total "$key")
+    got=$(redis_total "$key" local)
     [ "$got" = "$want" ] && break
   done
   is "$got" "$want" "$name: Redis holds every counted request ($want)"
 }
 
-# check_exact NAME KEY: the assertions for namespace "exact" (admission
-# "exact": the store decides): the limit, within 1 %, in every pattern.
+# check_exact NAME KEY: the assertions for namespace "default" (admission
+# "auto", here exact): the limit, within 1 %, in every pattern.
 check_exact() {
   local name=$1 key=$2 total admitted denied errs other want got i
   total=$(wc -l < "$E2E_TMP/out")
@@ -194,7 +197,7 @@ check_exact() {
   got=""
   for i in $(seq 1 30); do
     sleep 0.2
-    got=$(redis_total "$key" exact)
+    got=$(redis_total "$key")
     [ "$got" = "$want" ] && break
   done
   is "$got" "$want" "$name, exact: Redis holds every counted request ($want)"
@@ -202,41 +205,42 @@ check_exact() {
 
 # --------------------------------------------------------------- tests ---
 
-# As fast as one curl goes (keep-alive): a node answers more than N in one
+# Namespace "default" (admission "auto": exact): the limit within 1 % in
+# every pattern (docs/CLUSTER.md, "Exact at the limit").
+wait_window_margin 60 15
+K="exact-seq-$E2E_RUN_ID"
+run "$K" "$REQS_SEQ"
+check_exact "sequential" "$K"
+
+wait_window_margin 60 15
+K="exact-paced-$E2E_RUN_ID"
+run "$K" "$REQS_PACED" --rate "$PACED_RATE/s"
+check_exact "sequential at $PACED_RATE/s" "$K"
+
+wait_window_margin 60 15
+K="exact-par-$E2E_RUN_ID"
+run "$K" "$REQS_PAR" -Z --parallel-max "$PAR" --parallel-immediate
+check_exact "parallel x$PAR" "$K"
+
+# The same three patterns on namespace "local" (admission "local"). As
+# fast as one curl goes (keep-alive), a node answers more than N in one
 # sync period, so each node admits its own N before hearing of the other
 # and the bound is loose (close to nodes x N).
 wait_window_margin 60 15
 K="cluster-seq-$E2E_RUN_ID"
-run "$K" "$REQS_SEQ"
+run "$K" "$REQS_SEQ" -H "X-Namespace: local"
 check_variant "sequential" "$K"
 
 # Paced so that reaching N takes several sync periods: the bound is tight.
 wait_window_margin 60 15
 K="cluster-paced-$E2E_RUN_ID"
-run "$K" "$REQS_PACED" --rate "$PACED_RATE/s"
+run "$K" "$REQS_PACED" --rate "$PACED_RATE/s" -H "X-Namespace: local"
 check_variant "sequential at $PACED_RATE/s" "$K"
 
 wait_window_margin 60 15
 K="cluster-par-$E2E_RUN_ID"
-run "$K" "$REQS_PAR" -Z --parallel-max "$PAR" --parallel-immediate
+run "$K" "$REQS_PAR" -Z --parallel-max "$PAR" --parallel-immediate -H "X-Namespace: local"
 check_variant "parallel x$PAR" "$K"
-
-# The same three patterns on namespace "exact": the store decides near the
-# limit (docs/CLUSTER.md, "Exact at the limit").
-wait_window_margin 60 15
-K="exact-seq-$E2E_RUN_ID"
-run "$K" "$REQS_SEQ" -H "X-Namespace: exact"
-check_exact "sequential" "$K"
-
-wait_window_margin 60 15
-K="exact-paced-$E2E_RUN_ID"
-run "$K" "$REQS_PACED" --rate "$PACED_RATE/s" -H "X-Namespace: exact"
-check_exact "sequential at $PACED_RATE/s" "$K"
-
-wait_window_margin 60 15
-K="exact-par-$E2E_RUN_ID"
-run "$K" "$REQS_PAR" -Z --parallel-max "$PAR" --parallel-immediate -H "X-Namespace: exact"
-check_exact "parallel x$PAR" "$K"
 
 # --------------------------------------------------------------- finish ---
 
