@@ -25,8 +25,9 @@
 # Knobs (environment): BENCH_SPOP_SECONDS (5), BENCH_SPOP_ROUNDS (3),
 # BENCH_CONNS (8), BENCH_INFLIGHT (32), BENCH_KEYS (10000),
 # BENCH_E2E_SECONDS (10), BENCH_E2E_ROUNDS (3), BENCH_E2E_CONNS (32),
-# BENCH_E2E_VARIANTS ("A B C D E"; D and E sync through Redis: see
-# variant_cfg and variant_setup), BENCH_OUT (build/bench).
+# BENCH_E2E_VARIANTS ("A B C D E F"; D, E and F sync through Redis: see
+# variant_cfg and variant_setup), BENCH_F_LIMIT (20000: F's limit per
+# second), BENCH_OUT (build/bench).
 #
 # Every process started here is recorded and stopped by pid on exit
 # (agents with their workers, HAProxy, load generators), whatever happens.
@@ -56,7 +57,8 @@ KEYS=${BENCH_KEYS:-10000}
 E2E_SECONDS=${BENCH_E2E_SECONDS:-10}
 E2E_ROUNDS=${BENCH_E2E_ROUNDS:-3}
 E2E_CONNS=${BENCH_E2E_CONNS:-32}
-E2E_VARIANTS=${BENCH_E2E_VARIANTS:-A B C D E}
+E2E_VARIANTS=${BENCH_E2E_VARIANTS:-A B C D E F}
+F_LIMIT=${BENCH_F_LIMIT:-20000}
 CLK_TCK=$(getconf CLK_TCK)
 
 mkdir -p "$OUT" "$RAW"
@@ -473,8 +475,9 @@ variant_cfg() {
   case $1 in
     A) echo "$ROOT/bench/haproxy/a-direct.cfg" ;;
     B) echo "$ROOT/bench/haproxy/b-stick-table.cfg" ;;
-    # D, E and F: the same HAProxy as C; only the agent's config differs.
-    C|D|E|F) echo "$ROOT/bench/haproxy/c-spoe-local.cfg" ;;
+    # D and E: the same HAProxy as C; only the agent's config differs.
+    C|D|E) echo "$ROOT/bench/haproxy/c-spoe-local.cfg" ;;
+    F) echo "$ROOT/bench/haproxy/f-near-limit.cfg" ;;
     *) local f
        for f in "$ROOT"/bench/haproxy/"$(echo "$1" | tr '[:upper:]' '[:lower:]')"-*.cfg; do
          [ -f "$f" ] && { echo "$f"; break; }
@@ -496,12 +499,14 @@ variant_setup() {
       ;;
     D|E|F)
       # Redis on CPU 1 (with wrk), the agent synchronising the default
-      # namespace through it: D every 0.1 s, E on every hit (sync_rate 0),
-      # F every 0.1 s with admission "exact" (every request carries a
-      # limit: each one is decided by Redis).
+      # namespace through it: D every 0.1 s (admission "auto": exact, from
+      # the store's grants while far from the limit), E on every hit
+      # (sync_rate 0), F as D with every request at its limit
+      # (f-near-limit.cfg; denied hits not counted, so the sliding rate
+      # stays at the limit and each hit it frees is admitted by Redis).
       local rport rate=0.1 cfgf adm=""
       [ "$1" = E ] && rate=0
-      [ "$1" = F ] && adm='"admission":"exact",'
+      [ "$1" = F ] && adm='"count_denied":false,'
       free_port rport || return 1
       "${PIN1[@]}" redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
         > "$RAW/redis-$1-$rport.log" 2>&1 &
@@ -545,7 +550,7 @@ wrk_field() {
 # V round rps requests p50_us p99_us haproxy_us_per_req agent_us_per_req
 # errors agent_reads_per_req
 e2e_run() {
-  local v=$1 round=$2 cfg fe ag hp i h0 h1 a0 a1 s0 s1 reqs f rps p50 p99 hcpu acpu asys errs
+  local v=$1 round=$2 cfg fe ag hp i h0 h1 a0 a1 s0 s1 reqs f rps p50 p99 hcpu acpu asys errs spoe
   cfg=$(variant_cfg "$v")
   if [ -z "$cfg" ] || [ ! -f "$cfg" ]; then
     echo "bench: no configuration for variant $v" >&2
@@ -553,8 +558,14 @@ e2e_run() {
   fi
   free_port fe && free_port ag || return 1
   variant_setup "$v" "$ag" || return 1
-  BENCH_FE=127.0.0.1:$fe BENCH_AGENT=127.0.0.1:$ag \
-    BENCH_SPOE_CONF=$ROOT/bench/haproxy/spoe-bench.conf \
+  spoe=$ROOT/bench/haproxy/spoe-bench.conf
+  if [ "$v" = F ]; then
+    # One key at its limit: a 1 s window, limit BENCH_F_LIMIT per second.
+    spoe=$RAW/spoe-near-limit.conf
+    sed "s/window=int(60) limit=int(1000000000)/window=int(1) limit=int($F_LIMIT)/" \
+      "$ROOT/bench/haproxy/spoe-bench.conf" > "$spoe"
+  fi
+  BENCH_FE=127.0.0.1:$fe BENCH_AGENT=127.0.0.1:$ag BENCH_SPOE_CONF=$spoe \
     "${PIN0[@]}" haproxy -db -f "$cfg" > "$RAW/haproxy-$v-$round.log" 2>&1 &
   hp=$!
   PIDS+=("$hp")
@@ -664,7 +675,10 @@ part_e2e() {
   md "A: HAProxy answers (\`http-request return\`). B: + stick table (\`track-sc0 src\`, \`sc_http_req_rate\`)."
   md "C: + SPOE filter asking this agent (local strategy) for every request. D: the same, the agent syncing"
   md "its counters with Redis (on CPU 1) every 0.1 s. E: the same with sync_rate 0 (a Redis round trip per request)."
-  md "F: D with admission \"exact\": every request (all carry a limit) is admitted by Redis."
+  md "D admits with Redis's grants (admission \"auto\", exact): far from the limit, hits spend them locally."
+  md "F: D with one key at its limit, $F_LIMIT per 1 s sliding window (denied hits not counted): each hit"
+  md "the sliding window frees is admitted by Redis, the others denied from the node's view (200 with"
+  md "X-RL-Denied, so that only unanswered requests count as errors)."
   md "Errors: non-2xx + socket errors, all rounds."
   md ""
   md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
