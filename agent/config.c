@@ -718,6 +718,16 @@ static int cfg_set_ns_window_type(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+static int cfg_set_ns_shadow(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	ns->shadow = json_is_true(v);
+	return 0;
+}
+
 static int cfg_set_ns_count_denied(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct ns_def *ns = obj;
@@ -833,6 +843,7 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "strategy_opts", .set = cfg_set_ns_strategy_opts },
 	{ .name = "window_type",   .set = cfg_set_ns_window_type },
 	{ .name = "count_denied",  .set = cfg_set_ns_count_denied },
+	{ .name = "shadow",        .set = cfg_set_ns_shadow },
 	{ .name = "max_keys",      .set = cfg_set_ns_max_keys },
 	{ .name = "on_table_full", .set = cfg_set_ns_on_table_full },
 	{ .name = "admission",     .set = cfg_set_ns_admission },

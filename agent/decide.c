@@ -96,10 +96,22 @@ static void table_evicted(struct decide *d, int ns, double now)
 	    log_limit_suppressed(&d->evict_log));
 }
 
-/* A decision is final (answered as it is): count what it says. */
-static void count_final(const struct rl_decision *r)
+/* A decision is final (answered as it is): count what it says. A shadow
+ * namespace never denies: what it would deny is answered allowed, with
+ * shadow_exceeded. */
+static void count_final(struct rl_decision *r)
 {
-	if (r->exceeded && r->ns >= 0 && r->ns < METRICS_NS)
+	if (!r->exceeded)
+		return;
+	if (r->shadow) {
+		r->exceeded = false;
+		r->shadow_exceeded = true;
+		r->retry_after = 0;
+		if (r->ns >= 0 && r->ns < METRICS_NS)
+			metrics_add(&metrics_me->shadow_exceeded[r->ns], 1);
+		return;
+	}
+	if (r->ns >= 0 && r->ns < METRICS_NS)
 		metrics_add(&metrics_me->exceeded[r->ns], 1);
 }
 
@@ -144,6 +156,7 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		return;
 	}
 	const struct ns_def *nsc = rl_namespace_def(d->rl, ns);
+	r->shadow = nsc->shadow;
 	bool sliding = rq->window_type == DECIDE_WT_DEFAULT
 			       ? nsc->window_type == NS_WINDOW_SLIDING
 			       : rq->window_type == DECIDE_WT_SLIDING;
@@ -306,6 +319,8 @@ void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *ou
 	for (size_t i = 0; i < n; i++) {
 		const struct rl_decision *r = &res[i];
 		out->degraded = out->degraded || r->degraded;
+		out->shadow = out->shadow || r->shadow;
+		out->shadow_exceeded = out->shadow_exceeded || r->shadow_exceeded;
 		if (r->error) {
 			*error = *error ? *error : r->error;
 			if (r->exceeded) {

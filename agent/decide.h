@@ -75,6 +75,8 @@ struct rl_decision {
 	uint32_t window;
 	bool degraded;                /* admission "exact", but the store could not
 	                                 decide: decided from the local view */
+	bool shadow;                  /* the namespace is in shadow mode: */
+	bool shadow_exceeded;         /* ... it would have denied (exceeded is false) */
 	/* private */
 	double current, previous, weight, cost;
 	uint32_t cur_idx, prev_idx;

@@ -263,6 +263,7 @@ static const char *const var_names[VAR_COUNT] = {
 	[VAR_EXCEEDED] = "exceeded", [VAR_RATE] = "rate", [VAR_REMAINING] = "remaining",
 	[VAR_RESET] = "reset", [VAR_LIMIT] = "limit", [VAR_WINDOW] = "window",
 	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error", [VAR_DEGRADED] = "degraded",
+	[VAR_SHADOW_EXCEEDED] = "shadow_exceeded",
 };
 
 static void var_headers_init(struct handler *h)
@@ -331,6 +332,8 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 			put_var_bool(w, h, VAR_EXCEEDED, sfx, true);
 			put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
 		}
+		if (r->shadow)
+			put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
 		put_var_str(w, h, VAR_ERROR, sfx, r->error);
 		return;
 	}
@@ -347,6 +350,8 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 		put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
 	if (r->degraded)
 		put_var_bool(w, h, VAR_DEGRADED, sfx, true);
+	if (r->shadow && r->has_limit)
+		put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
 }
 
 /* Encodes the ACK of results res[0..n) (extra: rate-limit messages

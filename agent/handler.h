@@ -30,6 +30,7 @@ enum handler_var {
 	VAR_RETRY_AFTER,
 	VAR_ERROR,
 	VAR_DEGRADED,
+	VAR_SHADOW_EXCEEDED,
 	VAR_COUNT
 };
 

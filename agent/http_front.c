@@ -186,8 +186,11 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 		 * request passes, uncounted; the reason is in the body. */
 		if (r->exceeded)
 			snprintf(hdr, sizeof(hdr), "Retry-After: %lld\r\n", (long long)r->retry_after);
-		snprintf(body, sizeof(body), "{\"exceeded\":%s,\"error\":\"%s\"}\n",
-			 r->exceeded ? "true" : "false", r->error);
+		if (r->shadow_exceeded)
+			snprintf(hdr, sizeof(hdr), "X-RateLimit-Shadow: exceeded\r\n");
+		snprintf(body, sizeof(body), "{\"exceeded\":%s,%s\"error\":\"%s\"}\n",
+			 r->exceeded ? "true" : "false",
+			 r->shadow_exceeded ? "\"shadow_exceeded\":true," : "", r->error);
 		answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr,
 		       body);
 		return;
@@ -202,8 +205,11 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 				      policy, (long long)r->limit, r->window, policy,
 				      (long long)r->remaining, (long long)r->reset);
 		if (r->exceeded)
-			snprintf(hdr + h, sizeof(hdr) - h, "Retry-After: %lld\r\n",
-				 (long long)r->retry_after);
+			h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "Retry-After: %lld\r\n",
+					      (long long)r->retry_after);
+		if (r->shadow)
+			snprintf(hdr + h, sizeof(hdr) - h, "X-RateLimit-Shadow: %s\r\n",
+				 r->shadow_exceeded ? "exceeded" : "ok");
 		b += (size_t)snprintf(body + b, sizeof(body) - b,
 				      "{\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
 				      "\"reset\":%lld,\"limit\":%lld,\"window\":%u",
@@ -220,6 +226,9 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 	}
 	if (r->degraded)
 		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"degraded\":true");
+	if (r->shadow && r->has_limit)
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"shadow_exceeded\":%s",
+				      r->shadow_exceeded ? "true" : "false");
 	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", json_string(name, jname));
 	answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr, body);
 }

@@ -183,9 +183,12 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 				    (unsigned long long)SUM(m, hits[ns][fr]));
 		break;
 	case METRICS_FAM_EXCEEDED:
+	case METRICS_FAM_SHADOW_EXCEEDED:
 		for (size_t ns = 0; ns < sc->nns; ns++)
 			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %llu\n", name, sc->label[ns],
-			    (unsigned long long)SUM(m, exceeded[ns]));
+			    (unsigned long long)(f == METRICS_FAM_EXCEEDED
+							 ? SUM(m, exceeded[ns])
+							 : SUM(m, shadow_exceeded[ns])));
 		break;
 	case METRICS_FAM_ERRORS:
 		for (int e = 0; e < METRICS_ERR_COUNT; e++)

@@ -33,6 +33,8 @@ enum metrics_front {
 	X(HITS, "hits_total", "counter",                                                 \
 	  "Rate-limit checks answered (counted or read), by namespace and front.")      \
 	X(EXCEEDED, "exceeded_total", "counter", "Checks answered exceeded (denied).")   \
+	X(SHADOW_EXCEEDED, "shadow_exceeded_total", "counter",                           \
+	  "Checks a shadow namespace would have denied, answered allowed.")             \
 	X(ERRORS, "errors_total", "counter",                                             \
 	  "Checks answered with an error, and connections closed on bad input, by reason.") \
 	X(TABLE_KEYS, "table_keys", "gauge",                                             \
@@ -107,6 +109,7 @@ enum metrics_admission {
 struct metrics_worker {
 	_Atomic uint64_t hits[METRICS_NS][METRICS_FRONTS];
 	_Atomic uint64_t exceeded[METRICS_NS];
+	_Atomic uint64_t shadow_exceeded[METRICS_NS];
 	_Atomic uint64_t errors[METRICS_ERR_COUNT];
 	_Atomic int64_t connections[METRICS_FRONTS];
 	_Atomic uint64_t sync_ok[METRICS_NS];

@@ -67,6 +67,8 @@ struct ns_def {
 	size_t max_keys;                         /* guaranteed share; 0 = even part */
 	enum ns_table_full on_table_full;
 	enum ns_admission admission;             /* sync_rate > 0 only */
+	bool shadow;                             /* decide, count, never deny:
+	                                            shadow_exceeded instead */
 };
 
 /* Where a namespace is wrong: the key ("sync_rate", "window_sizes[2]") and

@@ -899,6 +899,29 @@ Test(config, check_after_overrides)
 
 /* admission: "local" (default) or "exact"; exact needs sync_rate > 0 and
  * a store that decides admissions. */
+/* shadow: a boolean, false by default. */
+Test(config, shadow)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"shadow\": \"yes\"}]}",
+		  "namespaces[0].shadow", "true or false" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"shadow\": 1}]}",
+		  "namespaces[0].shadow", "true or false" },
+	};
+	struct config c;
+	struct config_err err;
+
+	EXPECT_ERRORS(cases);
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": [{\"name\": \"a\", \"window_sizes\": [1]},"
+				    "{\"name\": \"b\", \"window_sizes\": [1], \"shadow\": true}]}"),
+		     0, "%s: %s", err.path, err.msg);
+	cr_assert_not(c.ns[0].shadow);
+	cr_assert(c.ns[1].shadow);
+	config_free(&c);
+	assert_no_leaks();
+}
+
 Test(config, admission)
 {
 	static const struct bad_case cases[] = {

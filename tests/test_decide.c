@@ -21,13 +21,14 @@ static struct rl *rl;
 static struct decide dec;
 
 /* "default" (1, 60, 3600), "api" (60 only), "login" (60, fixed, deny when
- * full, a share of 16 keys), max_keys 64. */
+ * full, a share of 16 keys), "trial" (60, shadow, 8 keys), max_keys 64. */
 static const char cfg_json[] =
 	"{\"max_keys\": 64, \"namespaces\": ["
 	"{\"name\": \"default\", \"window_sizes\": [1, 60, 3600]},"
 	"{\"name\": \"api\", \"window_sizes\": [60]},"
 	"{\"name\": \"login\", \"window_sizes\": [60], \"window_type\": \"fixed\","
-	" \"on_table_full\": \"deny\", \"max_keys\": 16}]}";
+	" \"on_table_full\": \"deny\", \"max_keys\": 16},"
+	"{\"name\": \"trial\", \"window_sizes\": [60], \"shadow\": true, \"max_keys\": 8}]}";
 
 static void setup(void)
 {
@@ -257,4 +258,39 @@ Test(decide, fold)
 	cr_assert(decide_more_restrictive(&res[0], &res[1]));
 	cr_assert_not(decide_more_restrictive(&res[1], &res[0]));
 	cr_assert_not(decide_more_restrictive(&res[2], &res[1]), "errors rank last");
+}
+
+/* A shadow namespace counts and decides as usual but never denies: what
+ * it would deny is answered allowed, with shadow_exceeded (and no
+ * retry_after); folded with an enforcing namespace, that one still
+ * denies. */
+Test(decide, shadow_never_denies)
+{
+	struct rl_request rq = req("trial", "alice", 60, 1);
+	struct rl_decision d, both[2], out;
+	const char *error;
+
+	rq.has_limit = true;
+	rq.limit = 3;
+	for (int i = 1; i <= 6; i++) {
+		d = decide(&rq, T0 + 15);
+		cr_assert_null(d.error);
+		cr_assert(d.shadow);
+		cr_assert_eq(d.rate, i, "counted as usual");
+		cr_assert_not(d.exceeded, "hit %d: never denied", i);
+		cr_assert_eq(d.shadow_exceeded, i > 3, "hit %d", i);
+		cr_assert_eq(d.remaining, i > 3 ? 0 : 3 - i);
+		cr_assert_eq(d.retry_after, 0);
+	}
+	both[0] = d;
+	struct rl_request api = req("api", "alice", 60, 1);
+	api.has_limit = true;
+	api.limit = 0;
+	both[1] = decide(&api, T0 + 15);
+	cr_assert(both[1].exceeded && !both[1].shadow);
+	decide_fold(both, 2, &out, &error);
+	cr_assert(out.exceeded, "the enforcing namespace denies");
+	cr_assert(out.shadow_exceeded);
+	decide_fold(both, 1, &out, &error);
+	cr_assert(!out.exceeded && out.shadow_exceeded);
 }

@@ -188,6 +188,19 @@ static void get(const char *target, struct resp *r)
 	close(fd);
 }
 
+/* The whole /metrics answer into rbuf (read_resp cuts bodies at 1 KiB). */
+static void metrics_page(void)
+{
+	int fd = http_open();
+
+	rlen = 0;
+	send_str(fd, "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+	while (fill(fd, rlen + 1))
+		;
+	rbuf[rlen] = '\0';
+	close(fd);
+}
+
 TestSuite(http, .init = start_default, .fini = stop_agent, .timeout = 60);
 
 Test(http, counts_limits_and_headers)
@@ -559,14 +572,7 @@ Test(http_metrics, aggregated_over_workers, .fini = stop_agent, .timeout = 60)
 	char v[128];
 	cr_assert_str_eq(hdr(&r, "Content-Type", v, sizeof(v)),
 			 "text/plain; version=0.0.4; charset=utf-8");
-	/* The body is cut at 1 KiB by read_resp: read the rest raw. */
-	int fd = http_open();
-	rlen = 0;
-	send_str(fd, "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-	while (fill(fd, rlen + 1))
-		;
-	rbuf[rlen] = '\0';
-	close(fd);
+	metrics_page();
 	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_hits_total{namespace=\"default\",front=\"spop\"} 18\n"),
 			   "%s", rbuf);
 	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_hits_total{namespace=\"default\",front=\"http\"} 4\n"),
@@ -639,4 +645,70 @@ Test(http_names, escaped_in_headers_and_body, .fini = stop_agent, .timeout = 60)
 	hdr(&r, "RateLimit", v, sizeof(v));
 	cr_assert(strncmp(v, "\"q\\\"t\\\\%C3%A9\";r=4;t=", 21) == 0, "RateLimit: %s", v);
 	cr_assert_not_null(strstr(r.body, ",\"namespace\":\"q\\\"t\\\\\u00e9\"}"), "%s", r.body);
+}
+
+/* Shadow mode through both fronts of a real agent: a shadow namespace
+ * counts and decides as usual, never denies (HTTP 200 with
+ * X-RateLimit-Shadow: exceeded, SPOP exceeded=false with
+ * shadow_exceeded=true), and /metrics counts what it would have denied
+ * apart from the denials. */
+Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	char err[256], v[64];
+	struct resp r;
+	int fd;
+
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
+		   "{\"name\": \"default\", \"window_sizes\": [3600]},"
+		   "{\"name\": \"trial\", \"window_sizes\": [3600], \"shadow\": true}]}");
+	for (int i = 1; i <= 4; i++) {
+		get("/ratelimit?key=s&limit=2&namespace=trial", &r);
+		cr_assert_eq(r.status, 200, "hit %d: %s", i, r.body);
+		cr_assert_eq(body_num(&r, "rate"), i);
+		cr_assert_str_eq(hdr(&r, "X-RateLimit-Shadow", v, sizeof(v)), i > 2 ? "exceeded" : "ok");
+		cr_assert_not_null(strstr(r.body, i > 2 ? "\"shadow_exceeded\":true"
+							: "\"shadow_exceeded\":false"), "%s", r.body);
+		cr_assert_not_null(strstr(r.body, "\"exceeded\":false"), "%s", r.body);
+		cr_assert_str_empty(hdr(&r, "Retry-After", v, sizeof(v)));
+	}
+	/* The same key over SPOP: hit 5, still allowed, shadow_exceeded. */
+	fd = rawspop_connect(agent.port, IO_MS);
+	cr_assert(fd >= 0);
+	rawspop_hello(wb, &o);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	rawspop_buf_reset(wb);
+	size_t st = rawspop_notify_begin(wb, 1, 1);
+	rawspop_msg(wb, "ratelimit", 4);
+	rawspop_arg_str(wb, "key", "s");
+	rawspop_arg_int(wb, "window", 3600);
+	rawspop_arg_int(wb, "limit", 2);
+	rawspop_arg_str(wb, "namespace", "trial");
+	rawspop_frame_end(wb, st);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	cr_assert_eq(rawspop_decode_actions(f, acts, err, sizeof(err)), 0, "%s", err);
+	const struct rawspop_action *a = rawspop_var_find(acts, "exceeded");
+	cr_assert(a && a->value.type == RAWSPOP_T_BOOL && !a->value.b, "exceeded=false");
+	a = rawspop_var_find(acts, "shadow_exceeded");
+	cr_assert(a && a->value.type == RAWSPOP_T_BOOL && a->value.b, "shadow_exceeded=true");
+	a = rawspop_var_find(acts, "rate");
+	cr_assert(a && a->value.i == 5);
+	cr_assert_null(rawspop_var_find(acts, "retry_after"));
+	close(fd);
+	/* An enforcing namespace still denies; metrics keep the two apart. */
+	get("/ratelimit?key=s&limit=0", &r);
+	cr_assert_eq(r.status, 429);
+	metrics_page();
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_shadow_exceeded_total{namespace=\"trial\"} 3\n"),
+			   "%s", rbuf);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_exceeded_total{namespace=\"trial\"} 0\n"),
+			   "%s", rbuf);
+	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_exceeded_total{namespace=\"default\"} 1\n"),
+			   "%s", rbuf);
+	free(wb), free(f), free(acts);
 }
