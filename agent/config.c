@@ -786,6 +786,21 @@ static int cfg_set_key_secret(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+static int cfg_set_state_file(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	size_t n;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, "a file path");
+	n = json_string_length(v);
+	if (n == 0 || n >= sizeof(c->state_file) || memchr(json_string_value(v), 0, n))
+		return cfg_fail(p, "expected a file path of 1..%zu bytes without NUL, got %zu bytes",
+				sizeof(c->state_file) - 1, n);
+	memcpy(c->state_file, json_string_value(v), n + 1);
+	return 0;
+}
+
 static int cfg_set_http_listen(struct cfg_parser *p, json_t *v, void *obj)
 {
 	return cfg_set_addr(p, v, ((struct config *)obj)->http_listen);
@@ -833,6 +848,7 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "listen_owner",     .set = cfg_set_listen_owner },
 	{ .name = "http_listen",      .set = cfg_set_http_listen },
 	{ .name = "http_deny_status", .set = cfg_set_http_deny_status },
+	{ .name = "state_file",       .set = cfg_set_state_file },
 };
 
 static const struct cfg_key cfg_ns_keys[] = {

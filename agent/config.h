@@ -17,6 +17,7 @@
 #define CONFIG_ADDR_MAX        256
 #define CONFIG_SECRET_MAX      256   /* key_secret, with the NUL */
 #define CONFIG_OWNER_MAX       72    /* listen_owner "user:group", with the NUL */
+#define CONFIG_PATH_MAX        1024  /* state_file, with the NUL */
 
 struct config {
 	char listen[CONFIG_ADDR_MAX];      /* "127.0.0.1:12345", "[::1]:12345", "unix:/path" */
@@ -35,6 +36,7 @@ struct config {
 	size_t max_buffer_memory;          /* connection buffers per worker, bytes */
 	int log_level;                     /* enum log_level */
 	char key_secret[CONFIG_SECRET_MAX]; /* long-key digests; "" = none */
+	char state_file[CONFIG_PATH_MAX];  /* the counter table in a file; "" = memory */
 	struct ns_def ns[NS_MAX];
 	size_t n_ns;
 };

@@ -121,9 +121,13 @@ int main(int argc, char **argv)
 		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)rl_now();
 	sync_set_node_seed(seed);
 
-	/* -t checks the config without mapping (and touching) the whole table. */
-	struct rl *rl = rl_new("spoa-ratelimit", check_only && cfg.max_keys > 1024 ? 1024
-							 : cfg.max_keys, err, sizeof(err));
+	/* -t checks the config without mapping (and touching) the whole table,
+	 * nor opening the state file (a running agent holds it). */
+	struct rl *rl = check_only ? rl_new("spoa-ratelimit", cfg.max_keys > 1024 ? 1024
+									: cfg.max_keys, err, sizeof(err))
+				   : rl_open("spoa-ratelimit", cfg.max_keys,
+					     cfg.state_file[0] ? cfg.state_file : NULL, err,
+					     sizeof(err));
 	if (!rl) {
 		fprintf(stderr, "spoa-ratelimit: %s\n", err);
 		config_free(&cfg);
@@ -151,6 +155,9 @@ int main(int argc, char **argv)
 		LOG(LOG_WARN, "no key_secret: keys over %d bytes are stored as a digest under a "
 		    "public key, which anyone can compute; set key_secret (the same on every "
 		    "node) to keep digests secret (docs/CONFIG.md)", RL_STORED_KEY_MAX);
+	if (cfg.state_file[0] && !check_only)
+		LOG(LOG_INFO, "state_file %s: %s", cfg.state_file,
+		    rl_state_reused(rl) ? "counts of the last run kept" : "new");
 	uid_t uid;
 	gid_t gid;
 	if (master_owner_ids(cfg.listen_owner, &uid, &gid, err, sizeof(err)) < 0) {

@@ -306,8 +306,10 @@ long metrics_render(const struct metrics *m, const struct rl *rl, char *buf, siz
 	struct shm_table *t = rl_shm(rl);
 	for (uint32_t i = shm_next_used(t, 0); i < shm_nslots(t); i = shm_next_used(t, i + 1)) {
 		struct shm_entry e;
-		if (shm_read(t, i, &e) == 0 && e.ns < METRICS_NS && e.diff > 0)
-			sc.pending[e.ns] += e.diff;
+		int ns;
+		if (shm_read(t, i, &e) == 0 && e.diff > 0 && (ns = rl_ns_of_shm(rl, e.ns)) >= 0 &&
+		    ns < METRICS_NS)
+			sc.pending[ns] += e.diff;
 	}
 	for (int f = 0; f < METRICS_FAM_COUNT; f++) {
 		const char *name = metrics_families[f].name;

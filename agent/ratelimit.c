@@ -58,6 +58,8 @@ struct rl_ns {
 	struct ns_def def;                  /* its settings (agent/ns.h), checked;
 	                                       strategy_opts a malloc'd copy */
 	size_t name_len;
+	unsigned sid;                       /* its index in the shared table */
+	uint8_t wid[RL_MAX_WINDOWS];        /* the table's index of each window */
 };
 
 struct rl {
@@ -112,6 +114,12 @@ static void rl_errf(char *err, size_t errlen, const char *fmt, ...)
 
 struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t errlen)
 {
+	return rl_open(instance_name, max_keys, NULL, err, errlen);
+}
+
+struct rl *rl_open(const char *instance_name, size_t max_keys, const char *state_file, char *err,
+		   size_t errlen)
+{
 	struct rl *rl = calloc(1, sizeof(*rl));
 
 	if (!rl) {
@@ -119,7 +127,8 @@ struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t 
 		return NULL;
 	}
 	snprintf(rl->name, sizeof(rl->name), "%s", instance_name ? instance_name : "default");
-	rl->shm = shm_create(max_keys, err, errlen);
+	rl->shm = state_file ? shm_open_file(state_file, max_keys, err, errlen)
+			     : shm_create(max_keys, err, errlen);
 	if (!rl->shm) {
 		free(rl);
 		return NULL;
@@ -163,7 +172,7 @@ static void rl_apply_shares(struct rl *rl)
 
 	for (size_t i = 0; i < rl->n_ns; i++) {
 		const struct rl_ns *n = &rl->ns[i];
-		shm_set_ns(rl->shm, (unsigned)i, n->def.max_keys ? n->def.max_keys : impl,
+		shm_set_ns(rl->shm, n->sid, n->def.max_keys ? n->def.max_keys : impl,
 			   n->def.on_table_full == NS_FULL_EVICT);
 	}
 }
@@ -202,14 +211,32 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
 
 	n = &rl->ns[rl->n_ns];
 	memset(n, 0, sizeof(*n));
+	/* Indexes in the table by name and size: a state file's counts
+	 * follow their namespace and window, wherever the configuration now
+	 * lists them. */
+	int sid = shm_ns_claim(rl->shm, d.name);
+	if (sid < 0) {
+		rl_errf(err, errlen, "namespace \"%s\": the state file holds %d other namespaces "
+			"already; move it away to start afresh", d.name, RL_MAX_NAMESPACES);
+		return -1;
+	}
+	for (size_t i = 0; i < d.n_window_sizes; i++) {
+		int w = shm_win_claim(rl->shm, (unsigned)sid, d.window_sizes[i]);
+		if (w < 0) {
+			rl_errf(err, errlen, "namespace \"%s\": the state file holds %d other window "
+				"sizes for it already; move it away to start afresh", d.name,
+				RL_MAX_WINDOWS);
+			return -1;
+		}
+		n->wid[i] = (uint8_t)w;
+	}
+	n->sid = (unsigned)sid;
 	if (d.strategy_opts && !(d.strategy_opts = strdup(d.strategy_opts))) {
 		rl_errf(err, errlen, "namespace \"%s\": out of memory", d.name);
 		return -1;
 	}
 	n->def = d;
 	n->name_len = len;
-	for (size_t i = 0; i < d.n_window_sizes; i++)
-		shm_set_window(rl->shm, (unsigned)rl->n_ns, (unsigned)i, d.window_sizes[i]);
 	rl->n_ns++;
 	rl_apply_shares(rl);
 	/* Every node must name a long key alike: without a shared secret,
@@ -324,7 +351,7 @@ static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
 		key = digest;
 		keylen = RL_DIGEST_LEN;
 	}
-	if (shm_key_init(rl->shm, &k, (unsigned)ns, (unsigned)win, key, keylen) < 0)
+	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 
 	start = window_start(now, window_size);
@@ -466,7 +493,7 @@ static int rl_stored_window(struct rl *rl, int ns, const char *key, size_t keyle
 		return rl_fail(rl, RL_ERR_WINDOW);
 	if (!(v >= 0) || !isfinite(v) || start < 0 || start >= (int64_t)RL_NOW_MAX)
 		return rl_fail(rl, RL_ERR_VALUE);
-	if (shm_key_init(rl->shm, k, (unsigned)ns, (unsigned)win, key, keylen) < 0)
+	if (shm_key_init(rl->shm, k, rl->ns[ns].sid, rl->ns[ns].wid[win], key, keylen) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 	return 0;
 }
@@ -535,6 +562,24 @@ int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t siz
 	return 0;
 }
 
+unsigned rl_shm_ns(const struct rl *rl, int ns)
+{
+	return ns >= 0 && (size_t)ns < rl->n_ns ? rl->ns[ns].sid : SHM_MAX_NS;
+}
+
+int rl_ns_of_shm(const struct rl *rl, unsigned sid)
+{
+	for (size_t i = 0; i < rl->n_ns; i++)
+		if (rl->ns[i].sid == sid)
+			return (int)i;
+	return -1;
+}
+
+bool rl_state_reused(const struct rl *rl)
+{
+	return shm_reused(rl->shm);
+}
+
 const struct ns_def *rl_namespace_def(const struct rl *rl, int ns)
 {
 	return ns >= 0 && (size_t)ns < rl->n_ns ? &rl->ns[ns].def : NULL;
@@ -542,7 +587,7 @@ const struct ns_def *rl_namespace_def(const struct rl *rl, int ns)
 
 unsigned rl_active_nodes(const struct rl *rl, int ns)
 {
-	return ns >= 0 && (size_t)ns < rl->n_ns ? shm_nodes(rl->shm, (unsigned)ns) : 0;
+	return ns >= 0 && (size_t)ns < rl->n_ns ? shm_nodes(rl->shm, rl->ns[ns].sid) : 0;
 }
 
 size_t rl_max_keys(const struct rl *rl)
@@ -610,7 +655,7 @@ int rl_ns_stats(const struct rl *rl, int ns, struct rl_ns_stats *out)
 {
 	struct shm_ns_stats st;
 
-	if (ns < 0 || (size_t)ns >= rl->n_ns || shm_ns_stats(rl->shm, (unsigned)ns, &st) < 0)
+	if (ns < 0 || (size_t)ns >= rl->n_ns || shm_ns_stats(rl->shm, rl->ns[ns].sid, &st) < 0)
 		return -1;
 	*out = (struct rl_ns_stats){ .share = st.share, .live = st.live, .evicted = st.evicted,
 				     .refused = st.refused };

@@ -67,6 +67,21 @@ struct rl_result {
  * Returns NULL with a message in err on failure. */
 struct rl *rl_new(const char *instance_name, size_t max_keys, char *err, size_t errlen);
 
+/* The same with the table kept in a file (state_file; NULL: in memory
+ * only, as rl_new): a restarted agent finds its counts there, each
+ * namespace and window by name and size (agent/shm.h shm_open_file). */
+struct rl *rl_open(const char *instance_name, size_t max_keys, const char *state_file, char *err,
+		   size_t errlen);
+
+/* Did rl_open find a state file's counts? */
+bool rl_state_reused(const struct rl *rl);
+
+/* A namespace's index in the shared table (shm entries, leases, node
+ * counts), which may differ from its index here when a state file was
+ * written by another configuration; and back (-1: none). */
+unsigned rl_shm_ns(const struct rl *rl, int ns);
+int rl_ns_of_shm(const struct rl *rl, unsigned sid);
+
 /* Unmaps the table (in this process) and frees the instance. */
 void rl_free(struct rl *rl);
 

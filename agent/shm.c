@@ -10,14 +10,19 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/random.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agent/hash.h"
 
-#define SHM_MAGIC      0x53484d524c543031ULL   /* "SHMRLT01" */
+/* "SHMRLT" + a layout version in the last two bytes ("02": grants and
+ * namespace names), as it reads in a state file's first bytes. */
+#define SHM_MAGIC      0x3230544c524d4853ULL   /* "SHMRLT02", little-endian */
 #define SHM_HDR_BYTES  ((sizeof(struct shm_hdr) + 127) & ~(size_t)127)
 
 /* Gives up an insert that keeps losing races after this many rounds
@@ -44,74 +49,242 @@ static uint64_t shm_random_seed(void)
 	return seed;
 }
 
-struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
-{
-	struct shm_table *t;
-	size_t nslots, slots_bytes, maxd_bytes, used_bytes, prot_bytes, grant_bytes, len, page;
-	void *p;
+/* The sizes of a table for max_keys: slots and the mapping's length. */
+struct shm_geom {
+	size_t nslots, slots_bytes, maxd_bytes, used_bytes, prot_bytes, len;
+};
 
-	if (max_keys == 0 || max_keys > SHM_MAX_KEYS) {
-		shm_errf(err, errlen, "max_keys must be in 1..2^30", max_keys);
-		return NULL;
-	}
+static void shm_geom(size_t max_keys, struct shm_geom *g)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
 	/* Load factor <= 3/4 at max_keys entries; a few spare slots for tiny
 	 * tables. Not a power of two: the home bucket is a multiply-shift
 	 * of the hash (no modulo), so the table need not double. */
-	nslots = max_keys / SHM_LOAD_DEN * SHM_LOAD_NUM + max_keys % SHM_LOAD_DEN + 1;
-	slots_bytes = nslots * sizeof(struct shm_slot);
-	maxd_bytes = (nslots * sizeof(_Atomic uint16_t) + 7) / 8 * 8;
-	used_bytes = (nslots + 63) / 64 * sizeof(_Atomic uint64_t);
-	prot_bytes = (nslots + 7) / 8 * 8;
-	grant_bytes = SHM_GRANT_WORDS * nslots * sizeof(_Atomic uint64_t);
-	page = (size_t)sysconf(_SC_PAGESIZE);
-	len = (SHM_HDR_BYTES + slots_bytes + maxd_bytes + used_bytes + prot_bytes + grant_bytes +
-	       page - 1) / page * page;
+	g->nslots = max_keys / SHM_LOAD_DEN * SHM_LOAD_NUM + max_keys % SHM_LOAD_DEN + 1;
+	g->slots_bytes = g->nslots * sizeof(struct shm_slot);
+	g->maxd_bytes = (g->nslots * sizeof(_Atomic uint16_t) + 7) / 8 * 8;
+	g->used_bytes = (g->nslots + 63) / 64 * sizeof(_Atomic uint64_t);
+	g->prot_bytes = (g->nslots + 7) / 8 * 8;
+	g->len = (SHM_HDR_BYTES + g->slots_bytes + g->maxd_bytes + g->used_bytes + g->prot_bytes +
+		  SHM_GRANT_WORDS * g->nslots * sizeof(_Atomic uint64_t) + page - 1) / page * page;
+}
 
-	t = calloc(1, sizeof(*t));
-	if (!t) {
-		shm_errf(err, errlen, "out of memory", max_keys);
+/* A handle on the mapping p of geometry g. */
+static struct shm_table *shm_handle(void *p, const struct shm_geom *g)
+{
+	struct shm_table *t = calloc(1, sizeof(*t));
+
+	if (!t)
 		return NULL;
-	}
-	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
-		if (err && errlen)
-			snprintf(err, errlen, "shared table for %zu keys (%zu bytes): mmap: %s",
-				 max_keys, len, strerror(errno));
-		free(t);
-		return NULL;
-	}
-	/* Huge pages where the kernel allows them for shared memory
-	 * (shmem_enabled = advise): a large table is accessed at random, and
-	 * TLB misses are most of the cost of a cold key. Then every page is
-	 * touched now, in the master, so workers never page-fault on the hot
-	 * path. */
-#ifdef MADV_HUGEPAGE
-	madvise(p, len, MADV_HUGEPAGE);
-#endif
-	for (size_t off = 0; off < len; off += page)
-		((volatile char *)p)[off] = 0;
-	/* mmap gives zeroed memory: every slot EMPTY, every maxd 0, every
-	 * atomic at 0 (an all-zero _Atomic integer is a valid 0 on every
-	 * platform we build for). */
 	t->hdr = p;
 	t->slots = (struct shm_slot *)((char *)p + SHM_HDR_BYTES);
-	t->maxd = (_Atomic uint16_t *)((char *)t->slots + slots_bytes);
-	t->used = (_Atomic uint64_t *)((char *)t->maxd + maxd_bytes);
-	t->prot = (_Atomic uint8_t *)((char *)t->used + used_bytes);
-	t->grant = (_Atomic uint64_t *)((char *)t->prot + prot_bytes);
-	t->nslots = (uint32_t)nslots;
-	t->probe_max = nslots < SHM_PROBE_MAX ? (uint32_t)nslots : SHM_PROBE_MAX;
+	t->maxd = (_Atomic uint16_t *)((char *)t->slots + g->slots_bytes);
+	t->used = (_Atomic uint64_t *)((char *)t->maxd + g->maxd_bytes);
+	t->prot = (_Atomic uint8_t *)((char *)t->used + g->used_bytes);
+	t->grant = (_Atomic uint64_t *)((char *)t->prot + g->prot_bytes);
+	t->nslots = (uint32_t)g->nslots;
+	t->probe_max = g->nslots < SHM_PROBE_MAX ? (uint32_t)g->nslots : SHM_PROBE_MAX;
+	t->map_len = g->len;
+	t->fd = -1;
+	return t;
+}
+
+/* A new table's header: geometry, a random seed and digest key. */
+static void shm_init_hdr(struct shm_table *t, size_t max_keys)
+{
 	t->seed = shm_random_seed();
-	t->map_len = len;
 	t->hdr->magic = SHM_MAGIC;
-	t->hdr->nslots = nslots;
+	t->hdr->nslots = t->nslots;
 	t->hdr->max_keys = max_keys;
 	t->hdr->seed = t->seed;
 	for (int i = 0; i < 2; i++) {
 		uint64_t r = shm_random_seed();
 		memcpy(t->hdr->digest_key + 8 * i, &r, 8);
 	}
+}
+
+/* Touches every page now, in the master, so workers never page-fault on
+ * the hot path (a state file's pages are read in, not dirtied). */
+static void shm_touch(void *p, size_t len, bool write)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	char sum = 0;
+
+	for (size_t off = 0; off < len; off += page) {
+		if (write)
+			((volatile char *)p)[off] = 0;
+		else
+			sum ^= ((volatile char *)p)[off];
+	}
+	(void)sum;
+}
+
+struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
+{
+	struct shm_table *t;
+	struct shm_geom g;
+	void *p;
+
+	if (max_keys == 0 || max_keys > SHM_MAX_KEYS) {
+		shm_errf(err, errlen, "max_keys must be in 1..2^30", max_keys);
+		return NULL;
+	}
+	shm_geom(max_keys, &g);
+	p = mmap(NULL, g.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED) {
+		if (err && errlen)
+			snprintf(err, errlen, "shared table for %zu keys (%zu bytes): mmap: %s",
+				 max_keys, g.len, strerror(errno));
+		return NULL;
+	}
+	if (!(t = shm_handle(p, &g))) {
+		munmap(p, g.len);
+		shm_errf(err, errlen, "out of memory", max_keys);
+		return NULL;
+	}
+	/* Huge pages where the kernel allows them for shared memory
+	 * (shmem_enabled = advise): a large table is accessed at random, and
+	 * TLB misses are most of the cost of a cold key. */
+#ifdef MADV_HUGEPAGE
+	madvise(p, g.len, MADV_HUGEPAGE);
+#endif
+	/* mmap gives zeroed memory: every slot EMPTY, every maxd 0, every
+	 * atomic at 0 (an all-zero _Atomic integer is a valid 0 on every
+	 * platform we build for). */
+	shm_touch(p, g.len, true);
+	shm_init_hdr(t, max_keys);
 	return t;
+}
+
+struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, size_t errlen)
+{
+	struct shm_table *t = NULL;
+	struct shm_geom g;
+	struct shm_hdr h;
+	struct stat st;
+	void *p;
+	int fd;
+
+	if (max_keys == 0 || max_keys > SHM_MAX_KEYS) {
+		shm_errf(err, errlen, "max_keys must be in 1..2^30", max_keys);
+		return NULL;
+	}
+	shm_geom(max_keys, &g);
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		snprintf(err, errlen, "state_file %s: %s", path, strerror(errno));
+		return NULL;
+	}
+	/* One agent per file: the lock lives as long as the descriptor (the
+	 * master's; workers share it). */
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+		snprintf(err, errlen, "state_file %s: %s", path,
+			 errno == EWOULDBLOCK ? "in use by another running agent" : strerror(errno));
+		goto fail;
+	}
+	if (fstat(fd, &st) < 0) {
+		snprintf(err, errlen, "state_file %s: %s", path, strerror(errno));
+		goto fail;
+	}
+	bool fresh = st.st_size == 0;
+	if (!fresh) {
+		/* Refused, never rewritten: a file of another layout or size
+		 * stays as it was for its owner to decide. */
+		if ((size_t)st.st_size < sizeof(h) || pread(fd, &h, sizeof(h), 0) != sizeof(h) ||
+		    (h.magic & 0xffffffffffffULL) != (SHM_MAGIC & 0xffffffffffffULL)) {
+			snprintf(err, errlen, "state_file %s: not a spoa-ratelimit state file; "
+				 "move it away to start afresh", path);
+			goto fail;
+		}
+		if (h.magic != SHM_MAGIC) {
+			snprintf(err, errlen, "state_file %s: written by another version of "
+				 "spoa-ratelimit (layout %.2s, this one reads %.2s); move it away to "
+				 "start afresh", path, (const char *)&h.magic + 6,
+				 (const char *)&(uint64_t){ SHM_MAGIC } + 6);
+			goto fail;
+		}
+		if (h.max_keys != max_keys || h.nslots != g.nslots || (size_t)st.st_size != g.len) {
+			snprintf(err, errlen, "state_file %s: made for max_keys %llu, the "
+				 "configuration says %zu; set max_keys back, or move the file away",
+				 path, (unsigned long long)h.max_keys, max_keys);
+			goto fail;
+		}
+	} else if (ftruncate(fd, (off_t)g.len) < 0) {
+		snprintf(err, errlen, "state_file %s: cannot size it to %zu bytes: %s", path, g.len,
+			 strerror(errno));
+		goto fail;
+	}
+	p = mmap(NULL, g.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		snprintf(err, errlen, "state_file %s: mmap of %zu bytes: %s", path, g.len,
+			 strerror(errno));
+		goto fail;
+	}
+	if (!(t = shm_handle(p, &g))) {
+		munmap(p, g.len);
+		snprintf(err, errlen, "out of memory");
+		goto fail;
+	}
+	t->fd = fd;
+	shm_touch(p, g.len, false);
+	if (fresh) {
+		shm_init_hdr(t, max_keys);
+		return t;
+	}
+	t->seed = t->hdr->seed;
+	t->reused = true;
+	/* What belonged to the processes of the last run: their leases, the
+	 * node counts they learnt. */
+	for (unsigned i = 0; i < SHM_MAX_NS; i++) {
+		atomic_store(&t->hdr->lease[i], 0);
+		atomic_store(&t->hdr->nodes[i], 0);
+	}
+	return t;
+fail:
+	close(fd);
+	return NULL;
+}
+
+bool shm_reused(const struct shm_table *t)
+{
+	return t->reused;
+}
+
+int shm_ns_claim(struct shm_table *t, const char *name)
+{
+	size_t len = strlen(name);
+	int free_id = -1;
+
+	if (len == 0 || len >= SHM_NAME_MAX)
+		return -1;
+	for (int i = 0; i < SHM_MAX_NS; i++) {
+		if (strncmp(t->hdr->names[i], name, SHM_NAME_MAX) == 0)
+			return i;
+		if (free_id < 0 && t->hdr->names[i][0] == '\0')
+			free_id = i;
+	}
+	if (free_id >= 0)
+		memcpy(t->hdr->names[free_id], name, len + 1);
+	return free_id;
+}
+
+int shm_win_claim(struct shm_table *t, unsigned ns, uint32_t size)
+{
+	int free_id = -1;
+
+	if (ns >= SHM_MAX_NS || size == 0)
+		return -1;
+	for (int w = 0; w < SHM_MAX_WIN; w++) {
+		uint32_t have = atomic_load(&t->hdr->sizes[ns][w]);
+		if (have == size)
+			return w;
+		if (free_id < 0 && have == 0)
+			free_id = w;
+	}
+	if (free_id >= 0)
+		atomic_store(&t->hdr->sizes[ns][free_id], size);
+	return free_id;
 }
 
 int shm_set_ns(struct shm_table *t, unsigned ns, uint64_t share, bool evict)
@@ -137,6 +310,10 @@ void shm_destroy(struct shm_table *t)
 {
 	if (!t)
 		return;
+	if (t->fd >= 0) {
+		msync(t->hdr, t->map_len, MS_SYNC);
+		close(t->fd);
+	}
 	munmap(t->hdr, t->map_len);
 	free(t);
 }

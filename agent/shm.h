@@ -1,5 +1,6 @@
 /*
- * shm.h - the shared counter table: one anonymous MAP_SHARED segment,
+ * shm.h - the shared counter table: one MAP_SHARED segment (anonymous,
+ * or a state file that a restarted agent maps again: shm_open_file),
  * created by the master before fork() and used concurrently by every
  * worker process (and thread), lock-free. It holds a fixed number of
  * counters, each keyed by (namespace, window, key, window start), each
@@ -147,6 +148,7 @@
 #define SHM_CLOCK_SLACK  60     /* windows starting later than now + this are stale */
 #define SHM_NONE         UINT32_MAX   /* "no slot" index */
 #define SHM_EVICT_SAMPLE 32     /* slots of a chain sampled for a victim */
+#define SHM_NAME_MAX     64     /* namespace names, NUL included */
 #define SHM_GRANT_WORDS  3      /* per slot: grant left, last and this cycle's demand */
 #define SHM_GRANT_LEFT   0
 #define SHM_GRANT_LAST   1
@@ -229,6 +231,8 @@ struct shm_hdr {
 	uint64_t share[SHM_MAX_NS];        /* guaranteed LIVE slots; 0 = max_keys */
 	uint8_t evict[SHM_MAX_NS];         /* may evict its own entries when full */
 	uint8_t digest_key[16];            /* secret for long-key digests (ratelimit.c) */
+	char names[SHM_MAX_NS][SHM_NAME_MAX]; /* namespace of each index ("" = free),
+	                                      so that a state file maps by name */
 	_Alignas(64) _Atomic uint64_t full_events;         /* inserts refused: full */
 	_Atomic uint64_t reclaimed;                        /* stale slots re-keyed */
 	_Atomic uint64_t recovered;                        /* abandoned claims freed */
@@ -258,6 +262,8 @@ struct shm_table {
 	uint32_t probe_max;     /* min(SHM_PROBE_MAX, nslots) */
 	uint64_t seed;
 	size_t map_len;
+	int fd;                 /* state file (locked), or -1 */
+	bool reused;            /* a state file's counts were found */
 };
 
 /* A key prepared for lookups: built once per hit on the caller's stack
@@ -313,7 +319,29 @@ enum shm_ins {
  * in err (if err != NULL) when max_keys is 0 or too large or mmap fails. */
 struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen);
 
-/* Unmaps the segment in this process and frees the handle. NULL is ok. */
+/* The same table kept in a file (config state_file), so that a restarted
+ * agent counts on: an empty or new file is sized and set up as
+ * shm_create() does; an existing one is mapped again when it was written
+ * by this layout for the same max_keys (else refused: err says why and the
+ * file is left as it is), with its seed and digest key, its leases and node
+ * counts cleared. The file is locked (flock) while mapped: a second agent
+ * on it is refused. Call before fork(). */
+struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, size_t errlen);
+
+/* Were a state file's counts found (shm_open_file of an existing file)? */
+bool shm_reused(const struct shm_table *t);
+
+/* The index of namespace `name` in the table: the one it had (a state
+ * file's), else the first never used, now its. -1: none left, or a name
+ * of SHM_NAME_MAX bytes or more. Before fork. */
+int shm_ns_claim(struct shm_table *t, const char *name);
+
+/* The index of window size `size` in namespace index ns: the one it had,
+ * else the first free, now its (shm_set_window). -1: none left. */
+int shm_win_claim(struct shm_table *t, unsigned ns, uint32_t size);
+
+/* Unmaps the segment in this process and frees the handle (a state file
+ * is written back and unlocked). NULL is ok. */
 void shm_destroy(struct shm_table *t);
 
 /* Records that window index win of namespace ns is `size` seconds long

@@ -59,7 +59,9 @@ struct sync;
 
 struct sync_ns {
 	struct sync *sy;
-	unsigned ns;
+	unsigned ns;                  /* its index in rl */
+	unsigned sid;                 /* ... and in the shared table (leases,
+	                                 node counts, entries) */
 	const struct ns_def *def;         /* its settings (rl's copy) */
 	const struct strategy_ops *ops;
 	struct strategy *st;
@@ -191,7 +193,7 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			sn->cap = cap;
 		}
 		struct shm_entry *e = &sn->ents[sn->n];
-		if (shm_read(t, idx, e) < 0 || e->ns != sn->ns || e->size == 0)
+		if (shm_read(t, idx, e) < 0 || e->ns != sn->sid || e->size == 0)
 			continue;
 		if (shm_grant_any(t, idx))
 			sync_grant_cycle(t, e, sn->sy->flush_mode);
@@ -242,7 +244,7 @@ static void sync_release(struct sync_ns *sn, bool failed_after_send)
 	if (sy->flush_mode)
 		return;
 	if (failed_after_send) {
-		sn->holding = shm_lease_renew(sy->t, sn->ns, sy->holder, now_ms(), sn->hold_ms);
+		sn->holding = shm_lease_renew(sy->t, sn->sid, sy->holder, now_ms(), sn->hold_ms);
 		if (!sn->holding)
 			sn->retry = false;
 		return;
@@ -253,7 +255,7 @@ static void sync_release(struct sync_ns *sn, bool failed_after_send)
 	 * next tick (one period later, at the node's phase) finds it due,
 	 * even when this tick ran late, and none of this tick's late
 	 * callers runs a second cycle. */
-	shm_lease_release(sy->t, sn->ns, sy->holder, sn->cycle_ms + rate_ms / 2);
+	shm_lease_release(sy->t, sn->sid, sy->holder, sn->cycle_ms + rate_ms / 2);
 }
 
 static void sync_log_failure(struct sync_ns *sn, const char *why)
@@ -325,7 +327,7 @@ static void sync_on_renew(struct ev_loop *loop, ev_timer *w, int revents)
 	struct sync_ns *sn = container_of(w, struct sync_ns, renew);
 	(void)loop, (void)revents;
 
-	if (!shm_lease_renew(sn->sy->t, sn->ns, sn->sy->holder, now_ms(), sn->hold_ms))
+	if (!shm_lease_renew(sn->sy->t, sn->sid, sn->sy->holder, now_ms(), sn->hold_ms))
 		LOG(LOG_WARN, "namespace %s: sync lease lost during a push", sn->def->name);
 }
 
@@ -364,7 +366,7 @@ static void sync_on_heartbeat(void *arg, int status, const char *errstr)
 
 	sn->beating = false;
 	if (status == 0 && sn->active > 0)
-		shm_set_nodes(sn->sy->t, sn->ns, sn->active);
+		shm_set_nodes(sn->sy->t, sn->sid, sn->active);
 }
 
 /* The lease holder says the node is here, once a cycle, and learns how
@@ -400,7 +402,7 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	if (sn->holding) {
 		/* After a failed push: keep the lease, and push again only
 		 * once this worker's own connection is back. */
-		if (!shm_lease_renew(sy->t, sn->ns, sy->holder, ms, sn->hold_ms)) {
+		if (!shm_lease_renew(sy->t, sn->sid, sy->holder, ms, sn->hold_ms)) {
 			/* Lost (we stalled past its expiry): the worker that took
 			 * it pushes every diff, ours included. */
 			sn->holding = false;
@@ -409,7 +411,7 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		}
 		if (!sn->ops->ready(sn->st))
 			return;
-	} else if (!shm_lease_take(sy->t, sn->ns, sy->holder, ms, sn->hold_ms)) {
+	} else if (!shm_lease_take(sy->t, sn->sid, sy->holder, ms, sn->hold_ms)) {
 		return;
 	}
 	sn->cycle_ms = ms;
@@ -810,7 +812,7 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 					.key_len = e->keylen, .start = e->start, .size = e->size,
 					.cost = h->cost, .limit = h->limit, .weight = h->weight,
 					.count_denied = h->count_denied,
-					.nodes = sync_nodes(sy->t, (unsigned)ns),
+					.nodes = sync_nodes(sy->t, rl_shm_ns(sy->rl, ns)),
 				};
 				b->a[b->na - 1].want = sync_grant_want(sy->t, e->idx, h->limit,
 								       b->a[b->na - 1].nodes);
@@ -949,6 +951,7 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 		char err[256] = "";
 		sn->sy = sy;
 		sn->ns = (unsigned)i;
+		sn->sid = rl_shm_ns(rl, (int)i);
 		sn->def = nc;
 		sn->ops = strategy_find(nc->strategy);
 		sn->st = sn->ops ? sn->ops->create(loop, nc->strategy_opts, err, sizeof(err)) : NULL;
@@ -1207,7 +1210,7 @@ int rl_sync(struct rl *rl, const char *ns, double timeout_s)
 	struct ev_loop *loop = sy->loop;
 	struct sync_ns *sn = &sy->ns[0];
 	/* One sync of the node at a time: wait for the lease. */
-	while (!shm_lease_take(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms(), sn->hold_ms)) {
+	while (!shm_lease_take(sy->t, sn->sid, SYNC_LIB_HOLDER, now_ms(), sn->hold_ms)) {
 		if (ev_time() >= deadline)
 			goto out;
 		ev_sleep(0.005);
@@ -1219,7 +1222,7 @@ int rl_sync(struct rl *rl, const char *ns, double timeout_s)
 			rc = sn->done && sn->unpushed == 0 ? 0 : -1;
 		}
 	}
-	shm_lease_release(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms());
+	shm_lease_release(sy->t, sn->sid, SYNC_LIB_HOLDER, now_ms());
 out:
 	sync_close_one(sy);
 	return rc;
@@ -1263,7 +1266,7 @@ int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s)
 	struct sync_ns *sn = &sy->ns[0];
 	/* The reference's shm mutex: one process per node fetches; with a
 	 * timeout the lease is left to expire, so that is once per timeout. */
-	if (!shm_lease_take(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms(), (uint64_t)(wait * 1000))) {
+	if (!shm_lease_take(sy->t, sn->sid, SYNC_LIB_HOLDER, now_ms(), (uint64_t)(wait * 1000))) {
 		rc = 0;		/* another process is fetching */
 		goto out;
 	}
@@ -1275,7 +1278,7 @@ int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s)
 		rc = f.done && f.status == 0 ? 0 : -1;
 	}
 	if (timeout_s <= 0)
-		shm_lease_release(sy->t, sn->ns, SYNC_LIB_HOLDER, now_ms());
+		shm_lease_release(sy->t, sn->sid, SYNC_LIB_HOLDER, now_ms());
 out:
 	sync_close_one(sy);
 	return rc;

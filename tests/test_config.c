@@ -899,6 +899,26 @@ Test(config, check_after_overrides)
 
 /* admission: "local" (default) or "exact"; exact needs sync_rate > 0 and
  * a store that decides admissions. */
+/* state_file: a path, none by default. */
+Test(config, state_file)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"state_file\": 1}", "state_file", "a file path" },
+		{ "{\"state_file\": \"\"}", "state_file", "expected a file path" },
+	};
+	struct config c;
+	struct config_err err;
+
+	EXPECT_ERRORS(cases);
+	config_defaults(&c);
+	cr_assert_str_empty(c.state_file);
+	cr_assert_eq(load(&c, &err, "{\"state_file\": \"/var/lib/spoa-ratelimit/state\"}"), 0,
+		     "%s: %s", err.path, err.msg);
+	cr_assert_str_eq(c.state_file, "/var/lib/spoa-ratelimit/state");
+	config_free(&c);
+	assert_no_leaks();
+}
+
 /* shadow: a boolean, false by default. */
 Test(config, shadow)
 {

@@ -712,3 +712,49 @@ Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
 			   "%s", rbuf);
 	free(wb), free(f), free(acts);
 }
+
+/* state_file: a local-only agent stopped and started again counts on from
+ * where it was (the file keeps the table), and a configuration that lists
+ * its namespaces in another order still finds each one's counts. */
+Test(http_state, counts_survive_a_restart, .fini = stop_agent, .timeout = 60)
+{
+	char dir[] = "/tmp/test_http_state-XXXXXX", json[512];
+	struct resp r;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(json, sizeof(json),
+		 "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"state_file\": \"%s/state\","
+		 " \"max_keys\": 1000, \"namespaces\": [{\"name\": \"a\", \"window_sizes\": [3600]},"
+		 " {\"name\": \"b\", \"window_sizes\": [60, 3600]}]}", dir);
+	start_with(json);
+	for (int i = 1; i <= 3; i++) {
+		get("/ratelimit?key=k&namespace=b&window=3600", &r);
+		cr_assert_eq(body_num(&r, "rate"), i, "%s", r.body);
+	}
+	get("/ratelimit?key=k&namespace=a", &r);
+	cr_assert_eq(agentproc_stop(&agent, 10000, false), 0, "exit 0 on SIGTERM");
+	/* The same namespaces, listed the other way round. */
+	snprintf(json, sizeof(json),
+		 "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"state_file\": \"%s/state\","
+		 " \"max_keys\": 1000, \"namespaces\": [{\"name\": \"b\", \"window_sizes\": [3600, 60]},"
+		 " {\"name\": \"a\", \"window_sizes\": [3600]}]}", dir);
+	start_with(json);
+	cr_assert_not_null(strstr(log_tail(), "counts of the last run kept"), "%s", log_tail());
+	get("/ratelimit?key=k&namespace=b&window=3600", &r);
+	cr_assert_eq(body_num(&r, "rate"), 4, "counted on: %s", r.body);
+	get("/ratelimit?key=k&namespace=a", &r);
+	cr_assert_eq(body_num(&r, "rate"), 2, "%s", r.body);
+	get("/ratelimit?key=k&namespace=b&window=60", &r);
+	cr_assert_eq(body_num(&r, "rate"), 1, "%s", r.body);
+	cr_assert_eq(agentproc_stop(&agent, 10000, false), 0);
+	/* Another max_keys: refused, clearly, the file left alone. */
+	snprintf(json, sizeof(json),
+		 "{\"state_file\": \"%s/state\", \"max_keys\": 2000}", dir);
+	const char *const args[] = { "-w", "1", NULL };
+	cr_assert_neq(agentproc_start(&agent, json, args, 3000), 0, "refused");
+	cr_assert_not_null(strstr(log_tail(), "made for max_keys 1000"), "%s", log_tail());
+	char path[64];
+	snprintf(path, sizeof(path), "%s/state", dir);
+	unlink(path);
+	rmdir(dir);
+}

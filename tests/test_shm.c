@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -691,4 +692,58 @@ Test(shm, grants)
 	}
 	cr_assert(!shm_grant_take(t, &r, 1), "the old reference spends nothing");
 	shm_destroy(t);
+}
+
+/* state_file: the table in a file. A second open finds the counts, the
+ * seed and the namespace names; a file of another max_keys, or not ours,
+ * is refused and left as it was; two at once are refused. */
+Test(shm, state_file_keeps_counts)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], err[256] = "";
+	struct shm_table *t, *t2;
+	uint64_t seed;
+	struct stat st;
+
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, sizeof(path), "%s/state", dir);
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert_not(shm_reused(t));
+	cr_assert_eq(shm_ns_claim(t, "api"), 0);
+	cr_assert_eq(shm_ns_claim(t, "web"), 1);
+	cr_assert_eq(shm_win_claim(t, 1, 60), 0);
+	add(t, 1, 0, "k", 960, 1000, 3, true);
+	seed = t->seed;
+	/* Held: a second agent on the same file is refused. */
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "in use") != NULL, "%s", err);
+	shm_destroy(t);
+
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert(shm_reused(t));
+	cr_assert_eq(t->seed, seed, "the hash seed is the file's");
+	cr_assert_eq(shm_ns_claim(t, "web"), 1, "names keep their index");
+	cr_assert_eq(shm_ns_claim(t, "new"), 2);
+	cr_assert_eq(shm_win_claim(t, 1, 60), 0);
+	cr_assert_eq(shm_win_claim(t, 1, 3600), 1);
+	EQ(get(t, 1, 0, "k", 960), 3.0);
+	shm_destroy(t);
+
+	cr_assert_null(shm_open_file(path, 1000, err, sizeof(err)));
+	cr_assert(strstr(err, "made for max_keys 16") != NULL, "%s", err);
+	cr_assert_eq(stat(path, &st), 0);
+	t2 = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t2, "refused, the file is left as it was: %s", err);
+	EQ(get(t2, 1, 0, "k", 960), 3.0);
+	shm_destroy(t2);
+
+	FILE *f = fopen(path, "r+");
+	cr_assert_not_null(f);
+	fputs("garbage!", f);
+	fclose(f);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "not a spoa-ratelimit state file") != NULL, "%s", err);
+	unlink(path);
+	rmdir(dir);
 }
