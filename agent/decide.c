@@ -96,23 +96,33 @@ static void table_evicted(struct decide *d, int ns, double now)
 	    log_limit_suppressed(&d->evict_log));
 }
 
+/* The metrics of namespace ns are kept under its index in the shared
+ * table, which a reload does not change (agent/metrics.h). */
+static unsigned msid(const struct decide *d, int ns)
+{
+	return rl_shm_ns(d->rl, ns);
+}
+
 /* A decision is final (answered as it is): count what it says. A shadow
  * namespace never denies: what it would deny is answered allowed, with
  * shadow_exceeded. */
-static void count_final(struct rl_decision *r)
+static void count_final(const struct decide *d, struct rl_decision *r)
 {
+	unsigned sid;
+
 	if (!r->exceeded)
 		return;
+	sid = msid(d, r->ns);
 	if (r->shadow) {
 		r->exceeded = false;
 		r->shadow_exceeded = true;
 		r->retry_after = 0;
-		if (r->ns >= 0 && r->ns < METRICS_NS)
-			metrics_add(&metrics_me->shadow_exceeded[r->ns], 1);
+		if (sid < METRICS_NS)
+			metrics_add(&metrics_me->shadow_exceeded[sid], 1);
 		return;
 	}
-	if (r->ns >= 0 && r->ns < METRICS_NS)
-		metrics_add(&metrics_me->exceeded[r->ns], 1);
+	if (sid < METRICS_NS)
+		metrics_add(&metrics_me->exceeded[sid], 1);
 }
 
 static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
@@ -125,13 +135,14 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 	if (r->error) {
 		metrics_add(&metrics_me->errors[r->refused ? METRICS_ERR_TABLE_FULL
 							   : METRICS_ERR_BAD_REQUEST], 1);
-		count_final(r);
+		count_final(d, r);
 		return;
 	}
-	if (r->ns < METRICS_NS && rq->front >= 0 && rq->front < METRICS_FRONTS)
-		metrics_add(&metrics_me->hits[r->ns][rq->front], 1);
+	unsigned sid = msid(d, r->ns);
+	if (sid < METRICS_NS && rq->front >= 0 && rq->front < METRICS_FRONTS)
+		metrics_add(&metrics_me->hits[sid][rq->front], 1);
 	if (!r->sync0)
-		count_final(r);
+		count_final(d, r);
 }
 
 static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
@@ -211,9 +222,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		return;
 	}
 	/* Admissions the store decides are counted when it answers. */
-	if (exact && !res.need_store && ns < METRICS_NS)
-		metrics_add(&metrics_me->admissions[ns][res.granted ? METRICS_ADM_GRANT
-								    : METRICS_ADM_VIEW], 1);
+	if (exact && !res.need_store && msid(d, ns) < METRICS_NS)
+		metrics_add(&metrics_me->admissions[msid(d, ns)][res.granted ? METRICS_ADM_GRANT
+									     : METRICS_ADM_VIEW], 1);
 	exact = exact && res.need_store;
 	if (res.evicted)
 		table_evicted(d, ns, now);
@@ -440,8 +451,9 @@ static void pending_finish(struct decide_pending *p)
 				failed = true;
 				continue;
 			}
-			if (r->ns < METRICS_NS)
-				metrics_add(&metrics_me->admissions[r->ns][METRICS_ADM_STORE], 1);
+			if (msid(d, r->ns) < METRICS_NS)
+				metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_STORE],
+					    1);
 			/* The store's decision; a hit it did not add is reported
 			 * with the rate it would have made, and the grant (counted
 			 * for this node's next hits, not hits yet) is left out. */
@@ -465,7 +477,7 @@ static void pending_finish(struct decide_pending *p)
 	}
 	for (size_t i = 0; i < p->n; i++)
 		if (p->hi[i] >= 0)
-			count_final(&p->res[i]);
+			count_final(d, &p->res[i]);
 	if (failed) {
 		metrics_add(&metrics_me->errors[METRICS_ERR_STORE], 1);
 		d->sync_failures++;
@@ -519,8 +531,8 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 	bool ok = window_rate(r->current, r->previous, r->weight) + r->cost <= (double)r->limit;
 
 	r->degraded = true;
-	if (r->ns < METRICS_NS)
-		metrics_add(&metrics_me->admissions[r->ns][METRICS_ADM_DEGRADED], 1);
+	if (msid(d, r->ns) < METRICS_NS)
+		metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_DEGRADED], 1);
 	r->counted = (ok || r->count_denied) && r->cost > 0;
 	if (r->counted &&
 	    rl_keep(d->rl, r->ns, r->skey, r->skeylen, r->window, window_start(now, r->window),
@@ -543,7 +555,7 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 				continue;
 			if (res[i].admit0)
 				admit_locally(d, &res[i], now);
-			count_final(&res[i]);
+			count_final(d, &res[i]);
 			struct sync_hit h = hit_of(&res[i]);
 			if (!res[i].admit0)
 				sync_hit_keep(d->rl, &h);

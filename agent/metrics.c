@@ -163,6 +163,7 @@ struct scrape {
 	const struct rl *rl;
 	size_t nns;
 	const struct ns_def *ns[METRICS_NS];
+	unsigned sid[METRICS_NS];                  /* where its counters are */
 	char label[METRICS_NS][NS_NAME_MAX * 2];   /* escaped names */
 	struct rl_ns_stats st[METRICS_NS];
 	double pending[METRICS_NS];
@@ -180,15 +181,15 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 			for (int fr = 0; fr < METRICS_FRONTS; fr++)
 				put(o, "spoa_ratelimit_%s{namespace=\"%s\",front=\"%s\"} %llu\n", name,
 				    sc->label[ns], metrics_front_labels[fr],
-				    (unsigned long long)SUM(m, hits[ns][fr]));
+				    (unsigned long long)SUM(m, hits[sc->sid[ns]][fr]));
 		break;
 	case METRICS_FAM_EXCEEDED:
 	case METRICS_FAM_SHADOW_EXCEEDED:
 		for (size_t ns = 0; ns < sc->nns; ns++)
 			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %llu\n", name, sc->label[ns],
 			    (unsigned long long)(f == METRICS_FAM_EXCEEDED
-							 ? SUM(m, exceeded[ns])
-							 : SUM(m, shadow_exceeded[ns])));
+							 ? SUM(m, exceeded[sc->sid[ns]])
+							 : SUM(m, shadow_exceeded[sc->sid[ns]])));
 		break;
 	case METRICS_FAM_ERRORS:
 		for (int e = 0; e < METRICS_ERR_COUNT; e++)
@@ -229,9 +230,9 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 			if (sc->ns[ns]->sync_rate < 0)
 				continue;
 			put(o, "spoa_ratelimit_%s{namespace=\"%s\",result=\"ok\"} %llu\n", name,
-			    sc->label[ns], (unsigned long long)SUM(m, sync_ok[ns]));
+			    sc->label[ns], (unsigned long long)SUM(m, sync_ok[sc->sid[ns]]));
 			put(o, "spoa_ratelimit_%s{namespace=\"%s\",result=\"failed\"} %llu\n", name,
-			    sc->label[ns], (unsigned long long)SUM(m, sync_failed[ns]));
+			    sc->label[ns], (unsigned long long)SUM(m, sync_failed[sc->sid[ns]]));
 		}
 		break;
 	case METRICS_FAM_SYNC_DURATION: {
@@ -253,7 +254,8 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 			if (sc->ns[ns]->sync_rate < 0)
 				continue;
 			for (int i = 0; i < m->nworkers; i++) {
-				int v = atomic_load_explicit(&m->w[i].store_up[ns], memory_order_relaxed);
+				int v = atomic_load_explicit(&m->w[i].store_up[sc->sid[ns]],
+							  memory_order_relaxed);
 				if (v >= 0)
 					up = up < 0 ? v : (v < up ? v : up);
 			}
@@ -279,7 +281,7 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 				for (int a = 0; a < METRICS_ADM_COUNT; a++)
 					put(o, "spoa_ratelimit_%s{namespace=\"%s\",by=\"%s\"} %llu\n",
 					    name, sc->label[ns], metrics_adm_labels[a],
-					    (unsigned long long)SUM(m, admissions[ns][a]));
+					    (unsigned long long)SUM(m, admissions[sc->sid[ns]][a]));
 		break;
 	case METRICS_FAM_COUNT:
 		break;
@@ -298,6 +300,7 @@ long metrics_render(const struct metrics *m, const struct rl *rl, char *buf, siz
 	sc.nns = n < METRICS_NS ? n : METRICS_NS;
 	for (size_t ns = 0; ns < sc.nns; ns++) {
 		sc.ns[ns] = rl_namespace_def(rl, (int)ns);
+		sc.sid[ns] = rl_shm_ns(rl, (int)ns);
 		label(sc.ns[ns]->name, sc.label[ns], sizeof(sc.label[ns]));
 		rl_ns_stats(rl, (int)ns, &sc.st[ns]);
 	}

@@ -466,6 +466,8 @@ int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t
 }
 
 _Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");
+_Static_assert(NS_MAX == SHM_MAX_NS && NS_NAME_MAX <= SHM_NAME_MAX,
+	       "every namespace has an index and a name in the table");
 
 size_t rl_stored_key(const struct rl *rl, const char *key, size_t len, char *out)
 {

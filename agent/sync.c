@@ -307,7 +307,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 		sn->retry = k > 0;
 	}
 	if (!sn->sy->flush_mode)
-		metrics_sync_cycle((int)sn->ns, status >= 0 && sn->unpushed == 0,
+		metrics_sync_cycle((int)sn->sid, status >= 0 && sn->unpushed == 0,
 				   (double)(now_ms() - sn->cycle_ms) / 1000.0);
 	if (status < 0 || sn->unpushed) {
 		sync_log_failure(sn, status < 0 && errstr ? errstr : "some counters failed");
@@ -394,8 +394,8 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	uint64_t ms = now_ms();
 	(void)loop, (void)revents;
 
-	if (sn->ns < METRICS_NS)
-		atomic_store_explicit(&metrics_me->store_up[sn->ns], sn->ops->ready(sn->st) ? 1 : 0,
+	if (sn->sid < METRICS_NS)
+		atomic_store_explicit(&metrics_me->store_up[sn->sid], sn->ops->ready(sn->st) ? 1 : 0,
 				      memory_order_relaxed);
 	if (sn->busy)
 		return;
