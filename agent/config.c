@@ -1067,15 +1067,51 @@ void config_defaults(struct config *c)
  * failure *c is unchanged, nothing new stays allocated, and *err names the
  * file, the JSON path (or "line L, column C" for a syntax error) and the
  * problem. */
-int config_load(struct config *c, const char *path, struct config_err *err)
+/* Loads the parsed root (taken) over *c; see config_load. */
+static int config_load_root(struct config *c, json_t *root, const char *path,
+			    struct cfg_parser *p, struct config_err *err)
 {
 	struct config tmp;
+	int rc;
+
+	if (!json_is_object(root)) {
+		cfg_path_push(p, "(top level)");
+		rc = cfg_fail_type(p, root, "an object");
+		json_decref(root);
+		return rc;
+	}
+	tmp = *c;
+	rc = cfg_parse_object(p, root, cfg_top_keys, CFG_N_KEYS(cfg_top_keys), &tmp);
+	json_decref(root);
+	if (rc == 0) {
+		rc = config_check(&tmp, err);
+		snprintf(err->file, sizeof(err->file), "%s", path);
+	}
+	if (rc < 0) {
+		if (p->ns_replaced)
+			cfg_free_ns(&tmp);
+		return -1;
+	}
+	if (p->ns_replaced)
+		cfg_free_ns(c);
+	*c = tmp;
+	return 0;
+}
+
+static int config_json_error(const json_error_t *jerr, struct config_err *err)
+{
+	snprintf(err->path, sizeof(err->path), "line %d, column %d", jerr->line, jerr->column);
+	snprintf(err->msg, sizeof(err->msg), "%s", jerr->text);
+	return -1;
+}
+
+int config_load(struct config *c, const char *path, struct config_err *err)
+{
 	struct cfg_parser p;
 	json_error_t jerr;
 	json_t *root;
 	struct stat st;
 	FILE *f;
-	int rc;
 
 	memset(err, 0, sizeof(*err));
 	cfg_parser_init(&p, err);
@@ -1090,34 +1126,25 @@ int config_load(struct config *c, const char *path, struct config_err *err)
 	}
 	root = json_loadf(f, JSON_REJECT_DUPLICATES, &jerr);
 	fclose(f);
-	if (!root) {
-		snprintf(err->path, sizeof(err->path), "line %d, column %d", jerr.line, jerr.column);
-		snprintf(err->msg, sizeof(err->msg), "%s", jerr.text);
-		return -1;
-	}
-	if (!json_is_object(root)) {
-		cfg_path_push(&p, "(top level)");
-		rc = cfg_fail_type(&p, root, "an object");
-		json_decref(root);
-		return rc;
-	}
+	if (!root)
+		return config_json_error(&jerr, err);
+	return config_load_root(c, root, path, &p, err);
+}
 
-	tmp = *c;
-	rc = cfg_parse_object(&p, root, cfg_top_keys, CFG_N_KEYS(cfg_top_keys), &tmp);
-	json_decref(root);
-	if (rc == 0) {
-		rc = config_check(&tmp, err);
-		snprintf(err->file, sizeof(err->file), "%s", path);
-	}
-	if (rc < 0) {
-		if (p.ns_replaced)
-			cfg_free_ns(&tmp);
-		return -1;
-	}
-	if (p.ns_replaced)
-		cfg_free_ns(c);
-	*c = tmp;
-	return 0;
+int config_load_text(struct config *c, const char *name, const char *text, size_t len,
+		     struct config_err *err)
+{
+	struct cfg_parser p;
+	json_error_t jerr;
+	json_t *root;
+
+	memset(err, 0, sizeof(*err));
+	cfg_parser_init(&p, err);
+	snprintf(err->file, sizeof(err->file), "%s", name);
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	if (!root)
+		return config_json_error(&jerr, err);
+	return config_load_root(c, root, name, &p, err);
 }
 
 /* Contract: every field of *c in range, the same rules as the file, with

@@ -62,6 +62,11 @@ void config_defaults(struct config *c);
  * left allocated on failure, and *c is unchanged). */
 int config_load(struct config *c, const char *path, struct config_err *err);
 
+/* The same from the file's text (name for messages), as a reload reads
+ * what the master checked. */
+int config_load_text(struct config *c, const char *name, const char *text, size_t len,
+		     struct config_err *err);
+
 /* Validates the whole config (also after command-line overrides).
  * Returns 0 or -1 with *err (err->file left empty). */
 int config_check(const struct config *c, struct config_err *err);

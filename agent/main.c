@@ -15,6 +15,7 @@
 #include "agent/master.h"
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
+#include "agent/reload.h"
 #include "agent/sync.h"
 #include "agent/worker.h"
 
@@ -204,6 +205,8 @@ int main(int argc, char **argv)
 			LOG(LOG_INFO, "namespace %s: %s store every %g s, admission %s",
 			    cfg.ns[i].name, cfg.ns[i].strategy, cfg.ns[i].sync_rate,
 			    ns_admission_names[ns_admission_of(&cfg.ns[i])]);
+	if (reload_setup(file, verbose) < 0)
+		LOG(LOG_WARN, "cannot map the reload area: SIGHUP will not reload");
 	int rc = master_run(&cfg, rl, &ls);
 	metrics_free(ls.metrics);
 	rl_free(rl);

@@ -24,6 +24,7 @@
 
 #include "agent/config.h"
 #include "agent/log.h"
+#include "agent/reload.h"
 #include "agent/sync.h"
 #include "agent/worker.h"
 
@@ -321,8 +322,11 @@ int master_run(const struct config *cfg, struct rl *rl, const struct worker_list
 		int sig = sigtimedwait(&set, NULL, &tick);
 		if (sig == SIGTERM || sig == SIGINT)
 			break;
-		if (sig == SIGHUP)
-			LOG(LOG_INFO, "SIGHUP ignored: restart the agent to change its config");
+		if (sig == SIGHUP && reload_master((struct config *)cfg, rl))
+			/* cfg is main's: the one configuration the master runs. */
+			for (int i = 0; i < n; i++)
+				if (ws[i].pid > 0)
+					kill(ws[i].pid, SIGHUP);
 		if (sig == SIGCHLD)
 			master_reap(ws, n, false);
 		double now = mono_now();

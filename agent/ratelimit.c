@@ -249,6 +249,38 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
 	return 0;
 }
 
+int rl_reload(struct rl *rl, const struct ns_def *defs, size_t n, char *err, size_t errlen)
+{
+	struct rl *next = calloc(1, sizeof(*next));
+
+	if (!next) {
+		rl_errf(err, errlen, "%s", "out of memory");
+		return -1;
+	}
+	memcpy(next->name, rl->name, sizeof(next->name));
+	next->shm = rl->shm;
+	next->max_keys = rl->max_keys;
+	next->secret_set = rl->secret_set;
+	next->public_key = rl->public_key;
+	for (size_t i = 0; i < n; i++) {
+		if (rl_new_namespace(next, &defs[i], err, errlen) < 0) {
+			for (size_t j = 0; j < next->n_ns; j++)
+				free((void *)next->ns[j].def.strategy_opts);
+			free(next);
+			/* Shares as they were (rl_new_namespace set next's). */
+			rl_apply_shares(rl);
+			return -1;
+		}
+	}
+	for (size_t i = 0; i < rl->n_ns; i++)
+		free((void *)rl->ns[i].def.strategy_opts);
+	memcpy(rl->ns, next->ns, sizeof(rl->ns));
+	rl->n_ns = next->n_ns;
+	rl->public_key = next->public_key;
+	free(next);
+	return 0;
+}
+
 int rl_namespace_index(const struct rl *rl, const char *name, size_t len)
 {
 	if (!name || len == 0) {

@@ -92,6 +92,14 @@ void rl_free(struct rl *rl);
  * table's max_keys. */
 int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t errlen);
 
+/* Replaces every namespace by defs[0..n) (checked as rl_new_namespace
+ * does; all or nothing: on failure the old ones stay, err says why). A
+ * namespace and window that exist already keep their counters (found by
+ * name and size in the table), whatever their new order; indexes here
+ * follow defs. Only this process's instance changes: each process of an
+ * agent reloads its own. */
+int rl_reload(struct rl *rl, const struct ns_def *defs, size_t n, char *err, size_t errlen);
+
 /* Index of a namespace (NULL or "" = "default"), or -1. */
 int rl_namespace_index(const struct rl *rl, const char *name, size_t len);
 

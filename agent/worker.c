@@ -21,6 +21,7 @@
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
+#include "agent/reload.h"
 #include "agent/sync.h"
 
 #define WORKER_ACCEPTS_PER_EVENT 64
@@ -29,6 +30,8 @@
 #define WORKER_STOP_POLL         0.05    /* while stopping: is everything done? */
 #define WORKER_CAP_RECHECK       1.0     /* at max_connections: look for an idle one */
 #define WORKER_EVICT_IDLE        1.0     /* seconds without a NOTIFY: evictable */
+#define WORKER_RELOAD_WAIT       1.0     /* a reload waits this long for pushes */
+#define WORKER_RELOAD_POLL       0.01
 
 /* At max_connections, the connection to close for a new peer: the one
  * idle the longest (its front says since when: ops->idle_since), if that
@@ -204,6 +207,56 @@ static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
 		ev_break(loop, EVBREAK_ALL);
 }
 
+/* A reload (agent/reload.h) applies once no push or held answer waits for
+ * a store (at most WORKER_RELOAD_WAIT): the sync restarts with the new
+ * namespaces, and a batch in flight would otherwise be failed and pushed
+ * again under a new token. */
+static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker *w = container_of(t, struct worker, reload_w);
+	(void)revents;
+
+	if (w->stopping) {
+		ev_timer_stop(loop, t);
+		return;
+	}
+	if ((sync_busy(w->sync) || w->decide.npending > 0) &&
+	    ev_now(loop) - w->reload_since < WORKER_RELOAD_WAIT)
+		return;
+	ev_timer_stop(loop, t);
+	sync_stop(w->sync);
+	w->sync = w->decide.sync = NULL;
+	/* w->cfg is main's configuration (const for the fronts). */
+	if (reload_worker((struct config *)w->cfg, w->env.rl) > 0) {
+		decide_deliver_fn deliver = w->handler.deliver;
+
+		handler_free(&w->handler);
+		if (handler_init(&w->handler, w->cfg, &w->decide, w->cfg->max_frame_size) < 0) {
+			LOG(LOG_ERR, "reload: out of memory");
+			exit(1);
+		}
+		w->handler.deliver = deliver;
+	}
+	if (sync_start(loop, w->env.rl, w->id, &w->sync) < 0) {
+		/* As at start: exit, the master starts another worker. */
+		LOG(LOG_ERR, "reload: cannot start the sync of the stores");
+		exit(1);
+	}
+	w->decide.sync = w->sync;
+}
+
+static void worker_on_hup(struct ev_loop *loop, ev_signal *s, int revents)
+{
+	struct worker *w = container_of(s, struct worker, hup_w);
+	(void)revents;
+
+	if (w->stopping || !reload_pending() || ev_is_active(&w->reload_w))
+		return;
+	w->reload_since = ev_now(loop);
+	ev_timer_set(&w->reload_w, 0., WORKER_RELOAD_POLL);
+	ev_timer_start(loop, &w->reload_w);
+}
+
 static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 {
 	struct worker *w = s->signum == SIGTERM
@@ -266,6 +319,9 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	ev_signal_start(w.loop, &w.term_w);
 	ev_signal_init(&w.int_w, worker_on_signal, SIGINT);
 	ev_signal_start(w.loop, &w.int_w);
+	ev_signal_init(&w.hup_w, worker_on_hup, SIGHUP);
+	ev_signal_start(w.loop, &w.hup_w);
+	ev_init(&w.reload_w, worker_on_reload);
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);

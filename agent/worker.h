@@ -50,7 +50,9 @@ struct worker {
 	int id;
 	struct worker_listener lis[WORKER_MAX_LISTENERS];
 	size_t nlis;
-	ev_signal term_w, int_w;
+	ev_signal term_w, int_w, hup_w;
+	ev_timer reload_w;            /* a reload waits for the pushes in flight */
+	double reload_since;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */
 	ev_timer stop_poll_w;         /* while stopping: checks whether all is done */

@@ -1513,3 +1513,46 @@ Test(cluster, redis_admission_exact_per_request)
 	admission_arg_exact = true;
 	admission_case("redis", w, true);
 }
+
+/* A reload that changes a syncing namespace (sync_rate, the store's
+ * options) loses no hit and counts none twice: hits before, during and
+ * after the SIGHUP all reach Redis once, and the node counts on. */
+Test(cluster, reload_restarts_the_sync_losing_nothing)
+{
+	unsigned w = pick_window();
+	char key[64], json2[1024];
+	int64_t rate = 0;
+	FILE *f;
+
+	redis_up(false);
+	node_start(0, cfg_redis(w, 0.2));
+	rand_key(key, sizeof(key), "reload");
+	for (int i = 0; i < 300; i++) {
+		uint64_t sid;
+
+		if (i == 100) {
+			/* Another sync_rate and timeout, one more namespace. */
+			snprintf(json2, sizeof(json2),
+				 "{\"log_level\":\"debug\",\"namespaces\":[{\"name\":\"other\","
+				 "\"window_sizes\":[60]},{\"name\":\"default\","
+				 "\"window_sizes\":[%u],\"sync_rate\":0.1,\"strategy\":\"redis\","
+				 "\"strategy_opts\":{\"host\":\"127.0.0.1\",\"port\":%d,"
+				 "\"timeout_ms\":500}}]}", w, redis.port);
+			cr_assert_not_null(f = fopen(nodes[0].a.cfg_path, "w"));
+			fputs(json2, f);
+			fclose(f);
+			cr_assert_eq(agentproc_signal(&nodes[0].a, SIGHUP), 0);
+		}
+		cr_assert(notify_send(nodes[0].fd[i % CONNS], key, w, 1, &sid) == 0, "%s", errbuf);
+		cr_assert(notify_ack(nodes[0].fd[i % CONNS], sid, IO_MS, &rate) == 0, "hit %d: %s",
+			  i, errbuf);
+		cr_assert_eq(rate, i + 1, "hit %d: the node counts on", i);
+		if (i >= 100 && i < 200)
+			usleep(2000);
+	}
+	double total = -1;
+	for (int i = 0; i < 100 && (total = redis_total(key, w)) != 300; i++)
+		usleep(50000);
+	cr_assert_eq(total, 300, "Redis holds every hit once: %g\n%s", total, node_log(0));
+	cr_assert_not_null(strstr(node_log(0), "reloaded"), "%s", node_log(0));
+}

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -647,6 +648,29 @@ Test(http_names, escaped_in_headers_and_body, .fini = stop_agent, .timeout = 60)
 	cr_assert_not_null(strstr(r.body, ",\"namespace\":\"q\\\"t\\\\\u00e9\"}"), "%s", r.body);
 }
 
+/* One NOTIFY ratelimit(key, window, [limit >= 0], namespace) on an SPOP
+ * connection that said HELLO; its ACK's actions into acts. */
+static void spop_check(int fd, const char *key, int window, int limit, const char *ns,
+		       struct rawspop_actions *acts)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	char err[256];
+
+	size_t st = rawspop_notify_begin(wb, 1, 1);
+	rawspop_msg(wb, "ratelimit", limit >= 0 ? 4 : 3);
+	rawspop_arg_str(wb, "key", key);
+	rawspop_arg_int(wb, "window", window);
+	if (limit >= 0)
+		rawspop_arg_int(wb, "limit", limit);
+	rawspop_arg_str(wb, "namespace", ns);
+	rawspop_frame_end(wb, st);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	cr_assert_eq(rawspop_decode_actions(f, acts, err, sizeof(err)), 0, "%s", err);
+	free(wb), free(f);
+}
+
 /* Shadow mode through both fronts of a real agent: a shadow namespace
  * counts and decides as usual, never denies (HTTP 200 with
  * X-RateLimit-Shadow: exceeded, SPOP exceeded=false with
@@ -658,7 +682,7 @@ Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
 	struct rawspop_frame *f = calloc(1, sizeof(*f));
 	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
-	char err[256], v[64];
+	char v[64];
 	struct resp r;
 	int fd;
 
@@ -681,17 +705,7 @@ Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
 	rawspop_hello(wb, &o);
 	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
 	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	rawspop_buf_reset(wb);
-	size_t st = rawspop_notify_begin(wb, 1, 1);
-	rawspop_msg(wb, "ratelimit", 4);
-	rawspop_arg_str(wb, "key", "s");
-	rawspop_arg_int(wb, "window", 3600);
-	rawspop_arg_int(wb, "limit", 2);
-	rawspop_arg_str(wb, "namespace", "trial");
-	rawspop_frame_end(wb, st);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	cr_assert_eq(rawspop_decode_actions(f, acts, err, sizeof(err)), 0, "%s", err);
+	spop_check(fd, "s", 3600, 2, "trial", acts);
 	const struct rawspop_action *a = rawspop_var_find(acts, "exceeded");
 	cr_assert(a && a->value.type == RAWSPOP_T_BOOL && !a->value.b, "exceeded=false");
 	a = rawspop_var_find(acts, "shadow_exceeded");
@@ -757,4 +771,106 @@ Test(http_state, counts_survive_a_restart, .fini = stop_agent, .timeout = 60)
 	snprintf(path, sizeof(path), "%s/state", dir);
 	unlink(path);
 	rmdir(dir);
+}
+
+/* The number of times s occurs in the agent's log. */
+static int log_count(const char *s)
+{
+	char buf[65536];
+	int n = 0;
+
+	agentproc_log_tail(&agent, buf, sizeof(buf));
+	for (const char *p = buf; (p = strstr(p, s)); p += strlen(s))
+		n++;
+	return n;
+}
+
+/* Writes the agent's configuration file anew (its @HTTP_PORT@ filled). */
+static void rewrite_config(const char *json)
+{
+	char port[16], text[2048];
+	const char *at = strstr(json, "@HTTP_PORT@");
+	FILE *f = fopen(agent.cfg_path, "w");
+
+	cr_assert_not_null(f);
+	snprintf(port, sizeof(port), "%d", agent.http_port);
+	if (at)
+		snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - json), json, port, at + 11);
+	else
+		snprintf(text, sizeof(text), "%s", json);
+	fputs(text, f);
+	fclose(f);
+}
+
+/* SIGHUP reloads the file (docs/CONFIG.md, "Reload"): connections stay
+ * open, a namespace whose windows change keeps its count (4 -> 5),
+ * namespaces come and go, both workers apply it; a bad file is refused
+ * with its field and reason and the running configuration keeps serving;
+ * what cannot change live is reported. */
+Test(http_reload, sighup_keeps_counts_and_connections, .fini = stop_agent, .timeout = 60)
+{
+	struct resp r;
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+
+	start_workers("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
+		      "{\"name\": \"api\", \"window_sizes\": [60]},"
+		      "{\"name\": \"old\", \"window_sizes\": [60]}]}", "2");
+	int keep = http_open();
+	int spop = rawspop_connect(agent.port, IO_MS);
+	cr_assert(spop >= 0);
+	rawspop_hello(wb, &o);
+	cr_assert_eq(rawspop_send_buf(spop, wb), 0);
+	cr_assert_eq(rawspop_read_frame(spop, f, IO_MS), RAWSPOP_READ_FRAME);
+	for (int i = 1; i <= 4; i++) {
+		get("/ratelimit?key=k&namespace=api&limit=10", &r);
+		cr_assert_eq(body_num(&r, "rate"), i);
+	}
+	rewrite_config("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"log_level\": \"debug\","
+		       " \"http_deny_status\": 403, \"max_keys\": 100000, \"namespaces\": ["
+		       "{\"name\": \"new\", \"window_sizes\": [1]},"
+		       "{\"name\": \"api\", \"window_sizes\": [3600, 60]}]}");
+	cr_assert_eq(agentproc_signal(&agent, SIGHUP), 0);
+	for (int i = 0; i < 300 && log_count("reloaded: 2 namespace(s)") < 2; i++)
+		usleep(10000);
+	cr_assert_eq(log_count("reloaded: 2 namespace(s)"), 2, "both workers reloaded:\n%s",
+		     log_tail());
+	cr_assert_geq(log_count("max_keys changed in the file: kept until the agent restarts"), 1,
+		      "%s", log_tail());
+	/* The connection opened before the reload still works, and the count
+	 * of api's 60 s window goes on. */
+	send_str(keep, "GET /ratelimit?key=k&namespace=api&window=60&limit=10 HTTP/1.1\r\nHost: t\r\n\r\n");
+	rlen = 0;
+	read_resp(keep, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_eq(body_num(&r, "rate"), 5, "the count of 4 was kept: %s", r.body);
+	close(keep);
+	get("/ratelimit?key=k&namespace=api&window=3600", &r);
+	cr_assert_eq(body_num(&r, "rate"), 1, "a new window starts at 0: %s", r.body);
+	get("/ratelimit?key=k&namespace=new", &r);
+	cr_assert_eq(r.status, 200, "a new namespace: %s", r.body);
+	get("/ratelimit?key=k&namespace=old", &r);
+	cr_assert_eq(r.status, 400, "a removed namespace: %s", r.body);
+	get("/ratelimit?key=k&namespace=api&window=60&limit=1", &r);
+	cr_assert_eq(r.status, 403, "http_deny_status changed live: %s", r.body);
+
+	/* A bad file: refused, the running configuration serves on. */
+	rewrite_config("{\"namespaces\": [{\"name\": \"api\", \"window_sizes\": [0]}]}");
+	cr_assert_eq(agentproc_signal(&agent, SIGHUP), 0);
+	for (int i = 0; i < 300 && log_count("reload refused") < 1; i++)
+		usleep(10000);
+	cr_assert_eq(log_count("reload refused"), 1, "%s", log_tail());
+	cr_assert_eq(log_count("namespaces[0].window_sizes"), 1, "field named:\n%s", log_tail());
+	get("/ratelimit?key=k&namespace=api&window=60&limit=10", &r);
+	cr_assert_eq(body_num(&r, "rate"), 7, "%s", r.body);
+	get("/ratelimit?key=k&namespace=new", &r);
+	cr_assert_eq(r.status, 200);
+	/* The SPOP connection opened before both reloads still counts. */
+	spop_check(spop, "k", 60, -1, "api", acts);
+	const struct rawspop_action *a = rawspop_var_find(acts, "rate");
+	cr_assert(a && a->value.i == 8, "SPOP over the same connection");
+	close(spop);
+	free(wb), free(f), free(acts);
 }
