@@ -348,6 +348,30 @@ static void rl_digest(const struct rl *rl, const char *key, size_t len, char *ou
 	out[RL_DIGEST_LEN] = '\0';
 }
 
+/* A found slot's count as hits: what is left of its grant is the store's
+ * reservation for this node, not hits. 0 for no slot. */
+static double rl_view(const struct shm_table *t, const struct shm_ref *r)
+{
+	return r->idx == SHM_NONE ? 0 : shm_read_count(t, r) - shm_grant_left(t, r->idx);
+}
+
+/* Makes the slot of k's window `start` when cur found none. Returns 0, or
+ * -1 (RL_ERR_FULL). */
+static int rl_slot_make(struct rl *rl, const struct shm_key *k, int64_t start, double now,
+			struct shm_ref *cur, struct rl_result *out, bool *inserted)
+{
+	int how;
+
+	if (cur->idx != SHM_NONE)
+		return 0;
+	how = shm_insert(rl->shm, k, start, now, cur);
+	if (how < 0)
+		return rl_fail(rl, RL_ERR_FULL);
+	*inserted = true;
+	out->evicted |= how == SHM_INS_EVICTED;
+	return 0;
+}
+
 static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
 		     uint32_t window_size, double cost, double weight, double now, double limit,
 		     bool count_denied, bool exact, struct rl_result *out)
@@ -410,22 +434,14 @@ again:
 		c = shm_read_count(rl->shm, &cur);
 	} else if (exact && shm_grant_take(rl->shm, &cur, cost)) {
 		/* Admitted from the store's grant: the store counted it. */
-		c = shm_read_count(rl->shm, &cur) - shm_grant_left(rl->shm, cur.idx);
+		c = rl_view(rl->shm, &cur);
 		counted = true;
 		out->granted = true;
-	} else if (exact && (c = shm_read_count(rl->shm, &cur) -
-			      (cur.idx == SHM_NONE ? 0 : shm_grant_left(rl->shm, cur.idx))) +
-					 pw + cost <= limit) {
+	} else if (exact && (c = rl_view(rl->shm, &cur)) + pw + cost <= limit) {
 		/* The node's view admits it: the store decides. The slot is
 		 * made now: it keeps the demand and will hold the grant. */
-		if (cur.idx == SHM_NONE) {
-			int how = shm_insert(rl->shm, &k, start, now, &cur);
-
-			if (how < 0)
-				return rl_fail(rl, RL_ERR_FULL);
-			inserted = true;
-			out->evicted |= how == SHM_INS_EVICTED;
-		}
+		if (rl_slot_make(rl, &k, start, now, &cur, out, &inserted) < 0)
+			return -1;
 		shm_grant_note(rl->shm, &cur, cost);
 		out->need_store = true;
 	} else if (limit >= 0 && !count_denied && cost + pw > limit) {
@@ -433,14 +449,8 @@ again:
 		 * CAS, and no slot taken for a key that is only refused. */
 		c = shm_read_count(rl->shm, &cur) + cost;
 	} else {
-		if (cur.idx == SHM_NONE) {
-			int how = shm_insert(rl->shm, &k, start, now, &cur);
-
-			if (how < 0)
-				return rl_fail(rl, RL_ERR_FULL);
-			inserted = true;
-			out->evicted |= how == SHM_INS_EVICTED;
-		}
+		if (rl_slot_make(rl, &k, start, now, &cur, out, &inserted) < 0)
+			return -1;
 		if (limit < 0 || count_denied) {
 			c = shm_add(rl->shm, &cur, cost, with_diff);
 			counted = true;
