@@ -18,7 +18,7 @@
 
 e2e_init
 ex="$E2E_ROOT/haproxy-examples/haproxy.cfg"
-out=$(cd / && haproxy -c -f "$ex" 2>&1)
+out=$(cd / && "$HAPROXY" -c -f "$ex" 2>&1)
 check "haproxy -c accepts haproxy-examples/haproxy.cfg (run from /)" test $? -eq 0
 [ -n "$out" ] && diag "$out"
 
