@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "agent/balance.h"
 #include "agent/config.h"
 #include "agent/log.h"
 #include "agent/master.h"
@@ -181,13 +182,19 @@ int main(int argc, char **argv)
 				       .http_fd = -1, .metrics = metrics_new(cfg.workers) };
 	if (ls.spop_fd >= 0 && cfg.http_listen[0]) {
 		ls.http_fd = master_listen(&cfg, cfg.http_listen, err, sizeof(err));
-		if (ls.http_fd < 0)
+		if (ls.http_fd < 0) {
 			close(ls.spop_fd);
+			ls.spop_fd = -1;
+		}
 	}
-	if (!ls.metrics) {
+	if (ls.spop_fd >= 0 && !ls.metrics)
 		snprintf(err, sizeof(err), "out of memory for the metrics");
-		if (ls.spop_fd >= 0)
-			close(ls.spop_fd);
+	else if (ls.spop_fd >= 0)
+		ls.balance = balance_new(cfg.workers, err, sizeof(err));
+	if (ls.spop_fd >= 0 && !ls.balance) {
+		close(ls.spop_fd);
+		if (ls.http_fd >= 0)
+			close(ls.http_fd);
 		ls.spop_fd = -1;
 	}
 	if (ls.spop_fd < 0 || (cfg.http_listen[0] && ls.http_fd < 0)) {
@@ -208,6 +215,7 @@ int main(int argc, char **argv)
 	if (reload_setup(file, verbose) < 0)
 		LOG(LOG_WARN, "cannot map the reload area: SIGHUP will not reload");
 	int rc = master_run(&cfg, rl, &ls);
+	balance_free(ls.balance);
 	metrics_free(ls.metrics);
 	rl_free(rl);
 	config_free(&cfg);

@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "agent/balance.h"
 #include "agent/config.h"
 #include "agent/log.h"
 #include "agent/reload.h"
@@ -264,9 +265,10 @@ static pid_t master_spawn(const struct config *cfg, struct rl *rl,
 	return pid;
 }
 
-/* Reaps exited workers; schedules a respawn unless stopping. Returns how
- * many are still running. */
-static int master_reap(struct master_worker *ws, int n, bool stopping)
+/* Reaps exited workers (their share of the connections goes with them,
+ * agent/balance.h); schedules a respawn unless stopping. Returns how many
+ * are still running. */
+static int master_reap(struct master_worker *ws, int n, bool stopping, struct balance *bal)
 {
 	int status, running = 0;
 	pid_t pid;
@@ -276,6 +278,7 @@ static int master_reap(struct master_worker *ws, int n, bool stopping)
 			if (ws[i].pid != pid)
 				continue;
 			ws[i].pid = 0;
+			balance_gone(bal, i);
 			if (stopping)
 				break;
 			if (WIFSIGNALED(status))
@@ -328,7 +331,7 @@ int master_run(const struct config *cfg, struct rl *rl, const struct worker_list
 				if (ws[i].pid > 0)
 					kill(ws[i].pid, SIGHUP);
 		if (sig == SIGCHLD)
-			master_reap(ws, n, false);
+			master_reap(ws, n, false, ls->balance);
 		double now = mono_now();
 		for (int i = 0; i < n; i++) {
 			if (ws[i].pid == 0 && ws[i].respawn_at > 0 && now >= ws[i].respawn_at) {
@@ -353,7 +356,7 @@ int master_run(const struct config *cfg, struct rl *rl, const struct worker_list
 		if (ws[i].pid > 0)
 			kill(ws[i].pid, SIGTERM);
 	double deadline = mono_now() + MASTER_STOP_SECONDS;
-	while (master_reap(ws, n, true) > 0) {
+	while (master_reap(ws, n, true, ls->balance) > 0) {
 		if (mono_now() >= deadline) {
 			LOG(LOG_WARN, "workers still running after %d s: killing them",
 			    MASTER_STOP_SECONDS);

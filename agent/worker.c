@@ -1,7 +1,8 @@
 /*
- * worker.c - a worker process's event loop: accepts on the listener
- * inherited from the master, serves connections, stops on SIGTERM after
- * answering the frames it already received.
+ * worker.c - a worker process's event loop: accepts on the listeners
+ * inherited from the master, in turns with the other workers
+ * (agent/balance.h), serves connections, stops on SIGTERM after answering
+ * the frames it already received.
  */
 #include "agent/worker.h"
 #include "strategies/container.h"
@@ -16,6 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "agent/balance.h"
 #include "agent/config.h"
 #include "agent/conn.h"
 #include "agent/log.h"
@@ -53,20 +55,86 @@ static struct stream *worker_idlest(const struct worker *w, double now)
 	return best;
 }
 
+/* Accepting in turns (agent/balance.h). A listener is in one of three
+ * states: watching its socket (accept_w), waiting for the turn of another
+ * worker (l->waiting: stall_w armed), or paused (pause_w armed; the other
+ * workers take its connections meanwhile). */
+
+/* l waits no more: it watches its socket again. */
+static void worker_resume(struct worker_listener *l)
+{
+	struct worker *w = l->w;
+
+	if (!l->waiting)
+		return;
+	l->waiting = false;
+	balance_resume(w->balance, w->id, l->idx);
+	ev_timer_stop(w->loop, &l->stall_w);
+	if (!w->stopping)
+		ev_io_start(w->loop, &l->accept_w);
+}
+
+/* l is readable but the next connection is another worker's: stop
+ * watching until woken (worker_on_wake) or until the pick looks stuck
+ * (worker_on_stall). Returns false, and changes nothing, if this worker
+ * has become the pick meanwhile. */
+static bool worker_defer(struct worker_listener *l)
+{
+	struct worker *w = l->w;
+
+	if (!balance_wait(w->balance, w->id, l->idx, &l->stall_mark))
+		return false;
+	l->waiting = true;
+	ev_io_stop(w->loop, &l->accept_w);
+	ev_timer_set(&l->stall_w, BALANCE_STALL, 0.);
+	ev_timer_start(w->loop, &l->stall_w);
+	return true;
+}
+
+/* Another worker (or the master) made this worker the pick of a listener
+ * it waits on. */
+static void worker_on_wake(struct ev_loop *loop, ev_io *io, int revents)
+{
+	struct worker *w = container_of(io, struct worker, wake_w);
+	(void)loop;
+	(void)revents;
+
+	balance_woken(w->balance, w->id);
+	for (size_t i = 0; i < w->nlis; i++)
+		worker_resume(&w->lis[i]);
+}
+
 static void worker_on_accept_pause(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker_listener *l = container_of(t, struct worker_listener, pause_w);
 	(void)revents;
-	if (!l->w->stopping)
+	if (!l->w->stopping) {
 		ev_io_start(loop, &l->accept_w);
+		balance_open(l->w->balance, l->w->id, l->idx, true);
+	}
 }
 
+/* Stops accepting on l for a while; the other workers take its turns. */
 static void worker_pause(struct worker_listener *l, double seconds)
 {
-	ev_io_stop(l->w->loop, &l->accept_w);
-	ev_timer_stop(l->w->loop, &l->pause_w);
+	struct worker *w = l->w;
+
+	l->waiting = false;
+	ev_timer_stop(w->loop, &l->stall_w);
+	balance_open(w->balance, w->id, l->idx, false);
+	ev_io_stop(w->loop, &l->accept_w);
+	ev_timer_stop(w->loop, &l->pause_w);
 	ev_timer_set(&l->pause_w, seconds, 0.);
-	ev_timer_start(l->w->loop, &l->pause_w);
+	ev_timer_start(w->loop, &l->pause_w);
+}
+
+/* The listener a connection came from. */
+static struct worker_listener *worker_listener_of(struct worker *w, const struct stream *s)
+{
+	for (size_t i = 0; i < w->nlis; i++)
+		if (w->lis[i].ops == s->ops)
+			return &w->lis[i];
+	return NULL;
 }
 
 /* Everything a stopping worker waits for is done. */
@@ -91,12 +159,15 @@ static void worker_closed(struct front_env *env, struct stream *s)
 	s->next = w->dead;
 	w->dead = s;
 	w->nconns--;
+	struct worker_listener *from = worker_listener_of(w, s);
+	if (from && balance_add(w->balance, w->id, from->idx, -1) == w->id)
+		worker_resume(from);     /* holding the fewest now: our turn */
 	if (w->stopping || w->nconns >= w->cfg->max_connections)
 		return;
 	for (size_t i = 0; i < w->nlis; i++) {
 		struct worker_listener *l = &w->lis[i];
 
-		if (!ev_is_active(&l->accept_w) && !ev_is_active(&l->pause_w))
+		if (!l->waiting && !ev_is_active(&l->accept_w) && !ev_is_active(&l->pause_w))
 			ev_io_start(w->loop, &l->accept_w);
 	}
 }
@@ -123,17 +194,24 @@ static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 		ev_break(loop, EVBREAK_ALL);
 }
 
-/* Any listener: max_connections counts every front's connections; at the
- * cap the longest idle one (of any front) gives way to a new peer. */
-static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
+/* Accepts what l has queued, while it is this worker's turn (or every
+ * turn when force: the pick is stuck). max_connections counts every
+ * front's connections; at the cap the longest idle one (of any front)
+ * gives way to a new peer. Returns how many were accepted. */
+static int worker_accept(struct worker_listener *l, bool force)
 {
-	struct worker_listener *l = container_of(io, struct worker_listener, accept_w);
 	struct worker *w = l->w;
-	(void)revents;
+	struct ev_loop *loop = w->loop;
+	int taken = 0;
 
 	for (int i = 0; i < WORKER_ACCEPTS_PER_EVENT; i++) {
 		struct stream *idle = NULL;
 
+		/* Not our turn: on this readiness, wait for it; after an accept,
+		 * just stop (the next readiness tells whether more is queued). */
+		if (!force && balance_pick(w->balance, l->idx) != w->id &&
+		    (i > 0 || worker_defer(l)))
+			return taken;
 		if (w->nconns >= w->cfg->max_connections) {
 			double now = ev_now(loop);
 
@@ -146,7 +224,7 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 					    "not accepting %s%s", w->nconns, l->ops->name,
 					    log_limit_suppressed(&w->cap_log));
 				worker_pause(l, WORKER_CAP_RECHECK);
-				return;
+				return taken;
 			}
 		}
 		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -154,7 +232,7 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 			if (errno == EINTR || errno == ECONNABORTED)
 				continue;
 			if (errno == EAGAIN || errno == EWOULDBLOCK)
-				return;
+				return taken;
 			/* EMFILE, ENFILE, ENOBUFS...: the listener stays readable;
 			 * pause accepting instead of spinning on it. */
 			if (log_limit(&w->accept_log, ev_now(loop)))
@@ -162,8 +240,12 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 				    l->ops->name, strerror(errno), WORKER_ACCEPT_PAUSE * 1000,
 				    log_limit_suppressed(&w->accept_log));
 			worker_pause(l, WORKER_ACCEPT_PAUSE);
-			return;
+			return taken;
 		}
+		/* Counted at once (the turn may pass to another worker: it is
+		 * woken), uncounted if it cannot be served. */
+		taken++;
+		balance_add(w->balance, w->id, l->idx, 1);
 		if (idle) {
 			/* A peer is waiting: the longest idle connection goes. */
 			if (log_limit(&w->evict_log, ev_now(loop)))
@@ -180,6 +262,7 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 				LOG(LOG_WARN, "%s connection refused: out of memory or "
 				    "max_buffer_memory%s", l->ops->name,
 				    log_limit_suppressed(&w->refuse_log));
+			balance_add(w->balance, w->id, l->idx, -1);
 			continue;
 		}
 		s->next = w->conns;
@@ -187,7 +270,38 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 			w->conns->prev = s;
 		w->conns = s;
 		w->nconns++;
+		LOG(LOG_DEBUG, "%s connection %d accepted (%u held here%s)", l->ops->name, fd,
+		    balance_held(w->balance, w->id, l->idx), force ? ", out of turn" : "");
 	}
+	return taken;
+}
+
+static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
+{
+	(void)loop;
+	(void)revents;
+	worker_accept(container_of(io, struct worker_listener, accept_w), false);
+}
+
+/* BALANCE_STALL after l deferred: if nobody accepted a connection of l
+ * since, the pick is stuck (or starved of CPU); what it left queued is
+ * taken here rather than left waiting. */
+static void worker_on_stall(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	struct worker_listener *l = container_of(t, struct worker_listener, stall_w);
+	struct worker *w = l->w;
+	bool stuck = balance_stalled(w->balance, l->idx, l->stall_mark);
+	(void)revents;
+
+	worker_resume(l);
+	if (!stuck || w->stopping)
+		return;
+	int pick = balance_pick(w->balance, l->idx);
+	int taken = worker_accept(l, true);
+	if (taken > 0 && log_limit(&w->stall_log, ev_now(loop)))
+		LOG(LOG_INFO, "%s: took %d connection(s) out of turn: worker %d accepted none "
+		    "for %.0f ms%s", l->ops->name, taken, pick, BALANCE_STALL * 1000,
+		    log_limit_suppressed(&w->stall_log));
 }
 
 static void worker_on_drain_timeout(struct ev_loop *loop, ev_timer *t, int revents)
@@ -268,9 +382,15 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 		return;
 	w->stopping = true;
 	LOG(LOG_DEBUG, "stopping: %u connections to finish", w->nconns);
+	ev_io_stop(loop, &w->wake_w);
 	for (size_t i = 0; i < w->nlis; i++) {
-		ev_io_stop(loop, &w->lis[i].accept_w);
-		ev_timer_stop(loop, &w->lis[i].pause_w);
+		struct worker_listener *l = &w->lis[i];
+
+		ev_io_stop(loop, &l->accept_w);
+		ev_timer_stop(loop, &l->pause_w);
+		ev_timer_stop(loop, &l->stall_w);
+		l->waiting = false;
+		balance_open(w->balance, w->id, l->idx, false);
 	}
 	for (struct stream *c = w->conns, *next; c; c = next) {
 		next = c->next;
@@ -291,10 +411,13 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	memset(&w, 0, sizeof(w));
 	w.cfg = cfg;
 	w.id = id;
-	w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = &spop_front, .fd = ls->spop_fd };
+	w.balance = ls->balance;
+	w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = &spop_front, .fd = ls->spop_fd,
+						    .idx = 0 };
 	if (ls->http_fd >= 0)
 		w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = &http_front,
-							    .fd = ls->http_fd };
+							    .fd = ls->http_fd, .idx = 1 };
+	_Static_assert(WORKER_MAX_LISTENERS <= BALANCE_MAX_LISTENERS, "a balance per listener");
 	metrics_attach(ls->metrics, id);
 	log_worker_id = id;
 	/* Die with the master. */
@@ -328,10 +451,14 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	w.env = (struct front_env){ .loop = w.loop, .cfg = cfg, .rl = rl, .decide = &w.decide,
 				    .handler = &w.handler, .metrics = ls->metrics,
 				    .closed = worker_closed };
+	ev_io_init(&w.wake_w, worker_on_wake, balance_attach(w.balance, id), EV_READ);
+	ev_io_start(w.loop, &w.wake_w);
 	for (size_t i = 0; i < w.nlis; i++) {
 		ev_io_init(&w.lis[i].accept_w, worker_on_accept, w.lis[i].fd, EV_READ);
 		ev_io_start(w.loop, &w.lis[i].accept_w);
 		ev_init(&w.lis[i].pause_w, worker_on_accept_pause);
+		ev_init(&w.lis[i].stall_w, worker_on_stall);
+		balance_open(w.balance, id, w.lis[i].idx, true);
 	}
 	ev_check_init(&w.reap_w, worker_on_check);
 	ev_check_start(w.loop, &w.reap_w);

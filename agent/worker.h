@@ -15,16 +15,19 @@
 #include "agent/log.h"
 #include "agent/stream.h"
 
+struct balance;
 struct config;
 struct metrics;
 struct rl;
 struct sync;
 
-/* The sockets the master bound; every worker accepts on them. */
+/* The sockets the master bound; every worker accepts on them, in turns
+ * (agent/balance.h). */
 struct worker_listeners {
 	int spop_fd;
 	int http_fd;                  /* -1: no HTTP front */
 	struct metrics *metrics;      /* every worker's counters (shared) */
+	struct balance *balance;      /* who accepts next (shared) */
 };
 
 #define WORKER_MAX_LISTENERS 2
@@ -36,8 +39,12 @@ struct worker_listener {
 	struct worker *w;
 	const struct front_ops *ops;
 	int fd;
+	int idx;                      /* the listener's number in the balance */
 	ev_io accept_w;
 	ev_timer pause_w;             /* accepts paused (at the cap, after EMFILE) */
+	ev_timer stall_w;             /* waiting: when to look whether the pick is stuck */
+	uint64_t stall_mark;          /* balance_wait()'s mark */
+	bool waiting;                 /* another worker's turn: accept_w stopped */
 };
 
 struct worker {
@@ -50,6 +57,8 @@ struct worker {
 	int id;
 	struct worker_listener lis[WORKER_MAX_LISTENERS];
 	size_t nlis;
+	struct balance *balance;      /* whose turn it is to accept */
+	ev_io wake_w;                 /* another worker made it our turn */
 	ev_signal term_w, int_w, hup_w;
 	ev_timer reload_w;            /* a reload waits for the pushes in flight */
 	double reload_since;
@@ -60,7 +69,7 @@ struct worker {
 	struct stream *dead;          /* closed, to free after the callbacks */
 	uint32_t nconns;              /* max_connections counts them all */
 	bool stopping;
-	struct log_limit cap_log, accept_log, evict_log, refuse_log;
+	struct log_limit cap_log, accept_log, evict_log, refuse_log, stall_log;
 };
 
 /* Runs a worker until SIGTERM/SIGINT and its connections are done.

@@ -3,7 +3,11 @@
 #   tests/run.sh BUILD_DIR [unit|e2e|all]
 # Unit tests are the Criterion binaries in BUILD_DIR/tests; e2e tests are
 # tests/e2e/*.sh, each printing "ok - ..." / "not ok - ..." lines and
-# exiting non-zero on failure. They get the agent binary in $AGENT.
+# exiting non-zero on failure. They get the agent binary in $AGENT and
+# HAProxy in $HAPROXY (default: haproxy, Debian's 2.6); then the HAProxy
+# ones (tests/e2e/haproxy_*.sh) run again with HAProxy 3.x from
+# $HAPROXY3 (default ../shared/peers/haproxy-3.4/haproxy), skipped with a
+# message when it is not there.
 set -u
 cd "$(dirname "$0")/.."
 build=${1:?build dir}
@@ -33,21 +37,36 @@ if [ "$what" = all ] || [ "$what" = unit ]; then
   done
 fi
 
+# e2e SCRIPT [LABEL]: runs one e2e script and adds up its results.
+e2e() {
+  local t=$1 label=${2:-} out rc p f
+  echo "== $t$label"
+  out=$(bash "$t" 2>&1); rc=$?
+  echo "$out" | grep -E '^(ok|not ok)|^#' | head -60
+  p=$(echo "$out" | grep -c '^ok ')
+  f=$(echo "$out" | grep -c '^not ok')
+  passed=$((passed + p)); failed=$((failed + f))
+  if [ $rc -ne 0 ]; then
+    [ "$f" -eq 0 ] && { echo "$out" | tail -30; failed=$((failed + 1)); }
+    failed_names+=("$(basename "$t")$label")
+  fi
+}
+
 if [ "$what" = all ] || [ "$what" = e2e ]; then
   for t in tests/e2e/*.sh; do
     [ "$(basename "$t")" = lib.sh ] && continue
     [ -f "$t" ] || continue
-    echo "== $t"
-    out=$(bash "$t" 2>&1); rc=$?
-    echo "$out" | grep -E '^(ok|not ok)|^#' | head -60
-    p=$(echo "$out" | grep -c '^ok ')
-    f=$(echo "$out" | grep -c '^not ok')
-    passed=$((passed + p)); failed=$((failed + f))
-    if [ $rc -ne 0 ]; then
-      [ "$f" -eq 0 ] && { echo "$out" | tail -30; failed=$((failed + 1)); }
-      failed_names+=("$(basename "$t")")
-    fi
+    e2e "$t"
   done
+  haproxy3=${HAPROXY3:-../shared/peers/haproxy-3.4/haproxy}
+  if [ -x "$haproxy3" ]; then
+    for t in tests/e2e/haproxy_*.sh; do
+      HAPROXY=$haproxy3 e2e "$t" " (HAProxy 3.x: $haproxy3)"
+    done
+  else
+    echo "== skipped: the HAProxy e2e tests with HAProxy 3.x ($haproxy3 not found;" \
+         "set HAPROXY3 to an HAProxy 3.1+ binary)"
+  fi
 fi
 
 [ ${#failed_names[@]} -gt 0 ] && echo "failing: ${failed_names[*]}"

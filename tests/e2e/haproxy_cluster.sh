@@ -82,12 +82,12 @@ port_listening "$PORT_AGENT_B" || die "agent b listens within 10s"
 start_cluster_haproxy() {
   local cfg="$E2E_LIB_DIR/conf/haproxy-cluster.cfg" out
   if ! out=$(CL_NAME=$1 CL_PORT_FE=$2 CL_PORT_AGENT=$3 CL_PORT_STATS=$4 \
-             haproxy -c -q -f "$cfg" 2>&1); then
+             "$HAPROXY" -c -q -f "$cfg" 2>&1); then
     diag "$out"
     die "haproxy -c accepts haproxy-cluster.cfg"
   fi
   CL_NAME=$1 CL_PORT_FE=$2 CL_PORT_AGENT=$3 CL_PORT_STATS=$4 \
-    haproxy -db -f "$cfg" >> "$E2E_TMP/haproxy-$1.log" 2>&1 &
+    "$HAPROXY" -db -f "$cfg" >> "$E2E_TMP/haproxy-$1.log" 2>&1 &
   CL_PID=$!
 }
 

@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# haproxy_concurrency.sh - counts are shared by all workers.
+# haproxy_concurrency.sh - counts are shared by all workers, and the SPOP
+# connections are shared out between them.
 # Checks, with the agent running 2 worker processes (-w 2) and HAProxy
-# (2 threads, so several SPOP connections) in front:
+# (2 threads, so several SPOP connections; with 3.x, few connections
+# carrying many streams each) in front:
 #   - 200 requests of one key from 16 concurrent curl processes, limit 50
-#     per 60 s: exactly 50 pass, 150 get 429, none fails;
+#     per 60 s: exactly 50 pass, 150 get 429, none fails; and the SPOP
+#     connections HAProxy opened for them, from none, were accepted by
+#     both workers (agent/balance.h: the worker holding the fewest takes
+#     the next one, whatever the kernel wakes first);
 #   - 4 keys x 40 requests interleaved, 16 concurrent, limit 15: exactly 15
 #     pass per key;
 #   - the same through an SPOE engine without pipelining (one connection
-#     per request in flight): the agent allows exactly 40 of 160, and the
-#     connections were held by both worker processes (from ss -tnp), so
-#     the exact total really comes from counts shared between processes
-#     (requests HAProxy 2.6.12 itself failed to send, SPOE error with
-#     qT -1, pass uncounted and are reported apart; at most 8 tolerated);
+#     per request in flight), HAProxy restarted so that no connection is
+#     left: its connections were accepted by both workers, and the agent
+#     allows exactly 40 of 160, so the exact total really comes from
+#     counts shared between processes (requests HAProxy 2.6.12 itself
+#     failed to send, SPOE error with qT -1, pass uncounted and are
+#     reported apart; at most 8 tolerated);
 #   - a throughput figure with curl --parallel (2000 requests, all counted).
+# Each spread is printed per worker: connections accepted, connections held
+# and the bytes received on them (the streams' NOTIFYs). HAProxy's health
+# check runs once, at its start: every connection during the bursts is one
+# of theirs.
 # Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/haproxy_concurrency.sh
 . "$(dirname "$0")/lib.sh"
 
 e2e_init
-start_agent -w 2
+start_agent -w 2 -v   # -v: a debug line per accepted connection
+export E2E_CHECK_INTER=1h
 start_haproxy
 wait_server_state UP 10 || die "agent server UP in HAProxy"
 
@@ -27,11 +38,50 @@ K="conc-$E2E_RUN_ID"
 url="http://127.0.0.1:$E2E_PORT_OPEN/"
 out="$E2E_TMP/codes"
 
-# conns_by_pid: "count pid=N" pairs of established SPOP connections, by
-# the agent process holding them.
-conns_by_pid() {
-  ss -Htnp state established "( sport = :$E2E_PORT_AGENT )" 2>/dev/null |
-    grep -o 'pid=[0-9]*' | sort | uniq -c | tr -s ' \n' ' '
+# worker_pid ID: the pid of worker ID (its "worker ID serving" line).
+worker_pid() {
+  sed -n "s/.*\[pid \([0-9]*\) w$1\] debug: worker $1 serving.*/\1/p" "$E2E_TMP/agent.log" | tail -n 1
+}
+
+# held_by PID: "N B": the SPOP connections PID holds, and the bytes it
+# received on them.
+held_by() {
+  ss -Htnpi state established "( sport = :$E2E_PORT_AGENT )" 2>/dev/null |
+    awk -v who="pid=$1," '
+      /users:/ { mine = index($0, who) > 0; n += mine; next }
+      mine && match($0, /bytes_received:[0-9]+/) { b += substr($0, RSTART + 15, RLENGTH - 15) }
+      END { printf "%d %d\n", n, b }'
+}
+
+# spop_idle SECONDS: until no agent process holds an SPOP connection (the
+# health check's is closed), at most SECONDS.
+spop_idle() {
+  local i
+  for i in $(seq 1 $(($1 * 10))); do
+    ss -Htnp "( sport = :$E2E_PORT_AGENT )" 2>/dev/null | grep -q 'pid=' || return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# spread_mark: where the next burst's lines begin in the agent's log.
+spread_mark() { SPREAD_MARK=$(wc -l < "$E2E_TMP/agent.log"); }
+
+# spread_check NAME: each worker accepted some of the SPOP connections
+# opened since spread_mark; prints the spread.
+spread_check() {
+  local name=$1 id pid a hb line="" low=""
+  for id in 0 1; do
+    pid=$(worker_pid "$id")
+    a=$(tail -n +"$((SPREAD_MARK + 1))" "$E2E_TMP/agent.log" |
+        grep -c " w$id\] debug: spop connection [0-9]* accepted")
+    hb=$(held_by "$pid")
+    line="$line w$id (pid $pid): accepted $a, holds ${hb% *}, ${hb#* } bytes in;"
+    int_ge "$a" 1 || low=1
+  done
+  diag "$name, SPOP connections per worker:$line"
+  if [ -z "$low" ]; then ok "$name: the SPOP connections were spread over both workers"
+  else not_ok "$name: the SPOP connections were spread over both workers"; fi
 }
 
 # burst PORT KEY LIMIT COUNT: COUNT requests from 16 concurrent curls; one
@@ -56,13 +106,15 @@ spoe_errors() { grep 'SPOE:' "$E2E_TMP/haproxy.log" | tail -n "${1:-3}" | sed 's
 
 # --- 1. one key, 16 concurrent clients (pipelined engine) ---
 wait_window_margin 60 8
+spop_idle 10 || diag "SPOP connections still held before the first burst: $(held_by "$(worker_pid 0)") / $(held_by "$(worker_pid 1)")"
+spread_mark
 burst "$E2E_PORT_OPEN" "$K-one" 50 200 > "$out"
 tally "$out"
 diag "one key: $n200 x 200, $n429 x 429, $nerr SPOE errors, $(wc -l < "$out") answers"
 is "$n200" "50" "16 concurrent clients, limit 50: exactly 50 of 200 pass"
 is "$n429" "150" "16 concurrent clients: the other 150 get 429"
 [ "$nerr" -gt 0 ] && spoe_errors
-diag "SPOP connections (pipelining) per agent process: $(conns_by_pid)"
+spread_check "pipelining"
 
 # --- 2. four keys interleaved ---
 wait_window_margin 60 8
@@ -81,31 +133,30 @@ else not_ok "4 keys x 40 concurrent requests, limit 15: exactly 15 pass per key"
 
 # --- 3. no pipelining: one SPOP connection per request in flight, so the
 #     hits of one key arrive over many connections and both workers ---
+# HAProxy restarted: the connections of the pipelined engine are gone, the
+# spread below is of this engine's alone.
+kill_wait "$HAPROXY_PID" 3
+HAPROXY_PID=""
+start_haproxy
+wait_server_state UP 10 || die "agent server UP in the restarted HAProxy"
+spop_idle 10 || diag "SPOP connections still held after the restart"
+spread_mark
 # HAProxy 2.6.12 in this mode sometimes leaves a NOTIFY queued until
 # "timeout processing" while it creates its SPOE applets (SPOE log: qT -1,
 # st=1): that request passes uncounted (fail-open) and is reported apart.
 # A warm-up burst creates the applets first.
 burst "$E2E_PORT_NOPIPE" "$K-warm" 1000 64 > /dev/null
-# Up to 3 rounds (fresh key each) until both workers hold connections.
-round=0 spread=0
-while [ "$round" -lt 3 ]; do
-  round=$((round + 1))
-  wait_window_margin 60 8
-  burst "$E2E_PORT_NOPIPE" "$K-np$round" 40 160 > "$out"
-  tally "$out"
-  by=$(conns_by_pid)
-  diag "no pipelining, round $round: $n200 x 200, $n429 x 429, $nerr SPOE errors; SPOP connections per agent process: $by"
-  [ "$nerr" -gt 0 ] && spoe_errors "$nerr"
-  req_h "$E2E_PORT_OPEN" "$E2E_TMP/hnp" -H "X-Api-Key: $K-np$round" -H "X-Limit: 40" -H "X-Cost: 0" > /dev/null
-  counted=$(hdr "$E2E_TMP/hnp" X-RL-Rate)
-  if [ "$n200" != 40 ] || [ "$n429" != $((120 - nerr)) ]; then break; fi
-  if [ "$(echo "$by" | grep -o 'pid=' | wc -l)" -ge 2 ]; then spread=1; break; fi
-done
+spread_check "no pipelining"
+wait_window_margin 60 8
+burst "$E2E_PORT_NOPIPE" "$K-np" 40 160 > "$out"
+tally "$out"
+diag "no pipelining: $n200 x 200, $n429 x 429, $nerr SPOE errors"
+[ "$nerr" -gt 0 ] && spoe_errors "$nerr"
+req_h "$E2E_PORT_OPEN" "$E2E_TMP/hnp" -H "X-Api-Key: $K-np" -H "X-Limit: 40" -H "X-Cost: 0" > /dev/null
+counted=$(hdr "$E2E_TMP/hnp" X-RL-Rate)
 is "$n200/$n429" "40/$((120 - nerr))" "no pipelining, 16 concurrent clients, limit 40: the agent allows exactly 40 of 160 (less $nerr HAProxy SPOE errors)"
 is "$counted" "$((160 - nerr))" "no pipelining: every hit that reached the agent was counted"
 check "no pipelining: at most 8 of 160 requests lost to HAProxy SPOE errors" int_le "$nerr" 8
-if [ "$spread" = 1 ]; then ok "the SPOP connections were spread over both workers (counts shared)"
-else not_ok "the SPOP connections were spread over both workers (counts shared)"; fi
 
 # --- diagnostics: throughput with curl --parallel (2000 requests) ---
 cfgf="$E2E_TMP/curl.cfg"

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # haproxy_example.sh - the shipped haproxy-examples/ configuration works.
-# Checks, running haproxy-examples/haproxy.cfg + spoe-ratelimit.conf as
-# shipped (only the RL_* environment variables set: free loopback ports,
-# small limits) against the agent:
-#   - "haproxy -c" accepts it from any working directory;
+# Checks, running the example of $HAPROXY's version (haproxy.cfg before
+# 3.1, haproxy-3.cfg from 3.1) + spoe-ratelimit.conf as shipped (only the
+# RL_* environment variables set: free loopback ports, small limits)
+# against the agent:
+#   - "haproxy -c" accepts it from any working directory (3.1+: the 2.6
+#     form as well, its "mode tcp" backend converted);
 #   - per client IP (key src, curl --interface 127.x.y.z): exactly
 #     RL_LIMIT_IP pass per 60 s, then 429 with Retry-After >= 1 and
 #     RateLimit-Policy "per-ip";q=L;w=60 / RateLimit "per-ip";r=0;t=..;
@@ -17,10 +19,19 @@
 . "$(dirname "$0")/lib.sh"
 
 e2e_init
-ex="$E2E_ROOT/haproxy-examples/haproxy.cfg"
-out=$(cd / && haproxy -c -f "$ex" 2>&1)
-check "haproxy -c accepts haproxy-examples/haproxy.cfg (run from /)" test $? -eq 0
-[ -n "$out" ] && diag "$out"
+ex_name=haproxy.cfg
+haproxy_at_least 3 1 && ex_name=haproxy-3.cfg
+ex="$E2E_ROOT/haproxy-examples/$ex_name"
+diag "HAProxy $E2E_HAPROXY_VERSION: example $ex_name"
+# check_example NAME: "haproxy -c" accepts haproxy-examples/NAME, from /.
+check_example() {
+  local out
+  out=$(cd / && "$HAPROXY" -c -f "$E2E_ROOT/haproxy-examples/$1" 2>&1)
+  check "haproxy $E2E_HAPROXY_VERSION -c accepts haproxy-examples/$1 (run from /)" test $? -eq 0
+  [ -n "$out" ] && diag "$out"
+}
+check_example "$ex_name"
+[ "$ex_name" = haproxy.cfg ] || check_example haproxy.cfg
 
 export RL_BIND="127.0.0.1:$E2E_PORT_OPEN" RL_BIND_STRICT="127.0.0.1:$E2E_PORT_CLOSED"
 export RL_AGENT="127.0.0.1:$E2E_PORT_AGENT" RL_APP="127.0.0.1:$E2E_PORT_APP"

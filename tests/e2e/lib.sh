@@ -1,10 +1,13 @@
 # shellcheck shell=bash
-# tests/e2e/lib.sh - helpers for the end-to-end tests through HAProxy 2.6.
+# tests/e2e/lib.sh - helpers for the end-to-end tests through HAProxy
+# (Debian's 2.6 by default; any other with HAPROXY=/path/to/haproxy).
 # Not a test: sourced by tests/e2e/haproxy_*.sh (when run directly, as
 # tests/run.sh does with every tests/e2e/*.sh, it does nothing).
 #
 #   . "$(dirname "$0")/lib.sh"
-#   e2e_init                      temp dir, ports, cleanup trap, watchdog
+#   e2e_init                      temp dir, ports, cleanup trap, watchdog;
+#                                 $HAPROXY made absolute, its version shown
+#   haproxy_at_least 3 1          is $HAPROXY 3.1 or later?
 #   start_agent [args...]         $AGENT -l 127.0.0.1:$E2E_PORT_AGENT args...
 #   start_haproxy                 \$E2E_HAPROXY_CFG or conf/haproxy-e2e.cfg
 #   wait_server_state UP 10       poll the stats CSV
@@ -31,6 +34,10 @@ E2E_TMP=""
 E2E_WATCHDOG_PID=""
 AGENT_PID=""
 AGENT_WORKERS_SEEN=""
+# The HAProxy binary every test runs (tests/run.sh runs the HAProxy tests
+# once more with HAProxy 3.x).
+HAPROXY=${HAPROXY:-haproxy}
+E2E_HAPROXY_VERSION=""
 HAPROXY_PID=""
 E2E_USED_PORTS=" "
 # Whole-script time limit (seconds); the watchdog ends the script after it.
@@ -77,7 +84,14 @@ e2e_init() {
     not_ok "agent binary: set AGENT to the spoa-ratelimit binary (AGENT='${AGENT:-}')"
     exit 1
   fi
-  command -v haproxy >/dev/null 2>&1 || { not_ok "haproxy is installed"; exit 1; }
+  if ! command -v "$HAPROXY" >/dev/null 2>&1; then
+    not_ok "haproxy is installed (HAPROXY='$HAPROXY')"; exit 1
+  fi
+  # Absolute, so that it still runs from another directory.
+  case $HAPROXY in
+    */*) HAPROXY="$(cd "$(dirname "$HAPROXY")" && pwd)/$(basename "$HAPROXY")" ;;
+  esac
+  E2E_HAPROXY_VERSION=$("$HAPROXY" -v 2>/dev/null | sed -n '1s/^HAProxy version \([^ ]*\).*/\1/p')
   command -v curl >/dev/null 2>&1 || { not_ok "curl is installed"; exit 1; }
 
   E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
@@ -100,6 +114,7 @@ e2e_init() {
   # shellcheck disable=SC2034 # used by the tests
   E2E_RUN_ID="$$-$(date +%s)"
   diag "agent: $AGENT"
+  diag "haproxy: $(command -v "$HAPROXY"), version ${E2E_HAPROXY_VERSION:-unknown}"
   diag "tmp: $E2E_TMP; ports: agent $E2E_PORT_AGENT open $E2E_PORT_OPEN closed $E2E_PORT_CLOSED two $E2E_PORT_TWO nopipe $E2E_PORT_NOPIPE app $E2E_PORT_APP stats $E2E_PORT_STATS"
 }
 
@@ -277,16 +292,24 @@ agent_workers() {
 
 # -------------------------------------------------------------- haproxy ---
 
+# haproxy_at_least MAJOR MINOR: $HAPROXY's version is MAJOR.MINOR or later.
+haproxy_at_least() {
+  local maj min
+  IFS=.- read -r maj min _ <<< "$E2E_HAPROXY_VERSION"
+  is_int "$maj" && is_int "$min" || return 1
+  [ "$maj" -gt "$1" ] || { [ "$maj" -eq "$1" ] && [ "$min" -ge "$2" ]; }
+}
+
 # start_haproxy: runs haproxy in the foreground (-db) on $E2E_HAPROXY_CFG
 # (default: conf/haproxy-e2e.cfg) with the e2e environment, waits for the
 # stats page. Log: $E2E_TMP/haproxy.log.
 start_haproxy() {
   local cfg=${E2E_HAPROXY_CFG:-$E2E_LIB_DIR/conf/haproxy-e2e.cfg} out i
-  if ! out=$(haproxy -c -q -f "$cfg" 2>&1); then
+  if ! out=$("$HAPROXY" -c -q -f "$cfg" 2>&1); then
     diag "$out"
     die "haproxy -c accepts $cfg"
   fi
-  haproxy -db -f "$cfg" >> "$E2E_TMP/haproxy.log" 2>&1 &
+  "$HAPROXY" -db -f "$cfg" >> "$E2E_TMP/haproxy.log" 2>&1 &
   HAPROXY_PID=$!
   for i in $(seq 1 100); do
     if curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$E2E_PORT_STATS/stats"; then

@@ -478,3 +478,16 @@ bool agentproc_log_has_crash(const struct agentproc *a)
 	fclose(f);
 	return found;
 }
+
+bool agentproc_finish(struct agentproc *a, int timeout_ms)
+{
+	bool crash;
+
+	if (!a->log_path[0])
+		return false;
+	agentproc_stop(a, timeout_ms, false);
+	crash = agentproc_log_has_crash(a);
+	if (!crash)
+		agentproc_stop(a, 0, true);
+	return crash;
+}

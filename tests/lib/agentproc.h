@@ -78,4 +78,9 @@ void agentproc_log_tail(const struct agentproc *a, char *out, size_t max);
  * worker that died ("... respawning"). */
 bool agentproc_log_has_crash(const struct agentproc *a);
 
+/* The end of a test: stops the agent (as agentproc_stop, timeout_ms) if it
+ * was started, then removes its log unless it holds a crash. Returns true
+ * if it does (the log is kept for agentproc_log_tail). */
+bool agentproc_finish(struct agentproc *a, int timeout_ms);
+
 #endif /* AGENTPROC_H */
