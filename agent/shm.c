@@ -1329,6 +1329,14 @@ double shm_grant_cycle(struct shm_table *t, uint32_t idx)
 	return used;
 }
 
+int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta)
+{
+	if (idx >= t->nslots)
+		return 0;
+	return (int64_t)atomic_fetch_add((_Atomic uint64_t *)shm_grant_word(t, idx, SHM_GRANT_FLIGHT),
+					 (uint64_t)delta) + delta;
+}
+
 bool shm_grant_any(const struct shm_table *t, uint32_t idx)
 {
 	return idx < t->nslots && (atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_LEFT),

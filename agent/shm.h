@@ -28,9 +28,10 @@
  *   +-----------------------+
  *   | _Atomic uint8_t [n]   |  prot: 1 = the slot may not be evicted
  *   +-----------------------+
- *   | _Atomic uint64_t [3n] |  grant: per slot, what is left of the grant
- *   +-----------------------+  the store counted for this node, and the
- *                              demand of the last and of this sync cycle
+ *   | _Atomic uint64_t [4n] |  grant: per slot, what is left of the grant
+ *   +-----------------------+  the store counted for this node, the demand
+ *                              of the last and of this sync cycle, and the
+ *                              admissions in flight
  *
  * Slot (128 bytes = two cache lines; meta, the counters and the first 40
  * key bytes share the first line):
@@ -149,10 +150,12 @@
 #define SHM_NONE         UINT32_MAX   /* "no slot" index */
 #define SHM_EVICT_SAMPLE 32     /* slots of a chain sampled for a victim */
 #define SHM_NAME_MAX     64     /* namespace names, NUL included */
-#define SHM_GRANT_WORDS  3      /* per slot: grant left, last and this cycle's demand */
+#define SHM_GRANT_WORDS  4      /* per slot: grant left, last and this cycle's demand,
+                                   admissions in flight */
 #define SHM_GRANT_LEFT   0
 #define SHM_GRANT_LAST   1
 #define SHM_GRANT_USED   2
+#define SHM_GRANT_FLIGHT 3
 
 /* Slots per configured key: the table keeps the load factor <= 3/4 at
  * max_keys live entries, where linear probing stays short. */
@@ -486,6 +489,12 @@ void shm_grant_end(struct shm_table *t, uint32_t idx);
 
 /* A sync cycle: this cycle's demand becomes the last one (returned). */
 double shm_grant_cycle(struct shm_table *t, uint32_t idx);
+
+/* Admissions of slot idx this node has sent to the store and not applied
+ * yet: shm_grant_flight adds delta (+1 sent, -1 applied) and returns the
+ * count after. A grant is asked only by an admission alone in flight: the
+ * others of a burst were sent before the grant could serve them. */
+int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
 
 /* Has slot idx a grant left or demand this cycle? */
 bool shm_grant_any(const struct shm_table *t, uint32_t idx);

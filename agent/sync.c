@@ -748,17 +748,21 @@ static unsigned sync_nodes(const struct shm_table *t, unsigned ns)
 	return n > 0 ? n : 1;
 }
 
-/* The grant to ask for with an admission on slot idx (0: none): twice the
- * node's demand on the key in the last sync cycle; before the node has
- * seen a cycle of it, 1/SYNC_GRANT_FIRST_SHARE of the limit's share of a
- * node (a small limit gets none: its first hits go to the store one by
- * one). One grant is asked for at a time per slot: many hits of a burst in
- * flight together ask once. */
+/* An admission on slot idx is sent: counted in flight, and the grant it
+ * asks for (0: none): twice the node's demand on the key in the last sync
+ * cycle; before the node has seen a cycle of it, 1/SYNC_GRANT_FIRST_SHARE
+ * of the limit's share of a node (a small limit gets none: its first hits
+ * go to the store one by one). Only an admission alone in flight for its
+ * slot asks: the hits of a burst sent together would all be decided by
+ * the store before a grant came back, and a grant nobody uses only holds
+ * headroom (docs/CLUSTER.md, "The bound"). */
 static double sync_grant_want(struct shm_table *t, uint32_t idx, double limit, unsigned nodes)
 {
 	double last;
 
-	if (idx == UINT32_MAX || nodes == 0 || (last = shm_grant_begin(t, idx)) < 0)
+	if (idx == UINT32_MAX)
+		return 0;
+	if (shm_grant_flight(t, idx, 1) > 1 || nodes == 0 || (last = shm_grant_begin(t, idx)) < 0)
 		return 0;
 	return last > 0 ? 2 * last : limit / (SYNC_GRANT_FIRST_SHARE * nodes);
 }
@@ -873,6 +877,8 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 			/* Nothing was counted here: a failed admission leaves
 			 * nothing to keep (the caller decides locally). */
 			const struct strategy_admit *a = h->ci >= 0 ? &b->a[h->ci] : NULL;
+			if (a && h->e.idx != UINT32_MAX)
+				shm_grant_flight(rl_shm(rl), h->e.idx, -1);
 			if (a && a->want > 0)
 				shm_grant_end(rl_shm(rl), h->e.idx);
 			if (!a || !a->ok)

@@ -667,6 +667,11 @@ Test(shm, grants)
 	EQ(shm_grant_cycle(t, r.idx), 0.0); /* no demand since */
 	EQ(shm_grant_begin(t, r.idx), 0.0);
 	shm_grant_end(t, r.idx);
+	/* Admissions in flight. */
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 1);
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 2);
+	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 1);
+	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 0);
 	/* Taken back. */
 	shm_grant_add(t, &r, 4);
 	EQ(shm_grant_return(t, r.idx), 4.0);
