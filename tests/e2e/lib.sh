@@ -5,6 +5,7 @@
 #
 #   . "$(dirname "$0")/lib.sh"
 #   e2e_init                      temp dir, ports, cleanup trap, watchdog
+#   e2e_init_base                 the same without HAProxy and ports
 #   start_agent [args...]         $AGENT -l 127.0.0.1:$E2E_PORT_AGENT args...
 #   start_haproxy                 \$E2E_HAPROXY_CFG or conf/haproxy-e2e.cfg
 #   wait_server_state UP 10       poll the stats CSV
@@ -68,23 +69,9 @@ die() {
 # ---------------------------------------------------------------- setup ---
 
 e2e_init() {
-  if [ -z "${AGENT:-}" ]; then
-    for c in "$E2E_ROOT/build/san/spoa-ratelimit" "$E2E_ROOT/spoa-ratelimit"; do
-      if [ -x "$c" ]; then AGENT=$c; break; fi
-    done
-  fi
-  if [ -z "${AGENT:-}" ] || [ ! -x "$AGENT" ]; then
-    not_ok "agent binary: set AGENT to the spoa-ratelimit binary (AGENT='${AGENT:-}')"
-    exit 1
-  fi
   command -v haproxy >/dev/null 2>&1 || { not_ok "haproxy is installed"; exit 1; }
   command -v curl >/dev/null 2>&1 || { not_ok "curl is installed"; exit 1; }
-
-  E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
-  trap e2e_cleanup EXIT
-  trap 'diag "interrupted"; exit 130' INT HUP
-  trap 'not_ok "test finished within its time limit (terminated; E2E_TIMEOUT=${E2E_TIMEOUT}s)"; exit 124' TERM
-  e2e_start_watchdog
+  e2e_init_base
 
   E2E_PORT_AGENT=$(free_port)
   E2E_PORT_OPEN=$(free_port)
@@ -101,6 +88,25 @@ e2e_init() {
   E2E_RUN_ID="$$-$(date +%s)"
   diag "agent: $AGENT"
   diag "tmp: $E2E_TMP; ports: agent $E2E_PORT_AGENT open $E2E_PORT_OPEN closed $E2E_PORT_CLOSED two $E2E_PORT_TWO nopipe $E2E_PORT_NOPIPE app $E2E_PORT_APP stats $E2E_PORT_STATS"
+}
+
+# e2e_init_base: what every test needs, with HAProxy or without: $AGENT
+# (or the built one), the temp dir $E2E_TMP, the cleanup trap, the watchdog.
+e2e_init_base() {
+  if [ -z "${AGENT:-}" ]; then
+    for c in "$E2E_ROOT/build/san/spoa-ratelimit" "$E2E_ROOT/spoa-ratelimit"; do
+      if [ -x "$c" ]; then AGENT=$c; break; fi
+    done
+  fi
+  if [ -z "${AGENT:-}" ] || [ ! -x "$AGENT" ]; then
+    not_ok "agent binary: set AGENT to the spoa-ratelimit binary (AGENT='${AGENT:-}')"
+    exit 1
+  fi
+  E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
+  trap e2e_cleanup EXIT
+  trap 'diag "interrupted"; exit 130' INT HUP
+  trap 'not_ok "test finished within its time limit (terminated; E2E_TIMEOUT=${E2E_TIMEOUT}s)"; exit 124' TERM
+  e2e_start_watchdog
 }
 
 # The watchdog sends TERM to this script after E2E_TIMEOUT seconds; the
