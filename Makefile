@@ -10,6 +10,13 @@
 
 PREFIX  ?= /usr/local
 DESTDIR ?=
+# Install locations. Packagers set SYSCONFDIR=/etc (the default config is
+# then /etc/spoa-ratelimit/agent.json); the unit gets BINDIR and SYSCONFDIR.
+BINDIR      ?= $(PREFIX)/bin
+SYSCONFDIR  ?= $(PREFIX)/etc
+MANDIR      ?= $(PREFIX)/share/man
+UNITDIR     ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
 CC      ?= cc
 SANITIZE ?=
 FUZZ_SECONDS ?= 60
@@ -125,15 +132,38 @@ demo: deps-demo
 deps-demo:
 	@scripts/deps.sh demo
 
+# make install [PREFIX=/usr/local] [SYSCONFDIR=$(PREFIX)/etc] [DESTDIR=stage]:
+# the binary, the man page, the systemd unit (paths filled in), the
+# sysusers.d entry for its user, the examples, and the default config
+# (haproxy-examples/agent.json) unless one is there already. Needs no root
+# with DESTDIR. Creating the user and enabling the unit: README, Installing.
+INSTALL_CONF := $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit/agent.json
+INSTALL_UNIT := $(DESTDIR)$(UNITDIR)/spoa-ratelimit.service
+
 install: spoa-ratelimit
-	install -D -m 0755 spoa-ratelimit $(DESTDIR)$(PREFIX)/bin/spoa-ratelimit
+	install -D -m 0755 spoa-ratelimit $(DESTDIR)$(BINDIR)/spoa-ratelimit
 	install -D -m 0644 haproxy-examples/haproxy.cfg $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/haproxy.cfg
 	install -D -m 0644 haproxy-examples/spoe-ratelimit.conf $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/spoe-ratelimit.conf
 	install -D -m 0644 haproxy-examples/agent.json $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/agent.json
+	install -D -m 0644 docs/spoa-ratelimit.8 $(DESTDIR)$(MANDIR)/man8/spoa-ratelimit.8
+	install -D -m 0644 scripts/systemd/spoa-ratelimit.sysusers $(DESTDIR)$(SYSUSERSDIR)/spoa-ratelimit.conf
+	install -d -m 0755 $(DESTDIR)$(UNITDIR)
+	sed -e 's|@BINDIR@|$(BINDIR)|g' -e 's|@SYSCONFDIR@|$(SYSCONFDIR)|g' \
+	    scripts/systemd/spoa-ratelimit.service.in > $(INSTALL_UNIT)
+	chmod 0644 $(INSTALL_UNIT)
+	@if [ -e $(INSTALL_CONF) ]; then echo "keeping $(INSTALL_CONF)"; \
+	else echo "install -D -m 0644 haproxy-examples/agent.json $(INSTALL_CONF)"; \
+	    install -D -m 0644 haproxy-examples/agent.json $(INSTALL_CONF); fi
 
+# The config goes only if it is still the one installed (else it is kept).
 uninstall:
-	rm -f $(DESTDIR)$(PREFIX)/bin/spoa-ratelimit
+	rm -f $(DESTDIR)$(BINDIR)/spoa-ratelimit
 	rm -rf $(DESTDIR)$(PREFIX)/share/spoa-ratelimit
+	rm -f $(DESTDIR)$(MANDIR)/man8/spoa-ratelimit.8 $(INSTALL_UNIT) \
+	    $(DESTDIR)$(SYSUSERSDIR)/spoa-ratelimit.conf
+	@if cmp -s haproxy-examples/agent.json $(INSTALL_CONF); then rm -f $(INSTALL_CONF); \
+	    rmdir $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit 2>/dev/null || true; \
+	elif [ -e $(INSTALL_CONF) ]; then echo "keeping $(INSTALL_CONF) (changed since install)"; fi
 
 clean:
 	rm -rf build spoa-ratelimit

@@ -7,6 +7,7 @@
 #   . "$(dirname "$0")/lib.sh"
 #   e2e_init                      temp dir, ports, cleanup trap, watchdog;
 #                                 $HAPROXY made absolute, its version shown
+#   e2e_init_base                 the same without HAProxy and ports
 #   haproxy_at_least 3 1          is $HAPROXY 3.1 or later?
 #   start_agent [args...]         $AGENT -l 127.0.0.1:$E2E_PORT_AGENT args...
 #   start_haproxy                 \$E2E_HAPROXY_CFG or conf/haproxy-e2e.cfg
@@ -75,15 +76,6 @@ die() {
 # ---------------------------------------------------------------- setup ---
 
 e2e_init() {
-  if [ -z "${AGENT:-}" ]; then
-    for c in "$E2E_ROOT/build/san/spoa-ratelimit" "$E2E_ROOT/spoa-ratelimit"; do
-      if [ -x "$c" ]; then AGENT=$c; break; fi
-    done
-  fi
-  if [ -z "${AGENT:-}" ] || [ ! -x "$AGENT" ]; then
-    not_ok "agent binary: set AGENT to the spoa-ratelimit binary (AGENT='${AGENT:-}')"
-    exit 1
-  fi
   if ! command -v "$HAPROXY" >/dev/null 2>&1; then
     not_ok "haproxy is installed (HAPROXY='$HAPROXY')"; exit 1
   fi
@@ -93,12 +85,7 @@ e2e_init() {
   esac
   E2E_HAPROXY_VERSION=$("$HAPROXY" -v 2>/dev/null | sed -n '1s/^HAProxy version \([^ ]*\).*/\1/p')
   command -v curl >/dev/null 2>&1 || { not_ok "curl is installed"; exit 1; }
-
-  E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
-  trap e2e_cleanup EXIT
-  trap 'diag "interrupted"; exit 130' INT HUP
-  trap 'not_ok "test finished within its time limit (terminated; E2E_TIMEOUT=${E2E_TIMEOUT}s)"; exit 124' TERM
-  e2e_start_watchdog
+  e2e_init_base
 
   E2E_PORT_AGENT=$(free_port)
   E2E_PORT_OPEN=$(free_port)
@@ -116,6 +103,25 @@ e2e_init() {
   diag "agent: $AGENT"
   diag "haproxy: $(command -v "$HAPROXY"), version ${E2E_HAPROXY_VERSION:-unknown}"
   diag "tmp: $E2E_TMP; ports: agent $E2E_PORT_AGENT open $E2E_PORT_OPEN closed $E2E_PORT_CLOSED two $E2E_PORT_TWO nopipe $E2E_PORT_NOPIPE app $E2E_PORT_APP stats $E2E_PORT_STATS"
+}
+
+# e2e_init_base: what every test needs, with HAProxy or without: $AGENT
+# (or the built one), the temp dir $E2E_TMP, the cleanup trap, the watchdog.
+e2e_init_base() {
+  if [ -z "${AGENT:-}" ]; then
+    for c in "$E2E_ROOT/build/san/spoa-ratelimit" "$E2E_ROOT/spoa-ratelimit"; do
+      if [ -x "$c" ]; then AGENT=$c; break; fi
+    done
+  fi
+  if [ -z "${AGENT:-}" ] || [ ! -x "$AGENT" ]; then
+    not_ok "agent binary: set AGENT to the spoa-ratelimit binary (AGENT='${AGENT:-}')"
+    exit 1
+  fi
+  E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
+  trap e2e_cleanup EXIT
+  trap 'diag "interrupted"; exit 130' INT HUP
+  trap 'not_ok "test finished within its time limit (terminated; E2E_TIMEOUT=${E2E_TIMEOUT}s)"; exit 124' TERM
+  e2e_start_watchdog
 }
 
 # The watchdog sends TERM to this script after E2E_TIMEOUT seconds; the
