@@ -9,7 +9,9 @@
 #     the denials still sees rate 3);
 #   - the same key in namespace default has its own counter;
 #   - a window the namespace does not have (60 in api), an unknown
-#     namespace: txn.rl.error is set and the request is not denied.
+#     namespace: txn.rl.error is set and the request is not denied;
+#   - namespace "trial" (shadow): over its limit nothing is denied, and
+#     txn.rl.shadow_exceeded says what would have been.
 # Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/haproxy_namespace.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -21,7 +23,8 @@ cat > "$cfg" <<EOF
   "workers": 2,
   "namespaces": [
     { "name": "default", "window_sizes": [1, 60, 3600] },
-    { "name": "api", "window_sizes": [10], "window_type": "fixed", "count_denied": false }
+    { "name": "api", "window_sizes": [10], "window_type": "fixed", "count_denied": false },
+    { "name": "trial", "window_sizes": [60], "shadow": true }
   ]
 }
 EOF
@@ -63,6 +66,17 @@ else not_ok "an unknown namespace: error set, not denied"; fi
 
 c=$(req "$E2E_PORT_CLOSED" -H "X-Api-Key: $K-n" -H "X-Namespace: nosuch" -H "X-Limit: 1")
 is "$c" "503" "an unknown namespace on the fail-closed frontend: 503 (no decision)"
+
+# Shadow: 4 requests over a limit of 2 all pass; the last two say they
+# would have been denied; the counts go on as usual.
+codes="" shadows=""
+for i in 1 2 3 4; do
+  codes="$codes $(req_h "$E2E_PORT_OPEN" "$E2E_TMP/sh.$i" -H "X-Api-Key: $K-s" -H "X-Namespace: trial" -H "X-Window: 60" -H "X-Limit: 2")"
+  shadows="$shadows $(hdr "$E2E_TMP/sh.$i" X-RL-Shadow)"
+done
+is "$codes" " 200 200 200 200" "shadow namespace: nothing denied over the limit"
+is "$shadows" " 0 0 1 1" "shadow namespace: shadow_exceeded on the hits it would deny"
+is "$(hdr "$E2E_TMP/sh.4" X-RL-Rate)" "4" "shadow namespace: every hit counted"
 
 stop_agent
 is "$?" "0" "agent exits with status 0 on SIGTERM"
