@@ -40,7 +40,6 @@ AGENT_WORKERS_SEEN=""
 HAPROXY=${HAPROXY:-haproxy}
 E2E_HAPROXY_VERSION=""
 HAPROXY_PID=""
-E2E_USED_PORTS=" "
 # Whole-script time limit (seconds); the watchdog ends the script after it.
 E2E_TIMEOUT=${E2E_TIMEOUT:-100}
 
@@ -233,12 +232,14 @@ finish() {
 # A free loopback TCP port: random in 20000-59999, not listening nor used
 # by any socket, not already handed out by this script.
 free_port() {
-  local p i
+  # Called as $(free_port), in a subshell: the ports handed out so far are
+  # kept in a file, so that one run never gets the same port twice.
+  local p i used="${E2E_TMP:-}/ports.used"
   for i in $(seq 1 200); do
     p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
-    case $E2E_USED_PORTS in *" $p "*) continue ;; esac
+    if [ -n "${E2E_TMP:-}" ] && grep -qx "$p" "$used" 2>/dev/null; then continue; fi
     if [ -z "$(ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null)" ]; then
-      E2E_USED_PORTS="$E2E_USED_PORTS$p "
+      [ -n "${E2E_TMP:-}" ] && echo "$p" >> "$used"
       echo "$p"
       return 0
     fi
