@@ -5,6 +5,7 @@
 #
 #   . "$(dirname "$0")/lib.sh"
 #   e2e_init                      temp dir, ports, cleanup trap, watchdog
+#   e2e_setup                     temp dir, cleanup trap, watchdog only
 #   start_agent [args...]         $AGENT -l 127.0.0.1:$E2E_PORT_AGENT args...
 #   start_haproxy                 \$E2E_HAPROXY_CFG or conf/haproxy-e2e.cfg
 #   wait_server_state UP 10       poll the stats CSV
@@ -79,12 +80,7 @@ e2e_init() {
   fi
   command -v haproxy >/dev/null 2>&1 || { not_ok "haproxy is installed"; exit 1; }
   command -v curl >/dev/null 2>&1 || { not_ok "curl is installed"; exit 1; }
-
-  E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
-  trap e2e_cleanup EXIT
-  trap 'diag "interrupted"; exit 130' INT HUP
-  trap 'not_ok "test finished within its time limit (terminated; E2E_TIMEOUT=${E2E_TIMEOUT}s)"; exit 124' TERM
-  e2e_start_watchdog
+  e2e_setup
 
   E2E_PORT_AGENT=$(free_port)
   E2E_PORT_OPEN=$(free_port)
@@ -101,6 +97,19 @@ e2e_init() {
   E2E_RUN_ID="$$-$(date +%s)"
   diag "agent: $AGENT"
   diag "tmp: $E2E_TMP; ports: agent $E2E_PORT_AGENT open $E2E_PORT_OPEN closed $E2E_PORT_CLOSED two $E2E_PORT_TWO nopipe $E2E_PORT_NOPIPE app $E2E_PORT_APP stats $E2E_PORT_STATS"
+}
+
+# e2e_setup: the temp dir $E2E_TMP, the cleanup trap and the watchdog,
+# without the agent and HAProxy that e2e_init also requires. A test that
+# starts things lib.sh does not know sets E2E_CLEANUP_HOOK to a function
+# that stops them; the EXIT trap runs it first.
+E2E_CLEANUP_HOOK=""
+e2e_setup() {
+  E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
+  trap e2e_cleanup EXIT
+  trap 'diag "interrupted"; exit 130' INT HUP
+  trap 'not_ok "test finished within its time limit (terminated; E2E_TIMEOUT=${E2E_TIMEOUT}s)"; exit 124' TERM
+  e2e_start_watchdog
 }
 
 # The watchdog sends TERM to this script after E2E_TIMEOUT seconds; the
@@ -146,6 +155,7 @@ kill_wait() {
 e2e_cleanup() {
   local rc=$? p
   trap - EXIT INT HUP TERM
+  if [ -n "$E2E_CLEANUP_HOOK" ]; then "$E2E_CLEANUP_HOOK"; fi
   # Background jobs of the test (curl loops).
   for p in $(jobs -pr); do
     case $p in "$E2E_WATCHDOG_PID"|"$AGENT_PID"|"$HAPROXY_PID") continue ;; esac
