@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a target needs, only those missing.
-# Usage: scripts/deps.sh build|run|test|bench|fuzz
+# Usage: scripts/deps.sh build|run|test|bench|fuzz|demo|docker
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -eu
 what=${1:-build}
@@ -11,7 +11,10 @@ case "$what" in
   bench) pkgs="$pkgs haproxy nginx curl wrk redis-server postgresql valgrind iproute2 procps" ;;
   demo)  pkgs="$pkgs haproxy curl redis-server iproute2 procps" ;;
   fuzz)  pkgs="$pkgs clang libclang-rt-14-dev" ;;
-  *) echo "usage: $0 build|run|test|bench|fuzz|demo" >&2; exit 2 ;;
+  # The Docker demo's test: Debian's engine and compose, debootstrap for
+  # the base image (scripts/docker-base.sh).
+  docker) pkgs="docker.io docker-compose debootstrap curl iproute2" ;;
+  *) echo "usage: $0 build|run|test|bench|fuzz|demo|docker" >&2; exit 2 ;;
 esac
 missing=""
 for p in $pkgs; do

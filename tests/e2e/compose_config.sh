@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # tests/e2e/compose_config.sh - static checks of the multi-node demo
 # (haproxy-examples/docker-compose.yml, cluster-*.json). No Docker engine
-# is needed: "docker-compose config" only parses and validates.
+# is needed: "docker-compose config" only parses and validates
+# (tests/e2e/docker_demo.sh runs the demo).
 #
 #   - docker-compose -f haproxy-examples/docker-compose.yml config -q,
 #     without and with --profile postgres, and the services each one runs;
+#   - every image is a local spoa-ratelimit/... one, built by one service;
 #   - the agent configurations with "$AGENT -t -c FILE" (-t creates the
 #     strategy without connecting, so no store is needed);
 #   - the HAProxy configuration with the demo's environment (haproxy -c),
@@ -87,9 +89,27 @@ else
   else
     not_ok "profile postgres adds: $want"; diag "got: $got"
   fi
+  # No image comes from a registry: each is spoa-ratelimit/..., built by
+  # exactly one service (two building one tag at once fail with BuildKit).
+  got=$("$compose" -f "$compose_file" --profile postgres config 2>/dev/null | awk '
+    /^[^ ]/ { insvc = ($0 == "services:"); next }
+    !insvc { next }
+    /^  [^ ]/ { if (img != "") print img, b; img = ""; b = 0; next }
+    /^    build:/ { b = 1 }
+    /^    image:/ { img = $2 }
+    END { if (img != "") print img, b }' |
+    awk '{ n[$1] += $2 } END { for (i in n) printf "%s=%d\n", i, n[i] }' | sort | tr '\n' ' ' | sed 's/ $//')
+  want="spoa-ratelimit/agent=1 spoa-ratelimit/haproxy:2.6=1 spoa-ratelimit/postgres:15=1 spoa-ratelimit/redis:7=1"
+  if [ "$got" = "$want" ]; then
+    ok "local images only, each built by one service: $got"
+  else
+    not_ok "local images only, each built by one service: $want"; diag "got: $got"
+  fi
   # Every file the compose file mounts or builds from exists.
   missing=""
-  for f in haproxy.cfg spoe-ratelimit.conf cluster-redis.json cluster-postgres.json Dockerfile; do
+  for f in haproxy.cfg spoe-ratelimit.conf cluster-redis.json cluster-postgres.json Dockerfile \
+           docker/haproxy/Dockerfile docker/redis/Dockerfile docker/postgres/Dockerfile \
+           docker/postgres/entrypoint.sh; do
     [ -f "$dir/$f" ] || missing="$missing $f"
   done
   if [ -z "$missing" ]; then ok "files used by the compose file exist"; else not_ok "files used by the compose file exist (missing:$missing)"; fi

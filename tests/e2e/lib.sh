@@ -8,6 +8,7 @@
 #   e2e_init                      temp dir, ports, cleanup trap, watchdog;
 #                                 $HAPROXY made absolute, its version shown
 #   e2e_init_base                 the same without HAProxy and ports
+#   e2e_setup                     temp dir, cleanup trap, watchdog only
 #   haproxy_at_least 3 1          is $HAPROXY 3.1 or later?
 #   start_agent [args...]         $AGENT -l 127.0.0.1:$E2E_PORT_AGENT args...
 #   start_haproxy                 \$E2E_HAPROXY_CFG or conf/haproxy-e2e.cfg
@@ -104,8 +105,8 @@ e2e_init() {
   diag "tmp: $E2E_TMP; ports: agent $E2E_PORT_AGENT open $E2E_PORT_OPEN closed $E2E_PORT_CLOSED two $E2E_PORT_TWO nopipe $E2E_PORT_NOPIPE app $E2E_PORT_APP stats $E2E_PORT_STATS"
 }
 
-# e2e_init_base: what every test needs, with HAProxy or without: $AGENT
-# (or the built one), the temp dir $E2E_TMP, the cleanup trap, the watchdog.
+# e2e_init_base: what a test of the agent needs, with HAProxy or without:
+# $AGENT (or the built one), then e2e_setup.
 e2e_init_base() {
   if [ -z "${AGENT:-}" ]; then
     for c in "$E2E_ROOT/build/san/spoa-ratelimit" "$E2E_ROOT/spoa-ratelimit"; do
@@ -116,6 +117,15 @@ e2e_init_base() {
     not_ok "agent binary: set AGENT to the spoa-ratelimit binary (AGENT='${AGENT:-}')"
     exit 1
   fi
+  e2e_setup
+}
+
+# e2e_setup: the temp dir $E2E_TMP, the cleanup trap and the watchdog,
+# without the agent and HAProxy that e2e_init also requires. A test that
+# starts things lib.sh does not know sets E2E_CLEANUP_HOOK to a function
+# that stops them; the EXIT trap runs it first.
+E2E_CLEANUP_HOOK=""
+e2e_setup() {
   E2E_TMP=$(mktemp -d "${TMPDIR:-/tmp}/spoa-e2e.XXXXXX") || { not_ok "mktemp"; exit 1; }
   trap e2e_cleanup EXIT
   trap 'diag "interrupted"; exit 130' INT HUP
@@ -166,6 +176,7 @@ kill_wait() {
 e2e_cleanup() {
   local rc=$? p
   trap - EXIT INT HUP TERM
+  if [ -n "$E2E_CLEANUP_HOOK" ]; then "$E2E_CLEANUP_HOOK"; fi
   # Background jobs of the test (curl loops).
   for p in $(jobs -pr); do
     case $p in "$E2E_WATCHDOG_PID"|"$AGENT_PID"|"$HAPROXY_PID") continue ;; esac
