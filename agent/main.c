@@ -179,7 +179,8 @@ int main(int argc, char **argv)
 
 	raise_nofile(&cfg);
 	struct worker_listeners ls = { .spop_fd = master_listen(&cfg, cfg.listen, err, sizeof(err)),
-				       .http_fd = -1, .metrics = metrics_new(cfg.workers) };
+				       .http_fd = -1, .metrics = metrics_new(cfg.workers),
+				       .master_pid = getpid() };
 	if (ls.spop_fd >= 0 && cfg.http_listen[0]) {
 		ls.http_fd = master_listen(&cfg, cfg.http_listen, err, sizeof(err));
 		if (ls.http_fd < 0) {

@@ -420,9 +420,11 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	_Static_assert(WORKER_MAX_LISTENERS <= BALANCE_MAX_LISTENERS, "a balance per listener");
 	metrics_attach(ls->metrics, id);
 	log_worker_id = id;
-	/* Die with the master. */
+	/* Die with the master, also if it died before this line (our parent
+	 * is then someone else; not "pid 1": in a container the master is
+	 * pid 1 itself). */
 	prctl(PR_SET_PDEATHSIG, SIGTERM);
-	if (getppid() == 1)
+	if (getppid() != ls->master_pid)
 		return 1;
 
 	decide_init(&w.decide, rl);

@@ -9,6 +9,7 @@
 #include <ev.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "agent/decide.h"
 #include "agent/handler.h"
@@ -28,6 +29,7 @@ struct worker_listeners {
 	int http_fd;                  /* -1: no HTTP front */
 	struct metrics *metrics;      /* every worker's counters (shared) */
 	struct balance *balance;      /* who accepts next (shared) */
+	pid_t master_pid;             /* the workers' parent */
 };
 
 #define WORKER_MAX_LISTENERS 2
