@@ -271,12 +271,11 @@ n=$(compose exec -T postgres psql -U ratelimit -tAc 'SELECT count(*) FROM rl_cou
 if int_ge "$n" 1; then ok "postgres holds the cluster's counters ($n rows in rl_counters)"
 else not_ok "postgres holds the cluster's counters (rows in rl_counters: '$n')"; fi
 
-# Redis down: each agent decides from its own count, nothing is refused.
-# A node may admit more than LIMIT here: with the store's address gone
-# (connect timeout, not refused) an admission waits for the store up to
-# cluster-redis.json's timeout_ms (200 ms), longer than HAProxy waits for
-# the agent (timeout processing 100 ms), and HAProxy's fail-open passes
-# those requests.
+# Redis down: each agent decides from its own count (fail-open, degraded),
+# nothing is refused, and each node still stops at LIMIT: an admission
+# waits for the store at most cluster-redis.json's timeout_ms (50 ms),
+# less than HAProxy waits for the agent (timeout processing 100 ms), so
+# the agent decides before HAProxy would give up and pass the request.
 if compose stop redis > "$E2E_TMP/stop.log" 2>&1; then ok "redis container stopped"
 else not_ok "redis container stopped"; fi
 f="$E2E_TMP/redis-down.codes"
@@ -285,8 +284,11 @@ burst "$f" "$DEMO_PORT_A" "$DEMO_PORT_B" "carol-$RUN_ID" 12
 first_a=$(grep '^a ' "$f" | head -n "$LIMIT" | grep -c ' 200$')
 first_b=$(grep '^b ' "$f" | head -n "$LIMIT" | grep -c ' 200$')
 other=$(grep -vc ' \(200\|429\)$' "$f" || true)
-if [ "$first_a" -eq "$LIMIT" ] && [ "$first_b" -eq "$LIMIT" ] && [ "$other" -eq 0 ]; then
-  ok "redis down: every request answered, the first $LIMIT on each node 200 (admitted: a $(codes "$f" a 200), b $(codes "$f" b 200) of 12 each)"
+adm_a=$(codes "$f" a 200)
+adm_b=$(codes "$f" b 200)
+if [ "$first_a" -eq "$LIMIT" ] && [ "$first_b" -eq "$LIMIT" ] && [ "$other" -eq 0 ] &&
+   int_le "$adm_a" $((LIMIT + SLACK)) && int_le "$adm_b" $((LIMIT + SLACK)); then
+  ok "redis down: every request answered, the first $LIMIT on each node 200, each node stops at its limit (admitted: a $adm_a, b $adm_b of 12 each)"
 else
   not_ok "redis down: every request answered, the first $LIMIT on each node 200"
   diag "  $(tr '\n' ' ' < "$f")"
