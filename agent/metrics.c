@@ -67,8 +67,13 @@ void metrics_free(struct metrics *m)
 
 void metrics_attach(struct metrics *m, int id)
 {
-	if (m && id >= 0 && id < m->nworkers)
-		metrics_me = &m->w[id];
+	if (!m || id < 0 || id >= m->nworkers)
+		return;
+	metrics_me = &m->w[id];
+	/* A worker starts with no connection: a killed predecessor's are
+	 * gone with it (counters, which only grow, are kept). */
+	for (int f = 0; f < METRICS_FRONTS; f++)
+		atomic_store_explicit(&metrics_me->connections[f], 0, memory_order_relaxed);
 }
 
 void metrics_sync_cycle(int ns, bool ok, double seconds)
