@@ -1563,7 +1563,7 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 	size_t last_ns_len = 0;
 	uint64_t nh = 0;
 	size_t token_len = 0;
-	char *p;
+	char *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
 		return -1;
@@ -1683,9 +1683,10 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			p = redis_put_bulk(p, s->sha, 40);
 			c->tail = (size_t)(p - op->cmd);
 			p = redis_put_bulk(p, token ? "2" : "1", 1);
-			c->slot = redis_bulk_slot(p);
+			key = p;
 			p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
 					   grp->start);
+			c->slot = redis_bulk_slot(key);
 			if (token)
 				p = redis_put_tkey(p, op->cmd, s, grp->ns, grp->ns_len, grp->bucket,
 						   grp->size, grp->start, token, token_len,
@@ -1778,7 +1779,7 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 	struct redis_strategy *s = redis_of(st);
 	struct redis_op *op;
 	size_t token_len = 0, cmd_max = 0, total;
-	char *p;
+	char *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
 		return -1;
@@ -1825,8 +1826,9 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		p = redis_put_bulk(p, s->sha_admit, 40);
 		c->tail = (size_t)(p - op->cmd);
 		p = redis_put_bulk(p, token ? "3" : "2", 1);
-		c->slot = redis_bulk_slot(p);
+		key = p;
 		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size, ad->start);
+		c->slot = redis_bulk_slot(key);
 		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size,
 				   ad->start - (int64_t)ad->size);
 		if (token)
@@ -2057,7 +2059,7 @@ static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len
 	size_t ncalls = nsizes * 2 * REDIS_BUCKETS, off_calls, off_sizes, off_starts, off_cmd;
 	size_t per_cmd = 32 + redis_hkey_max(s, ns_len);
 	struct redis_op *op;
-	char *p;
+	char *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0)
 		return -1;
@@ -2099,8 +2101,9 @@ static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len
 			*c = (struct redis_call){ .op = op, .first = w, .begin = start };
 			p = redis_put_array(p, 2);
 			p = redis_put_bulk(p, "HGETALL", 7);
-			c->slot = redis_bulk_slot(p);
+			key = p;
 			p = redis_put_hkey(p, s, ns, ns_len, b, op->sizes[w / 2], op->starts[w]);
+			c->slot = redis_bulk_slot(key);
 			c->end = (size_t)(p - op->cmd);
 		}
 	}
