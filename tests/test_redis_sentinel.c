@@ -1,0 +1,140 @@
+/*
+ * test_redis_sentinel.c - the Redis strategy through Redis Sentinel
+ * (strategies/redis_sentinel.c) on a real setup started by the test
+ * (tests/lib/redis_sentinel.c: a master, a replica, three sentinels on
+ * loopback): the master found through the sentinels, and SENTINEL FAILOVER
+ * under pushes sent as the sync loop sends them (tests/lib/pusher.c): the
+ * strategy follows +switch-master to the new master, the pushes in flight
+ * are resent with their token, and with wait_replicas 1 the new master
+ * holds every hit exactly once.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <ev.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "strategies/strategy.h"
+#include "tests/lib/pusher.h"
+#include "tests/lib/redis_sentinel.h"
+
+#define OPS (&redis_strategy)
+#define START60 1700000040
+
+static struct redis_sentinels st;
+static bool st_up;
+static struct ev_loop *loop;
+static ev_timer tick;
+
+static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
+{
+	(void)l, (void)w, (void)revents;
+}
+
+static void setup(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	loop = ev_loop_new(EVFLAG_AUTO);
+	ev_timer_init(&tick, tick_cb, 0.01, 0.01);
+	ev_timer_start(loop, &tick);
+	ev_unref(loop);
+	if (!redis_sentinels_available())
+		cr_skip_test("redis-server or redis-sentinel is not installed");
+	cr_assert_eq(redis_sentinels_start(&st, 20000), 0, "%s", st.err);
+	st_up = true;
+}
+
+static void teardown(void)
+{
+	ev_ref(loop);
+	ev_timer_stop(loop, &tick);
+	ev_loop_destroy(loop);
+	if (st_up)
+		redis_sentinels_stop(&st);
+}
+
+TestSuite(redis_sentinel, .init = setup, .fini = teardown, .timeout = 120);
+
+static double now_s(void)
+{
+	ev_now_update(loop);
+	return ev_now(loop);
+}
+
+static struct strategy *mk(const char *extra)
+{
+	char nodes[128], json[512], err[256] = "";
+	struct strategy *s;
+	double end;
+
+	redis_sentinels_nodes(&st, nodes, sizeof(nodes));
+	snprintf(json, sizeof(json), "{\"sentinel\": {\"master\": \"mymaster\", \"nodes\": %s}, "
+		 "\"timeout_ms\": 2000%s%s}", nodes, extra ? ", " : "", extra ? extra : "");
+	s = OPS->create(loop, json, err, sizeof(err));
+	cr_assert_not_null(s, "create(%s): %s", json, err);
+	end = now_s() + 10;
+	while (!OPS->ready(s) && now_s() < end)
+		ev_run(loop, EVRUN_ONCE);
+	cr_assert(OPS->ready(s), "not ready after 10 s");
+	return s;
+}
+
+/* The stored total of (ns, key) on server r, window START60. */
+static double stored(struct redis_server *r, const char *ns, const char *key)
+{
+	redisReply *rep = redis_server_command(r, "HGET rl:{%s:%u}:60:%d %s", ns,
+					       redis_server_bucket(key, strlen(key)), START60, key);
+	double v = rep && rep->type == REDIS_REPLY_STRING ? strtod(rep->str, NULL) : 0;
+
+	if (rep)
+		freeReplyObject(rep);
+	return v;
+}
+
+Test(redis_sentinel, master_found_through_the_sentinels)
+{
+	struct strategy *s = mk(NULL);
+	struct pusher p;
+
+	pusher_init(&p, OPS, s, "sn", START60, 0);
+	pusher_step(&p, true);
+	cr_assert(pusher_drain(&p, loop, 10), "%s", p.last_err);
+	cr_assert_eq(stored(&st.data[0], "sn", "key5"), 1);
+	OPS->destroy(s);
+}
+
+Test(redis_sentinel, failover_under_pushes_counts_each_hit_once)
+{
+	struct strategy *s = mk("\"wait_replicas\": 1");
+	struct pusher p;
+	double t0, asked = 0, done = 0, next_poll = 0;
+	bool started = false;
+
+	pusher_init(&p, OPS, s, "fo", START60, 0);
+	t0 = now_s();
+	while (!done || now_s() - t0 < 3.0) {
+		pusher_step(&p, true);
+		ev_run(loop, EVRUN_ONCE);
+		if (!started && now_s() - t0 > 0.5) {
+			cr_assert_eq(redis_sentinels_failover_start(&st), 0, "%s", st.err);
+			started = true;
+			asked = now_s();
+		}
+		if (started && !done && now_s() >= next_poll) {
+			next_poll = now_s() + 0.1;
+			if (redis_sentinels_failover_done(&st))
+				done = now_s();
+			cr_assert(now_s() - asked < 30, "failover not over within 30 s");
+		}
+	}
+	cr_assert(pusher_drain(&p, loop, 15), "not drained: %s", p.last_err);
+	cr_log_info("SENTINEL FAILOVER: over (sentinels agree, old master in sync) after %.2f s; "
+		    "pushes %u, failed %u (last: %s), resent %u; %g hits per key",
+		    done - asked, p.pushes, p.failed, p.last_err, p.resent, p.hits);
+	cr_assert_eq(st.master, 1, "the replica is the master now");
+	for (int k = 0; k < PUSHER_KEYS; k++)
+		cr_assert_eq(stored(&st.data[1], "fo", p.keys[k]), p.hits, "%s: %g, want %g",
+			     p.keys[k], stored(&st.data[1], "fo", p.keys[k]), p.hits);
+	OPS->destroy(s);
+}
