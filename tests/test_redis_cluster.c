@@ -21,6 +21,7 @@
 
 #include "strategies/redis.h"
 #include "tests/lib/clock.h"
+#include "tests/lib/evtest.h"
 #include "tests/lib/pusher.h"
 #include "tests/lib/redis_cluster.h"
 
@@ -30,27 +31,16 @@
 static struct redis_cluster cl;
 static bool cl_up;
 static struct ev_loop *loop;
-static ev_timer tick;
-
-static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
-{
-	(void)l, (void)w, (void)revents;
-}
 
 static void setup(void)
 {
 	signal(SIGPIPE, SIG_IGN);
-	loop = ev_loop_new(EVFLAG_AUTO);
-	ev_timer_init(&tick, tick_cb, 0.01, 0.01);
-	ev_timer_start(loop, &tick);
-	ev_unref(loop);
+	loop = evtest_loop_new();
 }
 
 static void teardown(void)
 {
-	ev_ref(loop);
-	ev_timer_stop(loop, &tick);
-	ev_loop_destroy(loop);
+	evtest_loop_free(loop);
 	if (cl_up)
 		redis_cluster_stop(&cl);
 }
@@ -67,24 +57,19 @@ static void cluster_up(size_t replicas)
 
 static double now_s(void)
 {
-	ev_now_update(loop);
-	return ev_now(loop);
+	return evtest_now(loop);
 }
 
 static struct strategy *mk(const char *extra)
 {
 	char seeds[256], json[512], err[256] = "";
 	struct strategy *s;
-	double end;
 
 	redis_cluster_seeds(&cl, seeds, sizeof(seeds));
 	snprintf(json, sizeof(json), "{\"cluster_nodes\": %s, \"timeout_ms\": 2000%s%s}", seeds,
 		 extra ? ", " : "", extra ? extra : "");
-	s = OPS->create(loop, json, err, sizeof(err));
+	s = evtest_create_ready(OPS, loop, json, 10, err, sizeof(err));
 	cr_assert_not_null(s, "create(%s): %s", json, err);
-	end = now_s() + 10;
-	while (!OPS->ready(s) && now_s() < end)
-		ev_run(loop, EVRUN_ONCE);
 	cr_assert(OPS->ready(s), "not ready after 10 s");
 	return s;
 }
@@ -117,11 +102,7 @@ static void rows_cb(void *arg, int status, const char *errstr, const struct stra
 
 static void run_until(const bool *flag, double secs)
 {
-	double end = now_s() + secs;
-
-	while (!*flag && now_s() < end)
-		ev_run(loop, EVRUN_ONCE);
-	cr_assert(*flag, "no completion within %g s", secs);
+	cr_assert(evtest_run_until(loop, flag, secs), "no completion within %g s", secs);
 }
 
 

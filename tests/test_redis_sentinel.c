@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "strategies/strategy.h"
+#include "tests/lib/evtest.h"
 #include "tests/lib/pusher.h"
 #include "tests/lib/redis_sentinel.h"
 
@@ -25,20 +26,11 @@
 static struct redis_sentinels st;
 static bool st_up;
 static struct ev_loop *loop;
-static ev_timer tick;
-
-static void tick_cb(struct ev_loop *l, ev_timer *w, int revents)
-{
-	(void)l, (void)w, (void)revents;
-}
 
 static void setup(void)
 {
 	signal(SIGPIPE, SIG_IGN);
-	loop = ev_loop_new(EVFLAG_AUTO);
-	ev_timer_init(&tick, tick_cb, 0.01, 0.01);
-	ev_timer_start(loop, &tick);
-	ev_unref(loop);
+	loop = evtest_loop_new();
 	if (!redis_sentinels_available())
 		cr_skip_test("redis-server or redis-sentinel is not installed");
 	cr_assert_eq(redis_sentinels_start(&st, 20000), 0, "%s", st.err);
@@ -47,9 +39,7 @@ static void setup(void)
 
 static void teardown(void)
 {
-	ev_ref(loop);
-	ev_timer_stop(loop, &tick);
-	ev_loop_destroy(loop);
+	evtest_loop_free(loop);
 	if (st_up)
 		redis_sentinels_stop(&st);
 }
@@ -58,24 +48,19 @@ TestSuite(redis_sentinel, .init = setup, .fini = teardown, .timeout = 120);
 
 static double now_s(void)
 {
-	ev_now_update(loop);
-	return ev_now(loop);
+	return evtest_now(loop);
 }
 
 static struct strategy *mk(const char *extra)
 {
 	char nodes[128], json[512], err[256] = "";
 	struct strategy *s;
-	double end;
 
 	redis_sentinels_nodes(&st, nodes, sizeof(nodes));
 	snprintf(json, sizeof(json), "{\"sentinel\": {\"master\": \"mymaster\", \"nodes\": %s}, "
 		 "\"timeout_ms\": 2000%s%s}", nodes, extra ? ", " : "", extra ? extra : "");
-	s = OPS->create(loop, json, err, sizeof(err));
+	s = evtest_create_ready(OPS, loop, json, 10, err, sizeof(err));
 	cr_assert_not_null(s, "create(%s): %s", json, err);
-	end = now_s() + 10;
-	while (!OPS->ready(s) && now_s() < end)
-		ev_run(loop, EVRUN_ONCE);
 	cr_assert(OPS->ready(s), "not ready after 10 s");
 	return s;
 }
