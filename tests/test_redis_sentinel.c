@@ -68,13 +68,11 @@ static struct strategy *mk(const char *extra)
 /* The stored total of (ns, key) on server r, window START60. */
 static double stored(struct redis_server *r, const char *ns, const char *key)
 {
-	redisReply *rep = redis_server_command(r, "HGET rl:{%s:%u}:60:%d %s", ns,
-					       redis_server_bucket(key, strlen(key)), START60, key);
-	double v = rep && rep->type == REDIS_REPLY_STRING ? strtod(rep->str, NULL) : 0;
+	char h[128];
+	int len = snprintf(h, sizeof(h), "rl:{%s:%u}:60:%d", ns,
+			   redis_server_bucket(key, strlen(key)), START60);
 
-	if (rep)
-		freeReplyObject(rep);
-	return v;
+	return redis_server_hget(r, h, (size_t)len, key, strlen(key));
 }
 
 Test(redis_sentinel, master_found_through_the_sentinels)

@@ -55,7 +55,7 @@ static int wait_ok(struct redis_cluster *c, int timeout_ms)
 {
 	long long end = test_now_ms() + timeout_ms;
 
-	while (test_now_ms() < end) {
+	for (;;) {
 		bool ok = true;
 
 		for (size_t i = 0; i < c->n && ok; i++)
@@ -63,6 +63,8 @@ static int wait_ok(struct redis_cluster *c, int timeout_ms)
 				ok = holds(c, i, "cluster_state:ok", "CLUSTER INFO");
 		if (ok)
 			return 0;
+		if (test_now_ms() >= end)
+			break;
 		test_sleep_ms(50);
 	}
 	snprintf(c->err, sizeof(c->err), "cluster not ok within %d ms", timeout_ms);
@@ -329,9 +331,8 @@ out:
 	return rc;
 }
 
-int redis_cluster_kill_master(struct redis_cluster *c, size_t m, int timeout_ms)
+int redis_cluster_kill(struct redis_cluster *c, size_t m)
 {
-	long long end = test_now_ms() + timeout_ms;
 	size_t rep = c->n;
 
 	for (size_t i = c->masters; i < c->n; i++)
@@ -341,15 +342,33 @@ int redis_cluster_kill_master(struct redis_cluster *c, size_t m, int timeout_ms)
 		snprintf(c->err, sizeof(c->err), "no replica of master %zu, or not running", m);
 		return -1;
 	}
-	while (!holds(c, rep, "role:master", "INFO replication")) {
+	return (int)rep;
+}
+
+bool redis_cluster_promoted(struct redis_cluster *c, size_t replica)
+{
+	return holds(c, replica, "role:master", "INFO replication") && wait_ok(c, 0) == 0;
+}
+
+bool redis_cluster_in_sync(struct redis_cluster *c, size_t i)
+{
+	return holds(c, i, "master_link_status:up", "INFO replication") && wait_ok(c, 0) == 0;
+}
+
+int redis_cluster_kill_master(struct redis_cluster *c, size_t m, int timeout_ms)
+{
+	long long end = test_now_ms() + timeout_ms;
+	int rep = redis_cluster_kill(c, m);
+
+	while (rep >= 0 && !redis_cluster_promoted(c, (size_t)rep)) {
 		if (test_now_ms() >= end) {
-			snprintf(c->err, sizeof(c->err), "replica %zu not promoted within %d ms", rep,
+			snprintf(c->err, sizeof(c->err), "replica %d not promoted within %d ms", rep,
 				 timeout_ms);
 			return -1;
 		}
 		test_sleep_ms(50);
 	}
-	return wait_ok(c, (int)(end - test_now_ms())) < 0 ? -1 : (int)rep;
+	return rep;
 }
 
 int redis_cluster_restart(struct redis_cluster *c, size_t i, int timeout_ms)
@@ -360,14 +379,14 @@ int redis_cluster_restart(struct redis_cluster *c, size_t i, int timeout_ms)
 		snprintf(c->err, sizeof(c->err), "restart %zu: %s", i, c->srv[i].err);
 		return -1;
 	}
-	while (!holds(c, i, "master_link_status:up", "INFO replication")) {
+	while (!redis_cluster_in_sync(c, i)) {
 		if (test_now_ms() >= end) {
 			snprintf(c->err, sizeof(c->err), "server %zu not a replica in sync", i);
 			return -1;
 		}
 		test_sleep_ms(50);
 	}
-	return wait_ok(c, (int)(end - test_now_ms()));
+	return 0;
 }
 
 long long redis_cluster_errorstat(struct redis_cluster *c, const char *name)
@@ -393,17 +412,6 @@ double redis_cluster_hget(struct redis_cluster *c, const char *hash, size_t hlen
 {
 	long slot = redis_cluster_keyslot(c, hash, hlen);
 	int o = slot < 0 ? -1 : redis_cluster_owner(c, (unsigned)slot);
-	redisReply *r;
-	double v = NAN;
 
-	if (o < 0)
-		return NAN;
-	r = cmd(c, (size_t)o, "HGET %b %b", hash, hlen, field, flen);
-	if (r && r->type == REDIS_REPLY_STRING)
-		v = strtod(r->str, NULL);
-	else if (r && r->type == REDIS_REPLY_NIL)
-		v = 0;
-	if (r)
-		freeReplyObject(r);
-	return v;
+	return o < 0 ? NAN : redis_server_hget(&c->srv[o], hash, hlen, field, flen);
 }

@@ -50,6 +50,14 @@ int redis_cluster_migrate(struct redis_cluster *c, unsigned lo, unsigned hi, siz
  * live nodes say cluster_state:ok. Returns the replica's index, or -1. */
 int redis_cluster_kill_master(struct redis_cluster *c, size_t m, int timeout_ms);
 
+/* The same in steps, for a caller that goes on meanwhile: kill (returns
+ * the replica's index, or -1), then poll until promoted. */
+int redis_cluster_kill(struct redis_cluster *c, size_t m);
+bool redis_cluster_promoted(struct redis_cluster *c, size_t replica);
+
+/* Is server i a replica in sync with its master? */
+bool redis_cluster_in_sync(struct redis_cluster *c, size_t i);
+
 /* Starts killed server i again (its nodes.conf kept): it rejoins as a
  * replica; waits until it is in sync. Returns 0 or -1. */
 int redis_cluster_restart(struct redis_cluster *c, size_t i, int timeout_ms);

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -409,6 +410,21 @@ long long redis_server_integer(struct redis_server *r, const char *fmt, ...)
 	else if (rep)
 		snprintf(r->err, sizeof(r->err), "not an integer reply (type %d: %s)", rep->type,
 			 rep->str ? rep->str : "");
+	if (rep)
+		freeReplyObject(rep);
+	return v;
+}
+
+double redis_server_hget(struct redis_server *r, const char *hash, size_t hlen,
+			 const char *field, size_t flen)
+{
+	redisReply *rep = redis_server_command(r, "HGET %b %b", hash, hlen, field, flen);
+	double v = NAN;
+
+	if (rep && rep->type == REDIS_REPLY_STRING)
+		v = strtod(rep->str, NULL);
+	else if (rep && rep->type == REDIS_REPLY_NIL)
+		v = 0;
 	if (rep)
 		freeReplyObject(rep);
 	return v;

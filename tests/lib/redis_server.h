@@ -78,6 +78,10 @@ redisReply *redis_server_commandargv(struct redis_server *r, int argc, const cha
 /* The integer reply of a command, or LLONG_MIN on any failure. */
 long long redis_server_integer(struct redis_server *r, const char *fmt, ...);
 
+/* HGET hash field: the number, 0 when there is none, NAN on failure. */
+double redis_server_hget(struct redis_server *r, const char *hash, size_t hlen,
+			 const char *field, size_t flen);
+
 /* The bucket of a rate-limit key in the Redis strategy's layout
  * (strategies/redis.c): FNV-1a 64 of the key, mod 64. */
 unsigned redis_server_bucket(const char *key, size_t len);
