@@ -923,7 +923,9 @@ int redis_call_send(struct redis_call *c, struct redis_conn *cn)
 	c->state = REDIS_CALL_SENT;
 	c->conn = cn;
 	c->wait = NULL;
-	cn->inflight++;
+	/* an idle connection's silence counts from the work it is given */
+	if (cn->inflight++ == 0)
+		cn->last_activity = ev_now(op->s->loop);
 	op->inflight++;
 	return 0;
 fail:
@@ -984,6 +986,7 @@ static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 	}
 	c->state = REDIS_CALL_SENT;
 	c->conn = cn;
+	c->wait = NULL;             /* a WAIT after it, if needed (redis_op_send_waits) */
 	cn->inflight++;
 	op->inflight++;
 	return true;
@@ -1019,8 +1022,10 @@ static void redis_on_call_reply(redisAsyncContext *ac, void *r, void *privdata)
 			cn->last_activity = ev_now(s->loop);
 	}
 	if (reply != NULL && reply->type == REDIS_REPLY_ERROR && cn != NULL) {
-		if (redis_is_noscript(c, reply) && redis_resend_eval(c, cn))
+		if (redis_is_noscript(c, reply) && redis_resend_eval(c, cn)) {
+			redis_op_send_waits(op);
 			return;
+		}
 		if (s->mode->redirect && s->mode->redirect(c, cn, reply)) {
 			redis_op_check(op);
 			return;

@@ -121,3 +121,24 @@ Test(redis_sentinel, failover_under_pushes_counts_each_hit_once)
 			     p.keys[k], stored(&st.data[1], "fo", p.keys[k]), p.hits);
 	OPS->destroy(s);
 }
+
+/* A NOSCRIPT resend (EVAL after SCRIPT FLUSH) gets its own WAIT. */
+Test(redis_sentinel, script_flush_with_wait_replicas)
+{
+	struct strategy *s = mk("\"wait_replicas\": 1");
+	struct pusher p;
+	redisReply *r;
+
+	pusher_init(&p, OPS, s, "sf", START60, 0);
+	pusher_step(&p, true);
+	cr_assert(pusher_drain(&p, loop, 10), "%s", p.last_err);
+	r = redis_server_command(&st.data[0], "SCRIPT FLUSH");
+	cr_assert(r && r->type == REDIS_REPLY_STATUS);
+	freeReplyObject(r);
+	pusher_step(&p, true);
+	cr_assert(pusher_drain(&p, loop, 10), "%s", p.last_err);
+	cr_assert_eq(p.failed, 0, "%s", p.last_err);
+	cr_assert_eq(stored(&st.data[0], "sf", "key7"), 2);
+	cr_assert_eq(stored(&st.data[1], "sf", "key7"), 2, "the replica has it too");
+	OPS->destroy(s);
+}
