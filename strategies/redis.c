@@ -59,22 +59,34 @@
  * in the call's token key, so a resend returns them without adding
  * anything.
  *
- * Connection. create() starts a non-blocking connect; AUTH, SELECT and
- * the two SCRIPT LOADs are pipelined behind it and the instance is ready()
- * once all of them answered (within timeout_ms, else the attempt is dropped). Host
- * names are not accepted (resolving would block the loop): host is an
- * IPv4 or IPv6 literal, or "localhost" for 127.0.0.1. After any failure the
- * next attempt waits REDIS_BACKOFF_MIN_MS, doubling to REDIS_BACKOFF_MAX_MS,
- * back to the minimum once an attempt succeeds.
+ * Servers. The mode (struct redis_mode_ops, redis.h) says where a call
+ * goes: the one server (host/port or socket: this file), the master of
+ * its slot (cluster_nodes: redis_cluster.c), the master the sentinels name
+ * (sentinel: redis_sentinel.c). Each server is one connection
+ * (redis_conn.c: a non-blocking connect with AUTH, SELECT and the two
+ * SCRIPT LOADs pipelined behind it, ready once all answered within
+ * timeout_ms; reconnected with backoff). Host names are not accepted
+ * (resolving would block the loop): IPv4 or IPv6 literals, or "localhost"
+ * for 127.0.0.1. Every call of an operation carries the cluster slot of
+ * its key (the same for every key it names: one hash tag) and goes where
+ * the mode routes it; its reply comes back through redis_on_call_reply(),
+ * which resends it as EVAL after NOSCRIPT and lets the mode follow
+ * MOVED / ASK / TRYAGAIN before the operation sees the reply.
+ *
+ * wait_replicas N > 0: after an operation's writes, one "WAIT N ms" on
+ * every connection that got some; a call counts as applied (its counters'
+ * `ok`) only once its WAIT says N replicas have it (redis_op_send_waits).
  *
  * Operations while not ready() are refused at once: the call returns -1
- * with errstr "not connected (...)" and the callback never runs. A started
- * operation fails with "timeout" when, while it waits, the connection
- * delivers no reply at all for timeout_ms (the clock restarts at every
- * reply, to any operation: a big pipelined batch that keeps answering, or
- * a small operation queued behind it, is not cut off); the connection is
- * then dropped - which also fails the other operations in flight on it,
- * so no late reply can reach a freed operation - and re-established.
+ * with errstr "not connected (...)" and the callback never runs; so is an
+ * operation none of whose calls has a connection now (a call alone
+ * without one fails alone). A started operation fails with "timeout" when,
+ * while it waits, the connections it waits on deliver no reply at all for
+ * timeout_ms (the clock restarts at every reply, to any operation: a big
+ * pipelined batch that keeps answering, or a small operation queued
+ * behind it, is not cut off); those connections are then dropped - which
+ * also fails the other operations in flight on them, so no late reply can
+ * reach a freed operation - and re-established.
  *
  * Callback discipline. hiredis reply callbacks only record results. A
  * finished operation goes on a done queue drained by a zero-delay timer,
