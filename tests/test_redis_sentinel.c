@@ -87,17 +87,18 @@ Test(redis_sentinel, master_found_through_the_sentinels)
 	OPS->destroy(s);
 }
 
-Test(redis_sentinel, failover_under_pushes_counts_each_hit_once)
+/* Pushes through a SENTINEL FAILOVER (started after 0.5 s, polled until
+ * over), for at least 3 s; then drained. Returns the lowest and highest
+ * count of a key on the new master, in *lo and *hi. */
+static void failover_case(struct strategy *s, struct pusher *p, double *lo, double *hi)
 {
-	struct strategy *s = mk("\"wait_replicas\": 1");
-	struct pusher p;
 	double t0, asked = 0, done = 0, next_poll = 0;
 	bool started = false;
 
-	pusher_init(&p, OPS, s, "fo", START60, 0);
+	pusher_init(p, OPS, s, "fo", START60, 0);
 	t0 = now_s();
 	while (!done || now_s() - t0 < 3.0) {
-		pusher_step(&p, true);
+		pusher_step(p, true);
 		ev_run(loop, EVRUN_ONCE);
 		if (!started && now_s() - t0 > 0.5) {
 			cr_assert_eq(redis_sentinels_failover_start(&st), 0, "%s", st.err);
@@ -111,14 +112,46 @@ Test(redis_sentinel, failover_under_pushes_counts_each_hit_once)
 			cr_assert(now_s() - asked < 30, "failover not over within 30 s");
 		}
 	}
-	cr_assert(pusher_drain(&p, loop, 15), "not drained: %s", p.last_err);
-	cr_log_info("SENTINEL FAILOVER: over (sentinels agree, old master in sync) after %.2f s; "
-		    "pushes %u, failed %u (last: %s), resent %u; %g hits per key",
-		    done - asked, p.pushes, p.failed, p.last_err, p.resent, p.hits);
+	cr_assert(pusher_drain(p, loop, 15), "not drained: %s", p->last_err);
 	cr_assert_eq(st.master, 1, "the replica is the master now");
-	for (int k = 0; k < PUSHER_KEYS; k++)
-		cr_assert_eq(stored(&st.data[1], "fo", p.keys[k]), p.hits, "%s: %g, want %g",
-			     p.keys[k], stored(&st.data[1], "fo", p.keys[k]), p.hits);
+	*lo = *hi = stored(&st.data[1], "fo", p->keys[0]);
+	for (int k = 1; k < PUSHER_KEYS; k++) {
+		double v = stored(&st.data[1], "fo", p->keys[k]);
+
+		*lo = v < *lo ? v : *lo;
+		*hi = v > *hi ? v : *hi;
+	}
+	cr_log_info("SENTINEL FAILOVER: over (sentinels agree, old master in sync) after %.2f s; "
+		    "pushes %u, failed %u (last: %s), resent %u; %g hits per key, the new master "
+		    "holds %g to %g", done - asked, p->pushes, p->failed, p->last_err, p->resent,
+		    p->hits, *lo, *hi);
+}
+
+Test(redis_sentinel, failover_under_pushes_counts_each_hit_once)
+{
+	struct strategy *s = mk("\"wait_replicas\": 1");
+	struct pusher p;
+	double lo, hi;
+
+	failover_case(s, &p, &lo, &hi);
+	cr_assert(lo == p.hits && hi == p.hits, "%g to %g, want %g", lo, hi, p.hits);
+	OPS->destroy(s);
+}
+
+/* The same without wait_replicas: what the old master confirmed but the
+ * new one never got is lost (Redis replicates asynchronously); nothing is
+ * counted twice. The loss is logged: it is the cost docs/CLUSTER.md
+ * states. */
+Test(redis_sentinel, failover_without_wait_replicas_never_counts_twice)
+{
+	struct strategy *s = mk(NULL);
+	struct pusher p;
+	double lo, hi;
+
+	failover_case(s, &p, &lo, &hi);
+	cr_log_info("without wait_replicas: %g of %g hits per key lost at worst", p.hits - lo,
+		    p.hits);
+	cr_assert(hi <= p.hits, "a hit counted twice: %g > %g", hi, p.hits);
 	OPS->destroy(s);
 }
 
