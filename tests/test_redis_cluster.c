@@ -138,6 +138,78 @@ Test(redis_cluster, crc16_and_key_slots)
 			     tags[i].key);
 }
 
+/* A CLUSTER SLOTS reply as RESP text, parsed by hiredis's reader. */
+static redisReply *resp(const char *text)
+{
+	redisReader *r = redisReaderCreate();
+	void *reply = NULL;
+
+	cr_assert_not_null(r);
+	redisReaderFeed(r, text, strlen(text));
+	cr_assert_eq(redisReaderGetReply(r, &reply), REDIS_OK);
+	cr_assert_not_null(reply, "incomplete RESP: %s", text);
+	redisReaderFree(r);
+	return reply;
+}
+
+static int parse_slots(const char *text, struct redis_addr *addrs, size_t *n, uint8_t *owner,
+		       char *err)
+{
+	static const struct redis_addr from = { .host = "10.0.0.9", .port = 7000 };
+	redisReply *r = resp(text);
+	int rc = redis_cluster_parse_slots(r, &from, addrs, n, owner, err, 128);
+
+	freeReplyObject(r);
+	return rc;
+}
+
+Test(redis_cluster, slots_reply_is_read_strictly)
+{
+	struct redis_addr addrs[REDIS_MASTERS_MAX];
+	static uint8_t owner[REDIS_SLOTS];
+	char err[128] = "";
+	size_t n;
+
+	/* two ranges of one master (the ip it does not know: the one asked),
+	 * one of another with a replica */
+	cr_assert_eq(parse_slots("*3\r\n"
+				 "*3\r\n:0\r\n:99\r\n*3\r\n$0\r\n\r\n:7000\r\n$2\r\nid\r\n"
+				 "*4\r\n:100\r\n:16000\r\n*2\r\n$8\r\n10.0.0.2\r\n:7001\r\n"
+				 "*2\r\n$8\r\n10.0.0.3\r\n:7002\r\n"
+				 "*3\r\n:16001\r\n:16383\r\n*2\r\n$8\r\n10.0.0.9\r\n:7000\r\n",
+				 addrs, &n, owner, err), 0, "%s", err);
+	cr_assert_eq(n, 2);
+	cr_assert_str_eq(addrs[0].host, "10.0.0.9");
+	cr_assert_eq(addrs[0].port, 7000);
+	cr_assert_str_eq(addrs[1].host, "10.0.0.2");
+	cr_assert(owner[0] == 1 && owner[99] == 1 && owner[100] == 2 && owner[16000] == 2 &&
+		  owner[16001] == 1 && owner[16383] == 1);
+	/* a slot no range names has no master */
+	cr_assert_eq(parse_slots("*1\r\n*3\r\n:5\r\n:6\r\n*2\r\n$3\r\n::1\r\n:7000\r\n",
+				 addrs, &n, owner, err), 0, "%s", err);
+	cr_assert(owner[4] == 0 && owner[5] == 1 && owner[7] == 0);
+	cr_assert_str_eq(addrs[0].host, "::1");
+
+	static const struct { const char *text, *needle; } bad[] = {
+		{ "*0\r\n", "no slot is served" },
+		{ "$2\r\nno\r\n", "string reply, expected an array" },
+		{ "*1\r\n*2\r\n:0\r\n:1\r\n", "range 0 is not" },
+		{ "*1\r\n*3\r\n:0\r\n:16384\r\n*2\r\n$1\r\nx\r\n:1\r\n", "slots 0-16384" },
+		{ "*1\r\n*3\r\n:9\r\n:1\r\n*2\r\n$1\r\nx\r\n:1\r\n", "slots 9-1" },
+		{ "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$8\r\n10.0.0.1\r\n:0\r\n", "port 0" },
+		{ "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$7\r\nnode-a1\r\n:7000\r\n",
+		  "\"node-a1\" is not an IP address" },
+		{ "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n:1\r\n:7000\r\n", "range 0 is not" },
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		cr_assert_eq(parse_slots(bad[i].text, addrs, &n, owner, err), -1, "%s accepted",
+			     bad[i].text);
+		cr_assert(strstr(err, bad[i].needle), "%s: \"%s\" lacks \"%s\"", bad[i].text,
+			  err, bad[i].needle);
+	}
+}
+
 Test(redis_cluster, options_errors_name_the_option)
 {
 	static const struct { const char *json, *needle; } bad[] = {
