@@ -463,3 +463,41 @@ Test(redis_cluster, master_killed_replica_promoted_under_pushes)
 			     stored("fo", p.keys[k]), p.hits);
 	OPS->destroy(s);
 }
+
+/* Seeds or sentinels that do not answer: not ready, every operation
+ * refused at once with the reason; destroy at any point. */
+Test(redis_cluster, nobody_answering_is_not_ready_and_says_why)
+{
+	static const char *const opts[] = {
+		"{\"cluster_nodes\": [\"127.0.0.1:%d\"], \"timeout_ms\": 50}",
+		"{\"sentinel\": {\"master\": \"m\", \"nodes\": [\"127.0.0.1:%d\"]}, "
+		"\"timeout_ms\": 50}",
+	};
+	struct strategy_counter b = { .ns = "ns", .ns_len = 2, .key = "k", .key_len = 1,
+				      .start = START60, .size = 60, .diff = 1 };
+	char json[256], err[STRATEGY_ERR_MAX], port[16];
+	struct redis_server dead = { 0 };
+
+	/* a port nobody listens on: a server started and stopped */
+	cr_assert_eq(redis_server_start(&dead, 5000), 0, "%s", dead.err);
+	redis_server_stop(&dead, 2000);
+	snprintf(port, sizeof(port), ":%d", dead.port);
+	for (size_t i = 0; i < 2; i++) {
+		struct strategy *s;
+		struct res r = { 0 };
+
+		snprintf(json, sizeof(json), opts[i], dead.port);
+		s = OPS->create(loop, json, err, sizeof(err));
+		cr_assert_not_null(s, "%s", err);
+		OPS->destroy(s);                /* while the first question is asked */
+		s = OPS->create(loop, json, err, sizeof(err));
+		cr_assert_not_null(s, "%s", err);
+		for (double end = now_s() + 0.3; now_s() < end;)
+			ev_run(loop, EVRUN_ONCE);
+		cr_assert(!OPS->ready(s));
+		cr_assert_eq(OPS->push_diffs(s, &b, 1, "t", done_cb, &r, err), -1);
+		cr_assert(strstr(err, "not connected") && strstr(err, port), "%s: %s", json, err);
+		OPS->destroy(s);
+		cr_assert(!r.done);
+	}
+}
