@@ -7,8 +7,9 @@
  * a namespace starting with '}' (one hash tag for a hash and its token
  * keys), resharding a slot range while two instances push with tokens
  * (MOVED, ASK, TRYAGAIN: no hit lost, none counted twice), and a master
- * killed under pushes, its replica promoted (wait_replicas 1: exact).
- * Pushes go as the sync loop sends them (tests/lib/pusher.c).
+ * killed under pushes, its replica promoted (wait_replicas 1: exact);
+ * CLUSTER SLOTS replies read strictly; seeds or sentinels that do not
+ * answer. Pushes go as the sync loop sends them (tests/lib/pusher.c).
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
