@@ -81,6 +81,12 @@ $(BUILD)/bench/%: bench/%.c $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(LIB) $(LDFLAGS) $(PKG_LIBS)
 
+# The Redis sync bench starts its servers and cluster with the tests' fixtures.
+BENCH_REDIS_OBJS := $(BUILD)/tests/lib/redis_server.o $(BUILD)/tests/lib/redis_cluster.o
+$(BUILD)/bench/bench_sync_redis: bench/bench_sync_redis.c $(BENCH_REDIS_OBJS) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(BENCH_REDIS_OBJS) $(LIB) $(LDFLAGS) $(PKG_LIBS)
+
 deps-build:
 	@scripts/deps.sh build
 

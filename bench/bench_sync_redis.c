@@ -6,43 +6,44 @@
  * comparison. Prints ms per cycle and counters per second (best and
  * median of REPS cycles, after one warm-up cycle that creates the fields),
  * and the CPU time one cycle costs the client (this process) and, when the
- * bench started the server itself, the server (/proc/<pid>/stat, 10 ms
- * ticks): on a shared machine the CPU times say more than the wall clock.
- * Every push carries a fresh token, as the agent's sync loop's do (one
- * token key per script call); BENCH_NO_TOKEN=1 pushes without.
+ * bench started the servers itself, the servers (/proc/<pid>/stat, 10 ms
+ * ticks: all of them, and the busiest): on a shared machine the CPU times
+ * say more than the wall clock. Every push carries a fresh token, as the
+ * agent's sync loop's do (one token key per script call); BENCH_NO_TOKEN=1
+ * pushes without.
  *
  *   bench_sync_redis [reps]
  *
- * Runs against the redis-server on 127.0.0.1:$REDIS_PORT if set, else
- * starts its own (Debian's redis-server, no persistence) on a free
- * loopback port in a temporary directory and stops it by pid. Exits 1 if
- * a total came out wrong or an operation failed.
+ * Two stores in the same run: one redis-server, then a Redis Cluster of
+ * three masters (strategy_opts.cluster_nodes; BENCH_NO_CLUSTER=1 skips
+ * it), both Debian's redis-server without persistence on free loopback
+ * ports, started and stopped by pid (tests/lib/redis_server.c,
+ * tests/lib/redis_cluster.c). With $REDIS_PORT set, the single server is
+ * that one instead. Exits 1 if a total came out wrong or an operation
+ * failed.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <ev.h>
-#include <fcntl.h>
 #include <hiredis/hiredis.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/prctl.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "strategies/strategy.h"
+#include "tests/lib/redis_cluster.h"
+#include "tests/lib/redis_server.h"
 
 #define REPS_DEFAULT 5
 #define REPS_MAX 50
 #define START 1700000040        /* a 60 s window start */
+#define SERVERS_MAX 8
 
 static struct ev_loop *loop;
-static pid_t server_pid;
-static char server_dir[64];
+static pid_t server_pid[SERVERS_MAX];   /* the servers whose CPU is counted */
+static size_t nservers;
 
 static double mono(void)
 {
@@ -60,17 +61,15 @@ static double self_cpu(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* utime + stime of our redis-server, in seconds; -1 if unknown. */
-static double server_cpu(void)
+/* utime + stime of one server, in seconds; -1 if unknown. */
+static double pid_cpu(pid_t pid)
 {
 	char path[64], buf[1024], *p;
 	unsigned long ut, st;
 	size_t n;
 	FILE *f;
 
-	if (server_pid <= 0)
-		return -1;
-	snprintf(path, sizeof(path), "/proc/%d/stat", (int)server_pid);
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
 	f = fopen(path, "r");
 	if (f == NULL)
 		return -1;
@@ -85,96 +84,12 @@ static double server_cpu(void)
 	return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
 }
 
-/* ------------------------------------------------------------------ */
-/* Our own redis-server                                               */
-/* ------------------------------------------------------------------ */
-
-static int free_port(void)
+/* CPU seconds of every server (out[i]); -1 in out[0] if unknown. */
+static void server_cpu(double *out)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
-static int pings(int port)
-{
-	struct timeval tv = { .tv_sec = 1 };
-	redisContext *c = redisConnectWithTimeout("127.0.0.1", port, tv);
-	redisReply *r;
-	int ok = 0;
-
-	if (c && !c->err && (r = redisCommand(c, "PING")) != NULL) {
-		ok = r->type == REDIS_REPLY_STATUS;
-		freeReplyObject(r);
-	}
-	if (c)
-		redisFree(c);
-	return ok;
-}
-
-static void stop_server(void)
-{
-	char path[128];
-
-	if (server_pid > 0) {
-		kill(server_pid, SIGTERM);
-		for (int i = 0; i < 200 && waitpid(server_pid, NULL, WNOHANG) == 0; i++)
-			usleep(10000);
-		kill(server_pid, SIGKILL);
-		waitpid(server_pid, NULL, 0);
-		server_pid = 0;
-	}
-	if (server_dir[0]) {
-		snprintf(path, sizeof(path), "%s/redis.log", server_dir);
-		unlink(path);
-		rmdir(server_dir);
-	}
-}
-
-static int start_server(void)
-{
-	char port_s[16], log[128];
-	int port = free_port();
-
-	snprintf(server_dir, sizeof(server_dir), "/tmp/bench_redis.XXXXXX");
-	if (port < 0 || mkdtemp(server_dir) == NULL)
-		return -1;
-	snprintf(port_s, sizeof(port_s), "%d", port);
-	snprintf(log, sizeof(log), "%s/redis.log", server_dir);
-	server_pid = fork();
-	if (server_pid < 0)
-		return -1;
-	if (server_pid == 0) {
-		int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0644);
-
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execlp("redis-server", "redis-server", "--port", port_s, "--bind", "127.0.0.1",
-		       "--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", server_dir,
-		       (char *)NULL);
-		_exit(127);
-	}
-	for (int i = 0; i < 500; i++) {
-		if (waitpid(server_pid, NULL, WNOHANG) == server_pid) {
-			server_pid = 0;
-			return -1;
-		}
-		if (pings(port))
-			return port;
-		usleep(10000);
-	}
-	return -1;
+	out[0] = -1;
+	for (size_t i = 0; i < nservers; i++)
+		out[i] = pid_cpu(server_pid[i]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -253,7 +168,8 @@ static int bench(struct strategy *s, size_t n, int reps)
 	struct strategy_counter *b = calloc(n, sizeof(*b));
 	char *keys = malloc(n * 16);
 	char ns[32];
-	double t[REPS_MAX], f[REPS_MAX], c0, s0, c1, s1;
+	double t[REPS_MAX], f[REPS_MAX], c0, c1, s0[SERVERS_MAX], s1[SERVERS_MAX];
+	double all = 0, busiest = 0;
 	static const uint32_t sizes[] = { 60 };
 	int rc = 0;
 
@@ -272,14 +188,14 @@ static int bench(struct strategy *s, size_t n, int reps)
 	if (cycle(s, b, n) < 0)         /* warm-up: creates the fields */
 		goto fail;
 	c0 = self_cpu();
-	s0 = server_cpu();
+	server_cpu(s0);
 	for (int i = 0; i < reps; i++) {
 		t[i] = cycle(s, b, n);
 		if (t[i] < 0)
 			goto fail;
 	}
 	c1 = self_cpu();
-	s1 = server_cpu();
+	server_cpu(s1);
 	for (size_t i = 0; i < n; i++) {
 		if (!b[i].ok || b[i].total != 1 + reps) {
 			fprintf(stderr, "counter %zu: total %g, want %d\n", i, b[i].total,
@@ -310,8 +226,16 @@ static int bench(struct strategy *s, size_t n, int reps)
 	printf("push+read %6zu counters: best %7.2f ms, median %7.2f ms, %8.0f counters/s;"
 	       " cpu/cycle client %6.2f ms", n, t[0] * 1e3, t[reps / 2] * 1e3, (double)n / t[0],
 	       (c1 - c0) * 1e3 / reps);
-	if (s0 >= 0 && s1 >= 0)
-		printf(", server %6.1f ms", (s1 - s0) * 1e3 / reps);
+	for (size_t i = 0; i < nservers && s0[0] >= 0; i++) {
+		double d = s1[i] - s0[i];
+
+		all += d;
+		busiest = d > busiest ? d : busiest;
+	}
+	if (nservers == 1 && s0[0] >= 0)
+		printf(", server %6.1f ms", all * 1e3 / reps);
+	else if (nservers > 1 && s0[0] >= 0)
+		printf(", servers %6.1f ms (busiest %5.1f)", all * 1e3 / reps, busiest * 1e3 / reps);
 	printf(" | get_counters: best %6.2f ms, %8.0f rows/s\n", f[0] * 1e3, (double)n / f[0]);
 	goto out;
 fail:
@@ -322,49 +246,80 @@ out:
 	return rc;
 }
 
-int main(int argc, char **argv)
+/* Runs the three sizes against the store of opts; returns 0 or -1. */
+static int bench_store(const char *what, const char *opts, int reps)
 {
 	static const size_t ns[] = { 1000, 10000, 100000 };
-	int reps = argc > 1 ? atoi(argv[1]) : REPS_DEFAULT;
-	const char *env = getenv("REDIS_PORT");
-	int port = env ? atoi(env) : start_server();
-	char opts[128], err[256];
-	struct strategy *s;
+	char err[256];
+	struct strategy *s = redis_strategy.create(loop, opts, err, sizeof(err));
 	int rc = 0;
 	double end;
 
-	signal(SIGPIPE, SIG_IGN);      /* as the agent does */
-	if (reps < 1 || reps > REPS_MAX)
-		reps = REPS_DEFAULT;
-	if (port <= 0) {
-		fprintf(stderr, "bench_sync_redis: cannot start redis-server\n");
-		stop_server();
-		return 1;
-	}
-	loop = ev_loop_new(EVFLAG_AUTO);
-	/* a generous timeout: this measures throughput, not failure handling */
-	snprintf(opts, sizeof(opts), "{\"port\": %d, \"timeout_ms\": 10000}", port);
-	s = redis_strategy.create(loop, opts, err, sizeof(err));
 	if (s == NULL) {
 		fprintf(stderr, "bench_sync_redis: %s\n", err);
-		stop_server();
-		return 1;
+		return -1;
 	}
-	end = mono() + 5;
+	end = mono() + 10;
 	while (!redis_strategy.ready(s) && mono() < end)
 		ev_run(loop, EVRUN_NOWAIT);
 	if (!redis_strategy.ready(s)) {
-		fprintf(stderr, "bench_sync_redis: not connected\n");
-		rc = 1;
+		fprintf(stderr, "bench_sync_redis: %s: not connected\n", what);
+		rc = -1;
 	}
-	printf("redis strategy, one sync cycle, 127.0.0.1:%d, %d reps, %s\n", port, reps,
+	printf("redis strategy, one sync cycle, %s, %d reps, %s\n", what, reps,
 	       getenv("BENCH_NO_TOKEN") && strcmp(getenv("BENCH_NO_TOKEN"), "1") == 0
 		       ? "no push token" : "a push token per cycle");
 	for (size_t i = 0; rc == 0 && i < sizeof(ns) / sizeof(ns[0]); i++)
 		if (bench(s, ns[i], reps) < 0)
-			rc = 1;
+			rc = -1;
 	redis_strategy.destroy(s);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	static struct redis_server one;
+	static struct redis_cluster cl;
+	int reps = argc > 1 ? atoi(argv[1]) : REPS_DEFAULT;
+	const char *env = getenv("REDIS_PORT");
+	char opts[512], what[320], seeds[256];
+	int rc = 0;
+
+	signal(SIGPIPE, SIG_IGN);      /* as the agent does */
+	if (reps < 1 || reps > REPS_MAX)
+		reps = REPS_DEFAULT;
+	loop = ev_loop_new(EVFLAG_AUTO);
+	/* a generous timeout: this measures throughput, not failure handling */
+	if (env) {
+		one.port = atoi(env);
+	} else if (redis_server_start(&one, 10000) < 0) {
+		fprintf(stderr, "bench_sync_redis: redis-server: %s\n", one.err);
+		return 1;
+	} else {
+		server_pid[nservers++] = one.pid;
+	}
+	snprintf(opts, sizeof(opts), "{\"port\": %d, \"timeout_ms\": 10000}", one.port);
+	snprintf(what, sizeof(what), "one redis-server, 127.0.0.1:%d", one.port);
+	if (bench_store(what, opts, reps) < 0)
+		rc = 1;
+	redis_server_stop(&one, 2000);
+	nservers = 0;
+
+	if (rc == 0 && !(getenv("BENCH_NO_CLUSTER") && strcmp(getenv("BENCH_NO_CLUSTER"), "1") == 0)) {
+		if (redis_cluster_start(&cl, 3, 0, 30000) < 0) {
+			fprintf(stderr, "bench_sync_redis: cluster: %s\n", cl.err);
+			return 1;
+		}
+		for (size_t i = 0; i < cl.n; i++)
+			server_pid[nservers++] = cl.srv[i].pid;
+		redis_cluster_seeds(&cl, seeds, sizeof(seeds));
+		snprintf(opts, sizeof(opts), "{\"cluster_nodes\": %s, \"timeout_ms\": 10000}",
+			 seeds);
+		snprintf(what, sizeof(what), "Redis Cluster of 3 masters, seeds %s", seeds);
+		if (bench_store(what, opts, reps) < 0)
+			rc = 1;
+		redis_cluster_stop(&cl);
+	}
 	ev_loop_destroy(loop);
-	stop_server();
 	return rc;
 }

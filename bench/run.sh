@@ -13,7 +13,8 @@
 #   e2e      HAProxy 2.6 + wrk: A (direct), B (stick table), C (SPOE +
 #            agent), interleaved A B C A B C ..., medians, ratios to A
 #   nginx    nginx alone vs nginx + auth_request to the agent, interleaved
-#   sync     BUILD_DIR/bench/bench_sync_redis and bench_sync_pg, if built
+#   sync     BUILD_DIR/bench/bench_sync_redis (one Redis, then a 3-master Redis
+#            Cluster, same run) and bench_sync_pg, if built
 #   profile  perf profile of one worker under spop_load (not in the default)
 #   alloc    heap allocations (valgrind) for N and 10 N messages (idem)
 #   baseline this agent vs $BENCH_BASELINE (an older binary), interleaved:

@@ -19,7 +19,7 @@
  *
  * push_diffs groups the batch by hash and sends one script call per hash
  * (per REDIS_CHUNK_MAX counters), all pipelined at once. The script
- * (REDIS_SCRIPT) reads the fields with one HMGET, adds the diffs in Lua,
+ * (redis_push_script) reads the fields with one HMGET, adds the diffs in Lua,
  * writes every changed field back with one HSET, refreshes EXPIRE and
  * returns every total: integral totals as integers, others as "%.17g"
  * strings (exact for a double). A diff of "0" only reads: nothing is
@@ -52,29 +52,41 @@
  * get_counters: HGETALL over 64 buckets x sizes x {current, previous},
  * pipelined. get_window: one HGET. purge: completes with 0.
  *
- * admit (REDIS_ADMIT_SCRIPT): one script call per admission, all
+ * admit (redis_admit_script): one script call per admission, all
  * pipelined; the call reads the key's field in the current and previous
  * windows' hashes (one hash tag), adds the node's diff, decides, adds the
  * hit and the grant, and with a token records the decision and the grant
  * in the call's token key, so a resend returns them without adding
  * anything.
  *
- * Connection. create() starts a non-blocking connect; AUTH, SELECT and
- * the two SCRIPT LOADs are pipelined behind it and the instance is ready()
- * once all of them answered (within timeout_ms, else the attempt is dropped). Host
- * names are not accepted (resolving would block the loop): host is an
- * IPv4 or IPv6 literal, or "localhost" for 127.0.0.1. After any failure the
- * next attempt waits REDIS_BACKOFF_MIN_MS, doubling to REDIS_BACKOFF_MAX_MS,
- * back to the minimum once an attempt succeeds.
+ * Servers. The mode (struct redis_mode_ops, redis.h) says where a call
+ * goes: the one server (host/port or socket: this file), the master of
+ * its slot (cluster_nodes: redis_cluster.c), the master the sentinels name
+ * (sentinel: redis_sentinel.c). Each server is one connection
+ * (redis_conn.c: a non-blocking connect with AUTH, SELECT and the two
+ * SCRIPT LOADs pipelined behind it, ready once all answered within
+ * timeout_ms; reconnected with backoff). Host names are not accepted
+ * (resolving would block the loop): IPv4 or IPv6 literals, or "localhost"
+ * for 127.0.0.1. Every call of an operation carries the cluster slot of
+ * its key (the same for every key it names: one hash tag) and goes where
+ * the mode routes it; its reply comes back through redis_on_call_reply(),
+ * which resends it as EVAL after NOSCRIPT and lets the mode follow
+ * MOVED / ASK / TRYAGAIN before the operation sees the reply.
+ *
+ * wait_replicas N > 0: after an operation's writes, one "WAIT N ms" on
+ * every connection that got some; a call counts as applied (its counters'
+ * `ok`) only once its WAIT says N replicas have it (redis_op_send_waits).
  *
  * Operations while not ready() are refused at once: the call returns -1
- * with errstr "not connected (...)" and the callback never runs. A started
- * operation fails with "timeout" when, while it waits, the connection
- * delivers no reply at all for timeout_ms (the clock restarts at every
- * reply, to any operation: a big pipelined batch that keeps answering, or
- * a small operation queued behind it, is not cut off); the connection is
- * then dropped - which also fails the other operations in flight on it,
- * so no late reply can reach a freed operation - and re-established.
+ * with errstr "not connected (...)" and the callback never runs; so is an
+ * operation none of whose calls has a connection now (a call alone
+ * without one fails alone). A started operation fails with "timeout" when,
+ * while it waits, the connections it waits on deliver no reply at all for
+ * timeout_ms (the clock restarts at every reply, to any operation: a big
+ * pipelined batch that keeps answering, or a small operation queued
+ * behind it, is not cut off); those connections are then dropped - which
+ * also fails the other operations in flight on them, so no late reply can
+ * reach a freed operation - and re-established.
  *
  * Callback discipline. hiredis reply callbacks only record results. A
  * finished operation goes on a done queue drained by a zero-delay timer,
@@ -91,11 +103,7 @@
  * hiredis 0.14 writes with write(2), so a write to a server that just died
  * raises it.
  */
-#include <arpa/inet.h>
 #include <errno.h>
-#include <hiredis/adapters/libev.h>
-#include <hiredis/async.h>
-#include <hiredis/hiredis.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -103,22 +111,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/un.h>
 
 #include "strategies/container.h"
-#include "strategies/store.h"
-#include "strategies/strategy.h"
+#include "strategies/redis.h"
 
 #define REDIS_BUCKETS          64
-#define REDIS_BACKOFF_MIN_MS   50
-#define REDIS_BACKOFF_MAX_MS   2000
 #define REDIS_TTL_SLACK        30      /* seconds added to 2 * size */
 #define REDIS_CHUNK_MAX        2000    /* counters per script call: Lua's unpack()
 					* stops at ~8000 values, and one call
 					* blocks the server while it runs */
-#define REDIS_PREFIX_MAX       64
 #define REDIS_PASSWORD_MAX     1024
 #define REDIS_TIMEOUT_MAX_MS   600000
+#define REDIS_WAIT_REPLICAS_MAX 16
 #define REDIS_DEFAULT_HOST     "127.0.0.1"
 #define REDIS_DEFAULT_PORT     6379
 #define REDIS_DEFAULT_TIMEOUT  100
@@ -147,7 +151,7 @@
  * token key is set (EX STRATEGY_TOKEN_TTL) in the same atomic step, after
  * the writes, so a call that fails half-way leaves no token behind.
  */
-static const char REDIS_SCRIPT[] =
+const char redis_push_script[] =
 	"local h, tk = KEYS[1], KEYS[2]\n"
 	"local n = tonumber(ARGV[2])\n"
 	"local old = redis.call('HMGET', h, unpack(ARGV, 3, n + 2))\n"
@@ -206,7 +210,7 @@ static const char REDIS_SCRIPT[] =
  * recorded in the token key ("0", or "1 <grant>") come back with the
  * current totals.
  */
-static const char REDIS_ADMIT_SCRIPT[] =
+const char redis_admit_script[] =
 	"local h, hp, tk, f = KEYS[1], KEYS[2], KEYS[3], ARGV[2]\n"
 	"local function num(v)\n"
 	"  if not v then return 0 end\n"
@@ -256,123 +260,10 @@ static const char REDIS_ADMIT_SCRIPT[] =
 	"end\n"
 	"return { out(v), out(prev), adm, out(g) }\n";
 
-/* ===================================================================== */
-/* Types                                                                 */
-/* ===================================================================== */
-
-struct redis_opts {
-	char host[INET6_ADDRSTRLEN];
-	int port;
-	char socket[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "" = TCP */
-	char *password;                 /* NULL = no AUTH; owned */
-	size_t password_len;
-	int db;                         /* 0 = no SELECT */
-	int timeout_ms;
-	char prefix[REDIS_PREFIX_MAX + 1];
-	size_t prefix_len;
-};
-
-enum redis_state {
-	REDIS_ST_DOWN = 0,              /* no connection; retry timer may run */
-	REDIS_ST_CONNECTING,            /* connect + handshake in flight */
-	REDIS_ST_READY,                 /* handshake done: operations accepted */
-	REDIS_ST_COUNT
-};
-
-enum redis_op_kind {
-	REDIS_OP_PUSH = 0,
-	REDIS_OP_ROWS,
-	REDIS_OP_WINDOW,
-	REDIS_OP_PURGE,
-	REDIS_OP_ADMIT,
-	REDIS_OP_NODES,
-	REDIS_OP_KIND_COUNT
-};
-
-struct redis_op;
-
-/* One command in flight; its address is the hiredis privdata. */
-struct redis_call {
-	struct redis_op *op;
-	uint32_t first;                 /* push: first index in op->order;
-					 * rows: window index (2 * size index + prev) */
-	uint32_t n;                     /* push: counters in this call */
-	uint32_t nargs;                 /* push: arguments, for the EVAL resend */
-	bool resent;                    /* push, admit: NOSCRIPT fallback used */
-	size_t begin;                   /* push: offset of the command in op->cmd */
-	size_t tail;                    /* push: offset in op->cmd of "1" <key> ... */
-	size_t end;                     /* end offset of the command in op->cmd */
-	size_t tok_id;                  /* push: offset of the token key's call id
-					 * (REDIS_TOK_ID_LEN hex digits), 0 = none */
-	uint64_t body_hash;             /* push: hash of the fields and diffs */
-};
-
-/* One operation. Freed only after its callback returned; never while one
- * of its calls is registered with hiredis (inflight > 0). */
-struct redis_op {
-	struct store_op base;           /* done queue, silence timer (store.h) */
-	struct redis_strategy *s;
-	enum redis_op_kind kind;
-	uint32_t inflight;              /* calls registered with hiredis */
-	int status;
-	char errstr[STRATEGY_ERR_MAX];
-	strategy_done_cb done_cb;
-	strategy_rows_cb rows_cb;
-	void *arg;
-
-	/* push, window */
-	struct strategy_counter *batch;
-	size_t n;                       /* also admit: admissions */
-
-	/* admit */
-	struct strategy_admit *admits;
-
-	/* heartbeat */
-	unsigned *active;
-	uint32_t *order;                /* batch indexes, grouped by call */
-
-	/* rows */
-	uint32_t *sizes;                /* nsizes */
-	int64_t *starts;                /* 2 * nsizes: current, previous */
-	struct strategy_row *rows;
-	size_t *key_off;                /* rows[i].key = keys + key_off[i] */
-	size_t nrows, rows_cap;
-	char *keys;
-	size_t keys_len, keys_cap;
-
-	struct redis_call *calls;
-	size_t ncalls;
-	char *cmd;                      /* every call's RESP text */
-	void *arena;                    /* one block: order, calls, sizes, cmd */
-};
-
-struct redis_strategy {
-	struct store_core core;         /* loop, kick, done queue, callback guard */
-	struct ev_loop *loop;
-	struct redis_opts o;
-	enum redis_state state;
-	redisAsyncContext *ac;          /* NULL when DOWN */
-	uint64_t gen;                   /* connection attempts so far */
-	int handshake_left;             /* replies awaited before READY */
-	char sha[41];                   /* of REDIS_SCRIPT, "" until loaded */
-	char sha_admit[41];             /* of REDIS_ADMIT_SCRIPT */
-	struct store_backoff backoff;   /* wait before the next attempt */
-	ev_timer retry;                 /* next connection attempt */
-	ev_timer handshake;             /* deadline of the current attempt */
-	bool drop_pending;              /* drop connection `drop_gen` at the kick */
-	uint64_t drop_gen;
-	char drop_reason[STRATEGY_ERR_MAX];
-	char close_reason[STRATEGY_ERR_MAX]; /* for replies lost to our close */
-	char last_err[STRATEGY_ERR_MAX];     /* why the last attempt failed */
-	bool destroying;
-};
-
 static inline struct redis_strategy *redis_of(struct strategy *st)
 {
 	return (struct redis_strategy *)(void *)st;
 }
-
-static void redis_conn_open(struct redis_strategy *s);
 
 /* ===================================================================== */
 /* Small helpers: hashing, decimal and RESP formatting                   */
@@ -473,8 +364,22 @@ static char *redis_put_bulk(char *p, const void *data, size_t len)
 	(3 + REDIS_U64_MAX_LEN + REDIS_BULK_MAX(7) + REDIS_BULK_MAX(40) + REDIS_BULK_MAX(1) + \
 	 2 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN))
 
+/*
+ * A namespace whose name starts with '}' would close the hash tag at once:
+ * "{}" is an empty tag, which Redis Cluster ignores (it hashes the whole
+ * key), so a hash, its previous window and its token keys would fall into
+ * different slots. Such a name is written after a 0x01 byte, which no
+ * namespace name holds (ns_check refuses control characters): the tag is
+ * that byte, one slot for the whole namespace. Returns the bytes added.
+ */
+static size_t redis_tag_mark(const char *ns, size_t ns_len)
+{
+	return ns_len > 0 && ns[0] == '}';
+}
+
 /* Writes "<prefix>:{<ns>:<bucket>" of a hash or token key: the part up to
- * the end of the bucket, inside the Cluster hash tag (the caller closes it). */
+ * the end of the bucket, inside the Cluster hash tag (the caller closes it);
+ * prefix_len + 3 + redis_tag_mark() + ns_len + bucket_len bytes. */
 static char *redis_put_tag(char *p, const struct redis_strategy *s, const char *ns,
 			   size_t ns_len, const char *bucket, size_t bucket_len)
 {
@@ -482,6 +387,8 @@ static char *redis_put_tag(char *p, const struct redis_strategy *s, const char *
 	p += s->o.prefix_len;
 	*p++ = ':';
 	*p++ = '{';
+	if (redis_tag_mark(ns, ns_len))
+		*p++ = '\x01';
 	if (ns_len)
 		memcpy(p, ns, ns_len);
 	p += ns_len;
@@ -499,7 +406,8 @@ static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char 
 	size_t bl = redis_u64_dec(b, bucket);
 	size_t zl = redis_u64_dec(z, size);
 	size_t tl = redis_i64_dec(t, start);
-	size_t len = s->o.prefix_len + 2 + ns_len + 1 + bl + 2 + zl + 1 + tl;
+	size_t len = s->o.prefix_len + 3 + redis_tag_mark(ns, ns_len) + ns_len + bl + 2 + zl + 1 +
+		     tl;
 
 	*p++ = '$';
 	p += redis_u64_dec(p, len);
@@ -515,10 +423,20 @@ static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char 
 	return redis_put_crlf(p);
 }
 
+/* The cluster slot of the key in the bulk string at p ("$<len>\r\n<key>"). */
+static uint16_t redis_bulk_slot(const char *p)
+{
+	size_t len = 0;
+
+	for (p++; *p >= '0' && *p <= '9'; p++)
+		len = len * 10 + (size_t)(*p - '0');
+	return redis_key_slot(p + 2, len);
+}
+
 /* Bytes redis_put_hkey() writes, at most. */
 static size_t redis_hkey_max(const struct redis_strategy *s, size_t ns_len)
 {
-	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + 8 + 3 * REDIS_U64_MAX_LEN);
+	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + 9 + 3 * REDIS_U64_MAX_LEN);
 }
 
 /*
@@ -539,8 +457,8 @@ static char *redis_put_tkey(char *p, const char *base, const struct redis_strate
 	size_t bl = redis_u64_dec(b, bucket);
 	size_t zl = redis_u64_dec(z, size);
 	size_t tl = redis_i64_dec(t, start);
-	size_t len = s->o.prefix_len + 2 + ns_len + 1 + bl + 6 + token_len + 1 + zl + 1 + tl + 1 +
-		     REDIS_TOK_ID_LEN;
+	size_t len = s->o.prefix_len + 3 + redis_tag_mark(ns, ns_len) + ns_len + bl + 6 +
+		     token_len + 1 + zl + 1 + tl + 1 + REDIS_TOK_ID_LEN;
 
 	*p++ = '$';
 	p += redis_u64_dec(p, len);
@@ -566,7 +484,7 @@ static char *redis_put_tkey(char *p, const char *base, const struct redis_strate
 /* Bytes redis_put_tkey() writes, at most. */
 static size_t redis_tkey_max(const struct redis_strategy *s, size_t ns_len, size_t token_len)
 {
-	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + token_len + 12 + 3 * REDIS_U64_MAX_LEN +
+	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + token_len + 13 + 3 * REDIS_U64_MAX_LEN +
 			      REDIS_TOK_ID_LEN);
 }
 
@@ -649,7 +567,7 @@ static int redis_reply_number(const redisReply *r, double *out)
 	}
 }
 
-static const char *redis_reply_type_name(int type)
+const char *redis_reply_type_name(int type)
 {
 	switch (type) {
 	case REDIS_REPLY_STRING:  return "string";
@@ -662,9 +580,7 @@ static const char *redis_reply_type_name(int type)
 	}
 }
 
-static void redis_seterr(char *errstr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static void redis_seterr(char *errstr, const char *fmt, ...)
+void redis_seterr(char *errstr, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -679,6 +595,75 @@ static void redis_seterr(char *errstr, const char *fmt, ...)
 /* Options                                                               */
 /* ===================================================================== */
 
+/* A list of "HOST:PORT" (cluster_nodes, sentinel.nodes) into a[]. */
+static int redis_opt_addrs(const char *name, const json_t *v, struct redis_addr *a, size_t *n,
+			   char *err, size_t errlen)
+{
+	size_t i;
+	json_t *e;
+
+	if (!json_is_array(v) || json_array_size(v) == 0 ||
+	    json_array_size(v) > REDIS_SEEDS_MAX) {
+		snprintf(err, errlen, "%s: expected an array of 1 to %d \"HOST:PORT\" strings, got %s",
+			 name, REDIS_SEEDS_MAX,
+			 json_is_array(v) ? "an array of another size" : store_json_type(v));
+		return -1;
+	}
+	json_array_foreach(v, i, e) {
+		if (!json_is_string(e) ||
+		    redis_addr_parse(&a[i], json_string_value(e), json_string_length(e), false) < 0) {
+			snprintf(err, errlen,
+				 "%s[%zu]: expected \"HOST:PORT\" with HOST an IPv4 address, "
+				 "[IPv6] or \"localhost\" (names are not resolved: it would block the "
+				 "loop)", name, i);
+			return -1;
+		}
+	}
+	*n = json_array_size(v);
+	return 0;
+}
+
+/* strategy_opts.sentinel: { "master": NAME, "nodes": ["HOST:PORT", ...] } */
+static int redis_opt_sentinel(struct redis_opts *o, const json_t *v, char *err, size_t errlen)
+{
+	const char *k, *str;
+	json_t *e;
+	size_t len;
+
+	if (!json_is_object(v)) {
+		snprintf(err, errlen, "sentinel: expected an object {\"master\": NAME, \"nodes\": "
+			 "[\"HOST:PORT\", ...]}, got %s", store_json_type(v));
+		return -1;
+	}
+	json_object_foreach((json_t *)v, k, e) {
+		if (strcmp(k, "master") == 0) {
+			if (store_opt_str("sentinel.master", e, REDIS_MASTER_NAME_MAX, &str, &len,
+					  err, errlen) < 0)
+				return -1;
+			if (strlen(str) != len || strpbrk(str, " \r\n")) {
+				snprintf(err, errlen, "sentinel.master: expected a name without "
+					 "spaces or line breaks");
+				return -1;
+			}
+			memcpy(o->master, str, len + 1);
+		} else if (strcmp(k, "nodes") == 0) {
+			if (redis_opt_addrs("sentinel.nodes", e, o->seeds, &o->nseeds, err,
+					    errlen) < 0)
+				return -1;
+		} else {
+			char name[80];
+
+			snprintf(name, sizeof(name), "sentinel.%.64s", k);
+			return store_opt_unknown(name, "master, nodes", err, errlen);
+		}
+	}
+	if (!o->master[0] || o->nseeds == 0) {
+		snprintf(err, errlen, "sentinel: expected both \"master\" and \"nodes\"");
+		return -1;
+	}
+	return 0;
+}
+
 /* Fills o from the JSON text (NULL = defaults). Returns 0, or -1 with a
  * message naming the option and what was expected. o->password is owned
  * by o on success and on failure (free it either way). */
@@ -691,8 +676,8 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 	int rc = -1;
 
 	memset(o, 0, sizeof(*o));
-	strcpy(o->host, REDIS_DEFAULT_HOST);
-	o->port = REDIS_DEFAULT_PORT;
+	strcpy(o->addr.host, REDIS_DEFAULT_HOST);
+	o->addr.port = REDIS_DEFAULT_PORT;
 	o->timeout_ms = REDIS_DEFAULT_TIMEOUT;
 	strcpy(o->prefix, REDIS_DEFAULT_PREFIX);
 	o->prefix_len = strlen(o->prefix);
@@ -719,12 +704,12 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 					 "the loop)");
 				goto out;
 			}
-			snprintf(o->host, sizeof(o->host), "%s", str);
+			snprintf(o->addr.host, sizeof(o->addr.host), "%s", str);
 			has_host = true;
 		} else if (strcmp(k, "port") == 0) {
 			if (store_opt_int(k, v, 1, 65535, &x, err, errlen) < 0)
 				goto out;
-			o->port = (int)x;
+			o->addr.port = (int)x;
 			has_port = true;
 		} else if (strcmp(k, "socket") == 0) {
 			if (store_opt_str(k, v, sizeof(o->socket) - 1, &str, &len, err, errlen) < 0)
@@ -754,6 +739,10 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 			if (store_opt_int(k, v, 1, REDIS_TIMEOUT_MAX_MS, &x, err, errlen) < 0)
 				goto out;
 			o->timeout_ms = (int)x;
+		} else if (strcmp(k, "wait_replicas") == 0) {
+			if (store_opt_int(k, v, 0, REDIS_WAIT_REPLICAS_MAX, &x, err, errlen) < 0)
+				goto out;
+			o->wait_replicas = (int)x;
 		} else if (strcmp(k, "prefix") == 0) {
 			if (store_opt_str(k, v, REDIS_PREFIX_MAX, &str, &len, err, errlen) < 0)
 				goto out;
@@ -766,14 +755,38 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 			memcpy(o->prefix, str, len);
 			o->prefix[len] = '\0';
 			o->prefix_len = len;
+		} else if (strcmp(k, "cluster_nodes") == 0) {
+			if (redis_opt_addrs(k, v, o->seeds, &o->nseeds, err, errlen) < 0)
+				goto out;
+			o->mode = REDIS_MODE_CLUSTER;
+		} else if (strcmp(k, "sentinel") == 0) {
+			if (redis_opt_sentinel(o, v, err, errlen) < 0)
+				goto out;
+			o->mode = REDIS_MODE_SENTINEL;
 		} else {
-			store_opt_unknown(k, "host, port, socket, password, db, timeout_ms, prefix",
-					  err, errlen);
+			store_opt_unknown(k, "host, port, socket, password, db, timeout_ms, prefix, "
+					  "cluster_nodes, sentinel, wait_replicas", err, errlen);
 			goto out;
 		}
 	}
 	if (has_socket && (has_host || has_port)) {
 		snprintf(err, errlen, "socket: cannot be combined with host or port");
+		goto out;
+	}
+	if (json_object_get(root, "cluster_nodes") && json_object_get(root, "sentinel")) {
+		snprintf(err, errlen, "cluster_nodes: cannot be combined with sentinel");
+		goto out;
+	}
+	if (o->mode != REDIS_MODE_SINGLE && (has_host || has_port || has_socket)) {
+		snprintf(err, errlen, "%s: cannot be combined with host, port or socket (the "
+			 "servers come from the %s)", o->mode == REDIS_MODE_CLUSTER ?
+			 "cluster_nodes" : "sentinel", o->mode == REDIS_MODE_CLUSTER ?
+			 "cluster's slot map" : "sentinels");
+		goto out;
+	}
+	if (o->mode == REDIS_MODE_CLUSTER && o->db != 0) {
+		snprintf(err, errlen, "db: must be 0 with cluster_nodes (Redis Cluster has one "
+			 "database)");
 		goto out;
 	}
 	rc = 0;
@@ -787,6 +800,14 @@ out:
 /* ===================================================================== */
 
 /* Records the first failure of op (later ones are consequences). */
+static void redis_op_vfail(struct redis_op *op, const char *fmt, va_list ap)
+{
+	if (op->status < 0)
+		return;
+	op->status = -1;
+	vsnprintf(op->errstr, sizeof(op->errstr), fmt, ap);
+}
+
 static void redis_op_fail(struct redis_op *op, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
@@ -794,11 +815,8 @@ static void redis_op_fail(struct redis_op *op, const char *fmt, ...)
 {
 	va_list ap;
 
-	if (op->status < 0)
-		return;
-	op->status = -1;
 	va_start(ap, fmt);
-	vsnprintf(op->errstr, sizeof(op->errstr), fmt, ap);
+	redis_op_vfail(op, fmt, ap);
 	va_end(ap);
 }
 
@@ -809,21 +827,21 @@ static void redis_op_finish(struct redis_op *op)
 	store_op_finish(&op->base);
 }
 
-/* One call of op got its reply (or NULL): finish op after the last one.
- * Any reply proves the server alive: it pushes back every silence timer. */
-static void redis_call_done(struct redis_call *c)
+/* Finishes op once nothing of it is in flight or waiting. */
+static void redis_op_check(struct redis_op *op)
 {
-	struct redis_op *op = c->op;
-
-	store_activity(&op->s->core);
-	if (op->inflight > 0)
-		op->inflight--;
 	if (op->inflight == 0)
 		redis_op_finish(op);
 }
 
 static void redis_op_free(struct redis_op *op)
 {
+	while (op->waits) {
+		struct redis_wait *w = op->waits;
+
+		op->waits = w->next;
+		free(w);
+	}
 	free(op->rows);
 	free(op->key_off);
 	free(op->keys);
@@ -866,17 +884,6 @@ static void redis_op_deliver(struct store_op *b)
 	redis_op_free(op);
 }
 
-static void redis_free(struct redis_strategy *s)
-{
-	free(s->o.password);
-	free(s);
-}
-
-static void redis_core_free(struct store_core *c)
-{
-	redis_free(container_of(c, struct redis_strategy, core));
-}
-
 static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kind kind,
 				     strategy_done_cb done_cb, strategy_rows_cb rows_cb, void *arg)
 {
@@ -895,227 +902,384 @@ static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kin
 }
 
 /* ===================================================================== */
-/* Connection                                                            */
+/* Calls: sending, replies, redirections, WAIT                           */
 /* ===================================================================== */
 
-static void redis_schedule_retry(struct redis_strategy *s)
+/* What each kind of operation does with a reply (redis_on_call_reply has
+ * taken NOSCRIPT and redirections out first). */
+struct redis_kind {
+	/* Records the reply of call c (NULL: the connection went), fails the
+	 * op, or marks the call applied (redis_call_applied). */
+	void (*reply)(struct redis_call *c, const redisAsyncContext *ac, const redisReply *r);
+	/* Marks an applied call's results valid (ok); NULL for reads. */
+	void (*commit)(struct redis_call *c);
+	const char *script;             /* EVALSHA of this: EVAL after NOSCRIPT */
+	size_t slen;
+};
+
+static const struct redis_kind redis_kinds[REDIS_OP_KIND_COUNT];
+
+static void redis_on_call_reply(redisAsyncContext *ac, void *r, void *privdata);
+static void redis_on_wait_reply(redisAsyncContext *ac, void *r, void *privdata);
+
+int redis_call_send(struct redis_call *c, struct redis_conn *cn)
 {
-	if (s->destroying)
-		return;
-	ev_timer_stop(s->loop, &s->retry);
-	ev_timer_set(&s->retry, store_backoff_take(&s->backoff), 0.);
-	ev_timer_start(s->loop, &s->retry);
+	struct redis_op *op = c->op;
+
+	if (c->asking && redisAsyncCommand(cn->ac, NULL, NULL, "ASKING") != REDIS_OK)
+		goto fail;
+	if (redisAsyncFormattedCommand(cn->ac, redis_on_call_reply, c, op->cmd + c->begin,
+				       c->end - c->begin) != REDIS_OK)
+		goto fail;
+	c->asking = false;
+	c->state = REDIS_CALL_SENT;
+	c->conn = cn;
+	c->wait = NULL;
+	/* an idle connection's silence counts from the work it is given */
+	if (cn->inflight++ == 0)
+		cn->last_activity = ev_now(op->s->loop);
+	op->inflight++;
+	return 0;
+fail:
+	redis_op_fail(op, "cannot queue the command");
+	redis_conn_drop_later(cn, "cannot queue a command", false);
+	return -1;
 }
 
-/* Forgets the connection hiredis is about to free by itself. */
-static void redis_conn_lost(struct redis_strategy *s, const char *why)
+void redis_call_fail(struct redis_call *c, const char *fmt, ...)
 {
-	s->ac = NULL;
-	s->state = REDIS_ST_DOWN;
-	ev_timer_stop(s->loop, &s->handshake);
-	snprintf(s->last_err, sizeof(s->last_err), "%s", why);
-	redis_schedule_retry(s);
+	va_list ap;
+
+	va_start(ap, fmt);
+	redis_op_vfail(c->op, fmt, ap);
+	va_end(ap);
 }
 
-/* Closes the connection now. Only outside hiredis callbacks: every reply
- * callback still pending runs (with NULL) before this returns, so no
- * operation stays registered with hiredis. */
-static void redis_conn_close(struct redis_strategy *s, const char *why, bool retry)
+/* Sends call c where the mode routes it. Returns 0, or -1 (the op failed
+ * with the reason: no connection serves the call's slot now). */
+static int redis_call_route(struct redis_call *c)
 {
-	redisAsyncContext *ac = s->ac;
+	struct redis_strategy *s = c->op->s;
+	struct redis_conn *cn = s->mode->route(s, c->slot);
 
-	ev_timer_stop(s->loop, &s->handshake);
-	s->state = REDIS_ST_DOWN;
-	if (ac == NULL)
-		return;
-	s->ac = NULL;
-	snprintf(s->close_reason, sizeof(s->close_reason), "%s", why);
-	snprintf(s->last_err, sizeof(s->last_err), "%s", why);
-	ac->data = NULL;        /* its disconnect callback is no news to us */
-	redisAsyncFree(ac);
-	if (retry)
-		redis_schedule_retry(s);
+	if (!redis_conn_usable(cn)) {
+		redis_call_fail(c, "not connected (%s)",
+				cn && cn->last_err[0] ? cn->last_err : s->mode->why_down(s));
+		return -1;
+	}
+	return redis_call_send(c, cn);
 }
 
-/* From inside a hiredis callback: close the connection at the kick. */
-static void redis_conn_drop_later(struct redis_strategy *s, const char *why)
+/* After a NOSCRIPT error: sends call c again as EVAL of its script (which
+ * caches it again), once, on the same connection. Returns true when the
+ * call is in flight again. */
+static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 {
-	if (s->drop_pending && s->drop_gen == s->gen)
-		return;
-	s->drop_pending = true;
-	s->drop_gen = s->gen;
-	snprintf(s->drop_reason, sizeof(s->drop_reason), "%s", why);
-	store_kick(&s->core);
+	const struct redis_kind *k = &redis_kinds[c->op->kind];
+	struct redis_op *op = c->op;
+	size_t tail = c->end - c->tail;
+	char *buf = malloc(64 + REDIS_BULK_MAX(k->slen) + tail), *p = buf;
+	bool sent = false;
+
+	c->resent = true;
+	if (buf != NULL) {
+		p = redis_put_array(p, c->nargs);
+		p = redis_put_bulk(p, "EVAL", 4);
+		p = redis_put_bulk(p, k->script, k->slen);
+		memcpy(p, op->cmd + c->tail, tail);
+		p += tail;
+		sent = redisAsyncFormattedCommand(cn->ac, redis_on_call_reply, c, buf,
+						  (size_t)(p - buf)) == REDIS_OK;
+		free(buf);
+	}
+	if (!sent) {
+		redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
+		return false;
+	}
+	c->state = REDIS_CALL_SENT;
+	c->conn = cn;
+	c->wait = NULL;             /* a WAIT after it, if needed (redis_op_send_waits) */
+	cn->inflight++;
+	op->inflight++;
+	return true;
 }
 
-static void redis_on_connect(const redisAsyncContext *ac, int status)
+/* The script cache was flushed (NOSCRIPT): EVAL instead, once per call. */
+static bool redis_is_noscript(const struct redis_call *c, const redisReply *r)
 {
-	struct redis_strategy *s = ac->data;
-	char why[STRATEGY_ERR_MAX];
-
-	if (s == NULL || ac != s->ac || status == REDIS_OK)
-		return;     /* connected: the handshake replies decide */
-	/* hiredis frees ac after this returns (and runs the handshake
-	 * callbacks with NULL, which see ac != s->ac). */
-	snprintf(why, sizeof(why), "connect failed: %s", ac->errstr ? ac->errstr : "?");
-	redis_conn_lost(s, why);
+	return redis_kinds[c->op->kind].script != NULL && !c->resent && c->op->status == 0 &&
+	       r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
-static void redis_on_disconnect(const redisAsyncContext *ac, int status)
+/*
+ * Every call's reply. The call leaves its connection; then, before the
+ * operation sees the reply: NOSCRIPT resends it as EVAL, and the mode may
+ * take over an error (MOVED, ASK, TRYAGAIN: redis_cluster.c). A NULL reply
+ * (the connection is going away) goes to the operation as a failure.
+ */
+static void redis_on_call_reply(redisAsyncContext *ac, void *r, void *privdata)
 {
-	struct redis_strategy *s = ac->data;
-	char why[STRATEGY_ERR_MAX];
+	struct redis_call *c = privdata;
+	struct redis_op *op = c->op;
+	struct redis_strategy *s = op->s;
+	struct redis_conn *cn = c->conn;
+	const redisReply *reply = r;
 
-	(void)status;
-	if (s == NULL || ac != s->ac)
-		return;
-	snprintf(why, sizeof(why), "disconnected: %s",
-		 ac->err && ac->errstr ? ac->errstr : "connection closed");
-	redis_conn_lost(s, why);
+	c->state = REDIS_CALL_IDLE;
+	c->conn = NULL;
+	op->inflight--;
+	if (cn != NULL) {
+		cn->inflight--;
+		if (reply != NULL)
+			cn->last_activity = ev_now(s->loop);
+	}
+	if (reply != NULL && reply->type == REDIS_REPLY_ERROR && cn != NULL) {
+		if (redis_is_noscript(c, reply) && redis_resend_eval(c, cn)) {
+			redis_op_send_waits(op);
+			return;
+		}
+		if (s->mode->redirect && s->mode->redirect(c, cn, reply)) {
+			redis_op_check(op);
+			return;
+		}
+	}
+	redis_kinds[op->kind].reply(c, ac, reply);
+	redis_op_check(op);
 }
 
-/* AUTH, SELECT and SCRIPT LOAD replies; privdata = s. */
-static void redis_on_handshake(redisAsyncContext *ac, void *r, void *privdata)
+/* The call's results are in: valid now, or once its WAIT says enough
+ * replicas have them (wait_replicas). */
+static void redis_call_applied(struct redis_call *c)
 {
-	struct redis_strategy *s = privdata;
-	redisReply *reply = r;
-	char why[STRATEGY_ERR_MAX];
+	struct redis_op *op = c->op;
 
-	if (ac != s->ac || reply == NULL)
-		return;     /* stale, or the close path has it */
-	if (reply->type == REDIS_REPLY_ERROR) {
-		snprintf(why, sizeof(why), "handshake: %.*s",
-			 (int)(reply->len > 100 ? 100 : reply->len), reply->str);
-		redis_conn_drop_later(s, why);
+	if (op->s->o.wait_replicas == 0 || redis_kinds[op->kind].commit == NULL) {
+		if (redis_kinds[op->kind].commit)
+			redis_kinds[op->kind].commit(c);
 		return;
 	}
-	if (reply->type == REDIS_REPLY_STRING && reply->len == 40 && s->handshake_left <= 2) {
-		/* The two SCRIPT LOADs come last: push, then admit. */
-		char *sha = s->handshake_left == 2 ? s->sha : s->sha_admit;
-		memcpy(sha, reply->str, 40);
-		sha[40] = '\0';
-	} else if (reply->type != REDIS_REPLY_STATUS) {
-		snprintf(why, sizeof(why), "handshake: unexpected %s reply",
-			 redis_reply_type_name(reply->type));
-		redis_conn_drop_later(s, why);
-		return;
-	}
-	if (--s->handshake_left > 0)
-		return;
-	if (s->sha[0] == '\0' || s->sha_admit[0] == '\0') {
-		redis_conn_drop_later(s, "handshake: SCRIPT LOAD returned no SHA1");
-		return;
-	}
-	s->state = REDIS_ST_READY;
-	store_backoff_reset(&s->backoff);
-	s->last_err[0] = '\0';
-	ev_timer_stop(s->loop, &s->handshake);
-}
-
-static void redis_on_handshake_timeout(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	struct redis_strategy *s = container_of(w, struct redis_strategy, handshake);
-
-	(void)loop;
-	(void)revents;
-	redis_conn_close(s, "connect timeout", true);
-}
-
-static void redis_on_retry(struct ev_loop *loop, ev_timer *w, int revents)
-{
-	struct redis_strategy *s = container_of(w, struct redis_strategy, retry);
-
-	(void)loop;
-	(void)revents;
-	redis_conn_open(s);
-}
-
-/* Starts a non-blocking connection attempt with its handshake queued. */
-static void redis_conn_open(struct redis_strategy *s)
-{
-	redisAsyncContext *ac;
-
-	if (s->ac != NULL || s->destroying)
-		return;
-	if (s->o.socket[0])
-		ac = redisAsyncConnectUnix(s->o.socket);
-	else
-		ac = redisAsyncConnect(s->o.host, s->o.port);
-	if (ac == NULL || ac->err) {
-		snprintf(s->last_err, sizeof(s->last_err), "connect failed: %s",
-			 ac && ac->errstr ? ac->errstr : "out of memory");
-		if (ac)
-			redisAsyncFree(ac);
-		redis_schedule_retry(s);
-		return;
-	}
-	ac->data = s;
-	if (redisLibevAttach(s->loop, ac) != REDIS_OK ||
-	    redisAsyncSetConnectCallback(ac, redis_on_connect) != REDIS_OK ||
-	    redisAsyncSetDisconnectCallback(ac, redis_on_disconnect) != REDIS_OK) {
-		snprintf(s->last_err, sizeof(s->last_err),
-			 "connect failed: cannot attach to the loop");
-		redisAsyncFree(ac);
-		redis_schedule_retry(s);
-		return;
-	}
-	s->ac = ac;
-	s->gen++;
-	s->state = REDIS_ST_CONNECTING;
-	s->handshake_left = 0;
-	s->sha[0] = '\0';
-	s->sha_admit[0] = '\0';
-	if (s->o.password) {
-		redisAsyncCommand(ac, redis_on_handshake, s, "AUTH %b", s->o.password,
-				  s->o.password_len);
-		s->handshake_left++;
-	}
-	if (s->o.db) {
-		redisAsyncCommand(ac, redis_on_handshake, s, "SELECT %d", s->o.db);
-		s->handshake_left++;
-	}
-	redisAsyncCommand(ac, redis_on_handshake, s, "SCRIPT LOAD %s", REDIS_SCRIPT);
-	redisAsyncCommand(ac, redis_on_handshake, s, "SCRIPT LOAD %s", REDIS_ADMIT_SCRIPT);
-	s->handshake_left += 2;
-	ev_timer_set(&s->handshake, s->o.timeout_ms / 1000.0, 0.);
-	ev_timer_start(s->loop, &s->handshake);
-}
-
-/* The kick (then the done queue): a drop asked for from inside hiredis. */
-static void redis_on_kick(struct store_core *c)
-{
-	struct redis_strategy *s = container_of(c, struct redis_strategy, core);
-
-	if (s->drop_pending) {
-		s->drop_pending = false;
-		if (s->ac != NULL && s->gen == s->drop_gen)
-			redis_conn_close(s, s->drop_reason, true);
+	if (c->wait != NULL) {
+		c->state = REDIS_CALL_APPLIED;
+		c->conn = c->wait->conn;
+	} else {
+		redis_op_fail(op, "redis: no WAIT followed the call");
 	}
 }
 
 /*
+ * wait_replicas: after the calls an op just sent, one "WAIT <n> <ms>" on
+ * each connection that got some: Redis answers once n replicas have every
+ * write this connection made before it (or after ms, with how many did).
+ * The calls it follows are confirmed by it, or fail ("not replicated"):
+ * their diffs stay with the caller, who resends them with the same token,
+ * so a write the old master took but no replica got is applied again by
+ * the new master, and one that did reach the replica is not.
+ */
+void redis_op_send_waits(struct redis_op *op)
+{
+	struct redis_strategy *s = op->s;
+
+	if (s->o.wait_replicas == 0 || redis_kinds[op->kind].commit == NULL)
+		return;
+	for (size_t i = 0; i < op->ncalls; i++) {
+		struct redis_call *c = &op->calls[i];
+		struct redis_wait *w;
+
+		if (c->state != REDIS_CALL_SENT || c->wait != NULL)
+			continue;
+		for (w = op->waits; w; w = w->next)
+			if (w->conn == c->conn && !w->sent)
+				break;
+		if (w == NULL) {
+			w = calloc(1, sizeof(*w));
+			if (w == NULL) {
+				redis_op_fail(op, "out of memory");
+				return;
+			}
+			w->op = op;
+			w->conn = c->conn;
+			w->next = op->waits;
+			op->waits = w;
+		}
+		c->wait = w;
+	}
+	for (struct redis_wait *w = op->waits; w; w = w->next) {
+		if (w->sent)
+			continue;
+		w->sent = true;
+		if (redisAsyncCommand(w->conn->ac, redis_on_wait_reply, w, "WAIT %d %d",
+				      s->o.wait_replicas, s->o.timeout_ms / 2) != REDIS_OK) {
+			redis_op_fail(op, "cannot queue the command");
+			redis_conn_drop_later(w->conn, "cannot queue a command", false);
+			w->conn = NULL;
+			continue;
+		}
+		w->conn->inflight++;
+		op->inflight++;
+	}
+}
+
+static void redis_on_wait_reply(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_wait *w = privdata;
+	struct redis_op *op = w->op;
+	const redisReply *reply = r;
+	long long got = -1;
+
+	(void)ac;
+	op->inflight--;
+	w->conn->inflight--;
+	if (reply != NULL) {
+		w->conn->last_activity = ev_now(op->s->loop);
+		if (reply->type == REDIS_REPLY_INTEGER)
+			got = reply->integer;
+	}
+	for (size_t i = 0; i < op->ncalls; i++) {
+		struct redis_call *c = &op->calls[i];
+
+		if (c->wait != w || c->state != REDIS_CALL_APPLIED)
+			continue;
+		c->state = REDIS_CALL_IDLE;
+		c->conn = NULL;
+		if (got >= op->s->o.wait_replicas)
+			redis_kinds[op->kind].commit(c);
+		else if (reply == NULL)
+			redis_op_fail(op, "connection lost before WAIT answered");
+		else
+			redis_op_fail(op, "not replicated: %lld of %d replicas within %d ms", got,
+				      op->s->o.wait_replicas, op->s->o.timeout_ms / 2);
+	}
+	w->conn = NULL;
+	redis_op_check(op);
+}
+
+/* TRYAGAIN: the call goes again after REDIS_TRYAGAIN_MS. */
+void redis_call_wait(struct redis_call *c)
+{
+	struct redis_strategy *s = c->op->s;
+
+	c->state = REDIS_CALL_WAITING;
+	c->next_wait = NULL;
+	c->op->inflight++;
+	if (s->waiting_tail)
+		s->waiting_tail->next_wait = c;
+	else
+		s->waiting = c;
+	s->waiting_tail = c;
+	if (!ev_is_active(&s->waiting_timer)) {
+		ev_timer_set(&s->waiting_timer, REDIS_TRYAGAIN_MS / 1000.0, 0.);
+		ev_timer_start(s->loop, &s->waiting_timer);
+	}
+}
+
+/* Takes the calls of op (every op if NULL) off the waiting list; they are
+ * done (failed) unless resent by the caller. Returns the list taken. */
+static struct redis_call *redis_waiting_take(struct redis_strategy *s, const struct redis_op *op)
+{
+	struct redis_call *taken = NULL, **tp = &taken, **pp = &s->waiting, *c;
+
+	s->waiting_tail = NULL;
+	while ((c = *pp) != NULL) {
+		if (op == NULL || c->op == op) {
+			*pp = c->next_wait;
+			c->next_wait = NULL;
+			*tp = c;
+			tp = &c->next_wait;
+			c->state = REDIS_CALL_IDLE;
+			c->op->inflight--;
+		} else {
+			s->waiting_tail = c;
+			pp = &c->next_wait;
+		}
+	}
+	return taken;
+}
+
+static void redis_on_waiting_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct redis_strategy *s = container_of(w, struct redis_strategy, waiting_timer);
+	struct redis_call *c = redis_waiting_take(s, NULL), *next;
+
+	(void)loop;
+	(void)revents;
+	store_enter(&s->core);
+	for (struct redis_call *i = c; i; i = i->next_wait)
+		redis_call_route(i);
+	for (; c; c = next) {
+		next = c->next_wait;
+		c->next_wait = NULL;
+		redis_op_send_waits(c->op);
+		redis_op_check(c->op);
+	}
+	store_leave(&s->core);
+}
+
+/* ===================================================================== */
+/* Timeouts and readiness                                                */
+/* ===================================================================== */
+
+/* The kick (then the done queue): drops asked for from inside hiredis,
+ * retired connections, the mode's deferred work. */
+static void redis_on_kick(struct store_core *core)
+{
+	struct redis_strategy *s = container_of(core, struct redis_strategy, core);
+
+	redis_conns_kick(s);
+	if (s->mode->kick && !s->destroying)
+		s->mode->kick(s);
+}
+
+/*
  * The silence timeout of an operation: timeout_ms after it was sent or
- * after the last reply the connection delivered (to any call), whichever
- * is later - an operation pipelined behind a big batch that keeps
- * answering is waiting, not stuck. The timer is pushed back lazily, here,
+ * after the last reply any connection it waits on delivered (to any
+ * call), whichever is later - an operation pipelined behind a big batch
+ * that keeps answering is waiting, not stuck; a call waiting to try again
+ * (TRYAGAIN) is not silence either. The timer is pushed back lazily, here,
  * rather than at every reply. On expiry: fail the operation, drop the
- * connection (which fails the others in flight on it) and reconnect.
+ * connections it waits on (which fails the others in flight on them) and
+ * reconnect.
  */
 static void redis_on_op_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 {
 	struct redis_op *op = container_of(w, struct redis_op, base.timer);
 	struct redis_strategy *s = op->s;
+	ev_tstamp last = 0;
+	bool waiting = false;
 
 	(void)loop;
 	(void)revents;
-	if (!store_op_silent(&op->base))
+	for (size_t i = 0; i < op->ncalls; i++) {
+		const struct redis_call *c = &op->calls[i];
+
+		if ((c->state == REDIS_CALL_SENT || c->state == REDIS_CALL_APPLIED) && c->conn &&
+		    c->conn->last_activity > last)
+			last = c->conn->last_activity;
+		waiting |= c->state == REDIS_CALL_WAITING;
+	}
+	for (const struct redis_wait *wt = op->waits; wt; wt = wt->next)
+		if (wt->conn && wt->conn->last_activity > last)
+			last = wt->conn->last_activity;
+	if (waiting)
+		last = ev_now(s->loop);
+	if (!store_op_silent_since(&op->base, last))
 		return;
+	store_enter(&s->core);
 	redis_op_fail(op, "timeout: no reply from redis within %d ms", s->o.timeout_ms);
-	redis_conn_close(s, "an operation timed out", true);
-	if (!op->base.finished) {    /* its calls were all on that connection */
+	redis_waiting_take(s, op);
+	for (size_t i = 0; i < op->ncalls; i++) {
+		struct redis_call *c = &op->calls[i];
+
+		if ((c->state == REDIS_CALL_SENT || c->state == REDIS_CALL_APPLIED) && c->conn)
+			redis_conn_close(c->conn, "an operation timed out", true);
+	}
+	for (struct redis_wait *wt = op->waits; wt; wt = wt->next)
+		if (wt->conn)
+			redis_conn_close(wt->conn, "an operation timed out", true);
+	if (!op->base.finished) {    /* its calls were all on those connections */
 		op->inflight = 0;
 		redis_op_finish(op);
 	}
+	store_leave(&s->core);
 }
 
 /* Refuses an operation when the instance cannot take it now. */
@@ -1125,34 +1289,43 @@ static int redis_check_ready(const struct redis_strategy *s, char *errstr)
 		redis_seterr(errstr, "not connected (instance destroyed)");
 		return -1;
 	}
-	if (s->state != REDIS_ST_READY) {
-		redis_seterr(errstr, "not connected%s%s%s", s->last_err[0] ? " (" : "", s->last_err,
-			     s->last_err[0] ? ")" : "");
+	if (!s->mode->ready(s)) {
+		const char *why = s->mode->why_down(s);
+
+		redis_seterr(errstr, "not connected%s%s%s", why[0] ? " (" : "", why,
+			     why[0] ? ")" : "");
 		return -1;
 	}
 	return 0;
 }
 
-/* Starts the silence timer of an operation whose calls were all sent. */
-static void redis_op_started(struct redis_op *op)
+/*
+ * Sends every call of a built op where the mode routes it, then the WAITs
+ * it needs, and starts its silence timer. A call whose slot no connection
+ * serves now fails alone (the op fails, with the others' results kept).
+ * Returns 0, or -1 when nothing could be sent: op freed, errstr says why
+ * ("not connected (...)"), the callback never runs.
+ */
+static int redis_op_launch(struct redis_op *op, char *errstr)
 {
 	struct redis_strategy *s = op->s;
 
+	for (size_t i = 0; i < op->ncalls; i++)
+		redis_call_route(&op->calls[i]);
+	if (op->inflight == 0 && op->ncalls > 0) {
+		redis_seterr(errstr, "%s", op->errstr[0] ? op->errstr : "not connected");
+		if (strncmp(op->errstr, "not connected", 13) != 0)
+			redis_seterr(errstr, "not connected (%s)", op->errstr);
+		redis_op_free(op);
+		return -1;
+	}
+	redis_op_send_waits(op);
 	if (op->inflight == 0) {
 		redis_op_finish(op);
-		return;
+		return 0;
 	}
 	ev_now_update(s->loop);     /* building a big batch takes a while */
 	store_op_start(&s->core, &op->base, redis_on_op_timeout, redis_op_deliver);
-}
-
-/* Registers call c (RESP text at op->cmd + off, len bytes). */
-static int redis_send(struct redis_strategy *s, struct redis_call *c, redisCallbackFn *fn,
-		      size_t off, size_t len)
-{
-	if (redisAsyncFormattedCommand(s->ac, fn, c, c->op->cmd + off, len) != REDIS_OK)
-		return -1;
-	c->op->inflight++;
 	return 0;
 }
 
@@ -1166,8 +1339,7 @@ static void redis_call_lost(struct redis_call *c, const redisAsyncContext *ac)
 	else if (ac->err && ac->errstr)
 		redis_op_fail(c->op, "connection lost: %s", ac->errstr);
 	else
-		redis_op_fail(c->op, "connection lost: %s",
-			      s->close_reason[0] ? s->close_reason : "closed");
+		redis_op_fail(c->op, "connection lost: closed");
 }
 
 /* An error reply, as "redis: <first line>". */
@@ -1189,6 +1361,51 @@ static bool redis_reply_failed(struct redis_call *c, const redisAsyncContext *ac
 		return false;
 	return true;
 }
+
+/* ===================================================================== */
+/* Single server                                                         */
+/* ===================================================================== */
+
+static int redis_single_start(struct redis_strategy *s, char *err, size_t errlen)
+{
+	s->main = redis_conn_new(s, REDIS_CONN_DATA, &s->o.addr);
+	if (s->main == NULL) {
+		snprintf(err, errlen, "redis: out of memory");
+		return -1;
+	}
+	redis_conn_open(s->main);
+	return 0;
+}
+
+static struct redis_conn *redis_single_route(struct redis_strategy *s, uint16_t slot)
+{
+	(void)slot;
+	return s->main;
+}
+
+static bool redis_single_ready(const struct redis_strategy *s)
+{
+	return s->main && s->main->state == REDIS_ST_READY;
+}
+
+static bool redis_single_connecting(const struct redis_strategy *s)
+{
+	return s->main && s->main->state == REDIS_ST_CONNECTING;
+}
+
+static const char *redis_single_why_down(const struct redis_strategy *s)
+{
+	return s->main ? s->main->last_err : "";
+}
+
+const struct redis_mode_ops redis_single_mode = {
+	.name = "single",
+	.start = redis_single_start,
+	.route = redis_single_route,
+	.ready = redis_single_ready,
+	.connecting = redis_single_connecting,
+	.why_down = redis_single_why_down,
+};
 
 /* ===================================================================== */
 /* push_diffs                                                            */
@@ -1236,44 +1453,6 @@ static int redis_check_token(const char *token, size_t *len, char *errstr)
 		return -1;
 	}
 	return 0;
-}
-
-/* After a NOSCRIPT error: sends call c again as EVAL of script (which
- * caches it again), once. Returns true when the call is in flight again. */
-static bool redis_resend_eval(redisAsyncContext *ac, struct redis_call *c, const char *script,
-			      size_t slen, redisCallbackFn *fn)
-{
-	struct redis_op *op = c->op;
-	size_t tail = c->end - c->tail;
-	char *buf = malloc(64 + REDIS_BULK_MAX(slen) + tail), *p = buf;
-	bool sent = false;
-
-	c->resent = true;
-	if (buf != NULL) {
-		p = redis_put_array(p, c->nargs);
-		p = redis_put_bulk(p, "EVAL", 4);
-		p = redis_put_bulk(p, script, slen);
-		memcpy(p, op->cmd + c->tail, tail);
-		p += tail;
-		sent = redisAsyncFormattedCommand(ac, fn, c, buf, (size_t)(p - buf)) == REDIS_OK;
-		free(buf);
-	}
-	if (!sent)
-		redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
-	return sent;
-}
-
-/* The reply of script call c is NOSCRIPT (the script cache was flushed):
- * sends c again as EVAL of script, once, and returns true while it is in
- * flight again. False for any other reply, or when the resend failed (the
- * op has failed then and redis_reply_failed says so). */
-static bool redis_script_resent(struct redis_call *c, redisAsyncContext *ac, const redisReply *r,
-				const char *script, size_t slen, redisCallbackFn *fn)
-{
-	if (r == NULL || r->type != REDIS_REPLY_ERROR || c->resent || c->op->status != 0 ||
-	    r->len < 8 || memcmp(r->str, "NOSCRIPT", 8) != 0)
-		return false;
-	return redis_resend_eval(ac, c, script, slen, fn);
 }
 
 /* Writes the token ids of calls [from, to): each call's body hash mixed
@@ -1346,15 +1525,11 @@ static long redis_group_of(struct redis_grouping *gr, const struct strategy_coun
 }
 
 /* Reply of one script call: an array of c->n totals in c's order. */
-static void redis_on_push_reply(redisAsyncContext *ac, void *r, void *privdata)
+static void redis_push_reply(struct redis_call *c, const redisAsyncContext *ac,
+			     const redisReply *reply)
 {
-	struct redis_call *c = privdata;
 	struct redis_op *op = c->op;
-	redisReply *reply = r;
 
-	if (redis_script_resent(c, ac, reply, REDIS_SCRIPT, sizeof(REDIS_SCRIPT) - 1,
-				redis_on_push_reply))
-		return;     /* still in flight */
 	if (redis_reply_failed(c, ac, reply)) {
 		/* the op failed */
 	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->n) {
@@ -1380,10 +1555,17 @@ static void redis_on_push_reply(redisAsyncContext *ac, void *r, void *privdata)
 			struct strategy_counter *ctr = &op->batch[op->order[c->first + j]];
 
 			redis_reply_number(reply->element[j], &ctr->total);
-			ctr->ok = true;     /* this call was applied */
 		}
+		if (i == c->n)
+			redis_call_applied(c);
 	}
-	redis_call_done(c);
+}
+
+/* This call was applied (and replicated, with wait_replicas). */
+static void redis_push_commit(struct redis_call *c)
+{
+	for (uint32_t j = 0; j < c->n; j++)
+		c->op->batch[c->op->order[c->first + j]].ok = true;
 }
 
 static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
@@ -1398,7 +1580,7 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 	size_t last_ns_len = 0;
 	uint64_t nh = 0;
 	size_t token_len = 0;
-	char *p;
+	char *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
 		return -1;
@@ -1518,8 +1700,10 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			p = redis_put_bulk(p, s->sha, 40);
 			c->tail = (size_t)(p - op->cmd);
 			p = redis_put_bulk(p, token ? "2" : "1", 1);
+			key = p;
 			p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
 					   grp->start);
+			c->slot = redis_bulk_slot(key);
 			if (token)
 				p = redis_put_tkey(p, op->cmd, s, grp->ns, grp->ns_len, grp->bucket,
 						   grp->size, grp->start, token, token_len,
@@ -1547,30 +1731,10 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 		}
 		if (token)
 			redis_put_tok_ids(op, c0, op->ncalls);
-		for (size_t i = c0; i < op->ncalls; i++) {
-			struct redis_call *c = &op->calls[i];
-
-			if (redis_send(s, c, redis_on_push_reply, c->begin, c->end - c->begin) < 0) {
-				if (op->inflight == 0)
-					goto refused;
-				redis_op_fail(op, "cannot queue the command");
-				redis_conn_drop_later(s, "cannot queue a command");
-				goto started;
-			}
-		}
 	}
-started:
 	free(gr.g);
 	free(gr.table);
-	redis_op_started(op);
-	return 0;
-
-refused:
-	free(gr.g);
-	free(gr.table);
-	redis_op_free(op);
-	redis_seterr(errstr, "not connected (cannot queue the command)");
-	return -1;
+	return redis_op_launch(op, errstr);
 oom:
 	free(gid);
 	free(gr.g);
@@ -1585,17 +1749,13 @@ oom:
 /* admit                                                                 */
 /* ===================================================================== */
 
-static void redis_on_admit_reply(redisAsyncContext *ac, void *r, void *privdata)
+static void redis_admit_reply(struct redis_call *c, const redisAsyncContext *ac,
+			      const redisReply *reply)
 {
-	struct redis_call *c = privdata;
 	struct redis_op *op = c->op;
 	struct strategy_admit *a = &op->admits[c->first];
-	redisReply *reply = r;
 	double cur, prev, grant;
 
-	if (redis_script_resent(c, ac, reply, REDIS_ADMIT_SCRIPT, sizeof(REDIS_ADMIT_SCRIPT) - 1,
-				redis_on_admit_reply))
-		return;     /* still in flight */
 	if (redis_reply_failed(c, ac, reply)) {
 		/* the op failed */
 	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4 ||
@@ -1611,9 +1771,13 @@ static void redis_on_admit_reply(redisAsyncContext *ac, void *r, void *privdata)
 		a->previous = prev;
 		a->grant = grant;
 		a->admitted = reply->element[2]->str[0] == '1';
-		a->ok = true;
+		redis_call_applied(c);
 	}
-	redis_call_done(c);
+}
+
+static void redis_admit_commit(struct redis_call *c)
+{
+	c->op->admits[c->first].ok = true;
 }
 
 /*
@@ -1632,7 +1796,7 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 	struct redis_strategy *s = redis_of(st);
 	struct redis_op *op;
 	size_t token_len = 0, cmd_max = 0, total;
-	char *p;
+	char *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
 		return -1;
@@ -1679,7 +1843,9 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		p = redis_put_bulk(p, s->sha_admit, 40);
 		c->tail = (size_t)(p - op->cmd);
 		p = redis_put_bulk(p, token ? "3" : "2", 1);
+		key = p;
 		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size, ad->start);
+		c->slot = redis_bulk_slot(key);
 		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size,
 				   ad->start - (int64_t)ad->size);
 		if (token)
@@ -1703,22 +1869,7 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 	}
 	if (token)
 		redis_put_tok_ids(op, 0, op->ncalls);
-	for (size_t i = 0; i < op->ncalls; i++) {
-		struct redis_call *c = &op->calls[i];
-
-		if (redis_send(s, c, redis_on_admit_reply, c->begin, c->end - c->begin) < 0) {
-			if (op->inflight == 0) {
-				redis_op_free(op);
-				redis_seterr(errstr, "not connected (cannot queue the command)");
-				return -1;
-			}
-			redis_op_fail(op, "cannot queue the command");
-			redis_conn_drop_later(s, "cannot queue a command");
-			break;
-		}
-	}
-	redis_op_started(op);
-	return 0;
+	return redis_op_launch(op, errstr);
 oom:
 	if (op)
 		redis_op_free(op);
@@ -1747,21 +1898,16 @@ static struct redis_op *redis_op_single(struct redis_strategy *s, enum redis_op_
 	return op;
 }
 
-/* Sends the one call of op, whose command ends at end, and starts its
- * timer. Returns 0, or -1 (op freed, errstr set). */
-static int redis_op_single_send(struct redis_strategy *s, struct redis_op *op, const char *end,
-				redisCallbackFn *fn, char *errstr)
+/* Sends the one call of op, whose command ends at end and whose key is
+ * the bulk string at key. Returns 0, or -1 (op freed, errstr set). */
+static int redis_op_single_send(struct redis_op *op, const char *end, const char *key,
+				char *errstr)
 {
 	struct redis_call *c = &op->calls[0];
 
 	c->end = (size_t)(end - op->cmd);
-	if (redis_send(s, c, fn, 0, c->end) < 0) {
-		redis_op_free(op);
-		redis_seterr(errstr, "not connected (cannot queue the command)");
-		return -1;
-	}
-	redis_op_started(op);
-	return 0;
+	c->slot = redis_bulk_slot(key);
+	return redis_op_launch(op, errstr);
 }
 
 /* ===================================================================== */
@@ -1787,11 +1933,9 @@ static const char REDIS_NODES_SCRIPT[] =
 	"redis.call('EXPIRE', k, 86400)\n"
 	"return n\n";
 
-static void redis_on_nodes_reply(redisAsyncContext *ac, void *r, void *privdata)
+static void redis_nodes_reply(struct redis_call *c, const redisAsyncContext *ac,
+			      const redisReply *reply)
 {
-	struct redis_call *c = privdata;
-	redisReply *reply = r;
-
 	if (!redis_reply_failed(c, ac, reply)) {
 		if (reply->type != REDIS_REPLY_INTEGER || reply->integer < 1)
 			redis_op_fail(c->op, "redis: nodes script returned %s, expected a count",
@@ -1800,7 +1944,6 @@ static void redis_on_nodes_reply(redisAsyncContext *ac, void *r, void *privdata)
 			*c->op->active = (unsigned)(reply->integer > UINT_MAX ? UINT_MAX
 									 : reply->integer);
 	}
-	redis_call_done(c);
 }
 
 static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, const char *node,
@@ -1808,9 +1951,10 @@ static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, c
 			   strategy_done_cb cb, void *arg, char *errstr)
 {
 	struct redis_strategy *s = redis_of(st);
-	size_t slen = sizeof(REDIS_NODES_SCRIPT) - 1, klen = s->o.prefix_len + ns_len + 9;
+	size_t slen = sizeof(REDIS_NODES_SCRIPT) - 1;
+	size_t klen = s->o.prefix_len + 3 + redis_tag_mark(ns, ns_len) + ns_len + 6;
 	struct redis_op *op;
-	char num[REDIS_DBL_MAX_LEN], *p;
+	char num[REDIS_DBL_MAX_LEN], *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0)
 		return -1;
@@ -1830,6 +1974,7 @@ static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, c
 	p = redis_put_bulk(p, "EVAL", 4);
 	p = redis_put_bulk(p, REDIS_NODES_SCRIPT, slen);
 	p = redis_put_bulk(p, "1", 1);
+	key = p;
 	*p++ = '$';
 	p += redis_u64_dec(p, klen);
 	p = redis_put_crlf(p);
@@ -1839,7 +1984,7 @@ static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, c
 	p = redis_put_bulk(p, node, node_len);
 	p = redis_put_bulk(p, num, redis_dbl_dec(num, now));
 	p = redis_put_bulk(p, num, redis_dbl_dec(num, ttl));
-	return redis_op_single_send(s, op, p, redis_on_nodes_reply, errstr);
+	return redis_op_single_send(op, p, key, errstr);
 }
 
 /* ===================================================================== */
@@ -1888,11 +2033,10 @@ static int redis_rows_add(struct redis_op *op, const char *key, size_t key_len, 
 }
 
 /* Reply of one HGETALL: field, value, field, value, ... */
-static void redis_on_rows_reply(redisAsyncContext *ac, void *r, void *privdata)
+static void redis_rows_reply(struct redis_call *c, const redisAsyncContext *ac,
+			     const redisReply *reply)
 {
-	struct redis_call *c = privdata;
 	struct redis_op *op = c->op;
-	redisReply *reply = r;
 
 	if (redis_reply_failed(c, ac, reply)) {
 		/* the op failed */
@@ -1922,7 +2066,6 @@ static void redis_on_rows_reply(redisAsyncContext *ac, void *r, void *privdata)
 			}
 		}
 	}
-	redis_call_done(c);
 }
 
 static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len,
@@ -1933,7 +2076,7 @@ static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len
 	size_t ncalls = nsizes * 2 * REDIS_BUCKETS, off_calls, off_sizes, off_starts, off_cmd;
 	size_t per_cmd = 32 + redis_hkey_max(s, ns_len);
 	struct redis_op *op;
-	char *p;
+	char *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0)
 		return -1;
@@ -1972,27 +2115,16 @@ static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len
 			struct redis_call *c = &op->calls[op->ncalls++];
 			size_t start = (size_t)(p - op->cmd);
 
-			*c = (struct redis_call){ .op = op, .first = w };
+			*c = (struct redis_call){ .op = op, .first = w, .begin = start };
 			p = redis_put_array(p, 2);
 			p = redis_put_bulk(p, "HGETALL", 7);
+			key = p;
 			p = redis_put_hkey(p, s, ns, ns_len, b, op->sizes[w / 2], op->starts[w]);
+			c->slot = redis_bulk_slot(key);
 			c->end = (size_t)(p - op->cmd);
-			if (redis_send(s, c, redis_on_rows_reply, start, c->end - start) < 0) {
-				if (op->inflight == 0) {
-					redis_op_free(op);
-					redis_seterr(errstr,
-						     "not connected (cannot queue the command)");
-					return -1;
-				}
-				redis_op_fail(op, "cannot queue the command");
-				redis_conn_drop_later(s, "cannot queue a command");
-				goto started;
-			}
 		}
 	}
-started:
-	redis_op_started(op);
-	return 0;
+	return redis_op_launch(op, errstr);
 oom:
 	if (op)
 		redis_op_free(op);
@@ -2004,11 +2136,9 @@ oom:
 /* get_window, purge, ready, create, destroy                             */
 /* ===================================================================== */
 
-static void redis_on_window_reply(redisAsyncContext *ac, void *r, void *privdata)
+static void redis_window_reply(struct redis_call *c, const redisAsyncContext *ac,
+			       const redisReply *reply)
 {
-	struct redis_call *c = privdata;
-	redisReply *reply = r;
-
 	if (!redis_reply_failed(c, ac, reply)) {
 		if (redis_reply_number(reply, &c->op->batch->total) < 0)
 			redis_op_fail(c->op, "redis: HGET returned %s, expected a number",
@@ -2016,7 +2146,6 @@ static void redis_on_window_reply(redisAsyncContext *ac, void *r, void *privdata
 		else
 			c->op->batch->ok = true;
 	}
-	redis_call_done(c);
 }
 
 static int redis_get_window(struct strategy *st, struct strategy_counter *counter,
@@ -2024,7 +2153,7 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 {
 	struct redis_strategy *s = redis_of(st);
 	struct redis_op *op;
-	char *p;
+	char *p, *key;
 
 	if (redis_check_ready(s, errstr) < 0)
 		return -1;
@@ -2044,11 +2173,12 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 	op->n = 1;
 	p = redis_put_array(op->cmd, 3);
 	p = redis_put_bulk(p, "HGET", 4);
+	key = p;
 	p = redis_put_hkey(p, s, counter->ns, counter->ns_len,
 			   redis_bucket(counter->key, counter->key_len), counter->size,
 			   counter->start);
 	p = redis_put_bulk(p, counter->key, counter->key_len);
-	return redis_op_single_send(s, op, p, redis_on_window_reply, errstr);
+	return redis_op_single_send(op, p, key, errstr);
 }
 
 /* Every hash carries a TTL: nothing to delete. Completes with 0 (from the
@@ -2081,14 +2211,14 @@ static bool redis_ready(const struct strategy *st)
 {
 	const struct redis_strategy *s = (const struct redis_strategy *)(const void *)st;
 
-	return s->state == REDIS_ST_READY;
+	return !s->destroying && s->mode->ready(s);
 }
 
 static bool redis_connecting(const struct strategy *st)
 {
 	const struct redis_strategy *s = (const struct redis_strategy *)(const void *)st;
 
-	return s->state == REDIS_ST_CONNECTING && !s->destroying;
+	return !s->destroying && !s->mode->ready(s) && s->mode->connecting(s);
 }
 
 static int redis_check_opts(const char *opts_json, char *err, size_t errlen)
@@ -2099,6 +2229,25 @@ static int redis_check_opts(const char *opts_json, char *err, size_t errlen)
 	free(o.password);
 	return rc;
 }
+
+static void redis_free(struct redis_strategy *s)
+{
+	while (s->conns)
+		redis_conn_free(s->conns);
+	free(s->o.password);
+	free(s);
+}
+
+static void redis_core_free(struct store_core *c)
+{
+	redis_free(container_of(c, struct redis_strategy, core));
+}
+
+static const struct redis_mode_ops *const redis_modes[REDIS_MODE_COUNT] = {
+	[REDIS_MODE_SINGLE] = &redis_single_mode,
+	[REDIS_MODE_CLUSTER] = &redis_cluster_mode,
+	[REDIS_MODE_SENTINEL] = &redis_sentinel_mode,
+};
 
 static struct strategy *redis_create(struct ev_loop *loop, const char *opts_json, char *err,
 				     size_t errlen)
@@ -2124,29 +2273,52 @@ static struct strategy *redis_create(struct ev_loop *loop, const char *opts_json
 		return NULL;
 	}
 	s->loop = loop;
+	s->mode = redis_modes[s->o.mode];
 	store_core_init(&s->core, loop, s->o.timeout_ms / 1000.0, redis_on_kick, redis_core_free);
-	store_backoff_init(&s->backoff, REDIS_BACKOFF_MIN_MS / 1000.0, REDIS_BACKOFF_MAX_MS / 1000.0);
-	ev_timer_init(&s->retry, redis_on_retry, 0., 0.);
-	ev_timer_init(&s->handshake, redis_on_handshake_timeout, 0., 0.);
-	redis_conn_open(s);
+	ev_timer_init(&s->waiting_timer, redis_on_waiting_timer, 0., 0.);
+	if (s->mode->start(s, err, errlen) < 0) {
+		s->destroying = true;
+		if (s->mode->free)
+			s->mode->free(s);
+		redis_free(s);
+		return NULL;
+	}
 	return (struct strategy *)(void *)s;
 }
 
 static void redis_destroy(struct strategy *st)
 {
 	struct redis_strategy *s = redis_of(st);
+	struct redis_call *c;
 
 	if (s == NULL || s->destroying)
 		return;
 	s->destroying = true;
-	ev_timer_stop(s->loop, &s->retry);
-	ev_timer_stop(s->loop, &s->handshake);
+	ev_timer_stop(s->loop, &s->waiting_timer);
 	/* every operation in flight fails and lands on the done queue, is
 	 * delivered, and the instance is freed (later, from inside one of its
 	 * callbacks) */
-	redis_conn_close(s, "instance destroyed", false);
+	for (c = redis_waiting_take(s, NULL); c; c = c->next_wait) {
+		redis_op_fail(c->op, "instance destroyed");
+		redis_op_check(c->op);
+	}
+	for (struct redis_conn *cn = s->conns; cn; cn = cn->next)
+		redis_conn_close(cn, "instance destroyed", false);
+	if (s->mode->free)
+		s->mode->free(s);
 	store_destroy(&s->core);
 }
+
+static const struct redis_kind redis_kinds[REDIS_OP_KIND_COUNT] = {
+	[REDIS_OP_PUSH] = { .reply = redis_push_reply, .commit = redis_push_commit,
+			    .script = redis_push_script, .slen = sizeof(redis_push_script) - 1 },
+	[REDIS_OP_ROWS] = { .reply = redis_rows_reply },
+	[REDIS_OP_WINDOW] = { .reply = redis_window_reply },
+	[REDIS_OP_PURGE] = { .reply = NULL },
+	[REDIS_OP_ADMIT] = { .reply = redis_admit_reply, .commit = redis_admit_commit,
+			     .script = redis_admit_script, .slen = sizeof(redis_admit_script) - 1 },
+	[REDIS_OP_NODES] = { .reply = redis_nodes_reply },
+};
 
 const struct strategy_ops redis_strategy = {
 	.name = "redis",

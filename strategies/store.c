@@ -94,8 +94,13 @@ void store_op_start(struct store_core *c, struct store_op *op,
 
 bool store_op_silent(struct store_op *op)
 {
+	return store_op_silent_since(op, op->core->last_activity);
+}
+
+bool store_op_silent_since(struct store_op *op, ev_tstamp last_activity)
+{
 	struct store_core *c = op->core;
-	ev_tstamp from = c->last_activity > op->since ? c->last_activity : op->since;
+	ev_tstamp from = last_activity > op->since ? last_activity : op->since;
 	ev_tstamp left = from + c->timeout - ev_now(c->loop);
 
 	if (left > 0.0005) {

@@ -83,6 +83,9 @@ void store_op_start(struct store_core *c, struct store_op *op,
  * since op started? If not, the timer is pushed back (lazily, here, rather
  * than at every reply) and false returned. */
 bool store_op_silent(struct store_op *op);
+/* The same, with the store's last sign of life given by the caller (a
+ * store of several connections: the last reply on those op waits on). */
+bool store_op_silent_since(struct store_op *op, ev_tstamp last_activity);
 
 /* op is done: its timer stops and it joins the done queue. Safe twice. */
 void store_op_finish(struct store_op *op);

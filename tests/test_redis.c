@@ -242,22 +242,11 @@ static void push_ok(struct strategy *s, struct strategy_counter *b, size_t n)
 	push_tok_ok(s, b, n, NULL);
 }
 
-/* The layout the strategy documents: FNV-1a 64 of the key, mod 64. */
-static unsigned bucket_of(const char *key, size_t len)
-{
-	uint64_t h = 0xcbf29ce484222325ULL;
-
-	for (size_t i = 0; i < len; i++) {
-		h ^= (unsigned char)key[i];
-		h *= 0x100000001b3ULL;
-	}
-	return (unsigned)(h % 64);
-}
 
 static void hash_name(char *out, size_t outlen, const char *prefix, const char *ns,
 		      const char *key, size_t key_len, uint32_t size, int64_t start)
 {
-	snprintf(out, outlen, "%s:{%s:%u}:%u:%lld", prefix, ns, bucket_of(key, key_len), size,
+	snprintf(out, outlen, "%s:{%s:%u}:%u:%lld", prefix, ns, redis_server_bucket(key, key_len), size,
 		 (long long)start);
 }
 

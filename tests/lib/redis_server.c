@@ -10,9 +10,11 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <limits.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +30,11 @@
 
 bool redis_server_available(void)
 {
+	return redis_server_have(REDIS_SERVER_BIN);
+}
+
+bool redis_server_have(const char *bin)
+{
 	const char *path = getenv("PATH");
 	char buf[PATH_MAX];
 
@@ -37,7 +44,7 @@ bool redis_server_available(void)
 		const char *end = strchr(path, ':');
 		size_t len = end ? (size_t)(end - path) : strlen(path);
 
-		if (len && snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, REDIS_SERVER_BIN) <
+		if (len && snprintf(buf, sizeof(buf), "%.*s/%s", (int)len, path, bin) <
 				   (int)sizeof(buf) &&
 		    access(buf, X_OK) == 0)
 			return true;
@@ -46,10 +53,10 @@ bool redis_server_available(void)
 	return false;
 }
 
-/* A port the kernel just handed out on 127.0.0.1 (free a moment ago). */
-static int redis_server_free_port(void)
+/* Binds 127.0.0.1:port (0: any) a moment; returns the port, or -1. */
+static int redis_server_try_port(int want)
 {
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = 0 };
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)want) };
 	socklen_t len = sizeof(a);
 	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
 
@@ -61,6 +68,30 @@ static int redis_server_free_port(void)
 		port = ntohs(a.sin_port);
 	close(fd);
 	return port;
+}
+
+/* A port the kernel just handed out on 127.0.0.1 (free a moment ago);
+ * with cluster_bus one below 55535 whose cluster bus port (+10000) is
+ * free too. */
+static int redis_server_free_port(bool cluster_bus)
+{
+	for (int tries = 0; tries < 200; tries++) {
+		int port = redis_server_try_port(0);
+
+		if (port < 0 || !cluster_bus)
+			return port;
+		if (port >= 55535) {
+			/* the kernel's range is above: pick one below ourselves */
+			unsigned r = (unsigned)getpid() * 2654435761u + (unsigned)tries * 7919u;
+
+			port = redis_server_try_port(20000 + (int)(r % 30000));
+			if (port < 0)
+				continue;
+		}
+		if (redis_server_try_port(port + 10000) == port + 10000)
+			return port;
+	}
+	return -1;
 }
 
 /* Reaps the child if it exited; true if it is gone. */
@@ -100,7 +131,9 @@ static int redis_server_spawn(struct redis_server *r, int timeout_ms)
 	pid_t pid;
 
 	snprintf(port, sizeof(port), "%d", r->port);
-	argv[argc++] = REDIS_SERVER_BIN;
+	argv[argc++] = r->bin ? r->bin : REDIS_SERVER_BIN;
+	if (r->conf[0])
+		argv[argc++] = r->conf;
 	argv[argc++] = "--port";
 	argv[argc++] = port;
 	argv[argc++] = "--bind";
@@ -135,7 +168,7 @@ static int redis_server_spawn(struct redis_server *r, int timeout_ms)
 		}
 		if (null >= 0)
 			dup2(null, 0);
-		execvp(REDIS_SERVER_BIN, (char *const *)argv);
+		execvp(argv[0], (char *const *)argv);
 		_exit(127);
 	}
 	r->pid = pid;
@@ -171,10 +204,25 @@ int redis_server_start(struct redis_server *r, int timeout_ms)
 		return -1;
 	}
 	snprintf(r->log_path, sizeof(r->log_path), "%s/redis.log", r->dir);
+	r->conf[0] = '\0';
+	if (r->conf_text) {
+		FILE *f;
+
+		snprintf(r->conf, sizeof(r->conf), "%s/server.conf", r->dir);
+		f = fopen(r->conf, "w");
+		if (f == NULL || fputs(r->conf_text, f) < 0) {
+			snprintf(r->err, sizeof(r->err), "%s: %s", r->conf, strerror(errno));
+			if (f)
+				fclose(f);
+			redis_server_stop(r, 0);
+			return -1;
+		}
+		fclose(f);
+	}
 	for (int tries = 0; tries < REDIS_SERVER_PORT_TRIES; tries++) {
 		int rc;
 
-		r->port = redis_server_free_port();
+		r->port = redis_server_free_port(r->cluster_bus);
 		if (r->port < 0) {
 			snprintf(r->err, sizeof(r->err), "no free port: %s", strerror(errno));
 			break;
@@ -280,7 +328,7 @@ void redis_server_stop(struct redis_server *r, int timeout_ms)
 }
 
 /* A blocking connection with a timeout, authenticated if needed. */
-static redisContext *redis_server_connect(struct redis_server *r)
+redisContext *redis_server_connect(struct redis_server *r)
 {
 	struct timeval tv = { .tv_sec = 2, .tv_usec = 0 };
 	redisContext *c = redisConnectWithTimeout("127.0.0.1", r->port, tv);
@@ -365,6 +413,32 @@ long long redis_server_integer(struct redis_server *r, const char *fmt, ...)
 	if (rep)
 		freeReplyObject(rep);
 	return v;
+}
+
+double redis_server_hget(struct redis_server *r, const char *hash, size_t hlen,
+			 const char *field, size_t flen)
+{
+	redisReply *rep = redis_server_command(r, "HGET %b %b", hash, hlen, field, flen);
+	double v = NAN;
+
+	if (rep && rep->type == REDIS_REPLY_STRING)
+		v = strtod(rep->str, NULL);
+	else if (rep && rep->type == REDIS_REPLY_NIL)
+		v = 0;
+	if (rep)
+		freeReplyObject(rep);
+	return v;
+}
+
+unsigned redis_server_bucket(const char *key, size_t len)
+{
+	uint64_t h = 0xcbf29ce484222325ULL;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= (unsigned char)key[i];
+		h *= 0x100000001b3ULL;
+	}
+	return (unsigned)(h % 64);
 }
 
 long redis_server_count_keys(struct redis_server *r, const char *pattern)

@@ -29,11 +29,22 @@ struct redis_server {
 	char log_path[REDIS_SERVER_PATH_MAX + 16];
 	char password[64];                      /* "" = none (for commands) */
 	const char *extra[REDIS_SERVER_MAX_ARGS]; /* more server arguments, NULL-ended */
+	const char *bin;                        /* NULL = redis-server (redis-sentinel...) */
+	const char *conf_text;                  /* written to <dir>/server.conf, given first */
+	char conf[REDIS_SERVER_PATH_MAX + 16];
+	bool cluster_bus;                       /* a port below 55535 whose +10000 is free too */
 	char err[512];                          /* why the last call failed */
 };
 
 /* true if redis-server can be run ($PATH). */
 bool redis_server_available(void);
+
+/* true if the program `bin` can be run ($PATH). */
+bool redis_server_have(const char *bin);
+
+/* A blocking connection to r with a 2 s timeout (AUTH if r->password), or
+ * NULL with r->err set. */
+redisContext *redis_server_connect(struct redis_server *r);
 
 /* Starts redis-server on 127.0.0.1:<free port> with r->extra appended to
  * its arguments (set r->extra and r->password before, after zeroing r).
@@ -66,6 +77,14 @@ redisReply *redis_server_commandargv(struct redis_server *r, int argc, const cha
 
 /* The integer reply of a command, or LLONG_MIN on any failure. */
 long long redis_server_integer(struct redis_server *r, const char *fmt, ...);
+
+/* HGET hash field: the number, 0 when there is none, NAN on failure. */
+double redis_server_hget(struct redis_server *r, const char *hash, size_t hlen,
+			 const char *field, size_t flen);
+
+/* The bucket of a rate-limit key in the Redis strategy's layout
+ * (strategies/redis.c): FNV-1a 64 of the key, mod 64. */
+unsigned redis_server_bucket(const char *key, size_t len);
 
 /* Number of keys matching pattern (via SCAN), or -1. */
 long redis_server_count_keys(struct redis_server *r, const char *pattern);

@@ -1,0 +1,349 @@
+/*
+ * redis.h - what the files of the Redis strategy share, and nobody else
+ * (the sync loop knows strategy.h only):
+ *
+ *   redis.c           the operations (push, admit, heartbeat, rows,
+ *                     window), their commands and replies, the options,
+ *                     create / destroy, and the single-server mode
+ *   redis_conn.c      one connection to one server (connect, handshake,
+ *                     reconnect with backoff, close) and the probe: one
+ *                     question asked of a list of servers in turn
+ *   redis_cluster.c   Redis Cluster: CRC16 key slots, the slot map from
+ *                     CLUSTER SLOTS, routing, MOVED / ASK / TRYAGAIN
+ *   redis_sentinel.c  Sentinel: the master's address from the sentinels,
+ *                     +switch-master, reconnecting to the new master
+ *
+ * Every command of an operation is a `struct redis_call`, routed by the
+ * mode (`struct redis_mode_ops`) to the connection that serves its key's
+ * slot: the one server (single, sentinel) or the master owning the slot
+ * (cluster). A reply comes back through redis_on_call_reply(), which
+ * follows redirections and NOSCRIPT before the operation sees it.
+ */
+#ifndef REDIS_H
+#define REDIS_H
+
+#include <arpa/inet.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/un.h>
+
+#include "strategies/store.h"
+#include "strategies/strategy.h"
+
+#define REDIS_SLOTS          16384
+#define REDIS_SEEDS_MAX      16      /* cluster_nodes, sentinel nodes */
+#define REDIS_MASTERS_MAX    128     /* masters of a cluster */
+#define REDIS_MASTER_NAME_MAX 64
+#define REDIS_PREFIX_MAX     64
+#define REDIS_BACKOFF_MIN_MS 50
+#define REDIS_BACKOFF_MAX_MS 2000
+#define REDIS_REDIRECTS_MAX  16      /* MOVED / ASK followed per call */
+#define REDIS_TRYAGAIN_MS    10      /* wait before a TRYAGAIN call goes again */
+
+enum redis_mode {
+	REDIS_MODE_SINGLE = 0,          /* host/port or socket */
+	REDIS_MODE_CLUSTER,             /* cluster_nodes */
+	REDIS_MODE_SENTINEL,            /* sentinel */
+	REDIS_MODE_COUNT
+};
+
+/* A server address: an IP literal (never a name: resolving would block). */
+struct redis_addr {
+	char host[INET6_ADDRSTRLEN];
+	int port;
+};
+
+struct redis_opts {
+	enum redis_mode mode;
+	struct redis_addr addr;         /* single */
+	char socket[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "" = TCP */
+	char *password;                 /* NULL = no AUTH; owned */
+	size_t password_len;
+	int db;                         /* 0 = no SELECT */
+	int timeout_ms;
+	int wait_replicas;              /* 0 = no WAIT after writes */
+	char prefix[REDIS_PREFIX_MAX + 1];
+	size_t prefix_len;
+	struct redis_addr seeds[REDIS_SEEDS_MAX];   /* cluster nodes or sentinels */
+	size_t nseeds;
+	char master[REDIS_MASTER_NAME_MAX + 1];     /* sentinel: the master's name */
+};
+
+enum redis_state {
+	REDIS_ST_DOWN = 0,              /* no connection; retry timer may run */
+	REDIS_ST_CONNECTING,            /* connect + handshake in flight */
+	REDIS_ST_READY,                 /* handshake done: calls accepted */
+	REDIS_ST_COUNT
+};
+
+enum redis_conn_kind {
+	REDIS_CONN_DATA = 0,            /* AUTH, SELECT, (ROLE), SCRIPT LOADs; carries calls */
+	REDIS_CONN_WATCH,               /* sentinel: SUBSCRIBE +switch-master */
+	REDIS_CONN_KIND_COUNT
+};
+
+/* One connection to one server, reconnected with backoff. Owned by the
+ * strategy's list; freed by destroy, or (cluster) once retired and idle. */
+struct redis_conn {
+	struct redis_strategy *s;
+	struct redis_conn *next;        /* s->conns */
+	enum redis_conn_kind kind;
+	struct redis_addr addr;
+	enum redis_state state;
+	redisAsyncContext *ac;          /* NULL when DOWN */
+	uint64_t gen;                   /* connection attempts so far */
+	int handshake_left;             /* replies awaited before READY */
+	struct store_backoff backoff;
+	ev_timer retry;                 /* next connection attempt */
+	ev_timer handshake;             /* deadline of the current attempt */
+	ev_tstamp last_activity;        /* loop time of its last reply */
+	uint32_t inflight;              /* calls of operations registered on it */
+	bool drop_pending;              /* close at the kick (asked inside hiredis) */
+	bool reopen_now;                /* ... and connect again at once */
+	bool retired;                   /* cluster: no longer a master, freed when idle */
+	uint64_t drop_gen;
+	char drop_reason[STRATEGY_ERR_MAX];
+	char close_reason[STRATEGY_ERR_MAX]; /* for replies lost to our close */
+	char last_err[STRATEGY_ERR_MAX];     /* why the last attempt failed */
+};
+
+/* The probe: one question (a formatted command) asked of candidates in
+ * turn, each on a short-lived connection, until one answer is accepted;
+ * after a round without one it waits (backoff) and starts again. */
+struct redis_probe {
+	struct redis_strategy *s;
+	struct redis_addr cand[REDIS_SEEDS_MAX + REDIS_MASTERS_MAX];
+	size_t ncand, next;
+	redisAsyncContext *ac;
+	bool busy;                      /* a round is under way */
+	bool again;                     /* asked again while busy */
+	bool auth;                      /* AUTH with the password first */
+	struct store_backoff backoff;
+	ev_timer timer;                 /* attempt deadline, or backoff */
+	char last_err[STRATEGY_ERR_MAX];
+	/* Fills cand[] for a new round (cluster: known masters, then seeds). */
+	void (*candidates)(struct redis_probe *p);
+	const char *argv[4];             /* the question */
+	int argc;
+	/* The answer of candidate `from`: 0 accepted (the round ends), -1
+	 * not (why in p->last_err; the next candidate is asked). */
+	int (*answer)(struct redis_probe *p, const struct redis_addr *from, const redisReply *r);
+};
+
+struct redis_op;
+
+enum redis_call_state {
+	REDIS_CALL_IDLE = 0,            /* not sent yet, or done */
+	REDIS_CALL_SENT,                /* registered with hiredis on c->conn */
+	REDIS_CALL_WAITING,             /* TRYAGAIN: in s->waiting, sent again soon */
+	REDIS_CALL_APPLIED,             /* wait_replicas: applied, its WAIT not back */
+	REDIS_CALL_STATE_COUNT
+};
+
+/* One command of an operation; its address is the hiredis privdata. */
+struct redis_call {
+	struct redis_op *op;
+	struct redis_conn *conn;        /* where it is registered (SENT, APPLIED) */
+	struct redis_call *next_wait;   /* s->waiting */
+	struct redis_wait *wait;        /* the WAIT that follows it (APPLIED) */
+	enum redis_call_state state;
+	uint32_t first;                 /* push: first index in op->order; admit: the
+					 * admission; rows: window index (2 * size + prev) */
+	uint32_t n;                     /* push: counters in this call */
+	uint32_t nargs;                 /* script calls: arguments, for the EVAL resend */
+	uint16_t slot;                  /* the cluster slot of its keys */
+	uint8_t redirects;              /* MOVED / ASK followed */
+	bool asking;                    /* ASK: send ASKING before it, once */
+	bool resent;                    /* NOSCRIPT fallback used */
+	ev_tstamp tryagain_since;       /* first TRYAGAIN, 0 = none */
+	size_t begin;                   /* offset of the command in op->cmd */
+	size_t tail;                    /* script calls: offset of "<numkeys> <key> ..." */
+	size_t end;                     /* end offset of the command in op->cmd */
+	size_t tok_id;                  /* push: offset of the token key's call id, 0 = none */
+	uint64_t body_hash;             /* token calls: hash of the fields and diffs */
+};
+
+/* wait_replicas: a WAIT sent on a connection after calls of an op; the
+ * calls it follows are confirmed when enough replicas have them. */
+struct redis_wait {
+	struct redis_op *op;
+	struct redis_conn *conn;
+	struct redis_wait *next;        /* op->waits */
+	bool sent;
+};
+
+enum redis_op_kind {
+	REDIS_OP_PUSH = 0,
+	REDIS_OP_ROWS,
+	REDIS_OP_WINDOW,
+	REDIS_OP_PURGE,
+	REDIS_OP_ADMIT,
+	REDIS_OP_NODES,
+	REDIS_OP_KIND_COUNT
+};
+
+/* One operation. Freed only after its callback returned; never while one
+ * of its calls or WAITs is registered with hiredis (inflight > 0). */
+struct redis_op {
+	struct store_op base;           /* done queue, silence timer (store.h) */
+	struct redis_strategy *s;
+	enum redis_op_kind kind;
+	uint32_t inflight;              /* calls and WAITs not answered yet */
+	int status;
+	char errstr[STRATEGY_ERR_MAX];
+	strategy_done_cb done_cb;
+	strategy_rows_cb rows_cb;
+	void *arg;
+
+	/* push, window */
+	struct strategy_counter *batch;
+	size_t n;                       /* also admit: admissions */
+	uint32_t *order;                /* push: batch indexes, grouped by call */
+
+	/* admit */
+	struct strategy_admit *admits;
+
+	/* heartbeat */
+	unsigned *active;
+
+	/* rows */
+	uint32_t *sizes;                /* nsizes */
+	int64_t *starts;                /* 2 * nsizes: current, previous */
+	struct strategy_row *rows;
+	size_t *key_off;                /* rows[i].key = keys + key_off[i] */
+	size_t nrows, rows_cap;
+	char *keys;
+	size_t keys_len, keys_cap;
+
+	struct redis_call *calls;
+	size_t ncalls;
+	struct redis_wait *waits;       /* wait_replicas */
+	char *cmd;                      /* every call's RESP text */
+	void *arena;                    /* one block: order, calls, sizes, cmd */
+};
+
+struct redis_cluster;
+struct redis_sentinel;
+
+/* What differs between single server, cluster and sentinel. */
+struct redis_mode_ops {
+	const char *name;
+	/* Sets up the mode's state and starts connecting. Returns 0 or -1
+	 * (out of memory, err set). */
+	int (*start)(struct redis_strategy *s, char *err, size_t errlen);
+	/* Frees the mode's state (connections are closed by then). */
+	void (*free)(struct redis_strategy *s);
+	/* The data connection for a key slot (NULL = none known now). */
+	struct redis_conn *(*route)(struct redis_strategy *s, uint16_t slot);
+	bool (*ready)(const struct redis_strategy *s);
+	bool (*connecting)(const struct redis_strategy *s);
+	/* A connection went down, or an attempt failed (why). */
+	void (*conn_down)(struct redis_strategy *s, struct redis_conn *c, const char *why);
+	/* An error reply to call c on conn cn that the mode handles (MOVED,
+	 * ASK, TRYAGAIN, READONLY...): returns true when it took the call
+	 * over (sent again, or waiting); false to let the op see the error. */
+	bool (*redirect)(struct redis_call *c, struct redis_conn *cn, const redisReply *r);
+	/* A message on a watch connection (sentinel: +switch-master). */
+	void (*message)(struct redis_strategy *s, struct redis_conn *c, const char *msg,
+			size_t len);
+	/* The kick (outside hiredis): deferred work of the mode. */
+	void (*kick)(struct redis_strategy *s);
+	/* Why no connection serves now, for "not connected (...)". */
+	const char *(*why_down)(const struct redis_strategy *s);
+};
+
+struct redis_strategy {
+	struct store_core core;         /* loop, kick, done queue, callback guard */
+	struct ev_loop *loop;
+	struct redis_opts o;
+	const struct redis_mode_ops *mode;
+	struct redis_conn *conns;       /* every connection */
+	struct redis_conn *main;        /* single, sentinel: the data connection */
+	struct redis_cluster *cluster;  /* cluster mode */
+	struct redis_sentinel *sentinel; /* sentinel mode */
+	char sha[41];                   /* of the push script, "" until loaded */
+	char sha_admit[41];             /* of the admission script */
+	struct redis_call *waiting, *waiting_tail; /* TRYAGAIN */
+	ev_timer waiting_timer;
+	bool destroying;
+};
+
+extern const struct redis_mode_ops redis_single_mode;
+extern const struct redis_mode_ops redis_cluster_mode;
+extern const struct redis_mode_ops redis_sentinel_mode;
+
+/* ---- redis_conn.c ---- */
+
+/* A new connection in s->conns (not started). NULL when out of memory. */
+struct redis_conn *redis_conn_new(struct redis_strategy *s, enum redis_conn_kind kind,
+				  const struct redis_addr *addr);
+/* Starts a non-blocking attempt with its handshake queued. */
+void redis_conn_open(struct redis_conn *c);
+/* Closes it now; only outside its own hiredis callbacks (every pending
+ * reply callback runs with NULL before this returns). retry: schedule
+ * the next attempt. */
+void redis_conn_close(struct redis_conn *c, const char *why, bool retry);
+/* From inside a hiredis callback: close at the kick (reopen: at once). */
+void redis_conn_drop_later(struct redis_conn *c, const char *why, bool reopen);
+/* Unlinks and frees a closed connection. */
+void redis_conn_free(struct redis_conn *c);
+/* The kick: deferred drops, retired connections that are idle. */
+void redis_conns_kick(struct redis_strategy *s);
+/* Can it take a call now (connecting or ready)? */
+static inline bool redis_conn_usable(const struct redis_conn *c)
+{
+	return c != NULL && c->ac != NULL && !c->drop_pending;
+}
+
+void redis_probe_init(struct redis_probe *p, struct redis_strategy *s);
+/* Starts a round now, or right after the current one. */
+void redis_probe_start(struct redis_probe *p);
+void redis_probe_stop(struct redis_probe *p);
+/* Is a round under way? */
+bool redis_probe_busy(const struct redis_probe *p);
+
+/* "HOST:PORT" (HOST an IPv4 literal, "[IPv6]", or "localhost"; or the
+ * bare IPv6 form "::1:6379" of MOVED replies when bare_v6). Returns 0 or
+ * -1. */
+int redis_addr_parse(struct redis_addr *a, const char *str, size_t len, bool bare_v6);
+bool redis_addr_eq(const struct redis_addr *a, const struct redis_addr *b);
+
+/* ---- redis_cluster.c ---- */
+
+/* Reads a CLUSTER SLOTS reply (asked of `from`: an empty IP is its) into
+ * the masters' addresses (addrs[], *n of them, at most REDIS_MASTERS_MAX)
+ * and owner[REDIS_SLOTS] (index in addrs + 1; 0 = no master). Returns 0,
+ * or -1 with err (a shape or an address it cannot use: names are not
+ * resolved). */
+int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from,
+			      struct redis_addr *addrs, size_t *n, uint8_t *owner, char *err,
+			      size_t errlen);
+
+/* CRC16 (XMODEM) as Redis Cluster computes it. */
+uint16_t redis_crc16(const void *p, size_t len);
+/* The slot of a key: CRC16 of its hash tag (the bytes between the first
+ * '{' and the next '}', if not empty), else of the whole key, mod 16384. */
+uint16_t redis_key_slot(const char *key, size_t len);
+
+/* ---- redis.c, for the modes ---- */
+
+/* The scripts (SCRIPT LOAD in every data connection's handshake). */
+extern const char redis_push_script[];
+extern const char redis_admit_script[];
+
+/* Sends call c (after `asking`, ASKING first) on connection cn. Returns 0,
+ * or -1 (not queued: the op failed with why). */
+int redis_call_send(struct redis_call *c, struct redis_conn *cn);
+/* Fails call c (its op records why first) and counts it done. */
+void redis_call_fail(struct redis_call *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Queues c to be sent again after REDIS_TRYAGAIN_MS. */
+void redis_call_wait(struct redis_call *c);
+/* Sends the WAITs an op needs after calls it just sent (wait_replicas). */
+void redis_op_send_waits(struct redis_op *op);
+void redis_seterr(char *errstr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+const char *redis_reply_type_name(int type);
+
+#endif /* REDIS_H */

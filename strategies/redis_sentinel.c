@@ -1,0 +1,217 @@
+/*
+ * redis_sentinel.c - Redis Sentinel for the Redis strategy
+ * (strategies/redis.h).
+ *
+ * strategy_opts.sentinel = { "master": NAME, "nodes": ["HOST:PORT", ...] }.
+ * The master's address comes from the sentinels, asked in turn with
+ * SENTINEL get-master-addr-by-name (the probe, redis_conn.c); the data
+ * connection to it checks with ROLE that it is a master before it is
+ * ready. Every sentinel also gets a watch connection subscribed to
+ * +switch-master: when a failover names a new master for NAME, the data
+ * connection is closed and opened to it at once. The sentinels are asked
+ * again whenever the data connection goes down or finds a replica (ROLE,
+ * or a READONLY reply).
+ *
+ * What a failover costs: the calls in flight on the old master fail (the
+ * connection is closed, or they time out), and the caller resends the
+ * unconfirmed counters with the same push token once the new master is
+ * ready; a call the old master applied and replicated before the switch is
+ * not applied twice (its token key came along), one it applied but did
+ * not replicate is lost with it, unless wait_replicas makes such a call
+ * count as unconfirmed (redis.c: WAIT) so that its resend applies it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategies/redis.h"
+
+struct redis_sentinel {
+	struct redis_probe probe;       /* SENTINEL get-master-addr-by-name */
+};
+
+/* The master is at a: connect there (now, if it moved). */
+static void redis_sentinel_master(struct redis_strategy *s, const struct redis_addr *a)
+{
+	struct redis_conn *m = s->main;
+
+	if (m == NULL) {
+		s->main = redis_conn_new(s, REDIS_CONN_DATA, a);
+		if (s->main)
+			redis_conn_open(s->main);
+		return;
+	}
+	if (!redis_addr_eq(&m->addr, a)) {
+		m->addr = *a;
+		redis_conn_drop_later(m, "the master moved", true);
+	} else if (m->ac == NULL && !m->drop_pending) {
+		redis_conn_drop_later(m, "the master is known again", true);
+	}
+}
+
+/* An IP literal and a decimal port, as sentinels send them. */
+static int redis_sentinel_addr(struct redis_addr *a, const char *ip, size_t iplen,
+			       const char *port, size_t portlen)
+{
+	unsigned char bin[sizeof(struct in6_addr)];
+	long v = 0;
+
+	if (iplen == 0 || iplen >= sizeof(a->host) || portlen == 0 || portlen > 5)
+		return -1;
+	memcpy(a->host, ip, iplen);
+	a->host[iplen] = '\0';
+	if (inet_pton(AF_INET, a->host, bin) != 1 && inet_pton(AF_INET6, a->host, bin) != 1)
+		return -1;
+	for (size_t i = 0; i < portlen; i++) {
+		if (port[i] < '0' || port[i] > '9')
+			return -1;
+		v = v * 10 + (port[i] - '0');
+	}
+	if (v < 1 || v > 65535)
+		return -1;
+	a->port = (int)v;
+	return 0;
+}
+
+/* SENTINEL get-master-addr-by-name: [ip, port], or nil (unknown name). */
+static int redis_sentinel_answer(struct redis_probe *p, const struct redis_addr *from,
+				 const redisReply *r)
+{
+	struct redis_addr a;
+
+	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+	    r->element[0]->type != REDIS_REPLY_STRING ||
+	    r->element[1]->type != REDIS_REPLY_STRING ||
+	    redis_sentinel_addr(&a, r->element[0]->str, r->element[0]->len, r->element[1]->str,
+				r->element[1]->len) < 0) {
+		redis_seterr(p->last_err, "sentinel %s:%d: %s for master \"%s\"",
+			 from->host, from->port, r->type == REDIS_REPLY_NIL ? "no address" :
+			 "no usable address", p->s->o.master);
+		return -1;
+	}
+	redis_sentinel_master(p->s, &a);
+	return 0;
+}
+
+static void redis_sentinel_candidates(struct redis_probe *p)
+{
+	p->ncand = p->s->o.nseeds;
+	memcpy(p->cand, p->s->o.seeds, p->ncand * sizeof(p->cand[0]));
+}
+
+/* +switch-master: "<name> <old ip> <old port> <new ip> <new port>". */
+static void redis_sentinel_message(struct redis_strategy *s, struct redis_conn *c,
+				   const char *msg, size_t len)
+{
+	const char *f[5], *end = msg + len;
+	size_t fl[5];
+	struct redis_addr a;
+	int n = 0;
+
+	(void)c;
+	for (const char *p = msg; p < end && n < 5; n++) {
+		const char *sp = memchr(p, ' ', (size_t)(end - p));
+
+		f[n] = p;
+		fl[n] = (size_t)((sp ? sp : end) - p);
+		p = sp ? sp + 1 : end;
+	}
+	if (n == 5 && fl[0] == strlen(s->o.master) && memcmp(f[0], s->o.master, fl[0]) == 0 &&
+	    redis_sentinel_addr(&a, f[3], fl[3], f[4], fl[4]) == 0)
+		redis_sentinel_master(s, &a);
+}
+
+static int redis_sentinel_start(struct redis_strategy *s, char *err, size_t errlen)
+{
+	struct redis_sentinel *sn = calloc(1, sizeof(*sn));
+
+	if (sn == NULL) {
+		snprintf(err, errlen, "redis: out of memory");
+		return -1;
+	}
+	s->sentinel = sn;
+	redis_probe_init(&sn->probe, s);
+	sn->probe.argv[0] = "SENTINEL";
+	sn->probe.argv[1] = "get-master-addr-by-name";
+	sn->probe.argv[2] = s->o.master;
+	sn->probe.argc = 3;
+	sn->probe.candidates = redis_sentinel_candidates;
+	sn->probe.answer = redis_sentinel_answer;
+	for (size_t i = 0; i < s->o.nseeds; i++) {
+		struct redis_conn *w = redis_conn_new(s, REDIS_CONN_WATCH, &s->o.seeds[i]);
+
+		if (w == NULL) {
+			snprintf(err, errlen, "redis: out of memory");
+			return -1;
+		}
+		redis_conn_open(w);
+	}
+	redis_probe_start(&sn->probe);
+	return 0;
+}
+
+static void redis_sentinel_free(struct redis_strategy *s)
+{
+	if (s->sentinel == NULL)
+		return;
+	redis_probe_stop(&s->sentinel->probe);
+	free(s->sentinel);
+	s->sentinel = NULL;
+}
+
+static struct redis_conn *redis_sentinel_route(struct redis_strategy *s, uint16_t slot)
+{
+	(void)slot;
+	return s->main;
+}
+
+static bool redis_sentinel_ready(const struct redis_strategy *s)
+{
+	return s->main && s->main->state == REDIS_ST_READY;
+}
+
+static bool redis_sentinel_connecting(const struct redis_strategy *s)
+{
+	return redis_probe_busy(&s->sentinel->probe) ||
+	       (s->main && s->main->state == REDIS_ST_CONNECTING);
+}
+
+static const char *redis_sentinel_why_down(const struct redis_strategy *s)
+{
+	if (s->main && s->main->last_err[0])
+		return s->main->last_err;
+	return s->sentinel->probe.last_err[0] ? s->sentinel->probe.last_err : "no master yet";
+}
+
+static void redis_sentinel_conn_down(struct redis_strategy *s, struct redis_conn *c,
+				     const char *why)
+{
+	(void)why;
+	if (c == s->main)
+		redis_probe_start(&s->sentinel->probe);
+}
+
+/* READONLY: the server we write to is a replica now (a failover we have
+ * not heard of yet). The call fails; the sentinels are asked again. */
+static bool redis_sentinel_redirect(struct redis_call *c, struct redis_conn *cn,
+				    const redisReply *r)
+{
+	if (r->len >= 8 && memcmp(r->str, "READONLY", 8) == 0) {
+		redis_conn_drop_later(cn, "the server is a replica now (READONLY)", false);
+		redis_probe_start(&c->op->s->sentinel->probe);
+	}
+	return false;
+}
+
+const struct redis_mode_ops redis_sentinel_mode = {
+	.name = "sentinel",
+	.start = redis_sentinel_start,
+	.free = redis_sentinel_free,
+	.route = redis_sentinel_route,
+	.ready = redis_sentinel_ready,
+	.connecting = redis_sentinel_connecting,
+	.conn_down = redis_sentinel_conn_down,
+	.redirect = redis_sentinel_redirect,
+	.message = redis_sentinel_message,
+	.why_down = redis_sentinel_why_down,
+};
