@@ -272,8 +272,13 @@ int rl_reload(struct rl *rl, const struct ns_def *defs, size_t n, char *err, siz
 			return -1;
 		}
 	}
-	for (size_t i = 0; i < rl->n_ns; i++)
+	for (size_t i = 0; i < rl->n_ns; i++) {
+		/* A namespace gone keeps no guaranteed room: its entries are
+		 * the least worth keeping once the table is full. */
+		if (rl_ns_of_shm(next, rl->ns[i].sid) < 0)
+			shm_set_ns(rl->shm, rl->ns[i].sid, 1, true);
 		free((void *)rl->ns[i].def.strategy_opts);
+	}
 	memcpy(rl->ns, next->ns, sizeof(rl->ns));
 	rl->n_ns = next->n_ns;
 	rl->public_key = next->public_key;
