@@ -139,6 +139,7 @@ struct sync {
 	size_t nparked;
 	ev_timer park_timer;
 	ev_prepare gather_w;          /* sends the gathered pushes */
+	bool stopping;                /* sync_stop runs: callbacks arm nothing */
 	struct sync_gather *free_gathers;
 };
 
@@ -465,7 +466,7 @@ static void sync_on_seeded(void *arg, int status, const char *errstr)
 				prev->total, now);
 	}
 	sn->seed_busy = false;
-	if (sn->nqueued > 0 && !ev_is_active(&sn->seed_timer)) {
+	if (sn->nqueued > 0 && !sy->stopping && !ev_is_active(&sn->seed_timer)) {
 		ev_timer_set(&sn->seed_timer, SYNC_SEED_DELAY, 0.);
 		ev_timer_start(sy->loop, &sn->seed_timer);
 	}
@@ -518,7 +519,7 @@ static struct sync_ns *sync_find_ns(struct sync *sy, unsigned ns)
 
 void sync_seed(struct sync *sy, unsigned ns, uint32_t idx)
 {
-	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+	struct sync_ns *sn = sy && !sy->stopping ? sync_find_ns(sy, ns) : NULL;
 
 	if (!sn || !sn->seed_q || sn->nqueued == SYNC_SEED_MAX)
 		return;
@@ -708,7 +709,7 @@ static struct sync_gather *sync_gather_room(struct sync *sy, struct sync_gather 
 static int sync_push_later(struct sync *sy, unsigned ns, struct strategy_counter *c, size_t n,
 			   strategy_done_cb cb, void *arg)
 {
-	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+	struct sync_ns *sn = sy && !sy->stopping ? sync_find_ns(sy, ns) : NULL;
 	struct sync_gather *g;
 
 	if (!sn || (!sn->ops->ready(sn->st) && !sn->ops->connecting(sn->st)) ||
@@ -725,7 +726,7 @@ static int sync_push_later(struct sync *sy, unsigned ns, struct strategy_counter
 static int sync_admit_later(struct sync *sy, unsigned ns, struct strategy_admit *a, size_t n,
 			    strategy_done_cb cb, void *arg)
 {
-	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+	struct sync_ns *sn = sy && !sy->stopping ? sync_find_ns(sy, ns) : NULL;
 	struct sync_gather *g;
 
 	if (!sn || !sn->ops->admit ||
@@ -1038,10 +1039,23 @@ bool sync_busy(const struct sync *sy)
 	return false;
 }
 
+bool sync_settled(const struct sync *sy)
+{
+	if (sync_busy(sy))
+		return false;
+	for (size_t i = 0; sy && i < sy->n; i++)
+		if (sy->ns[i].retry || sy->ns[i].holding)
+			return false;
+	return true;
+}
+
 void sync_stop(struct sync *sy)
 {
 	if (!sy)
 		return;
+	/* The callbacks the stores run below (failing what is in flight)
+	 * may try to queue or arm more: nothing is, sy is about to go. */
+	sy->stopping = true;
 	/* Gathered pushes not sent yet fail: their hits stay in the diffs. */
 	ev_prepare_stop(sy->loop, &sy->gather_w);
 	for (size_t i = 0; i < sy->n; i++) {

@@ -109,6 +109,10 @@ bool sync_can_admit(struct sync *s, unsigned ns);
 /* Is a cycle waiting for its store? (A stopping worker waits for it.) */
 bool sync_busy(const struct sync *s);
 
+/* Nothing in flight and no push kept to resend with its token: stopping
+ * now loses no token (a reload waits for this). */
+bool sync_settled(const struct sync *s);
+
 /* Stops the timers and frees everything (pending pushes are failed; their
  * diffs stay in the table). NULL is fine. */
 void sync_stop(struct sync *s);

@@ -322,9 +322,11 @@ static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* A reload (agent/reload.h) applies once no push or held answer waits for
- * a store (at most WORKER_RELOAD_WAIT): the sync restarts with the new
- * namespaces, and a batch in flight would otherwise be failed and pushed
- * again under a new token. */
+ * a store and no unconfirmed push waits to be resent with its token (at
+ * most WORKER_RELOAD_WAIT): the sync restarts with the new namespaces, and
+ * such a batch would be pushed again under a new token (with a store that
+ * stays away longer, that batch may count twice: the window of doubt of
+ * docs/CLUSTER.md). */
 static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = container_of(t, struct worker, reload_w);
@@ -334,7 +336,7 @@ static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
 		ev_timer_stop(loop, t);
 		return;
 	}
-	if ((sync_busy(w->sync) || w->decide.npending > 0) &&
+	if ((!sync_settled(w->sync) || w->decide.npending > 0) &&
 	    ev_now(loop) - w->reload_since < WORKER_RELOAD_WAIT)
 		return;
 	ev_timer_stop(loop, t);
