@@ -119,6 +119,7 @@ struct redis_probe {
 	redisAsyncContext *ac;
 	bool busy;                      /* a round is under way */
 	bool again;                     /* asked again while busy */
+	bool waiting;                   /* busy, but in the backoff between rounds */
 	bool auth;                      /* AUTH with the password first */
 	struct store_backoff backoff;
 	ev_timer timer;                 /* attempt deadline, or backoff */
@@ -303,6 +304,10 @@ void redis_probe_start(struct redis_probe *p);
 void redis_probe_stop(struct redis_probe *p);
 /* Is a round under way? */
 bool redis_probe_busy(const struct redis_probe *p);
+
+/* A round is under way and not waiting out its backoff: an answer (or a
+ * failure) comes within timeout_ms. */
+bool redis_probe_attempting(const struct redis_probe *p);
 
 /* "HOST:PORT" (HOST an IPv4 literal, "[IPv6]", or "localhost"; or the
  * bare IPv6 form "::1:6379" of MOVED replies when bare_v6). Returns 0 or

@@ -296,7 +296,10 @@ static bool redis_cluster_ready(const struct redis_strategy *s)
 
 static bool redis_cluster_connecting(const struct redis_strategy *s)
 {
-	return redis_probe_busy(&s->cluster->probe) || redis_cluster_any(s, REDIS_ST_CONNECTING);
+	/* Not during the backoff between failed rounds: an attempt must end
+	 * within timeout_ms (strategy.h), and the callers wait for it. */
+	return redis_probe_attempting(&s->cluster->probe) ||
+	       redis_cluster_any(s, REDIS_ST_CONNECTING);
 }
 
 static const char *redis_cluster_why_down(const struct redis_strategy *s)

@@ -500,6 +500,7 @@ static void redis_probe_round_end(struct redis_probe *p, bool accepted)
 	/* again, or after a failed round: a new round after the backoff */
 	p->again = false;
 	p->busy = true;
+	p->waiting = !accepted;
 	p->ncand = 0;
 	ev_timer_set(&p->timer, store_backoff_take(&p->backoff), 0.);
 	ev_timer_start(loop, &p->timer);
@@ -620,6 +621,7 @@ static void redis_probe_on_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	(void)loop;
 	(void)revents;
 	store_enter(&p->s->core);
+	p->waiting = false;
 	if (p->ncand == 0) {            /* a new round */
 		p->candidates(p);
 		p->next = 0;
@@ -655,6 +657,7 @@ void redis_probe_start(struct redis_probe *p)
 		return;
 	}
 	p->busy = true;
+	p->waiting = false;
 	p->ncand = 0;
 	ev_timer_set(&p->timer, 0., 0.);
 	ev_timer_start(p->s->loop, &p->timer);
@@ -670,4 +673,9 @@ void redis_probe_stop(struct redis_probe *p)
 bool redis_probe_busy(const struct redis_probe *p)
 {
 	return p->busy;
+}
+
+bool redis_probe_attempting(const struct redis_probe *p)
+{
+	return p->busy && !p->waiting;
 }

@@ -172,7 +172,7 @@ static bool redis_sentinel_ready(const struct redis_strategy *s)
 
 static bool redis_sentinel_connecting(const struct redis_strategy *s)
 {
-	return redis_probe_busy(&s->sentinel->probe) ||
+	return redis_probe_attempting(&s->sentinel->probe) ||
 	       (s->main && s->main->state == REDIS_ST_CONNECTING);
 }
 

@@ -496,6 +496,15 @@ Test(redis_cluster, nobody_answering_is_not_ready_and_says_why)
 		for (double end = now_s() + 0.3; now_s() < end;)
 			ev_run(loop, EVRUN_ONCE);
 		cr_assert(!OPS->ready(s));
+		/* Between failed rounds it is not "connecting" (that promises
+		 * an end within timeout_ms, and callers wait for it): pushes of
+		 * sync_rate 0 and admissions fail at once, decided locally. */
+		int idle = 0;
+		for (double end = now_s() + 1.0; now_s() < end && idle == 0;) {
+			ev_run(loop, EVRUN_ONCE);
+			idle += !OPS->connecting(s);
+		}
+		cr_assert_gt(idle, 0, "%s: connecting all the time while nobody answers", json);
 		cr_assert_eq(OPS->push_diffs(s, &b, 1, "t", done_cb, &r, err), -1);
 		cr_assert(strstr(err, "not connected") && strstr(err, port), "%s: %s", json, err);
 		OPS->destroy(s);
