@@ -44,9 +44,11 @@ static void redis_sentinel_master(struct redis_strategy *s, const struct redis_a
 	if (!redis_addr_eq(&m->addr, a)) {
 		m->addr = *a;
 		redis_conn_drop_later(m, "the master moved", true);
-	} else if (m->ac == NULL && !m->drop_pending) {
-		redis_conn_drop_later(m, "the master is known again", true);
 	}
+	/* The same address, connection down: it retries on its own backoff.
+	 * Reopening it at once here (every down connection asks the
+	 * sentinels, who name it again) made a tight loop while the master
+	 * was down: thousands of connections a second (found in review). */
 }
 
 /* An IP literal and a decimal port, as sentinels send them. */
