@@ -175,3 +175,40 @@ Test(redis_sentinel, script_flush_with_wait_replicas)
 	cr_assert_eq(stored(&st.data[1], "sf", "key7"), 2, "the replica has it too");
 	OPS->destroy(s);
 }
+
+/* Connections the sentinel t->sentinel[i] has accepted so far. */
+static long long sentinel_connections(int i)
+{
+	redisReply *r = redis_server_command(&st.sentinel[i], "INFO stats");
+	long long n = -1;
+	const char *p;
+
+	if (r && r->type == REDIS_REPLY_STRING && (p = strstr(r->str, "total_connections_received:")))
+		n = atoll(p + strlen("total_connections_received:"));
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+/* The master gone (its port closed) before the sentinels fail it over:
+ * they keep naming it, and the instance retries it on its backoff. It
+ * used to reopen at once on every answer: thousands of connections a
+ * second to the sentinels. */
+Test(redis_sentinel, master_down_is_retried_on_a_backoff)
+{
+	struct strategy *s = mk(NULL);
+	long long before[REDIS_SENTINELS], more = 0;
+
+	for (int i = 0; i < REDIS_SENTINELS; i++)
+		before[i] = sentinel_connections(i);
+	redis_server_stop(&st.data[st.master], 2000);
+	/* Less than the sentinels' down-after (1 s): they still name it. */
+	for (double end = now_s() + 0.8; now_s() < end;)
+		ev_run(loop, EVRUN_ONCE);
+	cr_assert(!OPS->ready(s));
+	for (int i = 0; i < REDIS_SENTINELS; i++)
+		more += sentinel_connections(i) - before[i];
+	cr_log_info("master down for 0.8 s: %lld connections to the sentinels", more);
+	cr_assert_leq(more, 60, "%lld connections to the sentinels in 0.8 s", more);
+	OPS->destroy(s);
+}
