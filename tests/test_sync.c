@@ -5,6 +5,7 @@
  * loads a namespace into a third instance that never counted anything.
  */
 #include <criterion/criterion.h>
+#include <ev.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,6 +13,7 @@
 
 #include "agent/ratelimit.h"
 #include "agent/shm.h"
+#include "agent/sync.h"
 #include "agent/window.h"
 #include "tests/lib/redis_server.h"
 
@@ -150,5 +152,40 @@ Test(sync, local_namespace_refuses, .timeout = 10)
 	cr_assert(rl_sync(rl, "loc", 1) == -1);
 	cr_assert(rl_fetch(rl, "loc", rl_now(), 0) == -1);
 	cr_assert(rl_sync(rl, "nope", 1) == -1);
+	rl_free(rl);
+}
+
+/* sync_stop while a read of first-seen keys waits for a paused store and
+ * more keys are queued: the store fails the read inside sync_stop, and its
+ * callback must not arm the timer of the sync being freed (it did: a use
+ * after free 2 ms later, at a reload with a hung store). ASan tells. */
+Test(sync, stop_with_a_seed_read_in_flight, .init = start_redis, .fini = stop_redis,
+     .timeout = 30)
+{
+	struct rl *rl = node(1.0);
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct sync *sy = NULL;
+	struct rl_result r;
+	char key[32];
+
+	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
+	cr_assert_not_null(sy);
+	for (double end = ev_time() + 0.3; ev_time() < end;)
+		ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
+	cr_assert_eq(redis_server_pause(&srv), 0);
+	for (int i = 0; i < 4; i++) {
+		snprintf(key, sizeof(key), "seed-%d", i);
+		cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, -1, rl_now(), -1, true, &r), 0);
+		cr_assert(r.inserted);
+		sync_seed(sy, 0, r.cur_idx);
+		if (i == 1)   /* the first two leave (and wait), the others queue */
+			for (double end = ev_time() + 0.05; ev_time() < end;)
+				ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
+	}
+	sync_stop(sy);
+	for (double end = ev_time() + 0.05; ev_time() < end;)
+		ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
+	cr_assert_eq(redis_server_resume(&srv), 0);
+	ev_loop_destroy(loop);
 	rl_free(rl);
 }
