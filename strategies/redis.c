@@ -931,6 +931,7 @@ int redis_call_send(struct redis_call *c, struct redis_conn *cn)
 	if (redisAsyncFormattedCommand(cn->ac, redis_on_call_reply, c, op->cmd + c->begin,
 				       c->end - c->begin) != REDIS_OK)
 		goto fail;
+	c->asked = c->asking;
 	c->asking = false;
 	c->state = REDIS_CALL_SENT;
 	c->conn = cn;
@@ -971,8 +972,11 @@ static int redis_call_route(struct redis_call *c)
 }
 
 /* After a NOSCRIPT error: sends call c again as EVAL of its script (which
- * caches it again), once, on the same connection. Returns true when the
- * call is in flight again. */
+ * caches it again), once, on the same connection, behind ASKING again if
+ * the EVALSHA went after an ASK (the node importing the slot has no script
+ * yet: without ASKING it would answer MOVED back to the source, which asks
+ * again, until the redirection limit). Returns true when the call is in
+ * flight again. */
 static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 {
 	const struct redis_kind *k = &redis_kinds[c->op->kind];
@@ -982,7 +986,8 @@ static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 	bool sent = false;
 
 	c->resent = true;
-	if (buf != NULL) {
+	if (buf != NULL &&
+	    (!c->asked || redisAsyncCommand(cn->ac, NULL, NULL, "ASKING") == REDIS_OK)) {
 		p = redis_put_array(p, c->nargs);
 		p = redis_put_bulk(p, "EVAL", 4);
 		p = redis_put_bulk(p, k->script, k->slen);
@@ -990,8 +995,8 @@ static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 		p += tail;
 		sent = redisAsyncFormattedCommand(cn->ac, redis_on_call_reply, c, buf,
 						  (size_t)(p - buf)) == REDIS_OK;
-		free(buf);
 	}
+	free(buf);
 	if (!sent) {
 		redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
 		return false;

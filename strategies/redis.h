@@ -157,6 +157,7 @@ struct redis_call {
 	uint16_t slot;                  /* the cluster slot of its keys */
 	uint8_t redirects;              /* MOVED / ASK followed */
 	bool asking;                    /* ASK: send ASKING before it, once */
+	bool asked;                     /* sent behind ASKING: so is a NOSCRIPT resend */
 	bool resent;                    /* NOSCRIPT fallback used */
 	ev_tstamp tryagain_since;       /* first TRYAGAIN, 0 = none */
 	size_t begin;                   /* offset of the command in op->cmd */

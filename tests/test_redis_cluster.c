@@ -107,14 +107,20 @@ static void run_until(const bool *flag, double secs)
 }
 
 
-/* The stored total of (ns, key) in the 60 s window START60. */
-static double stored(const char *ns, const char *key)
+/* The stored total of (ns, key) in the 60 s window starting at start. */
+static double stored_at(const char *ns, const char *key, int start)
 {
 	char h[256];
 	int len = snprintf(h, sizeof(h), "rl:{%s%s:%u}:60:%d", ns[0] == '}' ? "\x01" : "", ns,
-			   redis_server_bucket(key, strlen(key)), START60);
+			   redis_server_bucket(key, strlen(key)), start);
 
 	return redis_cluster_hget(&cl, h, (size_t)len, key, strlen(key));
+}
+
+/* The stored total of (ns, key) in the 60 s window START60. */
+static double stored(const char *ns, const char *key)
+{
+	return stored_at(ns, key, START60);
 }
 
 /* The rules of the cluster specification; the cluster itself agrees on
@@ -423,6 +429,80 @@ Test(redis_cluster, resharding_while_two_instances_push)
 	}
 	for (int i = 0; i < 2; i++)
 		OPS->destroy(s[i]);
+}
+
+struct ask_noscript {
+	struct strategy *s;
+	struct strategy_counter c;      /* a window the source does not hold */
+	size_t dst;
+	int pumped;
+	struct res r;
+};
+
+/* While the slot migrates with every key still at the source: the
+ * importing master forgets its scripts, and a push without a token (as
+ * sync_rate 0 and first-sight seeding push) of a window the source does
+ * not hold (ASK) must reach the importing master as EVAL behind ASKING. */
+static void flush_and_push(void *arg, int ms)
+{
+	struct ask_noscript *a = arg;
+	char err[STRATEGY_ERR_MAX];
+	redisReply *r;
+
+	(void)ms;
+	if (a->pumped++ > 0)
+		return;
+	r = redis_server_command(&cl.srv[a->dst], "SCRIPT FLUSH");
+	cr_assert(r != NULL && r->type == REDIS_REPLY_STATUS, "SCRIPT FLUSH");
+	freeReplyObject(r);
+	cr_assert_eq(OPS->push_diffs(a->s, &a->c, 1, NULL, done_cb, &a->r, err), 0, "%s", err);
+	run_until(&a->r.done, 10);
+}
+
+/* EVALSHA sent after an ASK meets NOSCRIPT on the importing master: the
+ * EVAL resend goes behind ASKING too. Before, it went without: the
+ * importing master answered MOVED back to the source, which asked again,
+ * until the redirection limit failed the push, for as long as the slot
+ * was migrating. */
+Test(redis_cluster, noscript_after_ask_resends_behind_asking)
+{
+	struct pusher old;
+	struct ask_noscript a = { .dst = 1 };
+	unsigned slot = 16384;
+	int k;
+
+	cluster_up(0);
+	a.s = mk(NULL);
+	pusher_init(&old, OPS, a.s, "ak", START60, 0);        /* keys in every bucket used */
+	for (k = 0; k < PUSHER_KEYS; k++) {
+		char h[32];
+		int len = snprintf(h, sizeof(h), "{ak:%u}",
+				   redis_server_bucket(old.keys[k], strlen(old.keys[k])));
+
+		slot = redis_key_slot(h, (size_t)len);
+		if (redis_cluster_owner(&cl, slot) == 0)
+			break;
+	}
+	cr_assert_lt(k, PUSHER_KEYS, "no key of namespace ak on master 0");
+	pusher_step(&old, true);
+	cr_assert(pusher_drain(&old, loop, 10), "%s", old.last_err);
+	a.c = (struct strategy_counter){ .ns = "ak", .ns_len = 2, .key = old.keys[k],
+					 .key_len = strlen(old.keys[k]), .start = START60 + 60,
+					 .size = 60, .diff = 3 };
+	cr_assert_eq(redis_cluster_migrate(&cl, slot, slot, a.dst, flush_and_push, &a), 0, "%s",
+		     cl.err);
+	cr_assert_gt(a.pumped, 0, "the slot held no key: nothing was pushed while migrating");
+	cr_log_info("slot %u to master %zu: push %s (%s); the servers answered ASK %lld, "
+		    "NOSCRIPT %lld times", slot, a.dst, a.r.status == 0 ? "done" : "failed",
+		    a.r.err, redis_cluster_errorstat(&cl, "ASK"),
+		    redis_cluster_errorstat(&cl, "NOSCRIPT"));
+	cr_assert_gt(redis_cluster_errorstat(&cl, "ASK"), 0, "the push was not asked elsewhere");
+	cr_assert_gt(redis_cluster_errorstat(&cl, "NOSCRIPT"), 0, "no script was missing");
+	cr_assert_eq(a.r.status, 0, "the push failed while the slot migrated: %s", a.r.err);
+	cr_assert_eq(stored_at("ak", a.c.key, START60 + 60), 3);
+	for (k = 0; k < PUSHER_KEYS; k++)
+		cr_assert_eq(stored("ak", old.keys[k]), 1, "%s", old.keys[k]);
+	OPS->destroy(a.s);
 }
 
 /* A master killed under pushes; its replica takes its slots. With
