@@ -289,7 +289,8 @@ void redis_conn_open(struct redis_conn *c);
 void redis_conn_close(struct redis_conn *c, const char *why, bool retry);
 /* From inside a hiredis callback: close at the kick (reopen: at once). */
 void redis_conn_drop_later(struct redis_conn *c, const char *why, bool reopen);
-/* Unlinks and frees a closed connection. */
+/* Unlinks and frees a connection; one never closed (a start that failed
+ * half way) has its hiredis context freed first, without callbacks to us. */
 void redis_conn_free(struct redis_conn *c);
 /* The kick: deferred drops, retired connections that are idle. */
 void redis_conns_kick(struct redis_strategy *s);

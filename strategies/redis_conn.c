@@ -372,6 +372,13 @@ void redis_conn_free(struct redis_conn *c)
 {
 	struct redis_conn **pp;
 
+	if (c->ac != NULL) {            /* never closed: a start that failed half way */
+		redisAsyncContext *ac = c->ac;
+
+		c->ac = NULL;
+		ac->data = NULL;
+		redisAsyncFree(ac);
+	}
 	ev_timer_stop(c->s->loop, &c->retry);
 	ev_timer_stop(c->s->loop, &c->handshake);
 	for (pp = &c->s->conns; *pp; pp = &(*pp)->next) {
