@@ -813,7 +813,7 @@ static void ev_pg_resume(void)
  * applied by the store on SIGCONT, and their resends carry the same token,
  * so they add nothing again (agent/sync.c, strategies/strategy.h). */
 static void pause_case(const char *store, store_total_fn total_fn, unsigned w,
-		       store_event_fn pause_fn, store_event_fn resume_fn)
+		       store_event_fn pause_fn, store_event_fn resume_fn, int sync0_timeout_ms)
 {
 	static struct lat l;
 	int64_t rates[NODES], ms = -1, t0, stable_since;
@@ -862,8 +862,22 @@ static void pause_case(const char *store, store_total_fn total_fn, unsigned w,
 	cr_assert(excess >= 0, "%s: hits lost: store total %g < sent %zu", store, total, sent);
 	cr_log_info("%s SIGSTOP/SIGCONT: pushes that timed out, per node: %zu %zu %zu", store,
 		    log_count(0, "timeout"), log_count(1, "timeout"), log_count(2, "timeout"));
-	cr_assert(excess == 0, "%s: %g hits counted twice after the pause (exactly once expected: "
-		  "resends carry the same token)", store, excess);
+	if (sync0_timeout_ms == 0) {
+		cr_assert(excess == 0, "%s: %g hits counted twice after the pause (exactly once "
+			  "expected: resends carry the same token)", store, excess);
+		return;
+	}
+	/* sync_rate 0: a push of its own carries no token; one the paused
+	 * store applied late is pushed again by the retry cycle. Those hits
+	 * were answered once their push timed out (docs/CLUSTER.md, the
+	 * window of doubt of this mode): at most that many count twice. */
+	uint64_t late = 0;
+
+	for (size_t b = (size_t)sync0_timeout_ms * 9; b < LAT_BINS; b++)
+		late += l.bins[b];
+	cr_log_info("%s: %llu ACKs came after 0.9 x timeout_ms", store, (unsigned long long)late);
+	cr_assert(excess <= (double)late, "%s: %g hits counted twice, more than the %llu answered "
+		  "after their push timed out", store, excess, (unsigned long long)late);
 }
 
 Test(cluster, redis_paused_answers_do_not_wait)
@@ -873,7 +887,7 @@ Test(cluster, redis_paused_answers_do_not_wait)
 	redis_up(false);
 	for (size_t n = 0; n < NODES; n++)
 		node_start(n, cfg_redis(w, SYNC_RATE));
-	pause_case("redis", redis_total, w, ev_redis_pause, ev_redis_resume);
+	pause_case("redis", redis_total, w, ev_redis_pause, ev_redis_resume, 0);
 }
 
 Test(cluster, postgres_paused_answers_do_not_wait)
@@ -883,7 +897,20 @@ Test(cluster, postgres_paused_answers_do_not_wait)
 	pg_up();
 	for (size_t n = 0; n < NODES; n++)
 		node_start(n, cfg_pg(w, SYNC_RATE));
-	pause_case("postgres", pg_total, w, ev_pg_pause, ev_pg_resume);
+	pause_case("postgres", pg_total, w, ev_pg_pause, ev_pg_resume, 0);
+}
+
+/* sync_rate 0 with the store paused under load: answers do not wait past
+ * timeout_ms, nothing is lost, and what counts twice is bounded by the
+ * hits whose push timed out. */
+Test(cluster, redis_synchronous_paused_loses_nothing)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_redis(w, 0));
+	pause_case("redis sync_rate 0", redis_total, w, ev_redis_pause, ev_redis_resume, 100);
 }
 
 /* sync_rate 0 on a node whose store is still connecting (its first
