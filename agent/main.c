@@ -169,6 +169,15 @@ int main(int argc, char **argv)
 		config_free(&cfg);
 		return 2;
 	}
+	if (check_only && (master_check_listen(cfg.listen, err, sizeof(err)) < 0 ||
+			   (cfg.http_listen[0] &&
+			    master_check_listen(cfg.http_listen, err, sizeof(err)) < 0))) {
+		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: cannot listen: %s\n",
+			file ? file : "built-in", err);
+		rl_free(rl);
+		config_free(&cfg);
+		return 2;
+	}
 	if (check_only) {
 		printf("configuration OK: %zu namespace(s), listen %s, %d worker(s), max_keys %zu\n",
 		       cfg.n_ns, cfg.listen, cfg.workers, cfg.max_keys);

@@ -195,14 +195,10 @@ static int master_listen_unix(const struct config *cfg, const char *addr, const 
 	return fd;
 }
 
-int master_listen(const struct config *cfg, const char *addr, char *err, size_t errlen)
+/* The address of a TCP listen address ("HOST:PORT", "[IPV6]:PORT", "*:PORT",
+ * ":PORT"): 0 with *res (freeaddrinfo), or -1 with err set. */
+static int master_resolve(const char *addr, struct addrinfo **res, char *err, size_t errlen)
 {
-	const char *path = config_unix_path(addr);
-	int fd;
-
-	if (path)
-		return master_listen_unix(cfg, addr, path, err, errlen);
-
 	char host[CONFIG_ADDR_MAX], *port;
 	snprintf(host, sizeof(host), "%s", addr);
 	char *h = host;
@@ -227,12 +223,36 @@ int master_listen(const struct config *cfg, const char *addr, char *err, size_t 
 		h = NULL;
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_PASSIVE | AI_NUMERICSERV };
-	struct addrinfo *res;
-	int rc = getaddrinfo(h, port, &hints, &res);
+	int rc = getaddrinfo(h, port, &hints, res);
 	if (rc != 0) {
 		snprintf(err, errlen, "%s: %s", addr, gai_strerror(rc));
 		return -1;
 	}
+	return 0;
+}
+
+int master_check_listen(const char *addr, char *err, size_t errlen)
+{
+	struct addrinfo *res;
+
+	if (config_unix_path(addr))
+		return 0;
+	if (master_resolve(addr, &res, err, errlen) < 0)
+		return -1;
+	freeaddrinfo(res);
+	return 0;
+}
+
+int master_listen(const struct config *cfg, const char *addr, char *err, size_t errlen)
+{
+	const char *path = config_unix_path(addr);
+	struct addrinfo *res;
+	int fd;
+
+	if (path)
+		return master_listen_unix(cfg, addr, path, err, errlen);
+	if (master_resolve(addr, &res, err, errlen) < 0)
+		return -1;
 	fd = socket(res->ai_family, res->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		freeaddrinfo(res);

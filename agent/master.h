@@ -20,6 +20,11 @@ struct worker_listeners;
  * message in err. */
 int master_listen(const struct config *cfg, const char *addr, char *err, size_t errlen);
 
+/* For -t: a TCP listen address resolves (a host name is looked up, as
+ * master_listen does at start); a unix path is not checked. Returns 0, or
+ * -1 with a message in err. */
+int master_check_listen(const char *addr, char *err, size_t errlen);
+
 /* The ids of a listen_owner "user[:group]" (names or numbers); (uid_t)-1 /
  * (gid_t)-1 for a part not given, as chown() takes them. Returns 0, or -1
  * with "no user ..." / "no group ..." in err. */

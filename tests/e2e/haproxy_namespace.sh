@@ -2,7 +2,8 @@
 # haproxy_namespace.sh - the agent's JSON configuration (-c) is used.
 # Checks, with an agent started with -c (namespaces "default" and "api";
 # "api" has one 10 s window, fixed, count_denied false):
-#   - "$AGENT -t -c FILE" accepts the file;
+#   - "$AGENT -t -c FILE" accepts the file, and refuses it with a listen
+#     host name that does not resolve;
 #   - a request naming namespace api (window 10, limit 3) is limited: 3 of
 #     5 pass, RateLimit-Policy shows w=10;
 #   - count_denied false: denied hits are not counted (a cost-0 read after
@@ -31,6 +32,11 @@ EOF
 out=$("$AGENT" -t -c "$cfg" 2>&1)
 check "agent -t accepts the configuration" test $? -eq 0
 [ -n "$out" ] && diag "$out"
+# A listen host name that does not resolve fails -t, as it would the start.
+sed 's/"listen": "127.0.0.1:/"listen": "no-such-host.invalid:/' "$cfg" > "$E2E_TMP/badhost.json"
+out=$(timeout 60 "$AGENT" -t -c "$E2E_TMP/badhost.json" 2>&1)
+is "$?" "2" "agent -t refuses a listen host name that does not resolve (status 2)"
+check "... naming the address" grep -q "cannot listen: no-such-host.invalid:$E2E_PORT_AGENT" <<< "$out"
 
 start_agent -c "$cfg" -w 2
 start_haproxy
