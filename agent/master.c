@@ -25,6 +25,7 @@
 #include "agent/balance.h"
 #include "agent/config.h"
 #include "agent/log.h"
+#include "agent/ratelimit.h"
 #include "agent/reload.h"
 #include "agent/sync.h"
 #include "agent/worker.h"
@@ -286,9 +287,11 @@ static pid_t master_spawn(const struct config *cfg, struct rl *rl,
 }
 
 /* Reaps exited workers (their share of the connections goes with them,
- * agent/balance.h); schedules a respawn unless stopping. Returns how many
+ * agent/balance.h, and what they left half done in the table: rl_worker_gone);
+ * schedules a respawn unless stopping. Returns how many
  * are still running. */
-static int master_reap(struct master_worker *ws, int n, bool stopping, struct balance *bal)
+static int master_reap(struct master_worker *ws, int n, bool stopping, struct balance *bal,
+		       struct rl *rl)
 {
 	int status, running = 0;
 	pid_t pid;
@@ -301,6 +304,7 @@ static int master_reap(struct master_worker *ws, int n, bool stopping, struct ba
 			balance_gone(bal, i);
 			if (stopping)
 				break;
+			rl_worker_gone(rl);
 			if (WIFSIGNALED(status))
 				LOG(LOG_WARN, "worker %d (pid %d) killed by signal %d, respawning", i,
 				    (int)pid, WTERMSIG(status));
@@ -351,7 +355,7 @@ int master_run(const struct config *cfg, struct rl *rl, const struct worker_list
 				if (ws[i].pid > 0)
 					kill(ws[i].pid, SIGHUP);
 		if (sig == SIGCHLD)
-			master_reap(ws, n, false, ls->balance);
+			master_reap(ws, n, false, ls->balance, rl);
 		double now = mono_now();
 		for (int i = 0; i < n; i++) {
 			if (ws[i].pid == 0 && ws[i].respawn_at > 0 && now >= ws[i].respawn_at) {
@@ -376,7 +380,7 @@ int master_run(const struct config *cfg, struct rl *rl, const struct worker_list
 		if (ws[i].pid > 0)
 			kill(ws[i].pid, SIGTERM);
 	double deadline = mono_now() + MASTER_STOP_SECONDS;
-	while (master_reap(ws, n, true, ls->balance) > 0) {
+	while (master_reap(ws, n, true, ls->balance, rl) > 0) {
 		if (mono_now() >= deadline) {
 			LOG(LOG_WARN, "workers still running after %d s: killing them",
 			    MASTER_STOP_SECONDS);

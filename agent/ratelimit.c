@@ -723,3 +723,8 @@ struct shm_table *rl_shm(const struct rl *rl)
 {
 	return rl->shm;
 }
+
+void rl_worker_gone(struct rl *rl)
+{
+	shm_grant_unstick(rl->shm);
+}

@@ -240,4 +240,8 @@ double rl_sync_rate(const struct rl *rl, int ns);
  * stats and tests. Owned by the instance. */
 struct shm_table *rl_shm(const struct rl *rl);
 
+/* A worker process died (the master reaps it): what it left half done in
+ * the shared table that nobody else would end is ended (shm_grant_unstick). */
+void rl_worker_gone(struct rl *rl);
+
 #endif /* RATELIMIT_H */

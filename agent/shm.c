@@ -1331,10 +1331,37 @@ double shm_grant_cycle(struct shm_table *t, uint32_t idx)
 
 int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta)
 {
+	_Atomic uint64_t *w;
+	uint64_t v;
+
 	if (idx >= t->nslots)
 		return 0;
-	return (int64_t)atomic_fetch_add((_Atomic uint64_t *)shm_grant_word(t, idx, SHM_GRANT_FLIGHT),
-					 (uint64_t)delta) + delta;
+	w = shm_grant_word(t, idx, SHM_GRANT_FLIGHT);
+	if (delta >= 0)
+		return (int64_t)atomic_fetch_add(w, (uint64_t)delta) + delta;
+	/* Never below 0: shm_grant_unstick() may have cleared this one's
+	 * count while it was in flight. */
+	v = atomic_load_explicit(w, memory_order_relaxed);
+	for (;;) {
+		int64_t after = (int64_t)v + delta;
+
+		if (after < 0)
+			after = 0;
+		if (atomic_compare_exchange_weak(w, &v, (uint64_t)after))
+			return after;
+	}
+}
+
+void shm_grant_unstick(struct shm_table *t)
+{
+	for (uint32_t idx = 0; idx < t->nslots; idx++) {
+		_Atomic uint64_t *last = shm_grant_word(t, idx, SHM_GRANT_LAST);
+
+		atomic_store_explicit(shm_grant_word(t, idx, SHM_GRANT_FLIGHT), 0,
+				      memory_order_relaxed);
+		if (atomic_load_explicit(last, memory_order_relaxed) != 0)
+			shm_grant_end(t, idx);
+	}
 }
 
 bool shm_grant_any(const struct shm_table *t, uint32_t idx)

@@ -496,6 +496,13 @@ double shm_grant_cycle(struct shm_table *t, uint32_t idx);
  * others of a burst were sent before the grant could serve them. */
 int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
 
+/* A worker died: the admissions it had in flight and the grants it was
+ * asking for never end, and would keep their keys from asking for grants
+ * until their windows end. Clears every slot's count in flight and ask
+ * (the live workers' included: each ends harmlessly, at worst one more
+ * grant is asked meanwhile). */
+void shm_grant_unstick(struct shm_table *t);
+
 /* Has slot idx a grant left or demand this cycle? */
 bool shm_grant_any(const struct shm_table *t, uint32_t idx);
 

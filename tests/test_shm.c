@@ -672,6 +672,20 @@ Test(shm, grants)
 	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 2);
 	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 1);
 	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 0);
+	/* A worker died with one in flight and asking: the master unsticks
+	 * the table; the next admission asks again, and a live worker's
+	 * admission ending afterwards does not go below 0. */
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 1);  /* the dead worker's */
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 2);  /* a live one's */
+	EQ(shm_grant_begin(t, r.idx), 0.0);
+	EQ(shm_grant_begin(t, r.idx), -1.0);
+	shm_grant_unstick(t);
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 1, "alone in flight again");
+	EQ(shm_grant_begin(t, r.idx), 0.0);
+	shm_grant_end(t, r.idx);
+	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 0);
+	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 0, "the live one's end: not below 0");
+	EQ(shm_grant_cycle(t, r.idx), 0.0);
 	/* Taken back. */
 	shm_grant_add(t, &r, 4);
 	EQ(shm_grant_return(t, r.idx), 4.0);
