@@ -42,16 +42,7 @@ diag "redis $REDIS_PORT; node a: agent $E2E_PORT_AGENT haproxy $FE_A; node b: ag
 
 # ---------------------------------------------------------------- setup ---
 
-mkdir -p "$E2E_TMP/redis"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --daemonize no --dir "$E2E_TMP/redis" > "$E2E_TMP/redis.log" 2>&1 &
-REDIS_PID=$!
-for i in $(seq 1 100); do
-  [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] && break
-  alive "$REDIS_PID" || die "redis-server started"
-  sleep 0.1
-done
-[ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] || die "redis-server answers PING"
+start_redis "$REDIS_PORT" "$E2E_TMP/redis"
 
 cat > "$E2E_TMP/agent.json" <<EOF
 { "log_level": "info",

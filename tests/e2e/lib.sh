@@ -308,6 +308,23 @@ agent_workers() {
   pgrep -P "$AGENT_PID" 2>/dev/null
 }
 
+# start_redis PORT DIR: a redis-server on 127.0.0.1:PORT, no persistence,
+# its files in DIR and its log in DIR.log; pid in REDIS_PID (the caller
+# stops it); waits until it answers PING.
+start_redis() {
+  local i
+  mkdir -p "$2"
+  redis-server --port "$1" --bind 127.0.0.1 --save "" --appendonly no \
+    --daemonize no --dir "$2" > "$2.log" 2>&1 &
+  REDIS_PID=$!
+  for i in $(seq 1 100); do
+    [ "$(redis-cli -p "$1" ping 2>/dev/null)" = PONG ] && return 0
+    alive "$REDIS_PID" || die "redis-server started"
+    sleep 0.1
+  done
+  die "redis-server answers PING"
+}
+
 # -------------------------------------------------------------- haproxy ---
 
 # haproxy_at_least MAJOR MINOR: $HAPROXY's version is MAJOR.MINOR or later.

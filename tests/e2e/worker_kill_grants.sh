@@ -46,15 +46,7 @@ stop_redis() {
 }
 E2E_CLEANUP_HOOK=stop_redis
 
-mkdir -p "$E2E_TMP/redis"
-redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" --appendonly no \
-  --daemonize no --dir "$E2E_TMP/redis" > "$E2E_TMP/redis.log" 2>&1 &
-REDIS_PID=$!
-for i in $(seq 1 100); do
-  [ "$(redis-cli -p "$REDIS_PORT" ping 2>/dev/null)" = PONG ] && break
-  alive "$REDIS_PID" || die "redis-server started"
-  sleep 0.1
-done
+start_redis "$REDIS_PORT" "$E2E_TMP/redis"
 
 # timeout_ms 5 s: the admission sent to the paused store is still waiting
 # when its worker is killed.
