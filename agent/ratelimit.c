@@ -581,8 +581,9 @@ static int rl_window_slot(struct rl *rl, const struct shm_key *k, int64_t start,
 	return 0;
 }
 
-int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
-	    double v, double now)
+/* rl_keep (sign 1) and rl_unkeep (sign -1). */
+static int rl_keep_signed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+			  int64_t start, double v, double sign, double now)
 {
 	struct shm_key k;
 	struct shm_ref ref;
@@ -592,10 +593,22 @@ int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 	for (int tries = 1;; tries++) {
 		if (rl_window_slot(rl, &k, start, now, &ref) < 0)
 			return -1;
-		shm_add(rl->shm, &ref, v, true);
+		shm_add(rl->shm, &ref, sign * v, true);
 		if (shm_still(rl->shm, &ref) || tries == RL_HIT_TRIES)
 			return 0;
 	}
+}
+
+int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
+	    double v, double now)
+{
+	return rl_keep_signed(rl, ns, key, keylen, size, start, v, 1, now);
+}
+
+int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+	      int64_t start, double v, double now)
+{
+	return rl_keep_signed(rl, ns, key, keylen, size, start, v, -1, now);
 }
 
 int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,

@@ -164,6 +164,13 @@ int rl_seed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	    double v, double now);
 
+/* Takes v (>= 0) back from the count and the diff of that window, the
+ * slot made if missing (its diff then goes negative, pushed as such): a
+ * hit the node counted itself that the store turns out to have counted
+ * too (agent/sync.c, admissions in doubt). Returns 0 or -1 (rl_errno()). */
+int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+	      int64_t start, double v, double now);
+
 /* A grant of the store (rl_hit_exact) for the window (ns, key, size,
  * start), creating its slot if missing. key is the stored form. Returns 0
  * or -1 (rl_errno()). */

@@ -23,6 +23,14 @@
  * one batch twice (never less). Its size is at most the hits the node
  * counted in one sync_rate.
  *
+ * Calls made for one hit or a few (sync_rate 0 pushes, admissions) carry
+ * a token too. One the store did not answer after it was sent leaves its
+ * hits counted in the diffs (an admission decided by the node: degraded),
+ * and is kept in doubt (struct sync_doubt): sent again as it was, with its
+ * token, until the store answers; what the store says it counted for it
+ * is then taken back from the diffs. So those hits also reach the store
+ * once, unless the worker dies or reloads first.
+ *
  * The lease (shm_lease_*) makes one worker per node run a cycle per
  * period: every worker's timer fires at the node's phase, the first to
  * take the lease runs the cycle and, when done, leaves it free but not due
@@ -54,8 +62,32 @@
 #define SYNC_PARK_MAX    4096     /* sync_rate 0 pushes waiting for a connecting store */
 #define SYNC_PARK_POLL   0.002    /* how often they look at the store */
 #define SYNC_PARK_LIMIT  30.0     /* safety bound: the store's timeout ends the attempt first */
+#define SYNC_DOUBT_MAX   256      /* calls in doubt kept per namespace */
+#define SYNC_DOUBT_POLL  0.05     /* how often they look at the store */
+#define SYNC_DOUBT_TTL   300.0    /* given up after this (tokens live STRATEGY_TOKEN_TTL) */
 
 struct sync;
+struct sync_ns;
+
+/* A call of sync_rate 0 (a push, or admissions) whose answer never came
+ * (the store failed, or was slower than timeout_ms, after it was sent):
+ * the store may have applied it, or may still. Its hits were counted by
+ * the node into their slots' diffs (admissions decided there: degraded),
+ * which the retry or sync cycle pushes. The call is sent again, as it
+ * was, with its token: the store applies it once (now, or never again if
+ * it had) and says what it counted; that much is taken back from the
+ * diffs, so each hit reaches the store once. */
+struct sync_doubt {
+	struct sync_doubt *next;
+	struct sync_ns *sn;
+	char token[STRATEGY_TOKEN_MAX];
+	struct strategy_admit *a;         /* the call (admissions), or */
+	struct strategy_counter *c;       /* the call (a push); keys in `keys` */
+	bool *fix;                        /* [i] was not answered: settle it */
+	char *keys;
+	size_t n, nfix;
+	double since;
+};
 
 struct sync_ns {
 	struct sync *sy;
@@ -86,6 +118,10 @@ struct sync_ns {
 	size_t nqueued, nseeding;
 	struct sync_gather *gather;        /* sync_rate 0: this iteration's pushes */
 	struct sync_gather *gather_adm;    /* this iteration's admissions */
+	struct sync_doubt *doubts;         /* calls in doubt, oldest first */
+	size_t ndoubts;
+	bool doubt_busy;                   /* the first one is being sent again */
+	uint64_t aseq;                     /* sync_rate 0 calls, for their tokens */
 	bool beating;                      /* a heartbeat is in flight */
 	unsigned active;                   /* its answer: the namespace's nodes */
 	struct shm_entry *seed_q;          /* SYNC_SEED_MAX, queued */
@@ -108,6 +144,9 @@ struct sync_req {
 struct sync_gather {
 	struct sync_gather *next;         /* the free list */
 	struct sync *sy;
+	struct sync_ns *sn;               /* set when sent */
+	bool sent;                        /* handed to the store */
+	char token[STRATEGY_TOKEN_MAX];   /* the call's */
 	struct strategy_counter *c;       /* copies of every request's, in order */
 	size_t n, cap;
 	struct strategy_admit *a;         /* the same, for admissions */
@@ -139,6 +178,8 @@ struct sync {
 	size_t nparked;
 	ev_timer park_timer;
 	ev_prepare gather_w;          /* sends the gathered pushes */
+	ev_timer doubt_timer;         /* sends calls in doubt again */
+	double doubt_log;             /* last "given up" log */
 	bool stopping;                /* sync_stop runs: callbacks arm nothing */
 	struct sync_gather *free_gathers;
 };
@@ -533,6 +574,188 @@ void sync_seed(struct sync *sy, unsigned ns, uint32_t idx)
 }
 
 static void sync_gather_done(void *arg, int status, const char *errstr);
+
+/* ---- sync_rate 0 calls in doubt (struct sync_doubt) ---- */
+
+static void sync_doubt_free(struct sync_doubt *d)
+{
+	free(d->a);
+	free(d->c);
+	free(d->fix);
+	free(d->keys);
+	free(d);
+}
+
+/* Unlinks the first doubt of sn and frees it. */
+static void sync_doubt_pop(struct sync_ns *sn)
+{
+	struct sync_doubt *d = sn->doubts;
+
+	sn->doubts = d->next;
+	sn->ndoubts--;
+	sync_doubt_free(d);
+}
+
+static void sync_doubt_log(struct sync *sy, const char *ns, const char *why)
+{
+	double now = ev_now(sy->loop);
+
+	if (now - sy->doubt_log < SYNC_LOG_EVERY && sy->doubt_log > 0)
+		return;
+	sy->doubt_log = now;
+	LOG(LOG_WARN, "namespace %s: hits in doubt given up (%s): a store that applied them "
+	    "late has them counted twice", ns, why);
+}
+
+/* A call answered with some items undecided, after it was sent: kept to
+ * send again (copies: the gather is reused). Reads (a push's diff 0)
+ * leave nothing in doubt. */
+static void sync_doubt_keep(struct sync_gather *g)
+{
+	struct sync_ns *sn = g->sn;
+	struct sync *sy = g->sy;
+	struct sync_doubt *d, **tail;
+	size_t n = g->na ? g->na : g->n, nfix = 0, klen = 0, off = 0;
+
+	for (size_t i = 0; i < n; i++)
+		nfix += g->na ? !g->a[i].ok : !g->c[i].ok && g->c[i].diff != 0;
+	if (nfix == 0 || !sn)
+		return;
+	for (size_t i = 0; i < n; i++)
+		klen += g->na ? g->a[i].key_len : g->c[i].key_len;
+	if (sn->ndoubts >= SYNC_DOUBT_MAX) {
+		sync_doubt_log(sy, sn->def->name, "too many");
+		return;
+	}
+	d = calloc(1, sizeof(*d));
+	if (d) {
+		if (g->na)
+			d->a = malloc(n * sizeof(*d->a));
+		else
+			d->c = malloc(n * sizeof(*d->c));
+		d->fix = calloc(n, sizeof(*d->fix));
+		d->keys = malloc(klen ? klen : 1);
+	}
+	if (!d || !(d->a || d->c) || !d->fix || !d->keys) {
+		if (d)
+			sync_doubt_free(d);
+		sync_doubt_log(sy, sn->def->name, "out of memory");
+		return;
+	}
+	d->sn = sn;
+	memcpy(d->token, g->token, sizeof(d->token));
+	d->n = n;
+	d->nfix = nfix;
+	d->since = ev_now(sy->loop);
+	for (size_t i = 0; i < n; i++) {
+		const char **key, **ns;
+		bool *ok;
+		size_t len;
+
+		if (d->a) {
+			d->a[i] = g->a[i];
+			key = &d->a[i].key, ns = &d->a[i].ns, ok = &d->a[i].ok;
+			len = d->a[i].key_len;
+		} else {
+			d->c[i] = g->c[i];
+			key = &d->c[i].key, ns = &d->c[i].ns, ok = &d->c[i].ok;
+			len = d->c[i].key_len;
+		}
+		d->fix[i] = !*ok && (d->a || d->c[i].diff != 0);
+		memcpy(d->keys + off, *key, len);
+		*key = d->keys + off;
+		*ns = sn->def->name;
+		*ok = false;
+		off += len;
+	}
+	for (tail = &sn->doubts; *tail; tail = &(*tail)->next)
+		;
+	*tail = d;
+	sn->ndoubts++;
+	if (!ev_is_active(&sy->doubt_timer))
+		ev_timer_again(sy->loop, &sy->doubt_timer);
+}
+
+/* What the store counted for an item in doubt is taken back from the
+ * slot's diff, where the node counted it itself: a push's diff; an
+ * admission's hit if admitted or count_denied. An admission's grant,
+ * counted for this node, is this node's to use (or give back with a
+ * sync). */
+static void sync_doubt_settle(struct sync_ns *sn, const struct sync_doubt *d, size_t i)
+{
+	struct rl *rl = sn->sy->rl;
+	const struct strategy_admit *a = d->a ? &d->a[i] : NULL;
+	const struct strategy_counter *c = d->c ? &d->c[i] : NULL;
+	double now = rl_now();
+	double counted = a ? ((a->admitted || a->count_denied) ? a->cost : 0) : c->diff;
+	const char *key = a ? a->key : c->key;
+	size_t key_len = a ? a->key_len : c->key_len;
+	uint32_t size = a ? a->size : c->size;
+	int64_t start = a ? a->start : c->start;
+
+	if (counted > 0 &&
+	    rl_unkeep(rl, (int)sn->ns, key, key_len, size, start, counted, now) < 0)
+		LOG(LOG_ERR, "namespace \"%s\": a hit in doubt could not be settled (%s): it "
+		    "counts twice", sn->def->name, rl_status_str(rl_errno(rl)));
+	if (a && a->grant > 0 &&
+	    rl_grant(rl, (int)sn->ns, a->key, a->key_len, a->size, a->start, a->grant, now) < 0)
+		LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be kept (%s): %g of "
+		    "the limit stay counted until the window ends", sn->def->name,
+		    rl_status_str(rl_errno(rl)), a->grant);
+}
+
+static void sync_on_doubt_done(void *arg, int status, const char *errstr)
+{
+	struct sync_doubt *d = arg;
+	struct sync_ns *sn = d->sn;
+	(void)status, (void)errstr;
+
+	sn->doubt_busy = false;
+	if (sn->sy->stopping)
+		return;
+	for (size_t i = 0; i < d->n; i++) {
+		if (!d->fix[i] || !(d->a ? d->a[i].ok : d->c[i].ok))
+			continue;
+		sync_doubt_settle(sn, d, i);
+		d->fix[i] = false;
+		d->nfix--;
+	}
+	if (d->nfix == 0)
+		sync_doubt_pop(sn);
+}
+
+/* Sends the oldest doubt of every namespace again, one at a time per
+ * namespace, when its store is up. */
+static void sync_on_doubt_timer(struct ev_loop *loop, ev_timer *w, int revents)
+{
+	struct sync *sy = container_of(w, struct sync, doubt_timer);
+	bool any = false;
+	(void)revents;
+
+	for (size_t i = 0; i < sy->n; i++) {
+		struct sync_ns *sn = &sy->ns[i];
+		char err[STRATEGY_ERR_MAX];
+
+		while (sn->doubts && !sn->doubt_busy &&
+		       ev_now(loop) - sn->doubts->since > SYNC_DOUBT_TTL) {
+			sync_doubt_log(sy, sn->def->name, "the store did not answer in time");
+			sync_doubt_pop(sn);
+		}
+		any = any || sn->doubts;
+		if (!sn->doubts || sn->doubt_busy || !sn->ops->ready(sn->st))
+			continue;
+		struct sync_doubt *d = sn->doubts;
+
+		sn->doubt_busy = true;
+		if ((d->a ? sn->ops->admit(sn->st, d->a, d->n, d->token, sync_on_doubt_done, d, err)
+			  : sn->ops->push_diffs(sn->st, d->c, d->n, d->token, sync_on_doubt_done, d,
+						err)) < 0)
+			sn->doubt_busy = false;
+	}
+	if (!any)
+		ev_timer_stop(loop, w);
+}
+
 static int sync_park(struct sync *sy, struct sync_ns *sn, struct sync_gather *g, bool admit);
 
 /* Sends a gather to its store: the pushes, or the admissions. While the
@@ -555,10 +778,17 @@ static void sync_send(struct sync *sy, struct sync_ns *sn, struct sync_gather *g
 		sync_gather_done(g, -1, err);
 		return;
 	}
-	rc = admit ? sn->ops->admit(sn->st, g->a, g->na, NULL, sync_gather_done, g, err)
-		   : sn->ops->push_diffs(sn->st, g->c, g->n, NULL, sync_gather_done, g, err);
+	g->sn = sn;
+	if (!g->token[0])
+		snprintf(g->token, sizeof(g->token), "%016llx-%u-%u-%c%llu",
+			 (unsigned long long)node_seed, (unsigned)sy->holder, sn->ns,
+			 admit ? 'a' : 's', (unsigned long long)++sn->aseq);
+	rc = admit ? sn->ops->admit(sn->st, g->a, g->na, g->token, sync_gather_done, g, err)
+		   : sn->ops->push_diffs(sn->st, g->c, g->n, g->token, sync_gather_done, g, err);
 	if (rc < 0)
 		sync_gather_done(g, -1, err);
+	else
+		g->sent = true;
 }
 
 /* Every parked gather is sent again (sent, parked again, or failed). */
@@ -608,6 +838,9 @@ static void sync_gather_done(void *arg, int status, const char *errstr)
 	struct sync_gather *g = arg;
 	struct sync *sy = g->sy;
 	size_t off = 0;
+
+	if (g->sent && !sy->stopping)
+		sync_doubt_keep(g);
 
 	for (size_t i = 0; i < g->nreq; i++) {
 		struct sync_req *r = &g->req[i];
@@ -683,6 +916,9 @@ static struct sync_gather *sync_gather_room(struct sync *sy, struct sync_gather 
 		else if (!(g = calloc(1, sizeof(*g))))
 			return NULL;
 		g->sy = sy;
+		g->sn = NULL;
+		g->sent = false;
+		g->token[0] = '\0';
 		g->n = g->na = g->nreq = 0;
 		g->until = ev_now(sy->loop) + SYNC_PARK_LIMIT;
 		*slot = g;
@@ -948,6 +1184,8 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 	sy->rl = rl;
 	sy->t = rl_shm(rl);
 	ev_prepare_init(&sy->gather_w, sync_on_gather);
+	ev_init(&sy->doubt_timer, sync_on_doubt_timer);
+	sy->doubt_timer.repeat = SYNC_DOUBT_POLL;
 	sy->holder = (uint16_t)(worker_id + 1);
 	sy->flush_mode = flush_mode;
 	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
@@ -1033,9 +1271,13 @@ bool sync_busy(const struct sync *sy)
 		return false;
 	if (sy->nparked > 0)
 		return true;
-	for (size_t i = 0; i < sy->n; i++)
-		if (sy->ns[i].busy || sy->ns[i].seed_busy)
+	for (size_t i = 0; i < sy->n; i++) {
+		const struct sync_ns *sn = &sy->ns[i];
+
+		/* Calls in doubt wait for their resend while the store is up. */
+		if (sn->busy || sn->seed_busy || (sn->doubts && sn->ops->ready(sn->st)))
 			return true;
+	}
 	return false;
 }
 
@@ -1044,7 +1286,7 @@ bool sync_settled(const struct sync *sy)
 	if (sync_busy(sy))
 		return false;
 	for (size_t i = 0; sy && i < sy->n; i++)
-		if (sy->ns[i].retry || sy->ns[i].holding)
+		if (sy->ns[i].retry || sy->ns[i].holding || sy->ns[i].doubts)
 			return false;
 	return true;
 }
@@ -1075,6 +1317,7 @@ void sync_stop(struct sync *sy)
 		free(sy->parked);
 		free(sy->parked_spare);
 	}
+	ev_timer_stop(sy->loop, &sy->doubt_timer);
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
 		ev_periodic_stop(sy->loop, &sn->tick);
@@ -1088,6 +1331,12 @@ void sync_stop(struct sync *sy)
 		free(sn->seed_q);
 		free(sn->seed_e);
 		free(sn->seed_c);
+		if (sn->doubts)
+			LOG(LOG_WARN, "namespace %s: %zu call(s) in doubt left at stop: a store that "
+			    "applied them late has their hits counted twice", sn->def->name,
+			    sn->ndoubts);
+		while (sn->doubts)
+			sync_doubt_pop(sn);
 	}
 	while (sy->free_gathers) {
 		struct sync_gather *g = sy->free_gathers;

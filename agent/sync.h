@@ -106,11 +106,12 @@ void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
 /* Can namespace ns's store decide admissions? */
 bool sync_can_admit(struct sync *s, unsigned ns);
 
-/* Is a cycle waiting for its store? (A stopping worker waits for it.) */
+/* Is a cycle waiting for its store, or a call in doubt for its resend
+ * (its store being up)? A stopping worker waits for it. */
 bool sync_busy(const struct sync *s);
 
-/* Nothing in flight and no push kept to resend with its token: stopping
- * now loses no token (a reload waits for this). */
+/* Nothing in flight and no push or call in doubt kept to resend with its
+ * token: stopping now loses no token (a reload waits for this). */
 bool sync_settled(const struct sync *s);
 
 /* Stops the timers and frees everything (pending pushes are failed; their
