@@ -1087,9 +1087,10 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
  * flight), into a new one. */
 static void sync_keep_entry(struct rl *rl, int ns, const struct shm_entry *e, double diff)
 {
-	if (!(diff > 0) || e->idx == UINT32_MAX)
+	if (!(diff > 0))
 		return;
-	if (shm_restore_diff(rl_shm(rl), e, diff) == 0)
+	/* idx UINT32_MAX: the slot was gone when the push was built. */
+	if (e->idx != UINT32_MAX && shm_restore_diff(rl_shm(rl), e, diff) == 0)
 		return;
 	if (rl_keep(rl, ns, e->key, e->keylen, e->size, e->start, diff, rl_now()) < 0)
 		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
