@@ -1354,12 +1354,15 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta)
 
 void shm_grant_unstick(struct shm_table *t)
 {
+	/* Only words that are set are written: the pages of a large table
+	 * (or of a state file) stay clean. */
 	for (uint32_t idx = 0; idx < t->nslots; idx++) {
-		_Atomic uint64_t *last = shm_grant_word(t, idx, SHM_GRANT_LAST);
+		_Atomic uint64_t *flight = shm_grant_word(t, idx, SHM_GRANT_FLIGHT);
 
-		atomic_store_explicit(shm_grant_word(t, idx, SHM_GRANT_FLIGHT), 0,
-				      memory_order_relaxed);
-		if (atomic_load_explicit(last, memory_order_relaxed) != 0)
+		if (atomic_load_explicit(flight, memory_order_relaxed) != 0)
+			atomic_store_explicit(flight, 0, memory_order_relaxed);
+		if (atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_LAST),
+					 memory_order_relaxed) != 0)
 			shm_grant_end(t, idx);
 	}
 }

@@ -41,10 +41,13 @@
 #include "strategies/container.h"
 
 #include <math.h>
-#include <time.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "agent/log.h"
 #include "agent/metrics.h"
@@ -169,6 +172,7 @@ struct sync {
 	struct rl *rl;
 	struct shm_table *t;
 	uint16_t holder;              /* worker id + 1 */
+	uint64_t nonce;               /* random, this instance's: in every token */
 	bool flush_mode;              /* the master's final flush */
 	size_t n;
 	struct sync_ns ns[SHM_MAX_NS];
@@ -189,6 +193,19 @@ static uint64_t node_seed;
 void sync_set_node_seed(uint64_t seed)
 {
 	node_seed = seed;
+}
+
+/* A push or call token: unique to this sync instance (its nonce), so that
+ * no other instance (a reload's, a respawned worker's, the final flush's,
+ * each counting from 1) can send the same token with the same call within
+ * STRATEGY_TOKEN_TTL: the store would take it for a resend and add
+ * nothing. kind: 'p' sync cycle, 's' sync_rate 0 push, 'a' admissions. */
+static void sync_token(const struct sync_ns *sn, char kind, uint64_t seq,
+		       char out[STRATEGY_TOKEN_MAX])
+{
+	snprintf(out, STRATEGY_TOKEN_MAX, "%016llx-%016llx-%x-%x-%c%llx",
+		 (unsigned long long)node_seed, (unsigned long long)sn->sy->nonce,
+		 (unsigned)sn->sy->holder, sn->ns, kind, (unsigned long long)seq);
 }
 
 /* A sync cycle for a slot with a grant or demand: what is left of a grant
@@ -380,9 +397,7 @@ static int sync_push(struct sync_ns *sn)
 
 	sn->done = false;
 	if (!sn->retry)
-		snprintf(sn->token, sizeof(sn->token), "%016llx-%u-%u-%llu",
-			 (unsigned long long)node_seed, (unsigned)sn->sy->holder, sn->ns,
-			 (unsigned long long)++sn->seq);
+		sync_token(sn, 'p', ++sn->seq, sn->token);
 	for (size_t i = 0; i < sn->n; i++)
 		sn->batch[i].ok = false;
 	if (sn->ops->push_diffs(sn->st, sn->batch, sn->n, sn->token, sync_on_pushed, sn, err) < 0) {
@@ -603,8 +618,8 @@ static void sync_doubt_log(struct sync *sy, const char *ns, const char *why)
 	if (now - sy->doubt_log < SYNC_LOG_EVERY && sy->doubt_log > 0)
 		return;
 	sy->doubt_log = now;
-	LOG(LOG_WARN, "namespace %s: hits in doubt given up (%s): a store that applied them "
-	    "late has them counted twice", ns, why);
+	LOG(LOG_WARN, "namespace \"%s\": hits in doubt given up (%s): a store that applied "
+	    "them late has them counted twice", ns, why);
 }
 
 /* A call answered with some items undecided, after it was sent: kept to
@@ -704,6 +719,24 @@ static void sync_doubt_settle(struct sync_ns *sn, const struct sync_doubt *d, si
 		    rl_status_str(rl_errno(rl)), a->grant);
 }
 
+static void sync_on_doubt_done(void *arg, int status, const char *errstr);
+
+/* Sends sn's oldest call in doubt again, if its store is up and none is
+ * being sent. */
+static void sync_doubt_send(struct sync_ns *sn)
+{
+	struct sync_doubt *d = sn->doubts;
+	char err[STRATEGY_ERR_MAX];
+
+	if (!d || sn->doubt_busy || !sn->ops->ready(sn->st))
+		return;
+	sn->doubt_busy = true;
+	if ((d->a ? sn->ops->admit(sn->st, d->a, d->n, d->token, sync_on_doubt_done, d, err)
+		  : sn->ops->push_diffs(sn->st, d->c, d->n, d->token, sync_on_doubt_done, d,
+					err)) < 0)
+		sn->doubt_busy = false;
+}
+
 static void sync_on_doubt_done(void *arg, int status, const char *errstr)
 {
 	struct sync_doubt *d = arg;
@@ -720,8 +753,10 @@ static void sync_on_doubt_done(void *arg, int status, const char *errstr)
 		d->fix[i] = false;
 		d->nfix--;
 	}
-	if (d->nfix == 0)
+	if (d->nfix == 0) {
 		sync_doubt_pop(sn);
+		sync_doubt_send(sn);        /* the next at once: a reload waits for them */
+	}
 }
 
 /* Sends the oldest doubt of every namespace again, one at a time per
@@ -734,7 +769,6 @@ static void sync_on_doubt_timer(struct ev_loop *loop, ev_timer *w, int revents)
 
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
-		char err[STRATEGY_ERR_MAX];
 
 		while (sn->doubts && !sn->doubt_busy &&
 		       ev_now(loop) - sn->doubts->since > SYNC_DOUBT_TTL) {
@@ -742,15 +776,7 @@ static void sync_on_doubt_timer(struct ev_loop *loop, ev_timer *w, int revents)
 			sync_doubt_pop(sn);
 		}
 		any = any || sn->doubts;
-		if (!sn->doubts || sn->doubt_busy || !sn->ops->ready(sn->st))
-			continue;
-		struct sync_doubt *d = sn->doubts;
-
-		sn->doubt_busy = true;
-		if ((d->a ? sn->ops->admit(sn->st, d->a, d->n, d->token, sync_on_doubt_done, d, err)
-			  : sn->ops->push_diffs(sn->st, d->c, d->n, d->token, sync_on_doubt_done, d,
-						err)) < 0)
-			sn->doubt_busy = false;
+		sync_doubt_send(sn);
 	}
 	if (!any)
 		ev_timer_stop(loop, w);
@@ -780,9 +806,7 @@ static void sync_send(struct sync *sy, struct sync_ns *sn, struct sync_gather *g
 	}
 	g->sn = sn;
 	if (!g->token[0])
-		snprintf(g->token, sizeof(g->token), "%016llx-%u-%u-%c%llu",
-			 (unsigned long long)node_seed, (unsigned)sy->holder, sn->ns,
-			 admit ? 'a' : 's', (unsigned long long)++sn->aseq);
+		sync_token(sn, admit ? 'a' : 's', ++sn->aseq, g->token);
 	rc = admit ? sn->ops->admit(sn->st, g->a, g->na, g->token, sync_gather_done, g, err)
 		   : sn->ops->push_diffs(sn->st, g->c, g->n, g->token, sync_gather_done, g, err);
 	if (rc < 0)
@@ -1188,6 +1212,9 @@ static struct sync *sync_new(struct ev_loop *loop, struct rl *rl, int worker_id,
 	ev_init(&sy->doubt_timer, sync_on_doubt_timer);
 	sy->doubt_timer.repeat = SYNC_DOUBT_POLL;
 	sy->holder = (uint16_t)(worker_id + 1);
+	if (getrandom(&sy->nonce, sizeof(sy->nonce), 0) != sizeof(sy->nonce))
+		sy->nonce = (uint64_t)getpid() << 32 ^ (uint64_t)(rl_now() * 1e6) ^
+			    (uint64_t)(uintptr_t)sy;
 	sy->flush_mode = flush_mode;
 	for (size_t i = 0; i < rl_namespace_count(rl); i++) {
 		const struct ns_def *nc = rl_namespace_def(rl, (int)i);
@@ -1333,8 +1360,8 @@ void sync_stop(struct sync *sy)
 		free(sn->seed_e);
 		free(sn->seed_c);
 		if (sn->doubts)
-			LOG(LOG_WARN, "namespace %s: %zu call(s) in doubt left at stop: a store that "
-			    "applied them late has their hits counted twice", sn->def->name,
+			LOG(LOG_WARN, "namespace \"%s\": %zu call(s) in doubt left at stop: a store "
+			    "that applied them late has their hits counted twice", sn->def->name,
 			    sn->ndoubts);
 		while (sn->doubts)
 			sync_doubt_pop(sn);

@@ -996,11 +996,16 @@ static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 		sent = redisAsyncFormattedCommand(cn->ac, redis_on_call_reply, c, buf,
 						  (size_t)(p - buf)) == REDIS_OK;
 	}
-	free(buf);
 	if (!sent) {
 		redis_op_fail(op, "redis: NOSCRIPT, and resending as EVAL failed");
+		/* hiredis refused a command (or an ASKING went alone): the
+		 * connection cannot be trusted with what follows. */
+		if (buf != NULL)
+			redis_conn_drop_later(cn, "cannot queue a command", false);
+		free(buf);
 		return false;
 	}
+	free(buf);
 	c->state = REDIS_CALL_SENT;
 	c->conn = cn;
 	c->wait = NULL;             /* a WAIT after it, if needed (redis_op_send_waits) */

@@ -8,6 +8,7 @@
 #include <ev.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -186,6 +187,205 @@ Test(sync, stop_with_a_seed_read_in_flight, .init = start_redis, .fini = stop_re
 	for (double end = ev_time() + 0.05; ev_time() < end;)
 		ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
 	cr_assert_eq(redis_server_resume(&srv), 0);
+	ev_loop_destroy(loop);
+	rl_free(rl);
+}
+
+/* ---- tokens of sync_rate 0 calls and admissions, calls in doubt ---- */
+
+/* The total in srv of key (stored form) in namespace "api", window 60,
+ * whatever its window start. */
+static double store_total(const char *key)
+{
+	char cursor[32] = "0";
+	double sum = 0;
+
+	do {
+		redisReply *rep = redis_server_command(&srv, "SCAN %s MATCH rl:{api:*}:60:* COUNT 1000",
+						       cursor);
+
+		cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2, "SCAN");
+		snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
+		for (size_t i = 0; i < rep->element[1]->elements; i++) {
+			redisReply *v = redis_server_command(&srv, "HGET %s %s",
+							     rep->element[1]->element[i]->str, key);
+
+			cr_assert_not_null(v);
+			if (v->type == REDIS_REPLY_STRING)
+				sum += strtod(v->str, NULL);
+			freeReplyObject(v);
+		}
+		freeReplyObject(rep);
+	} while (strcmp(cursor, "0") != 0);
+	return sum;
+}
+
+static void spin(struct ev_loop *loop, double secs)
+{
+	for (double end = ev_time() + secs; ev_time() < end;)
+		ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
+}
+
+static void on_done(void *arg)
+{
+	*(bool *)arg = true;
+}
+
+static struct sync_hits hits;
+static char skey[256];
+
+/* One synchronous call for key on sy, as the decision layer makes it: a
+ * counted hit pushed (admit false) or an admission (limit 100). Returns
+ * whether the store answered; hits.h[0] has the result. */
+static bool call_one(struct ev_loop *loop, struct rl *rl, struct sync *sy, const char *key,
+		     bool admit)
+{
+	struct rl_result r;
+	bool done = false;
+	double now = rl_now();
+
+	memset(&hits, 0, sizeof(hits));
+	hits.n = 1;
+	hits.h[0] = (struct sync_hit){ .ns = 0, .idx = UINT32_MAX, .key = skey,
+				       .keylen = rl_stored_key(rl, key, strlen(key), skey),
+				       .size = 60 };
+	skey[hits.h[0].keylen] = '\0';         /* for store_total() */
+	if (admit) {
+		hits.h[0].admit = true;
+		hits.h[0].cost = 1;
+		hits.h[0].limit = 100;
+	} else {
+		cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, 0, now, -1, true, &r), 0);
+		hits.h[0].idx = r.cur_idx;
+		hits.h[0].diff = 1;
+	}
+	cr_assert_eq(sync_hits_push(sy, &hits, now, on_done, &done), 1);
+	for (double end = ev_time() + 3; !done && ev_time() < end;)
+		ev_run(loop, EVRUN_ONCE);
+	cr_assert(done, "no answer within 3 s");
+	sync_hits_apply(rl, &hits);
+	return hits.h[0].ok;
+}
+
+/* A sync restarted in the same process (a reload; a respawned worker, the
+ * master's final flush are the same case) counts its calls from 1 again:
+ * its tokens must still differ from the last instance's, or the store
+ * takes an identical new call for a resend of the old one and adds
+ * nothing (it did: 3 instead of 6, for pushes and for admissions). */
+static void restart_case(bool admit)
+{
+	const char *key = admit ? "restart-adm" : "restart-push";
+	struct rl *rl = node(admit ? 1 : 0);
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct sync *sy = NULL;
+
+	away_from_boundary();
+	sync_set_node_seed(0x1234);
+	for (int gen = 0; gen < 2; gen++) {
+		cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
+		spin(loop, 0.2);
+		for (int i = 0; i < 3; i++)
+			cr_assert(call_one(loop, rl, sy, key, admit), "call %d of instance %d", i,
+				  gen);
+		sync_stop(sy);
+	}
+	cr_assert_float_eq(store_total(skey), 6, 1e-9, "%s: 6 calls, the store holds %g",
+			   admit ? "admissions" : "sync_rate 0 pushes", store_total(skey));
+	ev_loop_destroy(loop);
+	rl_free(rl);
+}
+
+Test(sync, tokens_differ_after_a_restart_push, .init = start_redis, .fini = stop_redis,
+     .timeout = 30)
+{
+	restart_case(false);
+}
+
+Test(sync, tokens_differ_after_a_restart_admit, .init = start_redis, .fini = stop_redis,
+     .timeout = 30)
+{
+	restart_case(true);
+}
+
+/* The library's rl_sync() makes a sync instance per call: the same. */
+Test(sync, library_sync_calls_do_not_share_tokens, .init = start_redis, .fini = stop_redis,
+     .timeout = 30)
+{
+	struct rl *a = node(1);
+	double rate;
+	char sk[64];
+
+	away_from_boundary();
+	for (int i = 0; i < 3; i++) {
+		cr_assert(rl_increment(a, "lib", 3, 60, 1, "api", 0, &rate) == 0);
+		cr_assert(rl_sync(a, "api", 3) == 0);
+	}
+	sk[rl_stored_key(a, "lib", 3, sk)] = '\0';
+	cr_assert_float_eq(store_total(sk), 3, 1e-9, "3 hits, 3 syncs: the store holds %g",
+			   store_total(sk));
+	rl_free(a);
+}
+
+/* sync_rate 0 calls the paused store did not answer: their hits are kept
+ * in the diffs and the calls kept in doubt; once it is back, each call is
+ * sent again with its token and what the store counted for it is taken
+ * back: the store ends at exactly the hits, and nothing is in doubt. */
+Test(sync, calls_in_doubt_settle_exactly, .init = start_redis, .fini = stop_redis,
+     .timeout = 60)
+{
+	static struct sync_hits many[40];
+	static bool done[40];
+	struct rl *rl = node(0);
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct sync *sy = NULL;
+	size_t n = sizeof(many) / sizeof(many[0]);
+	char sk[64];
+	double t0;
+
+	away_from_boundary();
+	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
+	spin(loop, 0.2);
+	cr_assert(call_one(loop, rl, sy, "doubt", false));
+	memcpy(sk, skey, sizeof(sk));
+	cr_assert_eq(redis_server_pause(&srv), 0);
+	/* 40 calls, one per loop iteration (so 40 gathers), into the paused
+	 * store; they fail at timeout_ms. */
+	for (size_t i = 0; i < n; i++) {
+		struct rl_result r;
+		double now = rl_now();
+
+		cr_assert_eq(rl_hit(rl, 0, "doubt", 5, 60, 1, 0, now, -1, true, &r), 0);
+		many[i].n = 1;
+		many[i].h[0] = (struct sync_hit){ .ns = 0, .idx = r.cur_idx, .key = sk,
+						  .keylen = strlen(sk), .size = 60, .diff = 1 };
+		cr_assert_eq(sync_hits_push(sy, &many[i], now, on_done, &done[i]), 1);
+		ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
+	}
+	for (double end = ev_time() + 5; !done[n - 1] && ev_time() < end;)
+		ev_run(loop, EVRUN_ONCE);
+	for (size_t i = 0; i < n; i++) {
+		cr_assert(done[i], "call %zu not answered", i);
+		sync_hits_apply(rl, &many[i]);
+		cr_assert(!many[i].h[0].ok, "call %zu confirmed by a paused store", i);
+	}
+	cr_assert(!sync_settled(sy), "calls in doubt: not settled");
+	cr_assert_eq(redis_server_resume(&srv), 0);
+	t0 = ev_time();
+	while (!sync_settled(sy) && ev_time() - t0 < 20)
+		ev_run(loop, EVRUN_ONCE);
+	cr_log_info("%zu calls in doubt settled %.2f s after the store came back", n,
+		    ev_time() - t0);
+	cr_assert(sync_settled(sy), "still in doubt 20 s after the store came back");
+	/* The diffs the node kept are pushed by the retry cycle (every 1 s):
+	 * then the store holds each hit once. */
+	for (double end = ev_time() + 10; store_total(sk) != (double)(n + 1) && ev_time() < end;)
+		spin(loop, 0.2);
+	cr_assert_float_eq(store_total(sk), (double)(n + 1), 1e-9, "%zu hits, the store holds %g",
+			   n + 1, store_total(sk));
+	spin(loop, 2.5);        /* two more retry cycles: nothing more is pushed */
+	cr_assert_float_eq(store_total(sk), (double)(n + 1), 1e-9, "%zu hits, then %g", n + 1,
+			   store_total(sk));
+	sync_stop(sy);
 	ev_loop_destroy(loop);
 	rl_free(rl);
 }
