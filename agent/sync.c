@@ -82,7 +82,8 @@ struct sync_ns;
  * diffs, so each hit reaches the store once. */
 struct sync_doubt {
 	struct sync_doubt *next;
-	struct sync_ns *sn;
+	struct sync_ns *sn;               /* NULL while handed over (a reload) */
+	char *ns_name, *store, *opts;     /* ... then: its namespace, owned */
 	char token[STRATEGY_TOKEN_MAX];
 	struct strategy_admit *a;         /* the call (admissions), or */
 	struct strategy_counter *c;       /* the call (a push); keys in `keys` */
@@ -594,6 +595,9 @@ static void sync_gather_done(void *arg, int status, const char *errstr);
 
 static void sync_doubt_free(struct sync_doubt *d)
 {
+	free(d->ns_name);
+	free(d->store);
+	free(d->opts);
 	free(d->a);
 	free(d->c);
 	free(d->fix);
@@ -708,8 +712,11 @@ static void sync_doubt_settle(struct sync_ns *sn, const struct sync_doubt *d, si
 	uint32_t size = a ? a->size : c->size;
 	int64_t start = a ? a->start : c->start;
 
-	if (counted > 0 &&
-	    rl_unkeep(rl, (int)sn->ns, key, key_len, size, start, counted, now) < 0)
+	/* A negative diff (a grant given back, in a sync cycle's push handed
+	 * over at a reload) is put back the same way. */
+	if (counted != 0 &&
+	    (counted > 0 ? rl_unkeep(rl, (int)sn->ns, key, key_len, size, start, counted, now)
+			 : rl_keep(rl, (int)sn->ns, key, key_len, size, start, -counted, now)) < 0)
 		LOG(LOG_ERR, "namespace \"%s\": a hit in doubt could not be settled (%s): it "
 		    "counts twice", sn->def->name, rl_status_str(rl_errno(rl)));
 	if (a && a->grant > 0 &&
@@ -780,6 +787,132 @@ static void sync_on_doubt_timer(struct ev_loop *loop, ev_timer *w, int revents)
 	}
 	if (!any)
 		ev_timer_stop(loop, w);
+}
+
+/* Points the calls of d at namespace name (their `ns`). */
+static void sync_doubt_rename(struct sync_doubt *d, const char *name)
+{
+	for (size_t i = 0; i < d->n; i++) {
+		if (d->a)
+			d->a[i].ns = name;
+		else
+			d->c[i].ns = name;
+	}
+}
+
+/* A namespace's unconfirmed push of the sync cycle, as a call in doubt (a
+ * push of its diffs, with its token): once answered, what it counted is
+ * taken back from the diffs, which the next sync pushes again. NULL if out
+ * of memory. */
+static struct sync_doubt *sync_doubt_of_retry(struct sync_ns *sn)
+{
+	struct sync_doubt *d = calloc(1, sizeof(*d));
+	size_t klen = 0, off = 0;
+
+	for (size_t i = 0; i < sn->n; i++)
+		klen += sn->batch[i].key_len;
+	if (d) {
+		d->c = malloc(sn->n * sizeof(*d->c));
+		d->fix = calloc(sn->n, sizeof(*d->fix));
+		d->keys = malloc(klen ? klen : 1);
+	}
+	if (!d || !d->c || !d->fix || !d->keys) {
+		if (d)
+			sync_doubt_free(d);
+		return NULL;
+	}
+	memcpy(d->token, sn->token, sizeof(d->token));
+	d->n = sn->n;
+	d->since = ev_now(sn->sy->loop);
+	for (size_t i = 0; i < sn->n; i++) {
+		d->c[i] = sn->batch[i];
+		d->c[i].ok = false;
+		memcpy(d->keys + off, sn->batch[i].key, sn->batch[i].key_len);
+		d->c[i].key = d->keys + off;
+		off += sn->batch[i].key_len;
+		d->fix[i] = d->c[i].diff != 0;
+		d->nfix += d->fix[i];
+	}
+	return d;
+}
+
+struct sync_doubts {
+	struct sync_doubt *head;
+};
+
+struct sync_doubts *sync_doubts_take(struct sync *sy)
+{
+	struct sync_doubts *out = sy ? calloc(1, sizeof(*out)) : NULL;
+	struct sync_doubt **tail = out ? &out->head : NULL;
+
+	for (size_t i = 0; out && i < sy->n; i++) {
+		struct sync_ns *sn = &sy->ns[i];
+		struct sync_doubt *d;
+
+		if (sn->busy || sn->doubt_busy)
+			continue;       /* in flight: sync_stop fails it, as before */
+		if (sn->retry && sn->n > 0 && (d = sync_doubt_of_retry(sn))) {
+			d->next = sn->doubts;
+			sn->doubts = d;
+			sn->ndoubts++;
+			sn->retry = false;
+		}
+		while ((d = sn->doubts)) {
+			sn->doubts = d->next;
+			sn->ndoubts--;
+			d->next = NULL;
+			d->sn = NULL;
+			d->ns_name = strdup(sn->def->name);
+			d->store = strdup(sn->def->strategy);
+			d->opts = strdup(sn->def->strategy_opts ? sn->def->strategy_opts : "");
+			if (!d->ns_name || !d->store || !d->opts) {
+				sync_doubt_free(d);
+				continue;
+			}
+			sync_doubt_rename(d, d->ns_name);
+			*tail = d;
+			tail = &d->next;
+		}
+	}
+	return out;
+}
+
+void sync_doubts_give(struct sync *sy, struct sync_doubts *list)
+{
+	struct sync_doubt *d, *next;
+
+	if (!list)
+		return;
+	for (d = list->head; d; d = next) {
+		struct sync_ns *sn = NULL;
+		struct sync_doubt **tail;
+
+		next = d->next;
+		d->next = NULL;
+		for (size_t i = 0; sy && i < sy->n && !sn; i++) {
+			const struct ns_def *def = sy->ns[i].def;
+
+			if (strcmp(def->name, d->ns_name) == 0 && strcmp(def->strategy, d->store) == 0 &&
+			    strcmp(def->strategy_opts ? def->strategy_opts : "", d->opts) == 0)
+				sn = &sy->ns[i];
+		}
+		if (!sn || sn->ndoubts >= SYNC_DOUBT_MAX) {
+			LOG(LOG_WARN, "namespace \"%s\": a call in doubt dropped at the reload (its "
+			    "store changed): a store that applied it late has its hits counted "
+			    "twice", d->ns_name);
+			sync_doubt_free(d);
+			continue;
+		}
+		d->sn = sn;
+		sync_doubt_rename(d, sn->def->name);
+		for (tail = &sn->doubts; *tail; tail = &(*tail)->next)
+			;
+		*tail = d;
+		sn->ndoubts++;
+		if (!ev_is_active(&sy->doubt_timer))
+			ev_timer_again(sy->loop, &sy->doubt_timer);
+	}
+	free(list);
 }
 
 static int sync_park(struct sync *sy, struct sync_ns *sn, struct sync_gather *g, bool admit);

@@ -114,6 +114,17 @@ bool sync_busy(const struct sync *s);
  * token: stopping now loses no token (a reload waits for this). */
 bool sync_settled(const struct sync *s);
 
+/* A reload: what sync s leaves in doubt (its sync cycle's unconfirmed push,
+ * its calls in doubt) is taken out before sync_stop(s) and given to the
+ * sync that replaces it, which sends each again with its token and takes
+ * back from the diffs what the store counted for it; so a reload with the
+ * store away loses no token. Namespaces whose name, store or options
+ * changed drop theirs (logged). take returns NULL when there is nothing
+ * (or s is NULL); give frees the list. */
+struct sync_doubts;
+struct sync_doubts *sync_doubts_take(struct sync *s);
+void sync_doubts_give(struct sync *s, struct sync_doubts *list);
+
 /* Stops the timers and frees everything (pending pushes are failed; their
  * diffs stay in the table). NULL is fine. */
 void sync_stop(struct sync *s);

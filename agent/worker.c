@@ -322,11 +322,10 @@ static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* A reload (agent/reload.h) applies once no push or held answer waits for
- * a store and no unconfirmed push waits to be resent with its token (at
- * most WORKER_RELOAD_WAIT): the sync restarts with the new namespaces, and
- * such a batch would be pushed again under a new token (with a store that
- * stays away longer, that batch may count twice: the window of doubt of
- * docs/CLUSTER.md). */
+ * a store and nothing waits to be resent with its token (at most
+ * WORKER_RELOAD_WAIT): the sync restarts with the new namespaces, and what
+ * is still in doubt (a store away longer) is handed to the new sync, which
+ * resends it with its token (sync_doubts_take). */
 static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = container_of(t, struct worker, reload_w);
@@ -340,6 +339,8 @@ static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
 	    ev_now(loop) - w->reload_since < WORKER_RELOAD_WAIT)
 		return;
 	ev_timer_stop(loop, t);
+	struct sync_doubts *doubts = sync_doubts_take(w->sync);
+
 	sync_stop(w->sync);
 	w->sync = w->decide.sync = NULL;
 	/* w->cfg is main's configuration (const for the fronts). */
@@ -358,6 +359,7 @@ static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
 		LOG(LOG_ERR, "reload: cannot start the sync of the stores");
 		exit(1);
 	}
+	sync_doubts_give(w->sync, doubts);
 	w->decide.sync = w->sync;
 }
 

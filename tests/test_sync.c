@@ -326,35 +326,22 @@ Test(sync, library_sync_calls_do_not_share_tokens, .init = start_redis, .fini = 
 	rl_free(a);
 }
 
-/* sync_rate 0 calls the paused store did not answer: their hits are kept
- * in the diffs and the calls kept in doubt; once it is back, each call is
- * sent again with its token and what the store counted for it is taken
- * back: the store ends at exactly the hits, and nothing is in doubt. */
-Test(sync, calls_in_doubt_settle_exactly, .init = start_redis, .fini = stop_redis,
-     .timeout = 60)
+/* n sync_rate 0 hits of stored key sk, one call per loop iteration (n
+ * gathers), into the paused store: each fails at timeout_ms, its hit kept
+ * in the diff and the call in doubt. */
+static void calls_into_paused_store(struct ev_loop *loop, struct rl *rl, struct sync *sy,
+				    const char *sk, size_t n)
 {
 	static struct sync_hits many[40];
 	static bool done[40];
-	struct rl *rl = node(0);
-	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
-	struct sync *sy = NULL;
-	size_t n = sizeof(many) / sizeof(many[0]);
-	char sk[64];
-	double t0;
 
-	away_from_boundary();
-	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
-	spin(loop, 0.2);
-	cr_assert(call_one(loop, rl, sy, "doubt", false));
-	memcpy(sk, skey, sizeof(sk));
-	cr_assert_eq(redis_server_pause(&srv), 0);
-	/* 40 calls, one per loop iteration (so 40 gathers), into the paused
-	 * store; they fail at timeout_ms. */
+	cr_assert_leq(n, sizeof(many) / sizeof(many[0]));
+	memset(done, 0, sizeof(done));
 	for (size_t i = 0; i < n; i++) {
 		struct rl_result r;
 		double now = rl_now();
 
-		cr_assert_eq(rl_hit(rl, 0, "doubt", 5, 60, 1, 0, now, -1, true, &r), 0);
+		cr_assert_eq(rl_hit(rl, 0, sk, strlen(sk), 60, 1, 0, now, -1, true, &r), 0);
 		many[i].n = 1;
 		many[i].h[0] = (struct sync_hit){ .ns = 0, .idx = r.cur_idx, .key = sk,
 						  .keylen = strlen(sk), .size = 60, .diff = 1 };
@@ -368,6 +355,29 @@ Test(sync, calls_in_doubt_settle_exactly, .init = start_redis, .fini = stop_redi
 		sync_hits_apply(rl, &many[i]);
 		cr_assert(!many[i].h[0].ok, "call %zu confirmed by a paused store", i);
 	}
+}
+
+/* sync_rate 0 calls the paused store did not answer: their hits are kept
+ * in the diffs and the calls kept in doubt; once it is back, each call is
+ * sent again with its token and what the store counted for it is taken
+ * back: the store ends at exactly the hits, and nothing is in doubt. */
+Test(sync, calls_in_doubt_settle_exactly, .init = start_redis, .fini = stop_redis,
+     .timeout = 60)
+{
+	struct rl *rl = node(0);
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct sync *sy = NULL;
+	size_t n = 40;
+	char sk[64];
+	double t0;
+
+	away_from_boundary();
+	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
+	spin(loop, 0.2);
+	cr_assert(call_one(loop, rl, sy, "doubt", false));
+	memcpy(sk, skey, sizeof(sk));
+	cr_assert_eq(redis_server_pause(&srv), 0);
+	calls_into_paused_store(loop, rl, sy, sk, n);
 	cr_assert(!sync_settled(sy), "calls in doubt: not settled");
 	cr_assert_eq(redis_server_resume(&srv), 0);
 	t0 = ev_time();
@@ -388,4 +398,86 @@ Test(sync, calls_in_doubt_settle_exactly, .init = start_redis, .fini = stop_redi
 	sync_stop(sy);
 	ev_loop_destroy(loop);
 	rl_free(rl);
+}
+
+/* A reload while the store is away: what the sync leaves in doubt (calls
+ * of sync_rate 0, or the sync cycle's unconfirmed push) is handed to the
+ * sync that replaces it (sync_doubts_take / _give, as worker_on_reload
+ * does), which resends it with its token once the store is back: the
+ * store ends at exactly the hits. Without the handover it held 21 for 11
+ * (calls) and 15 for 10 (push): the late-applied calls counted twice. */
+static void reload_case(double sync_rate)
+{
+	struct rl *rl = node(sync_rate);
+	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
+	struct sync *sy = NULL;
+	const char *key = sync_rate > 0 ? "reload-push" : "reload-calls";
+	size_t hits_sent = 0;
+	char sk[64];
+	double want;
+
+	away_from_boundary();
+	if (window_reset(rl_now(), 60) < 20)
+		usleep((useconds_t)((window_reset(rl_now(), 60) + 0.2) * 1e6));
+	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
+	spin(loop, 0.2);
+	sk[rl_stored_key(rl, key, strlen(key), sk)] = '\0';
+	if (sync_rate > 0) {
+		struct rl_result r;
+
+		for (int i = 0; i < 5; i++, hits_sent++)
+			cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, 0, rl_now(), -1, false,
+					    &r), 0);
+		for (double end = ev_time() + 5; store_total(sk) != 5 && ev_time() < end;)
+			spin(loop, 0.1);
+		cr_assert_float_eq(store_total(sk), 5, 1e-9, "the first cycle pushed");
+		cr_assert_eq(redis_server_pause(&srv), 0);
+		for (int i = 0; i < 5; i++, hits_sent++)
+			cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, 0, rl_now(), -1, false,
+					    &r), 0);
+		/* a cycle pushes into the paused store and times out (500 ms) */
+		for (double end = ev_time() + 5; sync_settled(sy) && ev_time() < end;)
+			spin(loop, 0.05);
+		for (double end = ev_time() + 5; sync_busy(sy) && ev_time() < end;)
+			spin(loop, 0.05);
+	} else {
+		cr_assert(call_one(loop, rl, sy, key, false));
+		cr_assert_eq(redis_server_pause(&srv), 0);
+		calls_into_paused_store(loop, rl, sy, sk, 10);
+		hits_sent = 11;
+	}
+	cr_assert(!sync_settled(sy), "nothing in doubt before the reload");
+	struct sync_doubts *doubts = sync_doubts_take(sy);
+
+	sync_stop(sy);
+	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
+	sync_doubts_give(sy, doubts);
+	cr_assert_eq(redis_server_resume(&srv), 0);
+	want = (double)hits_sent;
+	for (double end = ev_time() + 15; store_total(sk) != want && ev_time() < end;)
+		spin(loop, 0.2);
+	cr_assert_float_eq(store_total(sk), want, 1e-9, "%zu hits across the reload, the store "
+			   "holds %g", hits_sent, store_total(sk));
+	/* Nothing more is pushed: the new sync's cycles run once the lease
+	 * the old one held expires (3 s); without the handover they pushed
+	 * the diffs again (15 for 10). */
+	spin(loop, 5);
+	cr_assert_float_eq(store_total(sk), want, 1e-9, "%zu hits, then %g", hits_sent,
+			   store_total(sk));
+	cr_assert(sync_settled(sy));
+	sync_stop(sy);
+	ev_loop_destroy(loop);
+	rl_free(rl);
+}
+
+Test(sync, reload_hands_calls_in_doubt_over, .init = start_redis, .fini = stop_redis,
+     .timeout = 60)
+{
+	reload_case(0);
+}
+
+Test(sync, reload_hands_an_unconfirmed_push_over, .init = start_redis, .fini = stop_redis,
+     .timeout = 60)
+{
+	reload_case(1);
 }
