@@ -29,7 +29,8 @@
  * and is kept in doubt (struct sync_doubt): sent again as it was, with its
  * token, until the store answers; what the store says it counted for it
  * is then taken back from the diffs. So those hits also reach the store
- * once, unless the worker dies or reloads first.
+ * once, unless the worker dies first (a reload hands them to the next sync:
+ * sync_doubts_take).
  *
  * The lease (shm_lease_*) makes one worker per node run a cycle per
  * period: every worker's timer fires at the node's phase, the first to
