@@ -802,16 +802,22 @@ static void sync_doubt_rename(struct sync_doubt *d, const char *name)
 }
 
 /* A namespace's unconfirmed push of the sync cycle, as a call in doubt (a
- * push of its diffs, with its token): once answered, what it counted is
- * taken back from the diffs, which the next sync pushes again. NULL if out
- * of memory. */
-static struct sync_doubt *sync_doubt_of_retry(struct sync_ns *sn)
+ * push of its diffs, with its token) in *out: once answered, what it
+ * counted is taken back from the diffs, which the next sync pushes again.
+ * *out NULL when it holds reads only. Returns 0, or -1 out of memory. */
+static int sync_doubt_of_retry(struct sync_ns *sn, struct sync_doubt **out)
 {
-	struct sync_doubt *d = calloc(1, sizeof(*d));
-	size_t klen = 0, off = 0;
+	struct sync_doubt *d;
+	size_t klen = 0, off = 0, nfix = 0;
 
-	for (size_t i = 0; i < sn->n; i++)
+	*out = NULL;
+	for (size_t i = 0; i < sn->n; i++) {
 		klen += sn->batch[i].key_len;
+		nfix += sn->batch[i].diff != 0;
+	}
+	if (nfix == 0)
+		return 0;               /* reads only: nothing to settle */
+	d = calloc(1, sizeof(*d));
 	if (d) {
 		d->c = malloc(sn->n * sizeof(*d->c));
 		d->fix = calloc(sn->n, sizeof(*d->fix));
@@ -820,7 +826,7 @@ static struct sync_doubt *sync_doubt_of_retry(struct sync_ns *sn)
 	if (!d || !d->c || !d->fix || !d->keys) {
 		if (d)
 			sync_doubt_free(d);
-		return NULL;
+		return -1;
 	}
 	memcpy(d->token, sn->token, sizeof(d->token));
 	d->n = sn->n;
@@ -834,12 +840,36 @@ static struct sync_doubt *sync_doubt_of_retry(struct sync_ns *sn)
 		d->fix[i] = d->c[i].diff != 0;
 		d->nfix += d->fix[i];
 	}
-	return d;
+	*out = d;
+	return 0;
 }
 
 struct sync_doubts {
 	struct sync_doubt *head;
 };
+
+/* Detaches doubt d (sn's, already unlinked) into a handover list at *tail,
+ * with its namespace's identity copied (the definitions change before the
+ * next sync exists). Returns the new tail; on failure d is freed and
+ * counted in *lost. */
+static struct sync_doubt **sync_doubt_detach(struct sync_ns *sn, struct sync_doubt *d,
+					     struct sync_doubt **tail, size_t *lost)
+{
+	d->next = NULL;
+	d->sn = NULL;
+	free(d->ns_name), free(d->store), free(d->opts);
+	d->ns_name = strdup(sn->def->name);
+	d->store = strdup(sn->def->strategy);
+	d->opts = strdup(sn->def->strategy_opts ? sn->def->strategy_opts : "");
+	if (!d->ns_name || !d->store || !d->opts) {
+		sync_doubt_free(d);
+		(*lost)++;
+		return tail;
+	}
+	sync_doubt_rename(d, d->ns_name);
+	*tail = d;
+	return &d->next;
+}
 
 struct sync_doubts *sync_doubts_take(struct sync *sy)
 {
@@ -848,32 +878,29 @@ struct sync_doubts *sync_doubts_take(struct sync *sy)
 
 	for (size_t i = 0; out && i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
-		struct sync_doubt *d;
+		struct sync_doubt *d, **link = &sn->doubts;
+		size_t lost = 0;
 
-		if (sn->busy || sn->doubt_busy)
-			continue;       /* in flight: sync_stop fails it, as before */
-		if (sn->retry && sn->n > 0 && (d = sync_doubt_of_retry(sn))) {
-			d->next = sn->doubts;
-			sn->doubts = d;
-			sn->ndoubts++;
+		/* The cycle's push in flight, or the doubt being resent (the
+		 * first), stays: sync_stop fails it (what a failing call
+		 * confirmed in part is acknowledged by its callback, so it
+		 * cannot be copied now). */
+		if (sn->doubt_busy && *link)
+			link = &(*link)->next;
+		while ((d = *link)) {
+			*link = d->next;
+			sn->ndoubts--;
+			tail = sync_doubt_detach(sn, d, tail, &lost);
+		}
+		if (!sn->busy && sn->retry && sn->n > 0) {
+			if (sync_doubt_of_retry(sn, &d) < 0)
+				lost++;
+			else if (d)
+				tail = sync_doubt_detach(sn, d, tail, &lost);
 			sn->retry = false;
 		}
-		while ((d = sn->doubts)) {
-			sn->doubts = d->next;
-			sn->ndoubts--;
-			d->next = NULL;
-			d->sn = NULL;
-			d->ns_name = strdup(sn->def->name);
-			d->store = strdup(sn->def->strategy);
-			d->opts = strdup(sn->def->strategy_opts ? sn->def->strategy_opts : "");
-			if (!d->ns_name || !d->store || !d->opts) {
-				sync_doubt_free(d);
-				continue;
-			}
-			sync_doubt_rename(d, d->ns_name);
-			*tail = d;
-			tail = &d->next;
-		}
+		if (lost)
+			sync_doubt_log(sy, sn->def->name, "out of memory at a reload");
 	}
 	return out;
 }
@@ -881,6 +908,8 @@ struct sync_doubts *sync_doubts_take(struct sync *sy)
 void sync_doubts_give(struct sync *sy, struct sync_doubts *list)
 {
 	struct sync_doubt *d, *next;
+	size_t gone = 0, full = 0;
+	const char *name = "";
 
 	if (!list)
 		return;
@@ -898,14 +927,19 @@ void sync_doubts_give(struct sync *sy, struct sync_doubts *list)
 				sn = &sy->ns[i];
 		}
 		if (!sn || sn->ndoubts >= SYNC_DOUBT_MAX) {
-			LOG(LOG_WARN, "namespace \"%s\": a call in doubt dropped at the reload (its "
-			    "store changed): a store that applied it late has its hits counted "
-			    "twice", d->ns_name);
+			gone += !sn;
+			full += sn != NULL;
+			if (!name[0])
+				name = d->ns_name;
+			LOG(LOG_DEBUG, "namespace \"%s\": a call in doubt dropped at the reload (%s)",
+			    d->ns_name, sn ? "too many" : "namespace gone, or its store changed");
 			sync_doubt_free(d);
 			continue;
 		}
 		d->sn = sn;
 		sync_doubt_rename(d, sn->def->name);
+		free(d->ns_name), free(d->store), free(d->opts);
+		d->ns_name = d->store = d->opts = NULL;
 		for (tail = &sn->doubts; *tail; tail = &(*tail)->next)
 			;
 		*tail = d;
@@ -913,6 +947,10 @@ void sync_doubts_give(struct sync *sy, struct sync_doubts *list)
 		if (!ev_is_active(&sy->doubt_timer))
 			ev_timer_again(sy->loop, &sy->doubt_timer);
 	}
+	if (gone || full)
+		LOG(LOG_WARN, "reload: %zu call(s) in doubt dropped (%zu of namespaces gone or whose "
+		    "store changed, %zu over the cap; \"%s\" first): a store that applied them "
+		    "late has their hits counted twice", gone + full, gone, full, name);
 	free(list);
 }
 

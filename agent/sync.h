@@ -117,10 +117,11 @@ bool sync_settled(const struct sync *s);
 /* A reload: what sync s leaves in doubt (its sync cycle's unconfirmed push,
  * its calls in doubt) is taken out before sync_stop(s) and given to the
  * sync that replaces it, which sends each again with its token and takes
- * back from the diffs what the store counted for it; so a reload with the
- * store away loses no token. Namespaces whose name, store or options
- * changed drop theirs (logged). take returns NULL when there is nothing
- * (or s is NULL); give frees the list. */
+ * back from the diffs what the store counted for it. Not taken: a call in
+ * flight at that moment (sync_stop fails it: its hits stay in the diffs,
+ * and may count twice if the store applies it late). Namespaces whose name,
+ * store or options changed drop theirs (logged). take returns a list,
+ * maybe empty, or NULL (s NULL, out of memory); give frees it. */
 struct sync_doubts;
 struct sync_doubts *sync_doubts_take(struct sync *s);
 void sync_doubts_give(struct sync *s, struct sync_doubts *list);
