@@ -5,7 +5,9 @@
 # the two HAProxy instances as fast as curl goes: sequential (one curl,
 # keep-alive), paced, then parallel (curl --parallel); in two namespaces:
 #   - "default", admission "auto" (exact: the store's grants far from the
-#     limit, the store at it): N <= admitted <= N + 1 % in every pattern;
+#     limit, the store at it): N - 5 % <= admitted <= N + 1 % in every
+#     pattern (below N only by a grant a node got and did not use before
+#     the burst ended: docs/CLUSTER.md, "The bound"; as test_cluster);
 #   - "local" (admission "local", each node decides from its view): the
 #     cluster admits at least N (the limit is not undercounted) and at
 #     most N + (nodes - 1) x ceil(r x sync_rate) + slack, where r is the
@@ -182,8 +184,8 @@ check_exact() {
        "denied $denied, SPOE errors $errs, other $other"
   is "$errs" "0" "$name, exact: no SPOE errors"
   is "$other" "0" "$name, exact: every answer is 200 or 429"
-  check "$name, exact: N=$N <= admitted $admitted <= N + 1 %" \
-    int_between "$admitted" "$N" "$((N + N / 100))"
+  check "$name, exact: N - 5 % <= admitted $admitted <= N + 1 % (N=$N)" \
+    int_between "$admitted" "$((N - N * 5 / 100))" "$((N + N / 100))"
   want=$((admitted + denied))
   got=""
   for i in $(seq 1 30); do
