@@ -627,29 +627,27 @@ static void sync_doubt_log(struct sync *sy, const char *ns, const char *why)
 	    "them late has them counted twice", ns, why);
 }
 
-/* A call answered with some items undecided, after it was sent: kept to
- * send again (copies: the gather is reused). Reads (a push's diff 0)
- * leave nothing in doubt. */
-static void sync_doubt_keep(struct sync_gather *g)
+/* A call in doubt for sn: a copy (keys included) of the n admissions a
+ * or counters c sent with token; [i] is settled if the store did not
+ * answer it and, for a push, it carried a diff (reads settle nothing).
+ * *out NULL when nothing is to settle. Returns 0, or -1 out of memory. */
+static int sync_doubt_new(struct sync_ns *sn, const char *token,
+			  const struct strategy_admit *a, const struct strategy_counter *c, size_t n,
+			  struct sync_doubt **out)
 {
-	struct sync_ns *sn = g->sn;
-	struct sync *sy = g->sy;
-	struct sync_doubt *d, **tail;
-	size_t n = g->na ? g->na : g->n, nfix = 0, klen = 0, off = 0;
+	struct sync_doubt *d;
+	size_t nfix = 0, klen = 0, off = 0;
 
+	*out = NULL;
 	for (size_t i = 0; i < n; i++)
-		nfix += g->na ? !g->a[i].ok : !g->c[i].ok && g->c[i].diff != 0;
-	if (nfix == 0 || !sn)
-		return;
+		nfix += a ? !a[i].ok : !c[i].ok && c[i].diff != 0;
+	if (nfix == 0)
+		return 0;
 	for (size_t i = 0; i < n; i++)
-		klen += g->na ? g->a[i].key_len : g->c[i].key_len;
-	if (sn->ndoubts >= SYNC_DOUBT_MAX) {
-		sync_doubt_log(sy, sn->def->name, "too many");
-		return;
-	}
+		klen += a ? a[i].key_len : c[i].key_len;
 	d = calloc(1, sizeof(*d));
 	if (d) {
-		if (g->na)
+		if (a)
 			d->a = malloc(n * sizeof(*d->a));
 		else
 			d->c = malloc(n * sizeof(*d->c));
@@ -659,41 +657,65 @@ static void sync_doubt_keep(struct sync_gather *g)
 	if (!d || !(d->a || d->c) || !d->fix || !d->keys) {
 		if (d)
 			sync_doubt_free(d);
-		sync_doubt_log(sy, sn->def->name, "out of memory");
-		return;
+		return -1;
 	}
 	d->sn = sn;
-	memcpy(d->token, g->token, sizeof(d->token));
+	snprintf(d->token, sizeof(d->token), "%s", token);
 	d->n = n;
 	d->nfix = nfix;
-	d->since = ev_now(sy->loop);
+	d->since = ev_now(sn->sy->loop);
 	for (size_t i = 0; i < n; i++) {
 		const char **key, **ns;
 		bool *ok;
 		size_t len;
 
-		if (d->a) {
-			d->a[i] = g->a[i];
+		if (a) {
+			d->a[i] = a[i];
 			key = &d->a[i].key, ns = &d->a[i].ns, ok = &d->a[i].ok;
 			len = d->a[i].key_len;
 		} else {
-			d->c[i] = g->c[i];
+			d->c[i] = c[i];
 			key = &d->c[i].key, ns = &d->c[i].ns, ok = &d->c[i].ok;
 			len = d->c[i].key_len;
 		}
-		d->fix[i] = !*ok && (d->a || d->c[i].diff != 0);
+		d->fix[i] = !*ok && (a || c[i].diff != 0);
 		memcpy(d->keys + off, *key, len);
 		*key = d->keys + off;
 		*ns = sn->def->name;
 		*ok = false;
 		off += len;
 	}
+	*out = d;
+	return 0;
+}
+
+/* A call answered with some items undecided, after it was sent: kept to
+ * send again (a copy: the gather is reused). */
+static void sync_doubt_keep(struct sync_gather *g)
+{
+	struct sync_ns *sn = g->sn;
+	struct sync_doubt *d, **tail;
+
+	if (!sn)
+		return;
+	if (sync_doubt_new(sn, g->token, g->na ? g->a : NULL, g->na ? NULL : g->c,
+			   g->na ? g->na : g->n, &d) < 0) {
+		sync_doubt_log(g->sy, sn->def->name, "out of memory");
+		return;
+	}
+	if (!d)
+		return;
+	if (sn->ndoubts >= SYNC_DOUBT_MAX) {
+		sync_doubt_free(d);
+		sync_doubt_log(g->sy, sn->def->name, "too many");
+		return;
+	}
 	for (tail = &sn->doubts; *tail; tail = &(*tail)->next)
 		;
 	*tail = d;
 	sn->ndoubts++;
-	if (!ev_is_active(&sy->doubt_timer))
-		ev_timer_again(sy->loop, &sy->doubt_timer);
+	if (!ev_is_active(&g->sy->doubt_timer))
+		ev_timer_again(g->sy->loop, &g->sy->doubt_timer);
 }
 
 /* What the store counted for an item in doubt is taken back from the
@@ -801,49 +823,6 @@ static void sync_doubt_rename(struct sync_doubt *d, const char *name)
 	}
 }
 
-/* A namespace's unconfirmed push of the sync cycle, as a call in doubt (a
- * push of its diffs, with its token) in *out: once answered, what it
- * counted is taken back from the diffs, which the next sync pushes again.
- * *out NULL when it holds reads only. Returns 0, or -1 out of memory. */
-static int sync_doubt_of_retry(struct sync_ns *sn, struct sync_doubt **out)
-{
-	struct sync_doubt *d;
-	size_t klen = 0, off = 0, nfix = 0;
-
-	*out = NULL;
-	for (size_t i = 0; i < sn->n; i++) {
-		klen += sn->batch[i].key_len;
-		nfix += sn->batch[i].diff != 0;
-	}
-	if (nfix == 0)
-		return 0;               /* reads only: nothing to settle */
-	d = calloc(1, sizeof(*d));
-	if (d) {
-		d->c = malloc(sn->n * sizeof(*d->c));
-		d->fix = calloc(sn->n, sizeof(*d->fix));
-		d->keys = malloc(klen ? klen : 1);
-	}
-	if (!d || !d->c || !d->fix || !d->keys) {
-		if (d)
-			sync_doubt_free(d);
-		return -1;
-	}
-	memcpy(d->token, sn->token, sizeof(d->token));
-	d->n = sn->n;
-	d->since = ev_now(sn->sy->loop);
-	for (size_t i = 0; i < sn->n; i++) {
-		d->c[i] = sn->batch[i];
-		d->c[i].ok = false;
-		memcpy(d->keys + off, sn->batch[i].key, sn->batch[i].key_len);
-		d->c[i].key = d->keys + off;
-		off += sn->batch[i].key_len;
-		d->fix[i] = d->c[i].diff != 0;
-		d->nfix += d->fix[i];
-	}
-	*out = d;
-	return 0;
-}
-
 struct sync_doubts {
 	struct sync_doubt *head;
 };
@@ -893,7 +872,10 @@ struct sync_doubts *sync_doubts_take(struct sync *sy)
 			tail = sync_doubt_detach(sn, d, tail, &lost);
 		}
 		if (!sn->busy && sn->retry && sn->n > 0) {
-			if (sync_doubt_of_retry(sn, &d) < 0)
+			/* The sync cycle's unconfirmed push, as a push in doubt:
+			 * once answered, what it counted is taken back from the
+			 * diffs, which the next sync pushes again. */
+			if (sync_doubt_new(sn, sn->token, NULL, sn->batch, sn->n, &d) < 0)
 				lost++;
 			else if (d)
 				tail = sync_doubt_detach(sn, d, tail, &lost);
