@@ -126,14 +126,16 @@ void log_format_time(char *buf, int64_t unix_ms)
 /* Contract: one call, one line, one write(2); errno is preserved so a
  * caller may log and then still look at errno. Messages above log_level are
  * dropped here too (LOG() already checks before evaluating arguments). A
- * message too long for the line ends in "..."; newlines inside it become
- * spaces and a trailing newline is dropped, so a line is always one line. */
+ * message too long for the line ends in "..."; newlines and tabs inside it
+ * become spaces and a trailing newline is dropped, so a line is always one
+ * line; other control characters are written as \xNN. */
 void log_write(int level, const char *fmt, ...)
 {
-	char line[LOG_LINE_MAX];
+	static const char hex[] = "0123456789abcdef";
+	char line[LOG_LINE_MAX], out[LOG_LINE_MAX];
 	const size_t cap = sizeof(line) - 1;    /* keep one byte for '\n' */
 	struct timespec ts;
-	size_t n, msg, i, off;
+	size_t n, msg, i, o, off;
 	int saved_errno = errno;
 	int k;
 	va_list ap;
@@ -171,13 +173,30 @@ void log_write(int level, const char *fmt, ...)
 
 	while (n > msg && (line[n - 1] == '\n' || line[n - 1] == '\r'))
 		n--;
-	for (i = msg; i < n; i++)
-		if (line[i] == '\n' || line[i] == '\r')
-			line[i] = ' ';
-	line[n++] = '\n';
+	/* Text from peers and stores (a Redis error, a PostgreSQL message)
+	 * may hold terminal controls: ESC, BEL, ... become \xNN here, whatever
+	 * the caller formatted, so no log line can drive a terminal. */
+	memcpy(out, line, msg);
+	for (i = msg, o = msg; i < n && o + 5 < sizeof(out); i++) {
+		unsigned char ch = (unsigned char)line[i];
 
-	for (off = 0; off < n;) {
-		ssize_t w = write(STDERR_FILENO, line + off, n - off);
+		if (ch == '\n' || ch == '\r' || ch == '\t') {
+			out[o++] = ' ';
+		} else if (ch < 0x20 || ch == 0x7f) {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[ch >> 4];
+			out[o++] = hex[ch & 15];
+		} else {
+			out[o++] = (char)ch;
+		}
+	}
+	if (i < n)
+		memcpy(out + o - 3, "...", 3);
+	out[o++] = '\n';
+
+	for (off = 0; off < o;) {
+		ssize_t w = write(STDERR_FILENO, out + off, o - off);
 
 		if (w < 0) {
 			if (errno == EINTR)

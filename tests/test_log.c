@@ -204,6 +204,29 @@ Test(log, newlines_do_not_split_lines)
 	cr_assert_null(strstr(out, "\n\n"), "%s", out);
 }
 
+/* A store's error text (a Redis error reply, a PostgreSQL message) is
+ * logged as the store gave it: terminal controls must not reach the log. */
+Test(log, control_characters_are_escaped)
+{
+	const char *out;
+	static char big[4000];
+
+	capture_start();
+	LOG(LOG_WARN, "redis store: %s", "ERR \x1b[31mred\x07 bell\x7f\tend");
+	memset(big, '\x1b', sizeof(big) - 1);
+	LOG(LOG_WARN, "%s", big);
+	out = capture_end();
+	cr_assert_not_null(strstr(out, "warn: redis store: ERR \\x1b[31mred\\x07 bell\\x7f end\n"),
+			   "%s", out);
+	cr_assert_null(strchr(out, '\x1b'), "%s", out);
+	cr_assert_null(strchr(out, '\x07'), "%s", out);
+	/* A line of escapes is cut, still one line within the limit. */
+	const char *second = strchr(out, '\n') + 1;
+	size_t n = strcspn(second, "\n");
+	cr_assert_leq(n + 1, 2048);
+	cr_assert_eq(strncmp(second + n - 3, "...", 3), 0, "%.*s", (int)n, second);
+}
+
 Test(log, long_message_is_cut)
 {
 	static char big[10000];
