@@ -48,6 +48,7 @@
 #define CFG_BUFMEM_DEFAULT     (256ull << 20)   /* max_buffer_memory */
 #define CFG_BUFMEM_MIN         (1ull << 20)
 #define CFG_BUFMEM_MAX         (64ull << 30)
+#define CFG_HTTP_BUFMEM_MIN    (64ull << 10)    /* http_max_buffer_memory */
 #define CFG_SHOW_MAX           64               /* a value quoted in a message */
 #define CFG_SUN_PATH_MAX       (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
@@ -771,6 +772,98 @@ static int cfg_set_ns_on_table_full(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+/* A limit: an integer 0..NS_LIMIT_MAX. */
+static int cfg_want_limit(struct cfg_parser *p, const json_t *v, int64_t *out)
+{
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, NS_LIMIT_MAX, &x) < 0)
+		return -1;
+	*out = (int64_t)x;
+	return 0;
+}
+
+/* "limit": 10 (every window) or {"1": 10, "60": 100} (per window size; a
+ * size not in window_sizes is refused by ns_check, which sees them all). */
+static int cfg_set_ns_limit(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+	const char *key;
+	json_t *e;
+
+	ns->limit_all = NS_LIMIT_NONE;
+	ns->n_limits = 0;
+	if (json_is_integer(v))
+		return cfg_want_limit(p, v, &ns->limit_all);
+	if (!json_is_object(v))
+		return cfg_fail_type(p, v, "an integer (every window) or an object from window "
+				     "size to limit ({\"1\": 10, \"60\": 100})");
+	if (json_object_size(v) == 0)
+		return cfg_fail(p, "expected at least one window size");
+	if (json_object_size(v) > NS_MAX_WINDOWS)
+		return cfg_fail(p, "expected at most %d window sizes, got %zu", NS_MAX_WINDOWS,
+				json_object_size(v));
+	json_object_foreach(v, key, e) {
+		size_t mark = cfg_path_key(p, key), n = strlen(key);
+		uint64_t w = 0;
+		char q[CFG_SHOW_MAX];
+
+		/* Canonical decimal: "60", not "060" or "+60" (two spellings
+		 * of one window would otherwise slip past the duplicate check). */
+		bool ok = n >= 1 && n <= 10 && key[0] != '0';
+		for (size_t i = 0; ok && i < n; i++)
+			ok = key[i] >= '0' && key[i] <= '9';
+		for (size_t i = 0; ok && i < n; i++)
+			w = w * 10 + (uint64_t)(key[i] - '0');
+		if (!ok || w > NS_WINDOW_MAX) {
+			cfg_quote(key, n, q, sizeof(q));
+			return cfg_fail(p, "expected a window size in seconds (1..%u) as the key, got %s",
+					NS_WINDOW_MAX, q);
+		}
+		ns->limits[ns->n_limits].window = (uint32_t)w;
+		if (cfg_want_limit(p, e, &ns->limits[ns->n_limits].limit) < 0)
+			return -1;
+		ns->n_limits++;
+		cfg_path_pop(p, mark);
+	}
+	return 0;
+}
+
+static int cfg_set_ns_caller_limit(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+	int t = 0;
+
+	if (cfg_want_enum(p, v, ns_caller_limit_names, NS_CALLER_COUNT, &t) < 0)
+		return -1;
+	ns->caller_limit = (enum ns_caller_limit)t;
+	return 0;
+}
+
+static int cfg_set_ns_max_cost(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+	double x;
+
+	if (!json_is_number(v))
+		return cfg_fail_type(p, v, "a number > 0");
+	x = json_number_value(v);
+	if (!(x > 0) || x > (double)NS_LIMIT_MAX)
+		return cfg_fail(p, "expected a number > 0 and at most %lld, got %g", NS_LIMIT_MAX, x);
+	ns->max_cost = x;
+	return 0;
+}
+
+static int cfg_set_ns_caller_admission(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	ns->caller_admission = json_is_true(v);
+	return 0;
+}
+
 static int cfg_set_key_secret(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct config *c = obj;
@@ -817,6 +910,59 @@ static int cfg_set_http_deny_status(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+/* Visible ASCII, no space: it travels in "Authorization: Bearer <token>". */
+static int cfg_set_http_token(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	const char *t;
+	size_t n;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, "a string of 1..255 visible ASCII characters");
+	t = json_string_value(v);
+	n = json_string_length(v);
+	if (n == 0 || n >= sizeof(c->http_token))
+		return cfg_fail(p, "expected 1..255 visible ASCII characters, got %zu bytes", n);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
+			return cfg_fail(p, "expected visible ASCII characters only (no space, no "
+					"control character), byte %zu is not", i);
+	memcpy(c->http_token, t, n + 1);
+	return 0;
+}
+
+static int cfg_set_http_metrics_token(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	c->http_metrics_token = json_is_true(v);
+	return 0;
+}
+
+static int cfg_set_http_max_connections(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_CONN_MAX, &x) < 0)
+		return -1;
+	c->http_max_connections = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_http_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, (long long)CFG_HTTP_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX, &x) < 0)
+		return -1;
+	c->http_max_buffer_memory = (size_t)x;
+	return 0;
+}
+
 static int cfg_set_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct config *c = obj;
@@ -848,6 +994,10 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "listen_owner",     .set = cfg_set_listen_owner },
 	{ .name = "http_listen",      .set = cfg_set_http_listen },
 	{ .name = "http_deny_status", .set = cfg_set_http_deny_status },
+	{ .name = "http_token",       .set = cfg_set_http_token },
+	{ .name = "http_metrics_token", .set = cfg_set_http_metrics_token },
+	{ .name = "http_max_connections", .set = cfg_set_http_max_connections },
+	{ .name = "http_max_buffer_memory", .set = cfg_set_http_max_buffer_memory },
 	{ .name = "state_file",       .set = cfg_set_state_file },
 };
 
@@ -863,6 +1013,10 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "max_keys",      .set = cfg_set_ns_max_keys },
 	{ .name = "on_table_full", .set = cfg_set_ns_on_table_full },
 	{ .name = "admission",     .set = cfg_set_ns_admission },
+	{ .name = "limit",         .set = cfg_set_ns_limit },
+	{ .name = "caller_limit",  .set = cfg_set_ns_caller_limit },
+	{ .name = "max_cost",      .set = cfg_set_ns_max_cost },
+	{ .name = "caller_admission", .set = cfg_set_ns_caller_admission },
 };
 
 #define CFG_N_KEYS(t) (sizeof(t) / sizeof((t)[0]))
@@ -1221,6 +1375,24 @@ int config_check(const struct config *c, struct config_err *err)
 	    cfg_check_range(&p, "max_buffer_memory", (long long)c->max_buffer_memory,
 			    (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX) < 0)
 		return -1;
+	if (c->http_max_connections > c->max_connections) {
+		cfg_path_key(&p, "http_max_connections");
+		return cfg_fail(&p, "expected at most max_connections (%u), got %u",
+				c->max_connections, c->http_max_connections);
+	}
+	if (c->http_max_buffer_memory > c->max_buffer_memory) {
+		cfg_path_key(&p, "http_max_buffer_memory");
+		return cfg_fail(&p, "expected at most max_buffer_memory (%zu), got %zu",
+				c->max_buffer_memory, c->http_max_buffer_memory);
+	}
+	if (strnlen(c->http_token, sizeof(c->http_token)) == sizeof(c->http_token)) {
+		cfg_path_key(&p, "http_token");
+		return cfg_fail(&p, "not NUL-terminated");
+	}
+	if (c->http_metrics_token && !c->http_token[0]) {
+		cfg_path_key(&p, "http_metrics_token");
+		return cfg_fail(&p, "true needs http_token (the token /metrics would ask for)");
+	}
 	if (c->log_level < 0 || c->log_level >= LOG_LEVEL_COUNT) {
 		cfg_path_key(&p, "log_level");
 		cfg_list_names(cfg_log_level_names, LOG_LEVEL_COUNT, names, sizeof(names));
@@ -1262,6 +1434,18 @@ int config_check(const struct config *c, struct config_err *err)
 	}
 	cfg_path_pop(&p, mark);
 	return 0;
+}
+
+uint32_t config_http_max_connections(const struct config *c)
+{
+	if (c->http_max_connections)
+		return c->http_max_connections;
+	return c->max_connections > 1 ? c->max_connections / 2 : 1;
+}
+
+size_t config_http_max_buffer_memory(const struct config *c)
+{
+	return c->http_max_buffer_memory ? c->http_max_buffer_memory : c->max_buffer_memory / 4;
 }
 
 /* Contract: exact, byte-for-byte match of name[0..len) (no NUL needed);

@@ -18,6 +18,7 @@
 #define CONFIG_SECRET_MAX      256   /* key_secret, with the NUL */
 #define CONFIG_OWNER_MAX       72    /* listen_owner "user:group", with the NUL */
 #define CONFIG_PATH_MAX        1024  /* state_file, with the NUL */
+#define CONFIG_TOKEN_MAX       256   /* http_token, with the NUL */
 
 struct config {
 	char listen[CONFIG_ADDR_MAX];      /* "127.0.0.1:12345", "[::1]:12345", "unix:/path" */
@@ -25,6 +26,10 @@ struct config {
 	char listen_owner[CONFIG_OWNER_MAX]; /* unix socket "user[:group]"; "" = ours */
 	char http_listen[CONFIG_ADDR_MAX]; /* the HTTP front, as listen; "" = off */
 	int http_deny_status;              /* status of a denied HTTP check, 400..599 */
+	char http_token[CONFIG_TOKEN_MAX]; /* Bearer token of /ratelimit; "" = open */
+	bool http_metrics_token;           /* /metrics needs it too */
+	uint32_t http_max_connections;     /* HTTP's part of max_connections; 0 = half */
+	size_t http_max_buffer_memory;     /* HTTP's part of max_buffer_memory; 0 = a quarter */
 	int workers;                       /* >= 1; 0 in the file = number of CPUs */
 	size_t max_keys;                   /* capacity of the counter table, (key, window) pairs */
 	char message_prefix[CONFIG_PREFIX_MAX]; /* "ratelimit" */
@@ -74,6 +79,11 @@ int config_check(const struct config *c, struct config_err *err);
 /* The number of online CPUs clamped to 1..64: what "workers": 0 (or -w 0)
  * means. */
 int config_default_workers(void);
+
+/* The HTTP front's budgets, defaults resolved (docs/CONFIG.md,
+ * "Connections"). */
+uint32_t config_http_max_connections(const struct config *c);
+size_t config_http_max_buffer_memory(const struct config *c);
 
 /* Index of a namespace by name, or -1. */
 int config_ns_find(const struct config *c, const char *name, size_t len);

@@ -194,18 +194,30 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		return;
 	}
 
+	/* The limit: the configuration's, lowered (or replaced) by the
+	 * caller's as the namespace allows (caller_limit). */
+	int64_t limit = 0;
+	r->has_limit = ns_effective_limit(nsc, ns_limit_of(nsc, window), rq->has_limit, rq->limit,
+					  &limit);
+	if (rq->cost > ns_max_cost(nsc)) {
+		r->error = "cost over max_cost";
+		return;
+	}
+
 	struct rl_result res;
 	double weight = sliding ? window_weight(now, window) : 0.0;
-	double lim = rq->has_limit ? (double)rq->limit : -1.0;
+	double lim = r->has_limit ? (double)limit : -1.0;
 	/* Admission "exact": a hit is admitted here from the store's grant
 	 * (rl_hit_exact), denied here when the node's view is already over
 	 * the limit (it never overstates the cluster's count), and decided
 	 * by the store otherwise. A read (cost 0) admits nothing: it stays
 	 * local. */
 	/* ("auto" is exact where the store can decide: checked below.) */
-	bool want = rq->admission == DECIDE_ADMIT_DEFAULT ? nsc->admission != NS_ADMIT_LOCAL
-							  : rq->admission == DECIDE_ADMIT_EXACT;
-	bool exact = rq->has_limit && rq->cost > 0 && want && nsc->sync_rate > 0 &&
+	int admission = rq->untrusted && !nsc->caller_admission ? DECIDE_ADMIT_DEFAULT
+								: rq->admission;
+	bool want = admission == DECIDE_ADMIT_DEFAULT ? nsc->admission != NS_ADMIT_LOCAL
+						      : admission == DECIDE_ADMIT_EXACT;
+	bool exact = r->has_limit && rq->cost > 0 && want && nsc->sync_rate > 0 &&
 		     d->sync && sync_can_admit(d->sync, (unsigned)ns);
 	int rc = exact ? rl_hit_exact(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight,
 				      now, lim, nsc->count_denied, &res)
@@ -230,7 +242,7 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		table_evicted(d, ns, now);
 
 	r->window = window;
-	r->limit = rq->limit;
+	r->limit = limit;
 	r->sliding = sliding;
 	r->cost = rq->cost;
 	r->counted = res.counted;

@@ -26,7 +26,7 @@ struct sync;
 
 #define DECIDE_MAX_BATCH   32     /* requests decided together (one NOTIFY) */
 #define DECIDE_MAX_PENDING 4096   /* batches waiting for a store, per worker */
-#define DECIDE_COST_MAX    1e12   /* largest cost and limit accepted */
+#define DECIDE_COST_MAX    ((double)NS_LIMIT_MAX) /* largest cost and limit accepted */
 #define DECIDE_LABEL_MAX   16     /* characters of a front's label */
 
 enum decide_admission {
@@ -51,10 +51,13 @@ struct rl_request {
 	const char *key_error;        /* the front could not make a key of it: why */
 	uint32_t window;              /* seconds; 0: the namespace's only window */
 	double cost;                  /* >= 0, <= DECIDE_COST_MAX */
-	bool has_limit;
+	bool has_limit;               /* the caller's own limit, which the
+	                                 namespace's caller_limit may override */
 	int64_t limit;                /* 0..DECIDE_COST_MAX */
 	int window_type;              /* enum decide_window_type */
 	int admission;                /* enum decide_admission (0: the namespace's) */
+	bool untrusted;               /* a caller the namespace must let choose its
+	                                 admission (caller_admission): HTTP */
 	const char *arg_error;        /* the front found an argument invalid: why */
 	int front;                    /* enum metrics_front, for the metrics */
 };

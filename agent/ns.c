@@ -28,6 +28,12 @@ const char *const ns_table_full_names[NS_FULL_COUNT] = {
 	[NS_FULL_ALLOW] = "allow",
 };
 
+const char *const ns_caller_limit_names[NS_CALLER_COUNT] = {
+	[NS_CALLER_LOWER] = "lower",
+	[NS_CALLER_ANY]   = "any",
+	[NS_CALLER_NONE]  = "none",
+};
+
 _Static_assert(NS_MAX_WINDOWS <= 8, "the shared table keeps 8 windows per namespace");
 
 void ns_def_init(struct ns_def *d)
@@ -37,6 +43,52 @@ void ns_def_init(struct ns_def *d)
 	d->window_type = NS_WINDOW_SLIDING;
 	d->count_denied = true;
 	d->on_table_full = NS_FULL_EVICT;
+	d->limit_all = NS_LIMIT_NONE;
+	d->caller_limit = NS_CALLER_LOWER;
+	d->max_cost = -1;
+}
+
+int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
+{
+	if (d->limit_all != NS_LIMIT_NONE)
+		return d->limit_all;
+	for (size_t i = 0; i < d->n_limits; i++)
+		if (d->limits[i].window == window)
+			return d->limits[i].limit;
+	return NS_LIMIT_NONE;
+}
+
+bool ns_has_limits(const struct ns_def *d)
+{
+	return d->limit_all != NS_LIMIT_NONE || d->n_limits > 0;
+}
+
+double ns_max_cost(const struct ns_def *d)
+{
+	int64_t most = d->limit_all;
+
+	if (d->max_cost >= 0)
+		return d->max_cost;
+	for (size_t i = 0; i < d->n_limits; i++)
+		if (d->limits[i].limit > most)
+			most = d->limits[i].limit;
+	if (most == NS_LIMIT_NONE)
+		return (double)NS_LIMIT_MAX;
+	return most < 1 ? 1.0 : (double)most;
+}
+
+bool ns_effective_limit(const struct ns_def *d, int64_t configured, bool has, int64_t caller,
+			int64_t *out)
+{
+	if (configured == NS_LIMIT_NONE) {
+		*out = caller;
+		return has;
+	}
+	*out = configured;
+	if (has && (d->caller_limit == NS_CALLER_ANY ||
+		    (d->caller_limit == NS_CALLER_LOWER && caller < configured)))
+		*out = caller;
+	return true;
 }
 
 enum ns_admission ns_admission_of(const struct ns_def *d)
@@ -121,6 +173,53 @@ static int ns_check_strategy(const struct ns_def *d, struct ns_err *e)
 	return 0;
 }
 
+static bool ns_has_window(const struct ns_def *d, uint32_t w)
+{
+	for (size_t i = 0; i < d->n_window_sizes; i++)
+		if (d->window_sizes[i] == w)
+			return true;
+	return false;
+}
+
+/* limit, caller_limit, max_cost, caller_admission. */
+static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
+{
+	if (d->limit_all != NS_LIMIT_NONE && (d->limit_all < 0 || d->limit_all > NS_LIMIT_MAX))
+		return ns_fail(e, "limit", "expected an integer 0..%lld, got %lld", NS_LIMIT_MAX,
+			       (long long)d->limit_all);
+	if (d->limit_all != NS_LIMIT_NONE && d->n_limits > 0)
+		return ns_fail(e, "limit", "one limit for every window or one per window, not both");
+	if (d->n_limits > NS_MAX_WINDOWS)
+		return ns_fail(e, "limit", "expected at most %d limits, got %zu", NS_MAX_WINDOWS,
+			       d->n_limits);
+	for (size_t i = 0; i < d->n_limits; i++) {
+		const struct ns_limit *l = &d->limits[i];
+		char field[32];
+
+		snprintf(field, sizeof(field), "limit.%u", l->window);
+		if (!ns_has_window(d, l->window))
+			return ns_fail(e, field, "no window of %u s in window_sizes", l->window);
+		if (l->limit < 0 || l->limit > NS_LIMIT_MAX)
+			return ns_fail(e, field, "expected an integer 0..%lld, got %lld", NS_LIMIT_MAX,
+				       (long long)l->limit);
+		for (size_t j = 0; j < i; j++)
+			if (d->limits[j].window == l->window)
+				return ns_fail(e, field, "given twice");
+	}
+	if ((unsigned)d->caller_limit >= NS_CALLER_COUNT)
+		return ns_fail(e, "caller_limit", "expected one of \"lower\", \"any\" or \"none\", "
+			       "got %d", (int)d->caller_limit);
+	if (d->caller_limit == NS_CALLER_NONE && !ns_has_limits(d))
+		return ns_fail(e, "caller_limit", "\"none\" needs a configured limit (without one, "
+			       "a request's limit is the only one)");
+	if (d->max_cost >= 0 && !(d->max_cost > 0 && d->max_cost <= (double)NS_LIMIT_MAX))
+		return ns_fail(e, "max_cost", "expected a number > 0 and at most %lld, got %g",
+			       NS_LIMIT_MAX, d->max_cost);
+	if (isnan(d->max_cost))
+		return ns_fail(e, "max_cost", "expected a number, got NaN");
+	return 0;
+}
+
 int ns_check(const struct ns_def *d, struct ns_err *e)
 {
 	size_t n = strnlen(d->name, sizeof(d->name));
@@ -165,6 +264,8 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->admission >= NS_ADMIT_COUNT)
 		return ns_fail(e, "admission", "expected one of \"auto\", \"local\" or \"exact\", got %d",
 			       (int)d->admission);
+	if (ns_check_limits(d, e) < 0)
+		return -1;
 	if (d->admission == NS_ADMIT_EXACT) {
 		const struct strategy_ops *ops = strategy_find(d->strategy);
 

@@ -24,6 +24,8 @@
 #define NS_SYNC_RATE_MIN   0.01        /* sync_rate > 0: seconds, in this range */
 #define NS_SYNC_RATE_MAX   3600.0
 #define NS_ERR_MAX         256
+#define NS_LIMIT_NONE      (-1)        /* no limit configured */
+#define NS_LIMIT_MAX       1000000000000LL /* largest limit and cost (1e12: exact in a double) */
 
 /* The window type messages get when they name none. */
 enum ns_window_type {
@@ -54,6 +56,21 @@ enum ns_table_full {
 	NS_FULL_COUNT
 };
 
+/* What a request's own `limit` may do where the namespace configures one
+ * (docs/CONFIG.md, "limit"). */
+enum ns_caller_limit {
+	NS_CALLER_LOWER = 0,  /* lower the configured limit, never raise it */
+	NS_CALLER_ANY,        /* replace it (HAProxy passing tiers from a map) */
+	NS_CALLER_NONE,       /* ignored */
+	NS_CALLER_COUNT
+};
+
+/* A configured limit of one window size. */
+struct ns_limit {
+	uint32_t window;                         /* one of window_sizes */
+	int64_t limit;                           /* 0..NS_LIMIT_MAX */
+};
+
 struct ns_def {
 	char name[NS_NAME_MAX];                  /* "" = "default" for the library */
 	uint32_t window_sizes[NS_MAX_WINDOWS];   /* seconds, 1..NS_WINDOW_MAX, distinct */
@@ -69,6 +86,14 @@ struct ns_def {
 	enum ns_admission admission;             /* sync_rate > 0 only */
 	bool shadow;                             /* decide, count, never deny:
 	                                            shadow_exceeded instead */
+	/* Limits from the configuration: one for every window (limit_all), or
+	 * one per window size (limits[0..n_limits)), or none. */
+	int64_t limit_all;                       /* NS_LIMIT_NONE or 0..NS_LIMIT_MAX */
+	struct ns_limit limits[NS_MAX_WINDOWS];
+	size_t n_limits;
+	enum ns_caller_limit caller_limit;
+	double max_cost;                         /* < 0: ns_max_cost()'s default */
+	bool caller_admission;                   /* HTTP callers may choose `admission` */
 };
 
 /* Where a namespace is wrong: the key ("sync_rate", "window_sizes[2]") and
@@ -79,11 +104,28 @@ struct ns_err {
 };
 
 /* The defaults of a namespace the configuration lists: no name, no
- * window, sync_rate -1 (local), sliding, count_denied, share 0, evict. */
+ * window, sync_rate -1 (local), sliding, count_denied, share 0, evict, no
+ * configured limit (callers may lower one), max_cost by default. */
 void ns_def_init(struct ns_def *d);
 
 /* The admission a namespace uses: its `admission`, "auto" resolved. */
 enum ns_admission ns_admission_of(const struct ns_def *d);
+
+/* The limit configured for a window size, or NS_LIMIT_NONE. */
+int64_t ns_limit_of(const struct ns_def *d, uint32_t window);
+
+/* Does the namespace configure any limit? */
+bool ns_has_limits(const struct ns_def *d);
+
+/* The largest cost a request may carry: max_cost, or by default the
+ * largest configured limit (at least 1), or NS_LIMIT_MAX without one. */
+double ns_max_cost(const struct ns_def *d);
+
+/* The limit a request is decided against, from the configured one
+ * (NS_LIMIT_NONE: none) and the caller's (has: given), by caller_limit.
+ * Returns false when there is none. */
+bool ns_effective_limit(const struct ns_def *d, int64_t configured, bool has, int64_t caller,
+			int64_t *out);
 
 /* A name of 1..63 bytes without control characters. */
 bool ns_name_ok(const char *name, size_t len);
@@ -98,5 +140,6 @@ int ns_check(const struct ns_def *d, struct ns_err *e);
 extern const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT];
 extern const char *const ns_table_full_names[NS_FULL_COUNT];
 extern const char *const ns_admission_names[NS_ADMIT_COUNT];
+extern const char *const ns_caller_limit_names[NS_CALLER_COUNT];
 
 #endif /* NS_H */

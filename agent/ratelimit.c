@@ -475,9 +475,15 @@ again:
 	}
 	out->counted = counted;
 	out->inserted = inserted;
-	/* A key over a limit it was asked about is never evicted: its count
-	 * is what keeps it denied. */
-	if (limit >= 0 && window_rate(c, p, weight) > limit) {
+	/* A key over its limit is never evicted: its count is what keeps it
+	 * denied. The limit is the configured one where there is one, never
+	 * a lower one a caller chose (else one request with limit 0 would
+	 * pin an entry). */
+	double keep = limit;
+	int64_t configured = ns_limit_of(&n->def, window_size);
+	if (configured != NS_LIMIT_NONE && (double)configured > keep)
+		keep = (double)configured;
+	if (keep >= 0 && window_rate(c, p, weight) > keep) {
 		shm_protect(rl->shm, &cur);
 		if (pw > 0)
 			shm_protect(rl->shm, &prev);

@@ -519,8 +519,10 @@ Test(config, unknown_keys)
 		{ "{\"colour\": 1}", "colour", ", max_buffer_memory, listen_mode, listen_owner" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"windw_sizes\": [2]}]}",
 		  "namespaces[0].windw_sizes", "unknown key \"windw_sizes\" (did you mean \"window_sizes\"?)" },
-		{ "{\"namespaces\": [{\"window_sizes\": [1]}, {\"window_sizes\": [2], \"name\": \"x\", \"limit\": 5}]}",
-		  "namespaces[1].limit", "unknown key \"limit\"; known keys: name, window_sizes, sync_rate" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1]}, {\"window_sizes\": [2], \"name\": \"x\", \"limits\": 5}]}",
+		  "namespaces[1].limits", "unknown key \"limits\" (did you mean \"limit\"?)" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1]}, {\"window_sizes\": [2], \"name\": \"x\", \"quota\": 5}]}",
+		  "namespaces[1].quota", "unknown key \"quota\"; known keys: name, window_sizes, sync_rate" },
 		/* strategy_opts are the store's to check (its check_opts) */
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"sync_rate\": 1, \"strategy\": \"redis\","
 		  " \"strategy_opts\": {\"hots\": \"x\"}}]}",
@@ -985,6 +987,102 @@ Test(config, admission)
 	cr_assert_eq(ns_admission_of(&c.ns[1]), NS_ADMIT_LOCAL, "sync_rate 0 is exact already");
 	cr_assert_eq(ns_admission_of(&c.ns[2]), NS_ADMIT_LOCAL);
 	cr_assert_eq(ns_admission_of(&c.ns[3]), NS_ADMIT_EXACT);
+	config_free(&c);
+	assert_no_leaks();
+}
+
+Test(config, limits)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": -1}]}",
+		  "namespaces[0].limit", "expected an integer in 0..1000000000000" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": 1.5}]}",
+		  "namespaces[0].limit", "an integer (every window) or an object" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": \"10\"}]}",
+		  "namespaces[0].limit", "got string" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": {}}]}",
+		  "namespaces[0].limit", "at least one window size" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": {\"60\": 10}}]}",
+		  "namespaces[0].limit.60", "no window of 60 s in window_sizes" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": {\"01\": 10}}]}",
+		  "namespaces[0].limit.01", "as the key, got \"01\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": {\"1s\": 10}}]}",
+		  "namespaces[0].limit.1s", "as the key" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"limit\": {\"1\": -2}}]}",
+		  "namespaces[0].limit.1", "expected an integer in 0..1000000000000" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"caller_limit\": \"higher\"}]}",
+		  "namespaces[0].caller_limit", "one of \"lower\", \"any\" or \"none\"" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"caller_limit\": \"none\"}]}",
+		  "namespaces[0].caller_limit", "\"none\" needs a configured limit" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"max_cost\": 0}]}",
+		  "namespaces[0].max_cost", "expected a number > 0" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"max_cost\": \"5\"}]}",
+		  "namespaces[0].max_cost", "a number > 0" },
+		{ "{\"namespaces\": [{\"window_sizes\": [1], \"caller_admission\": 1}]}",
+		  "namespaces[0].caller_admission", "true or false" },
+	};
+	struct config c;
+	struct config_err err;
+
+	EXPECT_ERRORS(cases);
+	config_defaults(&c);
+	cr_assert_eq(ns_limit_of(&c.ns[0], 60), NS_LIMIT_NONE, "no limit by default");
+	cr_assert_eq(c.ns[0].caller_limit, NS_CALLER_LOWER);
+	cr_assert_eq(ns_max_cost(&c.ns[0]), (double)NS_LIMIT_MAX);
+	cr_assert_not(c.ns[0].caller_admission);
+	cr_assert_eq(load(&c, &err, "{\"namespaces\": ["
+				    "{\"name\": \"a\", \"window_sizes\": [1, 60], \"limit\": 7},"
+				    "{\"name\": \"b\", \"window_sizes\": [1, 60, 3600],"
+				    " \"limit\": {\"60\": 100, \"1\": 10}, \"caller_limit\": \"any\","
+				    " \"caller_admission\": true},"
+				    "{\"name\": \"c\", \"window_sizes\": [1], \"limit\": 0,"
+				    " \"caller_limit\": \"none\", \"max_cost\": 0.5}]}"), 0,
+		     "%s: %s", err.path, err.msg);
+	cr_assert_eq(ns_limit_of(&c.ns[0], 1), 7);
+	cr_assert_eq(ns_limit_of(&c.ns[0], 60), 7);
+	cr_assert_eq(ns_max_cost(&c.ns[0]), 7.0);
+	cr_assert_eq(ns_limit_of(&c.ns[1], 1), 10);
+	cr_assert_eq(ns_limit_of(&c.ns[1], 60), 100);
+	cr_assert_eq(ns_limit_of(&c.ns[1], 3600), NS_LIMIT_NONE);
+	cr_assert_eq(ns_max_cost(&c.ns[1]), 100.0, "the largest configured limit");
+	cr_assert_eq(c.ns[1].caller_limit, NS_CALLER_ANY);
+	cr_assert(c.ns[1].caller_admission);
+	cr_assert_eq(ns_limit_of(&c.ns[2], 1), 0);
+	cr_assert_eq(ns_max_cost(&c.ns[2]), 0.5);
+	config_free(&c);
+	assert_no_leaks();
+}
+
+Test(config, http_trust_keys)
+{
+	static const struct bad_case cases[] = {
+		{ "{\"http_token\": \"\"}", "http_token", "expected 1..255 visible ASCII" },
+		{ "{\"http_token\": \"a b\"}", "http_token", "visible ASCII characters only" },
+		{ "{\"http_token\": 5}", "http_token", "got integer" },
+		{ "{\"http_metrics_token\": true}", "http_metrics_token", "needs http_token" },
+		{ "{\"http_max_connections\": 0}", "http_max_connections", "1..1000000" },
+		{ "{\"max_connections\": 10, \"http_max_connections\": 11}", "http_max_connections",
+		  "at most max_connections (10)" },
+		{ "{\"http_max_buffer_memory\": 1024}", "http_max_buffer_memory", "65536.." },
+		{ "{\"max_buffer_memory\": 1048576, \"http_max_buffer_memory\": 2097152}",
+		  "http_max_buffer_memory", "at most max_buffer_memory" },
+	};
+	struct config c;
+	struct config_err err;
+
+	EXPECT_ERRORS(cases);
+	config_defaults(&c);
+	cr_assert_str_empty(c.http_token, "open by default");
+	cr_assert_eq(config_http_max_connections(&c), 5000, "half of max_connections");
+	cr_assert_eq(config_http_max_buffer_memory(&c), 64u << 20, "a quarter");
+	cr_assert_eq(load(&c, &err, "{\"http_token\": \"s3cr3t-t0ken\", \"http_metrics_token\": true,"
+				    " \"max_connections\": 8, \"http_max_connections\": 2,"
+				    " \"max_buffer_memory\": 1048576, \"http_max_buffer_memory\": 131072}"),
+		     0, "%s: %s", err.path, err.msg);
+	cr_assert_str_eq(c.http_token, "s3cr3t-t0ken");
+	cr_assert(c.http_metrics_token);
+	cr_assert_eq(config_http_max_connections(&c), 2);
+	cr_assert_eq(config_http_max_buffer_memory(&c), 131072);
 	config_free(&c);
 	assert_no_leaks();
 }

@@ -3,8 +3,9 @@
  * requests built by hand, decisions checked field by field. Counting and
  * limits, reads, sliding and fixed windows at explicit times, the errors
  * and which one wins, the namespace defaults, on_table_full "deny", the
- * fold of several decisions into one answer, and that local namespaces
- * never wait for a store.
+ * fold of several decisions into one answer, that local namespaces
+ * never wait for a store, and the limits of the configuration (what a
+ * caller's limit may change, max_cost, eviction protection).
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -28,7 +29,12 @@ static const char cfg_json[] =
 	"{\"name\": \"api\", \"window_sizes\": [60]},"
 	"{\"name\": \"login\", \"window_sizes\": [60], \"window_type\": \"fixed\","
 	" \"on_table_full\": \"deny\", \"max_keys\": 16},"
-	"{\"name\": \"trial\", \"window_sizes\": [60], \"shadow\": true, \"max_keys\": 8}]}";
+	"{\"name\": \"trial\", \"window_sizes\": [60], \"shadow\": true, \"max_keys\": 8},"
+	"{\"name\": \"conf\", \"window_sizes\": [1, 60], \"limit\": {\"1\": 2, \"60\": 5}},"
+	"{\"name\": \"tier\", \"window_sizes\": [60], \"limit\": 10, \"caller_limit\": \"any\"},"
+	"{\"name\": \"strict\", \"window_sizes\": [60], \"limit\": 3, \"caller_limit\": \"none\","
+	" \"max_cost\": 2.5},"
+	"{\"name\": \"pinned\", \"window_sizes\": [60], \"limit\": 3, \"max_keys\": 8}]}";
 
 static void setup(void)
 {
@@ -293,4 +299,104 @@ Test(decide, shadow_never_denies)
 	cr_assert(out.shadow_exceeded);
 	decide_fold(both, 1, &out, &error);
 	cr_assert(!out.exceeded && out.shadow_exceeded);
+}
+
+/* n hits of key in ns, window w, with the caller's limit when lim >= 0;
+ * the last decision. */
+static struct rl_decision hits(const char *ns, const char *key, uint32_t w, int64_t lim, int n)
+{
+	struct rl_request rq = req(ns, key, w, 1);
+	struct rl_decision d = { 0 };
+
+	rq.has_limit = lim >= 0;
+	rq.limit = lim >= 0 ? lim : 0;
+	for (int i = 0; i < n; i++)
+		d = decide(&rq, T0 + 15);
+	return d;
+}
+
+Test(decide, configured_limits)
+{
+	/* No limit in the request: the configuration's, per window. */
+	struct rl_decision d = hits("conf", "a", 1, -1, 2);
+	cr_assert(d.has_limit);
+	cr_assert_eq(d.limit, 2);
+	cr_assert_not(d.exceeded);
+	cr_assert(hits("conf", "a", 1, -1, 1).exceeded);
+	d = hits("conf", "a", 60, -1, 5);
+	cr_assert_eq(d.limit, 5);
+	cr_assert_not(d.exceeded);
+	cr_assert(hits("conf", "a", 60, -1, 1).exceeded);
+	/* caller_limit "lower" (the default): a caller may lower it... */
+	d = hits("conf", "b", 60, 1, 2);
+	cr_assert_eq(d.limit, 1);
+	cr_assert(d.exceeded);
+	/* ... never raise it. */
+	d = hits("conf", "c", 60, 1000000, 6);
+	cr_assert_eq(d.limit, 5);
+	cr_assert(d.exceeded);
+	/* "any": the caller's limit replaces it (tiers from an HAProxy map). */
+	d = hits("tier", "premium", 60, 1000, 11);
+	cr_assert_eq(d.limit, 1000);
+	cr_assert_not(d.exceeded);
+	cr_assert_eq(hits("tier", "free", 60, -1, 1).limit, 10);
+	/* "none": ignored either way. */
+	cr_assert_eq(hits("strict", "x", 60, 0, 1).limit, 3);
+	cr_assert_not(hits("strict", "y", 60, 1000, 3).exceeded);
+	cr_assert(hits("strict", "y", 60, 1000, 1).exceeded);
+	/* No configured limit: the caller's, as before. */
+	d = hits("api", "z", 60, 7, 1);
+	cr_assert_eq(d.limit, 7);
+	cr_assert_not(hits("api", "z2", 60, -1, 1).has_limit);
+}
+
+Test(decide, max_cost)
+{
+	struct rl_request rq = req("conf", "big", 60, 6);
+
+	/* Default: the largest configured limit (5). */
+	struct rl_decision d = decide(&rq, T0 + 15);
+	cr_assert_str_eq(d.error, "cost over max_cost");
+	rq.cost = 0;
+	cr_assert_eq(decide(&rq, T0 + 15).rate, 0, "nothing was counted");
+	rq.cost = 5;
+	d = decide(&rq, T0 + 15);
+	cr_assert_null(d.error);
+	cr_assert_eq(d.rate, 5);
+	/* Set: 2.5 in "strict". */
+	rq = req("strict", "big", 60, 2.6);
+	cr_assert_str_eq(decide(&rq, T0 + 15).error, "cost over max_cost");
+	rq.cost = 2.5;
+	cr_assert_null(decide(&rq, T0 + 15).error);
+	/* Without a configured limit: anything up to the largest cost. */
+	rq = req("api", "big", 60, 999999999999.0);
+	cr_assert_null(decide(&rq, T0 + 15).error);
+}
+
+/* A request that names a lower limit must not protect its entry from
+ * eviction: 3,000 one-hit keys with limit 0 (each over that limit) fill
+ * the table, and a new key still gets exactly its configured 3. */
+Test(decide, a_callers_limit_pins_no_entry)
+{
+	char key[32];
+
+	for (int i = 0; i < 3000; i++) {
+		snprintf(key, sizeof(key), "pin-%d", i);
+		struct rl_decision d = hits("pinned", key, 60, 0, 1);
+		cr_assert(d.exceeded || d.error, "limit 0 denies");
+	}
+	int allowed = 0;
+	for (int i = 0; i < 10; i++) {
+		struct rl_decision d = hits("pinned", "newcomer", 60, -1, 1);
+		cr_assert_null(d.error, "hit %d: %s", i, d.error);
+		allowed += !d.exceeded;
+	}
+	cr_assert_eq(allowed, 3);
+	/* A key over the configured limit stays protected. */
+	hits("pinned", "abuser", 60, -1, 5);
+	for (int i = 0; i < 3000; i++) {
+		snprintf(key, sizeof(key), "flood-%d", i);
+		hits("pinned", key, 60, -1, 1);
+	}
+	cr_assert(hits("pinned", "abuser", 60, -1, 1).exceeded, "its count was not flushed");
 }
