@@ -43,31 +43,27 @@ void ns_def_init(struct ns_def *d)
 	d->window_type = NS_WINDOW_SLIDING;
 	d->count_denied = true;
 	d->on_table_full = NS_FULL_EVICT;
-	d->limit_all = NS_LIMIT_NONE;
 	d->caller_limit = NS_CALLER_LOWER;
-	d->max_cost = -1;
 }
 
 int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
 {
-	if (d->limit_all != NS_LIMIT_NONE)
-		return d->limit_all;
 	for (size_t i = 0; i < d->n_limits; i++)
-		if (d->limits[i].window == window)
+		if (d->limits[i].window == window || d->limits[i].window == NS_EVERY_WINDOW)
 			return d->limits[i].limit;
 	return NS_LIMIT_NONE;
 }
 
 bool ns_has_limits(const struct ns_def *d)
 {
-	return d->limit_all != NS_LIMIT_NONE || d->n_limits > 0;
+	return d->n_limits > 0;
 }
 
 double ns_max_cost(const struct ns_def *d)
 {
-	int64_t most = d->limit_all;
+	int64_t most = NS_LIMIT_NONE;
 
-	if (d->max_cost >= 0)
+	if (d->max_cost != 0)
 		return d->max_cost;
 	for (size_t i = 0; i < d->n_limits; i++)
 		if (d->limits[i].limit > most)
@@ -184,11 +180,6 @@ static bool ns_has_window(const struct ns_def *d, uint32_t w)
 /* limit, caller_limit, max_cost, caller_admission. */
 static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 {
-	if (d->limit_all != NS_LIMIT_NONE && (d->limit_all < 0 || d->limit_all > NS_LIMIT_MAX))
-		return ns_fail(e, "limit", "expected an integer 0..%lld, got %lld", NS_LIMIT_MAX,
-			       (long long)d->limit_all);
-	if (d->limit_all != NS_LIMIT_NONE && d->n_limits > 0)
-		return ns_fail(e, "limit", "one limit for every window or one per window, not both");
 	if (d->n_limits > NS_MAX_WINDOWS)
 		return ns_fail(e, "limit", "expected at most %d limits, got %zu", NS_MAX_WINDOWS,
 			       d->n_limits);
@@ -196,8 +187,14 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 		const struct ns_limit *l = &d->limits[i];
 		char field[32];
 
-		snprintf(field, sizeof(field), "limit.%u", l->window);
-		if (!ns_has_window(d, l->window))
+		if (l->window == NS_EVERY_WINDOW)
+			snprintf(field, sizeof(field), "limit");
+		else
+			snprintf(field, sizeof(field), "limit.%u", l->window);
+		if (l->window == NS_EVERY_WINDOW && d->n_limits > 1)
+			return ns_fail(e, "limit", "one limit for every window or one per window, "
+				       "not both");
+		if (l->window != NS_EVERY_WINDOW && !ns_has_window(d, l->window))
 			return ns_fail(e, field, "no window of %u s in window_sizes", l->window);
 		if (l->limit < 0 || l->limit > NS_LIMIT_MAX)
 			return ns_fail(e, field, "expected an integer 0..%lld, got %lld", NS_LIMIT_MAX,
@@ -212,11 +209,9 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 	if (d->caller_limit == NS_CALLER_NONE && !ns_has_limits(d))
 		return ns_fail(e, "caller_limit", "\"none\" needs a configured limit (without one, "
 			       "a request's limit is the only one)");
-	if (d->max_cost >= 0 && !(d->max_cost > 0 && d->max_cost <= (double)NS_LIMIT_MAX))
+	if (d->max_cost != 0 && !(d->max_cost > 0 && d->max_cost <= (double)NS_LIMIT_MAX))
 		return ns_fail(e, "max_cost", "expected a number > 0 and at most %lld, got %g",
 			       NS_LIMIT_MAX, d->max_cost);
-	if (isnan(d->max_cost))
-		return ns_fail(e, "max_cost", "expected a number, got NaN");
 	return 0;
 }
 

@@ -65,9 +65,11 @@ enum ns_caller_limit {
 	NS_CALLER_COUNT
 };
 
-/* A configured limit of one window size. */
+/* A configured limit of one window size (or of every one). */
+#define NS_EVERY_WINDOW 0
 struct ns_limit {
-	uint32_t window;                         /* one of window_sizes */
+	uint32_t window;                         /* one of window_sizes, or
+	                                            NS_EVERY_WINDOW (then alone) */
 	int64_t limit;                           /* 0..NS_LIMIT_MAX */
 };
 
@@ -86,13 +88,13 @@ struct ns_def {
 	enum ns_admission admission;             /* sync_rate > 0 only */
 	bool shadow;                             /* decide, count, never deny:
 	                                            shadow_exceeded instead */
-	/* Limits from the configuration: one for every window (limit_all), or
-	 * one per window size (limits[0..n_limits)), or none. */
-	int64_t limit_all;                       /* NS_LIMIT_NONE or 0..NS_LIMIT_MAX */
+	/* Limits from the configuration (limits[0..n_limits): one for every
+	 * window, or one per window size; none when n_limits is 0). Zeroes
+	 * are the defaults, for C callers that build a struct ns_def. */
 	struct ns_limit limits[NS_MAX_WINDOWS];
 	size_t n_limits;
 	enum ns_caller_limit caller_limit;
-	double max_cost;                         /* < 0: ns_max_cost()'s default */
+	double max_cost;                         /* 0: ns_max_cost()'s default */
 	bool caller_admission;                   /* HTTP callers may choose `admission` */
 };
 
