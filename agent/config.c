@@ -791,10 +791,12 @@ static int cfg_set_ns_limit(struct cfg_parser *p, json_t *v, void *obj)
 	const char *key;
 	json_t *e;
 
-	ns->limit_all = NS_LIMIT_NONE;
 	ns->n_limits = 0;
-	if (json_is_integer(v))
-		return cfg_want_limit(p, v, &ns->limit_all);
+	if (json_is_integer(v)) {
+		ns->limits[0].window = NS_EVERY_WINDOW;
+		ns->n_limits = 1;
+		return cfg_want_limit(p, v, &ns->limits[0].limit);
+	}
 	if (!json_is_object(v))
 		return cfg_fail_type(p, v, "an integer (every window) or an object from window "
 				     "size to limit ({\"1\": 10, \"60\": 100})");
@@ -1343,10 +1345,12 @@ int config_check(const struct config *c, struct config_err *err)
 		return cfg_fail(&p, "expected \"USER\", \"USER:GROUP\" or \":GROUP\", got %s", q);
 	}
 	cfg_path_pop(&p, mark);
-	if ((c->listen_mode >= 0 || n > 0) && !config_unix_path(c->listen)) {
+	if ((c->listen_mode >= 0 || n > 0) && !config_unix_path(c->listen) &&
+	    !(c->http_listen[0] && config_unix_path(c->http_listen))) {
 		cfg_path_key(&p, c->listen_mode >= 0 ? "listen_mode" : "listen_owner");
 		cfg_quote(c->listen, strlen(c->listen), q, sizeof(q));
-		return cfg_fail(&p, "applies to a unix socket only, but listen is %s", q);
+		return cfg_fail(&p, "applies to a unix socket only, but listen is %s%s", q,
+				c->http_listen[0] ? ", and http_listen is not one either" : "");
 	}
 
 	if (cfg_check_range(&p, "workers", c->workers, 1, CFG_WORKERS_MAX) < 0 ||

@@ -337,7 +337,6 @@ static struct stream *conn_open(struct front_env *env, int fd)
 			      2 * (CONN_HELLO_FRAME_MAX + SPOP_LEN_SIZE), conn_on_io,
 			      conn_on_timer) < 0) {
 		free(c);
-		close(fd);
 		return NULL;
 	}
 	c->state = CONN_HELLO;
@@ -443,6 +442,7 @@ const struct front_ops spop_front = {
 	.metric = METRICS_SPOP,
 	.open = conn_open,
 	.idle_since = conn_idle_since,
+	.evict_after = 1.0,           /* a second without a NOTIFY */
 	.drain = conn_drain,
 	.evict = conn_evict,
 	.close = conn_close_now,

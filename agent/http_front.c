@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -22,8 +23,13 @@
 #include "agent/log.h"
 #include "agent/metrics.h"
 
-#define HTTP_RBUF       HTTP_HEAD_MAX   /* one head at a time */
-#define HTTP_WBUF       16384           /* answers of a pipelined batch */
+/* Buffers start small (an nginx check is a head of a few hundred bytes
+ * and one answer) and grow, within the front's budget, for a long head or
+ * a pipelined batch: an idle connection holds 6 KiB. */
+#define HTTP_RBUF       2048            /* a head, to start with */
+#define HTTP_RBUF_MAX   HTTP_HEAD_MAX   /* one head at a time */
+#define HTTP_WBUF       4096            /* answers, to start with */
+#define HTTP_WBUF_MAX   16384           /* answers of a pipelined batch */
 #define HTTP_RESP_MAX   1024            /* room one answer needs */
 #define HTTP_CLOSE_GRACE 1.0            /* seconds to flush a last answer */
 #define HTTP_READS_PER_EVENT 16
@@ -32,6 +38,7 @@
 static void http_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void http_continue(struct http_conn *c);
+static int http_reserve(struct http_conn *c, size_t need);
 
 static void http_close(struct http_conn *c)
 {
@@ -315,16 +322,74 @@ static const char *query_request(const char *query, size_t qlen, char *dec, size
 	return NULL;
 }
 
+/* The key and the namespace may come as fields instead, taken as opaque
+ * bytes (nginx passes a client's value without escaping it). */
+static const char *header_request(const struct http_request *req, struct rl_request *rq)
+{
+	if (req->rl_key) {
+		if (rq->key)
+			return "key given twice (query and X-RateLimit-Key)";
+		rq->key = req->rl_key;
+		rq->key_len = req->rl_key_len;
+	}
+	if (req->rl_namespace) {
+		if (rq->ns)
+			return "namespace given twice (query and X-RateLimit-Namespace)";
+		rq->ns = req->rl_namespace;
+		rq->ns_len = req->rl_namespace_len;
+	}
+	return NULL;
+}
+
+/* Does "Authorization: Bearer <token>" carry http_token? The token's bytes
+ * are compared in a time that depends on its length only, not on how much
+ * of it a guess got right. No token configured: everyone may. */
+static bool authorized(const struct config *cfg, const struct http_request *req)
+{
+	const char *want = cfg->http_token, *got = req->authorization;
+	size_t wl = strlen(want), gl;
+	unsigned diff = 0;
+
+	if (wl == 0)
+		return true;
+	if (!got || req->authorization_len < 7 || strncasecmp(got, "bearer ", 7) != 0)
+		return false;
+	got += 7;
+	gl = req->authorization_len - 7;
+	while (gl > 0 && *got == ' ') {
+		got++;
+		gl--;
+	}
+	diff = gl != wl;
+	for (size_t i = 0; i < wl; i++)
+		diff |= (unsigned char)want[i] ^ (unsigned char)(i < gl ? got[i] : 0);
+	return diff == 0;
+}
+
+static void unauthorized(struct http_conn *c, const struct http_ctx *x)
+{
+	metrics_add(&metrics_me->errors[METRICS_ERR_UNAUTHORIZED], 1);
+	answer(c, x, 401, "application/json", "WWW-Authenticate: Bearer realm=\"spoa-ratelimit\"\r\n",
+	       "{\"error\":\"unauthorized\"}\n");
+}
+
 static void ratelimit(struct http_conn *c, const struct http_request *req,
 		      const struct http_ctx *x)
 {
 	char dec[HTTP_LINE_MAX];
 	struct rl_request rq;
 	struct rl_decision r;
-	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq);
 	double now = rl_now();
 
+	if (!authorized(c->s.env->cfg, req)) {
+		unauthorized(c, x);
+		return;
+	}
+	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq);
+	if (!why)
+		why = header_request(req, &rq);
 	rq.arg_error = why;
+	rq.untrusted = true;
 	rq.front = METRICS_HTTP;
 	memset(&r, 0, sizeof(r));
 	decide_one(c->s.env->decide, &rq, now, &r);
@@ -406,8 +471,12 @@ static void route(struct http_conn *c, const struct http_request *req)
 	}
 	if (is(req->path, req->path_len, "/ratelimit"))
 		ratelimit(c, req, &x);
-	else if (is(req->path, req->path_len, "/metrics"))
-		metrics_page(c, &x);
+	else if (is(req->path, req->path_len, "/metrics")) {
+		if (c->s.env->cfg->http_metrics_token && !authorized(c->s.env->cfg, req))
+			unauthorized(c, &x);
+		else
+			metrics_page(c, &x);
+	}
 	else if (is(req->path, req->path_len, "/healthz"))
 		answer(c, &x, 200, "text/plain", "", "ok\n");
 	else
@@ -420,6 +489,7 @@ static void http_process(struct http_conn *c)
 {
 	size_t off = 0;
 	double now = ev_now(c->s.env->loop);
+	bool completed = false;         /* a request ended, head and body */
 
 	while (!c->closing && !c->pending && !c->s.dead) {
 		if (c->skip > 0) {
@@ -428,6 +498,7 @@ static void http_process(struct http_conn *c)
 			c->skip -= k;
 			if (c->skip > 0)
 				break;
+			completed = true;
 			continue;
 		}
 		if (off == c->s.rlen)
@@ -435,6 +506,8 @@ static void http_process(struct http_conn *c)
 		if (c->s.wcap - c->s.wlen < HTTP_RESP_MAX) {
 			if (http_flush(c) < 0)
 				return;
+			if (c->s.wcap - c->s.wlen < HTTP_RESP_MAX && c->s.wcap < HTTP_WBUF_MAX)
+				http_reserve(c, HTTP_RESP_MAX);
 			if (c->s.wcap - c->s.wlen < HTTP_RESP_MAX)
 				break;
 		}
@@ -458,6 +531,7 @@ static void http_process(struct http_conn *c)
 		off += (size_t)end;
 		c->scanned = 0;
 		c->skip = req.body_len;
+		completed = c->skip == 0;
 		c->s.last_rx = now;
 		route(c, &req);
 	}
@@ -468,11 +542,19 @@ static void http_process(struct http_conn *c)
 		return;
 	}
 	stream_consume(&c->s, off);
-	/* The request timer measures one head: from its first byte. */
-	if (c->s.rlen == 0 || c->skip > 0)
+	/* The request timer measures one request, head and body: from its
+	 * first byte, whatever arrives meanwhile. */
+	if (c->s.rlen == 0 && c->skip == 0)
 		c->s.partial_since = 0;
-	else if (off > 0 || c->s.partial_since == 0)
+	else if (completed || c->s.partial_since == 0)
 		c->s.partial_since = now;
+	/* A head that fills the buffer: room for the largest one. */
+	if (c->s.rlen == c->s.rcap && c->skip == 0 && c->s.rcap < HTTP_RBUF_MAX &&
+	    stream_grow(&c->s, HTTP_RBUF_MAX, 0) < 0) {
+		struct http_ctx x = { .keep_alive = false, .minor = 1 };
+		answer_error(c, &x, 503, "no buffer memory for this request head");
+		c->s.rlen = 0;
+	}
 }
 
 static void http_read(struct http_conn *c)
@@ -558,7 +640,7 @@ static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 		ev_timer_start(loop, t);
 		return;
 	}
-	if (c->s.partial_since > 0 && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX) {
+	if (c->s.partial_since > 0 && c->skip == 0 && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX) {
 		struct http_ctx x = { .keep_alive = false, .minor = 1 };
 		answer_error(c, &x, 408, "request timeout");
 		http_continue(c);
@@ -576,7 +658,6 @@ static struct stream *http_open(struct front_env *env, int fd)
 	if (!c || stream_open(&c->s, &http_front, env, fd, HTTP_RBUF, HTTP_WBUF, http_on_io,
 			      http_on_timer) < 0) {
 		free(c);
-		close(fd);
 		return NULL;
 	}
 	return &c->s;
@@ -599,13 +680,17 @@ static void http_close_now(struct stream *s)
 	http_close(container_of(s, struct http_conn, s));
 }
 
-/* At max_connections, a connection with nothing half-read or held may give
- * way from its last request on. */
+/* For a new peer, a connection may give way from its last request on, or
+ * from the first byte of a request still arriving (a head trickling in
+ * holds no answer anyone waits for); not while an answer waits for a
+ * store or is being sent. */
 static double http_idle_since(const struct stream *s)
 {
 	const struct http_conn *c = container_of(s, const struct http_conn, s);
 
-	return c->pending || c->s.partial_since != 0 ? -1 : c->s.last_rx;
+	if (c->pending || c->s.woff < c->s.wlen)
+		return -1;
+	return c->s.partial_since != 0 ? c->s.partial_since : c->s.last_rx;
 }
 
 const struct front_ops http_front = {
@@ -613,6 +698,10 @@ const struct front_ops http_front = {
 	.metric = METRICS_HTTP,
 	.open = http_open,
 	.idle_since = http_idle_since,
+	.evict_after = 0,
+	.guest = true,
+	.max_connections = config_http_max_connections,
+	.max_buffer_memory = config_http_max_buffer_memory,
 	.drain = http_drain,
 	.evict = http_close_now,
 	.close = http_close_now,

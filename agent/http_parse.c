@@ -186,6 +186,21 @@ int http_parse_head(const char *buf, size_t head_len, struct http_request *req, 
 			req->body_len = x;
 		} else if (name_is(name, name_len, "transfer-encoding")) {
 			return fail(status, why, 501, "Transfer-Encoding not implemented");
+		} else if (name_is(name, name_len, "authorization")) {
+			if (req->authorization)
+				return fail(status, why, 400, "more than one Authorization");
+			req->authorization = v;
+			req->authorization_len = vl;
+		} else if (name_is(name, name_len, "x-ratelimit-key")) {
+			if (req->rl_key)
+				return fail(status, why, 400, "more than one X-RateLimit-Key");
+			req->rl_key = v;
+			req->rl_key_len = vl;
+		} else if (name_is(name, name_len, "x-ratelimit-namespace")) {
+			if (req->rl_namespace)
+				return fail(status, why, 400, "more than one X-RateLimit-Namespace");
+			req->rl_namespace = v;
+			req->rl_namespace_len = vl;
 		} else if (name_is(name, name_len, "connection")) {
 			conn_close |= list_has(v, vl, "close");
 			conn_keep |= list_has(v, vl, "keep-alive");

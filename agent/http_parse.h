@@ -11,7 +11,8 @@
  *
  * Lines end with CRLF only; control characters are refused; HTTP/1.1
  * needs exactly one Host; Content-Length is digits only (duplicates must
- * agree, at most HTTP_BODY_MAX); Transfer-Encoding is not implemented.
+ * agree, at most HTTP_BODY_MAX); Transfer-Encoding is not implemented;
+ * Authorization, X-RateLimit-Key and X-RateLimit-Namespace at most once.
  * Why a request is refused comes back as an HTTP status and a reason.
  */
 #ifndef HTTP_PARSE_H
@@ -40,6 +41,14 @@ struct http_request {
 	int minor;                   /* HTTP/1.minor: 0 or 1 */
 	bool keep_alive;             /* after this request */
 	size_t head_len;             /* bytes of the head, final CRLF included */
+	/* The fields the routes read, as sent (OWS trimmed); NULL when absent.
+	 * Each may appear once: a second one is a bad request. */
+	const char *authorization;
+	size_t authorization_len;
+	const char *rl_key;          /* X-RateLimit-Key: opaque bytes */
+	size_t rl_key_len;
+	const char *rl_namespace;    /* X-RateLimit-Namespace */
+	size_t rl_namespace_len;
 	size_t body_len;             /* Content-Length, to skip */
 };
 

@@ -77,7 +77,8 @@ const char *metrics_family_name(enum metrics_family f);
 	X(BAD_REQUEST, "bad_request")       /* an argument missing or invalid */ \
 	X(TABLE_FULL, "table_full")         /* no room for a new key */          \
 	X(STORE, "store_unconfirmed")       /* sync_rate 0: answered locally */  \
-	X(PROTOCOL, "protocol")             /* a connection closed on bad input */
+	X(PROTOCOL, "protocol")             /* a connection closed on bad input */ \
+	X(UNAUTHORIZED, "unauthorized")     /* an HTTP check without http_token */
 
 enum metrics_error {
 #define METRICS_ERR_ENUM(e, l) METRICS_ERR_##e,

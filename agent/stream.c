@@ -12,6 +12,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* May a connection of ops take more bytes of buffers? */
+static bool stream_room(const struct front_env *env, const struct front_ops *ops, size_t more)
+{
+	const struct config *cfg = env->cfg;
+
+	if (env->buf_bytes + more > cfg->max_buffer_memory)
+		return false;
+	return !ops->max_buffer_memory ||
+	       env->front_bytes[ops->metric] + more <= ops->max_buffer_memory(cfg);
+}
+
 int stream_open(struct stream *s, const struct front_ops *ops, struct front_env *env, int fd,
 		size_t rcap, size_t wcap,
 		void (*io_cb)(struct ev_loop *, ev_io *, int),
@@ -23,7 +34,7 @@ int stream_open(struct stream *s, const struct front_ops *ops, struct front_env 
 								      : cfg->idle_timeout_ms) / 1000.0;
 
 	memset(s, 0, sizeof(*s));
-	if (env->buf_bytes + rcap + wcap > env->cfg->max_buffer_memory)
+	if (!stream_room(env, ops, rcap + wcap))
 		return -1;
 	s->rbuf = malloc(rcap);
 	s->wbuf = malloc(wcap);
@@ -38,6 +49,7 @@ int stream_open(struct stream *s, const struct front_ops *ops, struct front_env 
 	s->rcap = rcap;
 	s->wcap = wcap;
 	env->buf_bytes += rcap + wcap;
+	env->front_bytes[ops->metric] += rcap + wcap;
 	metrics_conn(ops->metric, 1);
 	s->created = s->last_rx = ev_now(env->loop);
 	ev_io_init(&s->io, io_cb, fd, EV_READ);
@@ -47,8 +59,9 @@ int stream_open(struct stream *s, const struct front_ops *ops, struct front_env 
 	return 0;
 }
 
-/* Grows one buffer of a stream to want bytes, counted in env->buf_bytes. */
-static int stream_grow_buf(struct front_env *env, uint8_t **buf, size_t *cap, size_t want)
+/* Grows one buffer of a stream to want bytes, counted in env->buf_bytes
+ * and its front's bytes. */
+static int stream_grow_buf(struct stream *s, uint8_t **buf, size_t *cap, size_t want)
 {
 	uint8_t *nb;
 
@@ -57,7 +70,8 @@ static int stream_grow_buf(struct front_env *env, uint8_t **buf, size_t *cap, si
 	if (!(nb = realloc(*buf, want)))
 		return -1;
 	*buf = nb;
-	env->buf_bytes += want - *cap;
+	s->env->buf_bytes += want - *cap;
+	s->env->front_bytes[s->ops->metric] += want - *cap;
 	*cap = want;
 	return 0;
 }
@@ -73,15 +87,17 @@ int stream_grow(struct stream *s, size_t rcap, size_t wcap)
 	size_t more = rcap - s->rcap + wcap - s->wcap;
 	if (more == 0)
 		return 0;
-	if (env->buf_bytes + more > env->cfg->max_buffer_memory) {
+	if (!stream_room(env, s->ops, more)) {
 		if (log_limit(&env->budget_log, ev_now(env->loop)))
-			LOG(LOG_WARN, "%s connection %d: max_buffer_memory (%zu bytes) reached: "
-			    "connection refused%s", s->ops->name, s->fd,
-			    env->cfg->max_buffer_memory, log_limit_suppressed(&env->budget_log));
+			LOG(LOG_WARN, "%s connection %d: %s max_buffer_memory reached: "
+			    "more buffers refused%s", s->ops->name, s->fd,
+			    env->buf_bytes + more > env->cfg->max_buffer_memory ? "the worker's"
+										: "its front's",
+			    log_limit_suppressed(&env->budget_log));
 		return -1;
 	}
-	return stream_grow_buf(env, &s->rbuf, &s->rcap, rcap) < 0 ||
-	       stream_grow_buf(env, &s->wbuf, &s->wcap, wcap) < 0 ? -1 : 0;
+	return stream_grow_buf(s, &s->rbuf, &s->rcap, rcap) < 0 ||
+	       stream_grow_buf(s, &s->wbuf, &s->wcap, wcap) < 0 ? -1 : 0;
 }
 
 int stream_send(struct stream *s)
@@ -97,8 +113,10 @@ int stream_send(struct stream *s)
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
 			return 0;
 		/* EPIPE, ECONNRESET: the peer is gone, a normal close. */
-		LOG(LOG_DEBUG, "%s connection %d: write: %s", s->ops->name, s->fd,
-		    n < 0 ? strerror(errno) : "closed");
+		if (log_level >= LOG_DEBUG && log_limit(&s->env->io_log, ev_now(s->env->loop)))
+			LOG(LOG_DEBUG, "%s connection %d: write: %s%s", s->ops->name, s->fd,
+			    n < 0 ? strerror(errno) : "closed",
+			    log_limit_suppressed(&s->env->io_log));
 		return -1;
 	}
 	s->woff = s->wlen = 0;
@@ -155,6 +173,18 @@ void stream_timer(struct stream *s, double after)
 	ev_timer_start(s->env->loop, &s->timer);
 }
 
+/* Gives the buffers back to the budgets. */
+static void stream_release(struct stream *s)
+{
+	s->env->buf_bytes -= s->rcap + s->wcap;
+	s->env->front_bytes[s->ops->metric] -= s->rcap + s->wcap;
+	free(s->rbuf);
+	free(s->wbuf);
+	s->rbuf = s->wbuf = NULL;
+	s->rcap = s->wcap = 0;
+	s->rlen = s->wlen = s->woff = 0;
+}
+
 void stream_close(struct stream *s)
 {
 	if (s->dead)
@@ -164,14 +194,15 @@ void stream_close(struct stream *s)
 	ev_timer_stop(s->env->loop, &s->timer);
 	close(s->fd);
 	s->fd = -1;
+	/* The buffers go now, not when the connection is freed: a peer that
+	 * evicted it for room gets that room at once. */
+	stream_release(s);
 	s->env->closed(s->env, s);
 }
 
 void stream_free(struct stream *s)
 {
 	metrics_conn(s->ops->metric, -1);
-	s->env->buf_bytes -= s->rcap + s->wcap;
-	free(s->rbuf);
-	free(s->wbuf);
+	stream_release(s);
 	free(s);
 }

@@ -35,11 +35,23 @@ struct front_ops {
 	const char *name;                 /* "spop", "http": logs */
 	enum metrics_front metric;        /* connections{front} */
 	/* Takes a connected non-blocking fd: the new connection's stream, or
-	 * NULL (fd closed) when out of memory or over max_buffer_memory. */
+	 * NULL (fd left open for the caller) when out of memory or over the
+	 * buffer budget. */
 	struct stream *(*open)(struct front_env *env, int fd);
-	/* Since when (ev_now() time) s could give way to a new peer at
-	 * max_connections; negative while it is busy. */
+	/* Since when (ev_now() time) s could give way to a new peer (at
+	 * max_connections, or at its front's budget); negative while it is
+	 * busy. */
 	double (*idle_since)(const struct stream *s);
+	/* How long a connection must have been idle before a new peer may
+	 * take its place (seconds). */
+	double evict_after;
+	/* A front whose peers are not the proxy the agent serves (HTTP
+	 * callers): its connections and buffers are held to a share of the
+	 * worker's (these give it; NULL: no share of its own), and its idle
+	 * connections go first when another front's peer needs room. */
+	bool guest;
+	uint32_t (*max_connections)(const struct config *cfg);
+	size_t (*max_buffer_memory)(const struct config *cfg);
 	/* The worker stops: answer what came, then close. */
 	void (*drain)(struct stream *s);
 	/* Close at once for a new peer (a goodbye if the socket takes it). */
@@ -64,7 +76,8 @@ struct front_env {
 	struct handler *handler;          /* SPOP messages */
 	struct metrics *metrics;          /* every worker's counters (GET /metrics) */
 	size_t buf_bytes;                 /* all connection buffers (max_buffer_memory) */
-	struct log_limit budget_log, fail_log, disconnect_log;
+	size_t front_bytes[METRICS_FRONTS]; /* ... of each front (its max_buffer_memory) */
+	struct log_limit budget_log, fail_log, disconnect_log, io_log;
 	/* s closed (fd closed, watchers stopped, s->dead): the owner unlinks
 	 * it and frees it (ops->free) once the callbacks are over. */
 	void (*closed)(struct front_env *env, struct stream *s);
@@ -88,8 +101,8 @@ struct stream {
 	bool dead;                        /* closed; freed by the owner */
 };
 
-/* Sets up s on fd with buffers of rcap and wcap bytes (within the budget)
- * and starts its watchers: io_cb on EV_READ, timer_cb at the earlier of
+/* Sets up s on fd with buffers of rcap and wcap bytes (within the
+ * worker's budget and its front's) and starts its watchers: io_cb on EV_READ, timer_cb at the earlier of
  * frame_timeout and idle_timeout. Returns 0, or -1 (nothing allocated, fd
  * left open). */
 int stream_open(struct stream *s, const struct front_ops *ops, struct front_env *env, int fd,
@@ -98,7 +111,7 @@ int stream_open(struct stream *s, const struct front_ops *ops, struct front_env 
 		void (*timer_cb)(struct ev_loop *, ev_timer *, int));
 
 /* Grows the buffers to at least rcap and wcap bytes within the worker's
- * max_buffer_memory (logged once a second when refused). Returns 0, or -1
+ * max_buffer_memory and the front's (logged once a second when refused). Returns 0, or -1
  * (buffers unchanged). The read buffer may move: index it by offset. */
 int stream_grow(struct stream *s, size_t rcap, size_t wcap);
 
@@ -124,8 +137,9 @@ void stream_watch(struct stream *s, bool want_read);
 /* Re-arms the timer to fire in `after` seconds. */
 void stream_timer(struct stream *s, double after);
 
-/* Stops the watchers, closes the socket, marks s dead and reports it to
- * the owner. Safe twice. */
+/* Stops the watchers, closes the socket, gives the buffers back (within
+ * the budgets at once; rbuf and wbuf are NULL after), marks s dead and
+ * reports it to the owner. Safe twice. */
 void stream_close(struct stream *s);
 
 /* Gives the buffers back (memory and budget) and frees the connection,

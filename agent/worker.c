@@ -31,28 +31,67 @@
 #define WORKER_ACCEPT_PAUSE      0.1     /* after EMFILE and the like */
 #define WORKER_STOP_POLL         0.05    /* while stopping: is everything done? */
 #define WORKER_CAP_RECHECK       1.0     /* at max_connections: look for an idle one */
-#define WORKER_EVICT_IDLE        1.0     /* seconds without a NOTIFY: evictable */
 #define WORKER_RELOAD_WAIT       1.0     /* a reload waits this long for pushes */
 #define WORKER_RELOAD_POLL       0.01
 
-/* At max_connections, the connection to close for a new peer: the one
- * idle the longest (its front says since when: ops->idle_since), if that
- * is at least WORKER_EVICT_IDLE ago. NULL: every one is busy. O(connections),
- * and only at the cap when a peer is waiting. */
-static struct stream *worker_idlest(const struct worker *w, double now)
+/* The connection to close for a new peer of front `to`, among those of
+ * front `among` (NULL: every front): the one idle the longest, if it has
+ * been idle for its front's evict_after (ops->idle_since says since
+ * when), and not since this loop iteration: a connection accepted in this
+ * iteration has not been read yet (*later is then set: the next iteration
+ * may take it). A peer of a front that is not a guest takes a guest's
+ * place before one of its own kind: HAProxy is served while HTTP callers
+ * hold connections. NULL: every one is busy. O(connections), and only
+ * when a peer is waiting at a cap. */
+static struct stream *worker_idlest(const struct worker *w, double now,
+				    const struct front_ops *among, const struct front_ops *to,
+				    bool *later)
 {
 	struct stream *best = NULL;
-	double best_t = now - WORKER_EVICT_IDLE;
+	double best_t = 0;
+	bool best_guest = false;
 
 	for (struct stream *s = w->conns; s; s = s->next) {
-		double t = s->ops->idle_since(s);
+		double t = s->dead || (among && s->ops != among) ? -1 : s->ops->idle_since(s);
+		bool guest = s->ops->guest && !to->guest;
 
-		if (!s->dead && t >= 0 && t <= best_t) {
+		if (t < 0)
+			continue;
+		if (t >= now) {
+			*later = true;
+			continue;
+		}
+		if (t > now - s->ops->evict_after)
+			continue;
+		if (!best || (guest && !best_guest) || (guest == best_guest && t <= best_t)) {
 			best = s;
 			best_t = t;
+			best_guest = guest;
 		}
 	}
 	return best;
+}
+
+/* A new peer of l needs room: at max_connections (every front), or at
+ * its front's own share. Returns false when it has room; else true with
+ * *victim the connection to close for it, or NULL when none can go now
+ * (*later: one may at the next loop iteration). */
+static bool worker_full(const struct worker *w, const struct worker_listener *l, double now,
+			struct stream **victim, bool *later)
+{
+	const struct front_ops *ops = l->ops;
+
+	*victim = NULL;
+	*later = false;
+	if (ops->max_connections && l->nconns >= ops->max_connections(w->cfg)) {
+		*victim = worker_idlest(w, now, ops, ops, later);
+		return true;
+	}
+	if (w->nconns >= w->cfg->max_connections) {
+		*victim = worker_idlest(w, now, NULL, ops, later);
+		return true;
+	}
+	return false;
 }
 
 /* Accepting in turns (agent/balance.h). A listener is in one of three
@@ -160,6 +199,8 @@ static void worker_closed(struct front_env *env, struct stream *s)
 	w->dead = s;
 	w->nconns--;
 	struct worker_listener *from = worker_listener_of(w, s);
+	if (from)
+		from->nconns--;
 	if (from && balance_add(w->balance, w->id, from->idx, -1) == w->id)
 		worker_resume(from);     /* holding the fewest now: our turn */
 	if (w->stopping || w->nconns >= w->cfg->max_connections)
@@ -194,6 +235,17 @@ static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 		ev_break(loop, EVBREAK_ALL);
 }
 
+/* Closes idle for a new peer of front `to` (a budget was reached). */
+static void worker_evict(struct worker *w, struct stream *idle, const struct front_ops *to,
+			 const char *budget)
+{
+	if (log_limit(&w->evict_log, ev_now(w->loop)))
+		LOG(LOG_INFO, "%s (%u held): closing the longest idle connection (%s) for a new "
+		    "one (%s)%s", budget, w->nconns, idle->ops->name, to->name,
+		    log_limit_suppressed(&w->evict_log));
+	idle->ops->evict(idle);
+}
+
 /* Accepts what l has queued, while it is this worker's turn (or every
  * turn when force: the pick is stuck). max_connections counts every
  * front's connections; at the cap the longest idle one (of any front)
@@ -212,20 +264,21 @@ static int worker_accept(struct worker_listener *l, bool force)
 		if (!force && balance_pick(w->balance, l->idx) != w->id &&
 		    (i > 0 || worker_defer(l)))
 			return taken;
-		if (w->nconns >= w->cfg->max_connections) {
-			double now = ev_now(loop);
-
-			idle = worker_idlest(w, now);
-			if (!idle) {
-				/* All busy: leave new connections to the other workers;
-				 * look again in a while. */
-				if (log_limit(&w->cap_log, now))
-					LOG(LOG_WARN, "worker at max_connections (%u), all busy: "
-					    "not accepting %s%s", w->nconns, l->ops->name,
-					    log_limit_suppressed(&w->cap_log));
-				worker_pause(l, WORKER_CAP_RECHECK);
+		bool later;
+		if (worker_full(w, l, ev_now(loop), &idle, &later) && !idle) {
+			/* Only connections accepted just now could give way: once
+			 * read, at the next loop iteration (the listener is still
+			 * readable). */
+			if (later)
 				return taken;
-			}
+			/* All busy: leave new connections to the other workers;
+			 * look again in a while. */
+			if (log_limit(&w->cap_log, ev_now(loop)))
+				LOG(LOG_WARN, "worker at max_connections (%u, %u %s), all busy: "
+				    "not accepting %s%s", w->nconns, l->nconns, l->ops->name,
+				    l->ops->name, log_limit_suppressed(&w->cap_log));
+			worker_pause(l, WORKER_CAP_RECHECK);
+			return taken;
 		}
 		int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 		if (fd < 0) {
@@ -246,32 +299,37 @@ static int worker_accept(struct worker_listener *l, bool force)
 		 * woken), uncounted if it cannot be served. */
 		taken++;
 		balance_add(w->balance, w->id, l->idx, 1);
-		if (idle) {
-			/* A peer is waiting: the longest idle connection goes. */
-			if (log_limit(&w->evict_log, ev_now(loop)))
-				LOG(LOG_INFO, "max_connections (%u): closing the longest idle "
-				    "connection (%s) for a new one%s", w->nconns, idle->ops->name,
-				    log_limit_suppressed(&w->evict_log));
-			idle->ops->evict(idle);
-		}
+		if (idle)
+			worker_evict(w, idle, l->ops, "max_connections");
 		int one = 1;
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* fails on unix sockets */
 		struct stream *s = l->ops->open(&w->env, fd);
+		if (!s && l->ops->guest &&
+		    (idle = worker_idlest(w, ev_now(loop), l->ops, l->ops, &later))) {
+			/* Its front's buffers are all taken: an idle one of
+			 * its own kind gives way. */
+			worker_evict(w, idle, l->ops, "max_buffer_memory");
+			s = l->ops->open(&w->env, fd);
+		}
 		if (!s) {
 			if (log_limit(&w->refuse_log, ev_now(loop)))
 				LOG(LOG_WARN, "%s connection refused: out of memory or "
 				    "max_buffer_memory%s", l->ops->name,
 				    log_limit_suppressed(&w->refuse_log));
+			close(fd);
 			balance_add(w->balance, w->id, l->idx, -1);
 			continue;
 		}
+		l->nconns++;
 		s->next = w->conns;
 		if (w->conns)
 			w->conns->prev = s;
 		w->conns = s;
 		w->nconns++;
-		LOG(LOG_DEBUG, "%s connection %d accepted (%u held here%s)", l->ops->name, fd,
-		    balance_held(w->balance, w->id, l->idx), force ? ", out of turn" : "");
+		if (log_level >= LOG_DEBUG && log_limit(&w->debug_log, ev_now(loop)))
+			LOG(LOG_DEBUG, "%s connection %d accepted (%u held here%s)%s", l->ops->name, fd,
+			    balance_held(w->balance, w->id, l->idx), force ? ", out of turn" : "",
+			    log_limit_suppressed(&w->debug_log));
 	}
 	return taken;
 }

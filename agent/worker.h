@@ -47,6 +47,7 @@ struct worker_listener {
 	ev_timer stall_w;             /* waiting: when to look whether the pick is stuck */
 	uint64_t stall_mark;          /* balance_wait()'s mark */
 	bool waiting;                 /* another worker's turn: accept_w stopped */
+	uint32_t nconns;              /* its connections held here */
 };
 
 struct worker {
@@ -71,7 +72,7 @@ struct worker {
 	struct stream *dead;          /* closed, to free after the callbacks */
 	uint32_t nconns;              /* max_connections counts them all */
 	bool stopping;
-	struct log_limit cap_log, accept_log, evict_log, refuse_log, stall_log;
+	struct log_limit cap_log, accept_log, evict_log, refuse_log, stall_log, debug_log;
 };
 
 /* Runs a worker until SIGTERM/SIGINT and its connections are done.

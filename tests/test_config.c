@@ -631,8 +631,20 @@ Test(config, listen_mode_and_owner_bad)
 		  "applies to a unix socket only, but listen is \"127.0.0.1:12345\"" },
 		{ "{\"listen_owner\": \"haproxy\", \"listen\": \"[::1]:9\"}", "listen_owner",
 		  "applies to a unix socket only, but listen is \"[::1]:9\"" },
+		{ "{\"listen_mode\": \"0660\", \"http_listen\": \"127.0.0.1:8081\"}", "listen_mode",
+		  "and http_listen is not one either" },
 	};
+	struct config c;
+	struct config_err err;
 
+	/* The HTTP front on a unix socket takes them too (nginx's
+	 * proxy_pass http://unix:...). */
+	config_defaults(&c);
+	cr_assert_eq(load(&c, &err, "{\"http_listen\": \"unix:/run/rl-http.sock\","
+				    " \"listen_mode\": \"0660\", \"listen_owner\": \":www-data\"}"), 0,
+		     "%s: %s", err.path, err.msg);
+	cr_assert_eq(c.listen_mode, 0660);
+	config_free(&c);
 	EXPECT_ERRORS(cases);
 	assert_no_leaks();
 }

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "tests/lib/agentproc.h"
+#include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
 #include "tests/lib/redis_server.h"
 
@@ -86,93 +87,39 @@ static void send_str(int fd, const char *s)
 	cr_assert(rawspop_send(fd, s, strlen(s)) == 0, "send: %s", strerror(errno));
 }
 
-/* One parsed response. */
-struct resp {
-	int status;
-	char headers[2048];        /* raw header lines */
-	char body[1024];
-	bool closed;               /* the agent closed after it */
-};
+/* One parsed response (tests/lib/httpc.h). */
+#define resp httpc_resp
 
 /* Per-connection read buffer: pipelined answers arrive together. */
-static char rbuf[65536];
-static size_t rlen;
+static struct httpc_buf rb;
+#define rbuf rb.data
+#define rlen rb.len
 
 /* Reads until rbuf holds n bytes or more; false on EOF or timeout. */
 static bool fill(int fd, size_t n)
 {
-	while (rlen < n) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		if (poll(&pfd, 1, IO_MS) != 1)
-			return false;
-		ssize_t k = recv(fd, rbuf + rlen, sizeof(rbuf) - rlen, 0);
-		if (k <= 0)
-			return false;
-		rlen += (size_t)k;
-	}
-	return true;
+	return httpc_fill(fd, &rb, n, IO_MS);
 }
 
 /* Reads one response (status line, headers, Content-Length body). */
 static void read_resp(int fd, struct resp *r)
 {
-	char *end;
+	const char *why = "";
 
-	memset(r, 0, sizeof(*r));
-	for (;;) {
-		rbuf[rlen] = '\0';
-		end = strstr(rbuf, "\r\n\r\n");
-		if (end)
-			break;
-		cr_assert(fill(fd, rlen + 1), "no complete answer head (have %zu bytes: %.200s)",
-			  rlen, rbuf);
-	}
-	size_t head = (size_t)(end + 4 - rbuf);
-	cr_assert_eq(sscanf(rbuf, "HTTP/1.1 %d ", &r->status), 1, "status line: %.80s", rbuf);
-	char *hstart = strstr(rbuf, "\r\n") + 2;
-	snprintf(r->headers, sizeof(r->headers), "%.*s", (int)(end + 2 - hstart), hstart);
-	const char *cl = strcasestr(r->headers, "\r\nContent-Length: ");
-	size_t blen = 0;
-	if (!cl && strncasecmp(r->headers, "Content-Length: ", 16) == 0)
-		cl = r->headers - 2;
-	cr_assert_not_null(cl, "no Content-Length in\n%s", r->headers);
-	blen = strtoul(cl + 18, NULL, 10);
-	cr_assert(fill(fd, head + blen), "short body");
-	snprintf(r->body, sizeof(r->body), "%.*s", (int)blen, rbuf + head);
-	memmove(rbuf, rbuf + head + blen, rlen - head - blen);
-	rlen -= head + blen;
-	r->closed = strcasestr(r->headers, "Connection: close") != NULL;
+	cr_assert(httpc_read(fd, &rb, r, IO_MS, &why) == 0, "%s (have %zu bytes: %.200s)", why,
+		  rlen, rbuf);
 }
 
 /* The value of a response header (first line of that name), or "". */
 static const char *hdr(const struct resp *r, const char *name, char *out, size_t len)
 {
-	char pat[64];
-	const char *p = r->headers;
-
-	snprintf(pat, sizeof(pat), "%s: ", name);
-	out[0] = '\0';
-	for (;;) {
-		if (strncasecmp(p, pat, strlen(pat)) == 0) {
-			const char *e = strstr(p, "\r\n");
-			snprintf(out, len, "%.*s", (int)(e - p - strlen(pat)), p + strlen(pat));
-			return out;
-		}
-		p = strstr(p, "\r\n");
-		if (!p)
-			return out;
-		p += 2;
-	}
+	return httpc_header(r, name, out, len);
 }
 
 /* A number in the JSON body ("name":N), or -1. */
 static long long body_num(const struct resp *r, const char *name)
 {
-	char pat[64];
-
-	snprintf(pat, sizeof(pat), "\"%s\":", name);
-	const char *p = strstr(r->body, pat);
-	return p ? strtoll(p + strlen(pat), NULL, 10) : -1;
+	return httpc_body_num(r, name);
 }
 
 /* GET target on a fresh connection, answer in *r. */
@@ -601,7 +548,8 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
 	struct resp r;
 	int h[4], fd, closed = 0;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"max_connections\": 4}");
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"max_connections\": 4,"
+		   " \"http_max_connections\": 4}");
 	for (int i = 0; i < 4; i++) {
 		h[i] = http_open();
 		rlen = 0;
@@ -609,7 +557,8 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
 		read_resp(h[i], &r);
 		cr_assert_eq(r.status, 200);
 	}
-	usleep(1500 * 1000);
+	/* No second of idleness needed: HTTP callers give way to HAProxy at
+	 * once. */
 	fd = rawspop_connect(agent.port, IO_MS);
 	cr_assert(fd >= 0);
 	rawspop_hello(wb, &o);
