@@ -327,7 +327,10 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen);
  * shm_create() does; an existing one is mapped again when it was written
  * by this layout for the same max_keys (else refused: err says why and the
  * file is left as it is), with its seed and digest key, its leases and node
- * counts cleared. The file is locked (flock) while mapped: a second agent
+ * counts cleared. Refused too, and left alone: a symbolic link at path
+ * (never followed: O_NOFOLLOW), anything but a regular file, and a file
+ * shorter than its header or its table (truncated: err says so; it is
+ * never mapped). The file is locked (flock) while mapped: a second agent
  * on it is refused. Call before fork(). */
 struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, size_t errlen);
 

@@ -6,6 +6,7 @@
  * same keys from two processes (exactly one live slot per window).
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -763,6 +764,111 @@ Test(shm, state_file_keeps_counts)
 	fclose(f);
 	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
 	cr_assert(strstr(err, "not a spoa-ratelimit state file") != NULL, "%s", err);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* A new directory for state files; path gets dir/name. */
+static void state_dir(char *dir, char *path, size_t len, const char *name)
+{
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, len, "%s/%s", dir, name);
+}
+
+/* The size of the file at path (-1: none). */
+static off_t file_size(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* A symbolic link planted at the state file's path is refused, never
+ * followed: not to an empty file (that would be sized and written), not to
+ * a path that does not exist (that would be created), not even to a good
+ * state file. */
+Test(shm, state_file_symlink_is_refused)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], target[64], err[256] = "";
+	struct shm_table *t;
+	int fd;
+
+	state_dir(dir, path, sizeof(path), "state");
+	snprintf(target, sizeof(target), "%s/target", dir);
+	fd = open(target, O_RDWR | O_CREAT, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(symlink(target, path), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)), "a symlink was followed");
+	cr_assert(strstr(err, "symbolic link") != NULL, "%s", err);
+	cr_assert_eq(file_size(target), 0, "the file it points to was left alone");
+
+	/* Pointing nowhere: nothing is created. */
+	cr_assert_eq(unlink(target), 0);
+	err[0] = '\0';
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "symbolic link") != NULL, "%s", err);
+	cr_assert_eq(file_size(target), -1, "created where the link points");
+
+	/* To a good state file: refused all the same. */
+	t = shm_open_file(target, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	shm_destroy(t);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "symbolic link") != NULL, "%s", err);
+
+	/* Not a regular file: refused with the reason. */
+	cr_assert_eq(unlink(path), 0);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "not a regular file") != NULL, "%s", err);
+	unlink(path);
+	unlink(target);
+	rmdir(dir);
+}
+
+/* A truncated state file (an interrupted copy, a full disk) is refused as
+ * truncated, whether it lost the end of its slots or part of its header,
+ * and left as it is; so is one longer than its table. */
+Test(shm, state_file_truncated_is_refused)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], err[256] = "";
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct shm_table *t;
+	off_t full;
+
+	state_dir(dir, path, sizeof(path), "state");
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	add(t, 0, 0, "k", 960, 1000, 3, false);
+	shm_destroy(t);
+	full = file_size(path);
+	cr_assert_gt(full, (off_t)page);
+
+	cr_assert_eq(truncate(path, full - (off_t)page), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "truncated") != NULL, "%s", err);
+	cr_assert(strstr(err, "max_keys 16") != NULL, "%s", err);
+	cr_assert_eq(file_size(path), full - (off_t)page, "left as it was");
+	/* The same, whatever max_keys the configuration says now. */
+	cr_assert_null(shm_open_file(path, 1000, err, sizeof(err)));
+	cr_assert(strstr(err, "truncated") != NULL, "%s", err);
+
+	cr_assert_eq(truncate(path, 100), 0);    /* the magic, part of the header */
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "truncated") != NULL, "%s", err);
+	cr_assert_eq(file_size(path), 100);
+
+	/* Longer than a table for its max_keys: not this build's layout. */
+	cr_assert_eq(unlink(path), 0);
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	shm_destroy(t);
+	cr_assert_eq(truncate(path, full + (off_t)page), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "made for max_keys") == NULL, "%s", err);
+	cr_assert(strstr(err, "bytes") != NULL, "%s", err);
+	cr_assert_eq(file_size(path), full + (off_t)page);
 	unlink(path);
 	rmdir(dir);
 }
