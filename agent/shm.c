@@ -296,11 +296,20 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 	t->seed = t->hdr->seed;
 	t->reused = true;
 	/* What belonged to the processes of the last run: their leases, the
-	 * node counts they learnt. */
+	 * node counts they learnt, and (after an unclean stop) the admissions
+	 * they had in flight and the grants they were asking for, which no
+	 * answer will ever end: left set, a key would never ask for a grant
+	 * again until its window ended, and every hit of it would go to the
+	 * store. Kept: what is left of each grant, which the store counted
+	 * (the node's hits spend it, or the first sync cycle that sees it
+	 * unused gives it back with a push; cleared, that headroom would stay
+	 * taken in the store until the window ended), and the demand, which
+	 * sizes the next grant. */
 	for (unsigned i = 0; i < SHM_MAX_NS; i++) {
 		atomic_store(&t->hdr->lease[i], 0);
 		atomic_store(&t->hdr->nodes[i], 0);
 	}
+	shm_grant_unstick(t);
 	return t;
 fail:
 	close(fd);

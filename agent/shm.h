@@ -327,7 +327,9 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen);
  * shm_create() does; an existing one is mapped again when it was written
  * by this layout for the same max_keys (else refused: err says why and the
  * file is left as it is), with its seed and digest key, its leases and node
- * counts cleared. Refused too, and left alone: a symbolic link at path
+ * counts cleared, and so are the marks of admissions in flight and of
+ * grants being asked (as shm_grant_unstick() does; what is left of a grant
+ * and the demand are kept: the store counted the grant). Refused too, and left alone: a symbolic link at path
  * (never followed: O_NOFOLLOW), anything but a regular file, and a file
  * shorter than its header or its table (truncated: err says so; it is
  * never mapped). The file is locked (flock) while mapped: a second agent
@@ -503,7 +505,8 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
  * asking for never end, and would keep their keys from asking for grants
  * until their windows end. Clears every slot's count in flight and ask
  * (the live workers' included: each ends harmlessly, at worst one more
- * grant is asked meanwhile). */
+ * grant is asked meanwhile). shm_open_file() does the same for what the
+ * last run left in a state file. */
 void shm_grant_unstick(struct shm_table *t);
 
 /* Has slot idx a grant left or demand this cycle? */

@@ -872,3 +872,50 @@ Test(shm, state_file_truncated_is_refused)
 	unlink(path);
 	rmdir(dir);
 }
+
+/* An agent killed with admissions in flight and a grant being asked left
+ * both marks in its state file: the next one clears them (nobody is in
+ * flight after a restart; else the key would never ask for a grant again
+ * and every hit would go to the store), and keeps what the store counted:
+ * the grant left (spent by hits, or given back by the first sync cycle it
+ * sees unused) and the demand. */
+Test(shm, state_file_reuse_clears_grant_marks)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], err[256] = "";
+	struct shm_table *t;
+	struct shm_key k;
+	struct shm_ref r, p;
+
+	state_dir(dir, path, sizeof(path), "state");
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert_eq(shm_set_window(t, 0, 0, 60), 0);
+	add(t, 0, 0, "k", 960, 1000, 1, false);
+	key(t, &k, 0, 0, "k");
+	shm_find(t, &k, 960, -1, &r, &p);
+	cr_assert_neq(r.idx, SHM_NONE);
+	shm_grant_add(t, &r, 5);
+	shm_grant_note(t, &r, 2);
+	EQ(shm_grant_cycle(t, r.idx), 2.0);   /* last cycle's demand: 2 */
+	shm_grant_note(t, &r, 3);              /* this cycle's: 3 */
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 1);
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 2);
+	EQ(shm_grant_begin(t, r.idx), 2.0);    /* asking */
+	shm_destroy(t);                        /* as a kill leaves the file */
+
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert(shm_reused(t));
+	cr_assert_eq(shm_set_window(t, 0, 0, 60), 0);
+	shm_find(t, &k, 960, -1, &r, &p);
+	cr_assert_neq(r.idx, SHM_NONE);
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 1, "alone in flight");
+	EQ(shm_grant_begin(t, r.idx), 2.0);    /* not asking: the last demand */
+	shm_grant_end(t, r.idx);
+	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 0);
+	EQ(shm_grant_left(t, r.idx), 5.0);     /* counted in the store: kept */
+	EQ(shm_grant_cycle(t, r.idx), 3.0);    /* the demand: kept */
+	shm_destroy(t);
+	unlink(path);
+	rmdir(dir);
+}
