@@ -157,6 +157,30 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	return t;
 }
 
+/* Counts the LIVE slots of each namespace and of the table again, from
+ * the slots. An insert makes a slot LIVE by CAS and counts it after, and
+ * a re-keying or an eviction takes it by CAS and counts it out after: a
+ * process killed in between leaves the counts one off, for good. Only
+ * while no other process uses the table (a state file, before fork): a
+ * scan is no snapshot, and the counts stored at its end would lose or
+ * double the updates of inserts made meanwhile behind it. */
+static void shm_recount(struct shm_table *t)
+{
+	int64_t live[SHM_MAX_NS] = { 0 }, total = 0;
+
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		uint64_t m = atomic_load_explicit(&t->slots[i].meta, memory_order_relaxed);
+
+		if (shm_meta_state(m) == SHM_ST_LIVE) {
+			live[shm_meta_ns(m)]++;
+			total++;
+		}
+	}
+	for (unsigned ns = 0; ns < SHM_MAX_NS; ns++)
+		atomic_store(&t->hdr->live[ns], live[ns]);
+	atomic_store(&t->hdr->live_total, total);
+}
+
 /* Is the existing state file fd (path, stat st) a table of this layout
  * for max_keys (geometry g)? Returns 0, or -1 with err saying why. Refused,
  * never rewritten: a file of another layout or size stays as it was for
@@ -310,6 +334,7 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 		atomic_store(&t->hdr->nodes[i], 0);
 	}
 	shm_grant_unstick(t);
+	shm_recount(t);
 	return t;
 fail:
 	close(fd);
