@@ -722,11 +722,20 @@ uint32_t rl_single_window(const struct rl *rl, int ns)
 int rl_ns_stats(const struct rl *rl, int ns, struct rl_ns_stats *out)
 {
 	struct shm_ns_stats st;
+	int64_t cap;
 
 	if (ns < 0 || (size_t)ns >= rl->n_ns || shm_ns_stats(rl->shm, rl->ns[ns].sid, &st) < 0)
 		return -1;
-	*out = (struct rl_ns_stats){ .share = st.share, .live = st.live, .evicted = st.evicted,
-				     .refused = st.refused };
+	/* Reported in 0 .. max_keys (the capacity, metrics table_capacity).
+	 * The table may hold a few more (inserts racing for its last free
+	 * entries, a namespace that may evict taking spare slots once nothing
+	 * of its own can go: agent/shm.h), and a process killed between a
+	 * slot's CAS and the count's update leaves the count one off until
+	 * the state file is loaded again (shm_open_file recounts). */
+	cap = (int64_t)rl->max_keys;
+	*out = (struct rl_ns_stats){ .share = st.share,
+				     .live = st.live < 0 ? 0 : st.live > cap ? cap : st.live,
+				     .evicted = st.evicted, .refused = st.refused };
 	return 0;
 }
 

@@ -200,7 +200,7 @@ bool rl_digest_key_is_public(const struct rl *rl);
 /* One namespace's use of the table (all processes). */
 struct rl_ns_stats {
 	uint64_t share;       /* guaranteed entries */
-	int64_t live;         /* entries now */
+	int64_t live;         /* entries now, reported in 0 .. max_keys (rl_ns_stats) */
 	uint64_t evicted;     /* its entries evicted to make room */
 	uint64_t refused;     /* its new keys refused: no room */
 };
@@ -248,7 +248,9 @@ double rl_sync_rate(const struct rl *rl, int ns);
 struct shm_table *rl_shm(const struct rl *rl);
 
 /* A worker process died (the master reaps it): what it left half done in
- * the shared table that nobody else would end is ended (shm_grant_unstick). */
+ * the shared table that nobody else would end is ended (shm_grant_unstick).
+ * The table's LIVE counts it may have left one off are not counted again
+ * here, while the other workers insert (agent/shm.h says why). */
 void rl_worker_gone(struct rl *rl);
 
 #endif /* RATELIMIT_H */

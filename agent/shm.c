@@ -157,11 +157,101 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 	return t;
 }
 
+/* Counts the LIVE slots of each namespace and of the table again, from
+ * the slots. An insert makes a slot LIVE by CAS and counts it after, and
+ * a re-keying or an eviction takes it by CAS and counts it out after: a
+ * process killed in between leaves the counts one off, for good. Only
+ * while no other process uses the table (a state file, before fork): a
+ * scan is no snapshot, and the counts stored at its end would lose or
+ * double the updates of inserts made meanwhile behind it. */
+static void shm_recount(struct shm_table *t)
+{
+	int64_t live[SHM_MAX_NS] = { 0 }, total = 0;
+
+	for (uint32_t i = 0; i < t->nslots; i++) {
+		uint64_t m = atomic_load_explicit(&t->slots[i].meta, memory_order_relaxed);
+
+		if (shm_meta_state(m) == SHM_ST_LIVE) {
+			live[shm_meta_ns(m)]++;
+			total++;
+		}
+	}
+	for (unsigned ns = 0; ns < SHM_MAX_NS; ns++)
+		atomic_store(&t->hdr->live[ns], live[ns]);
+	atomic_store(&t->hdr->live_total, total);
+}
+
+/* Is the existing state file fd (path, stat st) a table of this layout
+ * for max_keys (geometry g)? Returns 0, or -1 with err saying why. Refused,
+ * never rewritten: a file of another layout or size stays as it was for
+ * its owner to decide. Each size is checked against the geometry the
+ * file's own header gives before the configuration is compared, so that a
+ * truncated file is called truncated (and never mapped: touching pages
+ * past its end would kill the agent with SIGBUS). */
+static int shm_file_check(int fd, const char *path, const struct stat *st, size_t max_keys,
+			  const struct shm_geom *g, char *err, size_t errlen)
+{
+	struct shm_hdr h;
+	struct shm_geom fg;
+	size_t have = (size_t)st->st_size < sizeof(h) ? (size_t)st->st_size : sizeof(h);
+
+	memset(&h, 0, sizeof(h));
+	if (pread(fd, &h, have, 0) != (ssize_t)have) {
+		snprintf(err, errlen, "state_file %s: cannot read its header: %s", path,
+			 strerror(errno));
+		return -1;
+	}
+	/* "SHMRLT", whatever the layout. */
+	if (have < 6 || memcmp(&h.magic, &(uint64_t){ SHM_MAGIC }, 6) != 0) {
+		snprintf(err, errlen, "state_file %s: not a spoa-ratelimit state file; "
+			 "move it away to start afresh", path);
+		return -1;
+	}
+	if (have >= sizeof(h.magic) && h.magic != SHM_MAGIC) {
+		snprintf(err, errlen, "state_file %s: written by another version of "
+			 "spoa-ratelimit (layout %.2s, this one reads %.2s); move it away to "
+			 "start afresh", path, (const char *)&h.magic + 6,
+			 (const char *)&(uint64_t){ SHM_MAGIC } + 6);
+		return -1;
+	}
+	if (have < sizeof(h)) {
+		snprintf(err, errlen, "state_file %s: truncated (%lld bytes, shorter than its "
+			 "%zu-byte header); move it away to start afresh", path,
+			 (long long)st->st_size, sizeof(h));
+		return -1;
+	}
+	if (h.max_keys == 0 || h.max_keys > SHM_MAX_KEYS) {
+		snprintf(err, errlen, "state_file %s: damaged header (max_keys %llu); move it "
+			 "away to start afresh", path, (unsigned long long)h.max_keys);
+		return -1;
+	}
+	shm_geom((size_t)h.max_keys, &fg);
+	if ((size_t)st->st_size < fg.len) {
+		snprintf(err, errlen, "state_file %s: truncated (%lld bytes, a table for max_keys "
+			 "%llu takes %zu); move it away to start afresh", path,
+			 (long long)st->st_size, (unsigned long long)h.max_keys, fg.len);
+		return -1;
+	}
+	if (h.max_keys != max_keys) {
+		snprintf(err, errlen, "state_file %s: made for max_keys %llu, the "
+			 "configuration says %zu; set max_keys back, or move the file away",
+			 path, (unsigned long long)h.max_keys, max_keys);
+		return -1;
+	}
+	if (h.nslots != g->nslots || (size_t)st->st_size != g->len) {
+		snprintf(err, errlen, "state_file %s: %lld bytes and %llu slots, where this "
+			 "build makes %zu bytes and %zu slots for max_keys %zu (written on another "
+			 "page size?); move it away to start afresh", path, (long long)st->st_size,
+			 (unsigned long long)h.nslots, g->len, g->nslots, max_keys);
+		return -1;
+	}
+	return 0;
+}
+
 struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, size_t errlen)
 {
 	struct shm_table *t = NULL;
 	struct shm_geom g;
-	struct shm_hdr h;
 	struct stat st;
 	void *p;
 	int fd;
@@ -171,9 +261,18 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 		return NULL;
 	}
 	shm_geom(max_keys, &g);
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	/* Never through a symbolic link at the path itself (one planted
+	 * there would have the agent create, size and write the file it
+	 * points to); directories above may be links. */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY, 0600);
 	if (fd < 0) {
-		snprintf(err, errlen, "state_file %s: %s", path, strerror(errno));
+		struct stat lst;
+
+		if (errno == ELOOP && lstat(path, &lst) == 0 && S_ISLNK(lst.st_mode))
+			snprintf(err, errlen, "state_file %s: is a symbolic link, refused (never "
+				 "followed); give the path of the file itself", path);
+		else
+			snprintf(err, errlen, "state_file %s: %s", path, strerror(errno));
 		return NULL;
 	}
 	/* One agent per file: the lock lives as long as the descriptor (the
@@ -187,30 +286,16 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 		snprintf(err, errlen, "state_file %s: %s", path, strerror(errno));
 		goto fail;
 	}
+	/* A FIFO or a device would not hold a table (and is not ours to
+	 * size). */
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "state_file %s: not a regular file, refused", path);
+		goto fail;
+	}
 	bool fresh = st.st_size == 0;
-	if (!fresh) {
-		/* Refused, never rewritten: a file of another layout or size
-		 * stays as it was for its owner to decide. */
-		if ((size_t)st.st_size < sizeof(h) || pread(fd, &h, sizeof(h), 0) != sizeof(h) ||
-		    (h.magic & 0xffffffffffffULL) != (SHM_MAGIC & 0xffffffffffffULL)) {
-			snprintf(err, errlen, "state_file %s: not a spoa-ratelimit state file; "
-				 "move it away to start afresh", path);
-			goto fail;
-		}
-		if (h.magic != SHM_MAGIC) {
-			snprintf(err, errlen, "state_file %s: written by another version of "
-				 "spoa-ratelimit (layout %.2s, this one reads %.2s); move it away to "
-				 "start afresh", path, (const char *)&h.magic + 6,
-				 (const char *)&(uint64_t){ SHM_MAGIC } + 6);
-			goto fail;
-		}
-		if (h.max_keys != max_keys || h.nslots != g.nslots || (size_t)st.st_size != g.len) {
-			snprintf(err, errlen, "state_file %s: made for max_keys %llu, the "
-				 "configuration says %zu; set max_keys back, or move the file away",
-				 path, (unsigned long long)h.max_keys, max_keys);
-			goto fail;
-		}
-	} else if (ftruncate(fd, (off_t)g.len) < 0) {
+	if (!fresh && shm_file_check(fd, path, &st, max_keys, &g, err, errlen) < 0)
+		goto fail;
+	if (fresh && ftruncate(fd, (off_t)g.len) < 0) {
 		snprintf(err, errlen, "state_file %s: cannot size it to %zu bytes: %s", path, g.len,
 			 strerror(errno));
 		goto fail;
@@ -235,11 +320,21 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 	t->seed = t->hdr->seed;
 	t->reused = true;
 	/* What belonged to the processes of the last run: their leases, the
-	 * node counts they learnt. */
+	 * node counts they learnt, and (after an unclean stop) the admissions
+	 * they had in flight and the grants they were asking for, which no
+	 * answer will ever end: left set, a key would never ask for a grant
+	 * again until its window ended, and every hit of it would go to the
+	 * store. Kept: what is left of each grant, which the store counted
+	 * (the node's hits spend it, or the first sync cycle that sees it
+	 * unused gives it back with a push; cleared, that headroom would stay
+	 * taken in the store until the window ended), and the demand, which
+	 * sizes the next grant. */
 	for (unsigned i = 0; i < SHM_MAX_NS; i++) {
 		atomic_store(&t->hdr->lease[i], 0);
 		atomic_store(&t->hdr->nodes[i], 0);
 	}
+	shm_grant_unstick(t);
+	shm_recount(t);
 	return t;
 fail:
 	close(fd);

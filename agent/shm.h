@@ -91,6 +91,18 @@
  * and PENDING are CAS on the exact meta value (BUSY carries a unique
  * ticket), so an owner always notices that it was robbed.
  *
+ * The header's LIVE counts (per namespace, and in all) are updated just
+ * after the CAS that makes a slot LIVE or takes it out of LIVE, so a
+ * process killed in between leaves them one off. They only steer shares
+ * and sampling (an entry early or late), and reports clamp them
+ * (rl_ns_stats); a state file's are counted again from its slots when it
+ * is loaded (shm_open_file), so an error never outlives the run that made
+ * it. Not when a worker dies (the master's rl_worker_gone): the others
+ * keep inserting, a scan of the table is no snapshot, and counts stored
+ * at its end would lose or double the updates of the inserts made behind
+ * it meanwhile - a larger error than the one per killed insert it would
+ * fix.
+ *
  * Shares and eviction (a full table never turns limiting off): every
  * namespace set with shm_set_ns() has a guaranteed share of max_keys (the
  * agent sets them all; one never set fills the table as it comes) and the
@@ -326,9 +338,17 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen);
  * agent counts on: an empty or new file is sized and set up as
  * shm_create() does; an existing one is mapped again when it was written
  * by this layout for the same max_keys (else refused: err says why and the
- * file is left as it is), with its seed and digest key, its leases and node
- * counts cleared. The file is locked (flock) while mapped: a second agent
- * on it is refused. Call before fork(). */
+ * file is left as it is), with its seed and digest key. What belonged to
+ * the processes of the last run is reset: their leases and node counts,
+ * the marks of admissions in flight and of grants being asked (as
+ * shm_grant_unstick() does; what is left of a grant and the demand are
+ * kept: the store counted the grant), and the LIVE counts, counted again
+ * from the slots (see the banner). Refused too, and left alone: a
+ * symbolic link at path (never followed: O_NOFOLLOW), anything but a
+ * regular file, and a file shorter than its header or its table
+ * (truncated: err says so; it is never mapped). The file is locked
+ * (flock) while mapped: a second agent on it is refused. Call before
+ * fork(). */
 struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, size_t errlen);
 
 /* Were a state file's counts found (shm_open_file of an existing file)? */
@@ -500,7 +520,8 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
  * asking for never end, and would keep their keys from asking for grants
  * until their windows end. Clears every slot's count in flight and ask
  * (the live workers' included: each ends harmlessly, at worst one more
- * grant is asked meanwhile). */
+ * grant is asked meanwhile). shm_open_file() does the same for what the
+ * last run left in a state file. */
 void shm_grant_unstick(struct shm_table *t);
 
 /* Has slot idx a grant left or demand this cycle? */

@@ -16,6 +16,7 @@
 #include "agent/decide.h"
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
+#include "agent/shm.h"
 
 static struct config cfg;
 static struct rl *rl;
@@ -160,6 +161,21 @@ Test(metrics, table_full_and_every_line_well_formed)
 	free(copy);
 	regfree(&sample);
 	regfree(&comment);
+}
+
+/* table_keys never shows more than table_capacity: a namespace's count
+ * in the table drifted past it (a process killed between a slot's CAS and
+ * the count's update; the soak saw 20,001 of 20,000). */
+Test(metrics, table_keys_never_above_capacity)
+{
+	struct shm_table *t = rl_shm(rl);
+	unsigned sid = rl_shm_ns(rl, rl_namespace_index(rl, "default", 7));
+
+	checks(0, "default", "a", METRICS_SPOP, 1);
+	atomic_store(&t->hdr->live[sid], 65);
+	cr_assert_gt(metrics_render(m, rl, text, sizeof(text)), 0);
+	cr_assert_eq(value("spoa_ratelimit_table_capacity "), 64);
+	cr_assert_eq(value("spoa_ratelimit_table_keys{namespace=\"default\"} "), 64);
 }
 
 Test(metrics, too_small_a_buffer_is_an_error)

@@ -1359,3 +1359,39 @@ Test(ratelimit, exact_hits_spend_grants_or_ask_the_store)
 	cr_assert(r.granted, "the granted slot is still there");
 	rl_free(rl);
 }
+
+/* The entries a namespace reports in use never pass the capacity
+ * (max_keys, metrics table_capacity) nor go below 0: not when its count
+ * in the table drifted (a process killed between a slot's CAS and the
+ * count's update), not when the table really holds more (a namespace that
+ * may evict uses spare slots once nothing of its own can go). */
+Test(ratelimit, live_never_above_capacity)
+{
+	static const struct nsdef d[] = { { "api", 0, NS_FULL_EVICT, -1 } };
+	struct rl *rl = mk_shares(16, d, 1);
+	struct shm_table *t = rl_shm(rl);
+	unsigned sid = rl_shm_ns(rl, ns_of(rl, "api"));
+	struct shm_ns_stats raw;
+	char key[32];
+	int64_t saved;
+
+	/* Drifted by hand. */
+	saved = atomic_load(&t->hdr->live[sid]);
+	atomic_store(&t->hdr->live[sid], 16 + 3);
+	cr_assert_eq(stats_of(rl, "api").live, 16);
+	atomic_store(&t->hdr->live[sid], -2);
+	cr_assert_eq(stats_of(rl, "api").live, 0);
+	atomic_store(&t->hdr->live[sid], saved);
+
+	/* Keys over their limit (never evicted) past max_keys: the table
+	 * takes spare slots, up to its soft cap. */
+	for (int i = 0; i < 64; i++) {
+		snprintf(key, sizeof(key), "over-%d", i);
+		if (try_hit(rl, "api", key, 0, 1000.5) < 0)
+			break;
+	}
+	cr_assert_eq(shm_ns_stats(t, sid, &raw), 0);
+	cr_assert_gt(raw.live, 16, "the table holds more than max_keys");
+	cr_assert_eq(stats_of(rl, "api").live, 16);
+	rl_free(rl);
+}

@@ -6,6 +6,7 @@
  * same keys from two processes (exactly one live slot per window).
  */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -763,6 +764,213 @@ Test(shm, state_file_keeps_counts)
 	fclose(f);
 	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
 	cr_assert(strstr(err, "not a spoa-ratelimit state file") != NULL, "%s", err);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* A new directory for state files; path gets dir/name. */
+static void state_dir(char *dir, char *path, size_t len, const char *name)
+{
+	cr_assert_not_null(mkdtemp(dir));
+	snprintf(path, len, "%s/%s", dir, name);
+}
+
+/* The size of the file at path (-1: none). */
+static off_t file_size(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0 ? st.st_size : -1;
+}
+
+/* A symbolic link planted at the state file's path is refused, never
+ * followed: not to an empty file (that would be sized and written), not to
+ * a path that does not exist (that would be created), not even to a good
+ * state file. */
+Test(shm, state_file_symlink_is_refused)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], target[64], err[256] = "";
+	struct shm_table *t;
+	int fd;
+
+	state_dir(dir, path, sizeof(path), "state");
+	snprintf(target, sizeof(target), "%s/target", dir);
+	fd = open(target, O_RDWR | O_CREAT, 0600);
+	cr_assert_geq(fd, 0);
+	close(fd);
+	cr_assert_eq(symlink(target, path), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)), "a symlink was followed");
+	cr_assert(strstr(err, "symbolic link") != NULL, "%s", err);
+	cr_assert_eq(file_size(target), 0, "the file it points to was left alone");
+
+	/* Pointing nowhere: nothing is created. */
+	cr_assert_eq(unlink(target), 0);
+	err[0] = '\0';
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "symbolic link") != NULL, "%s", err);
+	cr_assert_eq(file_size(target), -1, "created where the link points");
+
+	/* To a good state file: refused all the same. */
+	t = shm_open_file(target, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	shm_destroy(t);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "symbolic link") != NULL, "%s", err);
+
+	/* Not a regular file: refused with the reason. */
+	cr_assert_eq(unlink(path), 0);
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "not a regular file") != NULL, "%s", err);
+	unlink(path);
+	unlink(target);
+	rmdir(dir);
+}
+
+/* A truncated state file (an interrupted copy, a full disk) is refused as
+ * truncated, whether it lost the end of its slots or part of its header,
+ * and left as it is; so is one longer than its table. */
+Test(shm, state_file_truncated_is_refused)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], err[256] = "";
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	struct shm_table *t;
+	off_t full;
+
+	state_dir(dir, path, sizeof(path), "state");
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	add(t, 0, 0, "k", 960, 1000, 3, false);
+	shm_destroy(t);
+	full = file_size(path);
+	cr_assert_gt(full, (off_t)page);
+
+	cr_assert_eq(truncate(path, full - (off_t)page), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "truncated") != NULL, "%s", err);
+	cr_assert(strstr(err, "max_keys 16") != NULL, "%s", err);
+	cr_assert_eq(file_size(path), full - (off_t)page, "left as it was");
+	/* The same, whatever max_keys the configuration says now. */
+	cr_assert_null(shm_open_file(path, 1000, err, sizeof(err)));
+	cr_assert(strstr(err, "truncated") != NULL, "%s", err);
+
+	cr_assert_eq(truncate(path, 100), 0);    /* the magic, part of the header */
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "truncated") != NULL, "%s", err);
+	cr_assert_eq(file_size(path), 100);
+
+	/* Longer than a table for its max_keys: not this build's layout. */
+	cr_assert_eq(unlink(path), 0);
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	shm_destroy(t);
+	cr_assert_eq(truncate(path, full + (off_t)page), 0);
+	cr_assert_null(shm_open_file(path, 16, err, sizeof(err)));
+	cr_assert(strstr(err, "made for max_keys") == NULL, "%s", err);
+	cr_assert(strstr(err, "bytes") != NULL, "%s", err);
+	cr_assert_eq(file_size(path), full + (off_t)page);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* An agent killed with admissions in flight and a grant being asked left
+ * both marks in its state file: the next one clears them (nobody is in
+ * flight after a restart; else the key would never ask for a grant again
+ * and every hit would go to the store), and keeps what the store counted:
+ * the grant left (spent by hits, or given back by the first sync cycle it
+ * sees unused) and the demand. */
+Test(shm, state_file_reuse_clears_grant_marks)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], err[256] = "";
+	struct shm_table *t;
+	struct shm_key k;
+	struct shm_ref r, p;
+
+	state_dir(dir, path, sizeof(path), "state");
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert_eq(shm_set_window(t, 0, 0, 60), 0);
+	add(t, 0, 0, "k", 960, 1000, 1, false);
+	key(t, &k, 0, 0, "k");
+	shm_find(t, &k, 960, -1, &r, &p);
+	cr_assert_neq(r.idx, SHM_NONE);
+	shm_grant_add(t, &r, 5);
+	shm_grant_note(t, &r, 2);
+	EQ(shm_grant_cycle(t, r.idx), 2.0);   /* last cycle's demand: 2 */
+	shm_grant_note(t, &r, 3);              /* this cycle's: 3 */
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 1);
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 2);
+	EQ(shm_grant_begin(t, r.idx), 2.0);    /* asking */
+	shm_destroy(t);                        /* as a kill leaves the file */
+
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert(shm_reused(t));
+	cr_assert_eq(shm_set_window(t, 0, 0, 60), 0);
+	shm_find(t, &k, 960, -1, &r, &p);
+	cr_assert_neq(r.idx, SHM_NONE);
+	cr_assert_eq(shm_grant_flight(t, r.idx, 1), 1, "alone in flight");
+	EQ(shm_grant_begin(t, r.idx), 2.0);    /* not asking: the last demand */
+	shm_grant_end(t, r.idx);
+	cr_assert_eq(shm_grant_flight(t, r.idx, -1), 0);
+	EQ(shm_grant_left(t, r.idx), 5.0);     /* counted in the store: kept */
+	EQ(shm_grant_cycle(t, r.idx), 3.0);    /* the demand: kept */
+	shm_destroy(t);
+	unlink(path);
+	rmdir(dir);
+}
+
+/* The LIVE counts of a state file are counted again from its slots: a
+ * process killed between a slot's CAS and the update of the counts left
+ * them off by one, and the next run would have carried the error on (a
+ * soak showed 20,001 entries in a table of 20,000). */
+Test(shm, state_file_recounts_live_slots)
+{
+	char dir[] = "/tmp/test_shm_state-XXXXXX", path[64], err[256] = "";
+	struct shm_ns_stats st;
+	struct shm_table *t;
+	struct shm_key k;
+	struct shm_ref r, p;
+
+	state_dir(dir, path, sizeof(path), "state");
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert_eq(shm_set_window(t, 0, 0, 60), 0);
+	cr_assert_eq(shm_set_window(t, 1, 0, 60), 0);
+	add(t, 0, 0, "a", 960, 1000, 1, false);
+	add(t, 0, 0, "b", 960, 1000, 1, false);
+	add(t, 0, 0, "c", 960, 1000, 1, false);
+	add(t, 1, 0, "x", 960, 1000, 1, false);
+	add(t, 1, 0, "y", 960, 1000, 1, false);
+	cr_assert_eq(shm_ns_stats(t, 0, &st), 0);
+	cr_assert_eq(st.live, 3);
+	/* Killed after claiming a LIVE slot to re-key it (LIVE -> BUSY),
+	 * before counting it out: 3 counted, 2 LIVE. */
+	key(t, &k, 0, 0, "c");
+	shm_find(t, &k, 960, -1, &r, &p);
+	cr_assert_neq(r.idx, SHM_NONE);
+	atomic_store(&t->slots[r.idx].meta,
+		     SHM_ST_BUSY << SHM_ST_SHIFT | (uint64_t)1000 << SHM_META_BUSY_TIME_SHIFT | 7);
+	/* Killed after making a slot LIVE, before counting it in. */
+	atomic_fetch_sub(&t->hdr->live[1], 1);
+	atomic_fetch_sub(&t->hdr->live_total, 1);
+	/* And any drift at all, in a namespace without a slot. */
+	atomic_store(&t->hdr->live[5], 9);
+	atomic_fetch_add(&t->hdr->live_total, 9);
+	shm_destroy(t);
+
+	t = shm_open_file(path, 16, err, sizeof(err));
+	cr_assert_not_null(t, "%s", err);
+	cr_assert(shm_reused(t));
+	cr_assert_eq(shm_ns_stats(t, 0, &st), 0);
+	cr_assert_eq(st.live, 2);
+	cr_assert_eq(shm_ns_stats(t, 1, &st), 0);
+	cr_assert_eq(st.live, 2);
+	cr_assert_eq(shm_ns_stats(t, 5, &st), 0);
+	cr_assert_eq(st.live, 0);
+	cr_assert_eq(atomic_load(&t->hdr->live_total), 4);
+	cr_assert_eq(live_slots(t), 4);
+	shm_destroy(t);
 	unlink(path);
 	rmdir(dir);
 }
