@@ -243,8 +243,10 @@ static void conn_read(struct conn *c)
 			break;
 		if (n <= 0) {
 			/* EOF, ECONNRESET: normal closes. Answer what came whole. */
-			if (n < 0 && errno != ECONNRESET)
-				LOG(LOG_DEBUG, "conn %d: read: %s", c->s.fd, strerror(errno));
+			if (n < 0 && errno != ECONNRESET && log_level >= LOG_DEBUG &&
+			    log_limit(&c->s.env->io_log, ev_now(c->s.env->loop)))
+				LOG(LOG_DEBUG, "conn %d: read: %s%s", c->s.fd, strerror(errno),
+				    log_limit_suppressed(&c->s.env->io_log));
 			conn_process(c);
 			if (!c->s.dead)
 				c->state = CONN_CLOSING;
@@ -308,7 +310,9 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	else
 		deadline = c->s.last_rx + cfg->idle_timeout_ms / 1000.0;
 	if (now >= deadline) {
-		LOG(LOG_DEBUG, "conn %d: timeout", c->s.fd);
+		if (log_level >= LOG_DEBUG && log_limit(&c->s.env->io_log, now))
+			LOG(LOG_DEBUG, "conn %d: timeout%s", c->s.fd,
+			    log_limit_suppressed(&c->s.env->io_log));
 		conn_fail(c, SPOP_ERR_TIMEOUT);
 		if (conn_flush(c) == 0)
 			conn_update_events(c);
@@ -384,7 +388,9 @@ void conn_deliver(void *owner, struct decide_pending *p)
 		if (c->s.wcap - c->s.wlen < need &&
 		    (c->s.wcap * 2 > CONN_WBUF_MAX || conn_grow(c, 0, c->s.wcap * 2) < 0)) {
 			decide_pending_release(h->dec, p);
-			LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing", c->s.fd);
+			if (log_limit(&c->s.env->fail_log, ev_now(c->s.env->loop)))
+				LOG(LOG_WARN, "conn %d: peer does not read its ACKs; closing%s", c->s.fd,
+				    log_limit_suppressed(&c->s.env->fail_log));
 			conn_close(c);
 			return;
 		}

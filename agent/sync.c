@@ -57,6 +57,16 @@
 #include "agent/window.h"
 #include "strategies/strategy.h"
 
+/* Lines about one hit or one admission (a table full when a store's answer
+ * comes back) come at most once a second per process, with the number
+ * held back. */
+static struct log_limit sync_hit_log;
+#define SYNC_HIT_LOG(level, fmt, ...)                                              \
+	do {                                                                           \
+		if ((level) <= log_level && log_limit(&sync_hit_log, rl_now()))          \
+			LOG((level), fmt "%s", __VA_ARGS__, log_limit_suppressed(&sync_hit_log)); \
+	} while (0)
+
 #define SYNC_LOG_EVERY   10.0     /* seconds between "store down" logs */
 #define SYNC_MIN_HOLD_MS 1000
 #define SYNC_GRANT_FIRST_SHARE 64 /* a first grant: this part of a node's share */
@@ -740,13 +750,13 @@ static void sync_doubt_settle(struct sync_ns *sn, const struct sync_doubt *d, si
 	if (counted != 0 &&
 	    (counted > 0 ? rl_unkeep(rl, (int)sn->ns, key, key_len, size, start, counted, now)
 			 : rl_keep(rl, (int)sn->ns, key, key_len, size, start, -counted, now)) < 0)
-		LOG(LOG_ERR, "namespace \"%s\": a hit in doubt could not be settled (%s): it "
-		    "counts twice", sn->def->name, rl_status_str(rl_errno(rl)));
+		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": a hit in doubt could not be settled (%s): "
+			     "it counts twice", sn->def->name, rl_status_str(rl_errno(rl)));
 	if (a && a->grant > 0 &&
 	    rl_grant(rl, (int)sn->ns, a->key, a->key_len, a->size, a->start, a->grant, now) < 0)
-		LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be kept (%s): %g of "
-		    "the limit stay counted until the window ends", sn->def->name,
-		    rl_status_str(rl_errno(rl)), a->grant);
+		SYNC_HIT_LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be kept "
+			     "(%s): %g of the limit stay counted until the window ends",
+			     sn->def->name, rl_status_str(rl_errno(rl)), a->grant);
 }
 
 static void sync_on_doubt_done(void *arg, int status, const char *errstr);
@@ -1271,8 +1281,9 @@ static void sync_keep_entry(struct rl *rl, int ns, const struct shm_entry *e, do
 	if (e->idx != UINT32_MAX && shm_restore_diff(rl_shm(rl), e, diff) == 0)
 		return;
 	if (rl_keep(rl, ns, e->key, e->keylen, e->size, e->start, diff, rl_now()) < 0)
-		LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not be kept "
-		    "(%s)", rl_namespace_def(rl, ns)->name, rl_status_str(rl_errno(rl)));
+		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": a hit the store did not confirm could not "
+			     "be kept (%s)", rl_namespace_def(rl, ns)->name,
+			     rl_status_str(rl_errno(rl)));
 }
 
 void sync_hit_keep(struct rl *rl, const struct sync_hit *h)
@@ -1310,10 +1321,10 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 			if (a->grant > 0 &&
 			    rl_grant(rl, h->ns, a->key, a->key_len, a->size, a->start, a->grant,
 				     b->now) < 0)
-				LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be "
-				    "kept (%s): %g of the limit stay counted until the window ends",
-				    rl_namespace_def(rl, h->ns)->name, rl_status_str(rl_errno(rl)),
-				    a->grant);
+				SYNC_HIT_LOG(LOG_WARN, "namespace \"%s\": a grant of the store could "
+					     "not be kept (%s): %g of the limit stay counted until "
+					     "the window ends", rl_namespace_def(rl, h->ns)->name,
+					     rl_status_str(rl_errno(rl)), a->grant);
 			h->ok = h->prev_ok = true;
 			h->admitted = a->admitted;
 			h->grant = a->grant;

@@ -18,8 +18,8 @@
 #   profile  perf profile of one worker under spop_load (not in the default)
 #   alloc    heap allocations (valgrind) for N and 10 N messages (idem)
 #   baseline this agent vs $BENCH_BASELINE (an older binary), interleaved:
-#            SPOP msgs/s and variant $BENCH_BASELINE_VARIANT (C) (not in
-#            the default)
+#            SPOP msgs/s, HTTP checks/s and variant $BENCH_BASELINE_VARIANT
+#            (C) (not in the default)
 # Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
@@ -697,7 +697,7 @@ part_e2e() {
 # interleaved run: per round, old then new, each for one spop_load ratelimit
 # max run (1 worker) and one variant C run. What a refactoring costs.
 part_baseline() {
-  local base=${BENCH_BASELINE:-} rounds=${BENCH_BASELINE_ROUNDS:-5} r b port line save=$AGENT
+  local base=${BENCH_BASELINE:-} rounds=${BENCH_BASELINE_ROUNDS:-5} r b port hport line save=$AGENT
   local bv=${BENCH_BASELINE_VARIANT:-C}
   say "== baseline (this agent vs ${base:-?}, interleaved)"
   md "## 5. Before/after: this agent vs a baseline binary"
@@ -707,7 +707,7 @@ part_baseline() {
     md "\`BENCH_BASELINE=/path/to/old/spoa-ratelimit\` not given (or spop_load not built): skipped."; md ""
     return 0
   fi
-  : > "$RAW/baseline-spop.txt"
+  : > "$RAW/baseline-spop.txt"; : > "$RAW/baseline-http.txt"
   rm -f "$RAW/baseline-e2e-old.txt" "$RAW/baseline-e2e-new.txt"
   for r in $(seq 1 "$rounds"); do
     for b in old new; do
@@ -718,6 +718,21 @@ part_baseline() {
       stop_agent
       echo "$b $r $(field "$line" msgs_per_s) $(field "$line" agent_cpu_us)" >> "$RAW/baseline-spop.txt"
       say "baseline $b round=$r $line"
+      if command -v wrk >/dev/null 2>&1; then
+        # The HTTP front alone, one check at a time per connection (as
+        # part 2b's w1-d1).
+        free_port port && free_port hport || { AGENT=$save; return 1; }
+        printf '{"http_listen": "127.0.0.1:%s", "namespaces": [{"name": "default", "window_sizes": [60]}]}\n' \
+          "$hport" > "$RAW/baseline-http.json"
+        start_agent "$port" 0 -w 1 -c "$RAW/baseline-http.json" || { AGENT=$save; return 1; }
+        http_lua "$RAW/http-1.lua" 1
+        "${PIN1[@]}" wrk -t1 -c"$HTTP_CONNS" -d1s -s "$RAW/http-1.lua" "http://127.0.0.1:$hport" > /dev/null 2>&1
+        "${PIN1[@]}" wrk -t1 -c"$HTTP_CONNS" -d"${HTTP_SECONDS}s" --latency -s "$RAW/http-1.lua" \
+          "http://127.0.0.1:$hport" > "$RAW/baseline-http-$b-$r.txt" 2>&1
+        stop_agent
+        echo "$b $r $(wrk_field "$RAW/baseline-http-$b-$r.txt" rps)" >> "$RAW/baseline-http.txt"
+        say "baseline $b round=$r http checks/s=$(wrk_field "$RAW/baseline-http-$b-$r.txt" rps)"
+      fi
       if command -v haproxy >/dev/null 2>&1 && command -v wrk >/dev/null 2>&1; then
         E2E_TXT=$RAW/baseline-e2e-$b.txt e2e_run "$bv" "$r" || say "baseline $b variant $bv round $r failed"
       fi
@@ -725,7 +740,8 @@ part_baseline() {
   done
   AGENT=$save
   md "Baseline: \`$base\`; this agent: \`$AGENT\`. $rounds rounds, each: baseline then this agent, for"
-  md "\`spop_load -m ratelimit\` at max (1 worker, as in part 2) and one variant $bv run (as in part 3). Medians."
+  md "\`spop_load -m ratelimit\` at max (1 worker, as in part 2), the HTTP front under wrk (1 worker, one check at a"
+  md "time per connection, as part 2b) and one variant $bv run (as in part 3). Medians."
   md ""
   md "| measurement | baseline | this agent | change |"
   md "|---|---|---|---|"
@@ -739,6 +755,10 @@ part_baseline() {
     "$(bl_col "$RAW/baseline-spop.txt" 3 new)"
   bl_row "SPOP agent CPU µs/msg" "$(bl_col "$RAW/baseline-spop.txt" 4 old)" \
     "$(bl_col "$RAW/baseline-spop.txt" 4 new)"
+  if [ -s "$RAW/baseline-http.txt" ]; then
+    bl_row "HTTP checks/s, 1 worker (wrk -c$HTTP_CONNS)" "$(bl_col "$RAW/baseline-http.txt" 3 old)" \
+      "$(bl_col "$RAW/baseline-http.txt" 3 new)"
+  fi
   if [ -s "$RAW/baseline-e2e-old.txt" ] && [ -s "$RAW/baseline-e2e-new.txt" ]; then
     bl_row "variant $bv req/s" "$(bl_col "$RAW/baseline-e2e-old.txt" 3)" \
       "$(bl_col "$RAW/baseline-e2e-new.txt" 3)"
