@@ -15,6 +15,7 @@
  *   starve     HTTP peers holding connections (idle, busy or sending their
  *              heads slowly) cannot keep HAProxy's SPOP connections or new
  *              checks out
+ *   unix_front the HTTP front on a unix socket, its mode from listen_mode
  *
  * Latencies are printed (cr_log_info), never asserted: the bounds below
  * are failure bounds, far above what the agent takes.
@@ -28,6 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -581,6 +584,41 @@ Test(starve, a_trickling_request_is_cut, .fini = stop_agent, .timeout = 60)
 			closed = true;
 	}
 	cr_assert(closed, "a body kept trickling for %d ms", IO_MS);
+	close(fd);
+	free(b);
+}
+
+/* ------------------------------------------------------------------ unix */
+
+/* The HTTP front on a unix socket (nginx: proxy_pass http://unix:...),
+ * with listen_mode: only the socket's owner and group may connect. */
+Test(unix_front, http_listen_on_a_unix_socket, .fini = stop_agent, .timeout = 60)
+{
+	char json[512], path[108];
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct httpc_buf *b = calloc(1, sizeof(*b));
+	struct httpc_resp r;
+	struct stat st;
+	const char *why = "";
+
+	snprintf(path, sizeof(path), "/tmp/test_http_abuse-%d.sock", (int)getpid());
+	snprintf(json, sizeof(json),
+		 "{\"http_listen\": \"unix:%s\", \"listen_mode\": \"0600\","
+		 " \"http_token\": \"" TOKEN "\"}", path);
+	start_with(json);
+	cr_assert_eq(stat(path, &st), 0, "%s: %s", path, strerror(errno));
+	cr_assert(S_ISSOCK(st.st_mode));
+	cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+	cr_assert(fd >= 0);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0, "%s", strerror(errno));
+	static const char req[] = "GET /ratelimit?key=u&window=3600 HTTP/1.1\r\nHost: t\r\n" AUTH
+				  "Connection: close\r\n\r\n";
+	cr_assert_eq(httpc_send(fd, req, sizeof(req) - 1), 0);
+	cr_assert_eq(httpc_read(fd, b, &r, IO_MS, &why), 0, "%s", why);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_eq(httpc_body_num(&r, "rate"), 1);
 	close(fd);
 	free(b);
 }
