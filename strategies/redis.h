@@ -323,7 +323,8 @@ bool redis_addr_eq(const struct redis_addr *a, const struct redis_addr *b);
  * the masters' addresses (addrs[], *n of them, at most REDIS_MASTERS_MAX)
  * and owner[REDIS_SLOTS] (index in addrs + 1; 0 = no master). Returns 0,
  * or -1 with err (a shape or an address it cannot use: names are not
- * resolved). */
+ * resolved; more ranges than slots, a slot in two ranges). Each slot is
+ * marked once at most, whatever the reply. */
 int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from,
 			      struct redis_addr *addrs, size_t *n, uint8_t *owner, char *err,
 			      size_t errlen);
