@@ -69,6 +69,12 @@ struct redis_opts {
 	struct redis_addr seeds[REDIS_SEEDS_MAX];   /* cluster nodes or sentinels */
 	size_t nseeds;
 	char master[REDIS_MASTER_NAME_MAX + 1];     /* sentinel: the master's name */
+	/* sentinel: the sentinels' own credentials (never the master's: those
+	 * go to the master only), NULL = no AUTH; owned */
+	char *sentinel_password;
+	size_t sentinel_password_len;
+	char *sentinel_username;        /* NULL = AUTH with the password only */
+	size_t sentinel_username_len;
 };
 
 enum redis_state {
@@ -120,7 +126,10 @@ struct redis_probe {
 	bool busy;                      /* a round is under way */
 	bool again;                     /* asked again while busy */
 	bool waiting;                   /* busy, but in the backoff between rounds */
-	bool auth;                      /* AUTH with the password first */
+	bool auth_failed;               /* the current attempt's AUTH was refused */
+	/* AUTH [user] pass before the question; NULL pass = none */
+	const char *auth_user, *auth_pass;
+	size_t auth_user_len, auth_pass_len;
 	struct store_backoff backoff;
 	ev_timer timer;                 /* attempt deadline, or backoff */
 	char last_err[STRATEGY_ERR_MAX];
@@ -278,6 +287,9 @@ extern const struct redis_mode_ops redis_sentinel_mode;
 
 /* ---- redis_conn.c ---- */
 
+/* Queues AUTH pass, or AUTH user pass, on ac (reply to cb). */
+void redis_auth(redisAsyncContext *ac, redisCallbackFn *cb, void *privdata, const char *user,
+		size_t user_len, const char *pass, size_t pass_len);
 /* A new connection in s->conns (not started). NULL when out of memory. */
 struct redis_conn *redis_conn_new(struct redis_strategy *s, enum redis_conn_kind kind,
 				  const struct redis_addr *addr);

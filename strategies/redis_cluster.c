@@ -273,7 +273,8 @@ static int redis_cluster_start(struct redis_strategy *s, char *err, size_t errle
 	}
 	s->cluster = cl;
 	redis_probe_init(&cl->probe, s);
-	cl->probe.auth = true;
+	cl->probe.auth_pass = s->o.password;
+	cl->probe.auth_pass_len = s->o.password_len;
 	cl->probe.argv[0] = "CLUSTER";
 	cl->probe.argv[1] = "SLOTS";
 	cl->probe.argc = 2;

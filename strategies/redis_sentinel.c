@@ -2,7 +2,8 @@
  * redis_sentinel.c - Redis Sentinel for the Redis strategy
  * (strategies/redis.h).
  *
- * strategy_opts.sentinel = { "master": NAME, "nodes": ["HOST:PORT", ...] }.
+ * strategy_opts.sentinel = { "master": NAME, "nodes": ["HOST:PORT", ...],
+ * "password": P, "username": U }.
  * The master's address comes from the sentinels, asked in turn with
  * SENTINEL get-master-addr-by-name (the probe, redis_conn.c); the data
  * connection to it checks with ROLE that it is a master before it is
@@ -11,6 +12,10 @@
  * connection is closed and opened to it at once. The sentinels are asked
  * again whenever the data connection goes down or finds a replica (ROLE,
  * or a READONLY reply).
+ *
+ * The sentinels get their own credentials (P, U: AUTH on the probe's and
+ * the watch connections); the master's password and db go to the master
+ * only.
  *
  * What a failover costs: the calls in flight on the old master fail (the
  * connection is closed, or they time out), and the caller resends the
@@ -139,6 +144,10 @@ static int redis_sentinel_start(struct redis_strategy *s, char *err, size_t errl
 	sn->probe.argc = 3;
 	sn->probe.candidates = redis_sentinel_candidates;
 	sn->probe.answer = redis_sentinel_answer;
+	sn->probe.auth_user = s->o.sentinel_username;
+	sn->probe.auth_user_len = s->o.sentinel_username_len;
+	sn->probe.auth_pass = s->o.sentinel_password;
+	sn->probe.auth_pass_len = s->o.sentinel_password_len;
 	for (size_t i = 0; i < s->o.nseeds; i++) {
 		struct redis_conn *w = redis_conn_new(s, REDIS_CONN_WATCH, &s->o.seeds[i]);
 

@@ -6,7 +6,9 @@
  * under pushes sent as the sync loop sends them (tests/lib/pusher.c): the
  * strategy follows +switch-master to the new master, the pushes in flight
  * are resent with their token, and with wait_replicas 1 the new master
- * holds every hit exactly once.
+ * holds every hit exactly once. Trust (suite redis_sentinel_trust):
+ * sentinels with a password of their own (sentinel.password); the
+ * options.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -211,4 +213,169 @@ Test(redis_sentinel, master_down_is_retried_on_a_backoff)
 	cr_log_info("master down for 0.8 s: %lld connections to the sentinels", more);
 	cr_assert_leq(more, 60, "%lld connections to the sentinels in 0.8 s", more);
 	OPS->destroy(s);
+}
+
+/* ===================================================================== */
+/* Trust: who names the master, who gets which password                  */
+/* ===================================================================== */
+
+static void setup_loop(void)
+{
+	signal(SIGPIPE, SIG_IGN);
+	loop = evtest_loop_new();
+}
+
+TestSuite(redis_sentinel_trust, .init = setup_loop, .fini = teardown, .timeout = 120);
+
+#define MASTER_PASS   "master-secret"
+#define SENTINEL_PASS "sentinel-secret"
+
+static void sentinels_up(const char *master_pass, const char *sentinel_pass)
+{
+	if (!redis_sentinels_available())
+		cr_skip_test("redis-server or redis-sentinel is not installed");
+	cr_assert_eq(redis_sentinels_start_auth(&st, 20000, master_pass, sentinel_pass), 0, "%s",
+		     st.err);
+	st_up = true;
+}
+
+/* An instance over these sentinel nodes (a JSON array) and sentinel
+ * options, with the master's password; run until ready or secs pass. */
+static struct strategy *mk_over(const char *nodes, const char *sentinel_extra, double secs)
+{
+	char json[1024], err[256] = "";
+	struct strategy *s;
+
+	snprintf(json, sizeof(json), "{\"sentinel\": {\"master\": \"mymaster\", \"nodes\": %s%s%s}, "
+		 "\"password\": \"" MASTER_PASS "\", \"timeout_ms\": 2000}", nodes,
+		 sentinel_extra ? ", " : "", sentinel_extra ? sentinel_extra : "");
+	s = evtest_create_ready(OPS, loop, json, secs, err, sizeof(err));
+	cr_assert_not_null(s, "create(%s): %s", json, err);
+	return s;
+}
+
+/* One push of "key5" (+1) in namespace ns, drained; the master holds it. */
+static void push_lands_on_the_master(struct strategy *s, const char *ns)
+{
+	struct pusher p;
+
+	pusher_init(&p, OPS, s, ns, START60, 0);
+	pusher_step(&p, true);
+	cr_assert(pusher_drain(&p, loop, 10), "%s", p.last_err);
+	cr_assert_eq(p.failed, 0, "%s", p.last_err);
+	cr_assert_eq(stored(&st.data[st.master], ns, "key5"), 1);
+}
+
+/* The callback of a push refused at once: never runs. */
+static void never_done(void *arg, int status, const char *errstr)
+{
+	(void)arg;
+	cr_assert_fail("a refused push completed: %d %s", status, errstr ? errstr : "");
+}
+
+static void run_for(double secs)
+{
+	for (double end = now_s() + secs; now_s() < end;)
+		ev_run(loop, EVRUN_ONCE);
+}
+
+/* Clients of a sentinel subscribed to a channel (the agent's watch
+ * connections: sentinels subscribe on the data servers only). */
+static int sentinel_subscribers(int i)
+{
+	redisReply *r = redis_server_command(&st.sentinel[i], "CLIENT LIST");
+	const char *p = r && r->type == REDIS_REPLY_STRING ? r->str : "";
+	int n = 0;
+
+	for (; (p = strstr(p, " sub=")) != NULL; p++)
+		n += p[5] != '0';
+	if (r)
+		freeReplyObject(r);
+	return n;
+}
+
+/* Sentinels with requirepass: with sentinel.password the master is found
+ * and every sentinel's watch connection is subscribed (AUTH first), with
+ * sentinel.username too (an ACL user); asked without it, they refuse (the
+ * master's password, which they do not know, is never tried on them); a
+ * wrong one is named as the AUTH that failed. */
+Test(redis_sentinel_trust, sentinels_with_a_password_need_sentinel_password)
+{
+	struct strategy_counter b = { .ns = "ns", .ns_len = 2, .key = "k", .key_len = 1,
+				      .start = START60, .size = 60, .diff = 1 };
+	char nodes[128], err[STRATEGY_ERR_MAX] = "";
+	struct strategy *s;
+
+	sentinels_up(MASTER_PASS, SENTINEL_PASS);
+	redis_sentinels_nodes(&st, nodes, sizeof(nodes));
+
+	s = mk_over(nodes, "\"password\": \"" SENTINEL_PASS "\"", 10);
+	cr_assert(OPS->ready(s), "not ready after 10 s");
+	push_lands_on_the_master(s, "pw");
+	for (double end = now_s() + 5; now_s() < end;) {
+		int subscribed = 0;
+
+		for (int i = 0; i < REDIS_SENTINELS; i++)
+			subscribed += sentinel_subscribers(i) > 0;
+		if (subscribed == REDIS_SENTINELS)
+			break;
+		run_for(0.1);
+	}
+	for (int i = 0; i < REDIS_SENTINELS; i++)
+		cr_assert_gt(sentinel_subscribers(i), 0, "no watch connection on sentinel %d", i);
+	OPS->destroy(s);
+
+	/* an ACL user of the sentinels: sentinel.username */
+	for (int i = 0; i < REDIS_SENTINELS; i++) {
+		redisReply *r = redis_server_command(&st.sentinel[i], "ACL SETUSER agent on "
+						     ">agent-secret allcommands allchannels");
+
+		cr_assert(r && r->type == REDIS_REPLY_STATUS, "ACL SETUSER: %s",
+			  r ? r->str : st.sentinel[i].err);
+		freeReplyObject(r);
+	}
+	s = mk_over(nodes, "\"username\": \"agent\", \"password\": \"agent-secret\"", 10);
+	cr_assert(OPS->ready(s), "not ready after 10 s as an ACL user");
+	push_lands_on_the_master(s, "acl");
+	OPS->destroy(s);
+
+	s = mk_over(nodes, NULL, 1.5);
+	cr_assert(!OPS->ready(s), "ready without the sentinels' password");
+	cr_assert_eq(OPS->push_diffs(s, &b, 1, "t", never_done, NULL, err), -1);
+	cr_log_info("without sentinel.password: %s", err);
+	cr_assert(strstr(err, "NOAUTH"), "%s", err);
+	OPS->destroy(s);
+
+	s = mk_over(nodes, "\"password\": \"wrong\"", 1.5);
+	cr_assert(!OPS->ready(s), "ready with a wrong sentinel.password");
+	cr_assert_eq(OPS->push_diffs(s, &b, 1, "t", never_done, NULL, err), -1);
+	cr_log_info("a wrong sentinel.password: %s", err);
+	cr_assert(strstr(err, "AUTH: WRONGPASS"), "%s", err);
+	OPS->destroy(s);
+}
+
+Test(redis_sentinel_trust, options_credentials)
+{
+#define SN(rest) "{\"sentinel\": {\"master\": \"m\", \"nodes\": [\"127.0.0.1:1\", " \
+		 "\"127.0.0.1:2\", \"127.0.0.1:3\"]" rest "}}"
+	static const struct { const char *json, *needle; } bad[] = {
+		{ SN(", \"password\": \"\""), "sentinel.password: expected a string of 1 to" },
+		{ SN(", \"password\": 5"), "sentinel.password: expected a string, got an integer" },
+		{ SN(", \"username\": \"u\""), "sentinel.username: needs sentinel.password" },
+		{ SN(", \"username\": [], \"password\": \"p\""),
+		  "sentinel.username: expected a string, got an array" },
+		{ SN(", \"pasword\": \"p\""), "sentinel.pasword: unknown option" },
+	};
+	char err[256];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		err[0] = '\0';
+		cr_assert_eq(OPS->check_opts(bad[i].json, err, sizeof(err)), -1, "%s accepted",
+			     bad[i].json);
+		cr_assert(strstr(err, bad[i].needle), "%s: \"%s\" lacks \"%s\"", bad[i].json, err,
+			  bad[i].needle);
+	}
+	cr_assert_eq(OPS->check_opts(SN(", \"password\": \"p\", \"username\": \"u\""),
+				     err, sizeof(err)), 0, "%s", err);
+#undef SN
 }
