@@ -61,8 +61,8 @@
  *
  * Servers. The mode (struct redis_mode_ops, redis.h) says where a call
  * goes: the one server (host/port or socket: this file), the master of
- * its slot (cluster_nodes: redis_cluster.c), the master the sentinels name
- * (sentinel: redis_sentinel.c). Each server is one connection
+ * its slot (cluster_nodes: redis_cluster.c), the master a quorum of the
+ * sentinels name (sentinel: redis_sentinel.c). Each server is one connection
  * (redis_conn.c: a non-blocking connect with AUTH, SELECT and the two
  * SCRIPT LOADs pipelined behind it, ready once all answered within
  * timeout_ms; reconnected with backoff). Host names are not accepted
@@ -645,12 +645,13 @@ static int redis_opt_secret(const char *name, const json_t *v, size_t max, char 
 }
 
 /* strategy_opts.sentinel: { "master": NAME, "nodes": ["HOST:PORT", ...],
- * "password": P, "username": U } */
+ * "quorum": N, "password": P, "username": U } */
 static int redis_opt_sentinel(struct redis_opts *o, const json_t *v, char *err, size_t errlen)
 {
 	const char *k, *str;
 	json_t *e;
 	size_t len;
+	long long x;
 
 	if (!json_is_object(v)) {
 		snprintf(err, errlen, "sentinel: expected an object {\"master\": NAME, \"nodes\": "
@@ -672,6 +673,22 @@ static int redis_opt_sentinel(struct redis_opts *o, const json_t *v, char *err, 
 			if (redis_opt_addrs("sentinel.nodes", e, o->seeds, &o->nseeds, err,
 					    errlen) < 0)
 				return -1;
+			/* each sentinel has one vote */
+			for (size_t i = 1; i < o->nseeds; i++) {
+				for (size_t j = 0; j < i; j++) {
+					if (redis_addr_eq(&o->seeds[i], &o->seeds[j])) {
+						snprintf(err, errlen, "sentinel.nodes[%zu]: the "
+							 "same sentinel as sentinel.nodes[%zu]",
+							 i, j);
+						return -1;
+					}
+				}
+			}
+		} else if (strcmp(k, "quorum") == 0) {
+			if (store_opt_int("sentinel.quorum", e, 1, REDIS_SEEDS_MAX, &x, err,
+					  errlen) < 0)
+				return -1;
+			o->quorum = (unsigned)x;
 		} else if (strcmp(k, "password") == 0) {
 			if (redis_opt_secret("sentinel.password", e, REDIS_PASSWORD_MAX,
 					     &o->sentinel_password, &o->sentinel_password_len, err,
@@ -686,14 +703,21 @@ static int redis_opt_sentinel(struct redis_opts *o, const json_t *v, char *err, 
 			char name[80];
 
 			snprintf(name, sizeof(name), "sentinel.%.64s", k);
-			return store_opt_unknown(name, "master, nodes, password, username", err,
-						 errlen);
+			return store_opt_unknown(name, "master, nodes, quorum, password, username",
+						 err, errlen);
 		}
 	}
 	if (!o->master[0] || o->nseeds == 0) {
 		snprintf(err, errlen, "sentinel: expected both \"master\" and \"nodes\"");
 		return -1;
 	}
+	if (o->quorum > o->nseeds) {
+		snprintf(err, errlen, "sentinel.quorum: expected at most the number of "
+			 "sentinel.nodes (%zu), got %u", o->nseeds, o->quorum);
+		return -1;
+	}
+	if (o->quorum == 0)
+		o->quorum = (unsigned)(o->nseeds / 2 + 1);     /* a majority */
 	if (o->sentinel_username && !o->sentinel_password) {
 		snprintf(err, errlen, "sentinel.username: needs sentinel.password");
 		return -1;

@@ -10,8 +10,9 @@
  *                     question asked of a list of servers in turn
  *   redis_cluster.c   Redis Cluster: CRC16 key slots, the slot map from
  *                     CLUSTER SLOTS, routing, MOVED / ASK / TRYAGAIN
- *   redis_sentinel.c  Sentinel: the master's address from the sentinels,
- *                     +switch-master, reconnecting to the new master
+ *   redis_sentinel.c  Sentinel: the master's address named by a quorum of
+ *                     the sentinels, +switch-master (all asked again),
+ *                     reconnecting to the new master
  *
  * Every command of an operation is a `struct redis_call`, routed by the
  * mode (`struct redis_mode_ops`) to the connection that serves its key's
@@ -75,6 +76,7 @@ struct redis_opts {
 	size_t sentinel_password_len;
 	char *sentinel_username;        /* NULL = AUTH with the password only */
 	size_t sentinel_username_len;
+	unsigned quorum;                /* sentinel: answers that must name the master */
 };
 
 enum redis_state {
@@ -116,8 +118,10 @@ struct redis_conn {
 };
 
 /* The probe: one question (a formatted command) asked of candidates in
- * turn, each on a short-lived connection, until one answer is accepted;
- * after a round without one it waits (backoff) and starts again. */
+ * turn, each on a short-lived connection, until one answer is accepted
+ * (or, with decide, of every candidate, and decide() rules on the
+ * answers); after a round without an accepted answer it waits (backoff)
+ * and starts again. */
 struct redis_probe {
 	struct redis_strategy *s;
 	struct redis_addr cand[REDIS_SEEDS_MAX + REDIS_MASTERS_MAX];
@@ -137,9 +141,13 @@ struct redis_probe {
 	void (*candidates)(struct redis_probe *p);
 	const char *argv[4];             /* the question */
 	int argc;
-	/* The answer of candidate `from`: 0 accepted (the round ends), -1
-	 * not (why in p->last_err; the next candidate is asked). */
+	/* The answer of candidate `from`: 0 accepted (the round ends; with
+	 * decide: counted, and the next candidate is asked), -1 not (why in
+	 * p->last_err; the next candidate is asked). */
 	int (*answer)(struct redis_probe *p, const struct redis_addr *from, const redisReply *r);
+	/* NULL, or: every candidate is asked, then this rules on the round: 0
+	 * accepted, -1 not (a new round after the backoff). */
+	int (*decide)(struct redis_probe *p);
 };
 
 struct redis_op;

@@ -21,9 +21,10 @@
  *
  * The probe (struct redis_probe) asks one question of a list of servers
  * in turn, each on a short-lived connection with a timeout_ms deadline:
- * CLUSTER SLOTS of the cluster's nodes, SENTINEL get-master-addr-by-name
- * of the sentinels. A round that gets no accepted answer waits (backoff)
- * and starts again.
+ * CLUSTER SLOTS of the cluster's nodes (the first usable answer wins),
+ * SENTINEL get-master-addr-by-name of the sentinels (every one is asked,
+ * and the mode's decide() rules on the answers: a quorum). A round that
+ * gets no accepted answer waits (backoff) and starts again.
  */
 #include <hiredis/adapters/libev.h>
 #include <stdio.h>
@@ -529,13 +530,14 @@ static void redis_probe_round_end(struct redis_probe *p, bool accepted)
 	ev_timer_start(loop, &p->timer);
 }
 
-/* The candidate failed (why in last_err): the next one, now. */
+/* The candidate is done with (failed: why in last_err; or, with decide,
+ * answered): the next one, now; after the last, decide() rules. */
 static void redis_probe_next(struct redis_probe *p, bool in_callback)
 {
 	redis_probe_drop(p, in_callback);
 	p->next++;
 	if (p->next >= p->ncand) {
-		redis_probe_round_end(p, false);
+		redis_probe_round_end(p, p->decide != NULL && p->decide(p) == 0);
 		return;
 	}
 	redis_probe_attempt(p);
@@ -554,7 +556,7 @@ static void redis_probe_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		if (!p->auth_failed)    /* else last_err says why (NOAUTH here) */
 			redis_seterr(p->last_err, "%s:%d: %.100s", from.host, from.port,
 				     reply->str);
-	} else if (p->answer(p, &from, reply) == 0) {
+	} else if (p->answer(p, &from, reply) == 0 && p->decide == NULL) {
 		redis_probe_drop(p, true);
 		redis_probe_round_end(p, true);
 		return;

@@ -6,9 +6,11 @@
  * under pushes sent as the sync loop sends them (tests/lib/pusher.c): the
  * strategy follows +switch-master to the new master, the pushes in flight
  * are resent with their token, and with wait_replicas 1 the new master
- * holds every hit exactly once. Trust (suite redis_sentinel_trust):
- * sentinels with a password of their own (sentinel.password); the
- * options.
+ * holds every hit exactly once. Trust (suite redis_sentinel_trust): a
+ * rogue sentinel (tests/lib/resp_peer.c, the attacker) naming a fake
+ * master, at start and in a +switch-master, is outvoted by the real
+ * sentinels and its master never hears from the agent; sentinels with a
+ * password of their own (sentinel.password); the options.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -16,11 +18,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "strategies/strategy.h"
 #include "tests/lib/evtest.h"
 #include "tests/lib/pusher.h"
 #include "tests/lib/redis_sentinel.h"
+#include "tests/lib/resp_peer.h"
 
 #define OPS (&redis_strategy)
 #define START60 1700000040
@@ -254,6 +258,72 @@ static struct strategy *mk_over(const char *nodes, const char *sentinel_extra, d
 	return s;
 }
 
+/* The attacker: a sentinel that names its own master for any name, and
+ * that master, which takes anything. Both record what they receive. */
+struct rogue {
+	struct resp_peer sentinel, master;
+	char named[96];                 /* its get-master-addr-by-name answer */
+	unsigned asked;                 /* get-master-addr-by-name received */
+};
+
+static const char *answer_with(const char *text, size_t *len)
+{
+	*len = strlen(text);
+	return text;
+}
+
+static const char *rogue_sentinel_answer(struct resp_peer *p, int argc, char **argv, size_t *len)
+{
+	struct rogue *r = p->arg;
+
+	if (argc == 3 && strcasecmp(argv[0], "SENTINEL") == 0 &&
+	    strcasecmp(argv[1], "get-master-addr-by-name") == 0) {
+		r->asked++;
+		return answer_with(r->named, len);
+	}
+	if (strcasecmp(argv[0], "AUTH") == 0)
+		return answer_with("+OK\r\n", len);
+	if (argc == 2 && strcasecmp(argv[0], "SUBSCRIBE") == 0)
+		return answer_with("*3\r\n$9\r\nsubscribe\r\n$14\r\n+switch-master\r\n:1\r\n", len);
+	return answer_with("-ERR unknown command\r\n", len);
+}
+
+static const char *rogue_master_answer(struct resp_peer *p, int argc, char **argv, size_t *len)
+{
+	(void)p, (void)argc, (void)argv;
+	return answer_with("+OK\r\n", len);
+}
+
+static void rogue_start(struct rogue *r)
+{
+	char port[8];
+
+	memset(r, 0, sizeof(*r));
+	cr_assert_eq(resp_peer_start(&r->master, loop, rogue_master_answer, r), 0, "%s",
+		     r->master.err);
+	cr_assert_eq(resp_peer_start(&r->sentinel, loop, rogue_sentinel_answer, r), 0, "%s",
+		     r->sentinel.err);
+	snprintf(port, sizeof(port), "%d", r->master.port);
+	snprintf(r->named, sizeof(r->named), "*2\r\n$9\r\n127.0.0.1\r\n$%zu\r\n%s\r\n",
+		 strlen(port), port);
+}
+
+static void rogue_stop(struct rogue *r)
+{
+	resp_peer_stop(&r->sentinel);
+	resp_peer_stop(&r->master);
+}
+
+/* The fake master heard nothing from the agent; the master's password
+ * never went to the rogue sentinel either. */
+static void rogue_check(const struct rogue *r)
+{
+	cr_assert(!resp_peer_saw(&r->master, "AUTH"), "the fake master got an AUTH");
+	cr_assert_eq(r->master.connections, 0, "the agent connected to the fake master");
+	cr_assert(!resp_peer_saw(&r->sentinel, MASTER_PASS),
+		  "the master's password went to a sentinel");
+}
+
 /* One push of "key5" (+1) in namespace ns, drained; the master holds it. */
 static void push_lands_on_the_master(struct strategy *s, const char *ns)
 {
@@ -277,6 +347,89 @@ static void run_for(double secs)
 {
 	for (double end = now_s() + secs; now_s() < end;)
 		ev_run(loop, EVRUN_ONCE);
+}
+
+/* The rogue sentinel is asked first; the agent used to take the first
+ * answer and send the master's password to the address it named. Now two
+ * real sentinels of three (the default quorum, a majority) outvote it;
+ * and with one real sentinel against it, nobody has the quorum: not
+ * ready, and the refusal names the disagreement. */
+Test(redis_sentinel_trust, a_rogue_sentinel_cannot_name_the_master)
+{
+	struct strategy_counter b = { .ns = "ns", .ns_len = 2, .key = "k", .key_len = 1,
+				      .start = START60, .size = 60, .diff = 1 };
+	char nodes[256], err[STRATEGY_ERR_MAX] = "";
+	struct rogue r;
+	struct strategy *s;
+
+	sentinels_up(MASTER_PASS, NULL);
+	rogue_start(&r);
+	snprintf(nodes, sizeof(nodes), "[\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]",
+		 r.sentinel.port, st.sentinel[0].port, st.sentinel[1].port);
+	s = mk_over(nodes, NULL, 10);
+	rogue_check(&r);
+	cr_assert(OPS->ready(s), "not ready after 10 s");
+	push_lands_on_the_master(s, "rg");
+	cr_assert_gt(r.asked, 0, "the rogue sentinel was not asked");
+	rogue_check(&r);
+	OPS->destroy(s);
+
+	/* one against one: no majority (the default quorum, 2 of 2); with
+	 * quorum 1 each has it, and neither is named more often */
+	snprintf(nodes, sizeof(nodes), "[\"127.0.0.1:%d\", \"127.0.0.1:%d\"]", r.sentinel.port,
+		 st.sentinel[2].port);
+	for (int quorum = 2; quorum >= 1; quorum--) {
+		char extra[32], needle[64];
+
+		snprintf(extra, sizeof(extra), "\"quorum\": %d", quorum);
+		snprintf(needle, sizeof(needle), "sentinels disagree (quorum %d)", quorum);
+		s = mk_over(nodes, quorum == 2 ? NULL : extra, 1.5);
+		rogue_check(&r);
+		cr_assert(!OPS->ready(s), "ready on the word of one sentinel of two (%s)", extra);
+		cr_assert_eq(OPS->push_diffs(s, &b, 1, "t", never_done, NULL, err), -1);
+		cr_log_info("one real sentinel against a rogue, quorum %d: %s", quorum, err);
+		cr_assert(strstr(err, needle), "%s", err);
+		OPS->destroy(s);
+	}
+	rogue_stop(&r);
+}
+
+/* A +switch-master from one sentinel is news, not an order: every
+ * sentinel is asked again, and the agent stays on the master the quorum
+ * names. It used to connect to the announced master at once. */
+Test(redis_sentinel_trust, a_switch_announced_by_one_sentinel_is_checked_with_all)
+{
+	char nodes[256], msg[256], text[128];
+	struct rogue r;
+	struct strategy *s;
+	unsigned before;
+	int len;
+
+	sentinels_up(MASTER_PASS, NULL);
+	rogue_start(&r);
+	snprintf(nodes, sizeof(nodes), "[\"127.0.0.1:%d\", \"127.0.0.1:%d\", \"127.0.0.1:%d\"]",
+		 st.sentinel[0].port, st.sentinel[1].port, r.sentinel.port);
+	s = mk_over(nodes, NULL, 10);
+	cr_assert(OPS->ready(s), "not ready after 10 s");
+	for (double end = now_s() + 5; now_s() < end && !resp_peer_saw(&r.sentinel, "SUBSCRIBE");)
+		ev_run(loop, EVRUN_ONCE);
+	cr_assert(resp_peer_saw(&r.sentinel, "SUBSCRIBE"), "no watch connection to the rogue");
+	before = r.asked;
+	len = snprintf(text, sizeof(text), "mymaster 127.0.0.1 %d 127.0.0.1 %d",
+		       st.data[st.master].port, r.master.port);
+	len = snprintf(msg, sizeof(msg), "*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n"
+		       "$%d\r\n%s\r\n", len, text);
+	cr_assert_gt(resp_peer_send_all(&r.sentinel, msg, (size_t)len), 0);
+	for (double end = now_s() + 5; now_s() < end && r.asked == before;)
+		ev_run(loop, EVRUN_ONCE);
+	run_for(0.5);                   /* whatever else it would do */
+	rogue_check(&r);
+	cr_assert_gt(r.asked, before, "the sentinels were not asked again");
+	cr_assert(OPS->ready(s));
+	push_lands_on_the_master(s, "sw");
+	rogue_check(&r);
+	OPS->destroy(s);
+	rogue_stop(&r);
 }
 
 /* Clients of a sentinel subscribed to a channel (the agent's watch
@@ -354,17 +507,28 @@ Test(redis_sentinel_trust, sentinels_with_a_password_need_sentinel_password)
 	OPS->destroy(s);
 }
 
-Test(redis_sentinel_trust, options_credentials)
+Test(redis_sentinel_trust, options_quorum_and_credentials)
 {
 #define SN(rest) "{\"sentinel\": {\"master\": \"m\", \"nodes\": [\"127.0.0.1:1\", " \
 		 "\"127.0.0.1:2\", \"127.0.0.1:3\"]" rest "}}"
 	static const struct { const char *json, *needle; } bad[] = {
+		{ SN(", \"quorum\": 0"), "sentinel.quorum: expected an integer from 1 to 16, got 0" },
+		{ SN(", \"quorum\": 4"), "sentinel.quorum: expected at most the number of "
+		  "sentinel.nodes (3), got 4" },
+		{ SN(", \"quorum\": \"2\""), "sentinel.quorum: expected an integer from 1 to 16, "
+		  "got a string" },
+		{ SN(", \"quorum\": 1.5"), "sentinel.quorum: expected an integer from 1 to 16, "
+		  "got a number" },
+		{ SN(", \"quorum\": -1"), "sentinel.quorum: expected an integer from 1 to 16, "
+		  "got -1" },
 		{ SN(", \"password\": \"\""), "sentinel.password: expected a string of 1 to" },
 		{ SN(", \"password\": 5"), "sentinel.password: expected a string, got an integer" },
 		{ SN(", \"username\": \"u\""), "sentinel.username: needs sentinel.password" },
 		{ SN(", \"username\": [], \"password\": \"p\""),
 		  "sentinel.username: expected a string, got an array" },
 		{ SN(", \"pasword\": \"p\""), "sentinel.pasword: unknown option" },
+		{ "{\"sentinel\": {\"master\": \"m\", \"nodes\": [\"127.0.0.1:1\", \"localhost:1\"]}}",
+		  "sentinel.nodes[1]: the same sentinel as sentinel.nodes[0]" },
 	};
 	char err[256];
 
@@ -375,7 +539,8 @@ Test(redis_sentinel_trust, options_credentials)
 		cr_assert(strstr(err, bad[i].needle), "%s: \"%s\" lacks \"%s\"", bad[i].json, err,
 			  bad[i].needle);
 	}
-	cr_assert_eq(OPS->check_opts(SN(", \"password\": \"p\", \"username\": \"u\""),
+	cr_assert_eq(OPS->check_opts(SN(", \"quorum\": 3, \"password\": \"p\", \"username\": \"u\""),
 				     err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(OPS->check_opts(SN(", \"quorum\": 1"), err, sizeof(err)), 0, "%s", err);
 #undef SN
 }
