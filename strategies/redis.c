@@ -61,8 +61,8 @@
  *
  * Servers. The mode (struct redis_mode_ops, redis.h) says where a call
  * goes: the one server (host/port or socket: this file), the master of
- * its slot (cluster_nodes: redis_cluster.c), the master the sentinels name
- * (sentinel: redis_sentinel.c). Each server is one connection
+ * its slot (cluster_nodes: redis_cluster.c), the master a quorum of the
+ * sentinels name (sentinel: redis_sentinel.c). Each server is one connection
  * (redis_conn.c: a non-blocking connect with AUTH, SELECT and the two
  * SCRIPT LOADs pipelined behind it, ready once all answered within
  * timeout_ms; reconnected with backoff). Host names are not accepted
@@ -121,6 +121,7 @@
 					* stops at ~8000 values, and one call
 					* blocks the server while it runs */
 #define REDIS_PASSWORD_MAX     1024
+#define REDIS_USERNAME_MAX     256
 #define REDIS_TIMEOUT_MAX_MS   600000
 #define REDIS_WAIT_REPLICAS_MAX 16
 #define REDIS_DEFAULT_HOST     "127.0.0.1"
@@ -623,12 +624,34 @@ static int redis_opt_addrs(const char *name, const json_t *v, struct redis_addr 
 	return 0;
 }
 
-/* strategy_opts.sentinel: { "master": NAME, "nodes": ["HOST:PORT", ...] } */
+/* A secret (password, username) option: a copy in *out (owned), *outlen
+ * bytes. */
+static int redis_opt_secret(const char *name, const json_t *v, size_t max, char **out,
+			    size_t *outlen, char *err, size_t errlen)
+{
+	const char *str;
+	size_t len;
+
+	if (store_opt_str(name, v, max, &str, &len, err, errlen) < 0)
+		return -1;
+	*out = malloc(len + 1);
+	if (*out == NULL) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	memcpy(*out, str, len + 1);
+	*outlen = len;
+	return 0;
+}
+
+/* strategy_opts.sentinel: { "master": NAME, "nodes": ["HOST:PORT", ...],
+ * "quorum": N, "password": P, "username": U } */
 static int redis_opt_sentinel(struct redis_opts *o, const json_t *v, char *err, size_t errlen)
 {
 	const char *k, *str;
 	json_t *e;
 	size_t len;
+	long long x;
 
 	if (!json_is_object(v)) {
 		snprintf(err, errlen, "sentinel: expected an object {\"master\": NAME, \"nodes\": "
@@ -650,23 +673,71 @@ static int redis_opt_sentinel(struct redis_opts *o, const json_t *v, char *err, 
 			if (redis_opt_addrs("sentinel.nodes", e, o->seeds, &o->nseeds, err,
 					    errlen) < 0)
 				return -1;
+			/* each sentinel has one vote */
+			for (size_t i = 1; i < o->nseeds; i++) {
+				for (size_t j = 0; j < i; j++) {
+					if (redis_addr_eq(&o->seeds[i], &o->seeds[j])) {
+						snprintf(err, errlen, "sentinel.nodes[%zu]: the "
+							 "same sentinel as sentinel.nodes[%zu]",
+							 i, j);
+						return -1;
+					}
+				}
+			}
+		} else if (strcmp(k, "quorum") == 0) {
+			if (store_opt_int("sentinel.quorum", e, 1, REDIS_SEEDS_MAX, &x, err,
+					  errlen) < 0)
+				return -1;
+			o->quorum = (unsigned)x;
+		} else if (strcmp(k, "password") == 0) {
+			if (redis_opt_secret("sentinel.password", e, REDIS_PASSWORD_MAX,
+					     &o->sentinel_password, &o->sentinel_password_len, err,
+					     errlen) < 0)
+				return -1;
+		} else if (strcmp(k, "username") == 0) {
+			if (redis_opt_secret("sentinel.username", e, REDIS_USERNAME_MAX,
+					     &o->sentinel_username, &o->sentinel_username_len, err,
+					     errlen) < 0)
+				return -1;
 		} else {
 			char name[80];
 
 			snprintf(name, sizeof(name), "sentinel.%.64s", k);
-			return store_opt_unknown(name, "master, nodes", err, errlen);
+			return store_opt_unknown(name, "master, nodes, quorum, password, username",
+						 err, errlen);
 		}
 	}
 	if (!o->master[0] || o->nseeds == 0) {
 		snprintf(err, errlen, "sentinel: expected both \"master\" and \"nodes\"");
 		return -1;
 	}
+	if (o->quorum > o->nseeds) {
+		snprintf(err, errlen, "sentinel.quorum: expected at most the number of "
+			 "sentinel.nodes (%zu), got %u", o->nseeds, o->quorum);
+		return -1;
+	}
+	if (o->quorum == 0)
+		o->quorum = (unsigned)(o->nseeds / 2 + 1);     /* a majority */
+	if (o->sentinel_username && !o->sentinel_password) {
+		snprintf(err, errlen, "sentinel.username: needs sentinel.password");
+		return -1;
+	}
 	return 0;
 }
 
+/* What o owns: the passwords, the sentinels' username. */
+static void redis_opts_free(struct redis_opts *o)
+{
+	free(o->password);
+	free(o->sentinel_password);
+	free(o->sentinel_username);
+	o->password = o->sentinel_password = o->sentinel_username = NULL;
+}
+
 /* Fills o from the JSON text (NULL = defaults). Returns 0, or -1 with a
- * message naming the option and what was expected. o->password is owned
- * by o on success and on failure (free it either way). */
+ * message naming the option and what was expected. What o owns (the
+ * passwords) is its on success and on failure (redis_opts_free() it
+ * either way). */
 static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, size_t errlen)
 {
 	json_t *root, *v;
@@ -722,15 +793,9 @@ static int redis_opts_parse(struct redis_opts *o, const char *text, char *err, s
 			memcpy(o->socket, str, len + 1);
 			has_socket = true;
 		} else if (strcmp(k, "password") == 0) {
-			if (store_opt_str(k, v, REDIS_PASSWORD_MAX, &str, &len, err, errlen) < 0)
+			if (redis_opt_secret(k, v, REDIS_PASSWORD_MAX, &o->password,
+					     &o->password_len, err, errlen) < 0)
 				goto out;
-			o->password = malloc(len + 1);
-			if (o->password == NULL) {
-				snprintf(err, errlen, "out of memory");
-				goto out;
-			}
-			memcpy(o->password, str, len + 1);
-			o->password_len = len;
 		} else if (strcmp(k, "db") == 0) {
 			if (store_opt_int(k, v, 0, INT_MAX, &x, err, errlen) < 0)
 				goto out;
@@ -2236,7 +2301,7 @@ static int redis_check_opts(const char *opts_json, char *err, size_t errlen)
 	struct redis_opts o;
 	int rc = redis_opts_parse(&o, opts_json, err, errlen);
 
-	free(o.password);
+	redis_opts_free(&o);
 	return rc;
 }
 
@@ -2244,7 +2309,7 @@ static void redis_free(struct redis_strategy *s)
 {
 	while (s->conns)
 		redis_conn_free(s->conns);
-	free(s->o.password);
+	redis_opts_free(&s->o);
 	free(s);
 }
 

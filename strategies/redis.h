@@ -10,8 +10,9 @@
  *                     question asked of a list of servers in turn
  *   redis_cluster.c   Redis Cluster: CRC16 key slots, the slot map from
  *                     CLUSTER SLOTS, routing, MOVED / ASK / TRYAGAIN
- *   redis_sentinel.c  Sentinel: the master's address from the sentinels,
- *                     +switch-master, reconnecting to the new master
+ *   redis_sentinel.c  Sentinel: the master's address named by a quorum of
+ *                     the sentinels, +switch-master (all asked again),
+ *                     reconnecting to the new master
  *
  * Every command of an operation is a `struct redis_call`, routed by the
  * mode (`struct redis_mode_ops`) to the connection that serves its key's
@@ -69,6 +70,13 @@ struct redis_opts {
 	struct redis_addr seeds[REDIS_SEEDS_MAX];   /* cluster nodes or sentinels */
 	size_t nseeds;
 	char master[REDIS_MASTER_NAME_MAX + 1];     /* sentinel: the master's name */
+	/* sentinel: the sentinels' own credentials (never the master's: those
+	 * go to the master only), NULL = no AUTH; owned */
+	char *sentinel_password;
+	size_t sentinel_password_len;
+	char *sentinel_username;        /* NULL = AUTH with the password only */
+	size_t sentinel_username_len;
+	unsigned quorum;                /* sentinel: answers that must name the master */
 };
 
 enum redis_state {
@@ -110,8 +118,10 @@ struct redis_conn {
 };
 
 /* The probe: one question (a formatted command) asked of candidates in
- * turn, each on a short-lived connection, until one answer is accepted;
- * after a round without one it waits (backoff) and starts again. */
+ * turn, each on a short-lived connection, until one answer is accepted
+ * (or, with decide, of every candidate, and decide() rules on the
+ * answers); after a round without an accepted answer it waits (backoff)
+ * and starts again. */
 struct redis_probe {
 	struct redis_strategy *s;
 	struct redis_addr cand[REDIS_SEEDS_MAX + REDIS_MASTERS_MAX];
@@ -120,7 +130,10 @@ struct redis_probe {
 	bool busy;                      /* a round is under way */
 	bool again;                     /* asked again while busy */
 	bool waiting;                   /* busy, but in the backoff between rounds */
-	bool auth;                      /* AUTH with the password first */
+	bool auth_failed;               /* the current attempt's AUTH was refused */
+	/* AUTH [user] pass before the question; NULL pass = none */
+	const char *auth_user, *auth_pass;
+	size_t auth_user_len, auth_pass_len;
 	struct store_backoff backoff;
 	ev_timer timer;                 /* attempt deadline, or backoff */
 	char last_err[STRATEGY_ERR_MAX];
@@ -128,9 +141,13 @@ struct redis_probe {
 	void (*candidates)(struct redis_probe *p);
 	const char *argv[4];             /* the question */
 	int argc;
-	/* The answer of candidate `from`: 0 accepted (the round ends), -1
-	 * not (why in p->last_err; the next candidate is asked). */
+	/* The answer of candidate `from`: 0 accepted (the round ends; with
+	 * decide: counted, and the next candidate is asked), -1 not (why in
+	 * p->last_err; the next candidate is asked). */
 	int (*answer)(struct redis_probe *p, const struct redis_addr *from, const redisReply *r);
+	/* NULL, or: every candidate is asked, then this rules on the round: 0
+	 * accepted, -1 not (a new round after the backoff). */
+	int (*decide)(struct redis_probe *p);
 };
 
 struct redis_op;
@@ -278,6 +295,9 @@ extern const struct redis_mode_ops redis_sentinel_mode;
 
 /* ---- redis_conn.c ---- */
 
+/* Queues AUTH pass, or AUTH user pass, on ac (reply to cb). */
+void redis_auth(redisAsyncContext *ac, redisCallbackFn *cb, void *privdata, const char *user,
+		size_t user_len, const char *pass, size_t pass_len);
 /* A new connection in s->conns (not started). NULL when out of memory. */
 struct redis_conn *redis_conn_new(struct redis_strategy *s, enum redis_conn_kind kind,
 				  const struct redis_addr *addr);
@@ -323,7 +343,8 @@ bool redis_addr_eq(const struct redis_addr *a, const struct redis_addr *b);
  * the masters' addresses (addrs[], *n of them, at most REDIS_MASTERS_MAX)
  * and owner[REDIS_SLOTS] (index in addrs + 1; 0 = no master). Returns 0,
  * or -1 with err (a shape or an address it cannot use: names are not
- * resolved). */
+ * resolved; more ranges than slots, a slot in two ranges). Each slot is
+ * marked once at most, whatever the reply. */
 int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from,
 			      struct redis_addr *addrs, size_t *n, uint8_t *owner, char *err,
 			      size_t errlen);

@@ -81,12 +81,18 @@ uint16_t redis_key_slot(const char *key, size_t len)
  *                      *<n> $<ip> :<port> $<node id> ...    the master
  *                      *<n> ...                              its replicas
  * An empty ip means "the node you asked" (it does not know its own).
+ *
+ * The work is bounded whatever the node sends: a slot has one master, so
+ * more than REDIS_SLOTS ranges, or a range naming a slot an earlier one
+ * named, is refused; each slot is marked once at most, and a reply costs
+ * O(REDIS_SLOTS + ranges x masters) steps (it cost ranges x 16,384: a
+ * reply of many full ranges held the loop for seconds).
  */
 int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from,
 			      struct redis_addr *addrs, size_t *n, uint8_t *owner, char *err,
 			      size_t errlen)
 {
-	size_t served = 0;
+	size_t served = 0, k = 0;
 
 	*n = 0;
 	memset(owner, 0, REDIS_SLOTS);
@@ -95,11 +101,15 @@ int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from
 			 redis_reply_type_name(r->type));
 		return -1;
 	}
+	if (r->elements > REDIS_SLOTS) {
+		snprintf(err, errlen, "CLUSTER SLOTS: %zu ranges, more than the %d slots",
+			 r->elements, REDIS_SLOTS);
+		return -1;
+	}
 	for (size_t i = 0; i < r->elements; i++) {
 		const redisReply *e = r->element[i], *m;
 		struct redis_addr a;
 		unsigned char bin[sizeof(struct in6_addr)];
-		size_t k;
 
 		if (e->type != REDIS_REPLY_ARRAY || e->elements < 3 ||
 		    e->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -133,8 +143,11 @@ int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from
 			memcpy(a.host, m->element[0]->str, m->element[0]->len + 1);
 		}
 		a.port = (int)m->element[1]->integer;
-		for (k = 0; k < *n && !redis_addr_eq(&addrs[k], &a); k++)
-			;
+		/* ranges of one master usually follow each other: the last one
+		 * first */
+		if (k == *n || !redis_addr_eq(&addrs[k], &a))
+			for (k = 0; k < *n && !redis_addr_eq(&addrs[k], &a); k++)
+				;
 		if (k == *n) {
 			if (*n == REDIS_MASTERS_MAX) {
 				snprintf(err, errlen, "CLUSTER SLOTS: more than %d masters",
@@ -144,8 +157,13 @@ int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from
 			addrs[(*n)++] = a;
 		}
 		for (long long sl = e->element[0]->integer; sl <= e->element[1]->integer; sl++) {
-			served += owner[sl] == 0;
+			if (owner[sl] != 0) {
+				snprintf(err, errlen, "CLUSTER SLOTS: range %zu: slot %lld is in "
+					 "an earlier range too", i, sl);
+				return -1;
+			}
 			owner[sl] = (uint8_t)(k + 1);
+			served++;
 		}
 	}
 	if (served == 0) {
@@ -255,7 +273,8 @@ static int redis_cluster_start(struct redis_strategy *s, char *err, size_t errle
 	}
 	s->cluster = cl;
 	redis_probe_init(&cl->probe, s);
-	cl->probe.auth = true;
+	cl->probe.auth_pass = s->o.password;
+	cl->probe.auth_pass_len = s->o.password_len;
 	cl->probe.argv[0] = "CLUSTER";
 	cl->probe.argv[1] = "SLOTS";
 	cl->probe.argc = 2;

@@ -6,12 +6,13 @@
  * handshake behind the non-blocking connect - AUTH, SELECT, ROLE (sentinel
  * mode: the server must say it is a master), the two SCRIPT LOADs - and
  * is READY once all of them answered within timeout_ms; a watch connection
- * (sentinel) sends SUBSCRIBE +switch-master and is READY at its
- * confirmation, its messages going to the mode. After any failure the next
- * attempt waits REDIS_BACKOFF_MIN_MS, doubling to REDIS_BACKOFF_MAX_MS,
- * back to the minimum once an attempt succeeds; the mode hears of every
- * failure (conn_down), which is how a cluster refreshes its map and a
- * sentinel setup asks for its master again.
+ * (sentinel) sends AUTH with the sentinels' own credentials (if any), then
+ * SUBSCRIBE +switch-master, and is READY at its confirmation, its messages
+ * going to the mode; the master's password goes to data connections only.
+ * After any failure the next attempt waits REDIS_BACKOFF_MIN_MS, doubling
+ * to REDIS_BACKOFF_MAX_MS, back to the minimum once an attempt succeeds;
+ * the mode hears of every failure (conn_down), which is how a cluster
+ * refreshes its map and a sentinel setup asks for its master again.
  *
  * A connection is freed, or closed, only outside its own hiredis callbacks
  * (redisAsyncFree() runs every pending reply callback with NULL at once,
@@ -20,9 +21,10 @@
  *
  * The probe (struct redis_probe) asks one question of a list of servers
  * in turn, each on a short-lived connection with a timeout_ms deadline:
- * CLUSTER SLOTS of the cluster's nodes, SENTINEL get-master-addr-by-name
- * of the sentinels. A round that gets no accepted answer waits (backoff)
- * and starts again.
+ * CLUSTER SLOTS of the cluster's nodes (the first usable answer wins),
+ * SENTINEL get-master-addr-by-name of the sentinels (every one is asked,
+ * and the mode's decide() rules on the answers: a quorum). A round that
+ * gets no accepted answer waits (backoff) and starts again.
  */
 #include <hiredis/adapters/libev.h>
 #include <stdio.h>
@@ -149,6 +151,15 @@ static void redis_conn_bad_step(struct redis_conn *c, const char *what, const re
 	snprintf(why, sizeof(why), "handshake: %s: unexpected %s reply", what,
 		 redis_reply_type_name(r->type));
 	redis_conn_drop_later(c, why, false);
+}
+
+void redis_auth(redisAsyncContext *ac, redisCallbackFn *cb, void *privdata, const char *user,
+		size_t user_len, const char *pass, size_t pass_len)
+{
+	if (user)
+		redisAsyncCommand(ac, cb, privdata, "AUTH %b %b", user, user_len, pass, pass_len);
+	else
+		redisAsyncCommand(ac, cb, privdata, "AUTH %b", pass, pass_len);
 }
 
 /* AUTH, SELECT */
@@ -324,12 +335,18 @@ void redis_conn_open(struct redis_conn *c)
 	c->state = REDIS_ST_CONNECTING;
 	c->handshake_left = 0;
 	if (c->kind == REDIS_CONN_WATCH) {
+		if (s->o.sentinel_password) {
+			redis_auth(ac, redis_conn_on_status, c, s->o.sentinel_username,
+				   s->o.sentinel_username_len, s->o.sentinel_password,
+				   s->o.sentinel_password_len);
+			c->handshake_left++;
+		}
 		redisAsyncCommand(ac, redis_conn_on_message, c, "SUBSCRIBE +switch-master");
-		c->handshake_left = 1;
+		c->handshake_left++;
 	} else {
 		if (s->o.password) {
-			redisAsyncCommand(ac, redis_conn_on_status, c, "AUTH %b", s->o.password,
-					  s->o.password_len);
+			redis_auth(ac, redis_conn_on_status, c, NULL, 0, s->o.password,
+				   s->o.password_len);
 			c->handshake_left++;
 		}
 		if (s->o.db) {
@@ -513,13 +530,14 @@ static void redis_probe_round_end(struct redis_probe *p, bool accepted)
 	ev_timer_start(loop, &p->timer);
 }
 
-/* The candidate failed (why in last_err): the next one, now. */
+/* The candidate is done with (failed: why in last_err; or, with decide,
+ * answered): the next one, now; after the last, decide() rules. */
 static void redis_probe_next(struct redis_probe *p, bool in_callback)
 {
 	redis_probe_drop(p, in_callback);
 	p->next++;
 	if (p->next >= p->ncand) {
-		redis_probe_round_end(p, false);
+		redis_probe_round_end(p, p->decide != NULL && p->decide(p) == 0);
 		return;
 	}
 	redis_probe_attempt(p);
@@ -535,9 +553,10 @@ static void redis_probe_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 		return;
 	from = p->cand[p->next];
 	if (reply->type == REDIS_REPLY_ERROR) {
-		redis_seterr(p->last_err, "%s:%d: %.100s", from.host, from.port,
-			 reply->str);
-	} else if (p->answer(p, &from, reply) == 0) {
+		if (!p->auth_failed)    /* else last_err says why (NOAUTH here) */
+			redis_seterr(p->last_err, "%s:%d: %.100s", from.host, from.port,
+				     reply->str);
+	} else if (p->answer(p, &from, reply) == 0 && p->decide == NULL) {
 		redis_probe_drop(p, true);
 		redis_probe_round_end(p, true);
 		return;
@@ -546,12 +565,18 @@ static void redis_probe_on_reply(redisAsyncContext *ac, void *r, void *privdata)
 }
 
 /* The AUTH before the question: only an error matters (the question's
- * reply says the rest). */
+ * reply says the rest, NOAUTH after a refused AUTH: the AUTH's error is
+ * the one kept). */
 static void redis_probe_on_auth(redisAsyncContext *ac, void *r, void *privdata)
 {
-	(void)ac;
-	(void)r;
-	(void)privdata;
+	struct redis_probe *p = privdata;
+	const redisReply *reply = r;
+
+	if (ac != p->ac || reply == NULL || reply->type != REDIS_REPLY_ERROR)
+		return;
+	redis_seterr(p->last_err, "%s:%d: AUTH: %.100s", p->cand[p->next].host,
+		     p->cand[p->next].port, reply->str);
+	p->auth_failed = true;
 }
 
 static void redis_probe_on_connect(const redisAsyncContext *ac, int status)
@@ -604,9 +629,10 @@ static void redis_probe_attempt(struct redis_probe *p)
 		return;
 	}
 	p->ac = ac;
-	if (p->auth && s->o.password)
-		redisAsyncCommand(ac, redis_probe_on_auth, p, "AUTH %b", s->o.password,
-				  s->o.password_len);
+	p->auth_failed = false;
+	if (p->auth_pass)
+		redis_auth(ac, redis_probe_on_auth, p, p->auth_user, p->auth_user_len, p->auth_pass,
+			   p->auth_pass_len);
 	if (redisAsyncCommandArgv(ac, redis_probe_on_reply, p, p->argc, p->argv, NULL) !=
 	    REDIS_OK) {
 		redis_seterr(p->last_err, "%s:%d: cannot queue the command",

@@ -2,15 +2,29 @@
  * redis_sentinel.c - Redis Sentinel for the Redis strategy
  * (strategies/redis.h).
  *
- * strategy_opts.sentinel = { "master": NAME, "nodes": ["HOST:PORT", ...] }.
- * The master's address comes from the sentinels, asked in turn with
- * SENTINEL get-master-addr-by-name (the probe, redis_conn.c); the data
- * connection to it checks with ROLE that it is a master before it is
- * ready. Every sentinel also gets a watch connection subscribed to
- * +switch-master: when a failover names a new master for NAME, the data
- * connection is closed and opened to it at once. The sentinels are asked
- * again whenever the data connection goes down or finds a replica (ROLE,
- * or a READONLY reply).
+ * strategy_opts.sentinel = { "master": NAME, "nodes": ["HOST:PORT", ...],
+ * "quorum": Q, "password": P, "username": U }. The master's address comes
+ * from the sentinels: every one is asked SENTINEL get-master-addr-by-name
+ * (the probe, redis_conn.c, in turn, each on a short-lived connection),
+ * and an address is taken only when at least Q of them named it and no
+ * other address was named as often (Q defaults to a majority of the
+ * nodes). One sentinel alone, rogue or stale, cannot name the master
+ * (the first to answer did, and the master's password went to whatever
+ * address it named). A round without such an address leaves the
+ * data connection as it is, says why (why_down) and starts again after the
+ * backoff. The data connection to the address checks with ROLE that it is
+ * a master before it is ready.
+ *
+ * Every sentinel also gets a watch connection subscribed to
+ * +switch-master: a failover announced for NAME, by any one sentinel, has
+ * every sentinel asked again at once, and the data connection moves when
+ * the quorum names the new master. The sentinels are asked again too
+ * whenever the data connection goes down or finds a replica (ROLE, or a
+ * READONLY reply).
+ *
+ * The sentinels get their own credentials (P, U: AUTH on the probe's and
+ * the watch connections); the master's password and db go to the master
+ * only.
  *
  * What a failover costs: the calls in flight on the old master fail (the
  * connection is closed, or they time out), and the caller resends the
@@ -18,7 +32,10 @@
  * ready; a call the old master applied and replicated before the switch is
  * not applied twice (its token key came along), one it applied but did
  * not replicate is lost with it, unless wait_replicas makes such a call
- * count as unconfirmed (redis.c: WAIT) so that its resend applies it.
+ * count as unconfirmed (redis.c: WAIT) so that its resend applies it. The
+ * data connection moves once the quorum names the new master, not at the
+ * first +switch-master: what the old master takes in between is such a
+ * call too.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +45,11 @@
 
 struct redis_sentinel {
 	struct redis_probe probe;       /* SENTINEL get-master-addr-by-name */
+	/* The current round's answers: each address named, and by how many */
+	struct redis_addr named[REDIS_SEEDS_MAX];
+	unsigned votes[REDIS_SEEDS_MAX];
+	size_t nnamed;
+	char why[STRATEGY_ERR_MAX];     /* why the last round named no master */
 };
 
 /* The master is at a: connect there (now, if it moved). */
@@ -75,11 +97,14 @@ static int redis_sentinel_addr(struct redis_addr *a, const char *ip, size_t iple
 	return 0;
 }
 
-/* SENTINEL get-master-addr-by-name: [ip, port], or nil (unknown name). */
+/* SENTINEL get-master-addr-by-name: [ip, port], or nil (unknown name):
+ * a vote for the address. */
 static int redis_sentinel_answer(struct redis_probe *p, const struct redis_addr *from,
 				 const redisReply *r)
 {
+	struct redis_sentinel *sn = p->s->sentinel;
 	struct redis_addr a;
+	size_t i;
 
 	if (r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
 	    r->element[0]->type != REDIS_REPLY_STRING ||
@@ -91,36 +116,77 @@ static int redis_sentinel_answer(struct redis_probe *p, const struct redis_addr 
 			 "no usable address", p->s->o.master);
 		return -1;
 	}
-	redis_sentinel_master(p->s, &a);
+	for (i = 0; i < sn->nnamed && !redis_addr_eq(&sn->named[i], &a); i++)
+		;
+	if (i == sn->nnamed) {          /* at most one address per sentinel */
+		sn->named[i] = a;
+		sn->votes[i] = 0;
+		sn->nnamed++;
+	}
+	sn->votes[i]++;
 	return 0;
 }
 
-static void redis_sentinel_candidates(struct redis_probe *p)
+/* Every sentinel was asked: the address named by the quorum, and more
+ * often than any other, is the master's; else why not, in sn->why. */
+static int redis_sentinel_decide(struct redis_probe *p)
 {
-	p->ncand = p->s->o.nseeds;
-	memcpy(p->cand, p->s->o.seeds, p->ncand * sizeof(p->cand[0]));
+	struct redis_strategy *s = p->s;
+	struct redis_sentinel *sn = s->sentinel;
+	size_t best = 0, off;
+	bool tie = false;
+
+	for (size_t i = 1; i < sn->nnamed; i++) {
+		if (sn->votes[i] > sn->votes[best]) {
+			best = i;
+			tie = false;
+		} else if (sn->votes[i] == sn->votes[best]) {
+			tie = true;
+		}
+	}
+	if (sn->nnamed > 0 && sn->votes[best] >= s->o.quorum && !tie) {
+		sn->why[0] = '\0';
+		redis_sentinel_master(s, &sn->named[best]);
+		return 0;
+	}
+	if (sn->nnamed == 0) {
+		redis_seterr(sn->why, "no sentinel named a master (%s)", p->last_err);
+	} else if (sn->nnamed == 1) {
+		redis_seterr(sn->why, "%s:%d named by %u of %zu sentinels, quorum %u (%s)",
+			     sn->named[0].host, sn->named[0].port, sn->votes[0], s->o.nseeds,
+			     s->o.quorum, p->last_err);
+	} else {
+		off = (size_t)snprintf(sn->why, sizeof(sn->why), "sentinels disagree (quorum %u):",
+				       s->o.quorum);
+		for (size_t i = 0; i < sn->nnamed && off < sizeof(sn->why); i++)
+			off += (size_t)snprintf(sn->why + off, sizeof(sn->why) - off,
+						"%s %s:%d by %u", i ? "," : "", sn->named[i].host,
+						sn->named[i].port, sn->votes[i]);
+	}
+	return -1;
 }
 
-/* +switch-master: "<name> <old ip> <old port> <new ip> <new port>". */
+/* A new round: every sentinel, no answer yet. */
+static void redis_sentinel_candidates(struct redis_probe *p)
+{
+	struct redis_sentinel *sn = p->s->sentinel;
+
+	p->ncand = p->s->o.nseeds;
+	memcpy(p->cand, p->s->o.seeds, p->ncand * sizeof(p->cand[0]));
+	sn->nnamed = 0;
+	p->last_err[0] = '\0';
+}
+
+/* +switch-master: "<name> <old ip> <old port> <new ip> <new port>", from
+ * one sentinel: not taken as it is, but every sentinel asked again. */
 static void redis_sentinel_message(struct redis_strategy *s, struct redis_conn *c,
 				   const char *msg, size_t len)
 {
-	const char *f[5], *end = msg + len;
-	size_t fl[5];
-	struct redis_addr a;
-	int n = 0;
+	size_t n = strlen(s->o.master);
 
 	(void)c;
-	for (const char *p = msg; p < end && n < 5; n++) {
-		const char *sp = memchr(p, ' ', (size_t)(end - p));
-
-		f[n] = p;
-		fl[n] = (size_t)((sp ? sp : end) - p);
-		p = sp ? sp + 1 : end;
-	}
-	if (n == 5 && fl[0] == strlen(s->o.master) && memcmp(f[0], s->o.master, fl[0]) == 0 &&
-	    redis_sentinel_addr(&a, f[3], fl[3], f[4], fl[4]) == 0)
-		redis_sentinel_master(s, &a);
+	if (len > n && memcmp(msg, s->o.master, n) == 0 && msg[n] == ' ')
+		redis_probe_start(&s->sentinel->probe);
 }
 
 static int redis_sentinel_start(struct redis_strategy *s, char *err, size_t errlen)
@@ -139,6 +205,11 @@ static int redis_sentinel_start(struct redis_strategy *s, char *err, size_t errl
 	sn->probe.argc = 3;
 	sn->probe.candidates = redis_sentinel_candidates;
 	sn->probe.answer = redis_sentinel_answer;
+	sn->probe.decide = redis_sentinel_decide;
+	sn->probe.auth_user = s->o.sentinel_username;
+	sn->probe.auth_user_len = s->o.sentinel_username_len;
+	sn->probe.auth_pass = s->o.sentinel_password;
+	sn->probe.auth_pass_len = s->o.sentinel_password_len;
 	for (size_t i = 0; i < s->o.nseeds; i++) {
 		struct redis_conn *w = redis_conn_new(s, REDIS_CONN_WATCH, &s->o.seeds[i]);
 
@@ -180,9 +251,13 @@ static bool redis_sentinel_connecting(const struct redis_strategy *s)
 
 static const char *redis_sentinel_why_down(const struct redis_strategy *s)
 {
+	const struct redis_sentinel *sn = s->sentinel;
+
 	if (s->main && s->main->last_err[0])
 		return s->main->last_err;
-	return s->sentinel->probe.last_err[0] ? s->sentinel->probe.last_err : "no master yet";
+	if (sn->why[0])
+		return sn->why;
+	return sn->probe.last_err[0] ? sn->probe.last_err : "no master yet";
 }
 
 static void redis_sentinel_conn_down(struct redis_strategy *s, struct redis_conn *c,

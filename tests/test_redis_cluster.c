@@ -8,7 +8,8 @@
  * keys), resharding a slot range while two instances push with tokens
  * (MOVED, ASK, TRYAGAIN: no hit lost, none counted twice), and a master
  * killed under pushes, its replica promoted (wait_replicas 1: exact);
- * CLUSTER SLOTS replies read strictly; seeds or sentinels that do not
+ * CLUSTER SLOTS replies read strictly and in bounded work (a hostile
+ * node's 100,000 full ranges refused); seeds or sentinels that do not
  * answer. Pushes go as the sync loop sends them (tests/lib/pusher.c).
  */
 #include <criterion/criterion.h>
@@ -19,12 +20,14 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
 
 #include "strategies/redis.h"
 #include "tests/lib/clock.h"
 #include "tests/lib/evtest.h"
 #include "tests/lib/pusher.h"
 #include "tests/lib/redis_cluster.h"
+#include "tests/lib/resp_peer.h"
 
 #define OPS (&redis_strategy)
 #define START60 1700000040
@@ -207,6 +210,13 @@ Test(redis_cluster, slots_reply_is_read_strictly)
 		{ "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n$7\r\nnode-a1\r\n:7000\r\n",
 		  "\"node-a1\" is not an IP address" },
 		{ "*1\r\n*3\r\n:0\r\n:1\r\n*2\r\n:1\r\n:7000\r\n", "range 0 is not" },
+		/* a slot has one master: ranges that overlap, or the same twice */
+		{ "*2\r\n*3\r\n:0\r\n:100\r\n*2\r\n$8\r\n10.0.0.1\r\n:1\r\n"
+		  "*3\r\n:100\r\n:200\r\n*2\r\n$8\r\n10.0.0.2\r\n:1\r\n",
+		  "range 1: slot 100 is in an earlier range too" },
+		{ "*2\r\n*3\r\n:5\r\n:9\r\n*2\r\n$8\r\n10.0.0.1\r\n:1\r\n"
+		  "*3\r\n:5\r\n:9\r\n*2\r\n$8\r\n10.0.0.1\r\n:1\r\n",
+		  "range 1: slot 5 is in an earlier range too" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		err[0] = '\0';
@@ -215,6 +225,126 @@ Test(redis_cluster, slots_reply_is_read_strictly)
 		cr_assert(strstr(err, bad[i].needle), "%s: \"%s\" lacks \"%s\"", bad[i].text,
 			  err, bad[i].needle);
 	}
+}
+
+/* A CLUSTER SLOTS reply of n ranges as RESP text (malloc'd, *len bytes):
+ * range i covers slots first(i)..last(i), its master at ip (empty: the
+ * node asked) and port 7000 + i % masters (port itself when masters is
+ * 0). */
+static char *slots_text(size_t n, long (*first)(size_t), long (*last)(size_t), const char *ip,
+			int port, size_t masters, size_t *len)
+{
+	size_t cap = 32 + n * (64 + strlen(ip)), off;
+	char *t = malloc(cap);
+
+	cr_assert_not_null(t);
+	off = (size_t)snprintf(t, cap, "*%zu\r\n", n);
+	for (size_t i = 0; i < n; i++)
+		off += (size_t)snprintf(t + off, cap - off, "*3\r\n:%ld\r\n:%ld\r\n*2\r\n$%zu\r\n%s\r\n"
+					":%zu\r\n", first(i), last(i), strlen(ip), ip,
+					masters ? 7000 + i % masters : (size_t)port);
+	*len = off;
+	return t;
+}
+
+static long slot_zero(size_t i)
+{
+	(void)i;
+	return 0;
+}
+
+static long slot_last(size_t i)
+{
+	(void)i;
+	return REDIS_SLOTS - 1;
+}
+
+static long slot_i(size_t i)
+{
+	return (long)i;
+}
+
+/* A reply of many full ranges cost ranges x 16,384 steps on the loop (a
+ * node could hold it for seconds with 100,000 of them): more ranges than
+ * slots are refused before any work, overlapping ones at the first slot
+ * seen twice; the largest valid reply (a range per slot) is read. */
+Test(redis_cluster, slots_reply_work_is_bounded)
+{
+	struct redis_addr addrs[REDIS_MASTERS_MAX];
+	static uint8_t owner[REDIS_SLOTS];
+	char err[128] = "";
+	size_t n, len;
+	char *t;
+
+	t = slots_text(100000, slot_zero, slot_last, "10.0.0.1", 7000, 0, &len);
+	cr_assert_eq(parse_slots(t, addrs, &n, owner, err), -1, "100,000 full ranges accepted");
+	cr_assert(strstr(err, "100000 ranges, more than the 16384 slots"), "%s", err);
+	free(t);
+
+	t = slots_text(REDIS_SLOTS, slot_zero, slot_last, "10.0.0.1", 7000, 0, &len);
+	cr_assert_eq(parse_slots(t, addrs, &n, owner, err), -1, "16,384 full ranges accepted");
+	cr_assert(strstr(err, "range 1: slot 0 is in an earlier range too"), "%s", err);
+	free(t);
+
+	t = slots_text(REDIS_SLOTS, slot_i, slot_i, "10.0.0.1", 0, REDIS_MASTERS_MAX, &len);
+	cr_assert_eq(parse_slots(t, addrs, &n, owner, err), 0, "%s", err);
+	cr_assert_eq(n, REDIS_MASTERS_MAX);
+	for (size_t sl = 0; sl < REDIS_SLOTS; sl++)
+		cr_assert_eq(owner[sl], sl % REDIS_MASTERS_MAX + 1, "slot %zu", sl);
+	free(t);
+}
+
+struct slots_peer {
+	char *text;
+	size_t len;
+};
+
+static const char *slots_peer_answer(struct resp_peer *p, int argc, char **argv, size_t *len)
+{
+	struct slots_peer *sp = p->arg;
+
+	if (argc == 2 && strcasecmp(argv[0], "CLUSTER") == 0 && strcasecmp(argv[1], "SLOTS") == 0) {
+		*len = sp->len;
+		return sp->text;
+	}
+	*len = strlen("-ERR not here\r\n");
+	return "-ERR not here\r\n";
+}
+
+/* The same through the instance: a seed answering 100,000 full ranges
+ * (naming itself) is refused, the reason in every refusal; the instance
+ * is not ready and never connects to the master that reply names. */
+Test(redis_cluster, a_node_answering_absurd_slots_is_refused)
+{
+	struct strategy_counter b = { .ns = "ns", .ns_len = 2, .key = "k", .key_len = 1,
+				      .start = START60, .size = 60, .diff = 1 };
+	char json[256], err[STRATEGY_ERR_MAX] = "";
+	struct slots_peer sp;
+	struct resp_peer node;
+	struct strategy *s;
+	struct res r = { 0 };
+	bool refused = false;
+
+	cr_assert_eq(resp_peer_start(&node, loop, slots_peer_answer, &sp), 0, "%s", node.err);
+	sp.text = slots_text(100000, slot_zero, slot_last, "", node.port, 0, &sp.len);
+	snprintf(json, sizeof(json), "{\"cluster_nodes\": [\"127.0.0.1:%d\"], \"timeout_ms\": 5000}",
+		 node.port);
+	s = OPS->create(loop, json, err, sizeof(err));
+	cr_assert_not_null(s, "%s", err);
+	for (double end = now_s() + 30; now_s() < end && !refused;) {
+		ev_run(loop, EVRUN_ONCE);
+		if (node.commands > 0 && OPS->push_diffs(s, &b, 1, "t", done_cb, &r, err) == -1)
+			refused = strstr(err, "CLUSTER SLOTS: 100000 ranges") != NULL;
+		cr_assert(!r.done, "a push was taken: %s", r.err);
+	}
+	cr_assert(refused, "not refused with the reason: %s", err);
+	cr_assert(!OPS->ready(s));
+	cr_log_info("refused: %s; %u connection(s) to the node, %u command(s)", err,
+		    node.connections, node.commands);
+	cr_assert(!resp_peer_saw(&node, "SCRIPT"), "a data connection to the master it names");
+	OPS->destroy(s);
+	resp_peer_stop(&node);
+	free(sp.text);
 }
 
 Test(redis_cluster, options_errors_name_the_option)

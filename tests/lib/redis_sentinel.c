@@ -48,28 +48,53 @@ static size_t entries(struct redis_sentinels *t, size_t i, const char *what)
 
 int redis_sentinels_start(struct redis_sentinels *t, int timeout_ms)
 {
+	return redis_sentinels_start_auth(t, timeout_ms, NULL, NULL);
+}
+
+int redis_sentinels_start_auth(struct redis_sentinels *t, int timeout_ms,
+			       const char *master_pass, const char *sentinel_pass)
+{
 	long long end = test_now_ms() + timeout_ms;
-	char replicaof[32];
 
 	memset(t, 0, sizeof(*t));
+	if (master_pass) {
+		for (size_t i = 0; i < 2; i++) {
+			t->data[i].extra[0] = "--requirepass";
+			t->data[i].extra[1] = master_pass;
+			t->data[i].extra[2] = "--masterauth";
+			t->data[i].extra[3] = master_pass;
+			snprintf(t->data[i].password, sizeof(t->data[i].password), "%s",
+				 master_pass);
+		}
+	}
 	if (redis_server_start(&t->data[0], timeout_ms) < 0) {
 		snprintf(t->err, sizeof(t->err), "master: %.400s", t->data[0].err);
 		return -1;
 	}
-	snprintf(replicaof, sizeof(replicaof), "127.0.0.1 %d", t->data[0].port);
-	t->data[1].extra[0] = "--replicaof";
-	t->data[1].extra[1] = replicaof;
+	snprintf(t->replicaof, sizeof(t->replicaof), "127.0.0.1 %d", t->data[0].port);
+	t->data[1].extra[master_pass ? 4 : 0] = "--replicaof";
+	t->data[1].extra[master_pass ? 5 : 1] = t->replicaof;
 	if (redis_server_start(&t->data[1], timeout_ms) < 0) {
 		snprintf(t->err, sizeof(t->err), "replica: %.400s", t->data[1].err);
 		goto fail;
 	}
 	for (size_t i = 0; i < REDIS_SENTINELS; i++) {
 		struct redis_server *s = &t->sentinel[i];
+		size_t off;
 
-		snprintf(t->conf[i], sizeof(t->conf[i]),
-			 "sentinel monitor mymaster 127.0.0.1 %d 2\n"
-			 "sentinel down-after-milliseconds mymaster 1000\n"
-			 "sentinel failover-timeout mymaster 10000\n", t->data[0].port);
+		off = (size_t)snprintf(t->conf[i], sizeof(t->conf[i]),
+				       "sentinel monitor mymaster 127.0.0.1 %d 2\n"
+				       "sentinel down-after-milliseconds mymaster 1000\n"
+				       "sentinel failover-timeout mymaster 10000\n", t->data[0].port);
+		if (master_pass)
+			off += (size_t)snprintf(t->conf[i] + off, sizeof(t->conf[i]) - off,
+						"sentinel auth-pass mymaster %s\n", master_pass);
+		if (sentinel_pass) {
+			snprintf(t->conf[i] + off, sizeof(t->conf[i]) - off,
+				 "requirepass %s\nsentinel sentinel-pass %s\n", sentinel_pass,
+				 sentinel_pass);
+			snprintf(s->password, sizeof(s->password), "%s", sentinel_pass);
+		}
 		s->bin = "redis-sentinel";
 		s->conf_text = t->conf[i];
 		if (redis_server_start(s, timeout_ms) < 0) {
