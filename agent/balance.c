@@ -13,12 +13,18 @@
 #include <unistd.h>
 
 /* One worker's line: written by that worker only (and by the master once
- * the worker is dead), read by every worker. */
+ * the worker is dead), read by every worker; but `missed`, which the
+ * worker that took its turn writes. */
 struct balance_slot {
 	_Atomic uint32_t held[BALANCE_MAX_LISTENERS];     /* open connections */
 	_Atomic uint32_t open[BALANCE_MAX_LISTENERS];     /* 1: accepting */
 	_Atomic uint32_t waiting[BALANCE_MAX_LISTENERS];  /* 1: asleep, wants a wake-up */
 	_Atomic uint64_t accepted[BALANCE_MAX_LISTENERS]; /* ever, never reset */
+	_Atomic uint64_t beat;                            /* moves when it shows life after
+	                                                     a miss; never reset */
+	_Atomic uint64_t missed[BALANCE_MAX_LISTENERS];   /* beat + 1 when it missed its
+	                                                     turn (passed over while beat
+	                                                     stays); 0: never */
 	int efd;                                          /* set before fork */
 } __attribute__((aligned(64)));
 
@@ -65,21 +71,33 @@ void balance_free(struct balance *b)
 	munmap(b, balance_bytes(b->n));
 }
 
+/* Did the worker of s miss its turn on lis and show no life since? */
+static bool balance_passed_over(const struct balance_slot *s, int lis)
+{
+	return atomic_load(&s->missed[lis]) == atomic_load(&s->beat) + 1;
+}
+
 int balance_pick(const struct balance *b, int lis)
 {
 	uint32_t least = 0;
+	bool least_over = false;
 	int pick = -1;
 
+	/* Fewest held among those not passed over, then the lowest id; the
+	 * passed over only when every worker accepting is. */
 	for (int i = 0; i < b->n; i++) {
 		const struct balance_slot *s = &b->slot[i];
 		uint32_t held;
+		bool over;
 
 		if (!atomic_load(&s->open[lis]))
 			continue;
 		held = atomic_load(&s->held[lis]);
-		if (pick < 0 || held < least) {
+		over = balance_passed_over(s, lis);
+		if (pick < 0 || (!over && least_over) || (over == least_over && held < least)) {
 			pick = i;
 			least = held;
+			least_over = over;
 		}
 	}
 	return pick;
@@ -98,14 +116,17 @@ static int balance_changed(const struct balance *b, int id, int lis)
 	return pick;
 }
 
-/* A worker's line as if it held nothing and accepted nowhere (accepted
- * stays: balance_stalled() compares sums of it). */
+/* A worker's line as if it held nothing, accepted nowhere and missed no
+ * turn (accepted stays: balance_stalled() compares sums of it; beat
+ * stays: a mark made for the predecessor meanwhile, with its beat, holds
+ * until the successor's first balance_alive()). */
 static void balance_clear(struct balance_slot *s)
 {
 	for (int l = 0; l < BALANCE_MAX_LISTENERS; l++) {
 		atomic_store(&s->open[l], 0);
 		atomic_store(&s->waiting[l], 0);
 		atomic_store(&s->held[l], 0);
+		atomic_store(&s->missed[l], 0);
 	}
 }
 
@@ -174,6 +195,33 @@ void balance_resume(struct balance *b, int id, int lis)
 bool balance_stalled(const struct balance *b, int lis, uint64_t mark)
 {
 	return balance_accepted(b, lis) == mark;
+}
+
+int balance_missed(struct balance *b, int id, int lis, int pick)
+{
+	struct balance_slot *s;
+
+	if (pick < 0 || pick == id)
+		return pick;
+	s = &b->slot[pick];
+	/* With the beat read now: if the pick shows life in between, the mark
+	 * names a beat already gone and passes nobody over. */
+	atomic_store(&s->missed[lis], atomic_load(&s->beat) + 1);
+	return balance_changed(b, id, lis);
+}
+
+bool balance_alive(struct balance *b, int id)
+{
+	struct balance_slot *s = &b->slot[id];
+	uint64_t beat = atomic_load(&s->beat);
+
+	for (int l = 0; l < BALANCE_MAX_LISTENERS; l++) {
+		if (atomic_load(&s->missed[l]) == beat + 1) {
+			atomic_store(&s->beat, beat + 1);
+			return true;
+		}
+	}
+	return false;
 }
 
 void balance_gone(struct balance *b, int id)

@@ -120,6 +120,48 @@ int master_owner_ids(const char *owner, uid_t *uid, gid_t *gid, char *err, size_
 	return 0;
 }
 
+/* An existing socket file at sun: may it be replaced? Only if a connect
+ * says nobody listens on it (ECONNREFUSED): the file is then removed. A
+ * connect that succeeds finds a live agent; any other failure (EACCES on
+ * a 0600 socket of another user, EAGAIN with its backlog full, ...) says
+ * nothing about whether it is alive: the file is left alone and the start
+ * refused, naming the path and the error. The probe does not block (a
+ * full backlog would hold a blocking connect). 0: go on and bind; -1 with
+ * err. */
+static int master_probe_unix(const char *addr, const struct sockaddr_un *sun, char *err,
+			     size_t errlen)
+{
+	int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int rc, e;
+
+	if (probe < 0) {
+		snprintf(err, errlen, "%s: socket: %s", addr, strerror(errno));
+		return -1;
+	}
+	rc = connect(probe, (const struct sockaddr *)sun, sizeof(*sun));
+	e = errno;
+	close(probe);
+	if (rc == 0) {
+		snprintf(err, errlen, "%s: another process is listening on this "
+			 "socket (another agent?); not replacing it", addr);
+		return -1;
+	}
+	if (e == ECONNREFUSED) {
+		/* Stale: nobody listens. */
+		if (unlink(sun->sun_path) < 0 && errno != ENOENT) {
+			snprintf(err, errlen, "%s: stale socket file: unlink: %s", addr,
+				 strerror(errno));
+			return -1;
+		}
+		return 0;
+	}
+	if (e == ENOENT)
+		return 0;        /* removed since lstat(): nothing to replace */
+	snprintf(err, errlen, "%s: exists, and connecting to it to see whether a process "
+		 "listens failed: %s; not replacing it", addr, strerror(e));
+	return -1;
+}
+
 /* Binds and listens on the unix socket of cfg->listen with cfg's owner and
  * mode. The file is created with no access for group and others, then
  * chowned, then given its mode, so no peer can connect in between with
@@ -148,16 +190,8 @@ static int master_listen_unix(const struct config *cfg, const char *addr, const 
 			snprintf(err, errlen, "%s: exists and is not a socket", addr);
 			return -1;
 		}
-		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		int live = probe >= 0 && connect(probe, (struct sockaddr *)&sun, sizeof(sun)) == 0;
-		if (probe >= 0)
-			close(probe);
-		if (live) {
-			snprintf(err, errlen, "%s: another process is listening on this "
-				 "socket (another agent?); not replacing it", addr);
+		if (master_probe_unix(addr, &sun, err, errlen) < 0)
 			return -1;
-		}
-		unlink(path);
 	}
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {

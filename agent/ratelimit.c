@@ -177,6 +177,25 @@ static void rl_apply_shares(struct rl *rl)
 	}
 }
 
+/* Must every node name a long key of d alike, and is there no secret to
+ * derive the key from: the public key then. */
+static bool rl_wants_public_key(const struct rl *rl, const struct ns_def *d)
+{
+	return d->sync_rate >= 0 && strcmp(d->strategy, "local") != 0 && !rl->secret_set;
+}
+
+int rl_reload_makes_key_public(const struct rl *rl, const struct ns_def *defs, size_t n)
+{
+	/* Public already (a state file's table may hold it from a run that
+	 * synced): nothing changes. */
+	if (rl->public_key || memcmp(shm_digest_key(rl->shm), RL_DIGEST_KEY, 16) == 0)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (rl_wants_public_key(rl, &defs[i]))
+			return (int)i;
+	return -1;
+}
+
 int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t errlen)
 {
 	struct ns_def d = *def;
@@ -241,8 +260,7 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
 	rl_apply_shares(rl);
 	/* Every node must name a long key alike: without a shared secret,
 	 * the public key. */
-	if (d.sync_rate >= 0 && strcmp(d.strategy, "local") != 0 && !rl->secret_set &&
-	    !rl->public_key) {
+	if (rl_wants_public_key(rl, &d) && !rl->public_key) {
 		shm_set_digest_key(rl->shm, RL_DIGEST_KEY);
 		rl->public_key = true;
 	}

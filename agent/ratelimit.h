@@ -97,7 +97,8 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
  * namespace and window that exist already keep their counters (found by
  * name and size in the table), whatever their new order; indexes here
  * follow defs. Only this process's instance changes: each process of an
- * agent reloads its own. */
+ * agent reloads its own; but the digest key is the shared table's (see
+ * rl_reload_makes_key_public()). */
 int rl_reload(struct rl *rl, const struct ns_def *defs, size_t n, char *err, size_t errlen);
 
 /* Index of a namespace (NULL or "" = "default"), or -1. */
@@ -196,6 +197,13 @@ size_t rl_stored_key(const struct rl *rl, const char *key, size_t len, char *out
  * and wins over both. Before fork. */
 void rl_set_key_secret(struct rl *rl, const char *secret, size_t len);
 bool rl_digest_key_is_public(const struct rl *rl);
+
+/* Would rl_reload(rl, defs, n) replace the digest key, a random one, by
+ * the public key (a namespace of defs syncs and no secret is set)? Every
+ * long key's count would restart under another name, in every process of
+ * the table. Returns the index in defs of the first such namespace, or
+ * -1 (the key stays). */
+int rl_reload_makes_key_public(const struct rl *rl, const struct ns_def *defs, size_t n);
 
 /* One namespace's use of the table (all processes). */
 struct rl_ns_stats {

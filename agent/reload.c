@@ -132,6 +132,23 @@ static int reload_apply(struct config *cfg, struct rl *rl, const char *name, con
 		config_err_format(&err, why, whylen);
 		return -1;
 	}
+	/* The digest key of long keys is the shared table's: a reload that
+	 * would make a random one public restarts every long key's count, in
+	 * every namespace, and makes digests computable; keeping the random
+	 * one would have each node name a long key of the syncing namespace
+	 * its own way. Neither is a reload's to do (docs/CONFIG.md, "Long
+	 * keys"). key_secret does not change live: the running one counts. */
+	int pub = rl_reload_makes_key_public(rl, next.ns, next.n_ns);
+	if (pub >= 0) {
+		snprintf(why, whylen, "%s: namespaces[%d] (\"%s\") syncs with a store and no "
+			 "key_secret is set: keys over %d bytes would be counted under the public "
+			 "digest key instead of this run's random one, so their counts would "
+			 "restart; set key_secret (the same on every node) and restart the agent, "
+			 "or restart it to use the public key", name, pub,
+			 next.ns[pub].name[0] ? next.ns[pub].name : "default", RL_STORED_KEY_MAX);
+		config_free(&next);
+		return -1;
+	}
 	if (report)
 		reload_report_kept(cfg, &next);
 	if (rl_reload(rl, next.ns, next.n_ns, msg, sizeof(msg)) < 0) {

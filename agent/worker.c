@@ -222,13 +222,20 @@ static void worker_reap(struct worker *w)
 	}
 }
 
-/* Frees the connections closed during this loop iteration's callbacks. */
+/* Frees the connections closed during this loop iteration's callbacks;
+ * shows life to the other workers (balance_alive: a worker passed over
+ * after a missed turn is picked again, and takes its turn at once where it
+ * waited). */
 static void worker_on_check(struct ev_loop *loop, ev_check *chk, int revents)
 {
 	struct worker *w = container_of(chk, struct worker, reap_w);
 	(void)revents;
 
 	worker_reap(w);
+	if (balance_alive(w->balance, w->id) && !w->stopping)
+		for (size_t i = 0; i < w->nlis; i++)
+			if (w->lis[i].waiting && balance_pick(w->balance, w->lis[i].idx) == w->id)
+				worker_resume(&w->lis[i]);
 	/* Stop once connections are done and no push waits for its store
 	 * (its diffs would otherwise be pushed twice by the final flush). */
 	if (worker_done(w))
@@ -342,8 +349,9 @@ static void worker_on_accept(struct ev_loop *loop, ev_io *io, int revents)
 }
 
 /* BALANCE_STALL after l deferred: if nobody accepted a connection of l
- * since, the pick is stuck (or starved of CPU); what it left queued is
- * taken here rather than left waiting. */
+ * since, the pick is stuck (or starved of CPU): it is passed over until
+ * its loop runs again (balance_missed), and what it left queued is taken
+ * here rather than left waiting. */
 static void worker_on_stall(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker_listener *l = container_of(t, struct worker_listener, stall_w);
@@ -355,10 +363,13 @@ static void worker_on_stall(struct ev_loop *loop, ev_timer *t, int revents)
 	if (!stuck || w->stopping)
 		return;
 	int pick = balance_pick(w->balance, l->idx);
+
+	balance_missed(w->balance, w->id, l->idx, pick);
 	int taken = worker_accept(l, true);
 	if (taken > 0 && log_limit(&w->stall_log, ev_now(loop)))
 		LOG(LOG_INFO, "%s: took %d connection(s) out of turn: worker %d accepted none "
-		    "for %.0f ms%s", l->ops->name, taken, pick, BALANCE_STALL * 1000,
+		    "for %.0f ms, passed over until it runs again%s", l->ops->name, taken, pick,
+		    BALANCE_STALL * 1000,
 		    log_limit_suppressed(&w->stall_log));
 }
 

@@ -3,11 +3,14 @@
  * (agent/balance.h). In one process: the pick (fewest connections, then
  * the lowest id, among the workers accepting), the wake-up of a waiting
  * worker when the pick moves to it, the stall mark, a dead worker's line.
+ * A worker that missed its turn is passed over until it shows life.
  * With the agent and two workers: connections made one after the other
  * alternate between the workers, for SPOP over TCP and for the HTTP front
  * over a unix socket (a stopped worker leaves exactly every other
  * connection unanswered); the turn of a stopped worker is taken by the
- * other after BALANCE_STALL, not before.
+ * other after BALANCE_STALL, not before, and only once: the following
+ * connections go to the worker that runs, in turn, until the stopped one
+ * runs again and is picked again.
  */
 #include "agent/balance.h"
 
@@ -30,6 +33,7 @@
 #define IO_MS     3000
 #define PROBE_MS  1000       /* how long a stopped worker's silence is watched */
 #define NCONN     6
+#define NFOLLOW   4          /* connections after a stopped worker's missed turn */
 
 /* ------------------------------------------------------ in one process */
 
@@ -135,6 +139,41 @@ Test(gone, a_dead_workers_line_is_cleared_and_the_next_woken, .init = setup3, .f
 	cr_expect_eq(balance_pick(b, 0), 0);
 }
 
+Test(missed, passed_over_until_it_shows_life, .init = setup3, .fini = teardown)
+{
+	uint64_t mark;
+
+	for (int i = 0; i < 3; i++)
+		balance_open(b, i, 0, true);
+	balance_add(b, 1, 0, 1);
+	cr_assert_eq(balance_pick(b, 0), 0);
+	cr_assert(balance_wait(b, 2, 0, &mark), "0 is the pick: 2 waits");
+	cr_expect_eq(balance_missed(b, 1, 0, 0), 2, "0 missed its turn: 2 holds the fewest "
+		     "of the others");
+	cr_expect(woken(2), "and waits: woken");
+	balance_woken(b, 2);
+	balance_resume(b, 2, 0);
+	cr_expect_eq(balance_pick(b, 1), -1, "other listeners: untouched");
+	balance_open(b, 0, 1, true);
+	cr_expect_eq(balance_pick(b, 1), 0);
+	cr_expect_eq(balance_add(b, 2, 0, 1), 1, "0 holds nothing and is still passed over");
+	cr_expect_eq(balance_add(b, 1, 0, 1), 2);
+	cr_expect_eq(balance_missed(b, 1, 0, 2), 1, "2 missed its turn too");
+	cr_expect_eq(balance_missed(b, 2, 0, 1), 0, "all passed over: the fewest of them again");
+	cr_expect_eq(balance_missed(b, 0, 0, 0), 0, "nobody passes itself over");
+	cr_expect(balance_alive(b, 1) && balance_alive(b, 2));
+	cr_expect(balance_alive(b, 0), "0 was passed over");
+	cr_expect(!balance_alive(b, 0), "once: it shows life, nothing more to undo");
+	cr_expect_eq(balance_pick(b, 0), 0, "its loop ran: picked again");
+	balance_missed(b, 1, 0, 0);
+	cr_expect_eq(balance_pick(b, 0), 2, "passed over again after another miss");
+	balance_gone(b, 0);
+	balance_attach(b, 0);
+	balance_open(b, 0, 0, true);
+	cr_expect_eq(balance_pick(b, 0), 0, "a successor is not passed over for its "
+		     "predecessor's miss");
+}
+
 /* ------------------------------------------------------ with the agent */
 
 static struct agentproc agent;
@@ -162,6 +201,30 @@ static bool log_has(const char *s)
 	fclose(f);
 	all[n] = '\0';
 	return strstr(all, s) != NULL;
+}
+
+/* The number of lines of the agent's log that hold a and a2. */
+static int log_lines(const char *a, const char *a2)
+{
+	char line[1024];
+	FILE *f = fopen(agent.log_path, "r");
+	int n = 0;
+
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, a) && strstr(line, a2);
+	fclose(f);
+	return n;
+}
+
+/* The connections worker id accepted (its debug lines, -v). */
+static int accepted_by(int id)
+{
+	char who[32];
+
+	snprintf(who, sizeof(who), " w%d] debug: ", id);
+	return log_lines(who, " accepted (");
 }
 
 /* The pid of worker id, from its "worker <id> serving" line (-v), which
@@ -290,7 +353,8 @@ static void send_notify(int fd)
 Test(agent, spop_connections_alternate_and_a_stuck_turn_passes, .fini = stop_agent,
      .timeout = 120)
 {
-	int fd[NCONN + 2];
+	int fd[NCONN + NFOLLOW + 2];
+	int n = NCONN + NFOLLOW + 2;
 
 	start_two(NULL);
 	for (int i = 0; i < NCONN; i++)
@@ -316,12 +380,32 @@ Test(agent, spop_connections_alternate_and_a_stuck_turn_passes, .fini = stop_age
 	cr_expect_geq(ms, (int64_t)(BALANCE_STALL * 1000 / 2),
 		      "answered after %lld ms: worker 1 took it before the stall", (long long)ms);
 	cr_expect(log_has("out of turn"), "%s", log_tail());
+	int out_of_turn = log_lines(" accepted (", ", out of turn)");
+	cr_expect_eq(out_of_turn, 1, "one connection taken out of turn\n%s", log_tail());
 
+	/* Worker 0 missed its turn: it is passed over while it is stopped.
+	 * The next connections are worker 1's, in turn: none waits for a
+	 * stall, none is taken out of turn. */
+	t0 = rawspop_now_ms();
+	for (int i = 0; i < NFOLLOW; i++)
+		fd[NCONN + 1 + i] = spop_open();
+	cr_log_info("worker 0 passed over: %d more connections answered in %lld ms\n", NFOLLOW,
+		    (long long)(rawspop_now_ms() - t0));
+	cr_expect_eq(log_lines(" accepted (", ", out of turn)"), out_of_turn, "the connections "
+		     "after the first one waited for worker 0's turn\n%s", log_tail());
+
+	/* Worker 0 runs again (its loop runs: it answers what was sent while
+	 * it was stopped): it is picked again, holding the fewest. */
 	stop_worker0(false);
-	fd[NCONN + 1] = spop_open();
-	got = probe(fd, NCONN + 2, send_notify);
-	cr_expect_eq(got, 0xffu, "all answer once worker 0 runs again (0x%x)", got);
-	for (int i = 0; i < NCONN + 2; i++)
+	got = probe(fd, n - 1, send_notify);
+	cr_expect_eq(got, (1u << (n - 1)) - 1, "all answer once worker 0 runs again (0x%x)", got);
+	int by0 = accepted_by(0);
+	fd[n - 1] = spop_open();
+	cr_expect_eq(accepted_by(0), by0 + 1, "worker 0 runs again and holds the fewest: the "
+		     "next connection is its\n%s", log_tail());
+	got = probe(fd, n, send_notify);
+	cr_expect_eq(got, (1u << n) - 1, "all answer (0x%x)", got);
+	for (int i = 0; i < n; i++)
 		close(fd[i]);
 }
 

@@ -823,3 +823,62 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = stop_agent, .time
 	close(spop);
 	free(wb), free(f), free(acts);
 }
+
+/* The digest key of long keys (docs/CONFIG.md, "Long keys") does not
+ * change at a reload: one that adds a namespace syncing with a store,
+ * while no key_secret is set and the key is this run's random one, is
+ * refused with the reason, and a long key counts on (it restarted at 1:
+ * its digest changed). With key_secret, the same reload applies and the
+ * long key counts on too. */
+Test(http_reload, long_keys_keep_their_digest_key, .fini = stop_all, .timeout = 60)
+{
+	static const char ns_api[] = "{\"name\": \"api\", \"window_sizes\": [3600]}";
+	char key[151], target[256], json[1024], secret[64];
+	struct resp r;
+
+	cr_assert(redis_server_available(), "redis-server is not installed");
+	cr_assert_eq(redis_server_start(&redis, 10000), 0, "redis-server: %s", redis.err);
+	memset(key, 'k', sizeof(key) - 1);
+	key[sizeof(key) - 1] = '\0';
+	snprintf(target, sizeof(target), "/ratelimit?key=%s&namespace=api", key);
+	for (int with_secret = 0; with_secret <= 1; with_secret++) {
+		snprintf(secret, sizeof(secret), "%s", with_secret
+			 ? "\"key_secret\": \"sixteen bytes or more\", " : "");
+		snprintf(json, sizeof(json), "{%s\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", "
+			 "\"namespaces\": [%s]}", secret, ns_api);
+		start_with(json);
+		for (int i = 1; i <= 2; i++) {
+			get(target, &r);
+			cr_assert_eq(body_num(&r, "rate"), i, "%s", r.body);
+		}
+		snprintf(json, sizeof(json), "{%s\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", "
+			 "\"namespaces\": [%s, {\"name\": \"shared\", \"window_sizes\": [60], "
+			 "\"sync_rate\": 1, \"strategy\": \"redis\", \"strategy_opts\": "
+			 "{\"host\": \"127.0.0.1\", \"port\": %d}}]}", secret, ns_api, redis.port);
+		rewrite_config(json);
+		cr_assert_eq(agentproc_signal(&agent, SIGHUP), 0);
+		if (!with_secret) {
+			for (int i = 0; i < 300 && log_count("reload refused") < 1; i++)
+				usleep(10000);
+			cr_assert_eq(log_count("reload refused"), 1, "%s", log_tail());
+			cr_assert_eq(log_count("namespaces[1] (\"shared\") syncs with a store and "
+					       "no key_secret is set"), 1, "the reason:\n%s", log_tail());
+			get("/ratelimit?key=k&namespace=shared", &r);
+			cr_assert_eq(r.status, 400, "the running configuration is kept: %s", r.body);
+		} else {
+			for (int i = 0; i < 300; i++) {
+				get("/ratelimit?key=k&namespace=shared", &r);
+				if (r.status == 200)
+					break;
+				usleep(10000);
+			}
+			cr_assert_eq(r.status, 200, "with key_secret the reload applies: %s\n%s",
+				     r.body, log_tail());
+			cr_assert_eq(log_count("reload refused"), 0, "%s", log_tail());
+		}
+		get(target, &r);
+		cr_assert_eq(body_num(&r, "rate"), 3, "the long key counts on (key_secret: %s): "
+			     "%s", with_secret ? "yes" : "no", r.body);
+		stop_agent();
+	}
+}

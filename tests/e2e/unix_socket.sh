@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # unix_socket.sh - the agent on a unix socket (issue 7, docs/CONFIG.md
 # "listen"): a second agent on the socket of a live one refuses to start
-# and leaves it alone; a stale socket file is replaced; at exit the agent
+# and leaves it alone, also when it may not connect to it (EACCES); a
+# stale socket file (ECONNREFUSED) is replaced; at exit the agent
 # removes its own socket, but not a file that replaced it; listen_mode and
 # listen_owner set the socket file's permissions and owner.
 # Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/unix_socket.sh
@@ -16,11 +17,12 @@ start_unix() {
   PID=$!
 }
 
-# wait_sock: until $sock is a socket a client can connect to (10 s).
+# wait_sock [PATH]: until PATH ($sock) is a socket a client can connect
+# to (10 s).
 wait_sock() {
-  local i
+  local i p=${1:-$sock}
   for i in $(seq 1 100); do
-    [ -S "$sock" ] && ss -Hxl 2>/dev/null | grep -qF "$sock" && return 0
+    [ -S "$p" ] && ss -Hxl 2>/dev/null | grep -qF "$p" && return 0
     sleep 0.1
   done
   return 1
@@ -67,6 +69,47 @@ rc=$?
 check "a path that is not a socket is refused (status $rc)" [ "$rc" -ne 0 ]
 check "... saying so" grep -q "exists and is not a socket" "$E2E_TMP/fifth.log"
 check "... and left in place" grep -qx data "$E2E_TMP/not-a-socket"
+
+# A live socket this user may not connect to (EACCES: a 0600 socket of
+# another user) is not stale: only ECONNREFUSED says nobody listens. The
+# second agent refuses to start, naming the path and the error, and the
+# first agent's socket stays. As root (which connects to any socket) the
+# second agent runs as nobody, the first one's socket being 0600 in a
+# directory nobody may write to; otherwise the socket is made 0000.
+acc="$E2E_TMP/shared"
+mkdir "$acc" && chmod 0777 "$acc" && chmod 0711 "$E2E_TMP"
+asock="$acc/agent.sock"
+other=()
+if [ "$(id -u)" -eq 0 ]; then
+  if setpriv --reuid=nobody --regid=nogroup --clear-groups true 2>/dev/null; then
+    other=(setpriv --reuid=nobody --regid=nogroup --clear-groups)
+  fi
+fi
+if [ "$(id -u)" -ne 0 ] || [ ${#other[@]} -gt 0 ]; then
+  printf '{"listen": "unix:%s", "workers": 1, "listen_mode": "0600"}\n' "$asock" \
+    > "$E2E_TMP/acc.json"
+  "$AGENT" -c "$E2E_TMP/acc.json" >> "$E2E_TMP/acc-first.log" 2>&1 &
+  accfirst=$!
+  check "an agent listens on a 0600 socket" wait_sock "$asock"
+  [ "$(id -u)" -ne 0 ] && chmod 0000 "$asock"
+  aino=$(stat -c %i "$asock")
+  # Bounded: an agent that took the socket over would run on.
+  timeout -s TERM 10 "${other[@]}" "$AGENT" -l "unix:$asock" -w 1 \
+    > "$E2E_TMP/acc-second.log" 2>&1
+  rc=$?
+  is "$(( rc != 0 && rc != 124 ))" 1 \
+    "a second agent denied access to the live socket exits non-zero at once (got $rc)"
+  check "... naming the socket and the error" \
+    grep -q "shared/agent.sock: exists, and connecting to it .*: Permission denied; not replacing it" \
+    "$E2E_TMP/acc-second.log"
+  diag "second agent: $(head -c 300 "$E2E_TMP/acc-second.log")"
+  is "$(stat -c %i "$asock" 2>/dev/null)" "$aino" "the first agent's socket file is untouched"
+  check "the first agent is alive" alive "$accfirst"
+  kill_wait "$accfirst" 10
+  check "... and removes its socket at exit" [ ! -e "$asock" ]
+else
+  diag "root without setpriv: the EACCES case needs another user, skipped"
+fi
 
 # listen_mode / listen_owner: the socket file gets them before anyone can
 # connect; an owner that does not exist, or that this user may not give
