@@ -333,10 +333,10 @@ static int worker_accept(struct worker_listener *l, bool force)
 			w->conns->prev = s;
 		w->conns = s;
 		w->nconns++;
-		if (log_level >= LOG_DEBUG && log_limit(&w->debug_log, ev_now(loop)))
-			LOG(LOG_DEBUG, "%s connection %d accepted (%u held here%s)%s", l->ops->name, fd,
-			    balance_held(w->balance, w->id, l->idx), force ? ", out of turn" : "",
-			    log_limit_suppressed(&w->debug_log));
+		/* Every accept, at debug level only: what an operator asks for
+		 * when tracing who takes which connection (tests count them). */
+		LOG(LOG_DEBUG, "%s connection %d accepted (%u held here%s)", l->ops->name, fd,
+		    balance_held(w->balance, w->id, l->idx), force ? ", out of turn" : "");
 	}
 	return taken;
 }

@@ -72,7 +72,7 @@ struct worker {
 	struct stream *dead;          /* closed, to free after the callbacks */
 	uint32_t nconns;              /* max_connections counts them all */
 	bool stopping;
-	struct log_limit cap_log, accept_log, evict_log, refuse_log, stall_log, debug_log;
+	struct log_limit cap_log, accept_log, evict_log, refuse_log, stall_log;
 };
 
 /* Runs a worker until SIGTERM/SIGINT and its connections are done.
