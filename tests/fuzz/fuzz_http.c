@@ -61,6 +61,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		CHECK(!req.query || inside(req.query, req.query_len, buf + off, (size_t)end));
 		CHECK(req.minor == 0 || req.minor == 1);
 		CHECK(req.body_len <= HTTP_BODY_MAX);
+		/* The fields the routes read: inside the head, no control bytes
+		 * but tab (a key taken from X-RateLimit-Key is opaque, never a
+		 * line break), no surrounding blanks. */
+		const char *fv[3] = { req.authorization, req.rl_key, req.rl_namespace };
+		size_t fl[3] = { req.authorization_len, req.rl_key_len, req.rl_namespace_len };
+		for (int i = 0; i < 3; i++) {
+			if (!fv[i]) {
+				CHECK(fl[i] == 0);
+				continue;
+			}
+			CHECK(inside(fv[i], fl[i], buf + off, (size_t)end));
+			for (size_t j = 0; j < fl[i]; j++)
+				CHECK(((unsigned char)fv[i][j] >= 0x20 || fv[i][j] == '\t') &&
+				      fv[i][j] != 0x7f);
+			CHECK(fl[i] == 0 || (fv[i][0] != ' ' && fv[i][0] != '\t' &&
+					     fv[i][fl[i] - 1] != ' ' && fv[i][fl[i] - 1] != '\t'));
+		}
 
 		struct http_query_iter it;
 		const char *n, *v;
