@@ -12,6 +12,14 @@ long http_head_end(const char *buf, size_t len, size_t *scanned, int *status, co
 	size_t i = *scanned > 3 ? *scanned - 3 : 0;
 	size_t lim = len < HTTP_HEAD_MAX ? len : HTTP_HEAD_MAX;
 
+	/* The request line alone over its limit: 414, as servers say; the
+	 * same whether the head came whole or a byte at a time (found by
+	 * fuzz_http: a whole head with a long line ended before). */
+	if (len >= HTTP_LINE_MAX && !memchr(buf, '\n', HTTP_LINE_MAX)) {
+		*status = 414;
+		*why = "request line too long";
+		return -1;
+	}
 	for (; i + 4 <= lim; i++) {
 		const char *p = memchr(buf + i, '\r', lim - i);
 
@@ -22,12 +30,6 @@ long http_head_end(const char *buf, size_t len, size_t *scanned, int *status, co
 			return (long)(i + 4);
 	}
 	*scanned = lim;
-	/* The request line alone over its limit: 414, as servers say. */
-	if (len >= HTTP_LINE_MAX && !memchr(buf, '\n', HTTP_LINE_MAX)) {
-		*status = 414;
-		*why = "request line too long";
-		return -1;
-	}
 	if (len >= HTTP_HEAD_MAX) {
 		*status = 431;
 		*why = "request header too large";
