@@ -12,7 +12,8 @@
 #   - an API key with "&", "%", "=" or spaces ("k2&cost=0",
 #     "k4&limit=1000000", ...) or non-ASCII bytes is counted as that key (10
 #     per second, then 429; the agent holds exactly that key), one with
-#     control characters is denied (503): never served unlimited;
+#     control characters is denied (503): never served unlimited; with two
+#     X-Api-Key fields the app gets one, the value that was counted;
 #   - fail-open only when the agent cannot answer: stopped, or paused
 #     (the check times out): 200; the agent answering an error (nginx with
 #     a wrong token, an agent.json without the namespace): 503, not served.
@@ -32,6 +33,7 @@ PORT_NGINX=$(free_port)
 PORT_APP=$(free_port)
 PORT_NGINX2=$(free_port)
 PORT_APP2=$(free_port)
+PORT_ECHO=$(free_port)
 TOKEN=$(sed -n 's/.*"http_token": *"\([^"]*\)".*/\1/p' "$ex/agent.json")
 
 # nginx_conf NAME PORT APP_PORT: $E2E_TMP/NAME.conf, the example as it is on
@@ -43,7 +45,7 @@ nginx_conf() {
   sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$PORT_HTTP/; s/127\.0\.0\.1:8082/127.0.0.1:$app/" \
       -e "s/listen 8080;/listen 127.0.0.1:$port;/" \
       -e "s|/etc/nginx/spoa-ratelimit-check.conf|$E2E_TMP/$name-check.conf|" \
-      -e "s|^http {|http {\n    access_log off;\n    client_body_temp_path $E2E_TMP/body;\n    proxy_temp_path $E2E_TMP/proxy;\n    fastcgi_temp_path $E2E_TMP/fastcgi;\n    uwsgi_temp_path $E2E_TMP/uwsgi;\n    scgi_temp_path $E2E_TMP/scgi;\n    server { listen 127.0.0.1:$app; location / { return 200 \"app\\\\n\"; } }|" \
+      -e "s|^http {|http {\n    access_log off;\n    client_body_temp_path $E2E_TMP/body;\n    proxy_temp_path $E2E_TMP/proxy;\n    fastcgi_temp_path $E2E_TMP/fastcgi;\n    uwsgi_temp_path $E2E_TMP/uwsgi;\n    scgi_temp_path $E2E_TMP/scgi;\n    server { listen 127.0.0.1:$app; location / { return 200 \"app\\\\n\"; } location /api/echo { proxy_pass http://127.0.0.1:$PORT_ECHO; } }|" \
       "$ex/nginx.conf" > "$E2E_TMP/$name.conf"
   cp "$ex/spoa-ratelimit-check.conf" "$E2E_TMP/$name-check.conf"
 }
@@ -64,13 +66,31 @@ start_nginx() {
 }
 NGINX_PID_main=""
 NGINX_PID_badtoken=""
+ECHO_PID=""
 stop_nginxes() {
   [ -n "$NGINX_PID_main" ] && kill_wait "$NGINX_PID_main" 5
   [ -n "$NGINX_PID_badtoken" ] && kill_wait "$NGINX_PID_badtoken" 5
+  [ -n "$ECHO_PID" ] && kill_wait "$ECHO_PID" 5
   NGINX_PID_main=""
   NGINX_PID_badtoken=""
+  ECHO_PID=""
 }
 E2E_CLEANUP_HOOK=stop_nginxes
+
+# What the app sees of X-Api-Key (the app's /api/echo): an HAProxy answering
+# "<number of X-Api-Key fields>:<the last one>".
+cat > "$E2E_TMP/echo.cfg" <<EOF
+defaults
+    mode http
+    timeout connect 2s
+    timeout client 10s
+    timeout server 10s
+listen echo
+    bind 127.0.0.1:$PORT_ECHO
+    http-request return status 200 content-type text/plain lf-string "%[req.fhdr_cnt(x-api-key)]:%[req.fhdr(x-api-key)]"
+EOF
+"$HAPROXY" -db -f "$E2E_TMP/echo.cfg" >> "$E2E_TMP/echo.log" 2>&1 &
+ECHO_PID=$!
 
 nginx_conf main "$PORT_NGINX" "$PORT_APP"
 sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$PORT_HTTP/" "$ex/agent.json" > "$E2E_TMP/agent.json"
@@ -182,6 +202,12 @@ for k in 'k2&cost=0' 'k3%zz' 'k4&limit=1000000' 'k5&namespace=per-ip' 'a b=c' $'
     not_ok "API key $kd: a burst within one second (3 tries)"
   fi
 done
+# Two X-Api-Key fields: the app gets one field, and its value is the key
+# that was counted (the agent holds 1 hit for it).
+seen=$(curl -s --max-time 5 -H "X-Api-Key: one-$E2E_RUN_ID" -H "X-Api-Key: two-$E2E_RUN_ID" "http://127.0.0.1:$PORT_NGINX/api/echo")
+diag "two X-Api-Key fields, the app saw (fields:last) '$seen'"
+is "${seen%%:*}" "1" "two X-Api-Key fields: the app gets one"
+is "$(agent_rate per-key "${seen#*:}")" "1" "... the key that was counted"
 # Control characters: the agent refuses the key (400), the check fails
 # closed (503), never served.
 is "$(ngx_n 3 /api/x -H $'X-Api-Key: ctl\x01x')" "$(same 3 503)" "API key with a control character: denied (503), never served"
