@@ -1069,12 +1069,12 @@ nginx_start() {
 nginx_stop() { [ -n "$NGINX_PID" ] && { stop_pid "$NGINX_PID" 5; forget "$NGINX_PID"; NGINX_PID=""; }; }
 
 # nginx_conf OUT FRONT APP AGENT_HTTP AUTH(0|1): nginx-examples/nginx.conf
-# on these ports, limits far away; AUTH 0 drops the auth_request lines
-# (nginx alone, proxying to the same app).
+# on these ports (its limits are the agent's: see part_nginx); AUTH 0 drops
+# the auth_request lines (nginx alone, proxying to the same app).
 nginx_conf() {
   local out=$1 fe=$2 app=$3 ah=$4 auth=$5
   sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$ah/; s/127\.0\.0\.1:8082/127.0.0.1:$app/" \
-      -e "s/listen 8080;/listen 127.0.0.1:$fe;/; s/limit=100;/limit=1000000000;/" \
+      -e "s/listen 8080;/listen 127.0.0.1:$fe;/" \
       -e "s|/etc/nginx/spoa-ratelimit-check.conf|$ROOT/nginx-examples/spoa-ratelimit-check.conf|" \
       -e "s|^http {|http {\n    access_log off;\n    client_body_temp_path $RAW/nginx/body;\n    proxy_temp_path $RAW/nginx/proxy;\n    fastcgi_temp_path $RAW/nginx/fastcgi;\n    uwsgi_temp_path $RAW/nginx/uwsgi;\n    scgi_temp_path $RAW/nginx/scgi;\n    server { listen 127.0.0.1:$app; location / { return 200 \"app\\\\n\"; } }|" \
       "$ROOT/nginx-examples/nginx.conf" |
@@ -1093,8 +1093,12 @@ part_nginx() {
   fi
   : > "$RAW/nginx.txt"
   free_port port && free_port ah || return 1
-  printf '{"http_listen": "127.0.0.1:%s", "http_deny_status": 403, "namespaces": [{"name": "per-ip", "window_sizes": [60]}, {"name": "per-key", "window_sizes": [1]}]}\n' \
-    "$ah" > "$RAW/nginx-agent.json"
+  # nginx-examples/agent.json on this port, the per-IP limit out of reach.
+  sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$ah/" \
+      -e '/"per-ip"/s/"limit": *[0-9]*/"limit": 1000000000/' \
+    "$ROOT/nginx-examples/agent.json" > "$RAW/nginx-agent.json"
+  grep -q '"limit": 1000000000' "$RAW/nginx-agent.json" ||
+    { echo "bench: no per-ip limit to raise in nginx-examples/agent.json" >&2; return 1; }
   start_agent "$port" 0 -w 1 -c "$RAW/nginx-agent.json" || return 1
   for r in $(seq 1 "$E2E_ROUNDS"); do
     for v in alone auth; do

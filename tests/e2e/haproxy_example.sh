@@ -13,6 +13,8 @@
 #   - per API key (X-Api-Key, two windows 3/s and 6/min): a burst is
 #     denied by the 1 s window, the headers list the key's windows, and
 #     two keys from one address are counted apart;
+#   - an X-Api-Key over 1024 bytes (an SPOE error, passed uncounted by the
+#     open listener) or given twice: 400; one with a comma counted whole;
 #   - agent stopped: the "open" listener passes (200), the "strict"
 #     listener answers 503.
 # Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/haproxy_example.sh
@@ -83,6 +85,26 @@ esac
 check "per API key 429: Retry-After >= 1" int_ge "$(hdr "$E2E_TMP/k.4" Retry-After)" 1
 # Same address (1 more per-IP hit: 5 in total), another key: its own counters.
 is "$(req "$E2E_PORT_OPEN" --interface "$ip3" -H "X-Api-Key: ex-$E2E_RUN_ID-2")" "200" "another API key from the same address has its own counters"
+
+# --- what a client sends cannot skip its per-key check ---
+# A key too large for an SPOE frame made the check an SPOE error, which the
+# open listener passed uncounted: refused with 400 now (1024 bytes at most).
+long=$(head -c 9000 /dev/zero | tr '\0' k)
+codes=""
+ip5=$(rand_ip)
+for i in 1 2 3 4 5; do codes="$codes $(req "$E2E_PORT_OPEN" --interface "$ip5" -H "X-Api-Key: $long")"; done
+is "$codes" " 400 400 400 400 400" "a 9000-byte X-Api-Key: 400, never passed uncounted (limit 3/s)"
+# Two X-Api-Key fields: the application might read one, the other be counted.
+ip6=$(rand_ip)
+is "$(req "$E2E_PORT_OPEN" --interface "$ip6" -H "X-Api-Key: ex-$E2E_RUN_ID-3" -H "X-Api-Key: ex-$E2E_RUN_ID-4")" "400" "two X-Api-Key fields: 400"
+# A key with a comma is counted whole (req.hdr counted what follows the last comma).
+ip7=$(rand_ip)
+req "$E2E_PORT_OPEN" --interface "$ip7" -H "X-Api-Key: ex-$E2E_RUN_ID-5, ex-$E2E_RUN_ID-6" > /dev/null
+req_h "$E2E_PORT_OPEN" "$E2E_TMP/comma" --interface "$ip7" -H "X-Api-Key: ex-$E2E_RUN_ID-6" > /dev/null
+case $(hdr "$E2E_TMP/comma" RateLimit) in
+  *'"per-key-min";r=5;'*) ok "an X-Api-Key with a comma is counted as the whole value (its last part alone is another key)" ;;
+  *) not_ok "an X-Api-Key with a comma is counted as the whole value (its last part alone is another key)"; diag "RateLimit: $(hdr "$E2E_TMP/comma" RateLimit)" ;;
+esac
 
 # --- fail-open / fail-closed ---
 ip4=$(rand_ip)
