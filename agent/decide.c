@@ -44,11 +44,15 @@ static void finish(struct rl_decision *r, double now)
 	if (r->reset < 1)
 		r->reset = 1;
 	if (r->has_limit) {
-		r->exceeded = r->rate > r->limit;
-		r->remaining = r->exceeded ? 0 : r->limit - r->rate;
+		/* The limit, or this node's share of it while the store is
+		 * away (never above the limit). */
+		double cap = r->cap < (double)r->limit ? r->cap : (double)r->limit;
+		int64_t icap = (int64_t)floor(cap + 1e-9);
+		r->exceeded = window_rate(r->current, r->previous, r->weight) > cap + 1e-9;
+		r->remaining = r->exceeded || r->rate >= icap ? 0 : icap - r->rate;
 		r->retry_after = 0;
 		if (r->exceeded) {
-			double ra = window_retry_after(r->current, r->previous, (double)r->limit, now,
+			double ra = window_retry_after(r->current, r->previous, cap, now,
 						       r->window, r->sliding);
 			r->retry_after = to_int(ra);
 			if (r->retry_after < 1)
@@ -219,10 +223,23 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 						      : admission == DECIDE_ADMIT_EXACT;
 	bool exact = r->has_limit && rq->cost > 0 && want && nsc->sync_rate > 0 &&
 		     d->sync && sync_can_admit(d->sync, (unsigned)ns);
-	int rc = exact ? rl_hit_exact(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight,
-				      now, lim, nsc->count_denied, &res)
-		       : rl_hit(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now, lim,
-				nsc->count_denied, &res);
+	/* The store is away: a hit with a limit is decided on this node's
+	 * share of what the cluster had left (docs/CLUSTER.md, "While the
+	 * store is away"), counted locally and pushed once it is back. */
+	bool away = r->has_limit && rq->cost > 0 && nsc->sync_rate >= 0 && d->sync &&
+		    sync_store_away(d->sync, (unsigned)ns);
+	int rc;
+	if (away) {
+		exact = false;
+		rc = rl_hit_degraded(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now,
+				     lim, nsc->count_denied, rl_active_nodes(d->rl, ns), &res);
+	} else if (exact) {
+		rc = rl_hit_exact(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now,
+				  lim, nsc->count_denied, &res);
+	} else {
+		rc = rl_hit(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now, lim,
+			    nsc->count_denied, &res);
+	}
 	r->ns = ns;
 	if (rc < 0) {
 		enum rl_status st = rl_errno(d->rl);
@@ -238,6 +255,11 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		metrics_add(&metrics_me->admissions[msid(d, ns)][res.granted ? METRICS_ADM_GRANT
 									     : METRICS_ADM_VIEW], 1);
 	exact = exact && res.need_store;
+	if (away && msid(d, ns) < METRICS_NS)
+		metrics_add(&metrics_me->admissions[msid(d, ns)][res.granted ? METRICS_ADM_GRANT
+									     : METRICS_ADM_DEGRADED], 1);
+	r->degraded = away && !res.granted;
+	r->cap = res.cap;
 	if (res.evicted)
 		table_evicted(d, ns, now);
 
@@ -253,13 +275,13 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	r->prev_idx = res.prev_idx;
 	r->count_denied = nsc->count_denied;
 	r->admit0 = exact;
-	r->sync0 = (nsc->sync_rate == 0 && d->sync) || exact;
+	r->sync0 = (nsc->sync_rate == 0 && d->sync && !away) || exact;
 	if (r->sync0)
 		r->skeylen = (uint8_t)rl_stored_key(d->rl, rq->key, rq->key_len, r->skey);
 	/* First sight of this key's window on this node: fetch what the
 	 * cluster already counted, without waiting for it (an admission by
 	 * the store brings it back anyway). */
-	if (res.inserted && nsc->sync_rate > 0 && d->sync && !exact)
+	if (res.inserted && nsc->sync_rate > 0 && d->sync && !exact && !away)
 		sync_seed(d->sync, (unsigned)ns, res.cur_idx);
 	finish(r, now);
 }
@@ -477,7 +499,18 @@ static void pending_finish(struct decide_pending *p)
 			continue;
 		}
 		if (!h->ok) {
+			/* Counted here already; the store did not confirm it:
+			 * decided again on this node's share (a hit the full
+			 * limit let through may be denied: counted, never
+			 * admitted over the share). */
 			failed = true;
+			if (r->has_limit && r->cost > 0) {
+				r->cap = rl_degraded_cap(d->rl, r->ns, r->skey, r->skeylen, r->window,
+							 p->now, (double)r->limit, r->weight,
+							 rl_active_nodes(d->rl, r->ns));
+				r->degraded = true;
+				finish(r, p->now);
+			}
 			continue;
 		}
 		/* A hit refused by the limit was not pushed: report the rate it
@@ -535,12 +568,14 @@ static struct sync_hit hit_of(const struct rl_decision *r)
 	};
 }
 
-/* An admission the store could not decide: the node decides from its
- * view (fail-open, as local namespaces do), counts the hit if admitted or
- * with count_denied, and the sync loop pushes it later. */
+/* An admission the store could not decide: the node decides on its share
+ * of what the cluster had left (rl_degraded_cap), counts the hit if
+ * admitted or with count_denied, and the sync loop pushes it later. */
 static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 {
-	bool ok = window_rate(r->current, r->previous, r->weight) + r->cost <= (double)r->limit;
+	r->cap = rl_degraded_cap(d->rl, r->ns, r->skey, r->skeylen, r->window, now,
+				 (double)r->limit, r->weight, rl_active_nodes(d->rl, r->ns));
+	bool ok = window_rate(r->current, r->previous, r->weight) + r->cost <= r->cap + 1e-9;
 
 	r->degraded = true;
 	if (msid(d, r->ns) < METRICS_NS)

@@ -76,12 +76,16 @@ struct rl_decision {
 	int64_t reset;                /* seconds until the window ends, >= 1 */
 	int64_t retry_after;          /* only when exceeded */
 	uint32_t window;
-	bool degraded;                /* admission "exact", but the store could not
-	                                 decide: decided from the local view */
+	bool degraded;                /* the store is away (or could not decide an
+	                                 admission): decided on this node's share
+	                                 of what the cluster had left */
 	bool shadow;                  /* the namespace is in shadow mode: */
 	bool shadow_exceeded;         /* ... it would have denied (exceeded is false) */
 	/* private */
 	double current, previous, weight, cost;
+	double cap;                   /* what the rate is checked against: the
+	                                 limit, or the node's share while the
+	                                 store is away */
 	uint32_t cur_idx, prev_idx;
 	int ns;
 	bool sliding;

@@ -395,10 +395,34 @@ static int rl_slot_make(struct rl *rl, const struct shm_key *k, int64_t start, d
 	return 0;
 }
 
+/* How rl_hit_do decides a hit with a limit. */
+enum rl_mode {
+	RL_MODE_LOCAL = 0,            /* from the node's view (rl_hit) */
+	RL_MODE_EXACT,                /* a grant, the view's denial, or the store */
+	RL_MODE_DEGRADED,             /* a grant, or this node's share (rl_hit_degraded) */
+};
+
+/* The cap of a hit while the store is away: what the cluster had counted
+ * when this node last heard from the store (the slot's count without its
+ * unconfirmed diff; the previous window weighted), plus this node's part
+ * of what was left: (limit - known) / nodes, in the terms of the node's
+ * view (which leaves out what is left of its grant). A window it never
+ * saw has known 0: limit / nodes. */
+static double rl_share_cap(const struct shm_table *t, const struct shm_ref *cur, double pw,
+			   double limit, unsigned nodes)
+{
+	double grant = cur->idx == SHM_NONE ? 0 : shm_grant_left(t, cur->idx);
+	double known = shm_read_count(t, cur) - shm_read_diff(t, cur) + pw;
+	double share = (limit - known) / (double)(nodes > 0 ? nodes : 1);
+
+	return known - grant + (share > 0 ? share : 0);
+}
+
 static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
 		     uint32_t window_size, double cost, double weight, double now, double limit,
-		     bool count_denied, bool exact, struct rl_result *out)
+		     bool count_denied, enum rl_mode mode, unsigned nodes, struct rl_result *out)
 {
+	bool exact = mode == RL_MODE_EXACT;
 	char digest[RL_DIGEST_LEN + 1];
 	struct rl_result tmp;
 	const struct rl_ns *n;
@@ -441,9 +465,10 @@ static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
 	/* Periodic sync keeps a diff of every hit; synchronous namespaces
 	 * (sync_rate 0) push each hit themselves and keep a diff only for
 	 * hits the store did not confirm (agent/handler.c). */
-	with_diff = n->def.sync_rate > 0;
+	with_diff = n->def.sync_rate > 0 || mode == RL_MODE_DEGRADED;
 	out->evicted = false;
 	out->need_store = out->granted = false;
+	out->cap = limit;
 	tries = 0;
 again:
 	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur, &prev);
@@ -451,11 +476,13 @@ again:
 	pw = p * weight;
 	counted = false;
 	inserted = false;
+	if (mode == RL_MODE_DEGRADED)
+		out->cap = rl_share_cap(rl->shm, &cur, pw, limit, nodes);
 
 	if (cost == 0) {
 		/* Read only: never inserts. */
 		c = shm_read_count(rl->shm, &cur);
-	} else if (exact && shm_grant_take(rl->shm, &cur, cost)) {
+	} else if (mode != RL_MODE_LOCAL && shm_grant_take(rl->shm, &cur, cost)) {
 		/* Admitted from the store's grant: the store counted it. */
 		c = rl_view(rl->shm, &cur);
 		counted = true;
@@ -467,18 +494,18 @@ again:
 			return -1;
 		shm_grant_note(rl->shm, &cur, cost);
 		out->need_store = true;
-	} else if (limit >= 0 && !count_denied && cost + pw > limit) {
+	} else if (out->cap >= 0 && !count_denied && cost + pw > out->cap) {
 		/* Denied whatever the current count (counts are >= 0): no
 		 * CAS, and no slot taken for a key that is only refused. */
 		c = shm_read_count(rl->shm, &cur) + cost;
 	} else {
 		if (rl_slot_make(rl, &k, start, now, &cur, out, &inserted) < 0)
 			return -1;
-		if (limit < 0 || count_denied) {
+		if (out->cap < 0 || count_denied) {
 			c = shm_add(rl->shm, &cur, cost, with_diff);
 			counted = true;
 		} else {
-			counted = shm_add_if(rl->shm, &cur, cost, pw, limit, with_diff, &c);
+			counted = shm_add_if(rl->shm, &cur, cost, pw, out->cap, with_diff, &c);
 			if (!counted)
 				c += cost;	/* report what the hit would have made */
 		}
@@ -523,7 +550,7 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	   struct rl_result *out)
 {
 	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
-			 false, out);
+			 RL_MODE_LOCAL, 0, out);
 }
 
 int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
@@ -533,7 +560,34 @@ int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t
 	if (!(limit >= 0))
 		return rl_fail(rl, RL_ERR_VALUE);
 	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
-			 true, out);
+			 RL_MODE_EXACT, 0, out);
+}
+
+int rl_hit_degraded(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
+		    double cost, double weight, double now, double limit, bool count_denied,
+		    unsigned nodes, struct rl_result *out)
+{
+	if (!(limit >= 0))
+		return rl_fail(rl, RL_ERR_VALUE);
+	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
+			 RL_MODE_DEGRADED, nodes, out);
+}
+
+double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		       double now, double limit, double weight, unsigned nodes)
+{
+	const struct rl_ns *n;
+	struct shm_key k;
+	struct shm_ref cur, prev;
+	int64_t start = window_start(now, size);
+	int win;
+
+	if (ns < 0 || (size_t)ns >= rl->n_ns || (win = rl_win_index((n = &rl->ns[ns]), size)) < 0 ||
+	    shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
+		return limit / (double)(nodes > 0 ? nodes : 1);
+	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)size : -1, &cur, &prev);
+	double pw = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev) * weight;
+	return rl_share_cap(rl->shm, &cur, pw, limit, nodes);
 }
 
 _Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");

@@ -58,6 +58,8 @@ struct rl_result {
 	bool granted;         /* rl_hit_exact: admitted from the store's grant */
 	bool need_store;      /* rl_hit_exact: the store must decide (nothing
 	                         counted; current is the view without the hit) */
+	double cap;           /* the limit the hit was decided against: the
+	                         limit, or the node's share (rl_hit_degraded) */
 	uint32_t cur_idx;     /* slot of the current window (UINT32_MAX: none) */
 	uint32_t prev_idx;    /* slot of the previous window (UINT32_MAX: none) */
 };
@@ -138,6 +140,24 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
 		 double cost, double weight, double now, double limit, bool count_denied,
 		 struct rl_result *out);
+
+/* A hit while the store is away (docs/CLUSTER.md, "While the store is
+ * away"), limit >= 0: admitted from a grant of the store that covers it,
+ * else against this node's share of what the cluster had left when the
+ * node last heard from the store: the rate (as the node sees it) may
+ * reach out->cap = known + (limit - known) / nodes, where known is the
+ * cluster's count as last confirmed (the slot's count without its
+ * unconfirmed diff) and nodes the namespace's active nodes. A window the
+ * node never saw gets limit / nodes. Counted with a diff (pushed when the
+ * store is back), as rl_hit with that cap would. Never allocates. */
+int rl_hit_degraded(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
+		    double cost, double weight, double now, double limit, bool count_denied,
+		    unsigned nodes, struct rl_result *out);
+
+/* The cap rl_hit_degraded would decide a hit of the stored key against
+ * now, for a hit already handed to a store that then failed. */
+double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		       double now, double limit, double weight, unsigned nodes);
 
 /* Status of the last failed call in this process. */
 enum rl_status rl_errno(const struct rl *rl);

@@ -1077,6 +1077,21 @@ bool shm_still(const struct shm_table *t, const struct shm_ref *r)
 	return atomic_load(&t->slots[r->idx].meta) == r->meta;
 }
 
+double shm_read_diff(const struct shm_table *t, const struct shm_ref *r)
+{
+	const struct shm_slot *s;
+	double v;
+
+	if (r->idx == SHM_NONE)
+		return 0;
+	s = &t->slots[r->idx];
+	v = atomics_load_double(&s->diff);
+	atomic_thread_fence(memory_order_acquire);
+	if (atomic_load_explicit(&s->meta, memory_order_relaxed) != r->meta)
+		return 0;
+	return v;
+}
+
 double shm_read_count(const struct shm_table *t, const struct shm_ref *r)
 {
 	const struct shm_slot *s;

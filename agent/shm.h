@@ -414,6 +414,10 @@ bool shm_still(const struct shm_table *t, const struct shm_ref *r);
  * holds the window it was found with. */
 double shm_read_count(const struct shm_table *t, const struct shm_ref *r);
 
+/* The same for its diff: the hits this node counted that its store has
+ * not confirmed. */
+double shm_read_diff(const struct shm_table *t, const struct shm_ref *r);
+
 /* Adds v to the slot's count (and to its diff when with_diff); returns the
  * count after. One CAS loop per word; no addition is ever lost. */
 double shm_add(struct shm_table *t, const struct shm_ref *r, double v, bool with_diff);

@@ -1451,6 +1451,17 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
 	return 0;
 }
 
+bool sync_store_away(struct sync *sy, unsigned ns)
+{
+	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;
+
+	if (!sn)
+		return false;
+	if (sn->ndoubts > 0 || sn->failing)
+		return true;
+	return !sn->ops->ready(sn->st) && !(sn->ops->connecting && sn->ops->connecting(sn->st));
+}
+
 bool sync_can_admit(struct sync *sy, unsigned ns)
 {
 	struct sync_ns *sn = sy ? sync_find_ns(sy, ns) : NULL;

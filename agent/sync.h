@@ -106,6 +106,12 @@ void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
 /* Can namespace ns's store decide admissions? */
 bool sync_can_admit(struct sync *s, unsigned ns);
 
+/* Is namespace ns's store away for this worker: not connected (and not
+ * connecting), a call left in doubt (sent, never answered), or the last
+ * sync cycle's push failed? Its hits with a limit are then decided on the
+ * node's share (rl_hit_degraded) until it answers again. */
+bool sync_store_away(struct sync *s, unsigned ns);
+
 /* Is a cycle waiting for its store, or a call in doubt for its resend
  * (its store being up)? A stopping worker waits for it. */
 bool sync_busy(const struct sync *s);

@@ -1366,7 +1366,7 @@ static long long node_metric(size_t n, const char *sample)
 /* cfg with the HTTP front on (for /metrics). */
 static const char *with_http(const char *cfg)
 {
-	static char out[2048];
+	static char out[2048 + 64];
 
 	snprintf(out, sizeof(out), "{\"http_listen\":\"127.0.0.1:@HTTP_PORT@\",%s", cfg + 1);
 	return out;
@@ -1651,11 +1651,136 @@ Test(cluster, redis_admission_exact_store_down_decides_locally)
 		cr_assert(a >= 0, "hit %d: %s", i, errbuf);
 		admitted += a;
 	}
-	cr_assert_eq(admitted, 5, "the node's view still limits");
-	/* The five the store should have decided say so; the five over the
-	 * node's own view were denied without asking it (as with the store
-	 * up). */
-	cr_assert_eq(degraded_seen, 5, "%lld answers degraded", (long long)degraded_seen);
+	cr_assert_eq(admitted, 5, "the node's share (alone: the whole limit) still limits");
+	/* Every answer was decided on the node's share without asking the
+	 * store, and says so. */
+	cr_assert_eq(degraded_seen, 10, "%lld answers degraded", (long long)degraded_seen);
+}
+
+/* ---------------------------------------------------------------- store away */
+
+/* Issue 18: while the store is away, each node admits for a key at most
+ * its share of what the cluster had left when it last heard from the
+ * store: (limit - known) / nodes. Three nodes, limit 100, the store
+ * killed: 600 hits on a new key admit 85..101 (each node ~33), round-robin
+ * and in parallel; a key with 50 hits before the kill ends within 85..101
+ * in all. Before, each node admitted the whole limit: 300, and 190-200. */
+static void wait_nodes(size_t want)
+{
+	static const char sample[] = "spoa_ratelimit_store_nodes{namespace=\"default\"} ";
+	int64_t t0 = mono_ms();
+	bool all;
+
+	do {
+		sleep_ms(100);
+		all = true;
+		for (size_t n = 0; n < NODES; n++)
+			all = all && node_metric(n, sample) == (long long)want;
+	} while (!all && mono_ms() - t0 < 10000);
+	for (size_t n = 0; n < NODES; n++)
+		cr_assert_eq(node_metric(n, sample), (long long)want, "node %zu counts %lld nodes", n,
+			     node_metric(n, sample));
+}
+
+static int64_t admit_pattern(enum admit_pattern p, const char *key, unsigned w, size_t hits)
+{
+	int64_t admitted = 0;
+	uint64_t sid;
+
+	if (p == ADMIT_PARALLEL) {
+		for (size_t i = 0; i < hits / NODES; i++)
+			for (size_t n = 0; n < NODES; n++)
+				cr_assert(limit_send(nodes[n].fd[i % CONNS], key, w, ADMIT_LIMIT,
+						     &sid) == 0, "%s", errbuf);
+		for (size_t i = 0; i < hits / NODES; i++)
+			for (size_t n = 0; n < NODES; n++) {
+				int a = any_limit_ack(nodes[n].fd[i % CONNS]);
+				cr_assert(a >= 0, "node %zu hit %zu: %s", n, i, errbuf);
+				admitted += a;
+			}
+		return admitted;
+	}
+	for (size_t i = 0; i < hits; i++) {
+		size_t n = i % NODES, c = (i / NODES) % CONNS;
+		int a;
+
+		cr_assert(limit_send(nodes[n].fd[c], key, w, ADMIT_LIMIT, &sid) == 0, "%s", errbuf);
+		a = any_limit_ack(nodes[n].fd[c]);
+		cr_assert(a >= 0, "node %zu hit %zu: %s", n, i, errbuf);
+		admitted += a;
+	}
+	return admitted;
+}
+
+static void store_away_case(const char *store, store_event_fn kill_fn, unsigned w)
+{
+	char warm[64], key[64];
+	int64_t before, after;
+
+	wait_nodes(NODES);
+	rand_key(warm, sizeof(warm), "warm");
+	before = admit_pattern(ADMIT_ROUND_ROBIN, warm, w, 50);
+	cr_assert_eq(before, 50);
+	/* Every node reads the key's total once (a sync cycle or two). */
+	sleep_ms(400);
+	kill_fn();
+	/* The nodes notice (their connections drop). */
+	sleep_ms(300);
+	for (int p = ADMIT_PARALLEL; p <= ADMIT_ROUND_ROBIN; p++) {
+		int64_t got;
+
+		rand_key(key, sizeof(key), "away");
+		degraded_seen = 0;
+		got = admit_pattern((enum admit_pattern)p, key, w, ADMIT_HITS);
+		cr_log_info("%s killed, %d nodes, limit %d, a new key, %d hits, %s: %lld admitted "
+			    "(%lld answers degraded)", store, NODES, ADMIT_LIMIT, ADMIT_HITS,
+			    admit_names[p], (long long)got, (long long)degraded_seen);
+		cr_expect(got >= 85 && got <= ADMIT_LIMIT + 1, "%s, %s: %lld admitted, limit %d",
+			  store, admit_names[p], (long long)got, ADMIT_LIMIT);
+		cr_expect_eq(degraded_seen, ADMIT_HITS, "%s: every answer says degraded", store);
+	}
+	after = admit_pattern(ADMIT_ROUND_ROBIN, warm, w, ADMIT_HITS);
+	cr_log_info("%s killed, a key with %lld hits before: %lld more admitted, %lld in all",
+		    store, (long long)before, (long long)after, (long long)(before + after));
+	cr_expect(before + after >= 85 && before + after <= ADMIT_LIMIT + 1,
+		  "%s: %lld admitted in all, limit %d", store, (long long)(before + after),
+		  ADMIT_LIMIT);
+}
+
+static void ev_pg_stop(void)
+{
+	cr_assert_eq(pg_server_stop(&pg, 10000), 0);
+}
+
+Test(cluster, redis_killed_nodes_keep_to_their_shares)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, with_http(cfg_redis_t(w, ADMIT_SYNC, 50)));
+	store_away_case("redis", ev_redis_kill, w);
+}
+
+Test(cluster, postgres_stopped_nodes_keep_to_their_shares)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, with_http(cfg_pg_t(w, ADMIT_SYNC, 50)));
+	store_away_case("postgres", ev_pg_stop, w);
+}
+
+/* sync_rate 0: the same shares once the store is away. */
+Test(cluster, redis_killed_synchronous_nodes_keep_to_their_shares)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, with_http(cfg_redis_t(w, 0, 50)));
+	store_away_case("redis (sync_rate 0)", ev_redis_kill, w);
 }
 
 /* The same, asked per request (argument admission="exact") of nodes whose
