@@ -286,6 +286,110 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	finish(r, now);
 }
 
+/* The windows a request that names none is checked against: every
+ * window of its namespace with a configured limit, when it has several
+ * windows. 0: decide the request as it is. */
+static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
+			    uint32_t *wins)
+{
+	size_t n = 0;
+
+	if (rq->window != 0 || rq->arg_error)
+		return 0;
+	int ns = rl_namespace_index(d->rl, rq->ns ? rq->ns : "default", rq->ns ? rq->ns_len : 7);
+	const struct ns_def *nsc = rl_namespace_def(d->rl, ns);
+	if (!nsc || nsc->n_window_sizes < 2)
+		return 0;
+	for (size_t i = 0; i < nsc->n_window_sizes; i++)
+		if (ns_limit_of(nsc, nsc->window_sizes[i]) != NS_LIMIT_NONE)
+			wins[n++] = nsc->window_sizes[i];
+	return n;
+}
+
+/* A part of a denied decision that the namespace does not count denied
+ * (count_denied false) is taken back; one waiting for the store to admit
+ * it is not sent (the store never counts it). */
+static void batch_take_back(struct decide *d, const struct rl_request *rq,
+			    struct rl_decision *r, double now)
+{
+	if (r->error || r->count_denied)
+		return;
+	if (r->admit0) {
+		r->admit0 = false;
+		r->sync0 = false;
+		return;
+	}
+	if (!r->counted)
+		return;
+	const struct ns_def *nsc = rl_namespace_def(d->rl, r->ns);
+	char skey[RL_STORED_KEY_MAX];
+	size_t sl = rl_stored_key(d->rl, rq->key, rq->key_len, skey);
+	if (rl_uncount(d->rl, r->ns, skey, sl, r->window, window_start(now, r->window), r->cost,
+		       nsc->sync_rate > 0 || r->degraded) == 0)
+		r->counted = false;
+}
+
+size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, double now,
+		    struct rl_decision *parts, size_t maxparts)
+{
+	size_t np = 0;
+	bool denied = false;
+
+	for (size_t i = 0; i < n && np < maxparts; i++) {
+		uint32_t wins[NS_MAX_WINDOWS];
+		size_t nw = batch_windows(d, &rq[i], wins);
+
+		if (nw > 0 && np + nw + (n - i - 1) > maxparts) {
+			struct rl_request bad = rq[i];
+			bad.arg_error = "too many limits";
+			decide_one(d, &bad, now, &parts[np]);
+			parts[np++].req = (uint8_t)i;
+			continue;
+		}
+		if (nw == 0) {
+			decide_one(d, &rq[i], now, &parts[np]);
+			parts[np++].req = (uint8_t)i;
+			continue;
+		}
+		for (size_t k = 0; k < nw; k++) {
+			struct rl_request part = rq[i];
+			part.window = wins[k];
+			decide_one(d, &part, now, &parts[np]);
+			parts[np++].req = (uint8_t)i;
+		}
+	}
+	for (size_t k = 0; k < np; k++)
+		denied = denied || (parts[k].exceeded && !parts[k].sync0);
+	if (denied && np > 1)
+		for (size_t k = 0; k < np; k++)
+			batch_take_back(d, &rq[parts[k].req], &parts[k], now);
+	return np;
+}
+
+bool decide_request_result(const struct rl_decision *parts, size_t np, size_t req,
+			   struct rl_decision *out, const char **error)
+{
+	size_t first = np, count = 0;
+
+	for (size_t k = 0; k < np; k++)
+		if (parts[k].req == req) {
+			if (first == np)
+				first = k;
+			count++;
+		}
+	if (first == np)
+		return false;
+	if (count == 1) {
+		memcpy(out, &parts[first], offsetof(struct rl_decision, skey));
+		*error = parts[first].error;
+		return true;
+	}
+	/* Parts of one request are contiguous. */
+	decide_fold(&parts[first], count, out, error);
+	memcpy(out->label, parts[first].label, sizeof(out->label));
+	return true;
+}
+
 int decide_parse_admission(const char *s, size_t n)
 {
 	if (n == 5 && memcmp(s, "local", 5) == 0)

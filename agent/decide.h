@@ -94,6 +94,7 @@ struct rl_decision {
 	bool admit0;                  /* ... which decides the admission */
 	bool count_denied;
 	uint8_t skeylen;
+	uint8_t req;                  /* decide_batch: the request it decides */
 	/* Kept by decide_one(): the front's label, and the stored key (only
 	 * for sync0), last so that the fields above are cleared cheaply. */
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's own name for it (SPOP: suffix) */
@@ -123,6 +124,26 @@ void decide_free(struct decide *d);
  * out->error says why nothing was counted. */
 void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		struct rl_decision *out);
+
+/* Decides requests rq[0..n) as one decision (the messages of one NOTIFY,
+ * one HTTP check; docs/PROTOCOL.md, "Several limits, one decision"): a
+ * request that names no window, in a namespace with several windows,
+ * is checked against every window that has a configured limit. Each
+ * (request, window) is a part, written to parts[] (at most maxparts >= n;
+ * parts[k].req is its request); a request whose windows would not fit
+ * gets one part with the error "too many limits". The decision admits
+ * only if every part decided here admits: when one is over its limit,
+ * the parts of namespaces with count_denied false are counted in none
+ * (taken back), those with count_denied true in all, as before. Parts
+ * that wait for a store (sync_rate 0, exact admission) are decided by it
+ * (decide_needs_store), each on its own. Returns the number of parts. */
+size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, double now,
+		    struct rl_decision *parts, size_t maxparts);
+
+/* The decision of request req of a batch: its parts folded (decide_fold),
+ * the first part's label kept. false when no part is that request's. */
+bool decide_request_result(const struct rl_decision *parts, size_t np, size_t req,
+			   struct rl_decision *out, const char **error);
 
 /* Does a decision of res[0..n) wait for a store? */
 bool decide_needs_store(const struct rl_decision *res, size_t n);

@@ -3,10 +3,11 @@
  * docs/PROTOCOL.md; this file is its implementation.
  *
  * A NOTIFY is read in two passes: the first validates every message and
- * argument (a malformed payload counts nothing), the second counts each
- * rate-limit message and records its result. The ACK then carries the
- * plain variables of the most restrictive message, followed by each
- * message's own suffixed variables.
+ * argument (a malformed payload counts nothing), the second makes each
+ * rate-limit message a request and decides them all as one decision
+ * (decide_batch: admitted only if every limit admits). The ACK then
+ * carries the plain variables of the most restrictive message, followed
+ * by each message's own suffixed variables.
  */
 #include "agent/handler.h"
 
@@ -31,8 +32,9 @@ int handler_init(struct handler *h, const struct config *cfg, struct decide *dec
 	h->dec = dec;
 	h->prefix_len = strlen(cfg->message_prefix);
 	var_headers_init(h);
-	/* A binary key is at most one frame long; its hex text twice that. */
-	h->scratch_len = 2 * max_frame_size + 64;
+	/* The keys of one NOTIFY, as text: binary keys (at most a frame in
+	 * all) twice as long as hex, and up to 64 bytes each for the others. */
+	h->scratch_len = 2 * max_frame_size + 64 * HANDLER_MAX_MSGS;
 	h->scratch = malloc(h->scratch_len);
 	return h->scratch ? 0 : -1;
 }
@@ -106,7 +108,7 @@ static size_t put_ipv4(char *out, const uint8_t a[4])
 static size_t key_text(struct handler *h, const struct spop_data *d, const char **text,
 		       const char **why)
 {
-	char *out = h->scratch;
+	char *out = h->scratch + h->scratch_used;
 
 	*text = out;
 	switch (d->type) {
@@ -118,7 +120,7 @@ static size_t key_text(struct handler *h, const struct spop_data *d, const char 
 		*why = "empty key";
 		return d->v.str.len;
 	case SPOP_DATA_BINARY:
-		if (d->v.str.len * 2 > h->scratch_len) {
+		if (d->v.str.len * 2 > h->scratch_len - h->scratch_used) {
 			*why = "key too long";
 			return 0;
 		}
@@ -135,7 +137,7 @@ static size_t key_text(struct handler *h, const struct spop_data *d, const char 
 		static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 		if (memcmp(d->v.ipv6, mapped, sizeof(mapped)) == 0)
 			return put_ipv4(out, d->v.ipv6 + 12);
-		inet_ntop(AF_INET6, d->v.ipv6, out, (socklen_t)h->scratch_len);
+		inet_ntop(AF_INET6, d->v.ipv6, out, (socklen_t)(h->scratch_len - h->scratch_used));
 		return strlen(out);
 	}
 	case SPOP_DATA_INT32:
@@ -180,9 +182,9 @@ static bool is_ratelimit_msg(const struct handler *h, struct spop_str name)
 	       memcmp(name.ptr, h->cfg->message_prefix, h->prefix_len) == 0;
 }
 
-/* Parses one message's arguments into a request and decides it. */
-static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
-		       struct rl_decision *r)
+/* Parses one message's arguments into a request (its key's text, when
+ * it needs one, appended to the scratch buffer). */
+static void msg_request(struct handler *h, const struct spop_msg *m, struct rl_request *out)
 {
 	struct spop_data key = { .type = SPOP_DATA_NULL };
 	bool has_key = false;
@@ -191,8 +193,6 @@ static void handle_msg(struct handler *h, const struct spop_msg *m, double now,
 				 .front = METRICS_SPOP };
 	struct spop_cursor c;
 	struct spop_kv kv;
-
-	msg_suffix(m->name, h->prefix_len, r);
 
 	spop_args_init(&c, m);
 	while (spop_args_next(&c, &kv) == 1) {
@@ -250,8 +250,10 @@ decide:
 		rq.key_len = key_text(h, &key, &rq.key, &why);
 		if (rq.key_len == 0)
 			rq.key_error = why;
+		else if (rq.key >= h->scratch && rq.key < h->scratch + h->scratch_len)
+			h->scratch_used += rq.key_len;
 	}
-	decide_one(h->dec, &rq, now, r);
+	*out = rq;
 }
 
 /* ---- encoding ---- */
@@ -354,14 +356,26 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 		put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
 }
 
-/* Encodes the ACK of results res[0..n) (extra: rate-limit messages
- * beyond HANDLER_MAX_MSGS, not counted). */
+/* Encodes the ACK of the parts[0..np) of a batch of nmsg messages (extra:
+ * rate-limit messages beyond HANDLER_MAX_MSGS, not counted). */
 static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
-		      const struct rl_decision *res, size_t n, size_t extra, struct spop_writer *w,
-		      size_t max_frame_size, enum spop_err *err)
+		      const struct rl_decision *parts, size_t np, size_t nmsg, size_t extra,
+		      struct spop_writer *w, size_t max_frame_size, enum spop_err *err)
 {
 	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, sid, fid);
+	const struct rl_decision *res = parts;
+	struct rl_decision msg[HANDLER_MAX_MSGS];
+	size_t n = np;
 
+	/* A message checked against several windows: its parts folded. */
+	if (np != nmsg) {
+		const char *e;
+		n = 0;
+		for (size_t i = 0; i < nmsg; i++)
+			if (decide_request_result(parts, np, i, &msg[n], &e))
+				n++;
+		res = msg;
+	}
 	if (n == 0) {
 		put_var_bool(w, h, VAR_EXCEEDED, NULL, false);
 		if (extra)
@@ -401,7 +415,9 @@ int handler_encode_pending(struct handler *h, struct decide_pending *p, struct s
 	size_t n;
 	const struct rl_decision *res = decide_pending_results(p, &n);
 
-	return encode_ack(h, tag[0], tag[1], res, n, (size_t)tag[2], w, max_frame_size, err);
+	/* tag[2]: the messages (low 32 bits), those beyond the batch (high). */
+	return encode_ack(h, tag[0], tag[1], res, n, (size_t)(tag[2] & 0xffffffffu),
+			  (size_t)(tag[2] >> 32), w, max_frame_size, err);
 }
 
 int handler_notify(struct handler *h, const struct spop_frame *f, double now,
@@ -409,8 +425,9 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 		   void *owner, struct decide_pending **owned)
 {
 	struct spop_msg msgs[HANDLER_MAX_MSGS];
-	struct rl_decision res[HANDLER_MAX_MSGS];
-	size_t n = 0, extra = 0;
+	struct rl_request rqs[HANDLER_MAX_MSGS];
+	struct rl_decision res[DECIDE_MAX_BATCH];
+	size_t n = 0, extra = 0, np;
 	struct spop_cursor c;
 	struct spop_msg m;
 	int rc;
@@ -430,20 +447,25 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 		return -1;
 	}
 
-	/* Pass 2: count. */
+	/* Pass 2: one decision over every message. */
+	h->scratch_used = 0;
 	for (size_t i = 0; i < n; i++)
-		handle_msg(h, &msgs[i], now, &res[i]);
+		msg_request(h, &msgs[i], &rqs[i]);
+	np = decide_batch(h->dec, rqs, n, now, res, DECIDE_MAX_BATCH);
+	for (size_t k = 0; k < np; k++)
+		msg_suffix(msgs[res[k].req].name, h->prefix_len, &res[k]);
 
-	if (decide_needs_store(res, n)) {
-		struct decide_pending *p = decide_hold(h->dec, res, n, now, owner, h->deliver, owned);
+	if (decide_needs_store(res, np)) {
+		struct decide_pending *p = decide_hold(h->dec, res, np, now, owner, h->deliver,
+						       owned);
 		if (p) {
 			uint64_t *tag = decide_pending_tag(p);
 			tag[0] = f->stream_id;
 			tag[1] = f->frame_id;
-			tag[2] = extra;
+			tag[2] = (uint64_t)extra << 32 | n;
 			return 1;
 		}
 		/* Not held (pool exhausted or store down): local answer. */
 	}
-	return encode_ack(h, f->stream_id, f->frame_id, res, n, extra, w, max_frame_size, err);
+	return encode_ack(h, f->stream_id, f->frame_id, res, np, n, extra, w, max_frame_size, err);
 }

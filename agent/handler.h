@@ -43,6 +43,7 @@ struct handler {
 	uint8_t var_hdr_len[VAR_COUNT];
 	char *scratch;          /* canonical key text (binary keys become hex) */
 	size_t scratch_len;
+	size_t scratch_used;    /* ... by the NOTIFY being read */
 };
 
 /* Prepares a handler for frames of at most max_frame_size bytes; allocates

@@ -30,7 +30,7 @@
 #define HTTP_RBUF_MAX   HTTP_HEAD_MAX   /* one head at a time */
 #define HTTP_WBUF       4096            /* answers, to start with */
 #define HTTP_WBUF_MAX   16384           /* answers of a pipelined batch */
-#define HTTP_RESP_MAX   1024            /* room one answer needs */
+#define HTTP_RESP_MAX   2048            /* room one answer needs (8 limits) */
 #define HTTP_CLOSE_GRACE 1.0            /* seconds to flush a last answer */
 #define HTTP_READS_PER_EVENT 16
 #define HTTP_METRICS_MAX (256u << 10)   /* the text of GET /metrics */
@@ -175,19 +175,43 @@ static const char *json_string(const char *s, char *out)
 	return out;
 }
 
-/* The answer of a /ratelimit decision. */
+/* A part's policy name, inside an sf-string: the namespace's, and with
+ * several limits in the decision its window too ("api-60"). */
+static const char *policy_name(const struct http_conn *c, const struct rl_decision *r,
+			       bool several, char *out)
+{
+	char name[NS_NAME_MAX + 16];
+
+	snprintf(name, sizeof(name), several ? "%s-%u" : "%s",
+		 rl_namespace_def(c->s.env->rl, r->ns)->name, r->window);
+	return sf_string(name, out);
+}
+
+/* The answer of a /ratelimit decision: its parts[0..np) (one per limit it
+ * was checked against). The body speaks for the most restrictive; the
+ * RateLimit fields list every limit (draft-ietf-httpapi-ratelimit-headers);
+ * a denied GET is a problem+json document (quota-exceeded) naming the
+ * policies it violated. */
 static void answer_decision(struct http_conn *c, const struct http_ctx *x,
-			    const struct rl_decision *r)
+			    const struct rl_decision *parts, size_t np)
 {
 	const struct config *cfg = c->s.env->cfg;
-	char hdr[640], body[512];
+	char hdr[HTTP_RESP_MAX], body[HTTP_RESP_MAX];
 	size_t h = 0, b = 0;
+	struct rl_decision folded;
+	const struct rl_decision *r = &parts[0];
+	const char *error = parts[0].error;
 
-	hdr[0] = '\0';
-	if (r->error && !r->refused) {
-		answer_error(c, x, 400, r->error);
-		return;
+	if (np > 1) {
+		decide_fold(parts, np, &folded, &error);
+		r = &folded;
 	}
+	hdr[0] = '\0';
+	for (size_t k = 0; k < np; k++)
+		if (parts[k].error && !parts[k].refused) {
+			answer_error(c, x, 400, parts[k].error);
+			return;
+		}
 	if (r->error) {
 		/* No room for a new key: on_table_full "deny" denies, else the
 		 * request passes, uncounted; the reason is in the body. */
@@ -203,22 +227,56 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 		return;
 	}
 	const char *name = rl_namespace_def(c->s.env->rl, r->ns)->name;
-	char policy[3 * NS_NAME_MAX], jname[2 * NS_NAME_MAX];
-	sf_string(name, policy);
+	char policy[3 * (NS_NAME_MAX + 16)], jname[2 * NS_NAME_MAX];
+	bool several = np > 1, problem = r->exceeded && !x->head;
+	size_t nlim = 0;
+
+	for (size_t k = 0; k < np; k++)
+		nlim += parts[k].has_limit;
+	if (nlim > 0) {
+		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "RateLimit-Policy: ");
+		for (size_t k = 0, i = 0; k < np; k++)
+			if (parts[k].has_limit)
+				h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "%s\"%s\";q=%lld;w=%u",
+						      i++ ? ", " : "",
+						      policy_name(c, &parts[k], several, policy),
+						      (long long)parts[k].limit, parts[k].window);
+		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "\r\nRateLimit: ");
+		for (size_t k = 0, i = 0; k < np; k++)
+			if (parts[k].has_limit)
+				h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "%s\"%s\";r=%lld;t=%lld",
+						      i++ ? ", " : "",
+						      policy_name(c, &parts[k], several, policy),
+						      (long long)parts[k].remaining,
+						      (long long)parts[k].reset);
+		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "\r\n");
+	}
 	if (r->has_limit) {
-		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h,
-				      "RateLimit-Policy: \"%s\";q=%lld;w=%u\r\n"
-				      "RateLimit: \"%s\";r=%lld;t=%lld\r\n",
-				      policy, (long long)r->limit, r->window, policy,
-				      (long long)r->remaining, (long long)r->reset);
 		if (r->exceeded)
 			h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "Retry-After: %lld\r\n",
 					      (long long)r->retry_after);
 		if (r->shadow)
 			snprintf(hdr + h, sizeof(hdr) - h, "X-RateLimit-Shadow: %s\r\n",
 				 r->shadow_exceeded ? "exceeded" : "ok");
+		b += (size_t)snprintf(body + b, sizeof(body) - b, "{");
+		if (problem) {
+			/* RFC 9457 with the ratelimit draft's problem type. */
+			b += (size_t)snprintf(body + b, sizeof(body) - b,
+					      "\"type\":\"https://iana.org/assignments/"
+					      "http-problem-types#quota-exceeded\","
+					      "\"title\":\"Request cannot be satisfied as assigned "
+					      "quota has been exceeded\",\"status\":%d,"
+					      "\"violated-policies\":[", cfg->http_deny_status);
+			for (size_t k = 0, i = 0; k < np; k++)
+				if (parts[k].exceeded)
+					b += (size_t)snprintf(body + b, sizeof(body) - b,
+							      "%s\"%s\"", i++ ? "," : "",
+							      policy_name(c, &parts[k], several,
+									  policy));
+			b += (size_t)snprintf(body + b, sizeof(body) - b, "],");
+		}
 		b += (size_t)snprintf(body + b, sizeof(body) - b,
-				      "{\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
+				      "\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
 				      "\"reset\":%lld,\"limit\":%lld,\"window\":%u",
 				      r->exceeded ? "true" : "false", (long long)r->rate,
 				      (long long)r->remaining, (long long)r->reset, (long long)r->limit,
@@ -233,11 +291,14 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 	}
 	if (r->degraded)
 		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"degraded\":true");
+	if (error)      /* another limit of the decision found no room */
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"error\":\"%s\"", error);
 	if (r->shadow && r->has_limit)
 		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"shadow_exceeded\":%s",
 				      r->shadow_exceeded ? "true" : "false");
 	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", json_string(name, jname));
-	answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr, body);
+	answer(c, x, r->exceeded ? cfg->http_deny_status : 200,
+	       problem ? "application/problem+json" : "application/json", hdr, body);
 }
 
 /* ---- /ratelimit ---- */
@@ -378,7 +439,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 {
 	char dec[HTTP_LINE_MAX];
 	struct rl_request rq;
-	struct rl_decision r;
+	struct rl_decision r[NS_MAX_WINDOWS];
 	double now = rl_now();
 
 	if (!authorized(c->s.env->cfg, req)) {
@@ -391,10 +452,9 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	rq.arg_error = why;
 	rq.untrusted = true;
 	rq.front = METRICS_HTTP;
-	memset(&r, 0, sizeof(r));
-	decide_one(c->s.env->decide, &rq, now, &r);
-	if (decide_needs_store(&r, 1)) {
-		struct decide_pending *p = decide_hold(c->s.env->decide, &r, 1, now, c,
+	size_t np = decide_batch(c->s.env->decide, &rq, 1, now, r, NS_MAX_WINDOWS);
+	if (decide_needs_store(r, np)) {
+		struct decide_pending *p = decide_hold(c->s.env->decide, r, np, now, c,
 						       http_deliver, &c->pending);
 		if (p) {
 			uint64_t *tag = decide_pending_tag(p);
@@ -404,7 +464,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 			return;
 		}
 	}
-	answer_decision(c, x, &r);
+	answer_decision(c, x, r, np);
 }
 
 void http_deliver(void *owner, struct decide_pending *p)
@@ -417,7 +477,7 @@ void http_deliver(void *owner, struct decide_pending *p)
 	const struct rl_decision *r = decide_pending_results(p, &n);
 
 	if (!c->s.dead && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX)
-		answer_decision(c, &x, r);
+		answer_decision(c, &x, r, n);
 	else if (!c->s.dead)
 		c->closing = true;      /* cannot happen: room is made before holding */
 	decide_pending_release(c->s.env->decide, p);

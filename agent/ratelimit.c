@@ -689,6 +689,21 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 	return rl_keep_signed(rl, ns, key, keylen, size, start, v, -1, now);
 }
 
+int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+	       int64_t start, double v, bool with_diff)
+{
+	struct shm_key k;
+	struct shm_ref cur, none;
+
+	if (rl_stored_window(rl, ns, key, keylen, size, start, v, &k) < 0)
+		return -1;
+	shm_find(rl->shm, &k, start, -1, &cur, &none);
+	/* Gone meanwhile (evicted): its count went with it. */
+	if (cur.idx != SHM_NONE)
+		shm_add(rl->shm, &cur, -v, with_diff);
+	return 0;
+}
+
 int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	     double amount, double now)
 {

@@ -34,7 +34,11 @@ static const char cfg_json[] =
 	"{\"name\": \"tier\", \"window_sizes\": [60], \"limit\": 10, \"caller_limit\": \"any\"},"
 	"{\"name\": \"strict\", \"window_sizes\": [60], \"limit\": 3, \"caller_limit\": \"none\","
 	" \"max_cost\": 2.5},"
-	"{\"name\": \"pinned\", \"window_sizes\": [60], \"limit\": 3, \"max_keys\": 8}]}";
+	"{\"name\": \"pinned\", \"window_sizes\": [60], \"limit\": 3, \"max_keys\": 8},"
+	"{\"name\": \"stack\", \"window_sizes\": [1, 60], \"window_type\": \"fixed\","
+	" \"limit\": {\"1\": 3, \"60\": 5}, \"count_denied\": false},"
+	"{\"name\": \"perip\", \"window_sizes\": [60], \"count_denied\": false},"
+	"{\"name\": \"perkey\", \"window_sizes\": [60], \"count_denied\": false}]}";
 
 static void setup(void)
 {
@@ -399,4 +403,63 @@ Test(decide, a_callers_limit_pins_no_entry)
 		hits("pinned", key, 60, -1, 1);
 	}
 	cr_assert(hits("pinned", "abuser", 60, -1, 1).exceeded, "its count was not flushed");
+}
+
+/* Several limits, one decision: fixed windows of 1 s (limit 3) and 60 s
+ * (limit 5), count_denied false, 10 requests naming no window in one
+ * second and 10 in the next: 3 then 2 admitted, and the 60 s count is
+ * what was admitted (the requests the 1 s limit denied spent nothing). */
+Test(decide, several_windows_one_decision)
+{
+	struct rl_decision parts[DECIDE_MAX_BATCH], one;
+	const char *err;
+	int admitted[2] = { 0, 0 };
+
+	for (int s = 0; s < 2; s++)
+		for (int i = 0; i < 10; i++) {
+			struct rl_request rq = req("stack", "k", 0, 1);
+			size_t np = decide_batch(&dec, &rq, 1, T0 + s + 0.5, parts, DECIDE_MAX_BATCH);
+
+			cr_assert_eq(np, 2, "one part per configured limit");
+			cr_assert(decide_request_result(parts, np, 0, &one, &err));
+			cr_assert_null(err);
+			admitted[s] += !one.exceeded;
+		}
+	cr_assert_eq(admitted[0], 3);
+	cr_assert_eq(admitted[1], 2);
+	struct rl_request read = req("stack", "k", 60, 0);
+	cr_assert_eq(decide(&read, T0 + 1.5).rate, 5, "only admitted requests counted");
+}
+
+/* Two requests of one NOTIFY (per IP limit 100, per key limit 5),
+ * count_denied false: 8 decisions leave 5 per IP. */
+Test(decide, two_requests_one_decision)
+{
+	struct rl_decision parts[DECIDE_MAX_BATCH];
+
+	for (int i = 1; i <= 8; i++) {
+		struct rl_request rq[2] = { req("perip", "10.0.0.1", 60, 1),
+					    req("perkey", "alice", 60, 1) };
+		rq[0].has_limit = rq[1].has_limit = true;
+		rq[0].limit = 100;
+		rq[1].limit = 5;
+		size_t np = decide_batch(&dec, rq, 2, T0 + 15, parts, DECIDE_MAX_BATCH);
+		cr_assert_eq(np, 2);
+		cr_assert_eq(parts[1].exceeded, i > 5, "decision %d", i);
+		cr_assert_not(parts[0].exceeded);
+		cr_assert_eq(parts[0].counted, i <= 5, "decision %d: the per-IP hit", i);
+	}
+	struct rl_request read = req("perip", "10.0.0.1", 60, 0);
+	cr_assert_eq(decide(&read, T0 + 15).rate, 5);
+	/* count_denied true (default): counted in all, as before. */
+	for (int i = 0; i < 8; i++) {
+		struct rl_request rq[2] = { req("api", "10.0.0.2", 60, 1),
+					    req("perkey", "bob", 60, 1) };
+		rq[0].has_limit = rq[1].has_limit = true;
+		rq[0].limit = 100;
+		rq[1].limit = 5;
+		decide_batch(&dec, rq, 2, T0 + 15, parts, DECIDE_MAX_BATCH);
+	}
+	struct rl_request read2 = req("api", "10.0.0.2", 60, 0);
+	cr_assert_eq(decide(&read2, T0 + 15).rate, 8);
 }

@@ -167,8 +167,15 @@ Test(http, counts_limits_and_headers)
 		snprintf(want, sizeof(want), "\"default\";r=%d;t=%lld", i <= 3 ? 3 - i : 0,
 			 body_num(&r, "reset"));
 		cr_assert_str_eq(hdr(&r, "RateLimit", v, sizeof(v)), want);
-		cr_assert_str_eq(hdr(&r, "Content-Type", v, sizeof(v)), "application/json");
+		/* A denied GET: a problem document (draft-ietf-httpapi-ratelimit-headers). */
+		cr_assert_str_eq(hdr(&r, "Content-Type", v, sizeof(v)),
+				 i <= 3 ? "application/json" : "application/problem+json");
 		if (i == 4) {
+			cr_assert_not_null(strstr(r.body, "\"type\":\"https://iana.org/assignments/"
+						  "http-problem-types#quota-exceeded\""), "%s", r.body);
+			cr_assert_not_null(strstr(r.body, "\"violated-policies\":[\"default\"]"),
+					   "%s", r.body);
+			cr_assert_not_null(strstr(r.body, "\"status\":429"), "%s", r.body);
 			cr_assert_str_eq(hdr(&r, "Retry-After", v, sizeof(v)),
 					 (snprintf(want, sizeof(want), "%lld",
 						   body_num(&r, "retry_after")), want));

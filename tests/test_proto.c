@@ -2163,6 +2163,65 @@ Test(config, prefix_scope_namespaces)
 	close(fd);
 }
 
+/* Several limits, one decision (issue 22): two messages per NOTIFY, a
+ * per-IP limit of 100 and a per-key limit of 5, count_denied false: the
+ * NOTIFYs the per-key limit denies count nothing per IP either (8
+ * NOTIFYs: 5 per IP, not 8). And a message naming no window in a
+ * namespace with a limit per window is checked against each: a 1 s
+ * limit of 3 and a 60 s limit of 5. */
+Test(config, several_limits_one_decision)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	static const char json[] =
+		"{ \"namespaces\": ["
+		"  { \"name\": \"ip\", \"window_sizes\": [60], \"count_denied\": false },"
+		"  { \"name\": \"apikey\", \"window_sizes\": [60], \"count_denied\": false },"
+		"  { \"name\": \"both\", \"window_sizes\": [1, 60], \"window_type\": \"fixed\","
+		"    \"limit\": {\"1\": 3, \"60\": 5}, \"count_denied\": false } ] }";
+	static struct rawspop_actions acts;
+	char ip[64], key[64];
+	int fd, admitted = 0;
+
+	start_with(json, args);
+	fd = hello_conn();
+	make_key(ip, sizeof(ip), "ip");
+	make_key(key, sizeof(key), "key");
+	struct rl m[2] = {
+		{ .msg = "ratelimit-ip", .key = ip, .ns = "ip", .window = 60, .limit = 100 },
+		{ .msg = "ratelimit-key", .key = key, .ns = "apikey", .window = 60, .limit = 5 },
+	};
+	for (int i = 1; i <= 8; i++) {
+		notify_n(fd, m, 2, &acts);
+		expect_no_error(&acts);
+		cr_assert(var_bool(&acts, "exceeded") == (i > 5), "NOTIFY %d: %s", i, frame_hex(&fr));
+		cr_assert(!var_bool(&acts, "exceeded_ip"), "the per-IP limit itself is not hit");
+		cr_assert(var_bool(&acts, "exceeded_key") == (i > 5));
+	}
+	{
+		struct rl r = { .key = ip, .ns = "ip", .window = 60, .has_cost = true, .cost = 0 };
+
+		notify1(fd, &r, &acts);
+		cr_assert(var_int(&acts, "rate") == 5, "per-IP count %lld after 8 NOTIFYs, 3 denied "
+			  "by the per-key limit", (long long)var_int(&acts, "rate"));
+	}
+	/* No window named: both limits of "both" decide. */
+	make_key(key, sizeof(key), "both");
+	for (int i = 1; i <= 10; i++) {
+		struct rl r = { .key = key, .ns = "both" };
+
+		notify1(fd, &r, &acts);
+		expect_no_error(&acts);
+		admitted += !var_bool(&acts, "exceeded");
+		if (i == 10) {
+			cr_assert(var_int(&acts, "limit") == 3, "the 1 s limit decided");
+			cr_assert(var_int(&acts, "window") == 1);
+		}
+	}
+	cr_assert(admitted >= 3 && admitted <= 5, "%d admitted of 10 (3 per second, 5 a minute)",
+		  admitted);
+	close(fd);
+}
+
 /* The agent's own max_frame_size below HAProxy's. */
 Test(config, max_frame_size)
 {
