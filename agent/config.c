@@ -866,6 +866,17 @@ static int cfg_set_ns_caller_admission(struct cfg_parser *p, json_t *v, void *ob
 	return 0;
 }
 
+static int cfg_set_ns_delay_max_ms(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, NS_DELAY_MAX_MS, &x) < 0)
+		return -1;
+	ns->delay_max_ms = (uint32_t)x;
+	return 0;
+}
+
 static int cfg_set_key_secret(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct config *c = obj;
@@ -1019,6 +1030,7 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "caller_limit",  .set = cfg_set_ns_caller_limit },
 	{ .name = "max_cost",      .set = cfg_set_ns_max_cost },
 	{ .name = "caller_admission", .set = cfg_set_ns_caller_admission },
+	{ .name = "delay_max_ms",  .set = cfg_set_ns_delay_max_ms },
 };
 
 #define CFG_N_KEYS(t) (sizeof(t) / sizeof((t)[0]))

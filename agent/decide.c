@@ -4,6 +4,7 @@
  * and the sync API; never a front.
  */
 #include "agent/decide.h"
+#include "agent/decide_int.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -136,6 +137,7 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		struct rl_decision *r)
 {
 	decide_count(d, rq, r, now);
+	memcpy(r->label, rq->label, sizeof(r->label));
 	if (r->error) {
 		metrics_add(&metrics_me->errors[r->refused ? METRICS_ERR_TABLE_FULL
 							   : METRICS_ERR_BAD_REQUEST], 1);
@@ -307,12 +309,12 @@ static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
 }
 
 /* A part of a denied decision that the namespace does not count denied
- * (count_denied false) is taken back; one waiting for the store to admit
- * it is not sent (the store never counts it). */
+ * (count_denied false), or any part when all, is taken back; one waiting
+ * for the store to admit it is not sent (the store never counts it). */
 static void batch_take_back(struct decide *d, const struct rl_request *rq,
-			    struct rl_decision *r, double now)
+			    struct rl_decision *r, double now, bool all)
 {
-	if (r->error || r->count_denied)
+	if (r->error || (r->count_denied && !all))
 		return;
 	if (r->admit0) {
 		r->admit0 = false;
@@ -361,9 +363,33 @@ size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, dou
 	for (size_t k = 0; k < np; k++)
 		denied = denied || (parts[k].exceeded && !parts[k].sync0);
 	if (denied && np > 1)
-		for (size_t k = 0; k < np; k++)
-			batch_take_back(d, &rq[parts[k].req], &parts[k], now);
+		decide_take_back(d, rq, parts, np, now, false);
 	return np;
+}
+
+void decide_take_back(struct decide *d, const struct rl_request *rq, struct rl_decision *parts,
+		      size_t np, double now, bool all)
+{
+	for (size_t k = 0; k < np; k++)
+		batch_take_back(d, &rq[parts[k].req], &parts[k], now, all);
+}
+
+struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq, size_t n,
+				  double now, struct rl_decision *parts, size_t maxparts,
+				  size_t *np, void *owner, decide_deliver_fn deliver,
+				  struct decide_pending **owned)
+{
+	struct decide_pending *p;
+
+	*np = 0;
+	/* Behind a delayed decision of the same key: in line, undecided. */
+	if (d->nheld > 0 && delay_queued(d, rq, n) &&
+	    (p = delay_hold(d, rq, n, parts, 0, now, owner, deliver, owned)))
+		return p;
+	*np = decide_batch(d, rq, n, now, parts, maxparts);
+	if (decide_needs_store(parts, *np))
+		return decide_hold(d, parts, *np, now, owner, deliver, owned);
+	return delay_hold(d, rq, n, parts, *np, now, owner, deliver, owned);
 }
 
 bool decide_request_result(const struct rl_decision *parts, size_t np, size_t req,
@@ -501,23 +527,9 @@ void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *ou
  * hit goes into the slot's diff, which the retry cycle of agent/sync.c
  * pushes later. */
 
-struct decide_pending {
-	struct decide *d;
-	void *owner;                             /* the front's; NULL once gone */
-	decide_deliver_fn deliver;
-	struct decide_pending **list;            /* owner's list head */
-	struct decide_pending *prev, *next;      /* owner's list, or the free list */
-	uint64_t tag[3];
-	double now;
-	size_t n;
-	int hi[DECIDE_MAX_BATCH];                /* request -> its hit in hits, or -1 */
-	struct rl_decision res[DECIDE_MAX_BATCH];
-	struct sync_hits hits;                   /* what waits for the stores */
-};
-
 _Static_assert(DECIDE_MAX_BATCH <= SYNC_HITS_MAX, "a batch of hits holds a whole batch");
 
-static struct decide_pending *pending_get(struct decide *d)
+struct decide_pending *pending_get(struct decide *d)
 {
 	struct decide_pending *p = d->free_pending;
 
@@ -535,11 +547,15 @@ static struct decide_pending *pending_get(struct decide *d)
 	p->owner = NULL;
 	p->list = NULL;
 	p->prev = p->next = NULL;
+	p->dq = NULL;
+	p->qnext = NULL;
+	p->nrq = 0;
 	return p;
 }
 
 void decide_free(struct decide *d)
 {
+	delay_free(d);
 	while (d->free_pending) {
 		struct decide_pending *p = d->free_pending;
 		d->free_pending = p->next;
@@ -547,14 +563,14 @@ void decide_free(struct decide *d)
 	}
 }
 
-static void pending_put(struct decide *d, struct decide_pending *p)
+void pending_put(struct decide *d, struct decide_pending *p)
 {
 	p->next = d->free_pending;
 	d->free_pending = p;
 	d->npending--;
 }
 
-static void pending_unlink(struct decide_pending *p)
+void pending_unlink(struct decide_pending *p)
 {
 	if (!p->list)
 		return;
@@ -639,18 +655,34 @@ static void pending_finish(struct decide_pending *p)
 	}
 }
 
-static void pending_on_pushed(void *arg)
+void pending_deliver(struct decide_pending *p)
 {
-	struct decide_pending *p = arg;
-	struct decide *d = p->d;
-
-	pending_finish(p);
 	if (p->owner) {
 		/* The owner answers and releases p. */
 		p->deliver(p->owner, p);
 		return;
 	}
-	pending_put(d, p);
+	pending_put(p->d, p);
+}
+
+void pending_link(struct decide_pending *p, void *owner, decide_deliver_fn deliver,
+		  struct decide_pending **owned)
+{
+	p->owner = owner;
+	p->deliver = deliver;
+	p->list = owned;
+	p->next = *owned;
+	if (*owned)
+		(*owned)->prev = p;
+	*owned = p;
+}
+
+static void pending_on_pushed(void *arg)
+{
+	struct decide_pending *p = arg;
+
+	pending_finish(p);
+	pending_deliver(p);
 }
 
 bool decide_needs_store(const struct rl_decision *res, size_t n)
@@ -732,13 +764,7 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 		pending_put(d, p);
 		return NULL;
 	}
-	p->owner = owner;
-	p->deliver = deliver;
-	p->list = owned;
-	p->next = *owned;
-	if (*owned)
-		(*owned)->prev = p;
-	*owned = p;
+	pending_link(p, owner, deliver, owned);
 	return p;
 }
 

@@ -22,10 +22,13 @@
 #include "agent/log.h"
 #include "agent/ratelimit.h"
 
+struct ev_loop;
 struct sync;
 
 #define DECIDE_MAX_BATCH   32     /* requests decided together (one NOTIFY) */
 #define DECIDE_MAX_PENDING 4096   /* batches waiting for a store, per worker */
+#define DECIDE_DELAY_PER_KEY 64   /* decisions delayed per key, per worker */
+#define DECIDE_DELAY_MAX   1024   /* decisions delayed per worker */
 #define DECIDE_COST_MAX    ((double)NS_LIMIT_MAX) /* largest cost and limit accepted */
 #define DECIDE_LABEL_MAX   16     /* characters of a front's label */
 
@@ -60,6 +63,8 @@ struct rl_request {
 	                                 admission (caller_admission): HTTP */
 	const char *arg_error;        /* the front found an argument invalid: why */
 	int front;                    /* enum metrics_front, for the metrics */
+	char label[DECIDE_LABEL_MAX + 1]; /* the front's name for it (SPOP: the
+	                                     message's suffix), kept in the decision */
 };
 
 /* One decision. The public part is what a front answers; the rest is what
@@ -81,6 +86,8 @@ struct rl_decision {
 	                                 of what the cluster had left */
 	bool shadow;                  /* the namespace is in shadow mode: */
 	bool shadow_exceeded;         /* ... it would have denied (exceeded is false) */
+	int64_t delayed_ms;           /* held this long before it was answered
+	                                 (delay_max_ms), or 0 */
 	/* private */
 	double current, previous, weight, cost;
 	double cap;                   /* what the rate is checked against: the
@@ -95,17 +102,25 @@ struct rl_decision {
 	bool count_denied;
 	uint8_t skeylen;
 	uint8_t req;                  /* decide_batch: the request it decides */
-	/* Kept by decide_one(): the front's label, and the stored key (only
-	 * for sync0), last so that the fields above are cleared cheaply. */
+	/* Not cleared with the fields above: the label (copied from the
+	 * request) and the stored key (set only for sync0), last so that
+	 * the fields above are cleared cheaply. */
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's own name for it (SPOP: suffix) */
 	char skey[RL_STORED_KEY_MAX];
 };
 
 struct decide_pending;
 
+struct delay_queue;
+
 struct decide {
 	struct rl *rl;
 	struct sync *sync;            /* the worker's; NULL: every namespace local */
+	struct ev_loop *loop;         /* the worker's, for delayed decisions; NULL:
+	                                 none is delayed */
+	struct delay_queue *dq_hash[64]; /* delayed decisions' keys (agent/delay.c) */
+	struct delay_queue *dq_free;
+	size_t nheld;                 /* decisions delayed now */
 	struct decide_pending *free_pending;
 	size_t npending;
 	struct log_limit full_log;    /* "no room" log, at most 1/s */
@@ -151,6 +166,17 @@ bool decide_needs_store(const struct rl_decision *res, size_t n);
 /* A held batch is complete: the owner answers it, then calls
  * decide_pending_release(). */
 typedef void (*decide_deliver_fn)(void *owner, struct decide_pending *p);
+
+/* What a front calls: decides rq[0..n) as one decision (decide_batch, into
+ * parts[0..*np)) and sees it through. NULL: the parts are final, answer
+ * them now. Else the decision waits (for its store, or delayed by its
+ * namespace's delay_max_ms, or behind a delayed one of the same key), in
+ * the pending returned, linked into *owned: the front tags it, and
+ * deliver(owner, p) runs once it is final (decide_pending_results). */
+struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq, size_t n,
+				  double now, struct rl_decision *parts, size_t maxparts,
+				  size_t *np, void *owner, decide_deliver_fn deliver,
+				  struct decide_pending **owned);
 
 /* Starts the store round trip of the synchronous decisions of res[0..n)
  * (n <= DECIDE_MAX_BATCH). Returns the pending batch, linked into *owned

@@ -158,7 +158,7 @@ static size_t key_text(struct handler *h, const struct spop_data *d, const char 
 
 /* Copies the message name's suffix (after the prefix and an optional
  * separator) into r->label, made safe for a variable name. */
-static void msg_suffix(struct spop_str name, size_t prefix_len, struct rl_decision *r)
+static void msg_suffix(struct spop_str name, size_t prefix_len, struct rl_request *r)
 {
 	const char *p = name.ptr + prefix_len;
 	size_t len = name.len - prefix_len, n = 0;
@@ -194,6 +194,7 @@ static void msg_request(struct handler *h, const struct spop_msg *m, struct rl_r
 	struct spop_cursor c;
 	struct spop_kv kv;
 
+	msg_suffix(m->name, h->prefix_len, &rq);
 	spop_args_init(&c, m);
 	while (spop_args_next(&c, &kv) == 1) {
 		const struct spop_kv *a = &kv;
@@ -264,7 +265,7 @@ decide:
 static const char *const var_names[VAR_COUNT] = {
 	[VAR_EXCEEDED] = "exceeded", [VAR_RATE] = "rate", [VAR_REMAINING] = "remaining",
 	[VAR_RESET] = "reset", [VAR_LIMIT] = "limit", [VAR_WINDOW] = "window",
-	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error", [VAR_DEGRADED] = "degraded",
+	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error", [VAR_DEGRADED] = "degraded", [VAR_DELAYED_MS] = "delayed_ms",
 	[VAR_SHADOW_EXCEEDED] = "shadow_exceeded",
 };
 
@@ -352,6 +353,8 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 		put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
 	if (r->degraded)
 		put_var_bool(w, h, VAR_DEGRADED, sfx, true);
+	if (r->delayed_ms > 0)
+		put_var_int(w, h, VAR_DELAYED_MS, sfx, r->delayed_ms);
 	if (r->shadow && r->has_limit)
 		put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
 }
@@ -451,21 +454,15 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 	h->scratch_used = 0;
 	for (size_t i = 0; i < n; i++)
 		msg_request(h, &msgs[i], &rqs[i]);
-	np = decide_batch(h->dec, rqs, n, now, res, DECIDE_MAX_BATCH);
-	for (size_t k = 0; k < np; k++)
-		msg_suffix(msgs[res[k].req].name, h->prefix_len, &res[k]);
-
-	if (decide_needs_store(res, np)) {
-		struct decide_pending *p = decide_hold(h->dec, res, np, now, owner, h->deliver,
-						       owned);
-		if (p) {
-			uint64_t *tag = decide_pending_tag(p);
-			tag[0] = f->stream_id;
-			tag[1] = f->frame_id;
-			tag[2] = (uint64_t)extra << 32 | n;
-			return 1;
-		}
-		/* Not held (pool exhausted or store down): local answer. */
+	struct decide_pending *p = decide_run(h->dec, rqs, n, now, res, DECIDE_MAX_BATCH, &np,
+					      owner, h->deliver, owned);
+	if (p) {
+		/* It waits for a store, or is delayed: answered later. */
+		uint64_t *tag = decide_pending_tag(p);
+		tag[0] = f->stream_id;
+		tag[1] = f->frame_id;
+		tag[2] = (uint64_t)extra << 32 | n;
+		return 1;
 	}
 	return encode_ack(h, f->stream_id, f->frame_id, res, np, n, extra, w, max_frame_size, err);
 }

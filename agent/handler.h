@@ -31,6 +31,7 @@ enum handler_var {
 	VAR_ERROR,
 	VAR_DEGRADED,
 	VAR_SHADOW_EXCEEDED,
+	VAR_DELAYED_MS,
 	VAR_COUNT
 };
 

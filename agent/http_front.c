@@ -291,6 +291,9 @@ static void answer_decision(struct http_conn *c, const struct http_ctx *x,
 	}
 	if (r->degraded)
 		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"degraded\":true");
+	if (r->delayed_ms > 0)
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"delayed_ms\":%lld",
+				      (long long)r->delayed_ms);
 	if (error)      /* another limit of the decision found no room */
 		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"error\":\"%s\"", error);
 	if (r->shadow && r->has_limit)
@@ -452,17 +455,16 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	rq.arg_error = why;
 	rq.untrusted = true;
 	rq.front = METRICS_HTTP;
-	size_t np = decide_batch(c->s.env->decide, &rq, 1, now, r, NS_MAX_WINDOWS);
-	if (decide_needs_store(r, np)) {
-		struct decide_pending *p = decide_hold(c->s.env->decide, r, np, now, c,
-						       http_deliver, &c->pending);
-		if (p) {
-			uint64_t *tag = decide_pending_tag(p);
-			tag[0] = x->head;
-			tag[1] = x->keep_alive;
-			tag[2] = (uint64_t)x->minor;
-			return;
-		}
+	size_t np;
+	struct decide_pending *p = decide_run(c->s.env->decide, &rq, 1, now, r, NS_MAX_WINDOWS,
+					      &np, c, http_deliver, &c->pending);
+	if (p) {
+		/* It waits for a store, or is delayed: answered later. */
+		uint64_t *tag = decide_pending_tag(p);
+		tag[0] = x->head;
+		tag[1] = x->keep_alive;
+		tag[2] = (uint64_t)x->minor;
+		return;
 	}
 	answer_decision(c, x, r, np);
 }

@@ -177,7 +177,7 @@ static bool ns_has_window(const struct ns_def *d, uint32_t w)
 	return false;
 }
 
-/* limit, caller_limit, max_cost, caller_admission. */
+/* limit, caller_limit, max_cost, caller_admission, delay_max_ms. */
 static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 {
 	if (d->n_limits > NS_MAX_WINDOWS)
@@ -209,6 +209,9 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 	if (d->caller_limit == NS_CALLER_NONE && !ns_has_limits(d))
 		return ns_fail(e, "caller_limit", "\"none\" needs a configured limit (without one, "
 			       "a request's limit is the only one)");
+	if (d->delay_max_ms > NS_DELAY_MAX_MS)
+		return ns_fail(e, "delay_max_ms", "expected 0..%u ms, got %u", NS_DELAY_MAX_MS,
+			       d->delay_max_ms);
 	if (d->max_cost != 0 && !(d->max_cost > 0 && d->max_cost <= (double)NS_LIMIT_MAX))
 		return ns_fail(e, "max_cost", "expected a number > 0 and at most %lld, got %g",
 			       NS_LIMIT_MAX, d->max_cost);

@@ -25,6 +25,7 @@
 #define NS_SYNC_RATE_MAX   3600.0
 #define NS_ERR_MAX         256
 #define NS_LIMIT_NONE      (-1)        /* no limit configured */
+#define NS_DELAY_MAX_MS    60000u      /* delay_max_ms */
 #define NS_LIMIT_MAX       1000000000000LL /* largest limit and cost (1e12: exact in a double) */
 
 /* The window type messages get when they name none. */
@@ -96,6 +97,8 @@ struct ns_def {
 	enum ns_caller_limit caller_limit;
 	double max_cost;                         /* 0: ns_max_cost()'s default */
 	bool caller_admission;                   /* HTTP callers may choose `admission` */
+	uint32_t delay_max_ms;                   /* hold a hit this long rather than deny
+	                                            it (0: never; <= NS_DELAY_MAX_MS) */
 };
 
 /* Where a namespace is wrong: the key ("sync_rate", "window_sizes[2]") and

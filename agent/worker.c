@@ -546,6 +546,7 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 		return 1;
 	}
 	w.decide.sync = w.sync;
+	w.decide.loop = w.loop;
 	w.handler.deliver = conn_deliver;
 
 	LOG(LOG_DEBUG, "worker %d serving", id);
@@ -557,8 +558,8 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 		w.conns->ops->close(w.conns);
 	sync_stop(w.sync);
 	worker_reap(&w);
+	decide_free(&w.decide);         /* its delay timers are on the loop */
 	ev_loop_destroy(w.loop);
 	handler_free(&w.handler);
-	decide_free(&w.decide);
 	return 0;
 }

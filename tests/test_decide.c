@@ -195,13 +195,15 @@ Test(decide, errors_and_which_wins)
 	cr_assert_eq(decide(&rq, T0).rate, 1);
 }
 
+/* The request's label (the front's name for it) is the decision's, also
+ * when the decision is an error. */
 Test(decide, label_is_kept)
 {
 	struct rl_request rq = req(NULL, "l", 60, 1);
 	struct rl_decision d;
 
 	memset(&d, 0, sizeof(d));
-	snprintf(d.label, sizeof(d.label), "perip");
+	snprintf(rq.label, sizeof(rq.label), "perip");
 	decide_one(&dec, &rq, T0, &d);
 	cr_assert_str_eq(d.label, "perip");
 	rq.ns = "nope";

@@ -2222,6 +2222,79 @@ Test(config, several_limits_one_decision)
 	close(fd);
 }
 
+/* Delay instead of deny (issue 22): a limit of 5 per sliding second,
+ * delay_max_ms 3000, 10 hits at once: 5 admitted at once, the 5 others
+ * held and released one by one, in arrival order, as the sliding rate
+ * makes room (within about 2 s), all admitted, each saying how long it
+ * waited; an 11th that cannot fit within 3 s is denied at once. */
+Test(config, delay_instead_of_deny, .timeout = 60)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	static const char json[] =
+		"{ \"namespaces\": ["
+		"  { \"name\": \"slow\", \"window_sizes\": [1], \"limit\": 5,"
+		"    \"delay_max_ms\": 3000, \"count_denied\": false } ] }";
+	static struct rawspop_actions acts;
+	int64_t delayed[10];
+	int admitted = 0, at_once = 0;
+	char key[64];
+	int fd;
+
+	start_with(json, args);
+	fd = hello_conn();
+	make_key(key, sizeof(key), "delay");
+	int64_t t0 = rawspop_now_ms();
+	rawspop_buf_reset(&wb);
+	for (int i = 0; i < 10; i++) {
+		struct rl r = { .key = key, .ns = "slow" };
+		put_notify(100 + (uint64_t)i, 1, &r, 1);
+	}
+	send_buf(fd);
+	for (int n = 0; n < 10; n++) {
+		read_ok(fd, &fr, 5000);
+		cr_assert(fr.type == RAWSPOP_ACK, "ACK %d: %s", n, frame_hex(&fr));
+		int i = (int)fr.stream_id - 100;
+		cr_assert(i >= 0 && i < 10);
+		cr_assert(rawspop_decode_actions(&fr, &acts, errbuf, sizeof(errbuf)) == 0, "%s",
+			  errbuf);
+		expect_no_error(&acts);
+		admitted += !var_bool(&acts, "exceeded");
+		const struct rawspop_action *v = rawspop_var_find(&acts, "delayed_ms");
+		delayed[i] = v ? var_int(&acts, "delayed_ms") : 0;
+		at_once += delayed[i] == 0;
+	}
+	int64_t took = rawspop_now_ms() - t0;
+	cr_log_info("10 hits, limit 5/s, delay_max_ms 3000: %d admitted, %d at once, the last "
+		    "after %lld ms (delayed_ms: %lld %lld %lld %lld %lld)", admitted, at_once,
+		    (long long)took, (long long)delayed[5], (long long)delayed[6],
+		    (long long)delayed[7], (long long)delayed[8], (long long)delayed[9]);
+	cr_assert_eq(admitted, 10);
+	cr_assert_eq(at_once, 5);
+	for (int i = 5; i < 10; i++) {
+		cr_assert_gt(delayed[i], 0);
+		cr_assert_leq(delayed[i], 3000);
+		if (i > 5)
+			cr_assert_geq(delayed[i], delayed[i - 1], "released in arrival order");
+	}
+	/* The window is full again: a hit that cannot fit within 3 s is
+	 * denied at once, not held. */
+	{
+		struct rl r = { .key = key, .ns = "slow" };
+		rawspop_buf_reset(&wb);
+		for (int i = 0; i < 30; i++)
+			put_notify(300 + (uint64_t)i, 1, &r, 1);
+		send_buf(fd);
+		int denied = 0;
+		for (int n = 0; n < 30; n++) {
+			read_ok(fd, &fr, 5000);
+			cr_assert(rawspop_decode_actions(&fr, &acts, errbuf, sizeof(errbuf)) == 0);
+			denied += var_bool(&acts, "exceeded");
+		}
+		cr_assert_gt(denied, 0, "30 more: some cannot wait 3 s");
+	}
+	close(fd);
+}
+
 /* The agent's own max_frame_size below HAProxy's. */
 Test(config, max_frame_size)
 {

@@ -1,0 +1,75 @@
+/*
+ * decide_int.h - what the decision layer's own files share (agent/decide.c,
+ * agent/delay.c), not the fronts: a held decision and its pool.
+ */
+#ifndef DECIDE_INT_H
+#define DECIDE_INT_H
+
+#include "agent/decide.h"
+#include "agent/sync.h"
+
+#define DECIDE_DELAY_KEYS 2048    /* bytes of a delayed decision's keys and names */
+
+struct delay_queue;
+
+/* A decision that waits: for its store (sync_rate 0, exact admission), or
+ * delayed (delay_max_ms: agent/delay.c). From a per-worker pool; linked
+ * into its owner's list until delivered or released. */
+struct decide_pending {
+	struct decide *d;
+	void *owner;                             /* the front's; NULL once gone */
+	decide_deliver_fn deliver;
+	struct decide_pending **list;            /* owner's list head */
+	struct decide_pending *prev, *next;      /* owner's list, or the free list */
+	uint64_t tag[3];
+	double now;
+	size_t n;
+	int hi[DECIDE_MAX_BATCH];                /* request -> its hit in hits, or -1 */
+	struct rl_decision res[DECIDE_MAX_BATCH];
+	struct sync_hits hits;                   /* what waits for the stores */
+	/* Delayed: the requests (strings copied into keys), when they came and
+	 * until when they may wait, their key's queue. */
+	struct delay_queue *dq;
+	struct decide_pending *qnext;
+	double since, deadline;
+	size_t nrq;
+	struct rl_request rq[DECIDE_MAX_BATCH];
+	char keys[DECIDE_DELAY_KEYS];
+};
+
+struct decide_pending *pending_get(struct decide *d);
+void pending_put(struct decide *d, struct decide_pending *p);
+void pending_unlink(struct decide_pending *p);
+
+/* Links p into its owner's list. */
+void pending_link(struct decide_pending *p, void *owner, decide_deliver_fn deliver,
+		  struct decide_pending **owned);
+
+/* p is final: its owner answers it (and releases it), or, gone, p goes
+ * back to the pool. */
+void pending_deliver(struct decide_pending *p);
+
+/* The parts of a decision that takes them back (agent/decide.c):
+ * counted parts of count_denied false namespaces, or every counted part
+ * (all: the decision is held, not final). */
+void decide_take_back(struct decide *d, const struct rl_request *rq, struct rl_decision *parts,
+		      size_t np, double now, bool all);
+
+/* ---- agent/delay.c ---- */
+
+/* A denied decision of rq[0..n) (its parts[0..np), counted as
+ * decide_batch left them) that may wait, or a decision behind one that
+ * waits for the same key: returns it held (linked to owner; the parts
+ * taken back), or NULL: answer it now as it is. */
+struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq, size_t n,
+				  struct rl_decision *parts, size_t np, double now, void *owner,
+				  decide_deliver_fn deliver, struct decide_pending **owned);
+
+/* Would a decision of rq[0..n) wait behind a delayed one (the same key,
+ * in this worker)? */
+bool delay_queued(struct decide *d, const struct rl_request *rq, size_t n);
+
+/* Stops the queues' timers and frees them (decide_free). */
+void delay_free(struct decide *d);
+
+#endif /* DECIDE_INT_H */

@@ -1,0 +1,393 @@
+/*
+ * delay.c - delay instead of deny (a namespace's delay_max_ms; see
+ * docs/CONFIG.md): a decision over a limit that would fit within that
+ * many ms is held and decided again when the sliding window makes room,
+ * in arrival order per key.
+ *
+ *   decide_run --denied--> delay_hold: the wait until every limit it is
+ *      over admits it (window_retry_after), within the smallest
+ *      delay_max_ms of those limits and the bounds? --no--> answered now
+ *          | yes: its counts taken back, the requests copied, queued
+ *          v      behind its key's earlier held decisions
+ *   the key's queue: one timer, for its head: decided again (decide_batch)
+ *      admitted --> delivered with delayed_ms; the next one is tried
+ *      denied, the wait still within its deadline --> counts taken back,
+ *          the timer re-armed
+ *      denied otherwise --> delivered, denied as without delay (counted
+ *          as count_denied says)
+ *
+ * A decision for a key that has held decisions (in this worker) waits
+ * behind them, undecided, if the position it would take can still be
+ * reached within its delay (the wait of the queue's limit with the hits
+ * ahead counted); else it is decided as usual. Held decisions are bounded
+ * per key (DECIDE_DELAY_PER_KEY) and per worker (DECIDE_DELAY_MAX): beyond,
+ * denied as without delay. The order holds within a worker: another
+ * worker's hits of the key are decided on their own.
+ */
+#include "agent/decide_int.h"
+#include "strategies/container.h"
+
+#include <ev.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/window.h"
+
+#define DELAY_SLACK 0.0005   /* seconds: a timer that fires this early is on time */
+
+/* The held decisions of one key (the namespace and stored key of the
+ * limit that held the first of them), in arrival order. */
+struct delay_queue {
+	struct delay_queue *next;        /* hash chain, or the free list */
+	struct decide *d;
+	int ns;
+	uint8_t keylen;
+	char key[RL_STORED_KEY_MAX];
+	struct decide_pending *head, *tail;
+	size_t n;
+	/* The limit that holds it, as last seen: to tell a newcomer the
+	 * wait its place in the line means. */
+	double cur, prev, limit, cost;
+	uint32_t window;
+	bool sliding;
+	ev_timer timer;
+};
+
+static unsigned dq_bucket(int ns, const char *key, size_t len)
+{
+	uint32_t h = 2166136261u ^ (uint32_t)ns;
+
+	for (size_t i = 0; i < len; i++)
+		h = (h ^ (uint8_t)key[i]) * 16777619u;
+	return h % (sizeof(((struct decide *)0)->dq_hash) / sizeof(struct delay_queue *));
+}
+
+static struct delay_queue *dq_find(struct decide *d, int ns, const char *key, size_t len)
+{
+	for (struct delay_queue *q = d->dq_hash[dq_bucket(ns, key, len)]; q; q = q->next)
+		if (q->ns == ns && q->keylen == len && memcmp(q->key, key, len) == 0)
+			return q;
+	return NULL;
+}
+
+static void dq_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
+
+static struct delay_queue *dq_new(struct decide *d, int ns, const char *key, size_t len)
+{
+	struct delay_queue *q = d->dq_free;
+
+	if (q)
+		d->dq_free = q->next;
+	else if (!(q = malloc(sizeof(*q))))
+		return NULL;
+	memset(q, 0, sizeof(*q));
+	q->d = d;
+	q->ns = ns;
+	q->keylen = (uint8_t)len;
+	memcpy(q->key, key, len);
+	ev_init(&q->timer, dq_on_timer);
+	unsigned b = dq_bucket(ns, key, len);
+	q->next = d->dq_hash[b];
+	d->dq_hash[b] = q;
+	return q;
+}
+
+static void dq_drop(struct delay_queue *q)
+{
+	struct decide *d = q->d;
+	struct delay_queue **pp = &d->dq_hash[dq_bucket(q->ns, q->key, q->keylen)];
+
+	ev_timer_stop(d->loop, &q->timer);
+	while (*pp && *pp != q)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = q->next;
+	q->next = d->dq_free;
+	d->dq_free = q;
+}
+
+/* The (namespace, stored key) a request is queued under. */
+static int request_key(const struct decide *d, const struct rl_request *rq, char *key,
+		       size_t *len)
+{
+	int ns;
+
+	if (!rq->key || rq->key_len == 0 ||
+	    (ns = rl_namespace_index(d->rl, rq->ns ? rq->ns : "default", rq->ns ? rq->ns_len : 7)) < 0)
+		return -1;
+	*len = rl_stored_key(d->rl, rq->key, rq->key_len, key);
+	return ns;
+}
+
+/* Copies the requests into p, their strings into p->keys. */
+static bool copy_requests(struct decide_pending *p, const struct rl_request *rq, size_t n)
+{
+	size_t used = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		struct rl_request *c = &p->rq[i];
+		*c = rq[i];
+		if (rq[i].ns) {
+			if (used + rq[i].ns_len > sizeof(p->keys))
+				return false;
+			memcpy(p->keys + used, rq[i].ns, rq[i].ns_len);
+			c->ns = p->keys + used;
+			used += rq[i].ns_len;
+		}
+		if (rq[i].key) {
+			if (used + rq[i].key_len > sizeof(p->keys))
+				return false;
+			memcpy(p->keys + used, rq[i].key, rq[i].key_len);
+			c->key = p->keys + used;
+			used += rq[i].key_len;
+		}
+	}
+	p->nrq = n;
+	return true;
+}
+
+/* The limit of a part as the rate is checked against it. */
+static double part_cap(const struct rl_decision *r)
+{
+	return r->cap < (double)r->limit ? r->cap : (double)r->limit;
+}
+
+/* Over the parts a decision is denied by: the longest wait until each
+ * admits it, and the smallest delay_max_ms of their namespaces (seconds;
+ * 0: one of them never delays). *by: the part that waits the longest.
+ * false: not a denial that can wait (no part over its limit, an error). */
+static bool denial_wait(const struct decide *d, const struct rl_decision *parts, size_t np,
+			double now, double *wait, double *budget, size_t *by)
+{
+	bool any = false;
+
+	*wait = 0;
+	*budget = INFINITY;
+	*by = 0;
+	for (size_t k = 0; k < np; k++) {
+		const struct rl_decision *r = &parts[k];
+		if (r->error)
+			return false;
+		if (!r->exceeded)
+			continue;
+		const struct ns_def *nsc = rl_namespace_def(d->rl, r->ns);
+		double w = window_retry_after(r->current, r->previous, part_cap(r), now, r->window,
+					      r->sliding);
+		double b = nsc ? nsc->delay_max_ms / 1000.0 : 0;
+		if (b < *budget)
+			*budget = b;
+		if (!any || w > *wait) {
+			*wait = w;
+			*by = k;
+		}
+		any = true;
+	}
+	return any && *budget > 0;
+}
+
+/* p leaves the head of its queue, final: its parts are parts[0..np). */
+static void dq_deliver(struct delay_queue *q, struct rl_decision *parts, size_t np, double now)
+{
+	struct decide *d = q->d;
+	struct decide_pending *p = q->head;
+	int64_t waited = (int64_t)llround((now - p->since) * 1000.0);
+
+	q->head = p->qnext;
+	if (!q->head)
+		q->tail = NULL;
+	q->n--;
+	d->nheld--;
+	p->dq = NULL;
+	p->qnext = NULL;
+	for (size_t k = 0; k < np; k++)
+		parts[k].delayed_ms = waited > 0 ? waited : 1;
+	if (decide_needs_store(parts, np) && p->owner) {
+		/* Room now, and a store decides it (exact admission): it waits
+		 * for the store like any other, in a pending of its own. */
+		struct decide_pending *s = decide_hold(d, parts, np, now, p->owner, p->deliver,
+						       p->list);
+		if (s) {
+			memcpy(decide_pending_tag(s), p->tag, sizeof(p->tag));
+			pending_unlink(p);
+			pending_put(d, p);
+			return;
+		}
+	}
+	memcpy(p->res, parts, np * sizeof(*parts));
+	p->n = np;
+	pending_deliver(p);
+}
+
+/* The queue's head is due: decided again; admitted ones leave, in order,
+ * until one has to wait on. */
+static void dq_run(struct delay_queue *q)
+{
+	struct decide *d = q->d;
+	double now = rl_now();
+	struct rl_decision parts[DECIDE_MAX_BATCH];
+
+	while (q->head) {
+		struct decide_pending *p = q->head;
+		double wait, budget;
+		size_t by;
+
+		if (!p->owner) {
+			/* Its peer went away: nothing to decide, nothing counted. */
+			q->head = p->qnext;
+			if (!q->head)
+				q->tail = NULL;
+			q->n--;
+			d->nheld--;
+			pending_put(d, p);
+			continue;
+		}
+		size_t np = decide_batch(d, p->rq, p->nrq, now, parts, DECIDE_MAX_BATCH);
+		if (!denial_wait(d, parts, np, now, &wait, &budget, &by) ||
+		    now + wait > p->deadline + DELAY_SLACK) {
+			/* Admitted, or it cannot be within its delay: final. */
+			dq_deliver(q, parts, np, now);
+			continue;
+		}
+		/* Still over, and room comes in time: wait on, uncounted. */
+		decide_take_back(d, p->rq, parts, np, now, true);
+		const struct rl_decision *r = &parts[by];
+		q->cur = r->current - r->cost;
+		q->prev = r->previous;
+		q->limit = part_cap(r);
+		q->cost = r->cost;
+		q->window = r->window;
+		q->sliding = r->sliding;
+		double at = wait < p->deadline - now ? wait : p->deadline - now;
+		ev_timer_set(&q->timer, at > 0 ? at : 0, 0.);
+		ev_timer_start(d->loop, &q->timer);
+		return;
+	}
+	dq_drop(q);
+}
+
+static void dq_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
+{
+	(void)loop, (void)revents;
+	dq_run(container_of(t, struct delay_queue, timer));
+}
+
+bool delay_queued(struct decide *d, const struct rl_request *rq, size_t n)
+{
+	char key[RL_STORED_KEY_MAX];
+	size_t len;
+
+	for (size_t i = 0; i < n; i++) {
+		int ns = request_key(d, &rq[i], key, &len);
+		if (ns >= 0 && dq_find(d, ns, key, len))
+			return true;
+	}
+	return false;
+}
+
+/* Queues p (its requests copied) at the tail of q, until deadline. */
+static void dq_push(struct delay_queue *q, struct decide_pending *p, double now,
+		    double deadline)
+{
+	p->since = now;
+	p->deadline = deadline;
+	p->dq = q;
+	p->qnext = NULL;
+	if (q->tail)
+		q->tail->qnext = p;
+	else
+		q->head = p;
+	q->tail = p;
+	q->n++;
+	q->d->nheld++;
+}
+
+struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq, size_t n,
+				  struct rl_decision *parts, size_t np, double now, void *owner,
+				  decide_deliver_fn deliver, struct decide_pending **owned)
+{
+	char key[RL_STORED_KEY_MAX];
+	struct delay_queue *q = NULL;
+	struct decide_pending *p;
+	double wait, budget;
+	size_t len, by;
+
+	if (!d->loop || d->nheld >= DECIDE_DELAY_MAX)
+		return NULL;
+	if (np == 0) {
+		/* Behind the held decisions of one of its keys: in line, if
+		 * its place there can be reached within that limit's delay. */
+		for (size_t i = 0; i < n && !q; i++) {
+			int ns = request_key(d, &rq[i], key, &len);
+			if (ns >= 0)
+				q = dq_find(d, ns, key, len);
+		}
+		const struct ns_def *nsc = q ? rl_namespace_def(d->rl, q->ns) : NULL;
+		if (!q || !nsc || q->n >= DECIDE_DELAY_PER_KEY)
+			return NULL;
+		budget = nsc->delay_max_ms / 1000.0;
+		wait = window_retry_after(q->cur + (double)(q->n + 1) * q->cost, q->prev, q->limit,
+					  now, q->window, q->sliding);
+		if (wait > budget || !(p = pending_get(d)))
+			return NULL;
+		if (!copy_requests(p, rq, n)) {
+			pending_put(d, p);
+			return NULL;
+		}
+		dq_push(q, p, now, now + budget);
+		pending_link(p, owner, deliver, owned);
+		return p;
+	}
+	if (!denial_wait(d, parts, np, now, &wait, &budget, &by) || wait > budget)
+		return NULL;
+	int ns = request_key(d, &rq[parts[by].req], key, &len);
+	if (ns < 0)
+		return NULL;
+	q = dq_find(d, ns, key, len);
+	if (q && q->n >= DECIDE_DELAY_PER_KEY)
+		return NULL;
+	if (!(p = pending_get(d)))
+		return NULL;
+	if (!copy_requests(p, rq, n) || (!q && !(q = dq_new(d, ns, key, len)))) {
+		pending_put(d, p);
+		return NULL;
+	}
+	/* Held, not decided: nothing of it stays counted meanwhile. */
+	decide_take_back(d, rq, parts, np, now, true);
+	const struct rl_decision *r = &parts[by];
+	bool first = q->head == NULL;
+	q->cur = r->current - r->cost;
+	q->prev = r->previous;
+	q->limit = part_cap(r);
+	q->cost = r->cost;
+	q->window = r->window;
+	q->sliding = r->sliding;
+	dq_push(q, p, now, now + budget);
+	pending_link(p, owner, deliver, owned);
+	if (first) {
+		ev_timer_set(&q->timer, wait, 0.);
+		ev_timer_start(d->loop, &q->timer);
+	}
+	return p;
+}
+
+void delay_free(struct decide *d)
+{
+	for (size_t b = 0; b < sizeof(d->dq_hash) / sizeof(d->dq_hash[0]); b++)
+		while (d->dq_hash[b]) {
+			struct delay_queue *q = d->dq_hash[b];
+			while (q->head) {
+				struct decide_pending *p = q->head;
+				q->head = p->qnext;
+				pending_unlink(p);
+				pending_put(d, p);
+			}
+			dq_drop(q);
+		}
+	while (d->dq_free) {
+		struct delay_queue *q = d->dq_free;
+		d->dq_free = q->next;
+		free(q);
+	}
+	d->nheld = 0;
+}
