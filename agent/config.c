@@ -924,9 +924,8 @@ static int cfg_set_http_deny_status(struct cfg_parser *p, json_t *v, void *obj)
 }
 
 /* Visible ASCII, no space: it travels in "Authorization: Bearer <token>". */
-static int cfg_set_http_token(struct cfg_parser *p, json_t *v, void *obj)
+static int cfg_set_token(struct cfg_parser *p, json_t *v, char *dst)
 {
-	struct config *c = obj;
 	const char *t;
 	size_t n;
 
@@ -934,13 +933,45 @@ static int cfg_set_http_token(struct cfg_parser *p, json_t *v, void *obj)
 		return cfg_fail_type(p, v, "a string of 1..255 visible ASCII characters");
 	t = json_string_value(v);
 	n = json_string_length(v);
-	if (n == 0 || n >= sizeof(c->http_token))
+	if (n == 0 || n >= CONFIG_TOKEN_MAX)
 		return cfg_fail(p, "expected 1..255 visible ASCII characters, got %zu bytes", n);
 	for (size_t i = 0; i < n; i++)
 		if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
 			return cfg_fail(p, "expected visible ASCII characters only (no space, no "
 					"control character), byte %zu is not", i);
-	memcpy(c->http_token, t, n + 1);
+	memcpy(dst, t, n + 1);
+	return 0;
+}
+
+static int cfg_set_http_token(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_token(p, v, ((struct config *)obj)->http_token);
+}
+
+static int cfg_set_http_admin_token(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_token(p, v, ((struct config *)obj)->http_admin_token);
+}
+
+static int cfg_set_top_keys(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, 1024, &x) < 0)
+		return -1;
+	c->top_keys = (unsigned)x;
+	return 0;
+}
+
+static int cfg_set_top_sample(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, 1024, &x) < 0)
+		return -1;
+	c->top_sample = (unsigned)x;
 	return 0;
 }
 
@@ -1009,6 +1040,9 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "http_deny_status", .set = cfg_set_http_deny_status },
 	{ .name = "http_token",       .set = cfg_set_http_token },
 	{ .name = "http_metrics_token", .set = cfg_set_http_metrics_token },
+	{ .name = "http_admin_token", .set = cfg_set_http_admin_token },
+	{ .name = "top_keys",         .set = cfg_set_top_keys },
+	{ .name = "top_sample",       .set = cfg_set_top_sample },
 	{ .name = "http_max_connections", .set = cfg_set_http_max_connections },
 	{ .name = "http_max_buffer_memory", .set = cfg_set_http_max_buffer_memory },
 	{ .name = "state_file",       .set = cfg_set_state_file },
@@ -1209,6 +1243,8 @@ void config_defaults(struct config *c)
 	snprintf(c->listen, sizeof(c->listen), "%s", CFG_LISTEN_DEFAULT);
 	c->listen_mode = -1;
 	c->http_deny_status = 429;
+	c->top_keys = 64;
+	c->top_sample = 16;
 	c->workers = config_default_workers();
 	c->max_keys = CFG_MAX_KEYS_DEFAULT;
 	c->max_buffer_memory = CFG_BUFMEM_DEFAULT;
@@ -1404,6 +1440,15 @@ int config_check(const struct config *c, struct config_err *err)
 	if (strnlen(c->http_token, sizeof(c->http_token)) == sizeof(c->http_token)) {
 		cfg_path_key(&p, "http_token");
 		return cfg_fail(&p, "not NUL-terminated");
+	}
+	if (c->http_admin_token[0] && strcmp(c->http_admin_token, c->http_token) == 0) {
+		cfg_path_key(&p, "http_admin_token");
+		return cfg_fail(&p, "the same as http_token: the checks' token must not open the "
+				"admin endpoints");
+	}
+	if (c->top_keys > 1024 || c->top_sample < 1 || c->top_sample > 1024) {
+		cfg_path_key(&p, "top_keys");
+		return cfg_fail(&p, "expected top_keys 0..1024 and top_sample 1..1024");
 	}
 	if (c->http_metrics_token && !c->http_token[0]) {
 		cfg_path_key(&p, "http_metrics_token");

@@ -28,6 +28,10 @@ struct config {
 	int http_deny_status;              /* status of a denied HTTP check, 400..599 */
 	char http_token[CONFIG_TOKEN_MAX]; /* Bearer token of /ratelimit; "" = open */
 	bool http_metrics_token;           /* /metrics needs it too */
+	char http_admin_token[CONFIG_TOKEN_MAX]; /* /keys and /top; "" = off */
+	unsigned top_keys;                 /* heavy hitters per namespace, window
+	                                      and kind; 0 = off */
+	unsigned top_sample;               /* one hit in this many is recorded */
 	uint32_t http_max_connections;     /* HTTP's part of max_connections; 0 = half */
 	size_t http_max_buffer_memory;     /* HTTP's part of max_buffer_memory; 0 = a quarter */
 	int workers;                       /* >= 1; 0 in the file = number of CPUs */

@@ -14,6 +14,7 @@
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/sync.h"
+#include "agent/topk.h"
 #include "agent/window.h"
 
 void decide_init(struct decide *d, struct rl *rl)
@@ -147,6 +148,14 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 	unsigned sid = msid(d, r->ns);
 	if (sid < METRICS_NS && rq->front >= 0 && rq->front < METRICS_FRONTS)
 		metrics_add(&metrics_me->hits[sid][rq->front], 1);
+	/* Heavy hitters: one hit in top_sample pays for its stored key. */
+	unsigned due = rq->cost > 0 ? topk_due(d->topk, r->exceeded) : 0;
+	if (__builtin_expect(due != 0, 0)) {
+		char skey[RL_STORED_KEY_MAX];
+		size_t sl = rl_stored_key(d->rl, rq->key, rq->key_len, skey);
+		topk_record(d->topk, sid, rl_shm_win(d->rl, r->ns, r->window),
+			    window_start(now, r->window), skey, sl, rq->cost, due);
+	}
 	if (!r->sync0)
 		count_final(d, r);
 }

@@ -24,6 +24,7 @@
 
 struct ev_loop;
 struct sync;
+struct topk;
 
 #define DECIDE_MAX_BATCH   32     /* requests decided together (one NOTIFY) */
 #define DECIDE_MAX_PENDING 4096   /* batches waiting for a store, per worker */
@@ -121,6 +122,7 @@ struct decide {
 	struct delay_queue *dq_hash[64]; /* delayed decisions' keys (agent/delay.c) */
 	struct delay_queue *dq_free;
 	size_t nheld;                 /* decisions delayed now */
+	struct topk *topk;            /* heavy hitters (GET /top); NULL: off */
 	struct decide_pending *free_pending;
 	size_t npending;
 	struct log_limit full_log;    /* "no room" log, at most 1/s */

@@ -19,6 +19,7 @@
 
 #include "agent/config.h"
 #include "agent/decide.h"
+#include "agent/http_admin.h"
 #include "agent/http_parse.h"
 #include "agent/log.h"
 #include "agent/metrics.h"
@@ -405,12 +406,12 @@ static const char *header_request(const struct http_request *req, struct rl_requ
 	return NULL;
 }
 
-/* Does "Authorization: Bearer <token>" carry http_token? The token's bytes
+/* Does "Authorization: Bearer <token>" carry the token want? Its bytes
  * are compared in a time that depends on its length only, not on how much
  * of it a guess got right. No token configured: everyone may. */
-static bool authorized(const struct config *cfg, const struct http_request *req)
+static bool token_ok(const char *want, const struct http_request *req)
 {
-	const char *want = cfg->http_token, *got = req->authorization;
+	const char *got = req->authorization;
 	size_t wl = strlen(want), gl;
 	unsigned diff = 0;
 
@@ -428,6 +429,11 @@ static bool authorized(const struct config *cfg, const struct http_request *req)
 	for (size_t i = 0; i < wl; i++)
 		diff |= (unsigned char)want[i] ^ (unsigned char)(i < gl ? got[i] : 0);
 	return diff == 0;
+}
+
+static bool authorized(const struct config *cfg, const struct http_request *req)
+{
+	return token_ok(cfg->http_token, req);
 }
 
 static void unauthorized(struct http_conn *c, const struct http_ctx *x)
@@ -517,6 +523,52 @@ static void metrics_page(struct http_conn *c, const struct http_ctx *x)
 	answer(c, x, 200, "text/plain; version=0.0.4; charset=utf-8", "", text);
 }
 
+/* ---- admin: /keys, /top ---- */
+
+/* Does the request carry http_admin_token? 401 without any token, 403
+ * with another (the checks' token does not open these). */
+static int admin_auth(const struct config *cfg, const struct http_request *req)
+{
+	if (token_ok(cfg->http_admin_token, req))
+		return 0;
+	return req->authorization ? 403 : 401;
+}
+
+static void admin_page(struct http_conn *c, const struct http_request *req,
+		       const struct http_ctx *x, bool top)
+{
+	static char *text;
+	const struct front_env *env = c->s.env;
+	int st;
+
+	if (!env->cfg->http_admin_token[0]) {
+		answer_error(c, x, 404, "not found");
+		return;
+	}
+	if ((st = admin_auth(env->cfg, req)) != 0) {
+		metrics_add(&metrics_me->errors[METRICS_ERR_UNAUTHORIZED], 1);
+		answer(c, x, st, "application/json",
+		       st == 401 ? "WWW-Authenticate: Bearer realm=\"spoa-ratelimit-admin\"\r\n" : "",
+		       st == 401 ? "{\"error\":\"unauthorized\"}\n" : "{\"error\":\"forbidden\"}\n");
+		return;
+	}
+	if (!text)
+		text = malloc(ADMIN_ANSWER_MAX);
+	if (!text) {
+		answer_error(c, x, 503, "out of memory");
+		return;
+	}
+	st = top ? admin_top(env->rl, env->topk, req->query, req->query_len, rl_now(), text,
+			     ADMIN_ANSWER_MAX)
+		 : admin_keys(env->rl, req->query, req->query_len, rl_now(), text,
+			      ADMIN_ANSWER_MAX);
+	if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0) {
+		answer_error(c, x, 503, "no buffer memory for the answer");
+		return;
+	}
+	answer(c, x, st, "application/json", "", text);
+}
+
 /* ---- requests ---- */
 
 static void route(struct http_conn *c, const struct http_request *req)
@@ -539,6 +591,10 @@ static void route(struct http_conn *c, const struct http_request *req)
 		else
 			metrics_page(c, &x);
 	}
+	else if (is(req->path, req->path_len, "/keys"))
+		admin_page(c, req, &x, false);
+	else if (is(req->path, req->path_len, "/top"))
+		admin_page(c, req, &x, true);
 	else if (is(req->path, req->path_len, "/healthz"))
 		answer(c, &x, 200, "text/plain", "", "ok\n");
 	else

@@ -18,6 +18,8 @@
 #include "agent/ratelimit.h"
 #include "agent/reload.h"
 #include "agent/sync.h"
+#include "agent/topk.h"
+#include "agent/shm.h"
 #include "agent/worker.h"
 
 #include <sys/random.h>
@@ -232,7 +234,14 @@ int main(int argc, char **argv)
 			    ns_admission_names[ns_admission_of(&cfg.ns[i])]);
 	if (reload_setup(file, verbose) < 0)
 		LOG(LOG_WARN, "cannot map the reload area: SIGHUP will not reload");
+	/* Heavy hitters (GET /top): without memory for them, the agent runs
+	 * without (the endpoint says so). */
+	ls.topk = topk_new(SHM_MAX_NS, SHM_MAX_WIN, cfg.top_keys, cfg.top_sample, err,
+			   sizeof(err));
+	if (!ls.topk && cfg.top_keys)
+		LOG(LOG_WARN, "heavy hitters off: %s", err);
 	int rc = master_run(&cfg, rl, &ls);
+	topk_free(ls.topk);
 	balance_free(ls.balance);
 	metrics_free(ls.metrics);
 	rl_free(rl);

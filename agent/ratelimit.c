@@ -717,6 +717,51 @@ int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t siz
 	return 0;
 }
 
+unsigned rl_shm_win(const struct rl *rl, int ns, uint32_t size)
+{
+	int win = ns >= 0 && (size_t)ns < rl->n_ns ? rl_win_index(&rl->ns[ns], size) : -1;
+
+	return win < 0 ? SHM_MAX_WIN : rl->ns[ns].wid[win];
+}
+
+int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
+	       bool sliding, struct rl_key_info *out)
+{
+	const struct rl_ns *n;
+	struct shm_key k;
+	struct shm_ref cur, prev;
+	char digest[RL_DIGEST_LEN + 1];
+	int win;
+
+	memset(out, 0, sizeof(*out));
+	if (ns < 0 || (size_t)ns >= rl->n_ns)
+		return rl_fail(rl, RL_ERR_NAMESPACE);
+	n = &rl->ns[ns];
+	if ((win = rl_win_index(n, size)) < 0)
+		return rl_fail(rl, RL_ERR_WINDOW);
+	if (!key || keylen == 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	if (rl_needs_digest(key, keylen)) {
+		rl_digest(rl, key, keylen, digest);
+		key = digest;
+		keylen = RL_DIGEST_LEN;
+	}
+	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	int64_t start = window_start(now, size);
+	shm_find(rl->shm, &k, start, start - (int64_t)size, &cur, &prev);
+	out->size = size;
+	out->start = start;
+	out->found = cur.idx != SHM_NONE;
+	out->count = shm_read_count(rl->shm, &cur);
+	out->diff = shm_read_diff(rl->shm, &cur);
+	out->grant = cur.idx == SHM_NONE ? 0 : shm_grant_left(rl->shm, cur.idx);
+	out->previous = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
+	out->weight = sliding ? window_weight(now, size) : 0;
+	out->rate = window_rate(out->count - out->grant, out->previous, out->weight);
+	return 0;
+}
+
 unsigned rl_shm_ns(const struct rl *rl, int ns)
 {
 	return ns >= 0 && (size_t)ns < rl->n_ns ? rl->ns[ns].sid : SHM_MAX_NS;

@@ -84,6 +84,29 @@ bool rl_state_reused(const struct rl *rl);
 unsigned rl_shm_ns(const struct rl *rl, int ns);
 int rl_ns_of_shm(const struct rl *rl, unsigned sid);
 
+/* The table's index of a window size of namespace ns (SHM_MAX_WIN: none). */
+unsigned rl_shm_win(const struct rl *rl, int ns, uint32_t size);
+
+/* What this node holds of one key's window now (GET /keys). */
+struct rl_key_info {
+	uint32_t size;
+	int64_t start;        /* of the current window */
+	bool found;           /* the current window has a slot here */
+	double count;         /* this node's count: the cluster's as last
+	                         fetched (synced namespaces), its own hits
+	                         since, and what is left of its grant */
+	double diff;          /* its hits the store has not confirmed */
+	double grant;         /* what is left of the store's grant */
+	double previous;      /* the previous window's count */
+	double weight;        /* of the previous window (0: fixed) */
+	double rate;          /* (count - grant) + previous x weight */
+};
+
+/* Reads key's window `size` of namespace ns at now, counting nothing.
+ * Returns 0 or -1 (rl_errno()). */
+int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
+	       bool sliding, struct rl_key_info *out);
+
 /* Unmaps the table (in this process) and frees the instance. */
 void rl_free(struct rl *rl);
 

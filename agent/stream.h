@@ -30,6 +30,7 @@ struct handler;
 struct rl;
 struct stream;
 struct front_env;
+struct topk;
 
 struct front_ops {
 	const char *name;                 /* "spop", "http": logs */
@@ -75,6 +76,7 @@ struct front_env {
 	struct decide *decide;            /* the decisions of every front */
 	struct handler *handler;          /* SPOP messages */
 	struct metrics *metrics;          /* every worker's counters (GET /metrics) */
+	struct topk *topk;                /* heavy hitters (GET /top); NULL: off */
 	size_t buf_bytes;                 /* all connection buffers (max_buffer_memory) */
 	size_t front_bytes[METRICS_FRONTS]; /* ... of each front (its max_buffer_memory) */
 	struct log_limit budget_log, fail_log, disconnect_log, io_log;

@@ -524,6 +524,7 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	w.env = (struct front_env){ .loop = w.loop, .cfg = cfg, .rl = rl, .decide = &w.decide,
+				    .topk = ls->topk,
 				    .handler = &w.handler, .metrics = ls->metrics,
 				    .closed = worker_closed };
 	ev_io_init(&w.wake_w, worker_on_wake, balance_attach(w.balance, id), EV_READ);
@@ -547,6 +548,7 @@ int worker_run(const struct config *cfg, struct rl *rl, const struct worker_list
 	}
 	w.decide.sync = w.sync;
 	w.decide.loop = w.loop;
+	w.decide.topk = ls->topk;
 	w.handler.deliver = conn_deliver;
 
 	LOG(LOG_DEBUG, "worker %d serving", id);

@@ -29,6 +29,7 @@ struct worker_listeners {
 	int http_fd;                  /* -1: no HTTP front */
 	struct metrics *metrics;      /* every worker's counters (shared) */
 	struct balance *balance;      /* who accepts next (shared) */
+	struct topk *topk;            /* heavy hitters (shared); NULL: off */
 	pid_t master_pid;             /* the workers' parent */
 };
 

@@ -1,0 +1,234 @@
+/*
+ * http_admin.c - the HTTP front's admin endpoints (docs/OPERATIONS.md),
+ * behind http_admin_token: what this node holds of a key (GET /keys), the
+ * heaviest keys of a namespace's window (GET /top). Answers are JSON
+ * written into a caller's buffer; keys are escaped (any byte but
+ * printable ASCII as \u00XX).
+ */
+#include "agent/http_admin.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "agent/config.h"
+#include "agent/http_parse.h"
+#include "agent/ratelimit.h"
+#include "agent/topk.h"
+#include "agent/window.h"
+
+#define ADMIN_TOP_DEFAULT 10
+#define ADMIN_TOP_MAX     100
+
+/* Appends to a bounded buffer; *o stays <= cap - 1. */
+__attribute__((format(printf, 4, 5)))
+static void put(char *out, size_t cap, size_t *o, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (*o + 1 >= cap)
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(out + *o, cap - *o, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		*o += (size_t)n < cap - *o ? (size_t)n : cap - *o - 1;
+}
+
+/* Bytes as the inside of a JSON string. */
+static void put_bytes(char *out, size_t cap, size_t *o, const char *s, size_t n)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < n && *o + 7 < cap; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (c == '"' || c == '\\') {
+			out[(*o)++] = '\\';
+			out[(*o)++] = (char)c;
+		} else if (c < 0x20 || c >= 0x7f) {
+			memcpy(out + *o, "\\u00", 4);
+			*o += 4;
+			out[(*o)++] = hex[c >> 4];
+			out[(*o)++] = hex[c & 15];
+		} else {
+			out[(*o)++] = (char)c;
+		}
+	}
+	out[*o] = '\0';
+}
+
+/* The arguments of an admin request. */
+struct admin_args {
+	const char *ns, *key, *by;
+	size_t ns_len, key_len, by_len;
+	uint64_t n, window;
+	bool has_n, has_window;
+};
+
+static bool is(const char *s, size_t n, const char *lit)
+{
+	return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+/* Reads the query into a (strings decoded into dec). NULL or why not. */
+static const char *admin_parse(const char *query, size_t qlen, char *dec, size_t cap,
+			       struct admin_args *a)
+{
+	struct http_query_iter it;
+	const char *n, *v;
+	size_t nl, vl, used = 0;
+
+	memset(a, 0, sizeof(*a));
+	http_query_init(&it, query, qlen);
+	while (http_query_next(&it, &n, &nl, &v, &vl) == 1) {
+		long len = http_pct_decode(v, vl, dec + used, cap - used);
+		if (len < 0)
+			return "bad percent-encoding";
+		const char *val = dec + used;
+		used += (size_t)len;
+		if (is(n, nl, "namespace")) {
+			a->ns = val;
+			a->ns_len = (size_t)len;
+		} else if (is(n, nl, "key")) {
+			a->key = val;
+			a->key_len = (size_t)len;
+		} else if (is(n, nl, "by")) {
+			a->by = val;
+			a->by_len = (size_t)len;
+		} else if (is(n, nl, "n")) {
+			uint64_t x = 0;
+			for (long i = 0; i < len; i++) {
+				if (val[i] < '0' || val[i] > '9' || i >= 6)
+					return "bad n";
+				x = x * 10 + (uint64_t)(val[i] - '0');
+			}
+			if (len == 0 || x == 0)
+				return "bad n";
+			a->n = x;
+			a->has_n = true;
+		} else if (is(n, nl, "window")) {
+			uint64_t x = 0;
+			for (long i = 0; i < len; i++) {
+				if (val[i] < '0' || val[i] > '9' || i >= 10)
+					return "bad window";
+				x = x * 10 + (uint64_t)(val[i] - '0');
+			}
+			if (len == 0 || x == 0 || x > UINT32_MAX)
+				return "bad window";
+			a->window = x;
+			a->has_window = true;
+		}
+	}
+	return NULL;
+}
+
+static int admin_error(char *out, size_t cap, int status, const char *why)
+{
+	size_t o = 0;
+
+	put(out, cap, &o, "{\"error\":\"%s\"}\n", why);
+	return status;
+}
+
+/* The namespace of a (default "default"), or -1 with the answer made. */
+static int admin_ns(struct rl *rl, const struct admin_args *a, char *out, size_t cap,
+		    int *status)
+{
+	int ns = rl_namespace_index(rl, a->ns ? a->ns : "default", a->ns ? a->ns_len : 7);
+
+	if (ns < 0)
+		*status = admin_error(out, cap, 404, "unknown namespace");
+	return ns;
+}
+
+int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *out, size_t cap)
+{
+	char dec[HTTP_LINE_MAX];
+	struct admin_args a;
+	const char *why = admin_parse(query, qlen, dec, sizeof(dec), &a);
+	int status = 0, ns;
+	size_t o = 0;
+
+	if (why)
+		return admin_error(out, cap, 400, why);
+	if (!a.key || a.key_len == 0)
+		return admin_error(out, cap, 400, "missing key");
+	if ((ns = admin_ns(rl, &a, out, cap, &status)) < 0)
+		return status;
+	const struct ns_def *nsc = rl_namespace_def(rl, ns);
+	bool sliding = nsc->window_type == NS_WINDOW_SLIDING;
+
+	put(out, cap, &o, "{\"namespace\":\"");
+	put_bytes(out, cap, &o, nsc->name, strlen(nsc->name));
+	put(out, cap, &o, "\",\"key\":\"");
+	put_bytes(out, cap, &o, a.key, a.key_len);
+	put(out, cap, &o, "\",\"windows\":[");
+	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
+		uint32_t w = nsc->window_sizes[i];
+		struct rl_key_info k;
+		if (rl_inspect(rl, ns, a.key, a.key_len, w, now, sliding, &k) < 0)
+			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
+		put(out, cap, &o, "%s{\"window\":%u,\"count\":%.17g,\"cluster\":%.17g,"
+		    "\"unpushed\":%.17g,\"grant\":%.17g,\"previous\":%.17g,\"rate\":%.17g,"
+		    "\"reset\":%lld", i ? "," : "", w, k.count - k.grant, k.count - k.diff,
+		    k.diff, k.grant, k.previous, k.rate,
+		    (long long)ceil(window_reset(now, w)));
+		int64_t limit = ns_limit_of(nsc, w);
+		if (limit != NS_LIMIT_NONE) {
+			double left = (double)limit - ceil(k.rate - 1e-9);
+			put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%.0f", (long long)limit,
+			    left > 0 ? left : 0);
+		}
+		put(out, cap, &o, "}");
+	}
+	put(out, cap, &o, "]}\n");
+	return 200;
+}
+
+int admin_top(struct rl *rl, struct topk *t, const char *query, size_t qlen, double now,
+	      char *out, size_t cap)
+{
+	static struct topk_entry e[ADMIN_TOP_MAX];
+	char dec[HTTP_LINE_MAX];
+	struct admin_args a;
+	const char *why = admin_parse(query, qlen, dec, sizeof(dec), &a);
+	enum topk_kind kind = TOPK_HITS;
+	int status = 0, ns;
+	size_t o = 0;
+
+	if (why)
+		return admin_error(out, cap, 400, why);
+	if ((ns = admin_ns(rl, &a, out, cap, &status)) < 0)
+		return status;
+	if (a.by && is(a.by, a.by_len, "denied"))
+		kind = TOPK_DENIED;
+	else if (a.by && !is(a.by, a.by_len, "hits"))
+		return admin_error(out, cap, 400, "bad by (hits or denied)");
+	if (!t)
+		return admin_error(out, cap, 503, "heavy hitters off (top_keys 0)");
+	const struct ns_def *nsc = rl_namespace_def(rl, ns);
+	uint32_t w = a.has_window ? (uint32_t)a.window : nsc->window_sizes[0];
+	if (!rl_has_window(rl, ns, w))
+		return admin_error(out, cap, 400, "bad window");
+	size_t n = a.has_n ? (a.n > ADMIN_TOP_MAX ? ADMIN_TOP_MAX : a.n) : ADMIN_TOP_DEFAULT;
+	int64_t start = window_start(now, w);
+	double total, bound;
+	size_t got = topk_query(t, rl_shm_ns(rl, ns), rl_shm_win(rl, ns, w), start, kind, e, n,
+				&total, &bound);
+
+	put(out, cap, &o, "{\"namespace\":\"");
+	put_bytes(out, cap, &o, nsc->name, strlen(nsc->name));
+	put(out, cap, &o, "\",\"window\":%u,\"window_start\":%lld,\"by\":\"%s\",\"sample\":%u,"
+	    "\"entries\":%u,\"total\":%.17g,\"error_bound\":%.17g,\"keys\":[", w, (long long)start,
+	    kind == TOPK_HITS ? "hits" : "denied", topk_sample(t), topk_entries(t), total, bound);
+	for (size_t i = 0; i < got; i++) {
+		put(out, cap, &o, "%s{\"key\":\"", i ? "," : "");
+		put_bytes(out, cap, &o, e[i].key, e[i].keylen);
+		put(out, cap, &o, "\",\"count\":%.17g,\"error\":%.17g}", e[i].count, e[i].error);
+	}
+	put(out, cap, &o, "]}\n");
+	return 200;
+}

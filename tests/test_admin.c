@@ -1,0 +1,221 @@
+/*
+ * test_admin.c - the admin endpoints of the HTTP front against the real
+ * agent ($AGENT): GET /keys (what this node holds of a key), GET /top
+ * (the heaviest keys of the current window, by hits or denials), their
+ * token (401 without, 403 with the checks' token, 404 when not set up),
+ * escaped keys, unknown namespaces.
+ */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "tests/lib/agentproc.h"
+#include "tests/lib/httpc.h"
+#include "tests/lib/rawspop.h"
+
+#define START_MS 15000
+#define IO_MS    5000
+#define ADMIN    "Authorization: Bearer adm1n-t0ken\r\n"
+#define CHECK    "Authorization: Bearer ch3ck-t0ken\r\n"
+
+static struct agentproc agent;
+
+static const char *log_tail(void)
+{
+	static char tail[3000];
+
+	agentproc_log_tail(&agent, tail, sizeof(tail));
+	return tail;
+}
+
+static void start_with(const char *json)
+{
+	const char *const args[] = { "-w", "1", NULL };
+
+	if (!agentproc_available())
+		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
+	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
+		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
+}
+
+static void stop_agent(void)
+{
+	bool crash;
+
+	if (!agent.log_path[0])
+		return;
+	agentproc_stop(&agent, 10000, false);
+	crash = agentproc_log_has_crash(&agent);
+	cr_expect(!crash, "the agent's log holds a sanitizer report:\n%s", log_tail());
+	if (!crash)
+		agentproc_stop(&agent, 0, true);
+}
+
+/* Not near the end of a 60 s window: a test's hits stay in one window
+ * (the summaries start afresh with each). */
+static void window_margin(void)
+{
+	while (time(NULL) % 60 > 50)
+		usleep(200 * 1000);
+}
+
+static void get(const char *target, const char *headers, struct httpc_resp *r)
+{
+	const char *why = "";
+
+	cr_assert(httpc_get(agent.http_port, target, headers, r, IO_MS, &why) == 0,
+		  "GET %s: %s\n%s", target, why, log_tail());
+}
+
+static const char json[] =
+	"{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+	" \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
+	"{\"name\": \"default\", \"window_sizes\": [60, 3600], \"limit\": {\"60\": 5}},"
+	"{\"name\": \"flood\", \"window_sizes\": [60]}]}";
+
+TestSuite(admin, .fini = stop_agent, .timeout = 120);
+
+Test(admin, off_without_its_token)
+{
+	struct httpc_resp r;
+
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\"}");
+	get("/keys?key=a", NULL, &r);
+	cr_assert_eq(r.status, 404);
+	get("/top", NULL, &r);
+	cr_assert_eq(r.status, 404);
+}
+
+Test(admin, keys_shows_what_the_node_holds)
+{
+	struct httpc_resp r;
+
+	start_with(json);
+	window_margin();
+	for (int i = 0; i < 8; i++)
+		get("/ratelimit?key=alice&window=60", CHECK, &r);
+	get("/keys?key=alice", NULL, &r);
+	cr_assert_eq(r.status, 401, "%s", r.body);
+	get("/keys?key=alice", CHECK, &r);
+	cr_assert_eq(r.status, 403, "the checks' token does not open it: %s", r.body);
+	get("/keys?key=alice", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "{\"window\":60,\"count\":8,"), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"limit\":5,\"remaining\":0}"), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "{\"window\":3600,\"count\":0,"), "%s", r.body);
+	cr_assert_eq(httpc_body_num(&r, "unpushed"), 0);
+	/* Reading counts nothing. */
+	get("/keys?key=alice", ADMIN, &r);
+	cr_assert_not_null(strstr(r.body, "{\"window\":60,\"count\":8,"), "%s", r.body);
+	/* Keys are escaped in the answer. */
+	get("/keys?key=q%22b%5Cs%01%FF", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"key\":\"q\\\"b\\\\s\\u0001\\u00ff\""), "%s", r.body);
+	get("/keys?key=alice&namespace=nope", ADMIN, &r);
+	cr_assert_eq(r.status, 404, "%s", r.body);
+	get("/keys?namespace=default", ADMIN, &r);
+	cr_assert_eq(r.status, 400, "%s", r.body);
+}
+
+/* Sends n NOTIFYs (key i of keyf, namespace flood, window 60) pipelined
+ * in batches, reads every ACK. */
+static void spop_hits(int fd, const char *keyf, int from, int n, int every)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	char key[64];
+	uint64_t sid = 1;
+
+	for (int done = 0; done < n;) {
+		int batch = n - done < 200 ? n - done : 200;
+		rawspop_buf_reset(wb);
+		for (int i = 0; i < batch; i++) {
+			snprintf(key, sizeof(key), keyf, (from + done + i) % every);
+			size_t st = rawspop_notify_begin(wb, sid++, 1);
+			rawspop_msg(wb, "ratelimit", 3);
+			rawspop_arg_str(wb, "key", key);
+			rawspop_arg_int(wb, "window", 60);
+			rawspop_arg_str(wb, "namespace", "flood");
+			rawspop_frame_end(wb, st);
+		}
+		cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+		for (int i = 0; i < batch; i++)
+			cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+		done += batch;
+	}
+	free(wb), free(f);
+}
+
+/* 20,000 distinct keys hit once, 10 heavy ones 1,000 times each (in
+ * between): the 10 heavy ones are listed first. */
+Test(admin, top_lists_the_heavy_keys_first)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	struct httpc_resp r;
+
+	start_with(json);
+	window_margin();
+	int fd = rawspop_connect(agent.port, IO_MS);
+	cr_assert(fd >= 0);
+	rawspop_hello(wb, &o);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	for (int round = 0; round < 10; round++) {
+		spop_hits(fd, "flood-%d", round * 2000, 2000, 1 << 30);
+		spop_hits(fd, "heavy-%d", 0, 1000, 10);
+	}
+	close(fd);
+	get("/top?namespace=flood&n=12", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_log_info("GET /top: %.400s", r.body);
+	/* The first ten keys of the list are the heavy ones. */
+	const char *p = strstr(r.body, "\"keys\":[");
+	cr_assert_not_null(p);
+	for (int i = 0; i < 10; i++) {
+		p = strstr(p, "{\"key\":\"");
+		cr_assert_not_null(p, "%s", r.body);
+		p += 8;
+		cr_assert(strncmp(p, "heavy-", 6) == 0, "#%d is not a heavy key: %s", i, r.body);
+	}
+	p = strstr(p, "{\"key\":\"");
+	cr_assert(p && strncmp(p + 8, "flood-", 6) == 0, "%s", r.body);
+	cr_assert_eq(httpc_body_num(&r, "entries"), 64);
+	get("/top?namespace=flood&by=denied", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"keys\":[]"), "no limit: nothing denied: %s", r.body);
+	get("/top?namespace=nope", ADMIN, &r);
+	cr_assert_eq(r.status, 404);
+	get("/top?namespace=flood&by=most", ADMIN, &r);
+	cr_assert_eq(r.status, 400);
+	free(wb), free(f);
+}
+
+/* by=denied: the keys over their limit. */
+Test(admin, top_by_denied)
+{
+	struct httpc_resp r;
+
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+		   " \"http_admin_token\": \"adm1n-t0ken\", \"top_sample\": 1, \"namespaces\": ["
+		   "{\"name\": \"default\", \"window_sizes\": [60], \"limit\": 2}]}");
+	window_margin();
+	for (int i = 0; i < 6; i++)
+		get("/ratelimit?key=greedy", CHECK, &r);
+	get("/ratelimit?key=modest", CHECK, &r);
+	get("/top?by=denied", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"keys\":[{\"key\":\"greedy\",\"count\":4,"), "%s",
+			   r.body);
+	cr_assert_null(strstr(r.body, "modest"), "%s", r.body);
+	get("/top", ADMIN, &r);
+	cr_assert_not_null(strstr(r.body, "{\"key\":\"greedy\",\"count\":6,"), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "{\"key\":\"modest\",\"count\":1,"), "%s", r.body);
+}
