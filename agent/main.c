@@ -12,6 +12,7 @@
 
 #include "agent/balance.h"
 #include "agent/config.h"
+#include "agent/ctl.h"
 #include "agent/log.h"
 #include "agent/master.h"
 #include "agent/metrics.h"
@@ -32,6 +33,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: spoa-ratelimit [-c FILE] [-l ADDR] [-w WORKERS] [-t] [-v] [-h]\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] keys|reset|top ... (ctl -h)\n"
 		"  -c FILE     JSON configuration (docs/CONFIG.md); built-in defaults without it\n"
 		"  -l ADDR     listen on HOST:PORT, [IPV6]:PORT or unix:/path (default 127.0.0.1:12345)\n"
 		"  -w WORKERS  worker processes (default: number of CPUs)\n"
@@ -72,6 +74,9 @@ int main(int argc, char **argv)
 	struct config_err cerr;
 	char err[256];
 
+	/* The operators' command line (docs/OPERATIONS.md). */
+	if (argc > 1 && strcmp(argv[1], "ctl") == 0)
+		return ctl_main(argc - 1, argv + 1);
 	while ((opt = getopt(argc, argv, "c:l:w:tvh")) != -1) {
 		switch (opt) {
 		case 'c': file = optarg; break;

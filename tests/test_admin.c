@@ -119,6 +119,28 @@ Test(admin, keys_shows_what_the_node_holds)
 	cr_assert_not_null(strstr(r.body, "\"key\":\"q\\\"b\\\\s\\u0001\\u00ff\""), "%s", r.body);
 	get("/keys?key=alice&namespace=nope", ADMIN, &r);
 	cr_assert_eq(r.status, 404, "%s", r.body);
+
+	/* The same from the command line, with the config file's address
+	 * and token. */
+	char cmd[2048], out[4096];
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys default alice 2>&1", agentproc_binary(),
+		 agent.cfg_path);
+	FILE *f = popen(cmd, "r");
+	cr_assert_not_null(f);
+	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = '\0';
+	cr_assert_eq(pclose(f), 0, "%s", out);
+	cr_log_info("%s", out);
+	cr_assert_not_null(strstr(out, "namespace default, key alice\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "     60s            8            8"), "%s", out);
+	cr_assert_not_null(strstr(out, "          5          0"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys nope alice 2>&1", agentproc_binary(),
+		 agent.cfg_path);
+	f = popen(cmd, "r");
+	n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = '\0';
+	cr_assert_neq(pclose(f), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "404: unknown namespace"), "%s", out);
 	get("/keys?namespace=default", ADMIN, &r);
 	cr_assert_eq(r.status, 400, "%s", r.body);
 }

@@ -1,0 +1,324 @@
+/*
+ * ctl.c - `spoa-ratelimit ctl`: the admin endpoints (docs/OPERATIONS.md)
+ * from the command line, for an operator on the box: the HTTP front's
+ * address and the admin token come from the configuration file (-c), the
+ * answer is printed as an aligned table (or as it came, with --json).
+ *
+ *   spoa-ratelimit ctl [-c FILE] [--json] keys NAMESPACE KEY
+ *   spoa-ratelimit ctl [-c FILE] [--json] reset NAMESPACE KEY
+ *   spoa-ratelimit ctl [-c FILE] [--json] top NAMESPACE [N] [hits|denied] [WINDOW]
+ */
+#include "agent/ctl.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "agent/config.h"
+
+#define CTL_ANSWER_MAX (256u << 10)
+#define CTL_TIMEOUT_MS 5000
+
+static int ctl_usage(void)
+{
+	fprintf(stderr,
+		"usage: spoa-ratelimit ctl [-c FILE] [--json] keys NAMESPACE KEY\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] reset NAMESPACE KEY\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] top NAMESPACE [N] [hits|denied] "
+		"[WINDOW]\n"
+		"  reads http_listen and http_admin_token from FILE (default: the built-in\n"
+		"  configuration, which has neither)\n");
+	return 2;
+}
+
+/* s percent-encoded into out (every byte but unreserved ones). */
+static void ctl_pct(const char *s, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t o = 0;
+
+	for (; *s && o + 4 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    c == '-' || c == '_' || c == '.' || c == '~') {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '%';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	out[o] = '\0';
+}
+
+/* A connected socket to the HTTP front, or -1 with a message printed. */
+static int ctl_connect(const char *addr)
+{
+	const char *path = config_unix_path(addr);
+	int fd;
+
+	if (path) {
+		struct sockaddr_un sun = { .sun_family = AF_UNIX };
+		snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", path);
+		fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fd >= 0 && connect(fd, (struct sockaddr *)&sun, sizeof(sun)) == 0)
+			return fd;
+		fprintf(stderr, "spoa-ratelimit ctl: %s: %s\n", addr, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	char host[CONFIG_ADDR_MAX];
+	const char *colon = strrchr(addr, ':');
+	if (!colon) {
+		fprintf(stderr, "spoa-ratelimit ctl: bad http_listen %s\n", addr);
+		return -1;
+	}
+	size_t hl = (size_t)(colon - addr);
+	if (hl >= 2 && addr[0] == '[' && addr[hl - 1] == ']')
+		snprintf(host, sizeof(host), "%.*s", (int)(hl - 2), addr + 1);
+	else
+		snprintf(host, sizeof(host), "%.*s", (int)hl, addr);
+	/* A wildcard listener is reached on loopback. */
+	if (host[0] == '\0' || strcmp(host, "*") == 0 || strcmp(host, "0.0.0.0") == 0)
+		snprintf(host, sizeof(host), "127.0.0.1");
+	else if (strcmp(host, "::") == 0)
+		snprintf(host, sizeof(host), "::1");
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *res, *ai;
+	int rc = getaddrinfo(host, colon + 1, &hints, &res);
+	if (rc != 0) {
+		fprintf(stderr, "spoa-ratelimit ctl: %s: %s\n", addr, gai_strerror(rc));
+		return -1;
+	}
+	fd = -1;
+	for (ai = res; ai && fd < 0; ai = ai->ai_next) {
+		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+		if (fd >= 0 && connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+			close(fd);
+			fd = -1;
+		}
+	}
+	freeaddrinfo(res);
+	if (fd < 0)
+		fprintf(stderr, "spoa-ratelimit ctl: %s: %s\n", addr, strerror(errno));
+	return fd;
+}
+
+/* One request; the answer's body into body (NUL-terminated). Returns the
+ * status, or -1 (printed). */
+static int ctl_request(const struct config *cfg, const char *method, const char *target,
+		       char *body, size_t cap)
+{
+	static char buf[CTL_ANSWER_MAX];
+	char req[10240];
+	size_t len = 0;
+	int fd = ctl_connect(cfg->http_listen), status = -1;
+
+	if (fd < 0)
+		return -1;
+	int n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: spoa-ratelimit\r\n"
+			 "Authorization: Bearer %s\r\nConnection: close\r\n\r\n", method, target,
+			 cfg->http_admin_token);
+	if (n < 0 || (size_t)n >= sizeof(req) || send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+		fprintf(stderr, "spoa-ratelimit ctl: send: %s\n", strerror(errno));
+		close(fd);
+		return -1;
+	}
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		if (poll(&pfd, 1, CTL_TIMEOUT_MS) != 1) {
+			fprintf(stderr, "spoa-ratelimit ctl: no answer within %d ms\n", CTL_TIMEOUT_MS);
+			close(fd);
+			return -1;
+		}
+		ssize_t k = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+		if (len + 1 >= sizeof(buf))
+			break;
+	}
+	close(fd);
+	buf[len] = '\0';
+	const char *end = strstr(buf, "\r\n\r\n");
+	if (!end || sscanf(buf, "HTTP/1.%*d %d", &status) != 1) {
+		fprintf(stderr, "spoa-ratelimit ctl: not an HTTP answer\n");
+		return -1;
+	}
+	snprintf(body, cap, "%s", end + 4);
+	return status;
+}
+
+/* A key as a person reads it: printable ASCII as is, other bytes \xNN. */
+static void ctl_show(const char *s, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t o = 0;
+
+	for (; *s && o + 5 < cap; s++) {
+		unsigned char c = (unsigned char)*s;
+		if (c >= 0x20 && c < 0x7f) {
+			out[o++] = (char)c;
+		} else {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		}
+	}
+	out[o] = '\0';
+}
+
+static double num(const json_t *o, const char *k)
+{
+	return json_number_value(json_object_get(o, k));
+}
+
+static void ctl_print_keys(const json_t *root)
+{
+	char key[4 * 256];
+	const json_t *ws = json_object_get(root, "windows"), *w;
+	size_t i;
+
+	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
+	printf("namespace %s, key %s\n", json_string_value(json_object_get(root, "namespace")),
+	       key);
+	printf("%8s %12s %12s %10s %10s %12s %10s %10s %6s\n", "WINDOW", "COUNT", "CLUSTER",
+	       "UNPUSHED", "GRANT", "RATE", "LIMIT", "REMAINING", "RESET");
+	json_array_foreach(ws, i, w) {
+		char lim[24] = "-", rem[24] = "-";
+		if (json_object_get(w, "limit")) {
+			snprintf(lim, sizeof(lim), "%.0f", num(w, "limit"));
+			snprintf(rem, sizeof(rem), "%.0f", num(w, "remaining"));
+		}
+		printf("%7.0fs %12g %12g %10g %10g %12g %10s %10s %5.0fs\n", num(w, "window"),
+		       num(w, "count"), num(w, "cluster"), num(w, "unpushed"), num(w, "grant"),
+		       num(w, "rate"), lim, rem, num(w, "reset"));
+	}
+}
+
+static void ctl_print_top(const json_t *root)
+{
+	const json_t *keys = json_object_get(root, "keys"), *k;
+	char key[4 * 256];
+	size_t i, width = 3;
+
+	printf("namespace %s, window %.0f s, by %s: %zu key(s); one hit in %.0f sampled, "
+	       "%.0f entries, error bound %g\n",
+	       json_string_value(json_object_get(root, "namespace")), num(root, "window"),
+	       json_string_value(json_object_get(root, "by")), json_array_size(keys),
+	       num(root, "sample"), num(root, "entries"), num(root, "error_bound"));
+	json_array_foreach(keys, i, k) {
+		ctl_show(json_string_value(json_object_get(k, "key")), key, sizeof(key));
+		if (strlen(key) > width)
+			width = strlen(key);
+	}
+	printf("%4s  %-*s %12s %10s\n", "#", (int)width, "KEY", "COUNT", "ERROR");
+	json_array_foreach(keys, i, k) {
+		ctl_show(json_string_value(json_object_get(k, "key")), key, sizeof(key));
+		printf("%4zu  %-*s %12g %10g\n", i + 1, (int)width, key, num(k, "count"),
+		       num(k, "error"));
+	}
+}
+
+static void ctl_print_reset(const json_t *root)
+{
+	char key[4 * 256];
+
+	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
+	printf("namespace %s, key %s: forgotten on this node (%g hits in %.0f window(s))%s\n",
+	       json_string_value(json_object_get(root, "namespace")), key, num(root, "removed"),
+	       num(root, "windows"),
+	       json_is_true(json_object_get(root, "store")) ? " and in the store" : "");
+}
+
+int ctl_main(int argc, char **argv)
+{
+	const char *file = NULL;
+	bool as_json = false;
+	int i = 1;
+
+	for (; i < argc && argv[i][0] == '-'; i++) {
+		if (strcmp(argv[i], "-c") == 0 && i + 1 < argc)
+			file = argv[++i];
+		else if (strcmp(argv[i], "--json") == 0)
+			as_json = true;
+		else
+			return ctl_usage();
+	}
+	if (argc - i < 2)
+		return ctl_usage();
+	const char *cmd = argv[i], *ns = argv[i + 1];
+	struct config cfg;
+	struct config_err cerr;
+	char buf[1024], target[8192], pns[3 * 256], pkey[3 * 1024];
+
+	config_defaults(&cfg);
+	if (file && config_load(&cfg, file, &cerr) < 0) {
+		config_err_format(&cerr, buf, sizeof(buf));
+		fprintf(stderr, "spoa-ratelimit ctl: %s\n", buf);
+		return 2;
+	}
+	if (!cfg.http_listen[0] || !cfg.http_admin_token[0]) {
+		fprintf(stderr, "spoa-ratelimit ctl: %s sets no %s: the admin endpoints are off\n",
+			file ? file : "the built-in configuration",
+			cfg.http_listen[0] ? "http_admin_token" : "http_listen");
+		config_free(&cfg);
+		return 2;
+	}
+	ctl_pct(ns, pns, sizeof(pns));
+	const char *method = "GET";
+	if ((strcmp(cmd, "keys") == 0 || strcmp(cmd, "reset") == 0) && argc - i == 3) {
+		ctl_pct(argv[i + 2], pkey, sizeof(pkey));
+		snprintf(target, sizeof(target), "/keys?namespace=%s&key=%s", pns, pkey);
+		if (cmd[0] == 'r')
+			method = "DELETE";
+	} else if (strcmp(cmd, "top") == 0 && argc - i <= 5) {
+		const char *n = argc - i > 2 ? argv[i + 2] : "10";
+		const char *by = argc - i > 3 ? argv[i + 3] : "hits";
+		char pn[64], pby[64], pw[64] = "";
+		ctl_pct(n, pn, sizeof(pn));
+		ctl_pct(by, pby, sizeof(pby));
+		if (argc - i > 4) {
+			char w[32];
+			ctl_pct(argv[i + 4], w, sizeof(w));
+			snprintf(pw, sizeof(pw), "&window=%s", w);
+		}
+		snprintf(target, sizeof(target), "/top?namespace=%s&n=%s&by=%s%s", pns, pn, pby, pw);
+	} else {
+		config_free(&cfg);
+		return ctl_usage();
+	}
+	static char body[CTL_ANSWER_MAX];
+	int status = ctl_request(&cfg, method, target, body, sizeof(body));
+	config_free(&cfg);
+	if (status < 0)
+		return 1;
+	if (as_json) {
+		fputs(body, stdout);
+		return status == 200 ? 0 : 1;
+	}
+	json_error_t jerr;
+	json_t *root = json_loads(body, 0, &jerr);
+	if (status != 200 || !root) {
+		const char *why = root ? json_string_value(json_object_get(root, "error")) : NULL;
+		fprintf(stderr, "spoa-ratelimit ctl: %d: %s\n", status, why ? why : body);
+		json_decref(root);
+		return 1;
+	}
+	if (strcmp(cmd, "keys") == 0)
+		ctl_print_keys(root);
+	else if (strcmp(cmd, "top") == 0)
+		ctl_print_top(root);
+	else
+		ctl_print_reset(root);
+	json_decref(root);
+	return 0;
+}
