@@ -151,6 +151,7 @@ install: spoa-ratelimit
 	install -D -m 0644 haproxy-examples/haproxy.cfg $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/haproxy.cfg
 	install -D -m 0644 haproxy-examples/spoe-ratelimit.conf $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/spoe-ratelimit.conf
 	install -D -m 0644 haproxy-examples/agent.json $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/agent.json
+	install -D -m 0644 haproxy-examples/prometheus/spoa-ratelimit.rules.yml $(DESTDIR)$(PREFIX)/share/spoa-ratelimit/spoa-ratelimit.rules.yml
 	install -D -m 0644 docs/spoa-ratelimit.8 $(DESTDIR)$(MANDIR)/man8/spoa-ratelimit.8
 	install -D -m 0644 scripts/systemd/spoa-ratelimit.sysusers $(DESTDIR)$(SYSUSERSDIR)/spoa-ratelimit.conf
 	install -d -m 0755 $(DESTDIR)$(UNITDIR)

@@ -7,7 +7,7 @@ what=${1:-build}
 pkgs="build-essential pkg-config libev-dev libhiredis-dev libpq-dev libjansson-dev"
 case "$what" in
   build|run) ;;
-  test)  pkgs="$pkgs libcriterion-dev haproxy nginx curl redis-server redis-sentinel postgresql clang docker-compose iproute2 procps systemd man-db groff-base" ;;
+  test)  pkgs="$pkgs libcriterion-dev haproxy nginx curl redis-server redis-sentinel postgresql clang docker-compose iproute2 procps systemd man-db groff-base prometheus" ;;
   bench) pkgs="$pkgs haproxy nginx curl wrk redis-server postgresql valgrind iproute2 procps" ;;
   demo)  pkgs="$pkgs haproxy curl redis-server iproute2 procps" ;;
   fuzz)  pkgs="$pkgs clang libclang-rt-14-dev" ;;
