@@ -61,7 +61,8 @@ want="755 usr/bin/spoa-ratelimit
 644 etc/spoa-ratelimit/agent.json
 644 usr/share/spoa-ratelimit/agent.json
 644 usr/share/spoa-ratelimit/haproxy.cfg
-644 usr/share/spoa-ratelimit/spoe-ratelimit.conf"
+644 usr/share/spoa-ratelimit/spoe-ratelimit.conf
+644 usr/share/spoa-ratelimit/spoa-ratelimit.rules.yml"
 got=$(cd "$stage" && find . -type f -printf '%m %P\n' 2>/dev/null | sort)
 is "$got" "$(printf '%s\n' "$want" | sort)" "installed files and modes"
 check "the installed binary is the agent" cmp -s "$AGENT" "$stage/usr/bin/spoa-ratelimit"
@@ -177,7 +178,13 @@ if have man; then
 
   "$AGENT" -h > "$T/usage" 2>> "$LOG"
   usage=$(head -n 1 "$T/usage" | sed 's/^usage: //')
-  synopsis=$(section SYNOPSIS | sed 's/^ *//' | tr -s ' ')
+  # The first line: the agent itself (the next ones: ctl).
+  synopsis=$(section SYNOPSIS | head -n 1 | sed 's/^ *//' | tr -s ' ')
+  ctl_ok=yes
+  for c in keys reset top; do
+    section SYNOPSIS | grep -q "spoa-ratelimit ctl .*$c" || ctl_ok="no ctl $c"
+  done
+  is "$ctl_ok" yes "man page SYNOPSIS names ctl keys, reset and top"
   is "$(printf '%s' "$synopsis" | tr '[:upper:]' '[:lower:]')" "$(printf '%s' "$usage" | tr '[:upper:]' '[:lower:]')" \
     "man page SYNOPSIS is the usage line of -h"
   opts=$(grep -oE '^  -[a-zA-Z]' "$T/usage" | tr -d ' ')
