@@ -23,8 +23,8 @@
 #   scale    N agents (one worker each) on one Redis for each N of
 #            $BENCH_SCALE_NODES (10 50 100), one spop_load driving them all:
 #            Redis CPU and commands per agent, idle and at a steady load, and
-#            a key shared by all held at its limit (not in the default; about
-#            a minute per N; knobs BENCH_SCALE_*: see part_scale)
+#            a key shared by all held at its limit (not in the default; 1 to 2
+#            minutes per N; knobs BENCH_SCALE_*: see part_scale)
 # Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
