@@ -20,6 +20,11 @@
 #   baseline this agent vs $BENCH_BASELINE (an older binary), interleaved:
 #            SPOP msgs/s, HTTP checks/s and variant $BENCH_BASELINE_VARIANT
 #            (C) (not in the default)
+#   scale    N agents (one worker each) on one Redis for each N of
+#            $BENCH_SCALE_NODES (10 50 100), one spop_load driving them all:
+#            Redis CPU and commands per agent, idle and at a steady load, and
+#            a key shared by all held at its limit (not in the default; 1 to 2
+#            minutes per N; knobs BENCH_SCALE_*: see part_scale)
 # Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
@@ -96,6 +101,11 @@ stop_pid() {
 cleanup() {
   local p
   trap - EXIT INT TERM HUP
+  # SIGTERM to all first (part scale may leave a hundred agents, each
+  # taking its time to flush), then each waited for, SIGKILL if need be.
+  for p in "${PIDS[@]}"; do
+    alive "$p" && kill -TERM "$p" 2>/dev/null
+  done
   for p in "${PIDS[@]}"; do
     alive "$p" && stop_pid "$p" 3
   done
@@ -161,20 +171,32 @@ AGENT_PID=""
 # start_agent PORT PIN(0|1|none) [agent args...]: starts the agent, waits
 # until it listens and its workers are up. Log: $RAW/agent-PORT.log.
 start_agent() {
-  local port=$1 pin=$2 i pin_cmd=()
+  agent_launch "$@" && agent_wait "$1" "$AGENT_PID"
+}
+
+# agent_launch PORT PIN(0|1|none) [agent args...]: starts the agent in the
+# background (AGENT_PID, recorded), without waiting for it.
+agent_launch() {
+  local port=$1 pin=$2 pin_cmd=()
   shift 2
   [ "$pin" = 0 ] && pin_cmd=("${PIN0[@]}")
   "${pin_cmd[@]}" "$AGENT" -l "127.0.0.1:$port" "$@" > "$RAW/agent-$port.log" 2>&1 &
   AGENT_PID=$!
   PIDS+=("$AGENT_PID")
+}
+
+# agent_wait PORT PID: waits until the agent PID listens on PORT and its
+# workers are up (recorded in WORKER_PIDS).
+agent_wait() {
+  local port=$1 pid=$2 i
   for i in $(seq 1 100); do
-    if listening "$port" && [ -n "$(pgrep -P "$AGENT_PID")" ]; then
+    if listening "$port" && [ -n "$(pgrep -P "$pid")" ]; then
       sleep 0.1
       # shellcheck disable=SC2207
-      WORKER_PIDS+=($(pgrep -P "$AGENT_PID"))
+      WORKER_PIDS+=($(pgrep -P "$pid"))
       return 0
     fi
-    alive "$AGENT_PID" || break
+    alive "$pid" || break
     sleep 0.1
   done
   echo "bench: the agent did not start on port $port:" >&2
@@ -1138,6 +1160,397 @@ part_nginx() {
   md ""
 }
 
+# ----------------------------------------------------------------- scale ---
+
+# Part scale: N agents (one worker each) on one Redis, all driven by one
+# spop_load (-P: one port per agent, -r per agent), at N = each of
+# BENCH_SCALE_NODES. What one Redis spends per node, idle and under a
+# steady load, and whether a key shared by all nodes, hit above its limit,
+# gets its limit. How to read it: docs/BENCHMARKS.md, docs/CLUSTER.md
+# "Scale by simulation".
+SCALE_NODES=${BENCH_SCALE_NODES:-10 50 100}
+SCALE_RATE=${BENCH_SCALE_RATE:-100}              # hits/s per agent
+SCALE_KEYS=${BENCH_SCALE_KEYS:-10}               # other keys, each hit by every agent
+SCALE_HOT_EVERY=${BENCH_SCALE_HOT_EVERY:-10}     # every 10th hit of each agent: the hot key
+SCALE_WINDOW=${BENCH_SCALE_WINDOW:-10}           # the window of every key, s
+SCALE_LIMIT=${BENCH_SCALE_LIMIT:-}               # default: half its hits per window
+SCALE_SYNC=${BENCH_SCALE_SYNC:-0.1}
+SCALE_TIMEOUT_MS=${BENCH_SCALE_TIMEOUT_MS:-100}
+SCALE_MAX_KEYS=${BENCH_SCALE_MAX_KEYS:-4096}
+SCALE_IDLE=${BENCH_SCALE_IDLE_SECONDS:-10}
+SCALE_WARMUP=${BENCH_SCALE_WARMUP:-20}           # two windows: every key has a previous one
+SCALE_SECONDS=${BENCH_SCALE_SECONDS:-40}
+# Phantom nodes: this many more entries kept fresh in the namespace's node
+# hash (the heartbeats' HGETALL reads them all; the agents count them, and
+# size their grants by them): a heartbeat costs what it would with N +
+# phantoms nodes, without running them.
+SCALE_PHANTOMS=${BENCH_SCALE_PHANTOMS:-0}
+
+SCALE_RPORT=""
+SCALE_REDIS_PID=""
+SCALE_PHANTOM_PID=""
+SCALE_MASTERS=()      # the agents (masters) of the run
+SCALE_PIDS=()         # masters and workers: their CPU is measured
+SCALE_PORTS=()        # SPOP ports
+SCALE_HPORTS=()       # HTTP ports (/metrics)
+
+# scale_snap TAG [metrics]: the time, Redis's CPU and command counts, the
+# agents' CPU ticks and the machine's CPU use now, into $RAW/scale-TAG.*;
+# with "metrics", every agent's /metrics too (after the rest: it takes a
+# while, and the agents' CPU for it is not in this reading).
+scale_snap() {
+  local f=$RAW/scale-$1 hp
+  date +%s.%N > "$f.time"
+  redis-cli -p "$SCALE_RPORT" INFO cpu 2>/dev/null | tr -d '\r' > "$f.cpu"
+  redis-cli -p "$SCALE_RPORT" INFO commandstats 2>/dev/null | tr -d '\r' > "$f.cmd"
+  ticks "${SCALE_PIDS[@]}" > "$f.ticks"
+  awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat > "$f.stat"
+  : > "$f.metrics"
+  if [ "${2:-}" = metrics ]; then
+    for hp in "${SCALE_HPORTS[@]}"; do
+      curl -s --max-time 2 "http://127.0.0.1:$hp/metrics" >> "$f.metrics" 2>/dev/null
+    done
+  fi
+}
+
+# scale_cmds A B: per Redis command, calls and usec between readings A and
+# B (INFO commandstats): "name calls usec" lines.
+scale_cmds() {
+  awk -F'[:,=]' '/^cmdstat_/ {
+      n = substr($1, 9)
+      if (FILENAME == ARGV[1]) { c0[n] = $3; u0[n] = $5 } else { c1[n] = $3; u1[n] = $5 } }
+    END { for (n in c1) if (c1[n] - c0[n] > 0) print n, c1[n] - c0[n], u1[n] - u0[n] }' \
+    "$RAW/scale-$1.cmd" "$RAW/scale-$2.cmd" | sort -k2,2nr
+}
+
+# scale_calls A B REGEX: calls of the commands matching REGEX between A and B.
+scale_calls() { scale_cmds "$1" "$2" | awk -v re="$3" '$1 ~ re { s += $2 } END { print s + 0 }'; }
+scale_usec() { scale_cmds "$1" "$2" | awk -v re="$3" '$1 ~ re { s += $3 } END { print s + 0 }'; }
+
+# The commands an agent sends itself; the others Redis runs inside its
+# scripts (HMGET: one per push call, HGET: two per admission, HGETALL: one
+# per heartbeat), and INFO is this script's.
+SCALE_TOP='^(eval|evalsha|script\|load|auth|select|role|ping|wait|hello|asking|client\|.*|cluster\|.*)$'
+
+# scale_dt A B: seconds between readings A and B.
+scale_dt() { awk '{ if (NR == 1) a = $1; else b = $1 } END { printf "%.3f", b - a }' "$RAW/scale-$1.time" "$RAW/scale-$2.time"; }
+
+# scale_rcpu A B: Redis's CPU seconds (used_cpu_sys + used_cpu_user) between A and B.
+scale_rcpu() {
+  awk -F: '/^used_cpu_(sys|user):/ { s[FILENAME] += $2 } END { printf "%.3f", s[ARGV[2]] - s[ARGV[1]] }' \
+    "$RAW/scale-$1.cpu" "$RAW/scale-$2.cpu"
+}
+
+# scale_msum TAG REGEX: the sum, over every agent, of the /metrics lines
+# matching REGEX.
+scale_msum() { awk -v re="$2" '$0 ~ re { s += $NF } END { printf "%.0f", s }' "$RAW/scale-$1.metrics"; }
+scale_mdelta() { echo $(( $(scale_msum "$2" "$3") - $(scale_msum "$1" "$3") )); }
+
+# scale_sync_p99 A B: the 99th percentile of the agents' sync cycle time
+# between A and B, as the bucket bound of the summed histograms.
+scale_sync_p99() {
+  awk '/^spoa_ratelimit_sync_duration_seconds_bucket/ {
+      le = $1; sub(/.*le="/, "", le); sub(/".*/, "", le)
+      if (FILENAME == ARGV[1]) b0[le] += $NF; else b1[le] += $NF }
+    END { n = b1["+Inf"] - b0["+Inf"]; if (n <= 0) { print "-"; exit }
+          m = split("0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 +Inf", les, " ")
+          for (i = 1; i <= m; i++) if (b1[les[i]] - b0[les[i]] >= 0.99 * n) { print ((les[i] == "+Inf") ? "> 5 s" : "<= " les[i] * 1000 " ms"); exit } }' \
+    "$RAW/scale-$1.metrics" "$RAW/scale-$2.metrics"
+}
+
+# scale_phantoms COUNT: COUNT more fields in the node hash of the agents'
+# namespace (found in Redis: "*:nodes}"), set to the time every 0.5 s (a
+# node counts for 3 sync periods + 1 s), until scale_stop.
+scale_phantoms() {
+  local key i args=()
+  key=$(redis-cli -p "$SCALE_RPORT" --scan --pattern '*:nodes}' 2>/dev/null | head -n 1)
+  [ -n "$key" ] || return 1
+  for i in $(seq 1 "$1"); do args+=("phantom-$i" NOW); done
+  (
+    trap 'exit 0' TERM
+    while :; do
+      redis-cli -p "$SCALE_RPORT" HSET "$key" "${args[@]/#NOW/$(date +%s.%N)}" > /dev/null 2>&1
+      sleep 0.5
+    done
+  ) &
+  SCALE_PHANTOM_PID=$!
+  PIDS+=("$SCALE_PHANTOM_PID")
+}
+
+# scale_stop: every agent of the run (SIGTERM to all, then each waited for),
+# then its Redis.
+scale_stop() {
+  local p
+  if [ -n "$SCALE_PHANTOM_PID" ]; then
+    stop_pid "$SCALE_PHANTOM_PID"; forget "$SCALE_PHANTOM_PID"; SCALE_PHANTOM_PID=""
+  fi
+  for p in "${SCALE_MASTERS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${SCALE_MASTERS[@]}"; do stop_pid "$p" 10; forget "$p"; done
+  reap_workers
+  SCALE_MASTERS=(); SCALE_PIDS=(); SCALE_PORTS=(); SCALE_HPORTS=()
+  AGENT_PID=""
+  if [ -n "$SCALE_REDIS_PID" ]; then
+    stop_pid "$SCALE_REDIS_PID"; forget "$SCALE_REDIS_PID"; SCALE_REDIS_PID=""
+  fi
+}
+
+# scale_fits N: can this machine hold N agents (open files of spop_load and
+# Redis, processes, memory)? Says why not.
+scale_fits() {
+  local n=$1 nofile nproc_max avail
+  nofile=$(ulimit -n); nproc_max=$(ulimit -u)
+  avail=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
+  if [ "$nofile" != unlimited ] && [ "$nofile" -lt $((2 * n + 64)) ]; then
+    echo "open files limit $nofile < $((2 * n + 64))"; return 1
+  fi
+  if [ "$nproc_max" != unlimited ] && [ "$nproc_max" -lt $((2 * n + 256)) ]; then
+    echo "process limit $nproc_max < $((2 * n + 256))"; return 1
+  fi
+  # An agent with a small table: ~4 MB of its own (master + worker, PSS),
+  # the table ~220 bytes per max_keys entry; 32 MB each to be safe.
+  if [ "${avail:-0}" -lt $((32 * n + 512)) ]; then
+    echo "${avail:-?} MB available < $((32 * n + 512)) MB"; return 1
+  fi
+  return 0
+}
+
+# scale_run N: one run at N agents; appends a line of name=value fields to
+# $RAW/scale.txt.
+scale_run() {
+  local n=$1 i port hport cfg limit lp line why ports="" t0 mk
+  if ! why=$(scale_fits "$n"); then
+    say "scale: $n agents do not fit: $why"
+    echo "n=$n failed=1 why=$(echo "$why" | tr ' ' '_')" >> "$RAW/scale.txt"
+    return 0
+  fi
+  limit=${SCALE_LIMIT:-$(awk -v n="$n" -v r="$SCALE_RATE" -v e="$SCALE_HOT_EVERY" -v w="$SCALE_WINDOW" \
+    'BEGIN { printf "%d", n * r / e * w / 2 }')}
+  mk=$SCALE_MAX_KEYS
+  [ "$mk" -lt $((4 * SCALE_KEYS + 64)) ] && mk=$((4 * SCALE_KEYS + 64))
+  local load_start; load_start=$(uptime | sed 's/.*load average: //')
+  free_port SCALE_RPORT || return 1
+  redis-server --port "$SCALE_RPORT" --bind 127.0.0.1 --save "" --appendonly no \
+    > "$RAW/scale-redis-$n.log" 2>&1 &
+  SCALE_REDIS_PID=$!
+  PIDS+=("$SCALE_REDIS_PID")
+  for i in $(seq 1 100); do listening "$SCALE_RPORT" && break; sleep 0.05; done
+  listening "$SCALE_RPORT" || { say "scale: redis-server did not start"; scale_stop; return 1; }
+  # The agents: all launched, then each waited for.
+  t0=$(date +%s)
+  for i in $(seq 1 "$n"); do
+    if ! free_port port || ! free_port hport; then scale_stop; return 1; fi
+    cfg=$RAW/scale-agent-$n-$i.json
+    printf '{"max_keys":%s,"http_listen":"127.0.0.1:%s","namespaces":[{"name":"default","window_sizes":%s,"sync_rate":%s,"count_denied":false,"strategy":"redis","strategy_opts":{"host":"127.0.0.1","port":%s,"timeout_ms":%s}}]}\n' \
+      "$mk" "$hport" "[$SCALE_WINDOW]" \
+      "$SCALE_SYNC" "$SCALE_RPORT" "$SCALE_TIMEOUT_MS" > "$cfg"
+    agent_launch "$port" none -w 1 -c "$cfg"
+    SCALE_MASTERS+=("$AGENT_PID"); SCALE_PORTS+=("$port"); SCALE_HPORTS+=("$hport")
+  done
+  for i in $(seq 0 $((n - 1))); do
+    if ! agent_wait "${SCALE_PORTS[$i]}" "${SCALE_MASTERS[$i]}"; then
+      say "scale: agent $((i + 1)) of $n did not start"; scale_stop; return 1
+    fi
+  done
+  AGENT_PID=""
+  for i in "${SCALE_MASTERS[@]}"; do
+    SCALE_PIDS+=("$i")
+    # shellcheck disable=SC2207
+    SCALE_PIDS+=($(pgrep -P "$i"))
+  done
+  say "scale: $n agents up in $(( $(date +%s) - t0 )) s (Redis on port $SCALE_RPORT)"
+  ports=$(IFS=,; echo "${SCALE_PORTS[*]}")
+  # Every agent heartbeats once it runs: let them all count each other.
+  sleep 2
+  if [ "$SCALE_PHANTOMS" -gt 0 ]; then
+    scale_phantoms "$SCALE_PHANTOMS" || { say "scale: no node hash in Redis"; scale_stop; return 1; }
+    sleep 2
+  fi
+  # Idle: agents up, no traffic.
+  scale_snap "$n-idle0"
+  sleep "$SCALE_IDLE"
+  scale_snap "$n-idle1" metrics
+  # Steady load: one spop_load for all, per agent SCALE_RATE hits/s over
+  # SCALE_KEYS keys, every SCALE_HOT_EVERY-th on the hot key.
+  "$LOAD" -q -P "$ports" -c 1 -k 16 -r "$SCALE_RATE" -n "$SCALE_KEYS" -W "$SCALE_WINDOW" -m ratelimit \
+    -H "$SCALE_HOT_EVERY:$SCALE_WINDOW:$limit" -w "$SCALE_WARMUP" -d "$SCALE_SECONDS" \
+    > "$RAW/scale-$n-load.txt" 2> "$RAW/scale-$n-load.err" &
+  lp=$!
+  PIDS+=("$lp")
+  sleep "$SCALE_WARMUP"
+  scale_snap "$n-load0" metrics
+  sleep "$SCALE_SECONDS"
+  scale_snap "$n-load1" metrics
+  wait "$lp"; forget "$lp"
+  local load_end; load_end=$(uptime | sed 's/.*load average: //')
+  scale_cmds "$n-idle0" "$n-idle1" > "$RAW/scale-$n-idle.cmds"
+  scale_cmds "$n-load0" "$n-load1" > "$RAW/scale-$n-load.cmds"
+  line=$(grep '^RESULT' "$RAW/scale-$n-load.txt")
+  [ -n "$line" ] || line="RESULT failed=1 errors=1"
+  grep '^HOT' "$RAW/scale-$n-load.txt" | sed "s/^/n=$n /" >> "$RAW/scale-hot.txt"
+  scale_stop
+
+  local di dl ri rl ai al bi bl
+  di=$(scale_dt "$n-idle0" "$n-idle1"); dl=$(scale_dt "$n-load0" "$n-load1")
+  ri=$(scale_rcpu "$n-idle0" "$n-idle1"); rl=$(scale_rcpu "$n-load0" "$n-load1")
+  ai=$(( $(cat "$RAW/scale-$n-idle1.ticks") - $(cat "$RAW/scale-$n-idle0.ticks") ))
+  al=$(( $(cat "$RAW/scale-$n-load1.ticks") - $(cat "$RAW/scale-$n-load0.ticks") ))
+  bl=$(awk '{ if (NR == 1) { t = $1; i = $2 } else { dt = $1 - t; di = $2 - i } }
+            END { printf "%.2f", (dt > 0) ? (dt - di) / dt * c : 0 }' c="$(nproc)" \
+       "$RAW/scale-$n-load0.stat" "$RAW/scale-$n-load1.stat")
+  bi=$(awk '{ if (NR == 1) { t = $1; i = $2 } else { dt = $1 - t; di = $2 - i } }
+            END { printf "%.2f", (dt > 0) ? (dt - di) / dt * c : 0 }' c="$(nproc)" \
+       "$RAW/scale-$n-idle0.stat" "$RAW/scale-$n-idle1.stat")
+  local top_i top_l ev_i ev_l es_l pu_l ad_l hb_l evu_l esu_l evu_i
+  top_i=$(scale_calls "$n-idle0" "$n-idle1" "$SCALE_TOP"); top_l=$(scale_calls "$n-load0" "$n-load1" "$SCALE_TOP")
+  ev_i=$(scale_calls "$n-idle0" "$n-idle1" '^eval$'); ev_l=$(scale_calls "$n-load0" "$n-load1" '^eval$')
+  evu_i=$(scale_usec "$n-idle0" "$n-idle1" '^eval$'); evu_l=$(scale_usec "$n-load0" "$n-load1" '^eval$')
+  es_l=$(scale_calls "$n-load0" "$n-load1" '^evalsha$'); esu_l=$(scale_usec "$n-load0" "$n-load1" '^evalsha$')
+  pu_l=$(scale_calls "$n-load0" "$n-load1" '^hmget$')
+  ad_l=$(( $(scale_calls "$n-load0" "$n-load1" '^hget$') / 2 ))
+  hb_l=$(scale_calls "$n-load0" "$n-load1" '^hgetall$')
+  local nodes_min nodes_max
+  nodes_min=$(awk '/^spoa_ratelimit_store_nodes/ { if (m == "" || $NF < m) m = $NF } END { print m + 0 }' "$RAW/scale-$n-load1.metrics")
+  nodes_max=$(awk '/^spoa_ratelimit_store_nodes/ { if ($NF > m) m = $NF } END { print m + 0 }' "$RAW/scale-$n-load1.metrics")
+  {
+    printf 'n=%s phantoms=%s limit=%s window=%s idle_s=%s load_s=%s' "$n" "$SCALE_PHANTOMS" "$limit" "$SCALE_WINDOW" "$di" "$dl"
+    printf ' redis_cpu_idle=%s redis_cpu_load=%s' "$(awk -v a="$ri" -v d="$di" 'BEGIN { printf "%.4f", a / d }')" \
+      "$(awk -v a="$rl" -v d="$dl" 'BEGIN { printf "%.4f", a / d }')"
+    printf ' agents_cpu_idle=%s agents_cpu_load=%s' \
+      "$(awk -v a="$ai" -v t="$CLK_TCK" -v d="$di" 'BEGIN { printf "%.4f", a / t / d }')" \
+      "$(awk -v a="$al" -v t="$CLK_TCK" -v d="$dl" 'BEGIN { printf "%.4f", a / t / d }')"
+    printf ' machine_busy_idle=%s machine_busy_load=%s' "$bi" "$bl"
+    printf ' top_idle=%s top_load=%s eval_idle=%s eval_load=%s evalsha_load=%s pushes_load=%s admits_load=%s heartbeats_load=%s' \
+      "$top_i" "$top_l" "$ev_i" "$ev_l" "$es_l" "$pu_l" "$ad_l" "$hb_l"
+    printf ' eval_usec_idle=%s eval_usec_load=%s evalsha_usec_load=%s' "$evu_i" "$evu_l" "$esu_l"
+    printf ' adm_store=%s adm_grant=%s adm_view=%s adm_degraded=%s' \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="store"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="grant"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="view"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="degraded"')"
+    printf ' cycles_ok=%s cycles_failed=%s sync_p99=%s nodes_min=%s nodes_max=%s nodes_idle_min=%s' \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'sync_cycles_total.*result="ok"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'sync_cycles_total.*result="failed"')" \
+      "$(scale_sync_p99 "$n-load0" "$n-load1" | tr ' ' '_')" "$nodes_min" "$nodes_max" \
+      "$(awk '/^spoa_ratelimit_store_nodes/ { if (m == "" || $NF < m) m = $NF } END { print m + 0 }' "$RAW/scale-$n-idle1.metrics")"
+    printf ' loadavg_start=%s loadavg_end=%s' "$(echo "$load_start" | tr -d ' ')" "$(echo "$load_end" | tr -d ' ')"
+    printf ' %s\n' "${line#RESULT }"
+  } >> "$RAW/scale.txt"
+  say "scale: n=$n $(tail -n 1 "$RAW/scale.txt")"
+}
+
+part_scale() {
+  local n l
+  say "== scale (N agents on one Redis, one spop_load for all)"
+  md "## 6. Scale by simulation: N agents on one Redis"
+  md ""
+  if [ ! -x "$LOAD" ] || [ ! -x "$AGENT" ] || ! command -v redis-server > /dev/null 2>&1 ||
+     ! command -v redis-cli > /dev/null 2>&1 || ! command -v curl > /dev/null 2>&1; then
+    say "spop_load, the agent, redis-server, redis-cli or curl missing: skipped"
+    md "spop_load, the agent, redis-server, redis-cli or curl missing: skipped."; md ""
+    return 0
+  fi
+  : > "$RAW/scale.txt"; : > "$RAW/scale-hot.txt"
+  for n in $SCALE_NODES; do
+    scale_run "$n" || say "scale: run at $n agents failed"
+  done
+  scale_report
+}
+
+# scale_report: the tables of part scale, from $RAW/scale.txt.
+scale_report() {
+  local l n dl di lbl
+  md "N agents (\`spoa-ratelimit -w 1\`, nothing pinned) on one redis-server, each agent's namespace"
+  md "\`default\` synced every ${SCALE_SYNC} s (admission auto: exact), one window of ${SCALE_WINDOW} s (sliding),"
+  md "\`count_denied\` false, \`max_keys\` $SCALE_MAX_KEYS (at least 4 x keys), \`timeout_ms\` $SCALE_TIMEOUT_MS."
+  md "Idle: ${SCALE_IDLE} s with the agents up and no traffic. Load: one \`spop_load -P <every agent's port> -c 1"
+  md "-k 16 -r $SCALE_RATE -n $SCALE_KEYS -W $SCALE_WINDOW -H $SCALE_HOT_EVERY:$SCALE_WINDOW:LIMIT -w $SCALE_WARMUP -d $SCALE_SECONDS\`:"
+  md "$SCALE_RATE hits/s per agent, open loop, over $SCALE_KEYS keys hit by every agent (limit 10^6: far from it),"
+  md "and every ${SCALE_HOT_EVERY}th hit of every agent on one key \"hot\" with LIMIT per ${SCALE_WINDOW} s"
+  md "(default: half of what it gets, so it is held at its limit). Measured after a warm-up of $SCALE_WARMUP s (every"
+  md "key has a previous window then). Redis CPU: used_cpu_sys + used_cpu_user"
+  md "(INFO cpu) over the measured time, 100 % = one core. Commands: INFO commandstats; the agents send"
+  md "EVAL (heartbeat: one per sync cycle) and EVALSHA (a push: one per hash of the node's active counters"
+  md "per cycle; an admission: one per hit the store decides); Redis runs HMGET once per push, HGET twice"
+  md "per admission, HGETALL once per heartbeat inside them. Measured on this branch as it is."
+  if [ "$SCALE_PHANTOMS" -gt 0 ]; then
+    md "With $SCALE_PHANTOMS phantom nodes: that many more entries kept fresh in the namespace's node hash"
+    md "(one HSET of them all every 0.5 s, in the commands below as hset), so every heartbeat reads and the"
+    md "agents count N + $SCALE_PHANTOMS nodes (their grants are sized by that count too)."
+  fi
+  md ""
+  md "**Store cost.**"
+  md ""
+  md "| agents | Redis CPU idle | per agent | commands/s per agent idle | Redis CPU at load | per agent | commands/s per agent at load | of which heartbeat / push / admission | Redis µs per heartbeat (idle, load) | µs per EVALSHA |"
+  md "|---|---|---|---|---|---|---|---|---|---|"
+  while read -r l; do
+    n=$(field "$l" n)
+    if [ -n "$(field "$l" failed)" ]; then md "| $n | failed: $(field "$l" why | tr '_' ' ') | | | | | | | | |"; continue; fi
+    lbl=$n; [ "$(field "$l" phantoms)" -gt 0 ] && lbl="$n (+$(field "$l" phantoms) phantom)"
+    di=$(field "$l" idle_s); dl=$(field "$l" load_s)
+    md "$(awk -v lbl="$lbl" -v n="$n" -v di="$di" -v dl="$dl" -v ri="$(field "$l" redis_cpu_idle)" -v rl="$(field "$l" redis_cpu_load)" \
+      -v ti="$(field "$l" top_idle)" -v tl="$(field "$l" top_load)" -v hb="$(field "$l" eval_load)" \
+      -v pu="$(field "$l" pushes_load)" -v ad="$(field "$l" admits_load)" -v ei="$(field "$l" eval_idle)" \
+      -v eui="$(field "$l" eval_usec_idle)" -v eul="$(field "$l" eval_usec_load)" \
+      -v es="$(field "$l" evalsha_load)" -v esu="$(field "$l" evalsha_usec_load)" 'BEGIN {
+        printf "| %s | %.1f %% | %.3f %% | %.1f | %.1f %% | %.3f %% | %.1f | %.1f / %.1f / %.1f | %.0f, %.0f | %.1f |",
+          lbl, ri * 100, ri * 100 / n, ti / di / n, rl * 100, rl * 100 / n, tl / dl / n,
+          hb / dl / n, pu / dl / n, ad / dl / n, ei ? eui / ei : 0, hb ? eul / hb : 0, es ? esu / es : 0 }')"
+  done < "$RAW/scale.txt"
+  md ""
+  md "**The limit.** The hot key's admitted hits per ${SCALE_WINDOW} s window (the agent's windows, by when"
+  md "each answer came), over the windows wholly inside the measured time; the bound of the issue is"
+  md "limit x 1.01 + N. Degraded: admitted by a node alone (the store did not answer within \`timeout_ms\`)."
+  md ""
+  md "| agents | hits/s, all agents | errors | p50 / p99 ms | limit | windows | admitted min - max | max ÷ limit | bound | within | degraded | admissions/s: store / grant / view / degraded |"
+  md "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  while read -r l; do
+    n=$(field "$l" n)
+    [ -n "$(field "$l" failed)" ] && continue
+    lbl=$n; [ "$(field "$l" phantoms)" -gt 0 ] && lbl="$n (+$(field "$l" phantoms) phantom)"
+    dl=$(field "$l" load_s)
+    md "$(awk -v lbl="$lbl" -v n="$n" -v dl="$dl" -v r="$(field "$l" msgs_per_s)" -v e="$(field "$l" errors)" \
+      -v p50="$(field "$l" p50_us)" -v p99="$(field "$l" p99_us)" -v lim="$(field "$l" hot_limit)" \
+      -v w="$(field "$l" hot_windows)" -v mn="$(field "$l" hot_admitted_min)" -v mx="$(field "$l" hot_admitted_max)" \
+      -v dg="$(field "$l" hot_degraded)" -v as="$(field "$l" adm_store)" -v ag="$(field "$l" adm_grant)" \
+      -v av="$(field "$l" adm_view)" -v ad="$(field "$l" adm_degraded)" 'BEGIN {
+        bound = lim * 1.01 + n
+        printf "| %s | %.0f | %d | %.2f / %.2f | %d | %d | %d - %d | %.4f | %.0f | %s | %d | %.0f / %.0f / %.0f / %.0f |",
+          lbl, r, e, p50 / 1000, p99 / 1000, lim, w, mn, mx, lim ? mx / lim : 0, bound,
+          (w > 0 && mx <= bound) ? "yes" : (w > 0 ? "**no**" : "-"), dg,
+          as / dl, ag / dl, av / dl, ad / dl }')"
+  done < "$RAW/scale.txt"
+  md ""
+  md "**The agents and the machine** ($(nproc) CPUs, shared: Redis, every agent and spop_load run on them)."
+  md ""
+  md "| agents | agents' CPU, all (cores) | per agent, ms/s | spop_load CPU | machine busy (cores) idle, load | sync cycle p99 | nodes counted (min - max) | load average start → end |"
+  md "|---|---|---|---|---|---|---|---|"
+  while read -r l; do
+    n=$(field "$l" n)
+    [ -n "$(field "$l" failed)" ] && continue
+    lbl=$n; [ "$(field "$l" phantoms)" -gt 0 ] && lbl="$n (+$(field "$l" phantoms) phantom)"
+    md "$(awk -v lbl="$lbl" -v n="$n" -v ai="$(field "$l" agents_cpu_idle)" -v al="$(field "$l" agents_cpu_load)" 'BEGIN {
+        printf "| %s | %.2f idle, %.2f load | %.2f idle, %.2f load |", lbl, ai, al, ai * 1000 / n, al * 1000 / n }') $(field "$l" client_cpu) | $(field "$l" machine_busy_idle), $(field "$l" machine_busy_load) | $(field "$l" sync_p99 | tr '_' ' ') | $(field "$l" nodes_min) - $(field "$l" nodes_max) (idle: $(field "$l" nodes_idle_min) min) | $(field "$l" loadavg_start) → $(field "$l" loadavg_end) |"
+  done < "$RAW/scale.txt"
+  md ""
+  md "The hot key's windows (spop_load's HOT lines; complete=1: wholly measured):"
+  md ""
+  md '```'
+  while read -r l; do md "$l"; done < "$RAW/scale-hot.txt"
+  md '```'
+  md ""
+  md "Redis commands at load, per run (name, calls, usec; \`$RAW/scale-N-{idle,load}.cmds\`):"
+  md ""
+  md '```'
+  for n in $SCALE_NODES; do
+    [ -s "$RAW/scale-$n-load.cmds" ] || continue
+    md "N=$n: $(tr '\n' ';' < "$RAW/scale-$n-load.cmds" | sed 's/;$//; s/;/; /g')"
+  done
+  md '```'
+  md ""
+  md "Every run, all fields: \`$RAW/scale.txt\`."
+  md ""
+}
+
 targets() {
   md "## Targets (issues 4 and 8)"
   md ""
@@ -1161,8 +1574,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|e2e|nginx|sync|profile|alloc|baseline) ;;
-    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline)" >&2; exit 2 ;;
+    core|spop|http|e2e|nginx|sync|profile|alloc|baseline|scale) ;;
+    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline scale)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)
