@@ -39,7 +39,11 @@ else
 BUILD   ?= build/rel
 endif
 
-LIB_SRCS  := $(wildcard spop/*.c strategies/*.c) $(filter-out agent/main.c,$(wildcard agent/*.c))
+# agent/nginx/spoa_client.c: the nginx module's SPOP client core (pure C, no
+# nginx), in the library for its unit test; the module itself is built by
+# nginx's build system (make nginx-module).
+LIB_SRCS  := $(wildcard spop/*.c strategies/*.c) $(filter-out agent/main.c,$(wildcard agent/*.c)) \
+             agent/nginx/spoa_client.c
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libspoarl.a
 AGENT     := $(BUILD)/spoa-ratelimit
