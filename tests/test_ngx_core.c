@@ -723,6 +723,7 @@ Test(fail, agent_disconnect_says_why)
 	cr_assert_eq(spop_encode_agent_disconnect(&w, SPOP_ERR_TOO_BIG, "too big \x01"), 0);
 	expect_fail(f, buf, w.len, SPOP_ERR_TOO_BIG);
 	cr_assert_str_eq(f->c.detail, "too big ?");
+	cr_assert(f->c.by_agent);
 	free(f);
 }
 

@@ -43,6 +43,7 @@ static void buffers_reset(struct sc_conn *c)
 	c->out_len = c->out_off = 0;
 	c->err = SPOP_ERR_NONE;
 	c->why = NULL;
+	c->by_agent = false;
 	c->detail[0] = '\0';
 }
 
@@ -179,6 +180,7 @@ static int on_disconnect(struct sc_conn *c, const struct spop_frame *f)
 		return fail(c, err, "malformed AGENT-DISCONNECT");
 	n = copy_printable(c->detail, sizeof(c->detail) - 1, d.message);
 	c->detail[n] = '\0';
+	c->by_agent = true;
 	return fail(c, d.has_status_code ? (enum spop_err)d.status_code : SPOP_ERR_UNKNOWN,
 		    "AGENT-DISCONNECT");
 }

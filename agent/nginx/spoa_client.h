@@ -98,6 +98,7 @@ struct sc_conn {
 	uint32_t max_inflight;       /* nslots with pipelining, else 1 */
 	enum spop_err err;           /* why sc_next() failed */
 	const char *why;             /* the same in words (static) */
+	bool by_agent;               /* it came in an AGENT-DISCONNECT */
 	char detail[96];             /* an AGENT-DISCONNECT's message, cut, NUL-terminated */
 };
 
