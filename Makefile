@@ -117,6 +117,17 @@ $(NGX_OUT)/objs/Makefile: agent/nginx/config scripts/nginx-module.sh
 $(NGX_MOD): $(NGX_OUT)/objs/Makefile $(NGX_SRCS)
 	scripts/nginx-module.sh build $(NGX_OUT)
 
+# The same with ASan and UBSan, for Debian's nginx with the sanitizers'
+# runtime preloaded (tests/e2e/nginx_module_asan.sh).
+NGX_SAN_OUT := build/nginx-san
+NGX_SAN_MOD := $(NGX_SAN_OUT)/ngx_http_spoa_ratelimit_module.so
+
+$(NGX_SAN_OUT)/objs/Makefile: agent/nginx/config scripts/nginx-module.sh
+	NGX_SANITIZE=address,undefined scripts/nginx-module.sh configure $(NGX_SAN_OUT)
+
+$(NGX_SAN_MOD): $(NGX_SAN_OUT)/objs/Makefile $(NGX_SRCS)
+	NGX_SANITIZE=address,undefined scripts/nginx-module.sh build $(NGX_SAN_OUT)
+
 deps-build:
 	@scripts/deps.sh build
 
@@ -132,13 +143,13 @@ run: deps-build
 test: deps-test
 	$(MAKE) SANITIZE=address,undefined test-run
 
-test-run: $(AGENT) $(TEST_BINS) $(NGX_MOD)
+test-run: $(AGENT) $(TEST_BINS) $(NGX_MOD) $(NGX_SAN_MOD)
 	tests/run.sh $(BUILD)
 
 unit: $(TEST_BINS)
 	tests/run.sh $(BUILD) unit
 
-e2e: $(AGENT) $(NGX_MOD)
+e2e: $(AGENT) $(NGX_MOD) $(NGX_SAN_MOD)
 	tests/run.sh $(BUILD) e2e
 
 fuzz:

@@ -11,7 +11,9 @@
 #
 # NGINX_SRC: nginx's sources for modules (default /usr/share/nginx/src,
 # from nginx-dev). Nothing is written there: configure and make run in it,
-# their output goes to OUT.
+# their output goes to OUT. NGX_SANITIZE=address,undefined builds the
+# module sanitized, for an nginx started with the sanitizer's runtime
+# preloaded (tests/e2e/nginx_module.sh does, in its own build directory).
 set -eu
 what=${1:?configure|build}
 out=${2:?output directory}
@@ -34,6 +36,10 @@ case $what in
     . "$src/conf_flags"
     cflags="$(dpkg-buildflags --get CFLAGS) -fPIC $(dpkg-buildflags --get CPPFLAGS)"
     ldflags="$(dpkg-buildflags --get LDFLAGS) -fPIC"
+    if [ -n "${NGX_SANITIZE:-}" ]; then
+      cflags="$cflags -fsanitize=$NGX_SANITIZE -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
+      ldflags="$ldflags -fsanitize=$NGX_SANITIZE"
+    fi
     (cd "$src" && ./configure --with-cc-opt="$cflags" --with-ld-opt="$ldflags" \
         "${NGX_CONF_FLAGS[@]}" --add-dynamic-module="$root/agent/nginx" \
         --builddir="$out/objs") > "$out/configure.log" 2>&1 || {
@@ -47,7 +53,7 @@ case $what in
     make -f "$out/objs/Makefile" -C "$src" modules
     cp "$out/objs/$mod.so" "$out/$mod.so"
     # It must load into this nginx: nginx -t with only the module.
-    if command -v nginx >/dev/null 2>&1; then
+    if command -v nginx >/dev/null 2>&1 && [ -z "${NGX_SANITIZE:-}" ]; then
       printf 'load_module %s;\nevents {}\n' "$out/$mod.so" > "$out/load-test.conf"
       nginx -q -t -p "$out" -c "$out/load-test.conf" -g "error_log stderr; pid $out/load-test.pid;"
     fi

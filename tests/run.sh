@@ -16,6 +16,7 @@ what=${2:-all}
 export AGENT="$PWD/$build/spoa-ratelimit"
 # The nginx module (make nginx-module) for tests/e2e/nginx_module.sh.
 export NGINX_MODULE=${NGINX_MODULE:-$PWD/build/nginx/ngx_http_spoa_ratelimit_module.so}
+export NGINX_MODULE_SAN=${NGINX_MODULE_SAN:-$PWD/build/nginx-san/ngx_http_spoa_ratelimit_module.so}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
 # libcriterion's runner leaks 48 bytes of its own; our code is not suppressed.
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}

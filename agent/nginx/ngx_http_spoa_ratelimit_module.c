@@ -501,7 +501,9 @@ spoa_apply(ngx_http_request_t *r, spoa_ctx_t *ctx)
     }
 
     if (ctx->rc == NGX_HTTP_SERVICE_UNAVAILABLE && !(ctx->res.has & SC_HAS_EXCEEDED)) {
-        ngx_log_error(NGX_LOG_WARN, r->connection->log, 0,
+        /* Once per request: the agent's state changes are logged at
+         * "error" and "notice" once each. */
+        ngx_log_error(NGX_LOG_INFO, r->connection->log, 0,
                       "spoa_ratelimit: no decision (%s), denied (fail closed)",
                       ctx->error ? ctx->error : "agent error");
     } else {
