@@ -90,6 +90,15 @@ cat >> "$E2E_TMP/main.conf" <<EOF
             spoa_ratelimit key=\$http_x_key namespace=no-such-namespace window=60 limit=3;
             proxy_pass http://app;
         }
+        location /redir {
+            spoa_ratelimit key=\$http_x_key namespace=t window=60 limit=1;
+            error_page 429 = @over;
+            proxy_pass http://app;
+        }
+        location @over {
+            spoa_ratelimit key=\$http_x_key namespace=t window=60 limit=1;
+            proxy_pass http://app;
+        }
         location /cost {
             spoa_ratelimit key=\$http_x_key namespace=t window=60 limit=10 cost=\$http_x_cost;
             proxy_pass http://app;
@@ -273,6 +282,14 @@ t /cost "$E2E_TMP/h-c" -H "X-Key: $kc" -H "X-Cost: 0" > /dev/null
 t /cost "$E2E_TMP/h-c" -H "X-Key: $kc" -H "X-Cost: 0.5" > /dev/null
 t /cost "$E2E_TMP/h-c" -H "X-Key: $kc" -H "X-Cost: 0" > /dev/null
 is "$(hdr "$E2E_TMP/h-c" X-RL-Remaining)" "9" "cost=0 reads, cost=0.5 counts half (remaining 9 of 10)"
+# A denial sent elsewhere by error_page: not counted again there, the
+# variables still hold the decision.
+kr=r-$E2E_RUN_ID
+t /redir "$E2E_TMP/h-r1" -H "X-Key: $kr" > /dev/null
+code=$(t /redir "$E2E_TMP/h-r2" -H "X-Key: $kr")
+is "$code $(hdr "$E2E_TMP/h-r2" X-RL-Exceeded) $(hdr "$E2E_TMP/h-r2" X-RL-Remaining)" "200 1 0" \
+  "error_page 429 = @over: @over serves, with the decision's variables"
+is "$(agent_rate t "$kr" 60)" "2" "... and counted once per request (2 hits, @over has a limit too)"
 # An answer without a decision (unknown namespace).
 code=$(t /badns "$E2E_TMP/h-bad" -H "X-Key: $k")
 is "$code" "200" "the agent's error answer (unknown namespace), fail open: 200"
