@@ -51,7 +51,10 @@ case $what in
   build)
     [ -f "$out/objs/Makefile" ] || "$0" configure "$out"
     make -f "$out/objs/Makefile" -C "$src" modules
-    cp "$out/objs/$mod.so" "$out/$mod.so"
+    # A new file, renamed over the old one: an nginx running the old one
+    # keeps its mapping intact (cp would rewrite it in place).
+    cp "$out/objs/$mod.so" "$out/.$mod.so.new"
+    mv -f "$out/.$mod.so.new" "$out/$mod.so"
     # It must load into this nginx: nginx -t with only the module.
     if command -v nginx >/dev/null 2>&1 && [ -z "${NGX_SANITIZE:-}" ]; then
       printf 'load_module %s;\nevents {}\n' "$out/$mod.so" > "$out/load-test.conf"

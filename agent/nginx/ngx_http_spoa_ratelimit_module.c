@@ -833,6 +833,11 @@ conn_write_handler(ngx_event_t *wev)
     }
 
     conn_flush(sc);
+
+    /* Room in `out` again: requests queued for it may go. */
+    if (sc->pc.connection == c && !ngx_queue_empty(&sc->agent->waiting)) {
+        agent_drain(sc->agent);
+    }
 }
 
 static void
