@@ -20,6 +20,7 @@
 #   - configuration errors refused by nginx -t.
 # Usage: AGENT=/path/to/spoa-ratelimit NGINX_MODULE=/path/to/module.so \
 #        bash tests/e2e/nginx_module.sh
+# shellcheck disable=SC2016,SC2317 # nginx variables in single quotes; the cleanup hook runs from lib.sh
 E2E_TIMEOUT=${E2E_TIMEOUT:-170}
 . "$(dirname "$0")/lib.sh"
 
@@ -408,8 +409,8 @@ check "nginx -t loads the installed module through the snippet" [ $? -eq 0 ]
 conf_err() {
   local name=$1 body=$2 want=$3 out
   printf 'load_module %s;\nevents {}\nhttp {\n%s\n}\n' "$MODULE" "$body" > "$E2E_TMP/bad.conf"
-  out=$(nginx -t -p "$E2E_TMP" -c "$E2E_TMP/bad.conf" -g "error_log stderr; pid $E2E_TMP/t.pid;" 2>&1)
-  if [ $? -ne 0 ] && grep -q -- "$want" <<< "$out"; then ok "nginx -t refuses $name"
+  if ! out=$(nginx -t -p "$E2E_TMP" -c "$E2E_TMP/bad.conf" -g "error_log stderr; pid $E2E_TMP/t.pid;" 2>&1) &&
+     grep -q -- "$want" <<< "$out"; then ok "nginx -t refuses $name"
   else not_ok "nginx -t refuses $name"; diag "$out"; fi
 }
 loc() { printf 'spoa_ratelimit_agent 127.0.0.1:1; server { listen 127.0.0.1:%s; location / { %s } }' "$PORT_NGINX" "$1"; }

@@ -9,6 +9,7 @@
 # report was written, no worker crashed and the requests were answered.
 # Usage: AGENT=... NGINX_MODULE_SAN=/path/to/sanitized/module.so \
 #        bash tests/e2e/nginx_module_asan.sh
+# shellcheck disable=SC2016,SC2317 # nginx variables in single quotes; the cleanup hook runs from lib.sh
 E2E_TIMEOUT=${E2E_TIMEOUT:-120}
 . "$(dirname "$0")/lib.sh"
 
