@@ -562,6 +562,11 @@ spoa_handler(ngx_http_request_t *r)
         }
     }
 
+    ngx_log_debug2(NGX_LOG_DEBUG_HTTP, r->connection->log, 0,
+                   "spoa_ratelimit: request pool: %uz bytes free, context %uz",
+                   (size_t) (r->pool->current->d.end - r->pool->current->d.last),
+                   sizeof(spoa_ctx_t));
+
     if (spoa_eval(r, lcf, &limits, &n) != NGX_OK) {
         return NGX_HTTP_INTERNAL_SERVER_ERROR;
     }
