@@ -1295,10 +1295,21 @@ spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
 {
     spoa_loc_conf_t  *prev = parent;
     spoa_loc_conf_t  *conf = child;
+    spoa_srv_conf_t  *scf;
 
     /* As limit_req: a level without spoa_ratelimit takes its parent's. */
     if (conf->limits == NULL) {
         conf->limits = prev->limits;
+    }
+
+    /* Locations are merged within their server, after it: its agent is
+     * known here. */
+    scf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_spoa_ratelimit_module);
+    if (conf->limits && scf && (scf->agent == NULL || scf->agent == NGX_CONF_UNSET_PTR)) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "spoa_ratelimit in a server without spoa_ratelimit_agent "
+                           "(set it in the server or in http)");
+        return NGX_CONF_ERROR;
     }
 
     ngx_conf_merge_uint_value(conf->status, prev->status, NGX_HTTP_TOO_MANY_REQUESTS);
