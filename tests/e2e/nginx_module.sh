@@ -418,7 +418,7 @@ conf_err "a limit without key=" "$(loc 'spoa_ratelimit window=60;')" "needs key=
 conf_err "a limit without window=" "$(loc 'spoa_ratelimit key=$remote_addr;')" "needs key= and window="
 conf_err "an unknown parameter" "$(loc 'spoa_ratelimit key=$remote_addr window=1 burst=5;')" 'unknown parameter "burst"'
 conf_err "a parameter twice" "$(loc 'spoa_ratelimit key=a key=b window=1;')" 'duplicate parameter "key"'
-conf_err "limits without an agent" "server { listen 127.0.0.1:$PORT_NGINX; location / { spoa_ratelimit key=a window=1; } }" "no spoa_ratelimit_agent"
+conf_err "limits without an agent" "server { listen 127.0.0.1:$PORT_NGINX; location / { spoa_ratelimit key=a window=1; } }" "without spoa_ratelimit_agent"
 conf_err "limits in a server without an agent (another has one)" "server { listen 127.0.0.1:$PORT_NGINX; spoa_ratelimit_agent 127.0.0.1:1; } server { listen 127.0.0.1:$PORT_T; location / { spoa_ratelimit key=a window=1; } }" "in a server without spoa_ratelimit_agent"
 conf_err "an agent without a port" "spoa_ratelimit_agent 127.0.0.1;" "no port"
 conf_err "a status out of 400..599" "$(loc 'spoa_ratelimit_status 200;')" "must be between 400 and 599"
