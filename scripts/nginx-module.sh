@@ -34,7 +34,8 @@ case $what in
     rm -rf "$out/objs"
     # shellcheck disable=SC1091 # NGX_CONF_FLAGS, the configure flags of Debian's nginx
     . "$src/conf_flags"
-    cflags="$(dpkg-buildflags --get CFLAGS) -fPIC $(dpkg-buildflags --get CPPFLAGS)"
+    # nginx adds -W -Wall -Werror; the project's -Wshadow -Wstrict-prototypes too.
+    cflags="$(dpkg-buildflags --get CFLAGS) -fPIC $(dpkg-buildflags --get CPPFLAGS) -Wshadow -Wstrict-prototypes"
     ldflags="$(dpkg-buildflags --get LDFLAGS) -fPIC"
     if [ -n "${NGX_SANITIZE:-}" ]; then
       cflags="$cflags -fsanitize=$NGX_SANITIZE -fno-omit-frame-pointer -fno-sanitize-recover=undefined"
