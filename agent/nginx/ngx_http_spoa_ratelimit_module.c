@@ -70,7 +70,7 @@ typedef struct {
     ngx_msec_t               ready_at;
     ngx_msec_t               unanswered;  /* the first NOTIFY out since the last byte in */
     ngx_uint_t               index;
-    ngx_uint_t               attempts;
+    ngx_uint_t               addr;        /* the agent's address to try, in turn after failures */
     unsigned                 connected:1;
     unsigned                 waiting:1;   /* `unanswered` is set */
     u_char                  *mem;
@@ -723,6 +723,7 @@ conn_lost(spoa_conn_t *sc, const char *why, ngx_err_t err)
                       "spoa_ratelimit: connection to agent %V closed: %s",
                       &agent->name, why);
     } else {
+        sc->addr++;   /* a name with several addresses: the next one */
         sc->backoff = sc->backoff ? ngx_min(sc->backoff * 2, SPOA_BACKOFF_MAX)
                                   : SPOA_BACKOFF_MIN;
         /* 75 % to 100 %: the workers do not all come back at once. */
@@ -972,7 +973,7 @@ conn_open(spoa_conn_t *sc)
     spoa_agent_t      *agent = sc->agent;
 
     ngx_memzero(&sc->pc, sizeof(ngx_peer_connection_t));
-    addr = &agent->addrs[(sc->index + sc->attempts++) % agent->naddrs];
+    addr = &agent->addrs[sc->addr % agent->naddrs];
     sc->pc.sockaddr = addr->sockaddr;
     sc->pc.socklen = addr->socklen;
     sc->pc.name = &agent->name;
@@ -1028,8 +1029,8 @@ spoa_init_process(ngx_cycle_t *cycle)
     }
 
     mcf = ngx_http_cycle_get_module_main_conf(cycle, ngx_http_spoa_ratelimit_module);
-    if (mcf == NULL) {
-        return NGX_OK;
+    if (mcf == NULL || !mcf->used) {
+        return NGX_OK;   /* agents nobody asks: no connection */
     }
 
     agents = mcf->agents.elts;
