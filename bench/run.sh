@@ -12,7 +12,8 @@
 #   http     the HTTP front (1 and 2 workers) under wrk: checks/s, p99
 #   e2e      HAProxy 2.6 + wrk: A (direct), B (stick table), C (SPOE +
 #            agent), interleaved A B C A B C ..., medians, ratios to A
-#   nginx    nginx alone vs nginx + auth_request to the agent, interleaved
+#   nginx    nginx alone, with limit_req, with auth_request to the HTTP front
+#            and with the module over SPOP (make nginx-module), interleaved
 #   sync     BUILD_DIR/bench/bench_sync_redis (one Redis, then a 3-master Redis
 #            Cluster, same run) and bench_sync_pg, if built
 #   profile  perf profile of one worker under spop_load (not in the default)
@@ -297,6 +298,7 @@ machine_info() {
   md "| CPUs | $(nproc) × ${model:-?} |"
   md "| kernel | $kernel |"
   md "| HAProxy | ${hav:-not installed} |"
+  md "| nginx | $(nginx -v 2>&1 | sed -n 's|.*nginx/||p' | grep . || echo 'not installed') |"
   md "| wrk | $(wrk --version 2>&1 | awk 'NR == 1 { print $2 }' | grep . || echo 'not installed') |"
   md "| Redis | ${rv:-not installed} |"
   md "| PostgreSQL | ${pv:-not installed} |"
@@ -1075,6 +1077,7 @@ part_http() {
 # ----------------------------------------------------------------- nginx ---
 
 NGINX_PID=""
+NGINX_MODULE=${BENCH_NGINX_MODULE:-$ROOT/build/nginx/ngx_http_spoa_ratelimit_module.so}
 # nginx_start CONF: nginx in the foreground on CONF (prefix $RAW/nginx).
 nginx_start() {
   local port=$2 i
@@ -1090,32 +1093,51 @@ nginx_start() {
 
 nginx_stop() { [ -n "$NGINX_PID" ] && { stop_pid "$NGINX_PID" 5; forget "$NGINX_PID"; NGINX_PID=""; }; }
 
-# nginx_conf OUT FRONT APP AGENT_HTTP AUTH(0|1): nginx-examples/nginx.conf
-# on these ports (its limits are the agent's: see part_nginx); AUTH 0 drops
-# the auth_request lines (nginx alone, proxying to the same app).
+# nginx_conf OUT VARIANT FRONT APP AGENT_HTTP AGENT_SPOP: the nginx
+# examples on these ports (their limits are the agent's: see part_nginx).
+#   alone     nginx-examples/nginx.conf without its auth_request lines:
+#             nginx proxying to the app
+#   limitreq  the same with nginx's own limit_req in location / (per
+#             client IP, a rate out of reach)
+#   auth      nginx-examples/nginx.conf: auth_request to the HTTP front
+#   module    nginx-examples/nginx-module.conf: the module, SPOP
 nginx_conf() {
-  local out=$1 fe=$2 app=$3 ah=$4 auth=$5
+  local out=$1 v=$2 fe=$3 app=$4 ah=$5 spop=$6 src=nginx.conf
+  [ "$v" = module ] && src=nginx-module.conf
   sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$ah/; s/127\.0\.0\.1:8082/127.0.0.1:$app/" \
+      -e "s/127\.0\.0\.1:12345/127.0.0.1:$spop/" \
+      -e "s|^include /etc/nginx/modules-enabled/\*.conf;|load_module $NGINX_MODULE;|" \
       -e "s/listen 8080;/listen 127.0.0.1:$fe;/" \
       -e "s|/etc/nginx/spoa-ratelimit-check.conf|$ROOT/nginx-examples/spoa-ratelimit-check.conf|" \
       -e "s|^http {|http {\n    access_log off;\n    client_body_temp_path $RAW/nginx/body;\n    proxy_temp_path $RAW/nginx/proxy;\n    fastcgi_temp_path $RAW/nginx/fastcgi;\n    uwsgi_temp_path $RAW/nginx/uwsgi;\n    scgi_temp_path $RAW/nginx/scgi;\n    server { listen 127.0.0.1:$app; location / { return 200 \"app\\\\n\"; } }|" \
-      "$ROOT/nginx-examples/nginx.conf" |
-    if [ "$auth" = 1 ]; then cat; else sed -e '/auth_request/d; /$rl_/d'; fi |
+      "$ROOT/nginx-examples/$src" |
+    case $v in
+      auth|module) cat ;;
+      alone) sed -e '/auth_request/d; /$rl_/d' ;;
+      limitreq) sed -e '/auth_request/d; /$rl_/d' \
+          -e "s|^http {|http {\n    limit_req_zone \$binary_remote_addr zone=bench:10m rate=1000000r/s;|" \
+          -e '0,/^        location \/ {/s//        location \/ {\n            limit_req zone=bench burst=1000000 nodelay;/' ;;
+    esac |
     sed -e '/^worker_processes/d' > "$out"
 }
 
 part_nginx() {
-  local r v fe app ah port f rps p99 n0 n1 a0 a1 reqs ncpu acpu
-  say "== nginx (nginx alone vs nginx + auth_request to the agent)"
-  md "## 3b. nginx: alone vs auth_request to the HTTP front"
+  local r v fe app ah port f rps p99 n0 n1 a0 a1 reqs ncpu acpu variants="alone limitreq auth module"
+  say "== nginx (alone, limit_req, auth_request to the HTTP front, the module over SPOP)"
+  md "## 3b. nginx: alone, limit_req, auth_request to the HTTP front, the module"
   md ""
   if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
     say "nginx or wrk missing: skipped"; md "nginx or wrk missing (\`scripts/deps.sh bench\`): skipped."; md ""
     return 0
   fi
+  if [ ! -f "$NGINX_MODULE" ]; then
+    variants="alone limitreq auth"
+    say "no $NGINX_MODULE (make nginx-module): the module variant is skipped"
+    md "No \`$NGINX_MODULE\` (\`make nginx-module\`): the module variant is skipped."; md ""
+  fi
   : > "$RAW/nginx.txt"
   free_port port && free_port ah || return 1
-  # nginx-examples/agent.json on this port, the per-IP limit out of reach.
+  # nginx-examples/agent.json on these ports, the per-IP limit out of reach.
   sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$ah/" \
       -e '/"per-ip"/s/"limit": *[0-9]*/"limit": 1000000000/' \
     "$ROOT/nginx-examples/agent.json" > "$RAW/nginx-agent.json"
@@ -1123,9 +1145,9 @@ part_nginx() {
     { echo "bench: no per-ip limit to raise in nginx-examples/agent.json" >&2; return 1; }
   start_agent "$port" 0 -w 1 -c "$RAW/nginx-agent.json" || return 1
   for r in $(seq 1 "$E2E_ROUNDS"); do
-    for v in alone auth; do
+    for v in $variants; do
       free_port fe && free_port app || return 1
-      nginx_conf "$RAW/nginx-$v.conf" "$fe" "$app" "$ah" "$([ "$v" = auth ] && echo 1 || echo 0)"
+      nginx_conf "$RAW/nginx-$v.conf" "$v" "$fe" "$app" "$ah" "$port"
       nginx_start "$RAW/nginx-$v.conf" "$fe" || return 1
       f=$RAW/nginx-$v-$r.txt
       "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "http://127.0.0.1:$fe/" > /dev/null 2>&1
@@ -1135,29 +1157,51 @@ part_nginx() {
       rps=$(wrk_field "$f" rps); reqs=$(wrk_field "$f" requests); p99=$(wrk_field "$f" p99_us)
       ncpu=$(awk -v d=$((n1 - n0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }')
       acpu=-
-      [ "$v" = auth ] && acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }')
+      case $v in auth|module)
+        acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }') ;;
+      esac
       echo "$v $r ${rps:-0} ${p99:-0} $ncpu $acpu $(wrk_field "$f" non2xx)" >> "$RAW/nginx.txt"
       say "nginx variant=$v round=$r req/s=$rps p99_us=$p99 nginx_us/req=$ncpu agent_us/req=$acpu non2xx=$(wrk_field "$f" non2xx)"
       nginx_stop
     done
   done
   stop_agent
-  md "nginx-examples/nginx.conf (location \`/\`, per-IP check, limit raised out of reach) with \`worker_processes 1\`,"
-  md "nginx and the agent (1 worker) on CPU 0, \`wrk -t1 -c$E2E_CONNS -d${E2E_SECONDS}s\` on CPU 1; \"alone\" is the same"
-  md "file without its auth_request lines. Interleaved alone, auth × $E2E_ROUNDS; medians."
+  md "nginx-examples/nginx.conf and nginx-module.conf (location \`/\`, per-IP limit raised out of reach) with"
+  md "\`worker_processes 1\`, nginx and the agent (1 worker) on CPU 0, \`wrk -t1 -c$E2E_CONNS -d${E2E_SECONDS}s\` on CPU 1."
+  md "alone: nginx.conf without its auth_request lines (nginx proxying to the app); limitreq: the same with"
+  md "\`limit_req\` per client IP; auth: nginx.conf (auth_request to the HTTP front); module: nginx-module.conf"
+  md "(one NOTIFY per request). Interleaved $variants × $E2E_ROUNDS; medians."
   md ""
-  md "| variant | req/s | × alone | p99 µs | nginx CPU µs/req | agent CPU µs/req | non-2xx |"
-  md "|---|---|---|---|---|---|---|"
-  local alone
+  md "| variant | req/s | × alone | × alone by CPU | p99 µs | nginx CPU µs/req | agent CPU µs/req | non-2xx |"
+  md "|---|---|---|---|---|---|---|---|"
+  local alone auth alone_cpu auth_cpu cpu
   alone=$(awk '$1 == "alone" { print $3 }' "$RAW/nginx.txt" | median)
-  for v in alone auth; do
+  auth=$(awk '$1 == "auth" { print $3 }' "$RAW/nginx.txt" | median)
+  # CPU per request on CPU 0 (nginx + agent): less moved by other work on
+  # the machine than req/s; "× alone by CPU" is alone's over the variant's.
+  alone_cpu=$(awk '$1 == "alone" { print $5 }' "$RAW/nginx.txt" | median)
+  auth_cpu=$(awk '$1 == "auth" { print $5 + $6 }' "$RAW/nginx.txt" | median)
+  for v in $variants; do
     rps=$(awk -v v="$v" '$1 == v { print $3 }' "$RAW/nginx.txt" | median)
     p99=$(awk -v v="$v" '$1 == v { print $4 }' "$RAW/nginx.txt" | median)
     ncpu=$(awk -v v="$v" '$1 == v { print $5 }' "$RAW/nginx.txt" | median)
     acpu=$(awk -v v="$v" '$1 == v && $6 != "-" { print $6 }' "$RAW/nginx.txt" | median)
-    md "| $v | $(printf '%.0f' "${rps:-0}") | $(awk -v a="$rps" -v b="$alone" 'BEGIN { if (b > 0) printf "%.2f", a / b }') | $p99 | $ncpu | ${acpu:--} | $(awk -v v="$v" '$1 == v { s += $7 } END { print s + 0 }' "$RAW/nginx.txt") |"
+    cpu=$(awk -v v="$v" '$1 == v { print $5 + ($6 == "-" ? 0 : $6) }' "$RAW/nginx.txt" | median)
+    md "| $v | $(printf '%.0f' "${rps:-0}") | $(awk -v a="$rps" -v b="$alone" 'BEGIN { if (b > 0) printf "%.2f", a / b }') | $(awk -v a="$alone_cpu" -v b="$cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b }') | $p99 | $ncpu | ${acpu:--} | $(awk -v v="$v" '$1 == v { s += $7 } END { print s + 0 }' "$RAW/nginx.txt") |"
+    if [ "$v" = module ]; then
+      NGINX_MOD_ALONE=$(awk -v a="$rps" -v b="$alone" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+      NGINX_MOD_AUTH=$(awk -v a="$rps" -v b="$auth" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+      NGINX_MOD_ALONE_CPU=$(awk -v a="$alone_cpu" -v b="$cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+      NGINX_MOD_AUTH_CPU=$(awk -v a="$auth_cpu" -v b="$cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+    fi
   done
   md ""
+  # Each round's ratios: the medians above hide how much the noise moved.
+  if [[ " $variants " == *" module "* ]]; then
+    md "Per round, module ÷ alone and module ÷ auth by req/s: $(awk '{ v[$1 " " $2] = $3 } END { for (r = 1; (("alone " r) in v); r++) printf "%s%.2f / %.2f", (r > 1 ? ", " : ""), v["module " r] / v["alone " r], v["module " r] / v["auth " r] }' "$RAW/nginx.txt");"
+    md "by CPU: $(awk '{ v[$1 " " $2] = $5 + ($6 == "-" ? 0 : $6) } END { for (r = 1; (("alone " r) in v); r++) printf "%s%.2f / %.2f", (r > 1 ? ", " : ""), v["alone " r] / v["module " r], v["auth " r] / v["module " r] }' "$RAW/nginx.txt")."
+    md ""
+  fi
 }
 
 # ----------------------------------------------------------------- scale ---
@@ -1552,7 +1596,7 @@ scale_report() {
 }
 
 targets() {
-  md "## Targets (issues 4 and 8)"
+  md "## Targets (issues 4, 8 and 21)"
   md ""
   md "| target | measured | |"
   md "|---|---|---|"
@@ -1564,6 +1608,10 @@ targets() {
   if [ -n "${E2E_C_RATIO:-}" ]; then
     md "| agent CPU ≤ 3 µs per request (C) | ${E2E_C_AGENT:-?} µs | $(awk -v x="${E2E_C_AGENT:-1e9}" 'BEGIN { print (x <= 3) ? "met" : "missed" }') |"
     md "| C ≥ 0.45 × A | $E2E_C_RATIO by req/s, ${E2E_C_CRATIO:-?} by CPU | $(awk -v x="$E2E_C_RATIO" 'BEGIN { print (x >= 0.45) ? "met" : "missed" }') (by req/s) |"
+  fi
+  if [ -n "${NGINX_MOD_ALONE:-}" ]; then
+    md "| nginx + module ≥ 0.8 × nginx alone | $NGINX_MOD_ALONE by req/s, $NGINX_MOD_ALONE_CPU by CPU | $(awk -v x="$NGINX_MOD_ALONE" 'BEGIN { print (x >= 0.8) ? "met" : "missed" }') (by req/s) |"
+    md "| nginx + module ≥ 2.5 × nginx + auth_request | $NGINX_MOD_AUTH by req/s, $NGINX_MOD_AUTH_CPU by CPU | $(awk -v x="$NGINX_MOD_AUTH" 'BEGIN { print (x >= 2.5) ? "met" : "missed" }') (by req/s) |"
   fi
   if [ -s "$RAW/http-w1-d16" ] && [[ " $PARTS " == *" http "* ]]; then
     local h; h=$(cat "$RAW/http-w1-d16")
