@@ -21,8 +21,9 @@
 #include "agent/hash.h"
 
 /* "SHMRLT" + a layout version in the last two bytes ("02": grants and
- * namespace names), as it reads in a state file's first bytes. */
-#define SHM_MAGIC      0x3230544c524d4853ULL   /* "SHMRLT02", little-endian */
+ * namespace names; "03": heartbeat turns), as it reads in a state file's
+ * first bytes. */
+#define SHM_MAGIC      0x3330544c524d4853ULL   /* "SHMRLT03", little-endian */
 #define SHM_HDR_BYTES  ((sizeof(struct shm_hdr) + 127) & ~(size_t)127)
 
 /* Gives up an insert that keeps losing races after this many rounds
@@ -332,6 +333,7 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 	for (unsigned i = 0; i < SHM_MAX_NS; i++) {
 		atomic_store(&t->hdr->lease[i], 0);
 		atomic_store(&t->hdr->nodes[i], 0);
+		atomic_store(&t->hdr->beat[i], 0);
 	}
 	shm_grant_unstick(t);
 	shm_recount(t);
@@ -1320,6 +1322,20 @@ uint32_t shm_nodes(const struct shm_table *t, unsigned ns)
 {
 	return ns < SHM_MAX_NS ? atomic_load_explicit(&t->hdr->nodes[ns], memory_order_relaxed)
 			       : 0;
+}
+
+bool shm_beat_take(struct shm_table *t, unsigned ns, uint64_t now_ms, uint64_t gap_ms)
+{
+	_Atomic uint64_t *p;
+	uint64_t last;
+
+	if (ns >= SHM_MAX_NS)
+		return false;
+	p = &t->hdr->beat[ns];
+	last = atomic_load(p);
+	if (last != 0 && now_ms < last + gap_ms)
+		return false;
+	return atomic_compare_exchange_strong(p, &last, now_ms ? now_ms : 1);
 }
 
 /* ---- grants ---- (doubles in atomic words, as count and diff) */

@@ -262,6 +262,9 @@ struct shm_hdr {
 	/* Nodes of the cluster that use each namespace, as its store last
 	 * counted them (agent/sync.c heartbeats); 0 = not known yet. */
 	_Atomic uint32_t nodes[SHM_MAX_NS];
+	/* When this node last sent each namespace's heartbeat (CLOCK_MONOTONIC
+	 * ms; 0 = never): one worker per node beats per period. */
+	_Alignas(64) _Atomic uint64_t beat[SHM_MAX_NS];
 };
 
 /* Per-process handle on the segment (malloc'd; its pointers are valid in
@@ -534,6 +537,11 @@ void shm_stats(const struct shm_table *t, struct shm_stats *s);
  * not known yet). */
 void shm_set_nodes(struct shm_table *t, unsigned ns, uint32_t n);
 uint32_t shm_nodes(const struct shm_table *t, unsigned ns);
+
+/* Namespace ns's heartbeat is due if none was sent for gap_ms: takes the
+ * turn (one compare-and-swap; true: the caller sends it). Every worker's
+ * timer asks; one of them beats per period. */
+bool shm_beat_take(struct shm_table *t, unsigned ns, uint64_t now_ms, uint64_t gap_ms);
 
 /* One namespace's counters. Returns 0, or -1 for ns out of range. */
 int shm_ns_stats(const struct shm_table *t, unsigned ns, struct shm_ns_stats *s);

@@ -79,6 +79,8 @@ static struct log_limit sync_hit_log;
 #define SYNC_DOUBT_MAX   256      /* calls in doubt kept per namespace */
 #define SYNC_DOUBT_POLL  0.05     /* how often they look at the store */
 #define SYNC_DOUBT_TTL   300.0    /* given up after this (tokens live STRATEGY_TOKEN_TTL) */
+#define SYNC_BEAT_PERIOD 1.0      /* seconds between a node's heartbeats */
+#define SYNC_BEAT_TTL    3        /* ... and the periods a node counts for */
 
 struct sync;
 struct sync_ns;
@@ -113,6 +115,7 @@ struct sync_ns {
 	const struct strategy_ops *ops;
 	struct strategy *st;
 	ev_periodic tick;
+	ev_periodic beat;                 /* the heartbeat's turn (every worker) */
 	ev_timer renew;
 	uint64_t hold_ms;
 	uint64_t cycle_ms;            /* when the running cycle started */
@@ -438,22 +441,36 @@ static void sync_on_heartbeat(void *arg, int status, const char *errstr)
 		shm_set_nodes(sn->sy->t, sn->sid, sn->active);
 }
 
-/* The lease holder says the node is here, once a cycle, and learns how
- * many nodes are (stored in the segment for every worker: the admission
- * margin of issue 9, and /metrics). A node counts for three periods. */
-static void sync_heartbeat(struct sync_ns *sn)
+/* Says the node is here and learns how many nodes are (stored in the
+ * segment for every worker: the admission margin of issue 9, and
+ * /metrics), when no worker of the node did for gap_ms. A node counts for
+ * SYNC_BEAT_TTL periods. */
+static void sync_heartbeat(struct sync_ns *sn, uint64_t gap_ms)
 {
 	struct sync *sy = sn->sy;
 	char node[17], err[STRATEGY_ERR_MAX];
 
-	if (sn->beating || !sn->ops->heartbeat || !sn->ops->ready(sn->st) || sy->flush_mode)
+	if (sn->beating || !sn->ops->heartbeat || !sn->ops->ready(sn->st) || sy->flush_mode ||
+	    !shm_beat_take(sy->t, sn->sid, now_ms(), gap_ms))
 		return;
 	snprintf(node, sizeof(node), "%016llx", (unsigned long long)node_seed);
 	sn->beating = true;
 	if (sn->ops->heartbeat(sn->st, sn->def->name, strlen(sn->def->name), node, 16, rl_now(),
-			       3 * sync_period(sn) + 1, &sn->active, sync_on_heartbeat, sn,
-			       err) < 0)
+			       SYNC_BEAT_TTL * SYNC_BEAT_PERIOD, &sn->active, sync_on_heartbeat,
+			       sn, err) < 0)
 		sn->beating = false;
+}
+
+/* The heartbeat's own period, apart from the sync cycle's: every worker's
+ * timer fires at the node's phase, the first takes the turn. Half a
+ * period between two beats: a late timer of another worker does not
+ * beat again. */
+static void sync_on_beat(struct ev_loop *loop, ev_periodic *w, int revents)
+{
+	struct sync_ns *sn = container_of(w, struct sync_ns, beat);
+	(void)loop, (void)revents;
+
+	sync_heartbeat(sn, (uint64_t)(SYNC_BEAT_PERIOD * 500.0));
 }
 
 static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
@@ -466,6 +483,10 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	if (sn->sid < METRICS_NS)
 		atomic_store_explicit(&metrics_me->store_up[sn->sid], sn->ops->ready(sn->st) ? 1 : 0,
 				      memory_order_relaxed);
+	/* Until the node count is known, the cycles ask for it too (at
+	 * start the store may not be connected when the first beat is due). */
+	if (shm_nodes(sy->t, sn->sid) == 0)
+		sync_heartbeat(sn, (uint64_t)(sync_period(sn) * 500.0));
 	if (sn->busy)
 		return;
 	if (sn->holding) {
@@ -484,7 +505,6 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		return;
 	}
 	sn->cycle_ms = ms;
-	sync_heartbeat(sn);
 	if (sn->retry) {
 		/* First the unconfirmed push, unchanged and with its token: the
 		 * next cycle collects what came since. */
@@ -1444,6 +1464,9 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
 		double phase = (double)(node_seed % 1000003u) / 1000003.0 * rate;
 		ev_periodic_init(&sn->tick, sync_on_tick, phase, rate, 0);
 		ev_periodic_start(loop, &sn->tick);
+		ev_periodic_init(&sn->beat, sync_on_beat,
+				 fmod(phase, SYNC_BEAT_PERIOD), SYNC_BEAT_PERIOD, 0);
+		ev_periodic_start(loop, &sn->beat);
 		LOG(LOG_DEBUG, "namespace %s: syncing with %s every %g s (phase %.3f s)",
 		    sn->def->name, sn->ops->name, rate, phase);
 	}
@@ -1514,6 +1537,7 @@ void sync_stop(struct sync *sy)
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
 		ev_periodic_stop(sy->loop, &sn->tick);
+		ev_periodic_stop(sy->loop, &sn->beat);
 		ev_timer_stop(sy->loop, &sn->renew);
 		if (sn->seed_q)
 			ev_timer_stop(sy->loop, &sn->seed_timer);

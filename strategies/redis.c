@@ -63,7 +63,7 @@
  * goes: the one server (host/port or socket: this file), the master of
  * its slot (cluster_nodes: redis_cluster.c), the master a quorum of the
  * sentinels name (sentinel: redis_sentinel.c). Each server is one connection
- * (redis_conn.c: a non-blocking connect with AUTH, SELECT and the two
+ * (redis_conn.c: a non-blocking connect with AUTH, SELECT and the three
  * SCRIPT LOADs pipelined behind it, ready once all answered within
  * timeout_ms; reconnected with backoff). Host names are not accepted
  * (resolving would block the loop): IPv4 or IPv6 literals, or "localhost"
@@ -1993,9 +1993,10 @@ static int redis_op_single_send(struct redis_op *op, const char *end, const char
  * KEYS[1] = "<prefix>:{<ns>:nodes}", a hash: field = node id, value = the
  * node's last "now". ARGV[1] = node, ARGV[2] = now, ARGV[3] = ttl.
  * Returns how many nodes were seen within ttl; nodes silent for a day are
- * dropped. Sent as EVAL (once per sync cycle: no need to preload it).
+ * dropped. Loaded with the others and called with EVALSHA (an EVAL of its
+ * text costs Redis about 70 us, compiling it; an EVALSHA about 20 us).
  */
-static const char REDIS_NODES_SCRIPT[] =
+const char redis_nodes_script[] =
 	"local k, now, ttl = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
 	"redis.call('HSET', k, ARGV[1], ARGV[2])\n"
 	"local all, n, old = redis.call('HGETALL', k), 0, {}\n"
@@ -2026,7 +2027,6 @@ static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, c
 			   strategy_done_cb cb, void *arg, char *errstr)
 {
 	struct redis_strategy *s = redis_of(st);
-	size_t slen = sizeof(REDIS_NODES_SCRIPT) - 1;
 	size_t klen = s->o.prefix_len + 3 + redis_tag_mark(ns, ns_len) + ns_len + 6;
 	struct redis_op *op;
 	char num[REDIS_DBL_MAX_LEN], *p, *key;
@@ -2038,16 +2038,19 @@ static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, c
 		return -1;
 	}
 	op = redis_op_single(s, REDIS_OP_NODES, cb, arg,
-			     128 + REDIS_BULK_MAX(slen) + REDIS_BULK_MAX(klen) +
+			     128 + REDIS_BULK_MAX(40) + REDIS_BULK_MAX(klen) +
 			     REDIS_BULK_MAX(node_len) + 2 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN));
 	if (op == NULL) {
 		redis_seterr(errstr, "out of memory");
 		return -1;
 	}
 	op->active = active;
+	/* EVALSHA <sha> 1 <key> <node> <now> <ttl>; EVAL after NOSCRIPT */
+	op->calls[0].nargs = 7;
 	p = redis_put_array(op->cmd, 7);
-	p = redis_put_bulk(p, "EVAL", 4);
-	p = redis_put_bulk(p, REDIS_NODES_SCRIPT, slen);
+	p = redis_put_bulk(p, "EVALSHA", 7);
+	p = redis_put_bulk(p, s->sha_nodes, 40);
+	op->calls[0].tail = (size_t)(p - op->cmd);
 	p = redis_put_bulk(p, "1", 1);
 	key = p;
 	*p++ = '$';
@@ -2392,7 +2395,8 @@ static const struct redis_kind redis_kinds[REDIS_OP_KIND_COUNT] = {
 	[REDIS_OP_PURGE] = { .reply = NULL },
 	[REDIS_OP_ADMIT] = { .reply = redis_admit_reply, .commit = redis_admit_commit,
 			     .script = redis_admit_script, .slen = sizeof(redis_admit_script) - 1 },
-	[REDIS_OP_NODES] = { .reply = redis_nodes_reply },
+	[REDIS_OP_NODES] = { .reply = redis_nodes_reply, .script = redis_nodes_script,
+			     .slen = sizeof(redis_nodes_script) - 1 },
 };
 
 const struct strategy_ops redis_strategy = {

@@ -284,6 +284,7 @@ struct redis_strategy {
 	struct redis_sentinel *sentinel; /* sentinel mode */
 	char sha[41];                   /* of the push script, "" until loaded */
 	char sha_admit[41];             /* of the admission script */
+	char sha_nodes[41];             /* of the heartbeat script */
 	struct redis_call *waiting, *waiting_tail; /* TRYAGAIN */
 	ev_timer waiting_timer;
 	bool destroying;
@@ -360,6 +361,7 @@ uint16_t redis_key_slot(const char *key, size_t len);
 /* The scripts (SCRIPT LOAD in every data connection's handshake). */
 extern const char redis_push_script[];
 extern const char redis_admit_script[];
+extern const char redis_nodes_script[];
 
 /* Sends call c (after `asking`, ASKING first) on connection cn. Returns 0,
  * or -1 (not queued: the op failed with why). */

@@ -1586,3 +1586,37 @@ Test(redis, heartbeat_counts_the_nodes_seen_within_ttl)
 	freeReplyObject(rep);
 	OPS->destroy(s);
 }
+
+/* The calls of one command so far (INFO commandstats), 0 if never. */
+static long long cmd_calls(const char *cmd)
+{
+	redisReply *rep = redis_server_command(&srv, "INFO commandstats");
+	char name[64];
+	long long n = 0;
+	const char *p;
+
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING, "INFO commandstats");
+	snprintf(name, sizeof(name), "cmdstat_%s:calls=", cmd);
+	if ((p = strstr(rep->str, name)))
+		n = atoll(p + strlen(name));
+	freeReplyObject(rep);
+	return n;
+}
+
+/* A heartbeat is an EVALSHA of the script loaded at connect (an EVAL of
+ * its text costs Redis about three times as much CPU); after SCRIPT FLUSH
+ * it is resent as EVAL, once, and counts as before. */
+Test(redis, heartbeat_is_evalsha_and_survives_a_script_flush)
+{
+	struct strategy *s = mk(1000);
+	long long eval0 = cmd_calls("eval"), sha0 = cmd_calls("evalsha");
+
+	cr_assert_eq(beat(s, "ns", "a", 1000, 3), 1);
+	cr_assert_eq(beat(s, "ns", "b", 1001, 3), 2);
+	cr_assert_eq(cmd_calls("evalsha") - sha0, 2, "two heartbeats, two EVALSHA");
+	cr_assert_eq(cmd_calls("eval") - eval0, 0, "no EVAL of the script's text");
+	freeReplyObject(redis_server_command(&srv, "SCRIPT FLUSH"));
+	cr_assert_eq(beat(s, "ns", "a", 1002, 3), 2);
+	cr_assert_eq(cmd_calls("eval") - eval0, 1, "NOSCRIPT: one EVAL");
+	OPS->destroy(s);
+}
