@@ -176,6 +176,7 @@ struct redis_call {
 	bool asking;                    /* ASK: send ASKING before it, once */
 	bool asked;                     /* sent behind ASKING: so is a NOSCRIPT resend */
 	bool resent;                    /* NOSCRIPT fallback used */
+	bool ro;                        /* reads only (push: HMGET): no WAIT */
 	ev_tstamp tryagain_since;       /* first TRYAGAIN, 0 = none */
 	size_t begin;                   /* offset of the command in op->cmd */
 	size_t tail;                    /* script calls: offset of "<numkeys> <key> ..." */

@@ -1620,3 +1620,30 @@ Test(redis, heartbeat_is_evalsha_and_survives_a_script_flush)
 	cr_assert_eq(cmd_calls("eval") - eval0, 1, "NOSCRIPT: one EVAL");
 	OPS->destroy(s);
 }
+
+/* A call whose diffs are all 0 (an idle key's read, every sync cycle) is
+ * a plain HMGET: no script, no token key; a call with one diff is the
+ * script. The totals are the same either way. */
+Test(redis, reads_are_hmget_not_a_script)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_counter b[3];
+	long long sha0, hm0;
+
+	b[0] = C("ns", "r1", START60, 60, 5);
+	b[1] = C("ns", "r2", START60, 60, 2.5);
+	push_tok_ok(s, b, 2, "w:1");
+	sha0 = cmd_calls("evalsha");
+	hm0 = cmd_calls("hmget");
+	b[0] = C("ns", "r1", START60, 60, 0);
+	b[1] = C("ns", "r2", START60, 60, 0);
+	b[2] = C("ns", "absent", START60, 60, 0);
+	push_tok_ok(s, b, 3, "w:2");
+	cr_assert_eq(b[0].total, 5);
+	cr_assert_eq(b[1].total, 2.5);
+	cr_assert_eq(b[2].total, 0, "a field never written reads 0");
+	cr_assert_eq(cmd_calls("evalsha"), sha0, "no script for reads");
+	cr_assert_geq(cmd_calls("hmget") - hm0, 1, "the reads are HMGET");
+	cr_assert(isnan(stored("ns", "absent", 6, 60, START60)), "nothing created");
+	OPS->destroy(s);
+}
