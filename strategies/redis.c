@@ -55,12 +55,14 @@
  * get_counters: HGETALL over 64 buckets x sizes x {current, previous},
  * pipelined. get_window: one HGET. purge: completes with 0.
  *
- * admit (redis_admit_script): one script call per admission, all
- * pipelined; the call reads the key's field in the current and previous
- * windows' hashes (one hash tag), adds the node's diff, decides, adds the
- * hit and the grant, and with a token records the decision and the grant
- * in the call's token key, so a resend returns them without adding
- * anything.
+ * admit (redis_admit_script): the admissions of one admit() (the sync
+ * loop gathers those of one loop iteration) in one script call, or one per
+ * slot with Redis Cluster (and per REDIS_ADMIT_CHUNK); the call decides
+ * them in order, each reading its key's field in the current and previous
+ * windows' hashes (one hash tag), adding the node's diff, deciding, adding
+ * the hit and the grant; it writes each changed hash once at the end, and
+ * with a token records every decision and grant in the call's token key,
+ * so a resend returns them without adding anything.
  *
  * Servers. The mode (struct redis_mode_ops, redis.h) says where a call
  * goes: the one server (host/port or socket: this file), the master of
@@ -134,6 +136,8 @@
 #define REDIS_DBL_MAX_LEN      32      /* "%.17g" of any double, with NUL */
 #define REDIS_U64_MAX_LEN      20
 #define REDIS_TOK_ID_LEN       16      /* hex digits of a call's id in its token key */
+#define REDIS_ADMIT_CHUNK      256     /* admissions per script call */
+#define REDIS_NS_TAG_MAX       1024    /* namespace bytes in a hash tag (admissions) */
 
 #define REDIS_STR2(x) #x
 #define REDIS_STR(x)  REDIS_STR2(x)
@@ -202,67 +206,105 @@ const char redis_push_script[] =
 	"return out\n";
 
 /*
- * The admission script (strategy.h, struct strategy_admit). KEYS[1] = the
- * current window's hash, KEYS[2] = the previous window's (same hash tag:
- * same Cluster slot), KEYS[3] (optional) = the token key of this call;
- * ARGV[1] = TTL seconds, ARGV[2] = field, ARGV[3] = diff, ARGV[4] = cost,
- * ARGV[5] = limit, ARGV[6] = weight of the previous window, ARGV[7] = "1"
- * to count a hit that is not admitted, ARGV[8] = the largest grant wanted,
- * ARGV[9] = nodes. Returns { current, previous, "1" admitted | "0" not,
- * grant } (numbers as in the push script). With a token key that exists,
- * the call was applied before: nothing is added and the decision and grant
- * recorded in the token key ("0", or "1 <grant>") come back with the
- * current totals.
+ * The admission script (strategy.h, struct strategy_admit): every
+ * admission of one call, decided one after the other, each seeing the
+ * ones before it. KEYS[1] = the call's token key if ARGV[1] is "1"; then
+ * the hashes the admissions name, each once (in Redis Cluster all in one
+ * slot). ARGV[2] = n, then 11 per admission: the index in KEYS of the
+ * current window's hash, of the previous window's, the TTL (seconds) of
+ * the current one, the field, diff, cost, limit, weight of the previous
+ * window, "1" to count a hit that is not admitted, the largest grant
+ * wanted, nodes. Returns 4 n values: per admission { current, previous,
+ * "1" admitted | "0" not, grant } (numbers as in the push script), as
+ * they stood after it. Each field is read once (HGET) and each hash
+ * written once (HSET of its changed fields, EXPIRE), after every decision
+ * is made: an error reply means the call changed nothing. With a token
+ * key that exists the call was applied before: nothing is added, and the
+ * decisions and grants it recorded ("<admitted> <grant>" per admission)
+ * come back with the current totals.
  */
 const char redis_admit_script[] =
-	"local h, hp, tk, f = KEYS[1], KEYS[2], KEYS[3], ARGV[2]\n"
-	"local function num(v)\n"
-	"  if not v then return 0 end\n"
-	"  return tonumber(v)\n"
-	"end\n"
-	"local cur, prev = num(redis.call('HGET', h, f)), num(redis.call('HGET', hp, f))\n"
-	"if cur == nil or prev == nil then\n"
-	"  return redis.error_reply('ERR counter value is not a number')\n"
-	"end\n"
+	"local tk, n = nil, tonumber(ARGV[2])\n"
+	"if ARGV[1] == '1' then tk = KEYS[1] end\n"
 	"local rec = tk and redis.call('GET', tk)\n"
-	"local v, adm, g = cur, '0', 0\n"
-	"if rec then\n"
-	"  adm = string.sub(rec, 1, 1)\n"
-	"  g = tonumber(string.sub(rec, 3)) or 0\n"
-	"else\n"
-	"  local cost, lim, pw = tonumber(ARGV[4]), tonumber(ARGV[5]), prev * tonumber(ARGV[6])\n"
-	"  v = v + tonumber(ARGV[3])\n"
-	"  local ok = v + pw + cost <= lim\n"
-	"  if ok or ARGV[7] == '1' then v = v + cost end\n"
-	"  local want, nodes = tonumber(ARGV[8]), tonumber(ARGV[9])\n"
-	"  if ok and want > 0 and nodes > 0 and cost > 0 then\n"
-	"    g = (lim - v - pw) / (2 * nodes)\n"
-	"    if g > want then g = want end\n"
-	"    g = math.floor(g / cost) * cost\n"
-	"    if g >= cost then v = v + g else g = 0 end\n"
+	"local val, ttl, dirty, past, recs, out = {}, {}, {}, {}, {}, {}\n"
+	"local function get(h, f)\n"
+	"  local t = val[h]\n"
+	"  if not t then t = {} val[h] = t end\n"
+	"  local v = t[f]\n"
+	"  if v == nil then\n"
+	"    v = redis.call('HGET', KEYS[h], f)\n"
+	"    if v then v = tonumber(v) else v = 0 end\n"
+	"    t[f] = v\n"
 	"  end\n"
-	"  if v ~= v or v == math.huge or v == -math.huge then\n"
-	"    return redis.error_reply('ERR counter total would not be finite')\n"
-	"  end\n"
-	"  if ok then adm = '1' end\n"
-	"  if v ~= cur then\n"
-	"    if v % 1 == 0 and v > -1e15 and v < 1e15 then\n"
-	"      redis.call('HSET', h, f, string.format('%d', v))\n"
-	"    else\n"
-	"      redis.call('HSET', h, f, string.format('%.17g', v))\n"
-	"    end\n"
-	"    redis.call('EXPIRE', h, ARGV[1])\n"
-	"  end\n"
-	"  if tk then\n"
-	"    redis.call('SET', tk, adm .. ' ' .. string.format('%.17g', g), 'EX', '"
-	REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
-	"  end\n"
+	"  return v\n"
 	"end\n"
-	"local function out(x)\n"
+	"local function num(x)\n"
 	"  if x % 1 == 0 and x > -1e15 and x < 1e15 then return x end\n"
 	"  return string.format('%.17g', x)\n"
 	"end\n"
-	"return { out(v), out(prev), adm, out(g) }\n";
+	"if rec then for w in string.gmatch(rec, '%S+') do past[#past + 1] = w end end\n"
+	"for i = 1, n do\n"
+	"  local b = 2 + (i - 1) * 11\n"
+	"  local hc, hp, f = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), ARGV[b + 4]\n"
+	"  local v, p = get(hc, f), get(hp, f)\n"
+	"  if v == nil or p == nil then\n"
+	"    return redis.error_reply('ERR counter value is not a number')\n"
+	"  end\n"
+	"  local adm, g = '0', 0\n"
+	"  if rec then\n"
+	"    adm = past[2 * i - 1] or '0'\n"
+	"    g = tonumber(past[2 * i] or '0') or 0\n"
+	"  else\n"
+	"    local v0, cost, lim = v, tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])\n"
+	"    local pw = p * tonumber(ARGV[b + 8])\n"
+	"    v = v + tonumber(ARGV[b + 5])\n"
+	"    local ok = v + pw + cost <= lim\n"
+	"    if ok or ARGV[b + 9] == '1' then v = v + cost end\n"
+	"    local want, nodes = tonumber(ARGV[b + 10]), tonumber(ARGV[b + 11])\n"
+	"    if ok and want > 0 and nodes > 0 and cost > 0 then\n"
+	"      g = (lim - v - pw) / (2 * nodes)\n"
+	"      if g > want then g = want end\n"
+	"      g = math.floor(g / cost) * cost\n"
+	"      if g >= cost then v = v + g else g = 0 end\n"
+	"    end\n"
+	"    if v ~= v or v == math.huge or v == -math.huge then\n"
+	"      return redis.error_reply('ERR counter total would not be finite')\n"
+	"    end\n"
+	"    if ok then adm = '1' end\n"
+	"    if v ~= v0 then\n"
+	"      val[hc][f] = v\n"
+	"      dirty[hc] = dirty[hc] or {}\n"
+	"      dirty[hc][f] = true\n"
+	"      ttl[hc] = ARGV[b + 3]\n"
+	"    end\n"
+	"    recs[#recs + 1] = adm\n"
+	"    recs[#recs + 1] = string.format('%.17g', g)\n"
+	"  end\n"
+	"  out[#out + 1] = num(v)\n"
+	"  out[#out + 1] = num(p)\n"
+	"  out[#out + 1] = adm\n"
+	"  out[#out + 1] = num(g)\n"
+	"end\n"
+	"for h, fs in pairs(dirty) do\n"
+	"  local set = {}\n"
+	"  for f in pairs(fs) do\n"
+	"    local x = val[h][f]\n"
+	"    set[#set + 1] = f\n"
+	"    if x % 1 == 0 and x > -1e15 and x < 1e15 then\n"
+	"      set[#set + 1] = string.format('%d', x)\n"
+	"    else\n"
+	"      set[#set + 1] = string.format('%.17g', x)\n"
+	"    end\n"
+	"  end\n"
+	"  redis.call('HSET', KEYS[h], unpack(set))\n"
+	"  redis.call('EXPIRE', KEYS[h], ttl[h])\n"
+	"end\n"
+	"if tk and not rec then\n"
+	"  redis.call('SET', tk, table.concat(recs, ' '), 'EX', '"
+	REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	"end\n"
+	"return out\n";
 
 static inline struct redis_strategy *redis_of(struct strategy *st)
 {
@@ -1856,63 +1898,133 @@ oom:
 /* admit                                                                 */
 /* ===================================================================== */
 
+/* Reply of one admission call: 4 values per admission, in the call's
+ * order. All or nothing, as for pushes. */
 static void redis_admit_reply(struct redis_call *c, const redisAsyncContext *ac,
 			      const redisReply *reply)
 {
 	struct redis_op *op = c->op;
-	struct strategy_admit *a = &op->admits[c->first];
-	double cur, prev, grant;
+	uint32_t j;
 
-	if (redis_reply_failed(c, ac, reply)) {
-		/* the op failed */
-	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4 ||
-		   redis_reply_number(reply->element[0], &cur) < 0 ||
-		   redis_reply_number(reply->element[1], &prev) < 0 ||
-		   redis_reply_number(reply->element[3], &grant) < 0 || !(grant >= 0) ||
-		   reply->element[2]->type != REDIS_REPLY_STRING || reply->element[2]->len != 1 ||
-		   (reply->element[2]->str[0] != '0' && reply->element[2]->str[0] != '1')) {
-		redis_op_fail(op, "redis: admit script returned %s, expected {current, previous, "
-			      "admitted, grant}", redis_reply_type_name(reply->type));
-	} else {
-		a->current = cur;
-		a->previous = prev;
-		a->grant = grant;
-		a->admitted = reply->element[2]->str[0] == '1';
-		redis_call_applied(c);
+	if (redis_reply_failed(c, ac, reply))
+		return;         /* the op failed */
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 4 * (size_t)c->n) {
+		redis_op_fail(op, "redis: admit script returned %s of %zu elements, expected %u "
+			      "times {current, previous, admitted, grant}",
+			      redis_reply_type_name(reply->type),
+			      reply->type == REDIS_REPLY_ARRAY ? reply->elements : (size_t)0, c->n);
+		return;
 	}
+	for (j = 0; j < c->n; j++) {
+		redisReply **e = reply->element + 4 * j;
+		double cur, prev, grant;
+
+		if (redis_reply_number(e[0], &cur) < 0 || redis_reply_number(e[1], &prev) < 0 ||
+		    redis_reply_number(e[3], &grant) < 0 || !(grant >= 0) ||
+		    e[2]->type != REDIS_REPLY_STRING || e[2]->len != 1 ||
+		    (e[2]->str[0] != '0' && e[2]->str[0] != '1')) {
+			redis_op_fail(op, "redis: admit script returned %s for admission %u, "
+				      "expected {current, previous, admitted, grant}",
+				      redis_reply_type_name(e[0]->type), j);
+			return;
+		}
+	}
+	for (j = 0; j < c->n; j++) {
+		redisReply **e = reply->element + 4 * j;
+		struct strategy_admit *ad = &op->admits[op->order[c->first + j]];
+
+		redis_reply_number(e[0], &ad->current);
+		redis_reply_number(e[1], &ad->previous);
+		redis_reply_number(e[3], &ad->grant);
+		ad->admitted = e[2]->str[0] == '1';
+	}
+	redis_call_applied(c);
 }
 
 static void redis_admit_commit(struct redis_call *c)
 {
-	c->op->admits[c->first].ok = true;
+	for (uint32_t j = 0; j < c->n; j++)
+		c->op->admits[c->op->order[c->first + j]].ok = true;
+}
+
+/* A hash an admission call names: (ns, bucket, size, start). */
+struct redis_ahash {
+	const char *ns;
+	size_t ns_len;
+	unsigned bucket;
+	uint32_t size;
+	int64_t start;
+};
+
+/* Index (from 0) of hash h among the call's hashes, added if new. */
+static uint32_t redis_ahash_index(struct redis_ahash *hs, uint32_t *nh, const struct redis_ahash *h)
+{
+	for (uint32_t i = 0; i < *nh; i++)
+		if (hs[i].start == h->start && hs[i].size == h->size &&
+		    hs[i].bucket == h->bucket && hs[i].ns_len == h->ns_len &&
+		    (hs[i].ns == h->ns || memcmp(hs[i].ns, h->ns, h->ns_len) == 0))
+			return i;
+	hs[*nh] = *h;
+	return (*nh)++;
+}
+
+/* The slot of (ns, bucket)'s hash tag, as redis_put_tag() writes it. */
+static uint16_t redis_tag_slot(const char *ns, size_t ns_len, unsigned bucket)
+{
+	char tag[1 + REDIS_NS_TAG_MAX + 1 + REDIS_U64_MAX_LEN], *p = tag;
+
+	if (redis_tag_mark(ns, ns_len))
+		*p++ = '\x01';
+	memcpy(p, ns, ns_len);
+	p += ns_len;
+	*p++ = ':';
+	p += redis_u64_dec(p, bucket);
+	return (uint16_t)(redis_crc16(tag, (size_t)(p - tag)) & (REDIS_SLOTS - 1));
 }
 
 /*
- * One script call per admission, all pipelined:
- *   EVALSHA <sha> 2 <hash> <prev hash> <ttl> <field> <diff> <cost> <limit> <weight> <cd>
- *           <want> <nodes>
- *   EVALSHA <sha> 3 <hash> <prev hash> <token key> <ttl> ...
+ * The admissions of one loop iteration in as few script calls as the
+ * servers allow: one (per REDIS_ADMIT_CHUNK admissions) for a single
+ * server or a sentinel's master; one per slot for a Redis Cluster, whose
+ * scripts may touch one slot only. The admissions keep their order within
+ * a call (two of one key see each other), and calls of one slot leave in
+ * order.
+ *   EVALSHA <sha> <k> [<token key>] <hash 1..m> <"1"|"0"> <n> <11 per admission>
  *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
- * A call's token id is a hash of its arguments plus how many identical
- * calls follow it (as for push_diffs): stable when the caller resends the
- * admissions that were not confirmed, in the same order.
+ * With a token, a call's token key is in its first admission's hash tag;
+ * its id is a hash of everything after it plus how many identical calls
+ * of its slot follow it (as for push_diffs): stable when the caller
+ * resends the same admissions, or only those of the calls that were not
+ * confirmed, in the same order.
  */
 static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		       const char *token, strategy_done_cb cb, void *arg, char *errstr)
 {
 	struct redis_strategy *s = redis_of(st);
+	bool cluster = s->o.mode == REDIS_MODE_CLUSTER;
 	struct redis_op *op;
-	size_t token_len = 0, cmd_max = 0, total;
-	char *p, *key;
+	struct redis_ahash hs[2 * REDIS_ADMIT_CHUNK];
+	uint32_t aidx[REDIS_ADMIT_CHUNK];
+	uint16_t *slot = NULL;
+	bool *placed = NULL;
+	size_t token_len = 0, cmd_max = 0, ncalls_max, calls_off, cmd_off;
+	char *p, *key = NULL;
 
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
 		return -1;
-	if (n > UINT32_MAX / 2) {
+	if (n > UINT32_MAX / 4) {
 		redis_seterr(errstr, "batch of %zu admissions is too large", n);
 		return -1;
 	}
 	if (strategy_admit_check(a, n, errstr) < 0)
 		return -1;
+	for (size_t i = 0; cluster && i < n; i++) {
+		if (a[i].ns_len > REDIS_NS_TAG_MAX) {
+			redis_seterr(errstr, "admission %zu: namespace of %zu bytes, at most %d", i,
+				     a[i].ns_len, REDIS_NS_TAG_MAX);
+			return -1;
+		}
+	}
 	op = redis_op_new(s, REDIS_OP_ADMIT, cb, NULL, arg);
 	if (op == NULL)
 		goto oom;
@@ -1922,62 +2034,124 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		redis_op_finish(op);
 		return 0;
 	}
+	slot = malloc(n * (sizeof(*slot) + sizeof(*placed)));
+	if (slot == NULL)
+		goto oom;
+	placed = (bool *)(slot + n);
+	/* 1. each admission's slot (a single server: all one) */
 	for (size_t i = 0; i < n; i++) {
-		cmd_max += REDIS_CALL_OVERHEAD + 2 * redis_hkey_max(s, a[i].ns_len) +
-			   REDIS_BULK_MAX(a[i].key_len) + 8 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+		slot[i] = cluster ? redis_tag_slot(a[i].ns, a[i].ns_len,
+						   redis_bucket(a[i].key, a[i].key_len)) : 0;
+		placed[i] = false;
+	}
+	/* 2. the arena: order[], calls[], the commands (at most one call per
+	 * admission) */
+	ncalls_max = n;
+	for (size_t i = 0; i < n; i++) {
+		cmd_max += 2 * redis_hkey_max(s, a[i].ns_len) + REDIS_BULK_MAX(a[i].key_len) +
+			   10 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+		cmd_max += REDIS_CALL_OVERHEAD + 3 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN);
 		if (token)
 			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
 	}
-	total = n * sizeof(struct redis_call) + cmd_max;
-	op->arena = malloc(total);
+	calls_off = (n * sizeof(uint32_t) + 15) & ~(size_t)15;
+	cmd_off = calls_off + ncalls_max * sizeof(struct redis_call);
+	op->arena = malloc(cmd_off + cmd_max);
 	if (op->arena == NULL)
 		goto oom;
-	op->calls = op->arena;
-	op->cmd = (char *)op->arena + n * sizeof(struct redis_call);
+	op->order = op->arena;
+	op->calls = (struct redis_call *)(void *)((char *)op->arena + calls_off);
+	op->cmd = (char *)op->arena + cmd_off;
+	/* 3. order[]: admissions grouped by slot, in their order within it
+	 * (one pass per distinct slot: one pass for a single server) */
+	for (size_t i = 0, np = 0; i < n; i++) {
+		if (placed[i])
+			continue;
+		for (size_t j = i; j < n; j++) {
+			if (!placed[j] && slot[j] == slot[i]) {
+				placed[j] = true;
+				op->order[np++] = (uint32_t)j;
+			}
+		}
+	}
+	/* 4. one call per chunk of a slot's run in order[] */
 	p = op->cmd;
-	for (size_t i = 0; i < n; i++) {
-		const struct strategy_admit *ad = &a[i];
+	for (size_t first = 0, c0 = 0; first < n;) {
 		struct redis_call *c = &op->calls[op->ncalls++];
-		unsigned bucket = redis_bucket(ad->key, ad->key_len);
+		uint16_t sl = slot[op->order[first]];
+		uint32_t k = 0, nh = 0, base = token ? 2 : 1;
 		char num[REDIS_DBL_MAX_LEN];
 		size_t body;
 
-		*c = (struct redis_call){ .op = op, .first = (uint32_t)i, .n = 1,
-					  .nargs = token ? 15 : 14,
+		while (first + k < n && k < REDIS_ADMIT_CHUNK && slot[op->order[first + k]] == sl)
+			k++;
+		for (uint32_t j = 0; j < k; j++) {
+			const struct strategy_admit *ad = &a[op->order[first + j]];
+			struct redis_ahash h = { .ns = ad->ns, .ns_len = ad->ns_len,
+						 .bucket = redis_bucket(ad->key, ad->key_len),
+						 .size = ad->size, .start = ad->start };
+
+			aidx[j] = redis_ahash_index(hs, &nh, &h);
+			h.start -= (int64_t)ad->size;
+			redis_ahash_index(hs, &nh, &h);
+		}
+		*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
+					  .nargs = 3 + (token ? 1 : 0) + nh + 2 + 11 * k,
 					  .begin = (size_t)(p - op->cmd) };
 		p = redis_put_array(p, c->nargs);
 		p = redis_put_bulk(p, "EVALSHA", 7);
 		p = redis_put_bulk(p, s->sha_admit, 40);
 		c->tail = (size_t)(p - op->cmd);
-		p = redis_put_bulk(p, token ? "3" : "2", 1);
-		key = p;
-		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size, ad->start);
-		c->slot = redis_bulk_slot(key);
-		p = redis_put_hkey(p, s, ad->ns, ad->ns_len, bucket, ad->size,
-				   ad->start - (int64_t)ad->size);
+		p = redis_put_bulk(p, num, redis_u64_dec(num, nh + (token ? 1 : 0)));
 		if (token)
-			p = redis_put_tkey(p, op->cmd, s, ad->ns, ad->ns_len, bucket, ad->size,
-					   ad->start, token, token_len, &c->tok_id);
-		p = redis_put_bulk(p, num, redis_u64_dec(num, redis_ttl(ad->size)));
+			p = redis_put_tkey(p, op->cmd, s, hs[0].ns, hs[0].ns_len, hs[0].bucket,
+					   hs[0].size, hs[0].start, token, token_len, &c->tok_id);
 		body = (size_t)(p - op->cmd);
-		p = redis_put_bulk(p, ad->key, ad->key_len);
-		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));
-		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
-		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->limit));
-		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->weight));
-		p = redis_put_bulk(p, ad->count_denied ? "1" : "0", 1);
-		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->want));
-		p = redis_put_bulk(p, num, redis_u64_dec(num, ad->nodes));
+		for (uint32_t h = 0; h < nh; h++) {
+			char *hk = p;
+
+			p = redis_put_hkey(p, s, hs[h].ns, hs[h].ns_len, hs[h].bucket, hs[h].size,
+					   hs[h].start);
+			if (h == 0)
+				key = hk;
+		}
+		c->slot = redis_bulk_slot(key);
+		p = redis_put_bulk(p, token ? "1" : "0", 1);
+		p = redis_put_bulk(p, num, redis_u64_dec(num, k));
+		for (uint32_t j = 0; j < k; j++) {
+			const struct strategy_admit *ad = &a[op->order[first + j]];
+			/* the previous window's hash follows the current one's */
+			uint32_t hc = aidx[j], hp;
+			struct redis_ahash h = hs[hc];
+
+			h.start -= (int64_t)ad->size;
+			hp = redis_ahash_index(hs, &nh, &h);
+			p = redis_put_bulk(p, num, redis_u64_dec(num, base + hc));
+			p = redis_put_bulk(p, num, redis_u64_dec(num, base + hp));
+			p = redis_put_bulk(p, num, redis_u64_dec(num, redis_ttl(ad->size)));
+			p = redis_put_bulk(p, ad->key, ad->key_len);
+			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));
+			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
+			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->limit));
+			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->weight));
+			p = redis_put_bulk(p, ad->count_denied ? "1" : "0", 1);
+			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->want));
+			p = redis_put_bulk(p, num, redis_u64_dec(num, ad->nodes));
+		}
 		c->end = (size_t)(p - op->cmd);
 		if (token)
-			c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body) ^
-				       redis_mix((uint64_t)ad->start ^ ((uint64_t)ad->size << 40) ^
-						 redis_fnv1a(ad->ns, ad->ns_len, REDIS_FNV_BASIS));
+			c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body);
+		first += k;
+		if (first == n || slot[op->order[first]] != sl) {
+			if (token)
+				redis_put_tok_ids(op, c0, op->ncalls);
+			c0 = op->ncalls;
+		}
 	}
-	if (token)
-		redis_put_tok_ids(op, 0, op->ncalls);
+	free(slot);
 	return redis_op_launch(op, errstr);
 oom:
+	free(slot);
 	if (op)
 		redis_op_free(op);
 	redis_seterr(errstr, "out of memory");

@@ -1647,3 +1647,45 @@ Test(redis, reads_are_hmget_not_a_script)
 	cr_assert(isnan(stored("ns", "absent", 6, 60, START60)), "nothing created");
 	OPS->destroy(s);
 }
+
+/* The admissions of one admit() are one script call on a single server,
+ * whatever their keys, windows and number (up to 256 a call), decided in
+ * their order: of 5 admissions of a key with a limit of 3, the first 3
+ * are admitted, each answer the count after it; keys of other buckets
+ * and windows in the same call. A resend with the token returns the
+ * same decisions and adds nothing. */
+Test(redis, admissions_of_one_call_are_one_script_call)
+{
+	enum { N = 300 };
+	static struct strategy_admit a[N];
+	static char keys[N][16];
+	struct strategy *s = mk(1000);
+	long long sha0;
+
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 5; i++)
+			a[i] = adm("five", START60, 0, 1, 3, 0, false);
+		a[5] = adm("other", START60 - 60, 0, 2, 10, 0, false);
+		a[6] = adm("other", START60, 0, 2, 10, 0.5, false);
+		for (int i = 7; i < N; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+			a[i] = adm(keys[i], START60, 0, 1, 100, 0, false);
+		}
+		sha0 = cmd_calls("evalsha");
+		admit_tok(s, a, N, "one:1");
+		cr_assert_eq(cmd_calls("evalsha") - sha0, 2, "%d admissions: 2 calls (256 a call)",
+			     N);
+		for (int i = 0; i < 5; i++) {
+			cr_assert_eq(a[i].admitted, i < 3, "round %d, admission %d", round, i);
+			cr_assert_eq(a[i].current, round == 0 ? (i < 3 ? i + 1 : 3) : 3,
+				     "round %d, admission %d: %g", round, i, a[i].current);
+		}
+		cr_assert(a[5].admitted && a[6].admitted);
+		cr_assert_eq(a[6].previous, 2, "the previous window, written by the same call");
+		cr_assert_eq(a[6].current, 2);
+		for (int i = 7; i < N; i++)
+			cr_assert(a[i].admitted && a[i].current == 1, "%s: %g", keys[i], a[i].current);
+		cr_assert_eq(stored("ns", "five", 4, 60, START60), 3, "round %d", round);
+	}
+	OPS->destroy(s);
+}
