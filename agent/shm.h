@@ -162,12 +162,13 @@
 #define SHM_NONE         UINT32_MAX   /* "no slot" index */
 #define SHM_EVICT_SAMPLE 32     /* slots of a chain sampled for a victim */
 #define SHM_NAME_MAX     64     /* namespace names, NUL included */
-#define SHM_GRANT_WORDS  4      /* per slot: grant left, last and this cycle's demand,
-                                   admissions in flight */
+#define SHM_GRANT_WORDS  5      /* per slot: grant left, last and this cycle's demand,
+                                   admissions in flight, to unreserve */
 #define SHM_GRANT_LEFT   0
 #define SHM_GRANT_LAST   1
 #define SHM_GRANT_USED   2
 #define SHM_GRANT_FLIGHT 3
+#define SHM_GRANT_UNRES  4
 
 /* Slots per configured key: the table keeps the load factor <= 3/4 at
  * max_keys live entries, where linear probing stays short. */
@@ -310,6 +311,7 @@ struct shm_entry {
 	size_t keylen;
 	char key[SHM_KEY_MAX + 1];   /* NUL-terminated copy (keys may hold NULs) */
 	double count, diff;
+	double unres;                /* grants spent or given back, not pushed yet */
 };
 
 struct shm_stats {
@@ -480,16 +482,23 @@ bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t
 void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms);
 
 /* Grants (docs/CLUSTER.md, "Exact at the limit"): part of a limit's
- * headroom that the store has already counted for this node's coming hits
- * on a window. Hits spend it locally (they are in the store already: no
- * diff); what is left goes back with a push, as a negative diff. Per slot:
- * what is left, the demand of the last sync cycle (hits that spent a
- * grant or went to the store) and of this one, and whether a grant is
- * being asked for. Cleared when the slot is re-keyed; a slot holding a
- * grant is never evicted. */
+ * headroom that the store has reserved for this node's coming hits on a
+ * window, apart from the window's count of hits. The slot's count holds
+ * the grant as well (the node's view is count - what is left of it):
+ * hits spend it locally, with no diff (the store decided them already),
+ * and go "to unreserve": the next push moves them in the store from the
+ * reservation to the count (strategy_counter.unreserve). What is left of
+ * a grant goes back with a push too: a negative diff, to unreserve as
+ * well. Per slot: what is left, the demand of the last sync cycle (hits
+ * that spent a grant or went to the store) and of this one, whether a
+ * grant is being asked for, and what is to unreserve. Cleared when the
+ * slot is re-keyed; a slot holding a grant or something to unreserve is
+ * never evicted. Every count the store sends (shm_sync_total) is hits: the
+ * slot's count is that plus its diff plus what the store still holds
+ * reserved for this node (left + to unreserve). */
 
-/* Spends cost from the slot's grant if it covers it (one CAS) and notes
- * the demand. false: the store must decide. */
+/* Spends cost from the slot's grant if it covers it (one CAS), notes the
+ * demand and what is to unreserve. false: the store must decide. */
 bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
 
 /* Notes a hit of the slot that went to the store (demand). */
@@ -498,8 +507,13 @@ void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost);
 /* What is left of slot idx's grant. */
 double shm_grant_left(const struct shm_table *t, uint32_t idx);
 
-/* Adds a grant the store counted to a found slot. */
+/* Adds a grant the store reserved to a found slot (to what is left, and
+ * to its count). */
 void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount);
+
+/* Adds v to what slot e (while it holds e's window) has to unreserve: what
+ * is left of a grant given back (+), what a push confirmed (-). */
+void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double v);
 
 /* Takes back what is left of slot idx's grant (sets it to 0). */
 double shm_grant_return(struct shm_table *t, uint32_t idx);
@@ -527,7 +541,8 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
  * last run left in a state file. */
 void shm_grant_unstick(struct shm_table *t);
 
-/* Has slot idx a grant left or demand this cycle? */
+/* Has slot idx a grant left, demand this cycle, or something to
+ * unreserve? */
 bool shm_grant_any(const struct shm_table *t, uint32_t idx);
 
 /* Table-wide counters (all processes). */

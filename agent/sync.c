@@ -225,10 +225,12 @@ static void sync_token(const struct sync_ns *sn, char kind, uint64_t seq,
 
 /* A sync cycle for a slot with a grant or demand: what is left of a grant
  * that saw no hit for a whole cycle (all of it at the final flush) goes
- * back to the store with this push, as a negative diff (the store counted
- * the whole grant): the count and the diff drop by it. A grant in use is
- * kept: given back while hits still come, its room could be taken by hits
- * denied (and counted) meanwhile. */
+ * back to the store with this push, as a negative diff and as much to
+ * unreserve (the store reserved the whole grant; the hits that spent it
+ * are to unreserve already): the count and the diff drop by it. A grant in
+ * use is kept: given back while hits still come, its room could be taken
+ * by hits denied (and counted) meanwhile. The order keeps count - left -
+ * to unreserve from ever rising for a moment (shm_sync_total). */
 static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 {
 	struct shm_ref r = { .idx = e->idx, .meta = e->meta };
@@ -242,8 +244,10 @@ static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 	shm_add(t, &r, -left, true);
 	if (!shm_still(t, &r))
 		return;         /* re-keyed: a window no longer counted anyway */
+	shm_grant_unres_add(t, e, left);
 	e->count -= left;
 	e->diff -= left;
+	e->unres += left;
 }
 
 /* Collects the namespace's counters into the batch: active windows (all
@@ -273,7 +277,7 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			sync_grant_cycle(t, e, sn->sy->flush_mode);
 		int64_t cur = window_start(now, e->size);
 		bool active = e->start == cur || e->start == cur - (int64_t)e->size;
-		if (e->diff == 0 && (only_diffs || !active))
+		if (e->diff == 0 && e->unres == 0 && (only_diffs || !active))
 			continue;
 		sn->n++;
 	}
@@ -288,6 +292,7 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			.start = e->start,
 			.size = e->size,
 			.diff = e->diff,
+			.unreserve = e->unres,
 		};
 	}
 	return 0;
@@ -356,6 +361,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 			continue;
 		ok++;
 		shm_ack_diff(t, &sn->ents[i], c->diff);
+		shm_grant_unres_add(t, &sn->ents[i], -c->unreserve);
 		/* Totals matter for the current and previous windows only; an
 		 * older slot may be reclaimed for another key once its diff is
 		 * acknowledged, so it is not written. */
@@ -670,7 +676,7 @@ static int sync_doubt_new(struct sync_ns *sn, const char *token,
 
 	*out = NULL;
 	for (size_t i = 0; i < n; i++)
-		nfix += a ? !a[i].ok : !c[i].ok && c[i].diff != 0;
+		nfix += a ? !a[i].ok : !c[i].ok && (c[i].diff != 0 || c[i].unreserve != 0);
 	if (nfix == 0)
 		return 0;
 	for (size_t i = 0; i < n; i++)
@@ -708,7 +714,7 @@ static int sync_doubt_new(struct sync_ns *sn, const char *token,
 			key = &d->c[i].key, ns = &d->c[i].ns, ok = &d->c[i].ok;
 			len = d->c[i].key_len;
 		}
-		d->fix[i] = !*ok && (a || c[i].diff != 0);
+		d->fix[i] = !*ok && (a || c[i].diff != 0 || c[i].unreserve != 0);
 		memcpy(d->keys + off, *key, len);
 		*key = d->keys + off;
 		*ns = sn->def->name;
@@ -772,6 +778,12 @@ static void sync_doubt_settle(struct sync_ns *sn, const struct sync_doubt *d, si
 			 : rl_keep(rl, (int)sn->ns, key, key_len, size, start, -counted, now)) < 0)
 		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": a hit in doubt could not be settled (%s): "
 			     "it counts twice", sn->def->name, rl_status_str(rl_errno(rl)));
+	/* A push's grants reported spent or given back: the store has them. */
+	if (c && c->unreserve != 0 &&
+	    rl_unreserve(rl, (int)sn->ns, key, key_len, size, start, c->unreserve) < 0)
+		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": grant hits in doubt could not be "
+			     "settled (%s): %g count twice", sn->def->name,
+			     rl_status_str(rl_errno(rl)), c->unreserve);
 	if (a && a->grant > 0 &&
 	    rl_grant(rl, (int)sn->ns, a->key, a->key_len, a->size, a->start, a->grant, now) < 0)
 		SYNC_HIT_LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be kept "
@@ -1215,8 +1227,9 @@ static double sync_grant_want(struct shm_table *t, uint32_t idx, double limit, u
 static void sync_hits_on_pushed(void *arg, int status, const char *errstr)
 {
 	struct sync_hits *b = arg;
-	(void)status, (void)errstr;
 
+	if (status < 0 && !b->why[0])
+		snprintf(b->why, sizeof(b->why), "%s", errstr ? errstr : "failed");
 	if (--b->outstanding == 0)
 		b->done(b->arg);
 }
@@ -1226,13 +1239,16 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 {
 	b->nc = 0;
 	b->outstanding = 0;
+	b->why[0] = '\0';
 	b->now = now;
 	b->done = done;
 	b->arg = arg;
 	for (size_t i = 0; i < b->n; i++)
 		b->h[i].ci = -1;
-	if (!sy)
+	if (!sy) {
+		snprintf(b->why, sizeof(b->why), "no sync");
 		return 0;
+	}
 	b->na = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		int ns = b->h[i].ns;
@@ -1280,12 +1296,20 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 					.size = e->size, .diff = 0,
 				};
 		}
-		if (b->nc > first && sync_push_later(sy, (unsigned)ns, &b->c[first], b->nc - first,
-						     sync_hits_on_pushed, b) == 0)
-			b->outstanding++;
-		if (b->na > afirst && sync_admit_later(sy, (unsigned)ns, &b->a[afirst],
-						       b->na - afirst, sync_hits_on_pushed, b) == 0)
-			b->outstanding++;
+		if (b->nc > first) {
+			if (sync_push_later(sy, (unsigned)ns, &b->c[first], b->nc - first,
+					    sync_hits_on_pushed, b) == 0)
+				b->outstanding++;
+			else if (!b->why[0])
+				snprintf(b->why, sizeof(b->why), "not connected");
+		}
+		if (b->na > afirst) {
+			if (sync_admit_later(sy, (unsigned)ns, &b->a[afirst], b->na - afirst,
+					     sync_hits_on_pushed, b) == 0)
+				b->outstanding++;
+			else if (!b->why[0])
+				snprintf(b->why, sizeof(b->why), "not connected");
+		}
 	}
 	return b->outstanding > 0;
 }
@@ -1312,6 +1336,21 @@ void sync_hit_keep(struct rl *rl, const struct sync_hit *h)
 
 	if (h->diff > 0 && h->idx != UINT32_MAX && shm_read(rl_shm(rl), h->idx, &e) == 0)
 		sync_keep_entry(rl, h->ns, &e, h->diff);
+}
+
+/* The hits of slot e's window as this node knows them once an admission's
+ * answer is in its table: the store's count, and the node's own hits the
+ * store has not counted yet (its diff, the grant hits it has not reported
+ * spent), what answers from a grant say too; `store` (the store's count)
+ * when the slot is gone. Never what is left of a grant: the store holds
+ * it apart, and nobody's grant is hits. */
+static double sync_view(const struct shm_table *t, const struct shm_entry *e, double store)
+{
+	struct shm_entry now;
+
+	if (e->idx == UINT32_MAX || shm_read(t, e->idx, &now) < 0 || now.meta != e->meta)
+		return store;
+	return now.count - shm_grant_left(t, e->idx);
 }
 
 void sync_hits_apply(struct rl *rl, struct sync_hits *b)
@@ -1348,7 +1387,7 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 			h->ok = h->prev_ok = true;
 			h->admitted = a->admitted;
 			h->grant = a->grant;
-			h->total = a->current;
+			h->total = sync_view(rl_shm(rl), &h->e, a->current);
 			h->prev_total = a->previous;
 			continue;
 		}

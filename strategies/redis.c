@@ -143,16 +143,20 @@
 #define REDIS_STR(x)  REDIS_STR2(x)
 
 /*
- * The push script. KEYS[1] = the hash; KEYS[2] (optional) = the token key
- * of this call; ARGV[1] = TTL seconds, ARGV[2] = n, ARGV[3 .. n+2] =
- * fields, ARGV[n+3 .. 2n+2] = diffs ("0" = read only).
+ * The push script. KEYS[1] = the hash; KEYS[2] = the hash of its
+ * reservations; KEYS[3] (optional) = the token key of this call; ARGV[1] =
+ * TTL seconds, ARGV[2] = n, ARGV[3] = "1" when unreserve amounts follow the
+ * diffs, ARGV[4 .. n+3] = fields, ARGV[n+4 .. 2n+3] = diffs ("0" = read
+ * only), ARGV[2n+4 .. 3n+3] = the amounts to unreserve (strategy.h: each
+ * goes from the field's reservation to its count, with the diff).
  * Returns n totals: integers when integral (below 1e15), else "%.17g"
  * strings; values are written as "%d" / "%.17g" text (exact for a double;
  * "%d" spares the slow floating-point printf path for the common case).
  * Field names are binary Lua strings throughout; `seen` makes a field that
  * appears twice in one call add up in order. Nothing is written before
  * every total is known to be valid, so an error reply means the call
- * changed nothing.
+ * changed nothing. A reservation never goes below 0 (its field is then
+ * deleted).
  * With a token key: if it exists, this call was applied before (an earlier
  * try of the same push): nothing is added, every diff is read as "0" and
  * the current totals come back. Otherwise the diffs are added and the
@@ -160,13 +164,15 @@
  * the writes, so a call that fails half-way leaves no token behind.
  */
 const char redis_push_script[] =
-	"local h, tk = KEYS[1], KEYS[2]\n"
-	"local n = tonumber(ARGV[2])\n"
-	"local old = redis.call('HMGET', h, unpack(ARGV, 3, n + 2))\n"
+	"local h, hr, tk = KEYS[1], KEYS[2], KEYS[3]\n"
+	"local n, un = tonumber(ARGV[2]), ARGV[3] == '1'\n"
+	"local old = redis.call('HMGET', h, unpack(ARGV, 4, n + 3))\n"
 	"local add = not (tk and redis.call('EXISTS', tk) == 1)\n"
-	"local seen, set, out, ns = {}, {}, {}, 0\n"
+	"local rold\n"
+	"if add and un then rold = redis.call('HMGET', hr, unpack(ARGV, 4, n + 3)) end\n"
+	"local seen, rseen, set, out, ns = {}, {}, {}, {}, 0\n"
 	"for i = 1, n do\n"
-	"  local f = ARGV[i + 2]\n"
+	"  local f = ARGV[i + 3]\n"
 	"  local v = seen[f]\n"
 	"  if v == nil then\n"
 	"    v = old[i]\n"
@@ -179,12 +185,23 @@ const char redis_push_script[] =
 	"      v = 0\n"
 	"    end\n"
 	"  end\n"
-	"  local d = ARGV[i + n + 2]\n"
-	"  local w = add and d ~= '0'\n"
+	"  local d, u = ARGV[i + n + 3], '0'\n"
+	"  if un then u = ARGV[i + 2 * n + 3] end\n"
+	"  local w = add and (d ~= '0' or u ~= '0')\n"
 	"  if w then\n"
-	"    v = v + tonumber(d)\n"
+	"    v = v + tonumber(d) + tonumber(u)\n"
 	"    if v ~= v or v == math.huge or v == -math.huge then\n"
 	"      return redis.error_reply('ERR counter total would not be finite')\n"
+	"    end\n"
+	"    if u ~= '0' then\n"
+	"      local r = rseen[f]\n"
+	"      if r == nil then r = tonumber(rold[i] or '0') end\n"
+	"      if r == nil then\n"
+	"        return redis.error_reply('ERR reservation value is not a number')\n"
+	"      end\n"
+	"      r = r - tonumber(u)\n"
+	"      if not (r > 1e-9) then r = 0 end\n"
+	"      rseen[f] = r\n"
 	"    end\n"
 	"  end\n"
 	"  seen[f] = v\n"
@@ -199,6 +216,20 @@ const char redis_push_script[] =
 	"if ns > 0 then\n"
 	"  redis.call('HSET', h, unpack(set))\n"
 	"  redis.call('EXPIRE', h, ARGV[1])\n"
+	"  local rset, rdel = {}, {}\n"
+	"  for f, r in pairs(rseen) do\n"
+	"    if r > 0 then\n"
+	"      rset[#rset + 1] = f\n"
+	"      rset[#rset + 1] = string.format('%.17g', r)\n"
+	"    else\n"
+	"      rdel[#rdel + 1] = f\n"
+	"    end\n"
+	"  end\n"
+	"  if #rset > 0 then\n"
+	"    redis.call('HSET', hr, unpack(rset))\n"
+	"    redis.call('EXPIRE', hr, ARGV[1])\n"
+	"  end\n"
+	"  if #rdel > 0 then redis.call('HDEL', hr, unpack(rdel)) end\n"
 	"  if tk then\n"
 	"    redis.call('SET', tk, '1', 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
 	"  end\n"
@@ -210,18 +241,21 @@ const char redis_push_script[] =
  * admission of one call, decided one after the other, each seeing the
  * ones before it. KEYS[1] = the call's token key if ARGV[1] is "1"; then
  * the hashes the admissions name, each once (in Redis Cluster all in one
- * slot). ARGV[2] = n, then 11 per admission: the index in KEYS of the
- * current window's hash, of the previous window's, the TTL (seconds) of
- * the current one, the field, diff, cost, limit, weight of the previous
- * window, "1" to count a hit that is not admitted, the largest grant
- * wanted, nodes. Returns 4 n values: per admission { current, previous,
- * "1" admitted | "0" not, grant } (numbers as in the push script), as
- * they stood after it. Each field is read once (HGET) and each hash
+ * slot). ARGV[2] = n, then 13 per admission: the indexes in KEYS of the
+ * current window's hash, of the previous window's, of their reservation
+ * hashes (current, previous), the TTL (seconds) of the current window's,
+ * the field, diff, cost, limit, weight of the previous window, "1" to
+ * count a hit that is not admitted, the largest grant wanted, nodes. A
+ * window's count holds hits; its reservation the grants given and not yet
+ * spent or given back: the decision counts both, a grant goes to the
+ * reservation. Returns 4 n values: per admission { current, previous,
+ * "1" admitted | "0" not, grant } (counts, numbers as in the push script),
+ * as they stood after it. Each field is read once (HGET) and each hash
  * written once (HSET of its changed fields, EXPIRE), after every decision
  * is made: an error reply means the call changed nothing. With a token
  * key that exists the call was applied before: nothing is added, and the
  * decisions and grants it recorded ("<admitted> <grant>" per admission)
- * come back with the current totals.
+ * come back with the current counts.
  */
 const char redis_admit_script[] =
 	"local tk, n = nil, tonumber(ARGV[2])\n"
@@ -239,16 +273,24 @@ const char redis_admit_script[] =
 	"  end\n"
 	"  return v\n"
 	"end\n"
+	"local function put(h, f, v, t)\n"
+	"  val[h][f] = v\n"
+	"  dirty[h] = dirty[h] or {}\n"
+	"  dirty[h][f] = true\n"
+	"  ttl[h] = t\n"
+	"end\n"
 	"local function num(x)\n"
 	"  if x % 1 == 0 and x > -1e15 and x < 1e15 then return x end\n"
 	"  return string.format('%.17g', x)\n"
 	"end\n"
 	"if rec then for w in string.gmatch(rec, '%S+') do past[#past + 1] = w end end\n"
 	"for i = 1, n do\n"
-	"  local b = 2 + (i - 1) * 11\n"
-	"  local hc, hp, f = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]), ARGV[b + 4]\n"
-	"  local v, p = get(hc, f), get(hp, f)\n"
-	"  if v == nil or p == nil then\n"
+	"  local b = 2 + (i - 1) * 13\n"
+	"  local hc, hp, rc, rp = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),\n"
+	"    tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])\n"
+	"  local f = ARGV[b + 6]\n"
+	"  local v, p, r, q = get(hc, f), get(hp, f), get(rc, f), get(rp, f)\n"
+	"  if v == nil or p == nil or r == nil or q == nil then\n"
 	"    return redis.error_reply('ERR counter value is not a number')\n"
 	"  end\n"
 	"  local adm, g = '0', 0\n"
@@ -256,28 +298,23 @@ const char redis_admit_script[] =
 	"    adm = past[2 * i - 1] or '0'\n"
 	"    g = tonumber(past[2 * i] or '0') or 0\n"
 	"  else\n"
-	"    local v0, cost, lim = v, tonumber(ARGV[b + 6]), tonumber(ARGV[b + 7])\n"
-	"    local pw = p * tonumber(ARGV[b + 8])\n"
-	"    v = v + tonumber(ARGV[b + 5])\n"
-	"    local ok = v + pw + cost <= lim\n"
-	"    if ok or ARGV[b + 9] == '1' then v = v + cost end\n"
-	"    local want, nodes = tonumber(ARGV[b + 10]), tonumber(ARGV[b + 11])\n"
+	"    local v0, cost, lim = v, tonumber(ARGV[b + 8]), tonumber(ARGV[b + 9])\n"
+	"    local pw = (p + q) * tonumber(ARGV[b + 10])\n"
+	"    v = v + tonumber(ARGV[b + 7])\n"
+	"    local ok = v + r + pw + cost <= lim\n"
+	"    if ok or ARGV[b + 11] == '1' then v = v + cost end\n"
+	"    local want, nodes = tonumber(ARGV[b + 12]), tonumber(ARGV[b + 13])\n"
 	"    if ok and want > 0 and nodes > 0 and cost > 0 then\n"
-	"      g = (lim - v - pw) / (2 * nodes)\n"
+	"      g = (lim - v - r - pw) / (2 * nodes)\n"
 	"      if g > want then g = want end\n"
 	"      g = math.floor(g / cost) * cost\n"
-	"      if g >= cost then v = v + g else g = 0 end\n"
+	"      if g >= cost then put(rc, f, r + g, ARGV[b + 5]) else g = 0 end\n"
 	"    end\n"
-	"    if v ~= v or v == math.huge or v == -math.huge then\n"
+	"    if v ~= v or v == math.huge or v == -math.huge or r + g == math.huge then\n"
 	"      return redis.error_reply('ERR counter total would not be finite')\n"
 	"    end\n"
 	"    if ok then adm = '1' end\n"
-	"    if v ~= v0 then\n"
-	"      val[hc][f] = v\n"
-	"      dirty[hc] = dirty[hc] or {}\n"
-	"      dirty[hc][f] = true\n"
-	"      ttl[hc] = ARGV[b + 3]\n"
-	"    end\n"
+	"    if v ~= v0 then put(hc, f, v, ARGV[b + 5]) end\n"
 	"    recs[#recs + 1] = adm\n"
 	"    recs[#recs + 1] = string.format('%.17g', g)\n"
 	"  end\n"
@@ -444,16 +481,19 @@ static char *redis_put_tag(char *p, const struct redis_strategy *s, const char *
 }
 
 /* The hash name of (ns, bucket, size, start) as one bulk string:
- * "<prefix>:{<ns>:<bucket>}:<size>:<start>". */
-static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns,
-			    size_t ns_len, unsigned bucket, uint32_t size, int64_t start)
+ * "<prefix>:{<ns>:<bucket>}:<size>:<start>", or with reserved the hash of
+ * its reservations, "<prefix>:{<ns>:<bucket>}:r:<size>:<start>" (same
+ * hash tag: same Cluster slot). */
+static char *redis_put_hkey_of(char *p, const struct redis_strategy *s, const char *ns,
+			       size_t ns_len, unsigned bucket, uint32_t size, int64_t start,
+			       bool reserved)
 {
 	char b[REDIS_U64_MAX_LEN], z[REDIS_U64_MAX_LEN], t[REDIS_U64_MAX_LEN + 1];
 	size_t bl = redis_u64_dec(b, bucket);
 	size_t zl = redis_u64_dec(z, size);
 	size_t tl = redis_i64_dec(t, start);
 	size_t len = s->o.prefix_len + 3 + redis_tag_mark(ns, ns_len) + ns_len + bl + 2 + zl + 1 +
-		     tl;
+		     tl + (reserved ? 2 : 0);
 
 	*p++ = '$';
 	p += redis_u64_dec(p, len);
@@ -461,12 +501,22 @@ static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char 
 	p = redis_put_tag(p, s, ns, ns_len, b, bl);
 	*p++ = '}';
 	*p++ = ':';
+	if (reserved) {
+		*p++ = 'r';
+		*p++ = ':';
+	}
 	memcpy(p, z, zl);
 	p += zl;
 	*p++ = ':';
 	memcpy(p, t, tl);
 	p += tl;
 	return redis_put_crlf(p);
+}
+
+static char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns,
+			    size_t ns_len, unsigned bucket, uint32_t size, int64_t start)
+{
+	return redis_put_hkey_of(p, s, ns, ns_len, bucket, size, start, false);
 }
 
 /* The cluster slot of the key in the bulk string at p ("$<len>\r\n<key>"). */
@@ -482,7 +532,7 @@ static uint16_t redis_bulk_slot(const char *p)
 /* Bytes redis_put_hkey() writes, at most. */
 static size_t redis_hkey_max(const struct redis_strategy *s, size_t ns_len)
 {
-	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + 9 + 3 * REDIS_U64_MAX_LEN);
+	return REDIS_BULK_MAX(s->o.prefix_len + ns_len + 11 + 3 * REDIS_U64_MAX_LEN);
 }
 
 /*
@@ -1716,8 +1766,8 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			redis_seterr(errstr, "counter %zu: window size 0", i);
 			return -1;
 		}
-		if (!isfinite(batch[i].diff)) {
-			redis_seterr(errstr, "counter %zu: diff is not finite", i);
+		if (!isfinite(batch[i].diff) || !isfinite(batch[i].unreserve)) {
+			redis_seterr(errstr, "counter %zu: diff or unreserve is not finite", i);
 			return -1;
 		}
 		batch[i].ok = false;
@@ -1757,12 +1807,13 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 		size_t chunks = (gr.g[g].count + REDIS_CHUNK_MAX - 1) / REDIS_CHUNK_MAX;
 
 		ncalls += chunks;
-		cmd_max += chunks * (REDIS_CALL_OVERHEAD + redis_hkey_max(s, gr.g[g].ns_len));
+		cmd_max += chunks * (REDIS_CALL_OVERHEAD + REDIS_BULK_MAX(1) +
+				     2 * redis_hkey_max(s, gr.g[g].ns_len));
 		if (token)
 			cmd_max += chunks * redis_tkey_max(s, gr.g[g].ns_len, token_len);
 	}
 	for (size_t i = 0; i < n; i++)
-		cmd_max += REDIS_BULK_MAX(batch[i].key_len) + REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+		cmd_max += REDIS_BULK_MAX(batch[i].key_len) + 2 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
 	calls_off = (n * sizeof(uint32_t) + 15) & ~(size_t)15;
 	cmd_off = calls_off + ncalls * sizeof(struct redis_call);
 	total = cmd_off + cmd_max;
@@ -1785,9 +1836,11 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 
 	/*
 	 * 4. one script call per chunk of a group:
-	 *   EVALSHA <sha> 1 <hash> <ttl> <k> <field 1..k> <diff 1..k>
-	 *   EVALSHA <sha> 2 <hash> <token key> <ttl> <k> <field 1..k> <diff 1..k>
+	 *   EVALSHA <sha> 2 <hash> <rhash> <ttl> <k> <u> <field 1..k> <diff 1..k> [<unres 1..k>]
+	 *   EVALSHA <sha> 3 <hash> <rhash> <token key> <ttl> <k> <u> ...
 	 *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
+	 * <rhash>: the hash of the reservations; <u> "1" when the unreserve
+	 * amounts follow (one of the chunk's is not 0).
 	 *
 	 * With a token, each call gets its own token key, whose id must come
 	 * out the same when the caller resends only the counters of calls that
@@ -1816,8 +1869,13 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			size_t body;
 			bool ro = true;
 
-			for (uint32_t i = 0; i < k && ro; i++)
+			bool un = false;
+
+			for (uint32_t i = 0; i < k; i++)
+				un = un || batch[op->order[first + i]].unreserve != 0;
+			for (uint32_t i = 0; i < k && ro && !un; i++)
 				ro = batch[op->order[first + i]].diff == 0;
+			ro = ro && !un;
 			if (ro) {
 				/* Reads only: HMGET <hash> <field 1..k>, no script,
 				 * no token (nothing to apply twice), no WAIT. */
@@ -1842,17 +1900,19 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 				continue;
 			}
 			*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-						  .nargs = (token ? 7 : 6) + 2 * k,
+						  .nargs = (token ? 9 : 8) + (un ? 3 : 2) * k,
 						  .begin = (size_t)(p - op->cmd) };
 			p = redis_put_array(p, c->nargs);
 			p = redis_put_bulk(p, "EVALSHA", 7);
 			p = redis_put_bulk(p, s->sha, 40);
 			c->tail = (size_t)(p - op->cmd);
-			p = redis_put_bulk(p, token ? "2" : "1", 1);
+			p = redis_put_bulk(p, token ? "3" : "2", 1);
 			key = p;
 			p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
 					   grp->start);
 			c->slot = redis_bulk_slot(key);
+			p = redis_put_hkey_of(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
+					      grp->start, true);
 			if (token)
 				p = redis_put_tkey(p, op->cmd, s, grp->ns, grp->ns_len, grp->bucket,
 						   grp->size, grp->start, token, token_len,
@@ -1860,6 +1920,7 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			p = redis_put_bulk(p, ttl, ttl_len);
 			p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, k));
 			body = (size_t)(p - op->cmd);
+			p = redis_put_bulk(p, un ? "1" : "0", 1);
 			for (uint32_t i = 0; i < k; i++) {
 				const struct strategy_counter *ctr = &batch[op->order[first + i]];
 
@@ -1871,6 +1932,13 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 				double diff = batch[op->order[first + i]].diff;
 
 				p = redis_put_bulk(p, d, redis_dbl_dec(d, diff));
+			}
+			for (uint32_t i = 0; un && i < k; i++) {
+				char d[REDIS_DBL_MAX_LEN];
+
+				double u = batch[op->order[first + i]].unreserve;
+
+				p = redis_put_bulk(p, d, redis_dbl_dec(d, u));
 			}
 			c->end = (size_t)(p - op->cmd);
 			if (token)
@@ -1947,13 +2015,15 @@ static void redis_admit_commit(struct redis_call *c)
 		c->op->admits[c->op->order[c->first + j]].ok = true;
 }
 
-/* A hash an admission call names: (ns, bucket, size, start). */
+/* A hash an admission call names: (ns, bucket, size, start), counts or
+ * reservations. */
 struct redis_ahash {
 	const char *ns;
 	size_t ns_len;
 	unsigned bucket;
 	uint32_t size;
 	int64_t start;
+	bool reserved;
 };
 
 /* Index (from 0) of hash h among the call's hashes, added if new. */
@@ -1962,6 +2032,7 @@ static uint32_t redis_ahash_index(struct redis_ahash *hs, uint32_t *nh, const st
 	for (uint32_t i = 0; i < *nh; i++)
 		if (hs[i].start == h->start && hs[i].size == h->size &&
 		    hs[i].bucket == h->bucket && hs[i].ns_len == h->ns_len &&
+		    hs[i].reserved == h->reserved &&
 		    (hs[i].ns == h->ns || memcmp(hs[i].ns, h->ns, h->ns_len) == 0))
 			return i;
 	hs[*nh] = *h;
@@ -1989,7 +2060,7 @@ static uint16_t redis_tag_slot(const char *ns, size_t ns_len, unsigned bucket)
  * scripts may touch one slot only. The admissions keep their order within
  * a call (two of one key see each other), and calls of one slot leave in
  * order.
- *   EVALSHA <sha> <k> [<token key>] <hash 1..m> <"1"|"0"> <n> <11 per admission>
+ *   EVALSHA <sha> <k> [<token key>] <hash 1..m> <"1"|"0"> <n> <13 per admission>
  *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
  * With a token, a call's token key is in its first admission's hash tag;
  * its id is a hash of everything after it plus how many identical calls
@@ -2003,8 +2074,8 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 	struct redis_strategy *s = redis_of(st);
 	bool cluster = s->o.mode == REDIS_MODE_CLUSTER;
 	struct redis_op *op;
-	struct redis_ahash hs[2 * REDIS_ADMIT_CHUNK];
-	uint32_t aidx[REDIS_ADMIT_CHUNK];
+	struct redis_ahash hs[4 * REDIS_ADMIT_CHUNK];
+	uint32_t aidx[4 * REDIS_ADMIT_CHUNK];
 	uint16_t *slot = NULL;
 	bool *placed = NULL;
 	size_t token_len = 0, cmd_max = 0, ncalls_max, calls_off, cmd_off;
@@ -2048,8 +2119,8 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 	 * admission) */
 	ncalls_max = n;
 	for (size_t i = 0; i < n; i++) {
-		cmd_max += 2 * redis_hkey_max(s, a[i].ns_len) + REDIS_BULK_MAX(a[i].key_len) +
-			   10 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+		cmd_max += 4 * redis_hkey_max(s, a[i].ns_len) + REDIS_BULK_MAX(a[i].key_len) +
+			   12 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
 		cmd_max += REDIS_CALL_OVERHEAD + 3 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN);
 		if (token)
 			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
@@ -2091,12 +2162,15 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 						 .bucket = redis_bucket(ad->key, ad->key_len),
 						 .size = ad->size, .start = ad->start };
 
-			aidx[j] = redis_ahash_index(hs, &nh, &h);
-			h.start -= (int64_t)ad->size;
-			redis_ahash_index(hs, &nh, &h);
+			/* current, previous; their reservations */
+			for (unsigned w = 0; w < 4; w++) {
+				h.start = ad->start - (w & 1 ? (int64_t)ad->size : 0);
+				h.reserved = w >= 2;
+				aidx[4 * j + w] = redis_ahash_index(hs, &nh, &h);
+			}
 		}
 		*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-					  .nargs = 3 + (token ? 1 : 0) + nh + 2 + 11 * k,
+					  .nargs = 3 + (token ? 1 : 0) + nh + 2 + 13 * k,
 					  .begin = (size_t)(p - op->cmd) };
 		p = redis_put_array(p, c->nargs);
 		p = redis_put_bulk(p, "EVALSHA", 7);
@@ -2110,8 +2184,8 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		for (uint32_t h = 0; h < nh; h++) {
 			char *hk = p;
 
-			p = redis_put_hkey(p, s, hs[h].ns, hs[h].ns_len, hs[h].bucket, hs[h].size,
-					   hs[h].start);
+			p = redis_put_hkey_of(p, s, hs[h].ns, hs[h].ns_len, hs[h].bucket,
+					      hs[h].size, hs[h].start, hs[h].reserved);
 			if (h == 0)
 				key = hk;
 		}
@@ -2120,14 +2194,9 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 		p = redis_put_bulk(p, num, redis_u64_dec(num, k));
 		for (uint32_t j = 0; j < k; j++) {
 			const struct strategy_admit *ad = &a[op->order[first + j]];
-			/* the previous window's hash follows the current one's */
-			uint32_t hc = aidx[j], hp;
-			struct redis_ahash h = hs[hc];
 
-			h.start -= (int64_t)ad->size;
-			hp = redis_ahash_index(hs, &nh, &h);
-			p = redis_put_bulk(p, num, redis_u64_dec(num, base + hc));
-			p = redis_put_bulk(p, num, redis_u64_dec(num, base + hp));
+			for (unsigned w = 0; w < 4; w++)
+				p = redis_put_bulk(p, num, redis_u64_dec(num, base + aidx[4 * j + w]));
 			p = redis_put_bulk(p, num, redis_u64_dec(num, redis_ttl(ad->size)));
 			p = redis_put_bulk(p, ad->key, ad->key_len);
 			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));

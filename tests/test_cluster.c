@@ -1585,6 +1585,107 @@ Test(cluster, redis_idle_node_costs_at_most_12_commands_a_second)
 	cr_assert_geq(per, 1.0, "%.1f commands per node and second: are the nodes syncing?", per);
 }
 
+/* Reads one ACK on fd, whichever stream it answers: its rate in *rate.
+ * Returns 0, or -1 with errbuf set. */
+static int any_rate_ack(int fd, int64_t *rate)
+{
+	const struct rawspop_action *v;
+	enum rawspop_read_res r = rawspop_read_frame(fd, &fr, IO_MS);
+
+	if (r != RAWSPOP_READ_FRAME || fr.type != RAWSPOP_ACK) {
+		snprintf(errbuf, sizeof(errbuf), "no ACK (read result %d, type %u)", (int)r,
+			 fr.type);
+		return -1;
+	}
+	if (rawspop_decode_actions(&fr, &acts, errbuf, sizeof(errbuf)) < 0)
+		return -1;
+	v = rawspop_var_find(&acts, "rate");
+	if (!v || !rawspop_is_int(v->value.type)) {
+		snprintf(errbuf, sizeof(errbuf), "ACK without an integer rate");
+		return -1;
+	}
+	*rate = v->value.i;
+	return 0;
+}
+
+/* Answers report hits, not headroom (issue 18): a key with a limit of
+ * 1e9 on two nodes (admission auto: exact, grants of 1e9 / 64 / nodes at
+ * first). Bursts written at once on each node (one admission asks a
+ * grant, the others of the burst go to the store meanwhile), then hits one
+ * at a time on either node: no answer says more than the hits made so far
+ * (on the old code the store counted the grants as hits and answers said
+ * 15,625,000 and more). A few sync cycles later, every node's answer is
+ * the cluster's hits, within 2. */
+#define HUGE_LIMIT  1000000000LL
+#define HUGE_BURST  20
+#define HUGE_SINGLE 100
+
+static void huge_limit_case(const char *store)
+{
+	unsigned w = pick_window();
+	int64_t sent = 0, rate, worst = 0;
+	char key[64];
+	uint64_t sid;
+
+	rand_key(key, sizeof(key), "huge");
+	for (size_t n = 0; n < 2; n++) {
+		for (int i = 0; i < HUGE_BURST; i++)
+			cr_assert(limit_send(nodes[n].fd[0], key, w, HUGE_LIMIT, &sid) == 0, "%s",
+				  errbuf);
+		sent += HUGE_BURST;
+		for (int i = 0; i < HUGE_BURST; i++) {
+			cr_assert(any_rate_ack(nodes[n].fd[0], &rate) == 0, "node %zu: %s", n,
+				  errbuf);
+			cr_assert_leq(rate, sent, "%s: node %zu's burst answered rate %lld after %lld "
+				      "hits", store, n, (long long)rate, (long long)sent);
+			worst = rate > worst ? rate : worst;
+		}
+	}
+	for (int i = 0; i < HUGE_SINGLE; i++) {
+		size_t n = (size_t)i % 2;
+
+		cr_assert(limit_send(nodes[n].fd[1], key, w, HUGE_LIMIT, &sid) == 0, "%s", errbuf);
+		sent++;
+		cr_assert(any_rate_ack(nodes[n].fd[1], &rate) == 0, "node %zu: %s", n, errbuf);
+		cr_assert_leq(rate, sent, "%s: node %zu answered rate %lld after %lld hits", store,
+			      n, (long long)rate, (long long)sent);
+		worst = rate > worst ? rate : worst;
+	}
+	cr_log_info("%s, limit %lld, two nodes: %lld hits, the highest rate answered %lld",
+		    store, HUGE_LIMIT, (long long)sent, (long long)worst);
+	/* Every grant hit reported spent by its node's sync cycles. */
+	sleep_ms(800);
+	for (size_t n = 0; n < 2; n++) {
+		cr_assert(limit_send(nodes[n].fd[2], key, w, HUGE_LIMIT, &sid) == 0, "%s", errbuf);
+		sent++;
+		cr_assert(any_rate_ack(nodes[n].fd[2], &rate) == 0, "node %zu: %s", n, errbuf);
+		cr_log_info("%s: then node %zu answered %lld after %lld hits", store, n,
+			    (long long)rate, (long long)sent);
+		cr_assert(rate <= sent && rate >= sent - 2, "%s: node %zu answered %lld after %lld "
+			  "hits", store, n, (long long)rate, (long long)sent);
+	}
+}
+
+Test(cluster, redis_answers_report_hits_not_grants)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	for (size_t n = 0; n < 2; n++)
+		node_start(n, cfg_redis_t(w, ADMIT_SYNC, 1000));
+	huge_limit_case("redis");
+}
+
+Test(cluster, postgres_answers_report_hits_not_grants)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	for (size_t n = 0; n < 2; n++)
+		node_start(n, cfg_pg_t(w, ADMIT_SYNC, 1000));
+	huge_limit_case("postgres");
+}
+
 /* Exact admissions while the store is paused (SIGSTOP: connections stay
  * open, the calls are received and applied on SIGCONT): the admissions
  * the store did not answer within timeout_ms are decided by the nodes
@@ -1712,6 +1813,15 @@ Test(cluster, redis_admission_exact_store_down_decides_locally)
 	 * node's own view were denied without asking it (as with the store
 	 * up). */
 	cr_assert_eq(degraded_seen, 5, "%lld answers degraded", (long long)degraded_seen);
+	/* The log says what happened, in which namespace. */
+	{
+		static char tail[8192];
+
+		agentproc_log_tail(&nodes[0].a, tail, sizeof(tail));
+		cr_assert(strstr(tail, "namespace \"default\": the store did not decide an "
+				 "admission (") && strstr(tail, "from its view (degraded)"),
+			  "the log names the namespace and what happened: %s", tail);
+	}
 }
 
 /* The same, asked per request (argument admission="exact") of nodes whose

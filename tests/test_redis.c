@@ -1465,10 +1465,31 @@ static struct strategy_admit grant_adm(double cost, double limit, double weight,
 	return a;
 }
 
+/* The reservation of (ns, key) in the 60 s window starting at start: the
+ * grants the store gave and nodes have not reported spent or given back,
+ * in its own hash; NAN if none. */
+static double reserved(const char *ns, const char *key, int64_t start)
+{
+	char h[256];
+	redisReply *rep;
+	double v = NAN;
+
+	snprintf(h, sizeof(h), "rl:{%s:%u}:r:60:%lld", ns,
+		 redis_server_bucket(key, strlen(key)), (long long)start);
+	rep = redis_server_command(&srv, "HGET %s %s", h, key);
+	cr_assert_not_null(rep, "%s", srv.err);
+	if (rep->type == REDIS_REPLY_STRING)
+		v = strtod(rep->str, NULL);
+	freeReplyObject(rep);
+	return v;
+}
+
 /* Grants (docs/CLUSTER.md, "Exact at the limit"): an admitted hit also
- * gets min(want, headroom / (2 * nodes)) in whole costs, counted at once;
- * none when refused, without nodes or want, or under one cost; a resend
- * with the same token gets the same grant and adds nothing. */
+ * gets min(want, headroom / (2 * nodes)) in whole costs, reserved at once
+ * apart from the count (which holds hits: what current says), and counted
+ * against the limit; none when refused, without nodes or want, or under
+ * one cost; a resend with the same token gets the same grant and adds
+ * nothing. */
 Test(redis, admit_grants_share_the_headroom)
 {
 	struct strategy *s = mk(1000);
@@ -1477,20 +1498,22 @@ Test(redis, admit_grants_share_the_headroom)
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
 	cr_assert_eq(a.grant, 16, "(100 - 1) / 6 = 16.5, in whole costs: %g", a.grant);
-	cr_assert_eq(a.current, 17);
+	cr_assert_eq(a.current, 1, "hits, not the grant: %g", a.current);
+	cr_assert_eq(reserved("ns", "g", START60), 16);
 	a = grant_adm(1, 100, 0, 1000, 3);
 	admit_tok(s, &a, 1, "n1:1");
-	cr_assert_eq(a.grant, 13, "(100 - 18) / 6: %g", a.grant);
-	cr_assert_eq(a.current, 31);
+	cr_assert_eq(a.grant, 13, "(100 - 2 - 16) / 6: %g", a.grant);
+	cr_assert_eq(a.current, 2);
 	a = grant_adm(1, 100, 0, 1000, 3);
 	admit_tok(s, &a, 1, "n1:1");
 	cr_assert(a.admitted);
 	cr_assert_eq(a.grant, 13, "a resend gets the recorded grant: %g", a.grant);
-	cr_assert_eq(a.current, 31, "and adds nothing");
+	cr_assert_eq(a.current, 2, "and adds nothing");
+	cr_assert_eq(reserved("ns", "g", START60), 29);
 	a = grant_adm(1, 100, 0, 4, 3);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert_eq(a.grant, 4, "want caps it");
-	cr_assert_eq(a.current, 36);
+	cr_assert_eq(a.current, 3);
 	a = grant_adm(1, 100, 0, 1000, 0);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
@@ -1500,33 +1523,80 @@ Test(redis, admit_grants_share_the_headroom)
 	cr_assert_eq(a.grant, 0, "no want, no grant");
 	a = grant_adm(2.5, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert_eq(a.grant, 27.5, "(100 - 40.5) / 2 = 29.75, in costs of 2.5: %g", a.grant);
-	cr_assert_eq(a.current, 68);
+	cr_assert_eq(a.grant, 27.5, "(100 - 5 - 33 - 2.5) / 2 = 29.75, in costs of 2.5: %g",
+		     a.grant);
+	cr_assert_eq(a.current, 7.5);
 	a = grant_adm(30, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert(a.admitted);
+	cr_assert(a.admitted, "7.5 hits + 60.5 reserved + 30 <= 100");
 	cr_assert_eq(a.grant, 0, "(100 - 98) / 2 is under one cost");
 	a = grant_adm(3, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert(!a.admitted);
+	cr_assert(!a.admitted, "37.5 hits + 60.5 reserved + 3 > 100");
 	cr_assert_eq(a.grant, 0, "refused: no grant");
-	cr_assert_eq(stored("ns", "g", 1, 60, START60), 98);
+	cr_assert_eq(a.current, 37.5);
+	cr_assert_eq(stored("ns", "g", 1, 60, START60), 37.5);
+	cr_assert_eq(reserved("ns", "g", START60), 60.5);
 	OPS->destroy(s);
 }
 
-/* The previous window weighs on the headroom of a grant. */
+/* The previous window weighs on the headroom of a grant, its reservation
+ * with it. */
 Test(redis, admit_grant_counts_the_previous_window)
 {
 	struct strategy *s = mk(1000);
-	struct strategy_admit a = adm("g", START60 - 60, 40, 0, 1000, 0, false);
+	struct strategy_admit a = adm("g", START60 - 60, 30, 0, 1000, 0, false);
 
+	a.want = 10;
+	a.nodes = 1;
+	a.cost = 1;
 	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 10);
+	cr_assert_eq(a.current, 31, "30 + the hit");
 	a = grant_adm(1, 100, 0.5, 1000, 2);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
-	cr_assert_eq(a.previous, 40);
-	cr_assert_eq(a.grant, 19, "(100 - 1 - 40 * 0.5) / 4 = 19.75: %g", a.grant);
-	cr_assert_eq(a.current, 20);
+	cr_assert_eq(a.previous, 31, "hits");
+	cr_assert_eq(a.grant, 19, "(100 - 1 - (31 + 10) * 0.5) / 4 = 19.6: %g", a.grant);
+	cr_assert_eq(a.current, 1);
+	OPS->destroy(s);
+}
+
+/* A push's unreserve (strategy.h) moves a grant's spent hits from the
+ * reservation to the count; a grant given back is an unreserve with a
+ * diff of minus it: the count does not move. A reservation never goes
+ * below 0. With a token, applied once. */
+Test(redis, push_unreserve_moves_grants_to_hits)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_admit a = grant_adm(1, 1000, 0, 100, 1);
+	struct strategy_counter b[2];
+
+	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 100);
+	cr_assert_eq(reserved("ns", "g", START60), 100);
+	/* 30 of the grant spent: reported with a push */
+	b[0] = C("ns", "g", START60, 60, 0);
+	b[0].unreserve = 30;
+	push_tok_ok(s, b, 1, "u:1");
+	cr_assert_eq(b[0].total, 31);
+	push_tok_ok(s, b, 1, "u:1");
+	cr_assert_eq(b[0].total, 31, "a resend adds nothing");
+	cr_assert_eq(reserved("ns", "g", START60), 70);
+	/* 5 more spent, the 65 left given back, 2 local hits */
+	b[0] = C("ns", "g", START60, 60, 2 - 65);
+	b[0].unreserve = 5 + 65;
+	push_tok_ok(s, b, 1, "u:2");
+	cr_assert_eq(b[0].total, 38, "1 + 30 + 5 + 2");
+	cr_assert(isnan(reserved("ns", "g", START60)), "nothing reserved: the field is gone");
+	/* more than is reserved: the reservation stays at 0 */
+	b[0] = C("ns", "g", START60, 60, 0);
+	b[0].unreserve = 4;
+	b[1] = C("ns", "g", START60, 60, 0);
+	push_tok_ok(s, b, 2, NULL);
+	cr_assert_eq(b[0].total, 42);
+	cr_assert_eq(b[1].total, 42, "the same field twice in a call adds up in order");
+	cr_assert(isnan(reserved("ns", "g", START60)));
 	OPS->destroy(s);
 }
 
