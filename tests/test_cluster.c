@@ -1485,18 +1485,46 @@ static long long redis_agent_commands(long long *server)
 	return redis_agent_cost(server, NULL);
 }
 
+/* What the agents cost a store so far: commands (Redis) or statements
+ * (PostgreSQL) they sent; *inner what the store ran inside them (Redis
+ * scripts), or 0. */
+typedef long long (*store_cost_fn)(long long *inner);
+
+static long long redis_far_cost(long long *inner)
+{
+	long long srv, n = redis_agent_commands(&srv);
+
+	*inner = srv - n;
+	return n;
+}
+
+/* Statements the agents ran on PostgreSQL (pg_stat_statements: each
+ * execution of a prepared statement is a call), the test's own queries of
+ * the statistics left out. */
+static long long pg_far_cost(long long *inner)
+{
+	char out[64];
+
+	*inner = 0;
+	cr_assert_geq(pg_server_query(pg.conninfo, "SELECT coalesce(sum(calls), 0) FROM "
+				      "pg_stat_statements WHERE query NOT LIKE "
+				      "'%pg_stat_statements%'", out, sizeof(out)), 0, "%s", out);
+	return atoll(out);
+}
+
 /* 3,000 hits on a fresh key with a limit of LIMIT, `depth` at a time on
  * each node (waiting for their answers), round-robin over the nodes.
- * Returns the hits admitted; *cmds the commands the agents sent. */
-static int64_t far_hits(unsigned w, size_t depth, long long *cmds)
+ * Returns the hits admitted; *cmds what the agents cost the store. */
+static int64_t far_hits(const char *store, store_cost_fn cost, unsigned w, size_t depth,
+			long long *cmds)
 {
 	enum { HITS = 3000, LIMIT = 1000000 };
-	long long before, after, srv_before, srv_after;
+	long long before, after, in_before, in_after;
 	int64_t admitted = 0, t0 = mono_us();
 	char key[64];
 
 	rand_key(key, sizeof(key), "far");
-	before = redis_agent_commands(&srv_before);
+	before = cost(&in_before);
 	for (size_t i = 0; i < HITS / NODES; i += depth) {
 		uint64_t sid;
 
@@ -1511,13 +1539,12 @@ static int64_t far_hits(unsigned w, size_t depth, long long *cmds)
 				admitted += a;
 			}
 	}
-	after = redis_agent_commands(&srv_after);
+	after = cost(&in_after);
 	*cmds = after - before;
-	/* The scripts' insides and our own INFO calls. */
-	cr_log_info("%d hits far from a limit of %d over %d nodes, %zu at a time per node, in "
-		    "%.2f s: %lld commands from the agents (%lld more run inside their scripts)",
-		    HITS, LIMIT, NODES, depth, (double)(mono_us() - t0) / 1e6, *cmds,
-		    (srv_after - srv_before) - *cmds);
+	cr_log_info("%s: %d hits far from a limit of %d over %d nodes, %zu at a time per node, "
+		    "in %.2f s: %lld %s from the agents (%lld more run inside them)", store, HITS,
+		    LIMIT, NODES, depth, (double)(mono_us() - t0) / 1e6, *cmds,
+		    cost == pg_far_cost ? "statements" : "commands", in_after - in_before);
 	return admitted;
 }
 
@@ -1537,9 +1564,40 @@ Test(cluster, redis_far_from_the_limit_costs_no_round_trip_per_hit)
 	for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {
 		long long cmds;
 
-		cr_assert_eq(far_hits(w, depths[i], &cmds), 3000);
+		cr_assert_eq(far_hits("redis", redis_far_cost, w, depths[i], &cmds), 3000);
 		cr_expect_leq(cmds, 300, "%lld commands for 3000 hits far from the limit, %zu at a "
 			      "time", cmds, depths[i]);
+	}
+}
+
+/* The same with PostgreSQL (issue 18): at most 300 statements (an
+ * admission is two or three: its token, its row, the decision; a sync
+ * cycle's push chunk two, a read one, a heartbeat one), counted by
+ * pg_stat_statements in the test's own server. */
+Test(cluster, postgres_far_from_the_limit_costs_no_round_trip_per_hit)
+{
+	static const size_t depths[] = { 1, 8 };
+	unsigned w = pick_window();
+	char out[256];
+
+	if (!pg_server_available())
+		cr_skip_test("PostgreSQL is not installed (%s)", pg_server_bindir());
+	cr_assert(pg_server_create(&pg, NULL) == 0, "initdb: %s", pg.err);
+	pg_created = true;
+	pg.extra[0] = "-c";
+	pg.extra[1] = "shared_preload_libraries=pg_stat_statements";
+	cr_assert(pg_server_start(&pg, STORE_MS) == 0, "postgres: %s", pg.err);
+	cr_assert_geq(pg_server_query(pg.conninfo, "CREATE EXTENSION pg_stat_statements", out,
+				      sizeof(out)), 0, "%s", out);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg_pg_t(w, ADMIT_SYNC, 1000));
+	for (size_t i = 0; i < sizeof(depths) / sizeof(depths[0]); i++) {
+		long long stmts;
+
+		cr_assert_eq(far_hits("postgres", pg_far_cost, w, depths[i], &stmts), 3000);
+		cr_expect_leq(stmts, 300, "%lld statements for 3000 hits far from the limit, %zu "
+			      "at a time", stmts, depths[i]);
+		cr_expect_gt(stmts, 0, "nothing counted: is pg_stat_statements on?");
 	}
 }
 
