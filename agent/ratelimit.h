@@ -178,13 +178,13 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	     double amount, double now);
 
-/* Takes v back from what the window (ns, key, size, start) has to
- * unreserve (spent or given-back grants a push reports): a push in doubt
- * that the store turns out to have applied (agent/sync.c); v may be
- * negative. Nothing if the window has no slot. Returns 0 or -1
+/* Takes spent and returned back from what the window (ns, key, size,
+ * start) has spent and returned of its grants not pushed yet: a push in
+ * doubt that the store turns out to have applied (agent/sync.c); either
+ * may be negative. Nothing if the window has no slot. Returns 0 or -1
  * (rl_errno()). */
 int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
-		 int64_t start, double v);
+		 int64_t start, double spent, double returned);
 
 /* Largest stored key: longer keys are stored as a 33-byte digest. */
 #define RL_STORED_KEY_MAX 104

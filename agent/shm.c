@@ -21,7 +21,7 @@
 #include "agent/hash.h"
 
 /* "SHMRLT" + a layout version in the last two bytes ("02": grants and
- * namespace names; "03": heartbeat turns, grants to unreserve), as it
+ * namespace names; "03": heartbeat turns, grants spent and returned), as it
  * reads in a state file's first bytes. */
 #define SHM_MAGIC      0x3330544c524d4853ULL   /* "SHMRLT03", little-endian */
 #define SHM_HDR_BYTES  ((sizeof(struct shm_hdr) + 127) & ~(size_t)127)
@@ -666,7 +666,8 @@ static bool shm_grant_held(const struct shm_table *t, uint32_t i)
 	const _Atomic uint64_t *g = &t->grant[SHM_GRANT_WORDS * (size_t)i];
 
 	return atomics_bitsd(atomic_load(&g[SHM_GRANT_LEFT])) != 0.0 ||
-	       atomics_bitsd(atomic_load(&g[SHM_GRANT_UNRES])) != 0.0;
+	       atomics_bitsd(atomic_load(&g[SHM_GRANT_SPENT])) != 0.0 ||
+	       atomics_bitsd(atomic_load(&g[SHM_GRANT_RET])) != 0.0;
 }
 
 /* The value of LIVE slot i (meta m, not stale) as an eviction victim: its
@@ -1155,7 +1156,8 @@ int shm_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e)
 		words[i] = atomic_load_explicit(&s->key[i], memory_order_relaxed);
 	e->count = atomics_load_double(&s->count);
 	e->diff = atomics_load_double(&s->diff);
-	e->unres = atomics_load_double(&t->grant[SHM_GRANT_WORDS * (size_t)idx + SHM_GRANT_UNRES]);
+	e->spent = atomics_load_double(&t->grant[SHM_GRANT_WORDS * (size_t)idx + SHM_GRANT_SPENT]);
+	e->ret = atomics_load_double(&t->grant[SHM_GRANT_WORDS * (size_t)idx + SHM_GRANT_RET]);
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&s->meta, memory_order_relaxed) != m)
 		return -1;
@@ -1212,15 +1214,15 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 	 * in total; hits added since are in diff; a hit caught between its
 	 * count and diff additions may be missing from count until the next
 	 * sync, which pushes it (it is in diff by then). What the store holds
-	 * reserved for this node (left + to unreserve) is in count, not in
-	 * total. Every change to those words leaves the sum lower for a
+	 * reserved for this node's view (left + spent) is in count, not in
+	 * total (what it returned is no longer its). Every change to those words leaves the sum lower for a
 	 * moment, never higher: a racing max() never keeps a count too high. */
 	old = atomic_load_explicit(&s->count, memory_order_relaxed);
 	for (;;) {
 		double cur = atomics_bitsd(old);
 		double want = total + atomics_load_double(&s->diff) +
 			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_LEFT)) +
-			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_UNRES));
+			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT));
 
 		if (!(want > cur))
 			break;
@@ -1378,7 +1380,7 @@ bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost)
 			break;
 	}
 	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), cost);
-	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_UNRES), cost);
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), cost);
 	return shm_still(t, r);
 }
 
@@ -1409,11 +1411,15 @@ void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
 		atomics_add_double(&t->slots[r->idx].count, back < amount ? -back : -amount);
 }
 
-void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double v)
+void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
+			 double returned)
 {
-	if (e->idx >= t->nslots || v == 0 || atomic_load(&t->slots[e->idx].meta) != e->meta)
+	if (e->idx >= t->nslots || atomic_load(&t->slots[e->idx].meta) != e->meta)
 		return;
-	atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_UNRES), v);
+	if (spent != 0)
+		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
+	if (returned != 0)
+		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
 }
 
 double shm_grant_return(struct shm_table *t, uint32_t idx)
@@ -1513,6 +1519,8 @@ bool shm_grant_any(const struct shm_table *t, uint32_t idx)
 							memory_order_relaxed) != 0 ||
 				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_USED),
 							memory_order_relaxed) != 0 ||
-				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_UNRES),
+				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_SPENT),
+							memory_order_relaxed) != 0 ||
+				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_RET),
 							memory_order_relaxed) != 0);
 }

@@ -162,13 +162,15 @@
 #define SHM_NONE         UINT32_MAX   /* "no slot" index */
 #define SHM_EVICT_SAMPLE 32     /* slots of a chain sampled for a victim */
 #define SHM_NAME_MAX     64     /* namespace names, NUL included */
-#define SHM_GRANT_WORDS  5      /* per slot: grant left, last and this cycle's demand,
-                                   admissions in flight, to unreserve */
+#define SHM_GRANT_WORDS  6      /* per slot: grant left, last and this cycle's demand,
+                                   admissions in flight, spent and returned not
+                                   pushed yet */
 #define SHM_GRANT_LEFT   0
 #define SHM_GRANT_LAST   1
 #define SHM_GRANT_USED   2
 #define SHM_GRANT_FLIGHT 3
-#define SHM_GRANT_UNRES  4
+#define SHM_GRANT_SPENT  4
+#define SHM_GRANT_RET    5
 
 /* Slots per configured key: the table keeps the load factor <= 3/4 at
  * max_keys live entries, where linear probing stays short. */
@@ -311,7 +313,7 @@ struct shm_entry {
 	size_t keylen;
 	char key[SHM_KEY_MAX + 1];   /* NUL-terminated copy (keys may hold NULs) */
 	double count, diff;
-	double unres;                /* grants spent or given back, not pushed yet */
+	double spent, ret;           /* grant hits, grants given back: not pushed yet */
 };
 
 struct shm_stats {
@@ -486,19 +488,20 @@ void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64
  * window, apart from the window's count of hits. The slot's count holds
  * the grant as well (the node's view is count - what is left of it):
  * hits spend it locally, with no diff (the store decided them already),
- * and go "to unreserve": the next push moves them in the store from the
- * reservation to the count (strategy_counter.unreserve). What is left of
- * a grant goes back with a push too: a negative diff, to unreserve as
- * well. Per slot: what is left, the demand of the last sync cycle (hits
- * that spent a grant or went to the store) and of this one, whether a
- * grant is being asked for, and what is to unreserve. Cleared when the
- * slot is re-keyed; a slot holding a grant or something to unreserve is
- * never evicted. Every count the store sends (shm_sync_total) is hits: the
- * slot's count is that plus its diff plus what the store still holds
- * reserved for this node (left + to unreserve). */
+ * and are "spent": a later push moves them in the store from the
+ * reservation to the count (strategy_counter.spent). What is left of a
+ * grant unused for a cycle is "returned" with the next push (taken from
+ * the reservation, and from the slot's count). Per slot: what is left,
+ * the demand of the last sync cycle (hits that spent a grant or went to
+ * the store) and of this one, whether a grant is being asked for, what is
+ * spent and returned not pushed yet. Cleared when the slot is re-keyed; a
+ * slot holding any of the last three is never evicted. Every count the
+ * store sends (shm_sync_total) is hits: the slot's count is that plus its
+ * diff plus what the store still holds reserved for this node's view
+ * (left + spent). */
 
 /* Spends cost from the slot's grant if it covers it (one CAS), notes the
- * demand and what is to unreserve. false: the store must decide. */
+ * demand and the hit spent. false: the store must decide. */
 bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
 
 /* Notes a hit of the slot that went to the store (demand). */
@@ -511,9 +514,11 @@ double shm_grant_left(const struct shm_table *t, uint32_t idx);
  * to its count). */
 void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount);
 
-/* Adds v to what slot e (while it holds e's window) has to unreserve: what
- * is left of a grant given back (+), what a push confirmed (-). */
-void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double v);
+/* Adds spent and returned to what slot e (while it holds e's window) has
+ * spent and returned not pushed yet: a grant given back (returned +), what
+ * a push confirmed (both -). */
+void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
+			 double returned);
 
 /* Takes back what is left of slot idx's grant (sets it to 0). */
 double shm_grant_return(struct shm_table *t, uint32_t idx);
@@ -541,8 +546,8 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
  * last run left in a state file. */
 void shm_grant_unstick(struct shm_table *t);
 
-/* Has slot idx a grant left, demand this cycle, or something to
- * unreserve? */
+/* Has slot idx a grant left, demand this cycle, or grant hits spent or
+ * returned not pushed yet? */
 bool shm_grant_any(const struct shm_table *t, uint32_t idx);
 
 /* Table-wide counters (all processes). */

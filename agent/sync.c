@@ -81,6 +81,7 @@ static struct log_limit sync_hit_log;
 #define SYNC_DOUBT_TTL   300.0    /* given up after this (tokens live STRATEGY_TOKEN_TTL) */
 #define SYNC_BEAT_PERIOD 1.0      /* seconds between a node's heartbeats */
 #define SYNC_BEAT_TTL    3        /* ... and the periods a node counts for */
+#define SYNC_SPENT_PERIOD 1.0     /* seconds between reports of grant hits spent */
 
 struct sync;
 struct sync_ns;
@@ -225,12 +226,11 @@ static void sync_token(const struct sync_ns *sn, char kind, uint64_t seq,
 
 /* A sync cycle for a slot with a grant or demand: what is left of a grant
  * that saw no hit for a whole cycle (all of it at the final flush) goes
- * back to the store with this push, as a negative diff and as much to
- * unreserve (the store reserved the whole grant; the hits that spent it
- * are to unreserve already): the count and the diff drop by it. A grant in
- * use is kept: given back while hits still come, its room could be taken
- * by hits denied (and counted) meanwhile. The order keeps count - left -
- * to unreserve from ever rising for a moment (shm_sync_total). */
+ * back to the store with this push (returned: the store takes it from the
+ * reservation), and out of the slot's count. A grant in use is kept:
+ * given back while hits still come, its room could be taken by hits
+ * denied (and counted) meanwhile. The order keeps count - left - spent
+ * from ever rising for a moment (shm_sync_total). */
 static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 {
 	struct shm_ref r = { .idx = e->idx, .meta = e->meta };
@@ -241,13 +241,28 @@ static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 	left = shm_grant_return(t, e->idx);
 	if (!(left > 0))
 		return;
-	shm_add(t, &r, -left, true);
+	shm_add(t, &r, -left, false);
 	if (!shm_still(t, &r))
 		return;         /* re-keyed: a window no longer counted anyway */
-	shm_grant_unres_add(t, e, left);
+	shm_grant_unres_add(t, e, 0, left);
 	e->count -= left;
-	e->diff -= left;
-	e->unres += left;
+	e->ret += left;
+}
+
+static double sync_period(const struct sync_ns *sn);
+
+/* Does this cycle report grant hits spent? Once a SYNC_SPENT_PERIOD (the
+ * cycle that crosses a boundary of it), every cycle if the period is
+ * longer. They change no decision (the store counts a reservation as it
+ * counts hits), only the counts others read: reported every cycle they
+ * would make every key with a grant in use a write a cycle (a script, two
+ * hashes), where a read does. */
+static bool sync_spent_due(const struct sync_ns *sn, double now)
+{
+	double p = sync_period(sn);
+
+	return sn->sy->flush_mode || p >= SYNC_SPENT_PERIOD ||
+	       floor(now / SYNC_SPENT_PERIOD) != floor((now - p) / SYNC_SPENT_PERIOD);
 }
 
 /* Collects the namespace's counters into the batch: active windows (all
@@ -256,6 +271,8 @@ static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 {
 	struct shm_table *t = sn->sy->t;
+	bool spent_due = sync_spent_due(sn, now);
+
 	sn->n = 0;
 	for (uint32_t idx = shm_next_used(t, 0); idx != SHM_NONE; idx = shm_next_used(t, idx + 1)) {
 		if (sn->n == sn->cap) {
@@ -277,7 +294,10 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			sync_grant_cycle(t, e, sn->sy->flush_mode);
 		int64_t cur = window_start(now, e->size);
 		bool active = e->start == cur || e->start == cur - (int64_t)e->size;
-		if (e->diff == 0 && e->unres == 0 && (only_diffs || !active))
+		/* Grant hits of a window that is no longer current go at once. */
+		if (!spent_due && e->start == cur)
+			e->spent = 0;
+		if (e->diff == 0 && e->spent == 0 && e->ret == 0 && (only_diffs || !active))
 			continue;
 		sn->n++;
 	}
@@ -292,7 +312,8 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			.start = e->start,
 			.size = e->size,
 			.diff = e->diff,
-			.unreserve = e->unres,
+			.spent = e->spent,
+			.returned = e->ret,
 		};
 	}
 	return 0;
@@ -361,7 +382,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 			continue;
 		ok++;
 		shm_ack_diff(t, &sn->ents[i], c->diff);
-		shm_grant_unres_add(t, &sn->ents[i], -c->unreserve);
+		shm_grant_unres_add(t, &sn->ents[i], -c->spent, -c->returned);
 		/* Totals matter for the current and previous windows only; an
 		 * older slot may be reclaimed for another key once its diff is
 		 * acknowledged, so it is not written. */
@@ -676,7 +697,8 @@ static int sync_doubt_new(struct sync_ns *sn, const char *token,
 
 	*out = NULL;
 	for (size_t i = 0; i < n; i++)
-		nfix += a ? !a[i].ok : !c[i].ok && (c[i].diff != 0 || c[i].unreserve != 0);
+		nfix += a ? !a[i].ok
+			  : !c[i].ok && (c[i].diff != 0 || c[i].spent != 0 || c[i].returned != 0);
 	if (nfix == 0)
 		return 0;
 	for (size_t i = 0; i < n; i++)
@@ -714,7 +736,7 @@ static int sync_doubt_new(struct sync_ns *sn, const char *token,
 			key = &d->c[i].key, ns = &d->c[i].ns, ok = &d->c[i].ok;
 			len = d->c[i].key_len;
 		}
-		d->fix[i] = !*ok && (a || c[i].diff != 0 || c[i].unreserve != 0);
+		d->fix[i] = !*ok && (a || c[i].diff != 0 || c[i].spent != 0 || c[i].returned != 0);
 		memcpy(d->keys + off, *key, len);
 		*key = d->keys + off;
 		*ns = sn->def->name;
@@ -779,11 +801,11 @@ static void sync_doubt_settle(struct sync_ns *sn, const struct sync_doubt *d, si
 		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": a hit in doubt could not be settled (%s): "
 			     "it counts twice", sn->def->name, rl_status_str(rl_errno(rl)));
 	/* A push's grants reported spent or given back: the store has them. */
-	if (c && c->unreserve != 0 &&
-	    rl_unreserve(rl, (int)sn->ns, key, key_len, size, start, c->unreserve) < 0)
+	if (c && (c->spent != 0 || c->returned != 0) &&
+	    rl_unreserve(rl, (int)sn->ns, key, key_len, size, start, c->spent, c->returned) < 0)
 		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": grant hits in doubt could not be "
 			     "settled (%s): %g count twice", sn->def->name,
-			     rl_status_str(rl_errno(rl)), c->unreserve);
+			     rl_status_str(rl_errno(rl)), c->spent);
 	if (a && a->grant > 0 &&
 	    rl_grant(rl, (int)sn->ns, a->key, a->key_len, a->size, a->start, a->grant, now) < 0)
 		SYNC_HIT_LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be kept "

@@ -251,10 +251,10 @@ struct pg_stmt_def {
 
 static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	/* $1..$6: namespaces, keys, starts, sizes, what to add to the counts
-	 * (diff + unreserve), what to add to the reservations (- unreserve,
-	 * never going below 0; a new row takes it as it is: decisions read a
-	 * negative one as 0); all the same length. Returns the new count of
-	 * every row. */
+	 * (diff + grants spent), what to add to the reservations (- grants
+	 * spent and returned, never going below 0; a new row takes it as it
+	 * is: decisions read a negative one as 0); all the same length.
+	 * Returns the new count of every row. */
 	[PG_STMT_UPSERT] = {
 		"rl_upsert",
 		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count, reserved)"
@@ -475,7 +475,7 @@ struct pg_group {
 	size_t first;
 	size_t nmemb;
 	double diff;
-	double unres;             /* unreserve, merged */
+	double spent, returned;   /* grants', merged */
 	double total;
 	bool got;                 /* a row came back */
 	bool committed;           /* its chunk's transaction committed */
@@ -1255,8 +1255,8 @@ static int pg_send_chunk(struct pg_conn *c, struct pg_op *op, const struct pg_ch
 		pg_array_i64(&s->par[2], g->c->start);
 		pg_array_i32(&s->par[3], (int32_t)g->c->size);
 		if (ch->upsert) {
-			pg_array_f64(&s->par[4], g->diff + g->unres);
-			pg_array_f64(&s->par[5], -g->unres);
+			pg_array_f64(&s->par[4], g->diff + g->spent);
+			pg_array_f64(&s->par[5], -(g->spent + g->returned));
 		}
 	}
 	if (ch->tok) {
@@ -2672,8 +2672,8 @@ static const char *pg_counter_check(const struct strategy_counter *c, bool diff)
 		return "key longer than 2048 bytes";
 	if (c->size == 0 || c->size > INT32_MAX)
 		return "window size out of range";
-	if (diff && (!isfinite(c->diff) || !isfinite(c->unreserve)))
-		return "diff or unreserve is not a finite number";
+	if (diff && (!isfinite(c->diff) || !isfinite(c->spent) || !isfinite(c->returned)))
+		return "diff, spent or returned is not a finite number";
 	return NULL;
 }
 
@@ -2705,7 +2705,8 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 		if (g && !pg_cmp_counters(&g->c, &op->order[i])) {
 			g->nmemb++;
 			g->diff += read_only ? 0.0 : c->diff;
-			g->unres += read_only ? 0.0 : c->unreserve;
+			g->spent += read_only ? 0.0 : c->spent;
+			g->returned += read_only ? 0.0 : c->returned;
 			continue;
 		}
 		if (!g || pg_cmp_bytes(g->c->ns, g->c->ns_len, c->ns, c->ns_len) ||
@@ -2713,11 +2714,13 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 			pg_seen_note(s, c->ns, c->ns_len, c->size);
 		op->groups[op->ngroups++] = (struct pg_group){
 			.c = c, .first = i, .nmemb = 1, .diff = read_only ? 0.0 : c->diff,
-			.unres = read_only ? 0.0 : c->unreserve,
+			.spent = read_only ? 0.0 : c->spent,
+			.returned = read_only ? 0.0 : c->returned,
 		};
 	}
 	for (size_t g = 0; g < op->ngroups; g++) {
-		if (op->groups[g].diff != 0.0 || op->groups[g].unres != 0.0)
+		if (op->groups[g].diff != 0.0 || op->groups[g].spent != 0.0 ||
+		    op->groups[g].returned != 0.0)
 			op->up[op->nup++] = g;
 		else
 			op->rd[op->nrd++] = g;

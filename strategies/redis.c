@@ -145,10 +145,11 @@
 /*
  * The push script. KEYS[1] = the hash; KEYS[2] = the hash of its
  * reservations; KEYS[3] (optional) = the token key of this call; ARGV[1] =
- * TTL seconds, ARGV[2] = n, ARGV[3] = "1" when unreserve amounts follow the
- * diffs, ARGV[4 .. n+3] = fields, ARGV[n+4 .. 2n+3] = diffs ("0" = read
- * only), ARGV[2n+4 .. 3n+3] = the amounts to unreserve (strategy.h: each
- * goes from the field's reservation to its count, with the diff).
+ * TTL seconds, ARGV[2] = n, ARGV[3] = "1" when grants spent and returned
+ * follow the diffs, ARGV[4 .. n+3] = fields, ARGV[n+4 .. 2n+3] = diffs
+ * ("0" = read only), ARGV[2n+4 .. 3n+3] = grants spent (strategy.h: from
+ * the field's reservation to its count), ARGV[3n+4 .. 4n+3] = grants
+ * returned (taken from the reservation).
  * Returns n totals: integers when integral (below 1e15), else "%.17g"
  * strings; values are written as "%d" / "%.17g" text (exact for a double;
  * "%d" spares the slow floating-point printf path for the common case).
@@ -185,21 +186,21 @@ const char redis_push_script[] =
 	"      v = 0\n"
 	"    end\n"
 	"  end\n"
-	"  local d, u = ARGV[i + n + 3], '0'\n"
-	"  if un then u = ARGV[i + 2 * n + 3] end\n"
-	"  local w = add and (d ~= '0' or u ~= '0')\n"
+	"  local d, u, b = ARGV[i + n + 3], '0', '0'\n"
+	"  if un then u, b = ARGV[i + 2 * n + 3], ARGV[i + 3 * n + 3] end\n"
+	"  local w = add and (d ~= '0' or u ~= '0' or b ~= '0')\n"
 	"  if w then\n"
 	"    v = v + tonumber(d) + tonumber(u)\n"
 	"    if v ~= v or v == math.huge or v == -math.huge then\n"
 	"      return redis.error_reply('ERR counter total would not be finite')\n"
 	"    end\n"
-	"    if u ~= '0' then\n"
+	"    if u ~= '0' or b ~= '0' then\n"
 	"      local r = rseen[f]\n"
 	"      if r == nil then r = tonumber(rold[i] or '0') end\n"
 	"      if r == nil then\n"
 	"        return redis.error_reply('ERR reservation value is not a number')\n"
 	"      end\n"
-	"      r = r - tonumber(u)\n"
+	"      r = r - tonumber(u) - tonumber(b)\n"
 	"      if not (r > 1e-9) then r = 0 end\n"
 	"      rseen[f] = r\n"
 	"    end\n"
@@ -1766,8 +1767,9 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			redis_seterr(errstr, "counter %zu: window size 0", i);
 			return -1;
 		}
-		if (!isfinite(batch[i].diff) || !isfinite(batch[i].unreserve)) {
-			redis_seterr(errstr, "counter %zu: diff or unreserve is not finite", i);
+		if (!isfinite(batch[i].diff) || !isfinite(batch[i].spent) ||
+		    !isfinite(batch[i].returned)) {
+			redis_seterr(errstr, "counter %zu: diff, spent or returned is not finite", i);
 			return -1;
 		}
 		batch[i].ok = false;
@@ -1813,7 +1815,7 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			cmd_max += chunks * redis_tkey_max(s, gr.g[g].ns_len, token_len);
 	}
 	for (size_t i = 0; i < n; i++)
-		cmd_max += REDIS_BULK_MAX(batch[i].key_len) + 2 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+		cmd_max += REDIS_BULK_MAX(batch[i].key_len) + 3 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
 	calls_off = (n * sizeof(uint32_t) + 15) & ~(size_t)15;
 	cmd_off = calls_off + ncalls * sizeof(struct redis_call);
 	total = cmd_off + cmd_max;
@@ -1836,11 +1838,12 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 
 	/*
 	 * 4. one script call per chunk of a group:
-	 *   EVALSHA <sha> 2 <hash> <rhash> <ttl> <k> <u> <field 1..k> <diff 1..k> [<unres 1..k>]
-	 *   EVALSHA <sha> 3 <hash> <rhash> <token key> <ttl> <k> <u> ...
+	 *   EVALSHA <sha> 2 <hash> <rhash> <ttl> <k> <g> <field 1..k> <diff 1..k>
+	 *           [<spent 1..k> <returned 1..k>]
+	 *   EVALSHA <sha> 3 <hash> <rhash> <token key> <ttl> <k> <g> ...
 	 *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
-	 * <rhash>: the hash of the reservations; <u> "1" when the unreserve
-	 * amounts follow (one of the chunk's is not 0).
+	 * <rhash>: the hash of the reservations; <g> "1" when grants spent and
+	 * returned follow (one of the chunk's is not 0).
 	 *
 	 * With a token, each call gets its own token key, whose id must come
 	 * out the same when the caller resends only the counters of calls that
@@ -1872,7 +1875,8 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 			bool un = false;
 
 			for (uint32_t i = 0; i < k; i++)
-				un = un || batch[op->order[first + i]].unreserve != 0;
+				un = un || batch[op->order[first + i]].spent != 0 ||
+				     batch[op->order[first + i]].returned != 0;
 			for (uint32_t i = 0; i < k && ro && !un; i++)
 				ro = batch[op->order[first + i]].diff == 0;
 			ro = ro && !un;
@@ -1900,7 +1904,7 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 				continue;
 			}
 			*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-						  .nargs = (token ? 9 : 8) + (un ? 3 : 2) * k,
+						  .nargs = (token ? 9 : 8) + (un ? 4 : 2) * k,
 						  .begin = (size_t)(p - op->cmd) };
 			p = redis_put_array(p, c->nargs);
 			p = redis_put_bulk(p, "EVALSHA", 7);
@@ -1933,12 +1937,12 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 
 				p = redis_put_bulk(p, d, redis_dbl_dec(d, diff));
 			}
-			for (uint32_t i = 0; un && i < k; i++) {
+			for (uint32_t i = 0; un && i < 2 * k; i++) {
+				const struct strategy_counter *ctr = &batch[op->order[first + i % k]];
 				char d[REDIS_DBL_MAX_LEN];
 
-				double u = batch[op->order[first + i]].unreserve;
-
-				p = redis_put_bulk(p, d, redis_dbl_dec(d, u));
+				p = redis_put_bulk(p, d, redis_dbl_dec(d, i < k ? ctr->spent
+										 : ctr->returned));
 			}
 			c->end = (size_t)(p - op->cmd);
 			if (token)

@@ -27,9 +27,9 @@
  * keys are bytes (may hold NULs), counts are doubles. A counter's count
  * holds hits; apart from it the store keeps the counter's reservation:
  * the grants it gave nodes (admit) that they have not yet reported spent
- * or given back (push_diffs' unreserve). Admissions count both; counts
- * read back (totals, rows) are hits only, so that no answer counts as
- * hits the headroom handed out.
+ * or given back (push_diffs' spent and returned). Admissions count both;
+ * counts read back (totals, rows) are hits only, so that no answer counts
+ * as hits the headroom handed out.
  *
  * What the stores share is written once in strategies/store.h: an
  * operation's way from the call to its callback (done queue, delivery
@@ -59,11 +59,12 @@ struct strategy_counter {
 	size_t key_len;
 	int64_t start;          /* window start, Unix seconds */
 	uint32_t size;          /* window size, seconds */
-	double diff;            /* in: to add (0 = read only, with unreserve 0) */
-	double unreserve;       /* in: to take from the reservation and add to
-	                           the count with diff: a grant's hits spent (and
-	                           with a diff of minus it, a grant given back);
-	                           the reservation never goes below 0 */
+	double diff;            /* in: to add (0 = read only, with spent and
+	                           returned 0) */
+	double spent;           /* in: a grant's hits: taken from the reservation,
+	                           added to the count */
+	double returned;        /* in: a grant given back: taken from the
+	                           reservation (which never goes below 0) */
 	double total;           /* out: the store's count after the add */
 	bool ok;                /* out: total is valid */
 };
@@ -90,7 +91,7 @@ struct strategy_row {
  *   4. if admitted, a grant: part of the headroom left, reserved now for
  *      the node's coming hits (which it then admits locally, reporting
  *      them spent, and giving back what it did not use, with later pushes:
- *      unreserve):
+ *      spent, returned):
  *        grant = min(want, (limit - taken - cost) / (2 * nodes))
  *      rounded down to a multiple of cost (0 when under one cost, or when
  *      want or nodes is 0); reserved += grant

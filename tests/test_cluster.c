@@ -1711,8 +1711,9 @@ static void huge_limit_case(const char *store)
 	}
 	cr_log_info("%s, limit %lld, two nodes: %lld hits, the highest rate answered %lld",
 		    store, HUGE_LIMIT, (long long)sent, (long long)worst);
-	/* Every grant hit reported spent by its node's sync cycles. */
-	sleep_ms(800);
+	/* Every grant hit reported spent by its node's sync cycles (once a
+	 * second: agent/sync.c, SYNC_SPENT_PERIOD). */
+	sleep_ms(1500);
 	for (size_t n = 0; n < 2; n++) {
 		cr_assert(limit_send(nodes[n].fd[2], key, w, HUGE_LIMIT, &sid) == 0, "%s", errbuf);
 		sent++;

@@ -1633,11 +1633,10 @@ Test(postgres, admit_grant_counts_the_previous_window)
 	ops->destroy(s);
 }
 
-/* A push's unreserve (strategy.h) moves a grant's spent hits from the
- * reservation to the count; a grant given back is an unreserve with a
- * diff of minus it: the count does not move. A reservation never goes
- * below 0. With a token, applied once. */
-Test(postgres, push_unreserve_moves_grants_to_hits)
+/* A push's grant hits spent (strategy.h) go from the reservation to the
+ * count; a grant returned leaves the reservation, the count does not
+ * move. A reservation never goes below 0. With a token, applied once. */
+Test(postgres, push_spent_and_returned_grants)
 {
 	struct strategy *s = make_ready("t_unreserve", NULL);
 	struct strategy_admit a = grant_adm(1, 1000, 0, 100, 1);
@@ -1647,19 +1646,20 @@ Test(postgres, push_unreserve_moves_grants_to_hits)
 	admit_tok(s, &a, 1, NULL);
 	cr_assert_eq(a.grant, 100);
 	b[0] = counter("ns", "g", 1, 600, 60, 0);
-	b[0].unreserve = 30;
+	b[0].spent = 30;
 	cr_assert_eq(push_tok(s, b, 1, "u:1", &d), 0, "%s", d.err);
 	EQ(b[0].total, 31);
 	cr_assert_eq(push_tok(s, b, 1, "u:1", &d), 0, "%s", d.err);
 	EQ(b[0].total, 31);
 	cr_assert_eq(query_int("SELECT reserved FROM t_unreserve WHERE key = 'g'"), 70);
-	b[0] = counter("ns", "g", 1, 600, 60, 2 - 65);
-	b[0].unreserve = 5 + 65;
+	b[0] = counter("ns", "g", 1, 600, 60, 2);
+	b[0].spent = 5;
+	b[0].returned = 65;
 	cr_assert_eq(push_tok(s, b, 1, "u:2", &d), 0, "%s", d.err);
 	EQ(b[0].total, 38);
 	cr_assert_eq(query_int("SELECT reserved FROM t_unreserve WHERE key = 'g'"), 0);
 	b[0] = counter("ns", "g", 1, 600, 60, 0);
-	b[0].unreserve = 4;
+	b[0].spent = 4;
 	b[1] = counter("ns", "g", 1, 600, 60, 0);
 	push_ok(s, b, 2);
 	EQ(b[0].total, 42);

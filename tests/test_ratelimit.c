@@ -1328,7 +1328,7 @@ Test(ratelimit, exact_hits_spend_grants_or_ask_the_store)
 	cr_assert(r.need_store, "the grant is spent");
 	cr_assert_eq(shm_read(t, r.cur_idx, &e), 0);
 	EQ(e.diff, 0);                 /* nothing to push: the store has them */
-	EQ(e.unres, 3);                /* ... but they are to report spent */
+	EQ(e.spent, 3);                /* ... but they are to report spent */
 	EQ(e.count, 4);
 	/* Over the limit by the view: decided here, counted (count_denied).
 	 * The store counts 7 hits, and this node's 3 not reported yet. */

@@ -1562,11 +1562,10 @@ Test(redis, admit_grant_counts_the_previous_window)
 	OPS->destroy(s);
 }
 
-/* A push's unreserve (strategy.h) moves a grant's spent hits from the
- * reservation to the count; a grant given back is an unreserve with a
- * diff of minus it: the count does not move. A reservation never goes
- * below 0. With a token, applied once. */
-Test(redis, push_unreserve_moves_grants_to_hits)
+/* A push's grant hits spent (strategy.h) go from the reservation to the
+ * count; a grant returned leaves the reservation, the count does not
+ * move. A reservation never goes below 0. With a token, applied once. */
+Test(redis, push_spent_and_returned_grants)
 {
 	struct strategy *s = mk(1000);
 	struct strategy_admit a = grant_adm(1, 1000, 0, 100, 1);
@@ -1577,21 +1576,22 @@ Test(redis, push_unreserve_moves_grants_to_hits)
 	cr_assert_eq(reserved("ns", "g", START60), 100);
 	/* 30 of the grant spent: reported with a push */
 	b[0] = C("ns", "g", START60, 60, 0);
-	b[0].unreserve = 30;
+	b[0].spent = 30;
 	push_tok_ok(s, b, 1, "u:1");
 	cr_assert_eq(b[0].total, 31);
 	push_tok_ok(s, b, 1, "u:1");
 	cr_assert_eq(b[0].total, 31, "a resend adds nothing");
 	cr_assert_eq(reserved("ns", "g", START60), 70);
-	/* 5 more spent, the 65 left given back, 2 local hits */
-	b[0] = C("ns", "g", START60, 60, 2 - 65);
-	b[0].unreserve = 5 + 65;
+	/* 5 more spent, the 65 left returned, 2 local hits */
+	b[0] = C("ns", "g", START60, 60, 2);
+	b[0].spent = 5;
+	b[0].returned = 65;
 	push_tok_ok(s, b, 1, "u:2");
 	cr_assert_eq(b[0].total, 38, "1 + 30 + 5 + 2");
 	cr_assert(isnan(reserved("ns", "g", START60)), "nothing reserved: the field is gone");
 	/* more than is reserved: the reservation stays at 0 */
 	b[0] = C("ns", "g", START60, 60, 0);
-	b[0].unreserve = 4;
+	b[0].spent = 4;
 	b[1] = C("ns", "g", START60, 60, 0);
 	push_tok_ok(s, b, 2, NULL);
 	cr_assert_eq(b[0].total, 42);
