@@ -17,6 +17,15 @@
  * Every hash written gets EXPIRE 2 * size + REDIS_TTL_SLACK seconds, so a
  * window outlives its time as "previous window"; purge is a no-op.
  *
+ * A window's count holds hits. The grants the admissions give nodes
+ * (strategy.h) are reserved apart, in a hash of the same hash tag,
+ *
+ *   <prefix>:{<ns>:<bucket>}:r:<size>:<start>     field = key, value = reserved
+ *
+ * counted against the limit by the admission script, moved to the count
+ * (grant hits spent) or dropped (grants returned) by the push script;
+ * nothing else reads it (reads, HGETALL rows: hits only).
+ *
  * push_diffs groups the batch by hash and sends one script call per hash
  * (per REDIS_CHUNK_MAX counters), all pipelined at once. The script
  * (redis_push_script) reads the fields with one HMGET, adds the diffs in Lua,
@@ -143,10 +152,10 @@
 #define REDIS_STR(x)  REDIS_STR2(x)
 
 /*
- * The push script. KEYS[1] = the hash; KEYS[2] = the hash of its
- * reservations; KEYS[3] (optional) = the token key of this call; ARGV[1] =
- * TTL seconds, ARGV[2] = n, ARGV[3] = "1" when grants spent and returned
- * follow the diffs, ARGV[4 .. n+3] = fields, ARGV[n+4 .. 2n+3] = diffs
+ * The push script. KEYS[1] = the hash; if ARGV[3] is "1", KEYS[2] = the
+ * hash of its reservations; then (optional) the token key of this call;
+ * ARGV[1] = TTL seconds, ARGV[2] = n, ARGV[3] = "1" when grants spent and
+ * returned follow the diffs, ARGV[4 .. n+3] = fields, ARGV[n+4 .. 2n+3] = diffs
  * ("0" = read only), ARGV[2n+4 .. 3n+3] = grants spent (strategy.h: from
  * the field's reservation to its count), ARGV[3n+4 .. 4n+3] = grants
  * returned (taken from the reservation).
@@ -165,8 +174,9 @@
  * the writes, so a call that fails half-way leaves no token behind.
  */
 const char redis_push_script[] =
-	"local h, hr, tk = KEYS[1], KEYS[2], KEYS[3]\n"
 	"local n, un = tonumber(ARGV[2]), ARGV[3] == '1'\n"
+	"local h, hr, tk = KEYS[1], nil, KEYS[2]\n"
+	"if un then hr, tk = KEYS[2], KEYS[3] end\n"
 	"local old = redis.call('HMGET', h, unpack(ARGV, 4, n + 3))\n"
 	"local add = not (tk and redis.call('EXISTS', tk) == 1)\n"
 	"local rold\n"
@@ -1838,12 +1848,15 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 
 	/*
 	 * 4. one script call per chunk of a group:
-	 *   EVALSHA <sha> 2 <hash> <rhash> <ttl> <k> <g> <field 1..k> <diff 1..k>
-	 *           [<spent 1..k> <returned 1..k>]
-	 *   EVALSHA <sha> 3 <hash> <rhash> <token key> <ttl> <k> <g> ...
+	 *   EVALSHA <sha> 1 <hash> <ttl> <k> "0" <field 1..k> <diff 1..k>
+	 *   EVALSHA <sha> 2 <hash> <rhash> <ttl> <k> "1" <field 1..k> <diff 1..k>
+	 *           <spent 1..k> <returned 1..k>
+	 *   EVALSHA <sha> 2|3 <hash> [<rhash>] <token key> <ttl> <k> ...
 	 *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
-	 * <rhash>: the hash of the reservations; <g> "1" when grants spent and
-	 * returned follow (one of the chunk's is not 0).
+	 * <rhash>: the hash of the reservations, named only when one of the
+	 * chunk's grants spent or returned is not 0 (a call of one key is
+	 * served by the importing master of a slot being migrated, one of
+	 * several missing keys is not: TRYAGAIN).
 	 *
 	 * With a token, each call gets its own token key, whose id must come
 	 * out the same when the caller resends only the counters of calls that
@@ -1904,19 +1917,22 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 				continue;
 			}
 			*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-						  .nargs = (token ? 9 : 8) + (un ? 4 : 2) * k,
+						  .nargs = 7 + (token ? 1 : 0) + (un ? 1 : 0) +
+							   (un ? 4 : 2) * k,
 						  .begin = (size_t)(p - op->cmd) };
 			p = redis_put_array(p, c->nargs);
 			p = redis_put_bulk(p, "EVALSHA", 7);
 			p = redis_put_bulk(p, s->sha, 40);
 			c->tail = (size_t)(p - op->cmd);
-			p = redis_put_bulk(p, token ? "3" : "2", 1);
+			p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, 1 + (token ? 1 : 0) +
+									  (un ? 1 : 0)));
 			key = p;
 			p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
 					   grp->start);
 			c->slot = redis_bulk_slot(key);
-			p = redis_put_hkey_of(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
-					      grp->start, true);
+			if (un)
+				p = redis_put_hkey_of(p, s, grp->ns, grp->ns_len, grp->bucket,
+						      grp->size, grp->start, true);
 			if (token)
 				p = redis_put_tkey(p, op->cmd, s, grp->ns, grp->ns_len, grp->bucket,
 						   grp->size, grp->start, token, token_len,

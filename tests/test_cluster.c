@@ -1372,9 +1372,9 @@ static const char *with_http(const char *cfg)
 	return out;
 }
 
-/* Each node says it is there once per sync cycle: the store counts three,
- * every node knows it (store_nodes on /metrics), and a node that stops is
- * no longer counted after three periods. */
+/* Each node says it is there once a second (its heartbeat): the store
+ * counts three, every node knows it (store_nodes on /metrics), and a node
+ * that stops is no longer counted after three seconds. */
 static void nodes_case(const char *cfg)
 {
 	static const char sample[] = "spoa_ratelimit_store_nodes{namespace=\"default\"} ";
