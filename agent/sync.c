@@ -5,11 +5,17 @@
  *
  *   collect   every LIVE slot of the namespace whose window is current or
  *             previous (the sliding rate needs both), plus any older slot
- *             still holding a diff; diff = the slot's diff as read now
+ *             still holding a diff; diff = the slot's diff as read now;
+ *             with it the slot's grant hits spent (once a second) and
+ *             what is left of a grant unused for a cycle (returned)
  *   push      one push_diffs() of the whole batch: the store adds the
- *             diffs and returns every counter's total (a diff of 0 reads)
- *   ack       per confirmed counter: diff -= pushed diff (hits since stay),
- *             count = max(count, total + diff), so no reader sees a drop
+ *             diffs, moves the grant hits from its reservations to its
+ *             counts, drops what was returned, and returns every
+ *             counter's count of hits (all 0: a read)
+ *   ack       per confirmed counter: diff, spent, returned -= pushed (what
+ *             came since stays), count = max(count, total + diff + what
+ *             the store still holds for this node), so no reader sees a
+ *             drop
  *
  * Nothing is taken out of a slot before the store confirms it: a failed or
  * timed-out push leaves the diffs where they are. Every push carries a
@@ -36,7 +42,8 @@
  * period: every worker's timer fires at the node's phase, the first to
  * take the lease runs the cycle and, when done, leaves it free but not due
  * until the next period. A holder that dies stops renewing it; it expires
- * and another worker takes over.
+ * and another worker takes over. The heartbeat has its own timer, once a
+ * second (shm_beat_take: one worker per node beats).
  */
 #include "agent/sync.h"
 #include "strategies/container.h"
