@@ -592,6 +592,7 @@ static void pending_finish(struct decide_pending *p)
 {
 	struct decide *d = p->d;
 	bool failed = false;
+	const struct rl_decision *first = NULL;   /* the first the store failed */
 
 	sync_hits_apply(d->rl, &p->hits);
 	for (size_t i = 0; i < p->n; i++) {
@@ -603,19 +604,31 @@ static void pending_finish(struct decide_pending *p)
 			if (!h->ok) {
 				admit_locally(d, r, p->now);
 				failed = true;
+				first = first ? first : r;
 				continue;
 			}
 			if (msid(d, r->ns) < METRICS_NS)
 				metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_STORE],
 					    1);
-			/* The store's decision; a hit it did not add is reported
-			 * with the rate it would have made, and the grant (counted
-			 * for this node's next hits, not hits yet) is left out. */
+			/* The store's decision, with the hits it counts (never a
+			 * grant: the store keeps them apart, agent/sync.c
+			 * sync_view()); a hit it did not add is reported with the
+			 * rate it would have made. The decision stands whatever
+			 * the rate says: the store counts every node's grants
+			 * against the limit, and the rate does not. */
 			r->counted = h->admitted || r->count_denied;
-			r->current = h->total - h->grant + (r->counted ? 0 : r->cost);
+			r->current = h->total + (r->counted ? 0 : r->cost);
 			if (r->weight > 0)
 				r->previous = h->prev_total;
 			finish(r, p->now);
+			if (h->admitted && r->exceeded) {
+				r->exceeded = false;
+				r->retry_after = 0;
+			} else if (!h->admitted && !r->exceeded) {
+				r->exceeded = true;
+				r->remaining = 0;
+				r->retry_after = 1;
+			}
 			continue;
 		}
 		if (!h->ok) {
@@ -631,6 +644,7 @@ static void pending_finish(struct decide_pending *p)
 				r->degraded = true;
 				finish(r, p->now);
 			}
+			first = first ? first : r;
 			continue;
 		}
 		/* A hit refused by the limit was not pushed: report the rate it
@@ -648,8 +662,14 @@ static void pending_finish(struct decide_pending *p)
 		d->sync_failures++;
 		if (p->now - d->last_sync_log >= 10.0) {
 			d->last_sync_log = p->now;
-			LOG(LOG_WARN, "synchronous namespace: store did not confirm a hit; answering "
-			    "from the local count, the hit will be pushed later (%llu so far)",
+			LOG(LOG_WARN, "namespace \"%s\": the store did not %s (%s); %s (%llu so "
+			    "far in this worker)", rl_namespace_def(d->rl, first->ns)->name,
+			    first->admit0 ? "decide an admission" : "confirm a hit (sync_rate 0)",
+			    p->hits.why[0] ? p->hits.why : "no answer",
+			    first->admit0 ? "decided by this node on its share of the limit "
+					    "(degraded), the hit pushed with the next sync"
+					  : "answered from the local count (on this node's share of a "
+					    "limit), the hit pushed later",
 			    (unsigned long long)d->sync_failures);
 		}
 	}

@@ -717,6 +717,22 @@ int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t siz
 	return 0;
 }
 
+int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		 int64_t start, double spent, double returned)
+{
+	struct shm_key k;
+	struct shm_ref ref, none;
+	struct shm_entry e;
+
+	if (rl_stored_window(rl, ns, key, keylen, size, start, fabs(spent) + fabs(returned),
+			     &k) < 0)
+		return -1;
+	shm_find(rl->shm, &k, start, -1, &ref, &none);
+	if (ref.idx != SHM_NONE && shm_read(rl->shm, ref.idx, &e) == 0)
+		shm_grant_unres_add(rl->shm, &e, -spent, -returned);
+	return 0;
+}
+
 unsigned rl_shm_ns(const struct rl *rl, int ns)
 {
 	return ns >= 0 && (size_t)ns < rl->n_ns ? rl->ns[ns].sid : SHM_MAX_NS;

@@ -206,6 +206,14 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	     double amount, double now);
 
+/* Takes spent and returned back from what the window (ns, key, size,
+ * start) has spent and returned of its grants not pushed yet: a push in
+ * doubt that the store turns out to have applied (agent/sync.c); either
+ * may be negative. Nothing if the window has no slot. Returns 0 or -1
+ * (rl_errno()). */
+int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		 int64_t start, double spent, double returned);
+
 /* Largest stored key: longer keys are stored as a 33-byte digest. */
 #define RL_STORED_KEY_MAX 104
 

@@ -26,6 +26,9 @@
 #            Redis CPU and commands per agent, idle and at a steady load, and
 #            a key shared by all held at its limit (not in the default; 1 to 2
 #            minutes per N; knobs BENCH_SCALE_*: see part_scale)
+#   store    what one node costs Redis: idle, 1,000 hits/s on 1 and 100
+#            keys (commands/s, command µs/s, Redis CPU), this agent and
+#            $BENCH_BASELINE if given, interleaved (not in the default)
 # Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
@@ -278,6 +281,17 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)
 
 # field LINE NAME: value of NAME=... in a RESULT line.
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
+
+# redis_stats PORT: "CALLS USEC CPU_US": the calls of the commands the
+# agent sends (evalsha, eval, hmget: an HMGET inside a push script counts
+# too), the microseconds Redis spent in them (INFO commandstats; a script's
+# include what runs inside it), and Redis's own CPU (INFO cpu: user + sys).
+redis_stats() {
+  { redis-cli -p "$1" INFO commandstats; redis-cli -p "$1" INFO cpu; } 2>/dev/null | tr -d '\r' | awk -F'[:,=]' '
+    /^cmdstat_(evalsha|eval|hmget):/ { c += $3; u += $5 }
+    /^used_cpu_(user|sys):/ { cpu += $2 }
+    END { printf "%d %d %.0f\n", c, u, cpu * 1e6 }'
+}
 
 md() { printf '%s\n' "$*" >> "$MD"; }
 say() { printf '%s\n' "$*"; }
@@ -536,6 +550,7 @@ variant_setup() {
       "${PIN1[@]}" redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
         > "$RAW/redis-$1-$rport.log" 2>&1 &
       VARIANT_REDIS_PID=$!
+      VARIANT_REDIS_PORT=$rport
       PIDS+=("$VARIANT_REDIS_PID")
       for i in $(seq 1 50); do listening "$rport" && break; sleep 0.05; done
       cfgf=$RAW/agent-$1.json
@@ -573,9 +588,11 @@ wrk_field() {
 
 # e2e_run V ROUND: one fresh run of variant V; appends a row to e2e.txt:
 # V round rps requests p50_us p99_us haproxy_us_per_req agent_us_per_req
-# errors agent_reads_per_req
+# errors agent_reads_per_req, and for D, E, F (with Redis): redis_cmds_per_req
+# redis_cmd_us_per_req redis_cpu_us_per_req (redis_stats)
 e2e_run() {
   local v=$1 round=$2 cfg fe ag hp i h0 h1 a0 a1 s0 s1 reqs f rps p50 p99 hcpu acpu asys errs spoe
+  local r0="" r1="" rstat=""
   cfg=$(variant_cfg "$v")
   if [ -z "$cfg" ] || [ ! -f "$cfg" ]; then
     echo "bench: no configuration for variant $v" >&2
@@ -609,6 +626,7 @@ e2e_run() {
   "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "http://127.0.0.1:$fe/" > /dev/null 2>&1
   h0=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a0=$(agent_ticks); s0=$(agent_sysio); }
+  [ -n "${VARIANT_REDIS_PID:-}" ] && r0=$(redis_stats "$VARIANT_REDIS_PORT")
   f=$RAW/wrk-$v-$round.txt
   # E2E_WATCH (profile part only): system calls and samples of the worker.
   local watch=()
@@ -629,6 +647,7 @@ e2e_run() {
   # CPU read before anything is stopped (a stopped worker's ticks are gone).
   h1=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a1=$(agent_ticks); s1=$(agent_sysio); }
+  [ -n "$r0" ] && r1=$(redis_stats "$VARIANT_REDIS_PORT")
   stop_pid "$hp"; forget "$hp"
   stop_agent
   reqs=$(wrk_field "$f" requests)
@@ -647,8 +666,12 @@ e2e_run() {
     acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", d / t / n * 1e6 }')
     asys=$(awk -v d=$((s1 - s0)) -v n="$reqs" 'BEGIN { printf "%.2f", d / n }')
   fi
-  echo "$v $round $rps $reqs $p50 $p99 $hcpu $acpu $errs $asys" >> "${E2E_TXT:-$RAW/e2e.txt}"
-  say "variant=$v round=$round req/s=$rps p50_us=$p50 p99_us=$p99 haproxy_us/req=$hcpu agent_us/req=$acpu agent_reads/req=$asys errors=$errs"
+  if [ -n "$r1" ]; then
+    rstat=$(printf '%s %s\n' "$r0" "$r1" | awk -v n="$reqs" \
+      '{ printf "%.4f %.3f %.3f", ($4 - $1) / n, ($5 - $2) / n, ($6 - $3) / n }')
+  fi
+  echo "$v $round $rps $reqs $p50 $p99 $hcpu $acpu $errs $asys${rstat:+ $rstat}" >> "${E2E_TXT:-$RAW/e2e.txt}"
+  say "variant=$v round=$round req/s=$rps p50_us=$p50 p99_us=$p99 haproxy_us/req=$hcpu agent_us/req=$acpu agent_reads/req=$asys errors=$errs${rstat:+ redis_cmds/req,cmd_us/req,cpu_us/req=$rstat}"
 }
 
 # e2e_median V COLUMN (1-based in e2e.txt)
@@ -706,8 +729,25 @@ part_e2e() {
   md "X-RL-Denied, so that only unanswered requests count as errors)."
   md "Errors: non-2xx + socket errors, all rounds."
   md ""
+  local rv any_redis=""
+  for v in $E2E_VARIANTS; do
+    [ -n "$(e2e_median "$v" 11)" ] && any_redis=1
+  done
+  if [ -n "$any_redis" ]; then
+    md "What the variants with Redis cost it, per request (medians; redis_stats in bench/run.sh: commands the"
+    md "agent sends, EVALSHA / EVAL / HMGET, the µs INFO commandstats gives them, Redis's own CPU from INFO cpu):"
+    md ""
+    md "| variant | Redis commands/req | Redis command µs/req | Redis CPU µs/req |"
+    md "|---|---|---|---|"
+    for rv in $E2E_VARIANTS; do
+      [ -n "$(e2e_median "$rv" 11)" ] || continue
+      md "| $rv | $(e2e_median "$rv" 11) | $(e2e_median "$rv" 12) | $(e2e_median "$rv" 13) |"
+    done
+    md ""
+  fi
   md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
-  md "agent read()/write() calls per request: syscr+syscw of /proc/PID/io, which do not count send()):"
+  md "agent read()/write() calls per request: syscr+syscw of /proc/PID/io, which do not count send();"
+  md "with Redis: its commands, command µs and CPU µs per request):"
   md ""
   md '```'
   while read -r l; do md "$l"; done < "$RAW/e2e.txt"
@@ -788,9 +828,114 @@ part_baseline() {
       "$(bl_col "$RAW/baseline-e2e-new.txt" 3)"
     bl_row "variant $bv agent CPU µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 8)" \
       "$(bl_col "$RAW/baseline-e2e-new.txt" 8)"
+    if [ -n "$(bl_col "$RAW/baseline-e2e-new.txt" 11)" ]; then
+      bl_row "variant $bv Redis commands/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 11)" \
+        "$(bl_col "$RAW/baseline-e2e-new.txt" 11)"
+      bl_row "variant $bv Redis command µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 12)" \
+        "$(bl_col "$RAW/baseline-e2e-new.txt" 12)"
+      bl_row "variant $bv Redis CPU µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 13)" \
+        "$(bl_col "$RAW/baseline-e2e-new.txt" 13)"
+    fi
   fi
   md ""
   md "Every run: \`$RAW/baseline-spop.txt\` (binary, round, msgs/s, agent µs/msg), \`baseline-e2e-*.txt\` (as e2e.txt)."
+  md ""
+}
+
+# ----------------------------------------------------------------- store ---
+
+# store_window SECONDS CMD...: runs CMD (or sleeps SECONDS without one) and
+# prints "CALLS USEC CPU_US SECONDS": what Redis ($STORE_PORT) spent meanwhile
+# (redis_stats) and the wall time it took.
+store_window() {
+  local secs=$1 a b t0 t1
+  shift
+  a=$(redis_stats "$STORE_PORT"); t0=$(date +%s.%N)
+  if [ $# -gt 0 ]; then "$@" > /dev/null 2>&1; else sleep "$secs"; fi
+  b=$(redis_stats "$STORE_PORT"); t1=$(date +%s.%N)
+  printf '%s %s %s %s\n' "$a" "$b" "$t0" "$t1" | awk '{ printf "%d %d %.0f %.3f\n", $4 - $1, $5 - $2, $6 - $3, $8 - $7 }'
+}
+
+# store_monitor SECONDS: the commands clients sent Redis ($STORE_PORT) per
+# second over SECONDS (MONITOR, which shows what scripts run as "[0 lua]":
+# left out), our own MONITOR and INFO excepted.
+store_monitor() {
+  timeout "$1" redis-cli -p "$STORE_PORT" MONITOR 2>/dev/null |
+    awk -v s="$1" '/^[0-9.]+ \[[0-9]+ [^]]*\] "/ && !/ lua\] / && !/"(MONITOR|INFO)"/ { n++ }
+                   END { printf "%.1f\n", n / s }'
+}
+
+# part_store: what one node costs Redis (issue 18's cost model): one agent
+# (1 worker), one namespace with sync_rate 0.1 s and admission auto, its
+# own Redis; idle with one key known, then 1,000 hits/s on one key, then
+# on 100 keys (spop_load -r 1000: limit 1,000,000, far from it). Per
+# second: the commands it sent (MONITOR, for 3 s after the rest), the µs
+# INFO commandstats gives the commands it sends and Redis's CPU (INFO
+# cpu). With BENCH_BASELINE, the baseline binary too, interleaved.
+# Rounds: BENCH_STORE_ROUNDS (3), seconds: BENCH_STORE_SECONDS (10).
+part_store() {
+  local rounds=${BENCH_STORE_ROUNDS:-3} secs=${BENCH_STORE_SECONDS:-10} save=$AGENT
+  local r b bins=(new) port rpid cfg w ph lp
+  say "== store (what one node costs Redis)"
+  md "## 6. What one node costs Redis"
+  md ""
+  if [ ! -x "$LOAD" ] || ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    say "spop_load, redis-server or redis-cli missing: skipped"
+    md "spop_load, redis-server or redis-cli missing: skipped."; md ""
+    return 0
+  fi
+  [ -n "${BENCH_BASELINE:-}" ] && [ -x "$BENCH_BASELINE" ] && bins=(old new)
+  : > "$RAW/store.txt"
+  for r in $(seq 1 "$rounds"); do
+    for b in "${bins[@]}"; do
+      if [ "$b" = old ]; then AGENT=$BENCH_BASELINE; else AGENT=$save; fi
+      free_port STORE_PORT && free_port port || { AGENT=$save; return 1; }
+      "${PIN1[@]}" redis-server --port "$STORE_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        > "$RAW/redis-store-$STORE_PORT.log" 2>&1 &
+      rpid=$!
+      PIDS+=("$rpid")
+      for w in $(seq 1 50); do listening "$STORE_PORT" && break; sleep 0.05; done
+      cfg=$RAW/agent-store.json
+      printf '{"namespaces":[{"name":"default","window_sizes":[60],"sync_rate":0.1,"strategy":"redis","strategy_opts":{"host":"127.0.0.1","port":%s,"timeout_ms":100}}]}\n' \
+        "$STORE_PORT" > "$cfg"
+      if ! start_agent "$port" 0 -w 1 -c "$cfg"; then
+        stop_pid "$rpid"; forget "$rpid"; AGENT=$save; return 1
+      fi
+      "${PIN1[@]}" "$LOAD" -p "$port" -c 1 -k 1 -n 1 -N 1 -d 0.5 -w 0 -q > /dev/null 2>&1
+      sleep 2
+      ph="$(store_window "$secs") $(store_monitor 3)"
+      echo "$b $r idle $ph" >> "$RAW/store.txt"; say "store $b round=$r idle: $ph"
+      for w in 1 100; do
+        "${PIN1[@]}" "$LOAD" -p "$port" -c 1 -k 16 -n "$w" -r 1000 -d "$((secs + 5))" -w 0 -q \
+          > /dev/null 2>&1 &
+        lp=$!
+        PIDS+=("$lp")
+        sleep 1
+        ph="$(store_window "$secs") $(store_monitor 3)"
+        wait "$lp" 2>/dev/null; forget "$lp"
+        echo "$b $r 1k-${w}key $ph" >> "$RAW/store.txt"; say "store $b round=$r 1k/s, $w key(s): $ph"
+      done
+      stop_agent
+      stop_pid "$rpid"; forget "$rpid"
+    done
+  done
+  AGENT=$save
+  md "One agent (1 worker) and its own Redis, namespace \"default\" with \`sync_rate\` 0.1 s and admission auto"
+  md "(exact: grants far from the limit). idle: one key known, nothing sent for ${secs} s. 1k/s: \`spop_load -r 1000\`"
+  md "(limit 1,000,000) for ${secs} s on one key, then on 100. Per second, medians over $rounds rounds: the commands the"
+  md "agent sent (MONITOR, 3 s more), the µs INFO commandstats gives the ones it sends (EVALSHA, EVAL, HMGET; a"
+  md "script's include what it runs, and an HMGET inside a push script counts twice), Redis's own CPU (INFO cpu,"
+  md "user + sys, ms/s: Redis's own timers included, about 2-3 ms/s here with no client at all)."
+  md ""
+  md "| phase | binary | commands/s | command µs/s | Redis CPU ms/s |"
+  md "|---|---|---|---|---|"
+  for ph in idle 1k-1key 1k-100key; do
+    for b in "${bins[@]}"; do
+      md "| $ph | $([ "$b" = old ] && echo baseline || echo this agent) | $(awk -v b="$b" -v p="$ph" '$1 == b && $3 == p { print $8 }' "$RAW/store.txt" | median) | $(awk -v b="$b" -v p="$ph" '$1 == b && $3 == p { printf "%.0f\n", $5 / $7 }' "$RAW/store.txt" | median) | $(awk -v b="$b" -v p="$ph" '$1 == b && $3 == p { printf "%.2f\n", $6 / $7 / 1000 }' "$RAW/store.txt" | median) |"
+    done
+  done
+  md ""
+  md "Every run: \`$RAW/store.txt\` (binary, round, phase, calls, command µs, CPU µs, seconds, commands/s by MONITOR)."
   md ""
 }
 
@@ -1622,8 +1767,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|e2e|nginx|sync|profile|alloc|baseline|scale) ;;
-    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline scale)" >&2; exit 2 ;;
+    core|spop|http|e2e|nginx|sync|profile|alloc|baseline|scale|store) ;;
+    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline scale store)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)
