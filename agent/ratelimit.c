@@ -402,20 +402,33 @@ enum rl_mode {
 	RL_MODE_DEGRADED,             /* a grant, or this node's share (rl_hit_degraded) */
 };
 
-/* The cap of a hit while the store is away: what the cluster had counted
- * when this node last heard from the store (the slot's count without its
- * unconfirmed diff; the previous window weighted), plus this node's part
- * of what was left: (limit - known) / nodes, in the terms of the node's
- * view (which leaves out what is left of its grant). A window it never
+/* While the store is away (docs/CLUSTER.md, "When the store is down"):
+ * what this node may still admit on a key's window, and the cap that
+ * makes the rate check (count + pw + cost <= cap) say so.
+ *
+ *   known  the cluster's hits as the store last confirmed them: the
+ *          slot's count without this node's unconfirmed hits (diff), its
+ *          grant left and its grant hits not reported yet (spent); the
+ *          previous window weighted
+ *   share  (limit - known) / nodes, the node's part of what was left
+ *   allow  max(share, left + spent): at least what its grant gives
+ *   used   diff + spent: what the node took since the store last counted
+ *
+ * A hit is admitted while used + cost <= allow; a window the node never
  * saw has known 0: limit / nodes. */
 static double rl_share_cap(const struct shm_table *t, const struct shm_ref *cur, double pw,
-			   double limit, unsigned nodes)
+			   double limit, unsigned nodes, double *allow, double *used)
 {
-	double grant = cur->idx == SHM_NONE ? 0 : shm_grant_left(t, cur->idx);
-	double known = shm_read_count(t, cur) - shm_read_diff(t, cur) + pw;
+	bool found = cur->idx != SHM_NONE;
+	double left = found ? shm_grant_left(t, cur->idx) : 0;
+	double spent = found ? shm_grant_spent(t, cur->idx) : 0;
+	double count = shm_read_count(t, cur), diff = shm_read_diff(t, cur);
+	double known = count - diff - left - spent + pw;
 	double share = (limit - known) / (double)(nodes > 0 ? nodes : 1);
 
-	return known - grant + (share > 0 ? share : 0);
+	*allow = share > left + spent ? share : left + spent;
+	*used = diff + spent;
+	return count - diff - spent + pw + *allow;
 }
 
 static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
@@ -476,13 +489,16 @@ again:
 	pw = p * weight;
 	counted = false;
 	inserted = false;
+	double allow = 0, used = 0;
 	if (mode == RL_MODE_DEGRADED)
-		out->cap = rl_share_cap(rl->shm, &cur, pw, limit, nodes);
+		out->cap = rl_share_cap(rl->shm, &cur, pw, limit, nodes, &allow, &used);
 
 	if (cost == 0) {
 		/* Read only: never inserts. */
 		c = shm_read_count(rl->shm, &cur);
-	} else if (mode != RL_MODE_LOCAL && shm_grant_take(rl->shm, &cur, cost)) {
+	} else if (mode != RL_MODE_LOCAL &&
+		   (mode == RL_MODE_EXACT || used + cost <= allow) &&
+		   shm_grant_take(rl->shm, &cur, cost)) {
 		/* Admitted from the store's grant: the store counted it. */
 		c = rl_view(rl->shm, &cur);
 		counted = true;
@@ -587,7 +603,8 @@ double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, ui
 		return limit / (double)(nodes > 0 ? nodes : 1);
 	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)size : -1, &cur, &prev);
 	double pw = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev) * weight;
-	return rl_share_cap(rl->shm, &cur, pw, limit, nodes);
+	double allow, used;
+	return rl_share_cap(rl->shm, &cur, pw, limit, nodes, &allow, &used);
 }
 
 _Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");

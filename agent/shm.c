@@ -1410,6 +1410,11 @@ double shm_grant_left(const struct shm_table *t, uint32_t idx)
 	return idx < t->nslots ? atomics_load_double(shm_grant_word(t, idx, SHM_GRANT_LEFT)) : 0;
 }
 
+double shm_grant_spent(const struct shm_table *t, uint32_t idx)
+{
+	return idx < t->nslots ? atomics_load_double(shm_grant_word(t, idx, SHM_GRANT_SPENT)) : 0;
+}
+
 void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
 {
 	double back;

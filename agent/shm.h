@@ -511,8 +511,10 @@ bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
 /* Notes a hit of the slot that went to the store (demand). */
 void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost);
 
-/* What is left of slot idx's grant. */
+/* What is left of slot idx's grant, and what of it was spent and not
+ * reported to the store yet. */
 double shm_grant_left(const struct shm_table *t, uint32_t idx);
+double shm_grant_spent(const struct shm_table *t, uint32_t idx);
 
 /* Adds a grant the store reserved to a found slot (to what is left, and
  * to its count). */
