@@ -707,7 +707,7 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 }
 
 int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
-	       int64_t start, double v, bool with_diff)
+	       int64_t start, double v, bool with_diff, bool granted)
 {
 	struct shm_key k;
 	struct shm_ref cur, none;
@@ -716,7 +716,11 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 		return -1;
 	shm_find(rl->shm, &k, start, -1, &cur, &none);
 	/* Gone meanwhile (evicted): its count went with it. */
-	if (cur.idx != SHM_NONE)
+	if (cur.idx == SHM_NONE)
+		return 0;
+	if (granted)
+		shm_grant_untake(rl->shm, &cur, v);
+	else
 		shm_add(rl->shm, &cur, -v, with_diff);
 	return 0;
 }

@@ -194,11 +194,12 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 
 /* Takes back v (>= 0) that this process counted in the window (ns, key,
  * size, start) a moment ago (and from its diff when with_diff, as the hit
- * was counted): a hit of a decision another of its limits denied. A slot
+ * was counted; granted: it was admitted from the store's grant, which
+ * gets it back): a hit of a decision another of its limits denied. A slot
  * gone meanwhile is left alone. key is the stored form. Returns 0 or -1
  * (rl_errno()). */
 int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
-	       int64_t start, double v, bool with_diff);
+	       int64_t start, double v, bool with_diff, bool granted);
 
 /* A grant of the store (rl_hit_exact) for the window (ns, key, size,
  * start), creating its slot if missing. key is the stored form. Returns 0

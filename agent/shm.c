@@ -1399,6 +1399,15 @@ bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost)
 	return shm_still(t, r);
 }
 
+void shm_grant_untake(struct shm_table *t, const struct shm_ref *r, double cost)
+{
+	if (r->idx == SHM_NONE || !shm_still(t, r))
+		return;
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), -cost);
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), -cost);
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), cost);
+}
+
 void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost)
 {
 	if (r->idx != SHM_NONE)

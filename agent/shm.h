@@ -508,6 +508,10 @@ void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64
  * demand and the hit spent. false: the store must decide. */
 bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
 
+/* Gives cost back to the slot's grant (a hit shm_grant_take admitted
+ * that its decision then denied). */
+void shm_grant_untake(struct shm_table *t, const struct shm_ref *r, double cost);
+
 /* Notes a hit of the slot that went to the store (demand). */
 void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost);
 

@@ -414,12 +414,12 @@ static void redis_down(void)
 /* The store's total of key in window size w: the field `key` summed over
  * every hash "rl:{default:<bucket>}:<w>:<start>" (one, in practice).
  * Returns -1 if Redis does not answer. */
-static double redis_total(const char *key, unsigned w)
+static double redis_total_ns(const char *ns, const char *key, unsigned w)
 {
-	char pattern[64], cursor[32] = "0";
+	char pattern[128], cursor[32] = "0";
 	double sum = 0;
 
-	snprintf(pattern, sizeof(pattern), "rl:{default:*}:%u:*", w);
+	snprintf(pattern, sizeof(pattern), "rl:{%s:*}:%u:*", ns, w);
 	do {
 		redisReply *rep = redis_server_command(&redis, "SCAN %s MATCH %s COUNT 1000",
 						       cursor, pattern);
@@ -447,6 +447,11 @@ static double redis_total(const char *key, unsigned w)
 		freeReplyObject(rep);
 	} while (strcmp(cursor, "0") != 0);
 	return sum;
+}
+
+static double redis_total(const char *key, unsigned w)
+{
+	return redis_total_ns("default", key, w);
 }
 
 static void pg_up(void)
@@ -2037,6 +2042,93 @@ Test(cluster, redis_killed_nodes_spend_a_grant_or_a_share)
 		    (long long)(before + after), (long long)degraded_seen);
 	cr_expect(before + after >= 850 && before + after <= 1010, "%lld admitted in all",
 		  (long long)(before + after));
+}
+
+/* Several limits, one decision, decided by the store (issue 22): every
+ * request carries a per-IP message (namespace "ip") and a per-key one
+ * ("default"), both under exact admission with count_denied false, over
+ * three nodes. Each limit holds within N + 1 %, and a request one limit
+ * denies spends nothing of the other: the store's per-IP count is the
+ * requests admitted, not the requests made. */
+static int two_limits_send(int fd, const char *ip, const char *key, unsigned w, int64_t ip_lim,
+			   int64_t key_lim, uint64_t *sid)
+{
+	size_t start;
+
+	*sid = next_sid++;
+	rawspop_buf_reset(&wb);
+	start = rawspop_notify_begin(&wb, *sid, 1);
+	rawspop_msg(&wb, "ratelimit-ip", 4);
+	rawspop_arg_str(&wb, "key", ip);
+	rawspop_arg_int(&wb, "window", w);
+	rawspop_arg_int(&wb, "limit", ip_lim);
+	rawspop_arg_str(&wb, "namespace", "ip");
+	rawspop_msg(&wb, "ratelimit-key", 3);
+	rawspop_arg_str(&wb, "key", key);
+	rawspop_arg_int(&wb, "window", w);
+	rawspop_arg_int(&wb, "limit", key_lim);
+	rawspop_frame_end(&wb, start);
+	return rawspop_send_buf(fd, &wb);
+}
+
+static void two_limits_case(unsigned w, int64_t ip_lim, int64_t key_lim, size_t hits)
+{
+	char ip[64], key[64];
+	int64_t admitted = 0;
+	double ip_total = -1, key_total = -1;
+
+	rand_key(ip, sizeof(ip), "ip");
+	rand_key(key, sizeof(key), "key");
+	for (size_t i = 0; i < hits; i++) {
+		size_t n = i % NODES, c = (i / NODES) % CONNS;
+		uint64_t sid;
+
+		cr_assert(two_limits_send(nodes[n].fd[c], ip, key, w, ip_lim, key_lim, &sid) == 0);
+		int a = any_limit_ack(nodes[n].fd[c]);
+		cr_assert(a >= 0, "node %zu hit %zu: %s", n, i, errbuf);
+		admitted += a;
+	}
+	int64_t lim = ip_lim < key_lim ? ip_lim : key_lim;
+	/* What the store holds once the take-backs are pushed (a sync or two)
+	 * and the grant hits reported (once a second). */
+	for (int64_t t0 = mono_ms(); mono_ms() - t0 < 6000; sleep_ms(300)) {
+		ip_total = redis_total_ns("ip", ip, w);
+		key_total = redis_total(key, w);
+		if (fabs(ip_total - (double)admitted) <= 1 && fabs(key_total - (double)admitted) <= 1)
+			break;
+	}
+	cr_log_info("two limits (ip %lld, key %lld), %zu requests over %d nodes, exact, "
+		    "count_denied false: %lld admitted; the store holds %g per IP, %g per key",
+		    (long long)ip_lim, (long long)key_lim, hits, NODES, (long long)admitted, ip_total,
+		    key_total);
+	cr_expect(admitted >= lim * 95 / 100 && admitted <= lim + lim / 100 + NODES,
+		  "%lld admitted, limits %lld and %lld", (long long)admitted, (long long)ip_lim,
+		  (long long)key_lim);
+	cr_expect(ip_total >= (double)admitted - 1 && ip_total <= (double)admitted + 1,
+		  "per IP %g in the store for %lld admitted", ip_total, (long long)admitted);
+	cr_expect(key_total >= (double)admitted - 1 && key_total <= (double)admitted + 1,
+		  "per key %g in the store for %lld admitted", key_total, (long long)admitted);
+}
+
+Test(cluster, redis_two_limits_one_decision)
+{
+	unsigned w = pick_window();
+	char cfg[2048];
+
+	redis_up(false);
+	snprintf(cfg, sizeof(cfg),
+		 "{\"log_level\":\"info\",\"namespaces\":["
+		 "{\"name\":\"default\",\"window_sizes\":[%u],\"sync_rate\":0.1,"
+		 "\"strategy\":\"redis\",\"admission\":\"exact\",\"count_denied\":false,"
+		 "\"strategy_opts\":{\"port\":%d,\"timeout_ms\":1000}},"
+		 "{\"name\":\"ip\",\"window_sizes\":[%u],\"sync_rate\":0.1,"
+		 "\"strategy\":\"redis\",\"admission\":\"exact\",\"count_denied\":false,"
+		 "\"strategy_opts\":{\"port\":%d,\"timeout_ms\":1000}}]}",
+		 w, redis.port, w, redis.port);
+	for (size_t n = 0; n < NODES; n++)
+		node_start(n, cfg);
+	two_limits_case(w, 100, 50, 300);    /* the per-key limit decides */
+	two_limits_case(w, 40, 100, 300);    /* the per-IP one */
 }
 
 static void ev_pg_stop(void)
