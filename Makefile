@@ -6,6 +6,7 @@
 #   make fuzz       libFuzzer over the SPOP codec and the HTTP parser (bounded time)
 #   make bench      benchmarks (bench/)
 #   make demo       multi-node demo on loopback: Redis, two agents, two HAProxy
+#   make nginx-module   the nginx module (build/nginx/*.so) for Debian's nginx
 #   make SANITIZE=address,undefined   sanitized build (in build/san)
 
 PREFIX  ?= /usr/local
@@ -17,6 +18,13 @@ SYSCONFDIR  ?= $(PREFIX)/etc
 MANDIR      ?= $(PREFIX)/share/man
 UNITDIR     ?= $(PREFIX)/lib/systemd/system
 SYSUSERSDIR ?= $(PREFIX)/lib/sysusers.d
+# The nginx module goes where Debian's nginx loads modules from, whatever
+# PREFIX says (its load_module snippet names modules/, i.e. /usr/lib/nginx/modules),
+# with the snippet in modules-available and enabled in /etc/nginx/modules-enabled,
+# as Debian's libnginx-mod-* packages do.
+NGINX_MODDIR       ?= /usr/lib/nginx/modules
+NGINX_MODAVAILDIR  ?= /usr/share/nginx/modules-available
+NGINX_MODENABLEDIR ?= /etc/nginx/modules-enabled
 CC      ?= cc
 SANITIZE ?=
 FUZZ_SECONDS ?= 60
@@ -39,7 +47,11 @@ else
 BUILD   ?= build/rel
 endif
 
-LIB_SRCS  := $(wildcard spop/*.c strategies/*.c) $(filter-out agent/main.c,$(wildcard agent/*.c))
+# agent/nginx/spoa_client.c: the nginx module's SPOP client core (pure C, no
+# nginx), in the library for its unit test; the module itself is built by
+# nginx's build system (make nginx-module).
+LIB_SRCS  := $(wildcard spop/*.c strategies/*.c) $(filter-out agent/main.c,$(wildcard agent/*.c)) \
+             agent/nginx/spoa_client.c
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libspoarl.a
 AGENT     := $(BUILD)/spoa-ratelimit
@@ -52,7 +64,8 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all run test test-run unit e2e fuzz bench demo clean install uninstall deps-build deps-test
+.PHONY: all run test test-run unit e2e fuzz bench demo clean install uninstall deps-build deps-test \
+        nginx-module install-nginx-module install-nginx-module-files deps-demo
 
 # Keep objects of tests/lib between runs.
 .SECONDARY:
@@ -87,6 +100,34 @@ $(BUILD)/bench/bench_sync_redis: bench/bench_sync_redis.c $(BENCH_REDIS_OBJS) $(
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -o $@ $< $(BENCH_REDIS_OBJS) $(LIB) $(LDFLAGS) $(PKG_LIBS)
 
+# The nginx module, built by nginx's own build system against Debian's
+# nginx-dev (scripts/nginx-module.sh); not sanitized: it runs in Debian's
+# nginx. Its SPOP client core is unit-tested under ASan (tests/test_ngx_core.c).
+NGX_OUT  := build/nginx
+NGX_MOD  := $(NGX_OUT)/ngx_http_spoa_ratelimit_module.so
+NGX_SRCS := $(wildcard agent/nginx/*.c agent/nginx/*.h) spop/spop.c spop/spop.h spop/spop-t.h
+
+nginx-module:
+	@scripts/deps.sh nginx
+	$(MAKE) $(NGX_MOD)
+
+$(NGX_OUT)/objs/Makefile: agent/nginx/config scripts/nginx-module.sh
+	scripts/nginx-module.sh configure $(NGX_OUT)
+
+$(NGX_MOD): $(NGX_OUT)/objs/Makefile $(NGX_SRCS)
+	scripts/nginx-module.sh build $(NGX_OUT)
+
+# The same with ASan and UBSan, for Debian's nginx with the sanitizers'
+# runtime preloaded (tests/e2e/nginx_module_asan.sh).
+NGX_SAN_OUT := build/nginx-san
+NGX_SAN_MOD := $(NGX_SAN_OUT)/ngx_http_spoa_ratelimit_module.so
+
+$(NGX_SAN_OUT)/objs/Makefile: agent/nginx/config scripts/nginx-module.sh
+	NGX_SANITIZE=address,undefined scripts/nginx-module.sh configure $(NGX_SAN_OUT)
+
+$(NGX_SAN_MOD): $(NGX_SAN_OUT)/objs/Makefile $(NGX_SRCS)
+	NGX_SANITIZE=address,undefined scripts/nginx-module.sh build $(NGX_SAN_OUT)
+
 deps-build:
 	@scripts/deps.sh build
 
@@ -102,13 +143,13 @@ run: deps-build
 test: deps-test
 	$(MAKE) SANITIZE=address,undefined test-run
 
-test-run: $(AGENT) $(TEST_BINS)
+test-run: $(AGENT) $(TEST_BINS) $(NGX_MOD) $(NGX_SAN_MOD)
 	tests/run.sh $(BUILD)
 
 unit: $(TEST_BINS)
 	tests/run.sh $(BUILD) unit
 
-e2e: $(AGENT)
+e2e: $(AGENT) $(NGX_MOD) $(NGX_SAN_MOD)
 	tests/run.sh $(BUILD) e2e
 
 fuzz:
@@ -127,6 +168,8 @@ fuzz:
 
 bench: deps-build
 	$(MAKE) $(AGENT) $(BENCH_BINS)
+	@if [ -x /usr/share/nginx/src/configure ]; then $(MAKE) $(NGX_MOD); \
+	else echo "no nginx-dev: the nginx part runs without the module (scripts/deps.sh bench)"; fi
 	bench/run.sh $(BUILD)
 
 # Multi-node demo on loopback (scripts/demo.sh): Redis, two agents, two
@@ -161,6 +204,23 @@ install: spoa-ratelimit
 	@if [ -e $(INSTALL_CONF) ]; then echo "keeping $(INSTALL_CONF)"; \
 	else echo "install -D -m 0644 haproxy-examples/agent.json $(INSTALL_CONF)"; \
 	    install -D -m 0644 haproxy-examples/agent.json $(INSTALL_CONF); fi
+	@if [ -f $(NGX_MOD) ]; then $(MAKE) --no-print-directory install-nginx-module-files; \
+	else echo "no $(NGX_MOD): the nginx module is not installed (make nginx-module first)"; fi
+
+# The nginx module as Debian's libnginx-mod-* packages install theirs: the
+# .so in $(NGINX_MODDIR), the load_module snippet in $(NGINX_MODAVAILDIR),
+# enabled by a link in $(NGINX_MODENABLEDIR) (priority 50). nginx loads it
+# at its next start or reload (nginx -t first).
+NGX_SNIPPET := mod-http-spoa-ratelimit.conf
+
+install-nginx-module: nginx-module
+	$(MAKE) --no-print-directory install-nginx-module-files
+
+install-nginx-module-files:
+	install -D -m 0644 $(NGX_MOD) $(DESTDIR)$(NGINX_MODDIR)/ngx_http_spoa_ratelimit_module.so
+	install -D -m 0644 agent/nginx/$(NGX_SNIPPET) $(DESTDIR)$(NGINX_MODAVAILDIR)/$(NGX_SNIPPET)
+	install -d -m 0755 $(DESTDIR)$(NGINX_MODENABLEDIR)
+	ln -sf $(NGINX_MODAVAILDIR)/$(NGX_SNIPPET) $(DESTDIR)$(NGINX_MODENABLEDIR)/50-$(NGX_SNIPPET)
 
 # The config goes only if it is still the one installed (else it is kept).
 uninstall:
@@ -168,6 +228,9 @@ uninstall:
 	rm -rf $(DESTDIR)$(PREFIX)/share/spoa-ratelimit
 	rm -f $(DESTDIR)$(MANDIR)/man8/spoa-ratelimit.8 $(INSTALL_UNIT) \
 	    $(DESTDIR)$(SYSUSERSDIR)/spoa-ratelimit.conf
+	rm -f $(DESTDIR)$(NGINX_MODENABLEDIR)/50-$(NGX_SNIPPET) \
+	    $(DESTDIR)$(NGINX_MODAVAILDIR)/$(NGX_SNIPPET) \
+	    $(DESTDIR)$(NGINX_MODDIR)/ngx_http_spoa_ratelimit_module.so
 	@if cmp -s haproxy-examples/agent.json $(INSTALL_CONF); then rm -f $(INSTALL_CONF); \
 	    rmdir $(DESTDIR)$(SYSCONFDIR)/spoa-ratelimit 2>/dev/null || true; \
 	elif [ -e $(INSTALL_CONF) ]; then echo "keeping $(INSTALL_CONF) (changed since install)"; fi

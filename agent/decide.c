@@ -279,6 +279,7 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	r->sliding = sliding;
 	r->cost = rq->cost;
 	r->counted = res.counted;
+	r->granted = res.granted;
 	r->current = res.current;
 	r->previous = res.previous;
 	r->weight = res.weight;
@@ -319,13 +320,17 @@ static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
 
 /* A part of a denied decision that the namespace does not count denied
  * (count_denied false), or any part when all, is taken back; one waiting
- * for the store to admit it is not sent (the store never counts it). */
+ * for the store to admit it is not sent (the store never counts it); one
+ * the store has counted already (a sync_rate 0 push, an admission), or
+ * that waits for a push (degraded), gets a negative diff, pushed exactly
+ * once with the next sync. rq: its request (for its key), or NULL when
+ * the part carries its stored key. */
 static void batch_take_back(struct decide *d, const struct rl_request *rq,
 			    struct rl_decision *r, double now, bool all)
 {
 	if (r->error || (r->count_denied && !all))
 		return;
-	if (r->admit0) {
+	if (r->admit0 && !r->store_counted) {
 		r->admit0 = false;
 		r->sync0 = false;
 		return;
@@ -333,10 +338,18 @@ static void batch_take_back(struct decide *d, const struct rl_request *rq,
 	if (!r->counted)
 		return;
 	const struct ns_def *nsc = rl_namespace_def(d->rl, r->ns);
-	char skey[RL_STORED_KEY_MAX];
-	size_t sl = rl_stored_key(d->rl, rq->key, rq->key_len, skey);
-	if (rl_uncount(d->rl, r->ns, skey, sl, r->window, window_start(now, r->window), r->cost,
-		       nsc->sync_rate > 0 || r->degraded) == 0)
+	char buf[RL_STORED_KEY_MAX];
+	const char *skey = r->skey;
+	size_t sl = r->skeylen;
+	if (rq && sl == 0) {
+		sl = rl_stored_key(d->rl, rq->key, rq->key_len, buf);
+		skey = buf;
+	}
+	int64_t start = window_start(now, r->window);
+	int rc = r->store_counted ? rl_unkeep(d->rl, r->ns, skey, sl, r->window, start, r->cost, now)
+		 : rl_uncount(d->rl, r->ns, skey, sl, r->window, start, r->cost,
+			      nsc->sync_rate > 0 || r->degraded, r->granted);
+	if (rc == 0)
 		r->counted = false;
 }
 
@@ -373,6 +386,15 @@ size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, dou
 		denied = denied || (parts[k].exceeded && !parts[k].sync0);
 	if (denied && np > 1)
 		decide_take_back(d, rq, parts, np, now, false);
+	/* A decision that waits for its store may be denied by it: every
+	 * part then carries its stored key, to be taken back without its
+	 * request (pending_take_back). */
+	if (np > 1 && decide_needs_store(parts, np))
+		for (size_t k = 0; k < np; k++)
+			if (!parts[k].error && parts[k].skeylen == 0)
+				parts[k].skeylen = (uint8_t)rl_stored_key(d->rl, rq[parts[k].req].key,
+									rq[parts[k].req].key_len,
+									parts[k].skey);
 	return np;
 }
 
@@ -597,10 +619,33 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now);
 
 /* Applies the store's answers to the table (agent/sync.c) and to the
  * decisions. */
+/* The store answered every part of a held decision: as in decide_batch,
+ * one part over its limit denies the decision, and the parts of
+ * count_denied false namespaces that were counted (by the store, or
+ * here) are taken back, exactly once (a store's count by a negative diff
+ * pushed with its token). */
+static void pending_take_back(struct decide_pending *p)
+{
+	bool denied = false;
+
+	if (p->n < 2)
+		return;
+	for (size_t i = 0; i < p->n; i++)
+		denied = denied || (p->res[i].exceeded && !p->res[i].shadow);
+	if (!denied)
+		return;
+	for (size_t i = 0; i < p->n; i++) {
+		struct rl_decision *r = &p->res[i];
+		r->store_counted = r->sync0;
+		batch_take_back(p->d, NULL, r, p->now, false);
+	}
+}
+
 static void pending_finish(struct decide_pending *p)
 {
 	struct decide *d = p->d;
 	bool failed = false;
+	const struct rl_decision *first = NULL;   /* the first the store failed */
 
 	sync_hits_apply(d->rl, &p->hits);
 	for (size_t i = 0; i < p->n; i++) {
@@ -612,19 +657,31 @@ static void pending_finish(struct decide_pending *p)
 			if (!h->ok) {
 				admit_locally(d, r, p->now);
 				failed = true;
+				first = first ? first : r;
 				continue;
 			}
 			if (msid(d, r->ns) < METRICS_NS)
 				metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_STORE],
 					    1);
-			/* The store's decision; a hit it did not add is reported
-			 * with the rate it would have made, and the grant (counted
-			 * for this node's next hits, not hits yet) is left out. */
+			/* The store's decision, with the hits it counts (never a
+			 * grant: the store keeps them apart, agent/sync.c
+			 * sync_view()); a hit it did not add is reported with the
+			 * rate it would have made. The decision stands whatever
+			 * the rate says: the store counts every node's grants
+			 * against the limit, and the rate does not. */
 			r->counted = h->admitted || r->count_denied;
-			r->current = h->total - h->grant + (r->counted ? 0 : r->cost);
+			r->current = h->total + (r->counted ? 0 : r->cost);
 			if (r->weight > 0)
 				r->previous = h->prev_total;
 			finish(r, p->now);
+			if (h->admitted && r->exceeded) {
+				r->exceeded = false;
+				r->retry_after = 0;
+			} else if (!h->admitted && !r->exceeded) {
+				r->exceeded = true;
+				r->remaining = 0;
+				r->retry_after = 1;
+			}
 			continue;
 		}
 		if (!h->ok) {
@@ -640,6 +697,7 @@ static void pending_finish(struct decide_pending *p)
 				r->degraded = true;
 				finish(r, p->now);
 			}
+			first = first ? first : r;
 			continue;
 		}
 		/* A hit refused by the limit was not pushed: report the rate it
@@ -649,6 +707,7 @@ static void pending_finish(struct decide_pending *p)
 			r->previous = h->prev_total;
 		finish(r, p->now);
 	}
+	pending_take_back(p);
 	for (size_t i = 0; i < p->n; i++)
 		if (p->hi[i] >= 0)
 			count_final(d, &p->res[i]);
@@ -657,8 +716,14 @@ static void pending_finish(struct decide_pending *p)
 		d->sync_failures++;
 		if (p->now - d->last_sync_log >= 10.0) {
 			d->last_sync_log = p->now;
-			LOG(LOG_WARN, "synchronous namespace: store did not confirm a hit; answering "
-			    "from the local count, the hit will be pushed later (%llu so far)",
+			LOG(LOG_WARN, "namespace \"%s\": the store did not %s (%s); %s (%llu so "
+			    "far in this worker)", rl_namespace_def(d->rl, first->ns)->name,
+			    first->admit0 ? "decide an admission" : "confirm a hit (sync_rate 0)",
+			    p->hits.why[0] ? p->hits.why : "no answer",
+			    first->admit0 ? "decided by this node on its share of the limit "
+					    "(degraded), the hit pushed with the next sync"
+					  : "answered from the local count (on this node's share of a "
+					    "limit), the hit pushed later",
 			    (unsigned long long)d->sync_failures);
 		}
 	}

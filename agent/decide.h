@@ -101,6 +101,9 @@ struct rl_decision {
 	bool sync0;                   /* waits for the store */
 	bool admit0;                  /* ... which decides the admission */
 	bool count_denied;
+	bool granted;                 /* admitted from the store's grant */
+	bool store_counted;           /* the store counted it (sync_rate 0 push,
+	                                 admission): a take-back is a push */
 	uint8_t skeylen;
 	uint8_t req;                  /* decide_batch: the request it decides */
 	/* Not cleared with the fields above: the label (copied from the

@@ -120,6 +120,19 @@ static int request_key(const struct decide *d, const struct rl_request *rq, char
 	return ns;
 }
 
+/* Copies s[0..n) into p->keys at *used; *out points at the copy. */
+static bool copy_string(struct decide_pending *p, size_t *used, const char **out, size_t n)
+{
+	if (!*out)
+		return true;
+	if (*used + n > sizeof(p->keys))
+		return false;
+	memcpy(p->keys + *used, *out, n);
+	*out = p->keys + *used;
+	*used += n;
+	return true;
+}
+
 /* Copies the requests into p, their strings into p->keys. */
 static bool copy_requests(struct decide_pending *p, const struct rl_request *rq, size_t n)
 {
@@ -128,20 +141,9 @@ static bool copy_requests(struct decide_pending *p, const struct rl_request *rq,
 	for (size_t i = 0; i < n; i++) {
 		struct rl_request *c = &p->rq[i];
 		*c = rq[i];
-		if (rq[i].ns) {
-			if (used + rq[i].ns_len > sizeof(p->keys))
-				return false;
-			memcpy(p->keys + used, rq[i].ns, rq[i].ns_len);
-			c->ns = p->keys + used;
-			used += rq[i].ns_len;
-		}
-		if (rq[i].key) {
-			if (used + rq[i].key_len > sizeof(p->keys))
-				return false;
-			memcpy(p->keys + used, rq[i].key, rq[i].key_len);
-			c->key = p->keys + used;
-			used += rq[i].key_len;
-		}
+		if (!copy_string(p, &used, &c->ns, c->ns_len) ||
+		    !copy_string(p, &used, &c->key, c->key_len))
+			return false;
 	}
 	p->nrq = n;
 	return true;
@@ -184,6 +186,18 @@ static bool denial_wait(const struct decide *d, const struct rl_decision *parts,
 		any = true;
 	}
 	return any && *budget > 0;
+}
+
+/* The limit that holds q, as r (the part that waits the longest) saw it:
+ * what a newcomer's place in line will cost it. */
+static void dq_note(struct delay_queue *q, const struct rl_decision *r)
+{
+	q->cur = r->current - r->cost;
+	q->prev = r->previous;
+	q->limit = part_cap(r);
+	q->cost = r->cost;
+	q->window = r->window;
+	q->sliding = r->sliding;
 }
 
 /* p leaves the head of its queue, final: its parts are parts[0..np). */
@@ -251,13 +265,7 @@ static void dq_run(struct delay_queue *q)
 		}
 		/* Still over, and room comes in time: wait on, uncounted. */
 		decide_take_back(d, p->rq, parts, np, now, true);
-		const struct rl_decision *r = &parts[by];
-		q->cur = r->current - r->cost;
-		q->prev = r->previous;
-		q->limit = part_cap(r);
-		q->cost = r->cost;
-		q->window = r->window;
-		q->sliding = r->sliding;
+		dq_note(q, &parts[by]);
 		double at = wait < p->deadline - now ? wait : p->deadline - now;
 		ev_timer_set(&q->timer, at > 0 ? at : 0, 0.);
 		ev_timer_start(d->loop, &q->timer);
@@ -354,14 +362,8 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 	}
 	/* Held, not decided: nothing of it stays counted meanwhile. */
 	decide_take_back(d, rq, parts, np, now, true);
-	const struct rl_decision *r = &parts[by];
 	bool first = q->head == NULL;
-	q->cur = r->current - r->cost;
-	q->prev = r->previous;
-	q->limit = part_cap(r);
-	q->cost = r->cost;
-	q->window = r->window;
-	q->sliding = r->sliding;
+	dq_note(q, &parts[by]);
 	dq_push(q, p, now, now + budget);
 	pending_link(p, owner, deliver, owned);
 	if (first) {

@@ -173,8 +173,9 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
 		put(out, cap, &o, "%s{\"window\":%u,\"count\":%.17g,\"cluster\":%.17g,"
 		    "\"unpushed\":%.17g,\"grant\":%.17g,\"previous\":%.17g,\"rate\":%.17g,"
-		    "\"reset\":%lld", i ? "," : "", w, k.count - k.grant, k.count - k.diff,
-		    k.diff, k.grant, k.previous, k.rate,
+		    "\"reset\":%lld", i ? "," : "", w, k.count - k.grant,
+		    k.count - k.diff - k.grant - k.spent, k.diff + k.spent, k.grant, k.previous,
+		    k.rate,
 		    (long long)ceil(window_reset(now, w)));
 		int64_t limit = ns_limit_of(nsc, w);
 		if (limit != NS_LIMIT_NONE) {
@@ -185,6 +186,41 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 		put(out, cap, &o, "}");
 	}
 	put(out, cap, &o, "]}\n");
+	return 200;
+}
+
+int admin_forget(struct rl *rl, const char *query, size_t qlen, double now, char *out,
+		 size_t cap)
+{
+	char dec[HTTP_LINE_MAX];
+	struct admin_args a;
+	const char *why = admin_parse(query, qlen, dec, sizeof(dec), &a);
+	int status = 0, ns;
+	size_t o = 0;
+	double removed = 0;
+
+	if (why)
+		return admin_error(out, cap, 400, why);
+	if (!a.key || a.key_len == 0)
+		return admin_error(out, cap, 400, "missing key");
+	if ((ns = admin_ns(rl, &a, out, cap, &status)) < 0)
+		return status;
+	const struct ns_def *nsc = rl_namespace_def(rl, ns);
+	if (nsc->sync_rate >= 0)
+		return admin_error(out, cap, 501, "forgetting a key of a namespace that syncs with "
+				   "a store is not built yet: its store would give the count back");
+	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
+		double r = 0;
+		if (rl_forget(rl, ns, a.key, a.key_len, nsc->window_sizes[i], now, &r) < 0)
+			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
+		removed += r;
+	}
+	put(out, cap, &o, "{\"namespace\":\"");
+	put_bytes(out, cap, &o, nsc->name, strlen(nsc->name));
+	put(out, cap, &o, "\",\"key\":\"");
+	put_bytes(out, cap, &o, a.key, a.key_len);
+	put(out, cap, &o, "\",\"removed\":%.17g,\"windows\":%zu,\"store\":false}\n", removed,
+	    nsc->n_window_sizes);
 	return 200;
 }
 

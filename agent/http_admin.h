@@ -2,6 +2,7 @@
  * http_admin.h - the admin endpoints of the HTTP front (docs/OPERATIONS.md):
  *
  *   GET /keys?namespace=NS&key=K   what this node holds of K, per window
+ *   DELETE /keys?namespace=NS&key=K  forget K (local namespaces)
  *   GET /top?namespace=NS&n=N&by=hits|denied&window=W
  *                                  the heaviest keys of the current window
  *
@@ -19,6 +20,11 @@ struct topk;
 #define ADMIN_ANSWER_MAX (96u << 10)   /* the largest answer (GET /top, 100 keys) */
 
 int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *out, size_t cap);
+/* DELETE /keys: forgets the key's counts on this node, every window
+ * (namespaces that sync with a store: 501 for now, the store's part is
+ * not built). */
+int admin_forget(struct rl *rl, const char *query, size_t qlen, double now, char *out,
+		 size_t cap);
 int admin_top(struct rl *rl, struct topk *t, const char *query, size_t qlen, double now,
 	      char *out, size_t cap);
 

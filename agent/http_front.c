@@ -558,10 +558,15 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 		answer_error(c, x, 503, "out of memory");
 		return;
 	}
-	st = top ? admin_top(env->rl, env->topk, req->query, req->query_len, rl_now(), text,
-			     ADMIN_ANSWER_MAX)
-		 : admin_keys(env->rl, req->query, req->query_len, rl_now(), text,
-			      ADMIN_ANSWER_MAX);
+	if (top)
+		st = admin_top(env->rl, env->topk, req->query, req->query_len, rl_now(), text,
+			       ADMIN_ANSWER_MAX);
+	else if (req->method == HTTP_DELETE)
+		st = admin_forget(env->rl, req->query, req->query_len, rl_now(), text,
+				  ADMIN_ANSWER_MAX);
+	else
+		st = admin_keys(env->rl, req->query, req->query_len, rl_now(), text,
+				ADMIN_ANSWER_MAX);
 	if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0) {
 		answer_error(c, x, 503, "no buffer memory for the answer");
 		return;
@@ -578,8 +583,10 @@ static void route(struct http_conn *c, const struct http_request *req)
 
 	if (c->s.draining)
 		x.keep_alive = false;
-	if (req->method == HTTP_OTHER) {
-		answer(c, &x, 405, "application/json", "Allow: GET, HEAD\r\n",
+	bool keys = is(req->path, req->path_len, "/keys");
+	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys)) {
+		answer(c, &x, 405, "application/json",
+		       keys ? "Allow: GET, HEAD, DELETE\r\n" : "Allow: GET, HEAD\r\n",
 		       "{\"error\":\"method not allowed\"}\n");
 		return;
 	}
@@ -591,7 +598,7 @@ static void route(struct http_conn *c, const struct http_request *req)
 		else
 			metrics_page(c, &x);
 	}
-	else if (is(req->path, req->path_len, "/keys"))
+	else if (keys)
 		admin_page(c, req, &x, false);
 	else if (is(req->path, req->path_len, "/top"))
 		admin_page(c, req, &x, true);

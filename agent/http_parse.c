@@ -93,6 +93,8 @@ static int parse_request_line(const char *buf, size_t n, struct http_request *re
 		req->method = HTTP_GET;
 	else if (m == 4 && memcmp(buf, "HEAD", 4) == 0)
 		req->method = HTTP_HEAD;
+	else if (m == 6 && memcmp(buf, "DELETE", 6) == 0)
+		req->method = HTTP_DELETE;
 	else
 		req->method = HTTP_OTHER;
 	i++;

@@ -29,6 +29,7 @@
 enum http_method {
 	HTTP_GET = 0,
 	HTTP_HEAD,
+	HTTP_DELETE,                 /* the admin endpoint DELETE /keys */
 	HTTP_OTHER,                  /* parsed; the router answers 405 */
 };
 

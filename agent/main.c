@@ -163,9 +163,10 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < cfg.n_ns; i++)
 		if (cfg.ns[i].delay_max_ms > 0)
 			LOG(LOG_WARN, "namespace \"%s\" delays hits up to %u ms: HAProxy's "
-			    "\"timeout processing\" (spoe-agent) and nginx's timeouts towards the "
-			    "agent must be longer, or they give up first (docs/CONFIG.md, "
-			    "delay_max_ms)", cfg.ns[i].name, cfg.ns[i].delay_max_ms);
+			    "\"timeout processing\" (spoe-agent), nginx's proxy_read_timeout "
+			    "(auth_request) and spoa_ratelimit_timeout (the nginx module) must be "
+			    "longer, or they give up first (docs/CONFIG.md, delay_max_ms)",
+			    cfg.ns[i].name, cfg.ns[i].delay_max_ms);
 	if (cfg.key_secret[0])
 		rl_set_key_secret(rl, cfg.key_secret, strlen(cfg.key_secret));
 	else if (rl_digest_key_is_public(rl))

@@ -402,20 +402,33 @@ enum rl_mode {
 	RL_MODE_DEGRADED,             /* a grant, or this node's share (rl_hit_degraded) */
 };
 
-/* The cap of a hit while the store is away: what the cluster had counted
- * when this node last heard from the store (the slot's count without its
- * unconfirmed diff; the previous window weighted), plus this node's part
- * of what was left: (limit - known) / nodes, in the terms of the node's
- * view (which leaves out what is left of its grant). A window it never
+/* While the store is away (docs/CLUSTER.md, "When the store is down"):
+ * what this node may still admit on a key's window, and the cap that
+ * makes the rate check (count + pw + cost <= cap) say so.
+ *
+ *   known  the cluster's hits as the store last confirmed them: the
+ *          slot's count without this node's unconfirmed hits (diff), its
+ *          grant left and its grant hits not reported yet (spent); the
+ *          previous window weighted
+ *   share  (limit - known) / nodes, the node's part of what was left
+ *   allow  max(share, left + spent): at least what its grant gives
+ *   used   diff + spent: what the node took since the store last counted
+ *
+ * A hit is admitted while used + cost <= allow; a window the node never
  * saw has known 0: limit / nodes. */
 static double rl_share_cap(const struct shm_table *t, const struct shm_ref *cur, double pw,
-			   double limit, unsigned nodes)
+			   double limit, unsigned nodes, double *allow, double *used)
 {
-	double grant = cur->idx == SHM_NONE ? 0 : shm_grant_left(t, cur->idx);
-	double known = shm_read_count(t, cur) - shm_read_diff(t, cur) + pw;
+	bool found = cur->idx != SHM_NONE;
+	double left = found ? shm_grant_left(t, cur->idx) : 0;
+	double spent = found ? shm_grant_spent(t, cur->idx) : 0;
+	double count = shm_read_count(t, cur), diff = shm_read_diff(t, cur);
+	double known = count - diff - left - spent + pw;
 	double share = (limit - known) / (double)(nodes > 0 ? nodes : 1);
 
-	return known - grant + (share > 0 ? share : 0);
+	*allow = share > left + spent ? share : left + spent;
+	*used = diff + spent;
+	return count - diff - spent + pw + *allow;
 }
 
 static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
@@ -476,13 +489,16 @@ again:
 	pw = p * weight;
 	counted = false;
 	inserted = false;
+	double allow = 0, used = 0;
 	if (mode == RL_MODE_DEGRADED)
-		out->cap = rl_share_cap(rl->shm, &cur, pw, limit, nodes);
+		out->cap = rl_share_cap(rl->shm, &cur, pw, limit, nodes, &allow, &used);
 
 	if (cost == 0) {
 		/* Read only: never inserts. */
 		c = shm_read_count(rl->shm, &cur);
-	} else if (mode != RL_MODE_LOCAL && shm_grant_take(rl->shm, &cur, cost)) {
+	} else if (mode != RL_MODE_LOCAL &&
+		   (mode == RL_MODE_EXACT || used + cost <= allow) &&
+		   shm_grant_take(rl->shm, &cur, cost)) {
 		/* Admitted from the store's grant: the store counted it. */
 		c = rl_view(rl->shm, &cur);
 		counted = true;
@@ -587,7 +603,8 @@ double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, ui
 		return limit / (double)(nodes > 0 ? nodes : 1);
 	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)size : -1, &cur, &prev);
 	double pw = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev) * weight;
-	return rl_share_cap(rl->shm, &cur, pw, limit, nodes);
+	double allow, used;
+	return rl_share_cap(rl->shm, &cur, pw, limit, nodes, &allow, &used);
 }
 
 _Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");
@@ -690,7 +707,7 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 }
 
 int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
-	       int64_t start, double v, bool with_diff)
+	       int64_t start, double v, bool with_diff, bool granted)
 {
 	struct shm_key k;
 	struct shm_ref cur, none;
@@ -699,7 +716,11 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 		return -1;
 	shm_find(rl->shm, &k, start, -1, &cur, &none);
 	/* Gone meanwhile (evicted): its count went with it. */
-	if (cur.idx != SHM_NONE)
+	if (cur.idx == SHM_NONE)
+		return 0;
+	if (granted)
+		shm_grant_untake(rl->shm, &cur, v);
+	else
 		shm_add(rl->shm, &cur, -v, with_diff);
 	return 0;
 }
@@ -756,9 +777,56 @@ int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 	out->count = shm_read_count(rl->shm, &cur);
 	out->diff = shm_read_diff(rl->shm, &cur);
 	out->grant = cur.idx == SHM_NONE ? 0 : shm_grant_left(rl->shm, cur.idx);
+	out->spent = cur.idx == SHM_NONE ? 0 : shm_grant_spent(rl->shm, cur.idx);
 	out->previous = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
 	out->weight = sliding ? window_weight(now, size) : 0;
 	out->rate = window_rate(out->count - out->grant, out->previous, out->weight);
+	return 0;
+}
+
+int rl_forget(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
+	      double *removed)
+{
+	const struct rl_ns *n;
+	struct shm_key k;
+	struct shm_ref cur, prev;
+	char digest[RL_DIGEST_LEN + 1];
+	int win;
+
+	*removed = 0;
+	if (ns < 0 || (size_t)ns >= rl->n_ns)
+		return rl_fail(rl, RL_ERR_NAMESPACE);
+	n = &rl->ns[ns];
+	if ((win = rl_win_index(n, size)) < 0)
+		return rl_fail(rl, RL_ERR_WINDOW);
+	if (!key || keylen == 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	if (rl_needs_digest(key, keylen)) {
+		rl_digest(rl, key, keylen, digest);
+		key = digest;
+		keylen = RL_DIGEST_LEN;
+	}
+	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	int64_t start = window_start(now, size);
+	shm_find(rl->shm, &k, start, start - (int64_t)size, &cur, &prev);
+	*removed = shm_forget(rl->shm, &cur) + shm_forget(rl->shm, &prev);
+	return 0;
+}
+
+int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		 int64_t start, double spent, double returned)
+{
+	struct shm_key k;
+	struct shm_ref ref, none;
+	struct shm_entry e;
+
+	if (rl_stored_window(rl, ns, key, keylen, size, start, fabs(spent) + fabs(returned),
+			     &k) < 0)
+		return -1;
+	shm_find(rl->shm, &k, start, -1, &ref, &none);
+	if (ref.idx != SHM_NONE && shm_read(rl->shm, ref.idx, &e) == 0)
+		shm_grant_unres_add(rl->shm, &e, -spent, -returned);
 	return 0;
 }
 

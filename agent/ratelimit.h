@@ -92,11 +92,13 @@ struct rl_key_info {
 	uint32_t size;
 	int64_t start;        /* of the current window */
 	bool found;           /* the current window has a slot here */
-	double count;         /* this node's count: the cluster's as last
+	double count;         /* this node's count: the cluster's hits as last
 	                         fetched (synced namespaces), its own hits
-	                         since, and what is left of its grant */
+	                         since (diff, spent), and what is left of
+	                         its grant */
 	double diff;          /* its hits the store has not confirmed */
 	double grant;         /* what is left of the store's grant */
+	double spent;         /* grant hits not reported to the store yet */
 	double previous;      /* the previous window's count */
 	double weight;        /* of the previous window (0: fixed) */
 	double rate;          /* (count - grant) + previous x weight */
@@ -106,6 +108,13 @@ struct rl_key_info {
  * Returns 0 or -1 (rl_errno()). */
 int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
 	       bool sliding, struct rl_key_info *out);
+
+/* Forgets key's window `size` of namespace ns (the current and the
+ * previous window): their counts go to 0, *removed says how much they
+ * held. For local namespaces (a store would give the counts back).
+ * Returns 0 or -1 (rl_errno()). */
+int rl_forget(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
+	      double *removed);
 
 /* Unmaps the table (in this process) and frees the instance. */
 void rl_free(struct rl *rl);
@@ -217,17 +226,26 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 
 /* Takes back v (>= 0) that this process counted in the window (ns, key,
  * size, start) a moment ago (and from its diff when with_diff, as the hit
- * was counted): a hit of a decision another of its limits denied. A slot
+ * was counted; granted: it was admitted from the store's grant, which
+ * gets it back): a hit of a decision another of its limits denied. A slot
  * gone meanwhile is left alone. key is the stored form. Returns 0 or -1
  * (rl_errno()). */
 int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
-	       int64_t start, double v, bool with_diff);
+	       int64_t start, double v, bool with_diff, bool granted);
 
 /* A grant of the store (rl_hit_exact) for the window (ns, key, size,
  * start), creating its slot if missing. key is the stored form. Returns 0
  * or -1 (rl_errno()). */
 int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	     double amount, double now);
+
+/* Takes spent and returned back from what the window (ns, key, size,
+ * start) has spent and returned of its grants not pushed yet: a push in
+ * doubt that the store turns out to have applied (agent/sync.c); either
+ * may be negative. Nothing if the window has no slot. Returns 0 or -1
+ * (rl_errno()). */
+int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		 int64_t start, double spent, double returned);
 
 /* Largest stored key: longer keys are stored as a 33-byte digest. */
 #define RL_STORED_KEY_MAX 104

@@ -21,8 +21,9 @@
 #include "agent/hash.h"
 
 /* "SHMRLT" + a layout version in the last two bytes ("02": grants and
- * namespace names), as it reads in a state file's first bytes. */
-#define SHM_MAGIC      0x3230544c524d4853ULL   /* "SHMRLT02", little-endian */
+ * namespace names; "03": heartbeat turns, grants spent and returned), as it
+ * reads in a state file's first bytes. */
+#define SHM_MAGIC      0x3330544c524d4853ULL   /* "SHMRLT03", little-endian */
 #define SHM_HDR_BYTES  ((sizeof(struct shm_hdr) + 127) & ~(size_t)127)
 
 /* Gives up an insert that keeps losing races after this many rounds
@@ -332,6 +333,7 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 	for (unsigned i = 0; i < SHM_MAX_NS; i++) {
 		atomic_store(&t->hdr->lease[i], 0);
 		atomic_store(&t->hdr->nodes[i], 0);
+		atomic_store(&t->hdr->beat[i], 0);
 	}
 	shm_grant_unstick(t);
 	shm_recount(t);
@@ -657,6 +659,17 @@ static enum shm_cand shm_cand_kind(const struct shm_table *t, const struct shm_s
 	return atomics_load_double(&s->diff) == 0.0 ? SHM_CAND_STALE : SHM_CAND_NONE;
 }
 
+/* Does slot i hold a grant, or grant hits the store has not been told of
+ * (evicted, they would stay reserved in the store)? */
+static bool shm_grant_held(const struct shm_table *t, uint32_t i)
+{
+	const _Atomic uint64_t *g = &t->grant[SHM_GRANT_WORDS * (size_t)i];
+
+	return atomics_bitsd(atomic_load(&g[SHM_GRANT_LEFT])) != 0.0 ||
+	       atomics_bitsd(atomic_load(&g[SHM_GRANT_SPENT])) != 0.0 ||
+	       atomics_bitsd(atomic_load(&g[SHM_GRANT_RET])) != 0.0;
+}
+
 /* The value of LIVE slot i (meta m, not stale) as an eviction victim: its
  * count, or for a previous window the part of it the sliding rate still
  * weighs. -1 when it may not be evicted: a diff the store has not
@@ -669,8 +682,7 @@ static double shm_victim_value(const struct shm_table *t, uint32_t i, uint64_t m
 	double start = (double)shm_meta_start(m), c;
 
 	if (size == 0 || atomics_load_double(&s->diff) != 0.0 ||
-	    atomic_load_explicit(&t->prot[i], memory_order_relaxed) ||
-	    atomics_load_double(&t->grant[SHM_GRANT_WORDS * (size_t)i + SHM_GRANT_LEFT]) != 0.0)
+	    atomic_load_explicit(&t->prot[i], memory_order_relaxed) || shm_grant_held(t, i))
 		return -1;
 	c = atomics_load_double(&s->count);
 	if (now >= start + size)
@@ -840,7 +852,7 @@ static bool shm_evict(struct shm_table *t, const struct shm_pick *v, double now)
 		return false;
 	/* Under our claim, as in shm_try_insert (step 2). */
 	if (atomics_bitsd(atomic_load(&s->diff)) != 0.0 || atomic_load(&t->prot[v->idx]) ||
-	    atomics_bitsd(atomic_load(&t->grant[SHM_GRANT_WORDS * (size_t)v->idx + SHM_GRANT_LEFT])) != 0.0) {
+	    shm_grant_held(t, v->idx)) {
 		atomic_compare_exchange_strong(&s->meta, &busy, v->m);
 		return false;
 	}
@@ -959,8 +971,7 @@ static enum shm_try shm_try_insert(struct shm_table *t, const struct shm_key *k,
 		 * diff here or they see our BUSY), and so may a protection.
 		 * Never drop a pending diff. */
 		if (atomics_bitsd(atomic_load(&s->diff)) != 0.0 ||
-		    (in_place && (atomic_load(&t->prot[c]) ||
-				  atomics_bitsd(atomic_load(&t->grant[SHM_GRANT_WORDS * (size_t)c + SHM_GRANT_LEFT])) != 0.0))) {
+		    (in_place && (atomic_load(&t->prot[c]) || shm_grant_held(t, c)))) {
 			atomic_compare_exchange_strong(&s->meta, &busy, cm);
 			return SHM_TRY_AGAIN;
 		}
@@ -1160,6 +1171,8 @@ int shm_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e)
 		words[i] = atomic_load_explicit(&s->key[i], memory_order_relaxed);
 	e->count = atomics_load_double(&s->count);
 	e->diff = atomics_load_double(&s->diff);
+	e->spent = atomics_load_double(&t->grant[SHM_GRANT_WORDS * (size_t)idx + SHM_GRANT_SPENT]);
+	e->ret = atomics_load_double(&t->grant[SHM_GRANT_WORDS * (size_t)idx + SHM_GRANT_RET]);
 	atomic_thread_fence(memory_order_acquire);
 	if (atomic_load_explicit(&s->meta, memory_order_relaxed) != m)
 		return -1;
@@ -1202,6 +1215,8 @@ int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d)
 	return atomic_load(&s->meta) == e->meta ? 0 : -1;
 }
 
+static _Atomic uint64_t *shm_grant_word(const struct shm_table *t, uint32_t idx, unsigned w);
+
 int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 {
 	struct shm_slot *s = &t->slots[e->idx];
@@ -1213,11 +1228,16 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 	 * visible count from ever dropping. Hits taken in the pushed diff are
 	 * in total; hits added since are in diff; a hit caught between its
 	 * count and diff additions may be missing from count until the next
-	 * sync, which pushes it (it is in diff by then). */
+	 * sync, which pushes it (it is in diff by then). What the store holds
+	 * reserved for this node's view (left + spent) is in count, not in
+	 * total (what it returned is no longer its). Every change to those words leaves the sum lower for a
+	 * moment, never higher: a racing max() never keeps a count too high. */
 	old = atomic_load_explicit(&s->count, memory_order_relaxed);
 	for (;;) {
 		double cur = atomics_bitsd(old);
-		double want = total + atomics_load_double(&s->diff);
+		double want = total + atomics_load_double(&s->diff) +
+			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_LEFT)) +
+			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT));
 
 		if (!(want > cur))
 			break;
@@ -1337,6 +1357,20 @@ uint32_t shm_nodes(const struct shm_table *t, unsigned ns)
 			       : 0;
 }
 
+bool shm_beat_take(struct shm_table *t, unsigned ns, uint64_t now_ms, uint64_t gap_ms)
+{
+	_Atomic uint64_t *p;
+	uint64_t last;
+
+	if (ns >= SHM_MAX_NS)
+		return false;
+	p = &t->hdr->beat[ns];
+	last = atomic_load(p);
+	if (last != 0 && now_ms < last + gap_ms)
+		return false;
+	return atomic_compare_exchange_strong(p, &last, now_ms ? now_ms : 1);
+}
+
 /* ---- grants ---- (doubles in atomic words, as count and diff) */
 
 static _Atomic uint64_t *shm_grant_word(const struct shm_table *t, uint32_t idx, unsigned w)
@@ -1361,7 +1395,17 @@ bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost)
 			break;
 	}
 	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), cost);
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), cost);
 	return shm_still(t, r);
+}
+
+void shm_grant_untake(struct shm_table *t, const struct shm_ref *r, double cost)
+{
+	if (r->idx == SHM_NONE || !shm_still(t, r))
+		return;
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), -cost);
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), -cost);
+	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), cost);
 }
 
 void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost)
@@ -1375,15 +1419,52 @@ double shm_grant_left(const struct shm_table *t, uint32_t idx)
 	return idx < t->nslots ? atomics_load_double(shm_grant_word(t, idx, SHM_GRANT_LEFT)) : 0;
 }
 
+double shm_forget(struct shm_table *t, const struct shm_ref *r)
+{
+	struct shm_slot *s;
+	double had;
+
+	if (r->idx == SHM_NONE)
+		return 0;
+	s = &t->slots[r->idx];
+	had = atomics_bitsd(atomic_exchange(&s->count, atomics_dbits(0.0)));
+	if (!shm_still(t, r))
+		return 0;
+	/* Unprotected too: a forgotten key is no longer over its limit. */
+	atomic_store(&t->prot[r->idx], 0);
+	return had;
+}
+
+double shm_grant_spent(const struct shm_table *t, uint32_t idx)
+{
+	return idx < t->nslots ? atomics_load_double(shm_grant_word(t, idx, SHM_GRANT_SPENT)) : 0;
+}
+
 void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
 {
+	double back;
+
 	if (r->idx == SHM_NONE || !(amount > 0))
 		return;
+	/* The count first: a racing shm_sync_total() that saw the grant in
+	 * what is left would add it to the count as well. */
+	atomics_add_double(&t->slots[r->idx].count, amount);
 	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), amount);
 	/* Re-keyed meanwhile (an insert clears the grant before the slot
 	 * shows its new identity): take it back from the newcomer. */
-	if (!shm_still(t, r))
-		shm_grant_return(t, r->idx);
+	if (!shm_still(t, r) && (back = shm_grant_return(t, r->idx)) > 0)
+		atomics_add_double(&t->slots[r->idx].count, back < amount ? -back : -amount);
+}
+
+void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
+			 double returned)
+{
+	if (e->idx >= t->nslots || atomic_load(&t->slots[e->idx].meta) != e->meta)
+		return;
+	if (spent != 0)
+		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
+	if (returned != 0)
+		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
 }
 
 double shm_grant_return(struct shm_table *t, uint32_t idx)
@@ -1482,5 +1563,9 @@ bool shm_grant_any(const struct shm_table *t, uint32_t idx)
 	return idx < t->nslots && (atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_LEFT),
 							memory_order_relaxed) != 0 ||
 				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_USED),
+							memory_order_relaxed) != 0 ||
+				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_SPENT),
+							memory_order_relaxed) != 0 ||
+				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_RET),
 							memory_order_relaxed) != 0);
 }

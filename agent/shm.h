@@ -162,12 +162,15 @@
 #define SHM_NONE         UINT32_MAX   /* "no slot" index */
 #define SHM_EVICT_SAMPLE 32     /* slots of a chain sampled for a victim */
 #define SHM_NAME_MAX     64     /* namespace names, NUL included */
-#define SHM_GRANT_WORDS  4      /* per slot: grant left, last and this cycle's demand,
-                                   admissions in flight */
+#define SHM_GRANT_WORDS  6      /* per slot: grant left, last and this cycle's demand,
+                                   admissions in flight, spent and returned not
+                                   pushed yet */
 #define SHM_GRANT_LEFT   0
 #define SHM_GRANT_LAST   1
 #define SHM_GRANT_USED   2
 #define SHM_GRANT_FLIGHT 3
+#define SHM_GRANT_SPENT  4
+#define SHM_GRANT_RET    5
 
 /* Slots per configured key: the table keeps the load factor <= 3/4 at
  * max_keys live entries, where linear probing stays short. */
@@ -262,6 +265,9 @@ struct shm_hdr {
 	/* Nodes of the cluster that use each namespace, as its store last
 	 * counted them (agent/sync.c heartbeats); 0 = not known yet. */
 	_Atomic uint32_t nodes[SHM_MAX_NS];
+	/* When this node last sent each namespace's heartbeat (CLOCK_MONOTONIC
+	 * ms; 0 = never): one worker per node beats per period. */
+	_Alignas(64) _Atomic uint64_t beat[SHM_MAX_NS];
 };
 
 /* Per-process handle on the segment (malloc'd; its pointers are valid in
@@ -307,6 +313,7 @@ struct shm_entry {
 	size_t keylen;
 	char key[SHM_KEY_MAX + 1];   /* NUL-terminated copy (keys may hold NULs) */
 	double count, diff;
+	double spent, ret;           /* grant hits, grants given back: not pushed yet */
 };
 
 struct shm_stats {
@@ -481,26 +488,51 @@ bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t
 void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms);
 
 /* Grants (docs/CLUSTER.md, "Exact at the limit"): part of a limit's
- * headroom that the store has already counted for this node's coming hits
- * on a window. Hits spend it locally (they are in the store already: no
- * diff); what is left goes back with a push, as a negative diff. Per slot:
- * what is left, the demand of the last sync cycle (hits that spent a
- * grant or went to the store) and of this one, and whether a grant is
- * being asked for. Cleared when the slot is re-keyed; a slot holding a
- * grant is never evicted. */
+ * headroom that the store has reserved for this node's coming hits on a
+ * window, apart from the window's count of hits. The slot's count holds
+ * the grant as well (the node's view is count - what is left of it):
+ * hits spend it locally, with no diff (the store decided them already),
+ * and are "spent": a later push moves them in the store from the
+ * reservation to the count (strategy_counter.spent). What is left of a
+ * grant unused for a cycle is "returned" with the next push (taken from
+ * the reservation, and from the slot's count). Per slot: what is left,
+ * the demand of the last sync cycle (hits that spent a grant or went to
+ * the store) and of this one, whether a grant is being asked for, what is
+ * spent and returned not pushed yet. Cleared when the slot is re-keyed; a
+ * slot holding any of the last three is never evicted. Every count the
+ * store sends (shm_sync_total) is hits: the slot's count is that plus its
+ * diff plus what the store still holds reserved for this node's view
+ * (left + spent). */
 
-/* Spends cost from the slot's grant if it covers it (one CAS) and notes
- * the demand. false: the store must decide. */
+/* Spends cost from the slot's grant if it covers it (one CAS), notes the
+ * demand and the hit spent. false: the store must decide. */
 bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
+
+/* Gives cost back to the slot's grant (a hit shm_grant_take admitted
+ * that its decision then denied). */
+void shm_grant_untake(struct shm_table *t, const struct shm_ref *r, double cost);
 
 /* Notes a hit of the slot that went to the store (demand). */
 void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost);
 
-/* What is left of slot idx's grant. */
-double shm_grant_left(const struct shm_table *t, uint32_t idx);
+/* Sets a found slot's count to 0 (a local namespace's key forgotten by
+ * an operator) and clears its protection; returns what it held. */
+double shm_forget(struct shm_table *t, const struct shm_ref *r);
 
-/* Adds a grant the store counted to a found slot. */
+/* What is left of slot idx's grant, and what of it was spent and not
+ * reported to the store yet. */
+double shm_grant_left(const struct shm_table *t, uint32_t idx);
+double shm_grant_spent(const struct shm_table *t, uint32_t idx);
+
+/* Adds a grant the store reserved to a found slot (to what is left, and
+ * to its count). */
 void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount);
+
+/* Adds spent and returned to what slot e (while it holds e's window) has
+ * spent and returned not pushed yet: a grant given back (returned +), what
+ * a push confirmed (both -). */
+void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
+			 double returned);
 
 /* Takes back what is left of slot idx's grant (sets it to 0). */
 double shm_grant_return(struct shm_table *t, uint32_t idx);
@@ -528,7 +560,8 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
  * last run left in a state file. */
 void shm_grant_unstick(struct shm_table *t);
 
-/* Has slot idx a grant left or demand this cycle? */
+/* Has slot idx a grant left, demand this cycle, or grant hits spent or
+ * returned not pushed yet? */
 bool shm_grant_any(const struct shm_table *t, uint32_t idx);
 
 /* Table-wide counters (all processes). */
@@ -538,6 +571,11 @@ void shm_stats(const struct shm_table *t, struct shm_stats *s);
  * not known yet). */
 void shm_set_nodes(struct shm_table *t, unsigned ns, uint32_t n);
 uint32_t shm_nodes(const struct shm_table *t, unsigned ns);
+
+/* Namespace ns's heartbeat is due if none was sent for gap_ms: takes the
+ * turn (one compare-and-swap; true: the caller sends it). Every worker's
+ * timer asks; one of them beats per period. */
+bool shm_beat_take(struct shm_table *t, unsigned ns, uint64_t now_ms, uint64_t gap_ms);
 
 /* One namespace's counters. Returns 0, or -1 for ns out of range. */
 int shm_ns_stats(const struct shm_table *t, unsigned ns, struct shm_ns_stats *s);

@@ -5,11 +5,17 @@
  *
  *   collect   every LIVE slot of the namespace whose window is current or
  *             previous (the sliding rate needs both), plus any older slot
- *             still holding a diff; diff = the slot's diff as read now
+ *             still holding a diff; diff = the slot's diff as read now;
+ *             with it the slot's grant hits spent (once a second) and
+ *             what is left of a grant unused for a cycle (returned)
  *   push      one push_diffs() of the whole batch: the store adds the
- *             diffs and returns every counter's total (a diff of 0 reads)
- *   ack       per confirmed counter: diff -= pushed diff (hits since stay),
- *             count = max(count, total + diff), so no reader sees a drop
+ *             diffs, moves the grant hits from its reservations to its
+ *             counts, drops what was returned, and returns every
+ *             counter's count of hits (all 0: a read)
+ *   ack       per confirmed counter: diff, spent, returned -= pushed (what
+ *             came since stays), count = max(count, total + diff + what
+ *             the store still holds for this node), so no reader sees a
+ *             drop
  *
  * Nothing is taken out of a slot before the store confirms it: a failed or
  * timed-out push leaves the diffs where they are. Every push carries a
@@ -36,7 +42,8 @@
  * period: every worker's timer fires at the node's phase, the first to
  * take the lease runs the cycle and, when done, leaves it free but not due
  * until the next period. A holder that dies stops renewing it; it expires
- * and another worker takes over.
+ * and another worker takes over. The heartbeat has its own timer, once a
+ * second (shm_beat_take: one worker per node beats).
  */
 #include "agent/sync.h"
 #include "strategies/container.h"
@@ -79,6 +86,9 @@ static struct log_limit sync_hit_log;
 #define SYNC_DOUBT_MAX   256      /* calls in doubt kept per namespace */
 #define SYNC_DOUBT_POLL  0.05     /* how often they look at the store */
 #define SYNC_DOUBT_TTL   300.0    /* given up after this (tokens live STRATEGY_TOKEN_TTL) */
+#define SYNC_BEAT_PERIOD 1.0      /* seconds between a node's heartbeats */
+#define SYNC_BEAT_TTL    3        /* ... and the periods a node counts for */
+#define SYNC_SPENT_PERIOD 1.0     /* seconds between reports of grant hits spent */
 
 struct sync;
 struct sync_ns;
@@ -113,6 +123,7 @@ struct sync_ns {
 	const struct strategy_ops *ops;
 	struct strategy *st;
 	ev_periodic tick;
+	ev_periodic beat;                 /* the heartbeat's turn (every worker) */
 	ev_timer renew;
 	uint64_t hold_ms;
 	uint64_t cycle_ms;            /* when the running cycle started */
@@ -222,10 +233,11 @@ static void sync_token(const struct sync_ns *sn, char kind, uint64_t seq,
 
 /* A sync cycle for a slot with a grant or demand: what is left of a grant
  * that saw no hit for a whole cycle (all of it at the final flush) goes
- * back to the store with this push, as a negative diff (the store counted
- * the whole grant): the count and the diff drop by it. A grant in use is
- * kept: given back while hits still come, its room could be taken by hits
- * denied (and counted) meanwhile. */
+ * back to the store with this push (returned: the store takes it from the
+ * reservation), and out of the slot's count. A grant in use is kept:
+ * given back while hits still come, its room could be taken by hits
+ * denied (and counted) meanwhile. The order keeps count - left - spent
+ * from ever rising for a moment (shm_sync_total). */
 static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 {
 	struct shm_ref r = { .idx = e->idx, .meta = e->meta };
@@ -236,11 +248,28 @@ static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 	left = shm_grant_return(t, e->idx);
 	if (!(left > 0))
 		return;
-	shm_add(t, &r, -left, true);
+	shm_add(t, &r, -left, false);
 	if (!shm_still(t, &r))
 		return;         /* re-keyed: a window no longer counted anyway */
+	shm_grant_unres_add(t, e, 0, left);
 	e->count -= left;
-	e->diff -= left;
+	e->ret += left;
+}
+
+static double sync_period(const struct sync_ns *sn);
+
+/* Does this cycle report grant hits spent? Once a SYNC_SPENT_PERIOD (the
+ * cycle that crosses a boundary of it), every cycle if the period is
+ * longer. They change no decision (the store counts a reservation as it
+ * counts hits), only the counts others read: reported every cycle they
+ * would make every key with a grant in use a write a cycle (a script, two
+ * hashes), where a read does. */
+static bool sync_spent_due(const struct sync_ns *sn, double now)
+{
+	double p = sync_period(sn);
+
+	return sn->sy->flush_mode || p >= SYNC_SPENT_PERIOD ||
+	       floor(now / SYNC_SPENT_PERIOD) != floor((now - p) / SYNC_SPENT_PERIOD);
 }
 
 /* Collects the namespace's counters into the batch: active windows (all
@@ -249,6 +278,8 @@ static void sync_grant_cycle(struct shm_table *t, struct shm_entry *e, bool all)
 static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 {
 	struct shm_table *t = sn->sy->t;
+	bool spent_due = sync_spent_due(sn, now);
+
 	sn->n = 0;
 	for (uint32_t idx = shm_next_used(t, 0); idx != SHM_NONE; idx = shm_next_used(t, idx + 1)) {
 		if (sn->n == sn->cap) {
@@ -270,7 +301,10 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			sync_grant_cycle(t, e, sn->sy->flush_mode);
 		int64_t cur = window_start(now, e->size);
 		bool active = e->start == cur || e->start == cur - (int64_t)e->size;
-		if (e->diff == 0 && (only_diffs || !active))
+		/* Grant hits of a window that is no longer current go at once. */
+		if (!spent_due && e->start == cur)
+			e->spent = 0;
+		if (e->diff == 0 && e->spent == 0 && e->ret == 0 && (only_diffs || !active))
 			continue;
 		sn->n++;
 	}
@@ -285,6 +319,8 @@ static int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			.start = e->start,
 			.size = e->size,
 			.diff = e->diff,
+			.spent = e->spent,
+			.returned = e->ret,
 		};
 	}
 	return 0;
@@ -353,6 +389,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 			continue;
 		ok++;
 		shm_ack_diff(t, &sn->ents[i], c->diff);
+		shm_grant_unres_add(t, &sn->ents[i], -c->spent, -c->returned);
 		/* Totals matter for the current and previous windows only; an
 		 * older slot may be reclaimed for another key once its diff is
 		 * acknowledged, so it is not written. */
@@ -438,22 +475,36 @@ static void sync_on_heartbeat(void *arg, int status, const char *errstr)
 		shm_set_nodes(sn->sy->t, sn->sid, sn->active);
 }
 
-/* The lease holder says the node is here, once a cycle, and learns how
- * many nodes are (stored in the segment for every worker: the admission
- * margin of issue 9, and /metrics). A node counts for three periods. */
-static void sync_heartbeat(struct sync_ns *sn)
+/* Says the node is here and learns how many nodes are (stored in the
+ * segment for every worker: the admission margin of issue 9, and
+ * /metrics), when no worker of the node did for gap_ms. A node counts for
+ * SYNC_BEAT_TTL periods. */
+static void sync_heartbeat(struct sync_ns *sn, uint64_t gap_ms)
 {
 	struct sync *sy = sn->sy;
 	char node[17], err[STRATEGY_ERR_MAX];
 
-	if (sn->beating || !sn->ops->heartbeat || !sn->ops->ready(sn->st) || sy->flush_mode)
+	if (sn->beating || !sn->ops->heartbeat || !sn->ops->ready(sn->st) || sy->flush_mode ||
+	    !shm_beat_take(sy->t, sn->sid, now_ms(), gap_ms))
 		return;
 	snprintf(node, sizeof(node), "%016llx", (unsigned long long)node_seed);
 	sn->beating = true;
 	if (sn->ops->heartbeat(sn->st, sn->def->name, strlen(sn->def->name), node, 16, rl_now(),
-			       3 * sync_period(sn) + 1, &sn->active, sync_on_heartbeat, sn,
-			       err) < 0)
+			       SYNC_BEAT_TTL * SYNC_BEAT_PERIOD, &sn->active, sync_on_heartbeat,
+			       sn, err) < 0)
 		sn->beating = false;
+}
+
+/* The heartbeat's own period, apart from the sync cycle's: every worker's
+ * timer fires at the node's phase, the first takes the turn. Half a
+ * period between two beats: a late timer of another worker does not
+ * beat again. */
+static void sync_on_beat(struct ev_loop *loop, ev_periodic *w, int revents)
+{
+	struct sync_ns *sn = container_of(w, struct sync_ns, beat);
+	(void)loop, (void)revents;
+
+	sync_heartbeat(sn, (uint64_t)(SYNC_BEAT_PERIOD * 500.0));
 }
 
 static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
@@ -466,6 +517,10 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	if (sn->sid < METRICS_NS)
 		atomic_store_explicit(&metrics_me->store_up[sn->sid], sn->ops->ready(sn->st) ? 1 : 0,
 				      memory_order_relaxed);
+	/* Until the node count is known, the cycles ask for it too (at
+	 * start the store may not be connected when the first beat is due). */
+	if (shm_nodes(sy->t, sn->sid) == 0)
+		sync_heartbeat(sn, (uint64_t)(sync_period(sn) * 500.0));
 	if (sn->busy)
 		return;
 	if (sn->holding) {
@@ -484,7 +539,6 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		return;
 	}
 	sn->cycle_ms = ms;
-	sync_heartbeat(sn);
 	if (sn->retry) {
 		/* First the unconfirmed push, unchanged and with its token: the
 		 * next cycle collects what came since. */
@@ -650,7 +704,8 @@ static int sync_doubt_new(struct sync_ns *sn, const char *token,
 
 	*out = NULL;
 	for (size_t i = 0; i < n; i++)
-		nfix += a ? !a[i].ok : !c[i].ok && c[i].diff != 0;
+		nfix += a ? !a[i].ok
+			  : !c[i].ok && (c[i].diff != 0 || c[i].spent != 0 || c[i].returned != 0);
 	if (nfix == 0)
 		return 0;
 	for (size_t i = 0; i < n; i++)
@@ -688,7 +743,7 @@ static int sync_doubt_new(struct sync_ns *sn, const char *token,
 			key = &d->c[i].key, ns = &d->c[i].ns, ok = &d->c[i].ok;
 			len = d->c[i].key_len;
 		}
-		d->fix[i] = !*ok && (a || c[i].diff != 0);
+		d->fix[i] = !*ok && (a || c[i].diff != 0 || c[i].spent != 0 || c[i].returned != 0);
 		memcpy(d->keys + off, *key, len);
 		*key = d->keys + off;
 		*ns = sn->def->name;
@@ -752,6 +807,12 @@ static void sync_doubt_settle(struct sync_ns *sn, const struct sync_doubt *d, si
 			 : rl_keep(rl, (int)sn->ns, key, key_len, size, start, -counted, now)) < 0)
 		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": a hit in doubt could not be settled (%s): "
 			     "it counts twice", sn->def->name, rl_status_str(rl_errno(rl)));
+	/* A push's grants reported spent or given back: the store has them. */
+	if (c && (c->spent != 0 || c->returned != 0) &&
+	    rl_unreserve(rl, (int)sn->ns, key, key_len, size, start, c->spent, c->returned) < 0)
+		SYNC_HIT_LOG(LOG_ERR, "namespace \"%s\": grant hits in doubt could not be "
+			     "settled (%s): %g count twice", sn->def->name,
+			     rl_status_str(rl_errno(rl)), c->spent);
 	if (a && a->grant > 0 &&
 	    rl_grant(rl, (int)sn->ns, a->key, a->key_len, a->size, a->start, a->grant, now) < 0)
 		SYNC_HIT_LOG(LOG_WARN, "namespace \"%s\": a grant of the store could not be kept "
@@ -1195,8 +1256,9 @@ static double sync_grant_want(struct shm_table *t, uint32_t idx, double limit, u
 static void sync_hits_on_pushed(void *arg, int status, const char *errstr)
 {
 	struct sync_hits *b = arg;
-	(void)status, (void)errstr;
 
+	if (status < 0 && !b->why[0])
+		snprintf(b->why, sizeof(b->why), "%s", errstr ? errstr : "failed");
 	if (--b->outstanding == 0)
 		b->done(b->arg);
 }
@@ -1206,13 +1268,16 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 {
 	b->nc = 0;
 	b->outstanding = 0;
+	b->why[0] = '\0';
 	b->now = now;
 	b->done = done;
 	b->arg = arg;
 	for (size_t i = 0; i < b->n; i++)
 		b->h[i].ci = -1;
-	if (!sy)
+	if (!sy) {
+		snprintf(b->why, sizeof(b->why), "no sync");
 		return 0;
+	}
 	b->na = 0;
 	for (size_t i = 0; i < b->n; i++) {
 		int ns = b->h[i].ns;
@@ -1260,12 +1325,20 @@ int sync_hits_push(struct sync *sy, struct sync_hits *b, double now, void (*done
 					.size = e->size, .diff = 0,
 				};
 		}
-		if (b->nc > first && sync_push_later(sy, (unsigned)ns, &b->c[first], b->nc - first,
-						     sync_hits_on_pushed, b) == 0)
-			b->outstanding++;
-		if (b->na > afirst && sync_admit_later(sy, (unsigned)ns, &b->a[afirst],
-						       b->na - afirst, sync_hits_on_pushed, b) == 0)
-			b->outstanding++;
+		if (b->nc > first) {
+			if (sync_push_later(sy, (unsigned)ns, &b->c[first], b->nc - first,
+					    sync_hits_on_pushed, b) == 0)
+				b->outstanding++;
+			else if (!b->why[0])
+				snprintf(b->why, sizeof(b->why), "not connected");
+		}
+		if (b->na > afirst) {
+			if (sync_admit_later(sy, (unsigned)ns, &b->a[afirst], b->na - afirst,
+					     sync_hits_on_pushed, b) == 0)
+				b->outstanding++;
+			else if (!b->why[0])
+				snprintf(b->why, sizeof(b->why), "not connected");
+		}
 	}
 	return b->outstanding > 0;
 }
@@ -1292,6 +1365,21 @@ void sync_hit_keep(struct rl *rl, const struct sync_hit *h)
 
 	if (h->diff > 0 && h->idx != UINT32_MAX && shm_read(rl_shm(rl), h->idx, &e) == 0)
 		sync_keep_entry(rl, h->ns, &e, h->diff);
+}
+
+/* The hits of slot e's window as this node knows them once an admission's
+ * answer is in its table: the store's count, and the node's own hits the
+ * store has not counted yet (its diff, the grant hits it has not reported
+ * spent), what answers from a grant say too; `store` (the store's count)
+ * when the slot is gone. Never what is left of a grant: the store holds
+ * it apart, and nobody's grant is hits. */
+static double sync_view(const struct shm_table *t, const struct shm_entry *e, double store)
+{
+	struct shm_entry now;
+
+	if (e->idx == UINT32_MAX || shm_read(t, e->idx, &now) < 0 || now.meta != e->meta)
+		return store;
+	return now.count - shm_grant_left(t, e->idx);
 }
 
 void sync_hits_apply(struct rl *rl, struct sync_hits *b)
@@ -1328,7 +1416,7 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 			h->ok = h->prev_ok = true;
 			h->admitted = a->admitted;
 			h->grant = a->grant;
-			h->total = a->current;
+			h->total = sync_view(rl_shm(rl), &h->e, a->current);
 			h->prev_total = a->previous;
 			continue;
 		}
@@ -1444,6 +1532,9 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
 		double phase = (double)(node_seed % 1000003u) / 1000003.0 * rate;
 		ev_periodic_init(&sn->tick, sync_on_tick, phase, rate, 0);
 		ev_periodic_start(loop, &sn->tick);
+		ev_periodic_init(&sn->beat, sync_on_beat,
+				 fmod(phase, SYNC_BEAT_PERIOD), SYNC_BEAT_PERIOD, 0);
+		ev_periodic_start(loop, &sn->beat);
 		LOG(LOG_DEBUG, "namespace %s: syncing with %s every %g s (phase %.3f s)",
 		    sn->def->name, sn->ops->name, rate, phase);
 	}
@@ -1525,6 +1616,7 @@ void sync_stop(struct sync *sy)
 	for (size_t i = 0; i < sy->n; i++) {
 		struct sync_ns *sn = &sy->ns[i];
 		ev_periodic_stop(sy->loop, &sn->tick);
+		ev_periodic_stop(sy->loop, &sn->beat);
 		ev_timer_stop(sy->loop, &sn->renew);
 		if (sn->seed_q)
 			ev_timer_stop(sy->loop, &sn->seed_timer);

@@ -60,8 +60,12 @@ struct sync_hit {
 	/* out, from sync_hits_apply() */
 	bool ok;                 /* the store confirmed: total is valid */
 	bool admitted;           /* admit: the store's decision */
-	double grant;            /* admit: counted in total for this node's next hits */
-	double total;            /* the current window's count in the store */
+	double grant;            /* admit: reserved for this node's next hits (not
+	                            in total: no hits yet) */
+	double total;            /* the current window's count in the store: its
+	                            hits; admit: with this node's own not counted
+	                            there yet (never a grant, this node's or
+	                            another's) */
 	bool prev_ok;
 	double prev_total;
 	/* sync's */
@@ -82,6 +86,7 @@ struct sync_hits {
 	double now;
 	void (*done)(void *arg);
 	void *arg;
+	char why[STRATEGY_ERR_MAX];  /* the first failure, for logs ("" = none) */
 };
 
 /* Pushes the hits (one push per namespace, each to its store) and calls

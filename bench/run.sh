@@ -12,7 +12,8 @@
 #   http     the HTTP front (1 and 2 workers) under wrk: checks/s, p99
 #   e2e      HAProxy 2.6 + wrk: A (direct), B (stick table), C (SPOE +
 #            agent), interleaved A B C A B C ..., medians, ratios to A
-#   nginx    nginx alone vs nginx + auth_request to the agent, interleaved
+#   nginx    nginx alone, with limit_req, with auth_request to the HTTP front
+#            and with the module over SPOP (make nginx-module), interleaved
 #   sync     BUILD_DIR/bench/bench_sync_redis (one Redis, then a 3-master Redis
 #            Cluster, same run) and bench_sync_pg, if built
 #   profile  perf profile of one worker under spop_load (not in the default)
@@ -20,6 +21,14 @@
 #   baseline this agent vs $BENCH_BASELINE (an older binary), interleaved:
 #            SPOP msgs/s, HTTP checks/s and variant $BENCH_BASELINE_VARIANT
 #            (C) (not in the default)
+#   scale    N agents (one worker each) on one Redis for each N of
+#            $BENCH_SCALE_NODES (10 50 100), one spop_load driving them all:
+#            Redis CPU and commands per agent, idle and at a steady load, and
+#            a key shared by all held at its limit (not in the default; 1 to 2
+#            minutes per N; knobs BENCH_SCALE_*: see part_scale)
+#   store    what one node costs Redis: idle, 1,000 hits/s on 1 and 100
+#            keys (commands/s, command µs/s, Redis CPU), this agent and
+#            $BENCH_BASELINE if given, interleaved (not in the default)
 # Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
 # cores); profile and alloc add about a minute more.
 #
@@ -96,6 +105,11 @@ stop_pid() {
 cleanup() {
   local p
   trap - EXIT INT TERM HUP
+  # SIGTERM to all first (part scale may leave a hundred agents, each
+  # taking its time to flush), then each waited for, SIGKILL if need be.
+  for p in "${PIDS[@]}"; do
+    alive "$p" && kill -TERM "$p" 2>/dev/null
+  done
   for p in "${PIDS[@]}"; do
     alive "$p" && stop_pid "$p" 3
   done
@@ -161,20 +175,32 @@ AGENT_PID=""
 # start_agent PORT PIN(0|1|none) [agent args...]: starts the agent, waits
 # until it listens and its workers are up. Log: $RAW/agent-PORT.log.
 start_agent() {
-  local port=$1 pin=$2 i pin_cmd=()
+  agent_launch "$@" && agent_wait "$1" "$AGENT_PID"
+}
+
+# agent_launch PORT PIN(0|1|none) [agent args...]: starts the agent in the
+# background (AGENT_PID, recorded), without waiting for it.
+agent_launch() {
+  local port=$1 pin=$2 pin_cmd=()
   shift 2
   [ "$pin" = 0 ] && pin_cmd=("${PIN0[@]}")
   "${pin_cmd[@]}" "$AGENT" -l "127.0.0.1:$port" "$@" > "$RAW/agent-$port.log" 2>&1 &
   AGENT_PID=$!
   PIDS+=("$AGENT_PID")
+}
+
+# agent_wait PORT PID: waits until the agent PID listens on PORT and its
+# workers are up (recorded in WORKER_PIDS).
+agent_wait() {
+  local port=$1 pid=$2 i
   for i in $(seq 1 100); do
-    if listening "$port" && [ -n "$(pgrep -P "$AGENT_PID")" ]; then
+    if listening "$port" && [ -n "$(pgrep -P "$pid")" ]; then
       sleep 0.1
       # shellcheck disable=SC2207
-      WORKER_PIDS+=($(pgrep -P "$AGENT_PID"))
+      WORKER_PIDS+=($(pgrep -P "$pid"))
       return 0
     fi
-    alive "$AGENT_PID" || break
+    alive "$pid" || break
     sleep 0.1
   done
   echo "bench: the agent did not start on port $port:" >&2
@@ -256,6 +282,17 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)
 # field LINE NAME: value of NAME=... in a RESULT line.
 field() { printf '%s\n' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
 
+# redis_stats PORT: "CALLS USEC CPU_US": the calls of the commands the
+# agent sends (evalsha, eval, hmget: an HMGET inside a push script counts
+# too), the microseconds Redis spent in them (INFO commandstats; a script's
+# include what runs inside it), and Redis's own CPU (INFO cpu: user + sys).
+redis_stats() {
+  { redis-cli -p "$1" INFO commandstats; redis-cli -p "$1" INFO cpu; } 2>/dev/null | tr -d '\r' | awk -F'[:,=]' '
+    /^cmdstat_(evalsha|eval|hmget):/ { c += $3; u += $5 }
+    /^used_cpu_(user|sys):/ { cpu += $2 }
+    END { printf "%d %d %.0f\n", c, u, cpu * 1e6 }'
+}
+
 md() { printf '%s\n' "$*" >> "$MD"; }
 say() { printf '%s\n' "$*"; }
 
@@ -275,6 +312,7 @@ machine_info() {
   md "| CPUs | $(nproc) × ${model:-?} |"
   md "| kernel | $kernel |"
   md "| HAProxy | ${hav:-not installed} |"
+  md "| nginx | $(nginx -v 2>&1 | sed -n 's|.*nginx/||p' | grep . || echo 'not installed') |"
   md "| wrk | $(wrk --version 2>&1 | awk 'NR == 1 { print $2 }' | grep . || echo 'not installed') |"
   md "| Redis | ${rv:-not installed} |"
   md "| PostgreSQL | ${pv:-not installed} |"
@@ -512,6 +550,7 @@ variant_setup() {
       "${PIN1[@]}" redis-server --port "$rport" --bind 127.0.0.1 --save "" --appendonly no \
         > "$RAW/redis-$1-$rport.log" 2>&1 &
       VARIANT_REDIS_PID=$!
+      VARIANT_REDIS_PORT=$rport
       PIDS+=("$VARIANT_REDIS_PID")
       for i in $(seq 1 50); do listening "$rport" && break; sleep 0.05; done
       cfgf=$RAW/agent-$1.json
@@ -549,9 +588,11 @@ wrk_field() {
 
 # e2e_run V ROUND: one fresh run of variant V; appends a row to e2e.txt:
 # V round rps requests p50_us p99_us haproxy_us_per_req agent_us_per_req
-# errors agent_reads_per_req
+# errors agent_reads_per_req, and for D, E, F (with Redis): redis_cmds_per_req
+# redis_cmd_us_per_req redis_cpu_us_per_req (redis_stats)
 e2e_run() {
   local v=$1 round=$2 cfg fe ag hp i h0 h1 a0 a1 s0 s1 reqs f rps p50 p99 hcpu acpu asys errs spoe
+  local r0="" r1="" rstat=""
   cfg=$(variant_cfg "$v")
   if [ -z "$cfg" ] || [ ! -f "$cfg" ]; then
     echo "bench: no configuration for variant $v" >&2
@@ -585,6 +626,7 @@ e2e_run() {
   "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "http://127.0.0.1:$fe/" > /dev/null 2>&1
   h0=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a0=$(agent_ticks); s0=$(agent_sysio); }
+  [ -n "${VARIANT_REDIS_PID:-}" ] && r0=$(redis_stats "$VARIANT_REDIS_PORT")
   f=$RAW/wrk-$v-$round.txt
   # E2E_WATCH (profile part only): system calls and samples of the worker.
   local watch=()
@@ -605,6 +647,7 @@ e2e_run() {
   # CPU read before anything is stopped (a stopped worker's ticks are gone).
   h1=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a1=$(agent_ticks); s1=$(agent_sysio); }
+  [ -n "$r0" ] && r1=$(redis_stats "$VARIANT_REDIS_PORT")
   stop_pid "$hp"; forget "$hp"
   stop_agent
   reqs=$(wrk_field "$f" requests)
@@ -623,8 +666,12 @@ e2e_run() {
     acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="$reqs" 'BEGIN { printf "%.2f", d / t / n * 1e6 }')
     asys=$(awk -v d=$((s1 - s0)) -v n="$reqs" 'BEGIN { printf "%.2f", d / n }')
   fi
-  echo "$v $round $rps $reqs $p50 $p99 $hcpu $acpu $errs $asys" >> "${E2E_TXT:-$RAW/e2e.txt}"
-  say "variant=$v round=$round req/s=$rps p50_us=$p50 p99_us=$p99 haproxy_us/req=$hcpu agent_us/req=$acpu agent_reads/req=$asys errors=$errs"
+  if [ -n "$r1" ]; then
+    rstat=$(printf '%s %s\n' "$r0" "$r1" | awk -v n="$reqs" \
+      '{ printf "%.4f %.3f %.3f", ($4 - $1) / n, ($5 - $2) / n, ($6 - $3) / n }')
+  fi
+  echo "$v $round $rps $reqs $p50 $p99 $hcpu $acpu $errs $asys${rstat:+ $rstat}" >> "${E2E_TXT:-$RAW/e2e.txt}"
+  say "variant=$v round=$round req/s=$rps p50_us=$p50 p99_us=$p99 haproxy_us/req=$hcpu agent_us/req=$acpu agent_reads/req=$asys errors=$errs${rstat:+ redis_cmds/req,cmd_us/req,cpu_us/req=$rstat}"
 }
 
 # e2e_median V COLUMN (1-based in e2e.txt)
@@ -682,8 +729,25 @@ part_e2e() {
   md "X-RL-Denied, so that only unanswered requests count as errors)."
   md "Errors: non-2xx + socket errors, all rounds."
   md ""
+  local rv any_redis=""
+  for v in $E2E_VARIANTS; do
+    [ -n "$(e2e_median "$v" 11)" ] && any_redis=1
+  done
+  if [ -n "$any_redis" ]; then
+    md "What the variants with Redis cost it, per request (medians; redis_stats in bench/run.sh: commands the"
+    md "agent sends, EVALSHA / EVAL / HMGET, the µs INFO commandstats gives them, Redis's own CPU from INFO cpu):"
+    md ""
+    md "| variant | Redis commands/req | Redis command µs/req | Redis CPU µs/req |"
+    md "|---|---|---|---|"
+    for rv in $E2E_VARIANTS; do
+      [ -n "$(e2e_median "$rv" 11)" ] || continue
+      md "| $rv | $(e2e_median "$rv" 11) | $(e2e_median "$rv" 12) | $(e2e_median "$rv" 13) |"
+    done
+    md ""
+  fi
   md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
-  md "agent read()/write() calls per request: syscr+syscw of /proc/PID/io, which do not count send()):"
+  md "agent read()/write() calls per request: syscr+syscw of /proc/PID/io, which do not count send();"
+  md "with Redis: its commands, command µs and CPU µs per request):"
   md ""
   md '```'
   while read -r l; do md "$l"; done < "$RAW/e2e.txt"
@@ -764,9 +828,114 @@ part_baseline() {
       "$(bl_col "$RAW/baseline-e2e-new.txt" 3)"
     bl_row "variant $bv agent CPU µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 8)" \
       "$(bl_col "$RAW/baseline-e2e-new.txt" 8)"
+    if [ -n "$(bl_col "$RAW/baseline-e2e-new.txt" 11)" ]; then
+      bl_row "variant $bv Redis commands/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 11)" \
+        "$(bl_col "$RAW/baseline-e2e-new.txt" 11)"
+      bl_row "variant $bv Redis command µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 12)" \
+        "$(bl_col "$RAW/baseline-e2e-new.txt" 12)"
+      bl_row "variant $bv Redis CPU µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 13)" \
+        "$(bl_col "$RAW/baseline-e2e-new.txt" 13)"
+    fi
   fi
   md ""
   md "Every run: \`$RAW/baseline-spop.txt\` (binary, round, msgs/s, agent µs/msg), \`baseline-e2e-*.txt\` (as e2e.txt)."
+  md ""
+}
+
+# ----------------------------------------------------------------- store ---
+
+# store_window SECONDS CMD...: runs CMD (or sleeps SECONDS without one) and
+# prints "CALLS USEC CPU_US SECONDS": what Redis ($STORE_PORT) spent meanwhile
+# (redis_stats) and the wall time it took.
+store_window() {
+  local secs=$1 a b t0 t1
+  shift
+  a=$(redis_stats "$STORE_PORT"); t0=$(date +%s.%N)
+  if [ $# -gt 0 ]; then "$@" > /dev/null 2>&1; else sleep "$secs"; fi
+  b=$(redis_stats "$STORE_PORT"); t1=$(date +%s.%N)
+  printf '%s %s %s %s\n' "$a" "$b" "$t0" "$t1" | awk '{ printf "%d %d %.0f %.3f\n", $4 - $1, $5 - $2, $6 - $3, $8 - $7 }'
+}
+
+# store_monitor SECONDS: the commands clients sent Redis ($STORE_PORT) per
+# second over SECONDS (MONITOR, which shows what scripts run as "[0 lua]":
+# left out), our own MONITOR and INFO excepted.
+store_monitor() {
+  timeout "$1" redis-cli -p "$STORE_PORT" MONITOR 2>/dev/null |
+    awk -v s="$1" '/^[0-9.]+ \[[0-9]+ [^]]*\] "/ && !/ lua\] / && !/"(MONITOR|INFO)"/ { n++ }
+                   END { printf "%.1f\n", n / s }'
+}
+
+# part_store: what one node costs Redis (issue 18's cost model): one agent
+# (1 worker), one namespace with sync_rate 0.1 s and admission auto, its
+# own Redis; idle with one key known, then 1,000 hits/s on one key, then
+# on 100 keys (spop_load -r 1000: limit 1,000,000, far from it). Per
+# second: the commands it sent (MONITOR, for 3 s after the rest), the µs
+# INFO commandstats gives the commands it sends and Redis's CPU (INFO
+# cpu). With BENCH_BASELINE, the baseline binary too, interleaved.
+# Rounds: BENCH_STORE_ROUNDS (3), seconds: BENCH_STORE_SECONDS (10).
+part_store() {
+  local rounds=${BENCH_STORE_ROUNDS:-3} secs=${BENCH_STORE_SECONDS:-10} save=$AGENT
+  local r b bins=(new) port rpid cfg w ph lp
+  say "== store (what one node costs Redis)"
+  md "## 6. What one node costs Redis"
+  md ""
+  if [ ! -x "$LOAD" ] || ! command -v redis-server >/dev/null 2>&1 || ! command -v redis-cli >/dev/null 2>&1; then
+    say "spop_load, redis-server or redis-cli missing: skipped"
+    md "spop_load, redis-server or redis-cli missing: skipped."; md ""
+    return 0
+  fi
+  [ -n "${BENCH_BASELINE:-}" ] && [ -x "$BENCH_BASELINE" ] && bins=(old new)
+  : > "$RAW/store.txt"
+  for r in $(seq 1 "$rounds"); do
+    for b in "${bins[@]}"; do
+      if [ "$b" = old ]; then AGENT=$BENCH_BASELINE; else AGENT=$save; fi
+      free_port STORE_PORT && free_port port || { AGENT=$save; return 1; }
+      "${PIN1[@]}" redis-server --port "$STORE_PORT" --bind 127.0.0.1 --save "" --appendonly no \
+        > "$RAW/redis-store-$STORE_PORT.log" 2>&1 &
+      rpid=$!
+      PIDS+=("$rpid")
+      for w in $(seq 1 50); do listening "$STORE_PORT" && break; sleep 0.05; done
+      cfg=$RAW/agent-store.json
+      printf '{"namespaces":[{"name":"default","window_sizes":[60],"sync_rate":0.1,"strategy":"redis","strategy_opts":{"host":"127.0.0.1","port":%s,"timeout_ms":100}}]}\n' \
+        "$STORE_PORT" > "$cfg"
+      if ! start_agent "$port" 0 -w 1 -c "$cfg"; then
+        stop_pid "$rpid"; forget "$rpid"; AGENT=$save; return 1
+      fi
+      "${PIN1[@]}" "$LOAD" -p "$port" -c 1 -k 1 -n 1 -N 1 -d 0.5 -w 0 -q > /dev/null 2>&1
+      sleep 2
+      ph="$(store_window "$secs") $(store_monitor 3)"
+      echo "$b $r idle $ph" >> "$RAW/store.txt"; say "store $b round=$r idle: $ph"
+      for w in 1 100; do
+        "${PIN1[@]}" "$LOAD" -p "$port" -c 1 -k 16 -n "$w" -r 1000 -d "$((secs + 5))" -w 0 -q \
+          > /dev/null 2>&1 &
+        lp=$!
+        PIDS+=("$lp")
+        sleep 1
+        ph="$(store_window "$secs") $(store_monitor 3)"
+        wait "$lp" 2>/dev/null; forget "$lp"
+        echo "$b $r 1k-${w}key $ph" >> "$RAW/store.txt"; say "store $b round=$r 1k/s, $w key(s): $ph"
+      done
+      stop_agent
+      stop_pid "$rpid"; forget "$rpid"
+    done
+  done
+  AGENT=$save
+  md "One agent (1 worker) and its own Redis, namespace \"default\" with \`sync_rate\` 0.1 s and admission auto"
+  md "(exact: grants far from the limit). idle: one key known, nothing sent for ${secs} s. 1k/s: \`spop_load -r 1000\`"
+  md "(limit 1,000,000) for ${secs} s on one key, then on 100. Per second, medians over $rounds rounds: the commands the"
+  md "agent sent (MONITOR, 3 s more), the µs INFO commandstats gives the ones it sends (EVALSHA, EVAL, HMGET; a"
+  md "script's include what it runs, and an HMGET inside a push script counts twice), Redis's own CPU (INFO cpu,"
+  md "user + sys, ms/s: Redis's own timers included, about 2-3 ms/s here with no client at all)."
+  md ""
+  md "| phase | binary | commands/s | command µs/s | Redis CPU ms/s |"
+  md "|---|---|---|---|---|"
+  for ph in idle 1k-1key 1k-100key; do
+    for b in "${bins[@]}"; do
+      md "| $ph | $([ "$b" = old ] && echo baseline || echo this agent) | $(awk -v b="$b" -v p="$ph" '$1 == b && $3 == p { print $8 }' "$RAW/store.txt" | median) | $(awk -v b="$b" -v p="$ph" '$1 == b && $3 == p { printf "%.0f\n", $5 / $7 }' "$RAW/store.txt" | median) | $(awk -v b="$b" -v p="$ph" '$1 == b && $3 == p { printf "%.2f\n", $6 / $7 / 1000 }' "$RAW/store.txt" | median) |"
+    done
+  done
+  md ""
+  md "Every run: \`$RAW/store.txt\` (binary, round, phase, calls, command µs, CPU µs, seconds, commands/s by MONITOR)."
   md ""
 }
 
@@ -1053,6 +1222,7 @@ part_http() {
 # ----------------------------------------------------------------- nginx ---
 
 NGINX_PID=""
+NGINX_MODULE=${BENCH_NGINX_MODULE:-$ROOT/build/nginx/ngx_http_spoa_ratelimit_module.so}
 # nginx_start CONF: nginx in the foreground on CONF (prefix $RAW/nginx).
 nginx_start() {
   local port=$2 i
@@ -1068,32 +1238,51 @@ nginx_start() {
 
 nginx_stop() { [ -n "$NGINX_PID" ] && { stop_pid "$NGINX_PID" 5; forget "$NGINX_PID"; NGINX_PID=""; }; }
 
-# nginx_conf OUT FRONT APP AGENT_HTTP AUTH(0|1): nginx-examples/nginx.conf
-# on these ports (its limits are the agent's: see part_nginx); AUTH 0 drops
-# the auth_request lines (nginx alone, proxying to the same app).
+# nginx_conf OUT VARIANT FRONT APP AGENT_HTTP AGENT_SPOP: the nginx
+# examples on these ports (their limits are the agent's: see part_nginx).
+#   alone     nginx-examples/nginx.conf without its auth_request lines:
+#             nginx proxying to the app
+#   limitreq  the same with nginx's own limit_req in location / (per
+#             client IP, a rate out of reach)
+#   auth      nginx-examples/nginx.conf: auth_request to the HTTP front
+#   module    nginx-examples/nginx-module.conf: the module, SPOP
 nginx_conf() {
-  local out=$1 fe=$2 app=$3 ah=$4 auth=$5
+  local out=$1 v=$2 fe=$3 app=$4 ah=$5 spop=$6 src=nginx.conf
+  [ "$v" = module ] && src=nginx-module.conf
   sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$ah/; s/127\.0\.0\.1:8082/127.0.0.1:$app/" \
+      -e "s/127\.0\.0\.1:12345/127.0.0.1:$spop/" \
+      -e "s|^include /etc/nginx/modules-enabled/\*.conf;|load_module $NGINX_MODULE;|" \
       -e "s/listen 8080;/listen 127.0.0.1:$fe;/" \
       -e "s|/etc/nginx/spoa-ratelimit-check.conf|$ROOT/nginx-examples/spoa-ratelimit-check.conf|" \
       -e "s|^http {|http {\n    access_log off;\n    client_body_temp_path $RAW/nginx/body;\n    proxy_temp_path $RAW/nginx/proxy;\n    fastcgi_temp_path $RAW/nginx/fastcgi;\n    uwsgi_temp_path $RAW/nginx/uwsgi;\n    scgi_temp_path $RAW/nginx/scgi;\n    server { listen 127.0.0.1:$app; location / { return 200 \"app\\\\n\"; } }|" \
-      "$ROOT/nginx-examples/nginx.conf" |
-    if [ "$auth" = 1 ]; then cat; else sed -e '/auth_request/d; /$rl_/d'; fi |
+      "$ROOT/nginx-examples/$src" |
+    case $v in
+      auth|module) cat ;;
+      alone) sed -e '/auth_request/d; /$rl_/d' ;;
+      limitreq) sed -e '/auth_request/d; /$rl_/d' \
+          -e "s|^http {|http {\n    limit_req_zone \$binary_remote_addr zone=bench:10m rate=1000000r/s;|" \
+          -e '0,/^        location \/ {/s//        location \/ {\n            limit_req zone=bench burst=1000000 nodelay;/' ;;
+    esac |
     sed -e '/^worker_processes/d' > "$out"
 }
 
 part_nginx() {
-  local r v fe app ah port f rps p99 n0 n1 a0 a1 reqs ncpu acpu
-  say "== nginx (nginx alone vs nginx + auth_request to the agent)"
-  md "## 3b. nginx: alone vs auth_request to the HTTP front"
+  local r v fe app ah port f rps p99 n0 n1 a0 a1 reqs ncpu acpu variants="alone limitreq auth module"
+  say "== nginx (alone, limit_req, auth_request to the HTTP front, the module over SPOP)"
+  md "## 3b. nginx: alone, limit_req, auth_request to the HTTP front, the module"
   md ""
   if ! command -v nginx >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
     say "nginx or wrk missing: skipped"; md "nginx or wrk missing (\`scripts/deps.sh bench\`): skipped."; md ""
     return 0
   fi
+  if [ ! -f "$NGINX_MODULE" ]; then
+    variants="alone limitreq auth"
+    say "no $NGINX_MODULE (make nginx-module): the module variant is skipped"
+    md "No \`$NGINX_MODULE\` (\`make nginx-module\`): the module variant is skipped."; md ""
+  fi
   : > "$RAW/nginx.txt"
   free_port port && free_port ah || return 1
-  # nginx-examples/agent.json on this port, the per-IP limit out of reach.
+  # nginx-examples/agent.json on these ports, the per-IP limit out of reach.
   sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$ah/" \
       -e '/"per-ip"/s/"limit": *[0-9]*/"limit": 1000000000/' \
     "$ROOT/nginx-examples/agent.json" > "$RAW/nginx-agent.json"
@@ -1101,9 +1290,9 @@ part_nginx() {
     { echo "bench: no per-ip limit to raise in nginx-examples/agent.json" >&2; return 1; }
   start_agent "$port" 0 -w 1 -c "$RAW/nginx-agent.json" || return 1
   for r in $(seq 1 "$E2E_ROUNDS"); do
-    for v in alone auth; do
+    for v in $variants; do
       free_port fe && free_port app || return 1
-      nginx_conf "$RAW/nginx-$v.conf" "$fe" "$app" "$ah" "$([ "$v" = auth ] && echo 1 || echo 0)"
+      nginx_conf "$RAW/nginx-$v.conf" "$v" "$fe" "$app" "$ah" "$port"
       nginx_start "$RAW/nginx-$v.conf" "$fe" || return 1
       f=$RAW/nginx-$v-$r.txt
       "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "http://127.0.0.1:$fe/" > /dev/null 2>&1
@@ -1113,33 +1302,446 @@ part_nginx() {
       rps=$(wrk_field "$f" rps); reqs=$(wrk_field "$f" requests); p99=$(wrk_field "$f" p99_us)
       ncpu=$(awk -v d=$((n1 - n0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }')
       acpu=-
-      [ "$v" = auth ] && acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }')
+      case $v in auth|module)
+        acpu=$(awk -v d=$((a1 - a0)) -v t="$CLK_TCK" -v n="${reqs:-0}" 'BEGIN { if (n > 0) printf "%.2f", d / t / n * 1e6; else print "-" }') ;;
+      esac
       echo "$v $r ${rps:-0} ${p99:-0} $ncpu $acpu $(wrk_field "$f" non2xx)" >> "$RAW/nginx.txt"
       say "nginx variant=$v round=$r req/s=$rps p99_us=$p99 nginx_us/req=$ncpu agent_us/req=$acpu non2xx=$(wrk_field "$f" non2xx)"
       nginx_stop
     done
   done
   stop_agent
-  md "nginx-examples/nginx.conf (location \`/\`, per-IP check, limit raised out of reach) with \`worker_processes 1\`,"
-  md "nginx and the agent (1 worker) on CPU 0, \`wrk -t1 -c$E2E_CONNS -d${E2E_SECONDS}s\` on CPU 1; \"alone\" is the same"
-  md "file without its auth_request lines. Interleaved alone, auth × $E2E_ROUNDS; medians."
+  md "nginx-examples/nginx.conf and nginx-module.conf (location \`/\`, per-IP limit raised out of reach) with"
+  md "\`worker_processes 1\`, nginx and the agent (1 worker) on CPU 0, \`wrk -t1 -c$E2E_CONNS -d${E2E_SECONDS}s\` on CPU 1."
+  md "alone: nginx.conf without its auth_request lines (nginx proxying to the app); limitreq: the same with"
+  md "\`limit_req\` per client IP; auth: nginx.conf (auth_request to the HTTP front); module: nginx-module.conf"
+  md "(one NOTIFY per request). Interleaved $variants × $E2E_ROUNDS; medians."
   md ""
-  md "| variant | req/s | × alone | p99 µs | nginx CPU µs/req | agent CPU µs/req | non-2xx |"
-  md "|---|---|---|---|---|---|---|"
-  local alone
+  md "| variant | req/s | × alone | × alone by CPU | p99 µs | nginx CPU µs/req | agent CPU µs/req | non-2xx |"
+  md "|---|---|---|---|---|---|---|---|"
+  local alone auth alone_cpu auth_cpu cpu
   alone=$(awk '$1 == "alone" { print $3 }' "$RAW/nginx.txt" | median)
-  for v in alone auth; do
+  auth=$(awk '$1 == "auth" { print $3 }' "$RAW/nginx.txt" | median)
+  # CPU per request on CPU 0 (nginx + agent): less moved by other work on
+  # the machine than req/s; "× alone by CPU" is alone's over the variant's.
+  alone_cpu=$(awk '$1 == "alone" { print $5 }' "$RAW/nginx.txt" | median)
+  auth_cpu=$(awk '$1 == "auth" { print $5 + $6 }' "$RAW/nginx.txt" | median)
+  for v in $variants; do
     rps=$(awk -v v="$v" '$1 == v { print $3 }' "$RAW/nginx.txt" | median)
     p99=$(awk -v v="$v" '$1 == v { print $4 }' "$RAW/nginx.txt" | median)
     ncpu=$(awk -v v="$v" '$1 == v { print $5 }' "$RAW/nginx.txt" | median)
     acpu=$(awk -v v="$v" '$1 == v && $6 != "-" { print $6 }' "$RAW/nginx.txt" | median)
-    md "| $v | $(printf '%.0f' "${rps:-0}") | $(awk -v a="$rps" -v b="$alone" 'BEGIN { if (b > 0) printf "%.2f", a / b }') | $p99 | $ncpu | ${acpu:--} | $(awk -v v="$v" '$1 == v { s += $7 } END { print s + 0 }' "$RAW/nginx.txt") |"
+    cpu=$(awk -v v="$v" '$1 == v { print $5 + ($6 == "-" ? 0 : $6) }' "$RAW/nginx.txt" | median)
+    md "| $v | $(printf '%.0f' "${rps:-0}") | $(awk -v a="$rps" -v b="$alone" 'BEGIN { if (b > 0) printf "%.2f", a / b }') | $(awk -v a="$alone_cpu" -v b="$cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b }') | $p99 | $ncpu | ${acpu:--} | $(awk -v v="$v" '$1 == v { s += $7 } END { print s + 0 }' "$RAW/nginx.txt") |"
+    if [ "$v" = module ]; then
+      NGINX_MOD_ALONE=$(awk -v a="$rps" -v b="$alone" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+      NGINX_MOD_AUTH=$(awk -v a="$rps" -v b="$auth" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+      NGINX_MOD_ALONE_CPU=$(awk -v a="$alone_cpu" -v b="$cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+      NGINX_MOD_AUTH_CPU=$(awk -v a="$auth_cpu" -v b="$cpu" 'BEGIN { if (b > 0) printf "%.2f", a / b }')
+    fi
   done
+  md ""
+  # Each round's ratios: the medians above hide how much the noise moved.
+  if [[ " $variants " == *" module "* ]]; then
+    md "Per round, module ÷ alone and module ÷ auth by req/s: $(awk '{ v[$1 " " $2] = $3 } END { for (r = 1; (("alone " r) in v); r++) printf "%s%.2f / %.2f", (r > 1 ? ", " : ""), v["module " r] / v["alone " r], v["module " r] / v["auth " r] }' "$RAW/nginx.txt");"
+    md "by CPU: $(awk '{ v[$1 " " $2] = $5 + ($6 == "-" ? 0 : $6) } END { for (r = 1; (("alone " r) in v); r++) printf "%s%.2f / %.2f", (r > 1 ? ", " : ""), v["alone " r] / v["module " r], v["auth " r] / v["module " r] }' "$RAW/nginx.txt")."
+    md ""
+  fi
+}
+
+# ----------------------------------------------------------------- scale ---
+
+# Part scale: N agents (one worker each) on one Redis, all driven by one
+# spop_load (-P: one port per agent, -r per agent), at N = each of
+# BENCH_SCALE_NODES. What one Redis spends per node, idle and under a
+# steady load, and whether a key shared by all nodes, hit above its limit,
+# gets its limit. How to read it: docs/BENCHMARKS.md, docs/CLUSTER.md
+# "Scale by simulation".
+SCALE_NODES=${BENCH_SCALE_NODES:-10 50 100}
+SCALE_RATE=${BENCH_SCALE_RATE:-100}              # hits/s per agent
+SCALE_KEYS=${BENCH_SCALE_KEYS:-10}               # other keys, each hit by every agent
+SCALE_HOT_EVERY=${BENCH_SCALE_HOT_EVERY:-10}     # every 10th hit of each agent: the hot key
+SCALE_WINDOW=${BENCH_SCALE_WINDOW:-10}           # the window of every key, s
+SCALE_LIMIT=${BENCH_SCALE_LIMIT:-}               # default: half its hits per window
+SCALE_SYNC=${BENCH_SCALE_SYNC:-0.1}
+SCALE_TIMEOUT_MS=${BENCH_SCALE_TIMEOUT_MS:-100}
+SCALE_MAX_KEYS=${BENCH_SCALE_MAX_KEYS:-4096}
+SCALE_IDLE=${BENCH_SCALE_IDLE_SECONDS:-10}
+SCALE_WARMUP=${BENCH_SCALE_WARMUP:-20}           # two windows: every key has a previous one
+SCALE_SECONDS=${BENCH_SCALE_SECONDS:-40}
+# Phantom nodes: this many more entries kept fresh in the namespace's node
+# hash (the heartbeats' HGETALL reads them all; the agents count them, and
+# size their grants by them): a heartbeat costs what it would with N +
+# phantoms nodes, without running them.
+SCALE_PHANTOMS=${BENCH_SCALE_PHANTOMS:-0}
+
+SCALE_RPORT=""
+SCALE_REDIS_PID=""
+SCALE_PHANTOM_PID=""
+SCALE_MASTERS=()      # the agents (masters) of the run
+SCALE_PIDS=()         # masters and workers: their CPU is measured
+SCALE_PORTS=()        # SPOP ports
+SCALE_HPORTS=()       # HTTP ports (/metrics)
+
+# scale_snap TAG [metrics]: the time, Redis's CPU and command counts, the
+# agents' CPU ticks and the machine's CPU use now, into $RAW/scale-TAG.*;
+# with "metrics", every agent's /metrics too (after the rest: it takes a
+# while, and the agents' CPU for it is not in this reading).
+scale_snap() {
+  local f=$RAW/scale-$1 hp
+  date +%s.%N > "$f.time"
+  redis-cli -p "$SCALE_RPORT" INFO cpu 2>/dev/null | tr -d '\r' > "$f.cpu"
+  redis-cli -p "$SCALE_RPORT" INFO commandstats 2>/dev/null | tr -d '\r' > "$f.cmd"
+  ticks "${SCALE_PIDS[@]}" > "$f.ticks"
+  awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat > "$f.stat"
+  : > "$f.metrics"
+  if [ "${2:-}" = metrics ]; then
+    for hp in "${SCALE_HPORTS[@]}"; do
+      curl -s --max-time 2 "http://127.0.0.1:$hp/metrics" >> "$f.metrics" 2>/dev/null
+    done
+  fi
+}
+
+# scale_cmds A B: per Redis command, calls and usec between readings A and
+# B (INFO commandstats): "name calls usec" lines.
+scale_cmds() {
+  awk -F'[:,=]' '/^cmdstat_/ {
+      n = substr($1, 9)
+      if (FILENAME == ARGV[1]) { c0[n] = $3; u0[n] = $5 } else { c1[n] = $3; u1[n] = $5 } }
+    END { for (n in c1) if (c1[n] - c0[n] > 0) print n, c1[n] - c0[n], u1[n] - u0[n] }' \
+    "$RAW/scale-$1.cmd" "$RAW/scale-$2.cmd" | sort -k2,2nr
+}
+
+# scale_calls A B REGEX: calls of the commands matching REGEX between A and B.
+scale_calls() { scale_cmds "$1" "$2" | awk -v re="$3" '$1 ~ re { s += $2 } END { print s + 0 }'; }
+scale_usec() { scale_cmds "$1" "$2" | awk -v re="$3" '$1 ~ re { s += $3 } END { print s + 0 }'; }
+
+# The commands an agent sends itself; the others Redis runs inside its
+# scripts (HMGET: one per push call, HGET: two per admission, HGETALL: one
+# per heartbeat), and INFO is this script's.
+SCALE_TOP='^(eval|evalsha|script\|load|auth|select|role|ping|wait|hello|asking|client\|.*|cluster\|.*)$'
+
+# scale_dt A B: seconds between readings A and B.
+scale_dt() { awk '{ if (NR == 1) a = $1; else b = $1 } END { printf "%.3f", b - a }' "$RAW/scale-$1.time" "$RAW/scale-$2.time"; }
+
+# scale_rcpu A B: Redis's CPU seconds (used_cpu_sys + used_cpu_user) between A and B.
+scale_rcpu() {
+  awk -F: '/^used_cpu_(sys|user):/ { s[FILENAME] += $2 } END { printf "%.3f", s[ARGV[2]] - s[ARGV[1]] }' \
+    "$RAW/scale-$1.cpu" "$RAW/scale-$2.cpu"
+}
+
+# scale_msum TAG REGEX: the sum, over every agent, of the /metrics lines
+# matching REGEX.
+scale_msum() { awk -v re="$2" '$0 ~ re { s += $NF } END { printf "%.0f", s }' "$RAW/scale-$1.metrics"; }
+scale_mdelta() { echo $(( $(scale_msum "$2" "$3") - $(scale_msum "$1" "$3") )); }
+
+# scale_sync_p99 A B: the 99th percentile of the agents' sync cycle time
+# between A and B, as the bucket bound of the summed histograms.
+scale_sync_p99() {
+  awk '/^spoa_ratelimit_sync_duration_seconds_bucket/ {
+      le = $1; sub(/.*le="/, "", le); sub(/".*/, "", le)
+      if (FILENAME == ARGV[1]) b0[le] += $NF; else b1[le] += $NF }
+    END { n = b1["+Inf"] - b0["+Inf"]; if (n <= 0) { print "-"; exit }
+          m = split("0.001 0.0025 0.005 0.01 0.025 0.05 0.1 0.25 0.5 1 2.5 5 +Inf", les, " ")
+          for (i = 1; i <= m; i++) if (b1[les[i]] - b0[les[i]] >= 0.99 * n) { print ((les[i] == "+Inf") ? "> 5 s" : "<= " les[i] * 1000 " ms"); exit } }' \
+    "$RAW/scale-$1.metrics" "$RAW/scale-$2.metrics"
+}
+
+# scale_phantoms COUNT: COUNT more fields in the node hash of the agents'
+# namespace (found in Redis: "*:nodes}"), set to the time every 0.5 s (a
+# node counts for 3 sync periods + 1 s), until scale_stop.
+scale_phantoms() {
+  local key i args=()
+  key=$(redis-cli -p "$SCALE_RPORT" --scan --pattern '*:nodes}' 2>/dev/null | head -n 1)
+  [ -n "$key" ] || return 1
+  for i in $(seq 1 "$1"); do args+=("phantom-$i" NOW); done
+  (
+    trap 'exit 0' TERM
+    while :; do
+      redis-cli -p "$SCALE_RPORT" HSET "$key" "${args[@]/#NOW/$(date +%s.%N)}" > /dev/null 2>&1
+      sleep 0.5
+    done
+  ) &
+  SCALE_PHANTOM_PID=$!
+  PIDS+=("$SCALE_PHANTOM_PID")
+}
+
+# scale_stop: every agent of the run (SIGTERM to all, then each waited for),
+# then its Redis.
+scale_stop() {
+  local p
+  if [ -n "$SCALE_PHANTOM_PID" ]; then
+    stop_pid "$SCALE_PHANTOM_PID"; forget "$SCALE_PHANTOM_PID"; SCALE_PHANTOM_PID=""
+  fi
+  for p in "${SCALE_MASTERS[@]}"; do kill -TERM "$p" 2>/dev/null; done
+  for p in "${SCALE_MASTERS[@]}"; do stop_pid "$p" 10; forget "$p"; done
+  reap_workers
+  SCALE_MASTERS=(); SCALE_PIDS=(); SCALE_PORTS=(); SCALE_HPORTS=()
+  AGENT_PID=""
+  if [ -n "$SCALE_REDIS_PID" ]; then
+    stop_pid "$SCALE_REDIS_PID"; forget "$SCALE_REDIS_PID"; SCALE_REDIS_PID=""
+  fi
+}
+
+# scale_fits N: can this machine hold N agents (open files of spop_load and
+# Redis, processes, memory)? Says why not.
+scale_fits() {
+  local n=$1 nofile nproc_max avail
+  nofile=$(ulimit -n); nproc_max=$(ulimit -u)
+  avail=$(awk '/^MemAvailable:/ { print int($2 / 1024) }' /proc/meminfo)
+  if [ "$nofile" != unlimited ] && [ "$nofile" -lt $((2 * n + 64)) ]; then
+    echo "open files limit $nofile < $((2 * n + 64))"; return 1
+  fi
+  if [ "$nproc_max" != unlimited ] && [ "$nproc_max" -lt $((2 * n + 256)) ]; then
+    echo "process limit $nproc_max < $((2 * n + 256))"; return 1
+  fi
+  # An agent with a small table: ~4 MB of its own (master + worker, PSS),
+  # the table ~220 bytes per max_keys entry; 32 MB each to be safe.
+  if [ "${avail:-0}" -lt $((32 * n + 512)) ]; then
+    echo "${avail:-?} MB available < $((32 * n + 512)) MB"; return 1
+  fi
+  return 0
+}
+
+# scale_run N: one run at N agents; appends a line of name=value fields to
+# $RAW/scale.txt.
+scale_run() {
+  local n=$1 i port hport cfg limit lp line why ports="" t0 mk
+  if ! why=$(scale_fits "$n"); then
+    say "scale: $n agents do not fit: $why"
+    echo "n=$n failed=1 why=$(echo "$why" | tr ' ' '_')" >> "$RAW/scale.txt"
+    return 0
+  fi
+  limit=${SCALE_LIMIT:-$(awk -v n="$n" -v r="$SCALE_RATE" -v e="$SCALE_HOT_EVERY" -v w="$SCALE_WINDOW" \
+    'BEGIN { printf "%d", n * r / e * w / 2 }')}
+  mk=$SCALE_MAX_KEYS
+  [ "$mk" -lt $((4 * SCALE_KEYS + 64)) ] && mk=$((4 * SCALE_KEYS + 64))
+  local load_start; load_start=$(uptime | sed 's/.*load average: //')
+  free_port SCALE_RPORT || return 1
+  redis-server --port "$SCALE_RPORT" --bind 127.0.0.1 --save "" --appendonly no \
+    > "$RAW/scale-redis-$n.log" 2>&1 &
+  SCALE_REDIS_PID=$!
+  PIDS+=("$SCALE_REDIS_PID")
+  for i in $(seq 1 100); do listening "$SCALE_RPORT" && break; sleep 0.05; done
+  listening "$SCALE_RPORT" || { say "scale: redis-server did not start"; scale_stop; return 1; }
+  # The agents: all launched, then each waited for.
+  t0=$(date +%s)
+  for i in $(seq 1 "$n"); do
+    if ! free_port port || ! free_port hport; then scale_stop; return 1; fi
+    cfg=$RAW/scale-agent-$n-$i.json
+    printf '{"max_keys":%s,"http_listen":"127.0.0.1:%s","namespaces":[{"name":"default","window_sizes":%s,"sync_rate":%s,"count_denied":false,"strategy":"redis","strategy_opts":{"host":"127.0.0.1","port":%s,"timeout_ms":%s}}]}\n' \
+      "$mk" "$hport" "[$SCALE_WINDOW]" \
+      "$SCALE_SYNC" "$SCALE_RPORT" "$SCALE_TIMEOUT_MS" > "$cfg"
+    agent_launch "$port" none -w 1 -c "$cfg"
+    SCALE_MASTERS+=("$AGENT_PID"); SCALE_PORTS+=("$port"); SCALE_HPORTS+=("$hport")
+  done
+  for i in $(seq 0 $((n - 1))); do
+    if ! agent_wait "${SCALE_PORTS[$i]}" "${SCALE_MASTERS[$i]}"; then
+      say "scale: agent $((i + 1)) of $n did not start"; scale_stop; return 1
+    fi
+  done
+  AGENT_PID=""
+  for i in "${SCALE_MASTERS[@]}"; do
+    SCALE_PIDS+=("$i")
+    # shellcheck disable=SC2207
+    SCALE_PIDS+=($(pgrep -P "$i"))
+  done
+  say "scale: $n agents up in $(( $(date +%s) - t0 )) s (Redis on port $SCALE_RPORT)"
+  ports=$(IFS=,; echo "${SCALE_PORTS[*]}")
+  # Every agent heartbeats once it runs: let them all count each other.
+  sleep 2
+  if [ "$SCALE_PHANTOMS" -gt 0 ]; then
+    scale_phantoms "$SCALE_PHANTOMS" || { say "scale: no node hash in Redis"; scale_stop; return 1; }
+    sleep 2
+  fi
+  # Idle: agents up, no traffic.
+  scale_snap "$n-idle0"
+  sleep "$SCALE_IDLE"
+  scale_snap "$n-idle1" metrics
+  # Steady load: one spop_load for all, per agent SCALE_RATE hits/s over
+  # SCALE_KEYS keys, every SCALE_HOT_EVERY-th on the hot key.
+  "$LOAD" -q -P "$ports" -c 1 -k 16 -r "$SCALE_RATE" -n "$SCALE_KEYS" -W "$SCALE_WINDOW" -m ratelimit \
+    -H "$SCALE_HOT_EVERY:$SCALE_WINDOW:$limit" -w "$SCALE_WARMUP" -d "$SCALE_SECONDS" \
+    > "$RAW/scale-$n-load.txt" 2> "$RAW/scale-$n-load.err" &
+  lp=$!
+  PIDS+=("$lp")
+  sleep "$SCALE_WARMUP"
+  scale_snap "$n-load0" metrics
+  sleep "$SCALE_SECONDS"
+  scale_snap "$n-load1" metrics
+  wait "$lp"; forget "$lp"
+  local load_end; load_end=$(uptime | sed 's/.*load average: //')
+  scale_cmds "$n-idle0" "$n-idle1" > "$RAW/scale-$n-idle.cmds"
+  scale_cmds "$n-load0" "$n-load1" > "$RAW/scale-$n-load.cmds"
+  line=$(grep '^RESULT' "$RAW/scale-$n-load.txt")
+  [ -n "$line" ] || line="RESULT failed=1 errors=1"
+  grep '^HOT' "$RAW/scale-$n-load.txt" | sed "s/^/n=$n /" >> "$RAW/scale-hot.txt"
+  scale_stop
+
+  local di dl ri rl ai al bi bl
+  di=$(scale_dt "$n-idle0" "$n-idle1"); dl=$(scale_dt "$n-load0" "$n-load1")
+  ri=$(scale_rcpu "$n-idle0" "$n-idle1"); rl=$(scale_rcpu "$n-load0" "$n-load1")
+  ai=$(( $(cat "$RAW/scale-$n-idle1.ticks") - $(cat "$RAW/scale-$n-idle0.ticks") ))
+  al=$(( $(cat "$RAW/scale-$n-load1.ticks") - $(cat "$RAW/scale-$n-load0.ticks") ))
+  bl=$(awk '{ if (NR == 1) { t = $1; i = $2 } else { dt = $1 - t; di = $2 - i } }
+            END { printf "%.2f", (dt > 0) ? (dt - di) / dt * c : 0 }' c="$(nproc)" \
+       "$RAW/scale-$n-load0.stat" "$RAW/scale-$n-load1.stat")
+  bi=$(awk '{ if (NR == 1) { t = $1; i = $2 } else { dt = $1 - t; di = $2 - i } }
+            END { printf "%.2f", (dt > 0) ? (dt - di) / dt * c : 0 }' c="$(nproc)" \
+       "$RAW/scale-$n-idle0.stat" "$RAW/scale-$n-idle1.stat")
+  local top_i top_l ev_i ev_l es_l pu_l ad_l hb_l evu_l esu_l evu_i
+  top_i=$(scale_calls "$n-idle0" "$n-idle1" "$SCALE_TOP"); top_l=$(scale_calls "$n-load0" "$n-load1" "$SCALE_TOP")
+  ev_i=$(scale_calls "$n-idle0" "$n-idle1" '^eval$'); ev_l=$(scale_calls "$n-load0" "$n-load1" '^eval$')
+  evu_i=$(scale_usec "$n-idle0" "$n-idle1" '^eval$'); evu_l=$(scale_usec "$n-load0" "$n-load1" '^eval$')
+  es_l=$(scale_calls "$n-load0" "$n-load1" '^evalsha$'); esu_l=$(scale_usec "$n-load0" "$n-load1" '^evalsha$')
+  pu_l=$(scale_calls "$n-load0" "$n-load1" '^hmget$')
+  ad_l=$(( $(scale_calls "$n-load0" "$n-load1" '^hget$') / 2 ))
+  hb_l=$(scale_calls "$n-load0" "$n-load1" '^hgetall$')
+  local nodes_min nodes_max
+  nodes_min=$(awk '/^spoa_ratelimit_store_nodes/ { if (m == "" || $NF < m) m = $NF } END { print m + 0 }' "$RAW/scale-$n-load1.metrics")
+  nodes_max=$(awk '/^spoa_ratelimit_store_nodes/ { if ($NF > m) m = $NF } END { print m + 0 }' "$RAW/scale-$n-load1.metrics")
+  {
+    printf 'n=%s phantoms=%s limit=%s window=%s idle_s=%s load_s=%s' "$n" "$SCALE_PHANTOMS" "$limit" "$SCALE_WINDOW" "$di" "$dl"
+    printf ' redis_cpu_idle=%s redis_cpu_load=%s' "$(awk -v a="$ri" -v d="$di" 'BEGIN { printf "%.4f", a / d }')" \
+      "$(awk -v a="$rl" -v d="$dl" 'BEGIN { printf "%.4f", a / d }')"
+    printf ' agents_cpu_idle=%s agents_cpu_load=%s' \
+      "$(awk -v a="$ai" -v t="$CLK_TCK" -v d="$di" 'BEGIN { printf "%.4f", a / t / d }')" \
+      "$(awk -v a="$al" -v t="$CLK_TCK" -v d="$dl" 'BEGIN { printf "%.4f", a / t / d }')"
+    printf ' machine_busy_idle=%s machine_busy_load=%s' "$bi" "$bl"
+    printf ' top_idle=%s top_load=%s eval_idle=%s eval_load=%s evalsha_load=%s pushes_load=%s admits_load=%s heartbeats_load=%s' \
+      "$top_i" "$top_l" "$ev_i" "$ev_l" "$es_l" "$pu_l" "$ad_l" "$hb_l"
+    printf ' eval_usec_idle=%s eval_usec_load=%s evalsha_usec_load=%s' "$evu_i" "$evu_l" "$esu_l"
+    printf ' adm_store=%s adm_grant=%s adm_view=%s adm_degraded=%s' \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="store"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="grant"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="view"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'admissions_total.*by="degraded"')"
+    printf ' cycles_ok=%s cycles_failed=%s sync_p99=%s nodes_min=%s nodes_max=%s nodes_idle_min=%s' \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'sync_cycles_total.*result="ok"')" \
+      "$(scale_mdelta "$n-load0" "$n-load1" 'sync_cycles_total.*result="failed"')" \
+      "$(scale_sync_p99 "$n-load0" "$n-load1" | tr ' ' '_')" "$nodes_min" "$nodes_max" \
+      "$(awk '/^spoa_ratelimit_store_nodes/ { if (m == "" || $NF < m) m = $NF } END { print m + 0 }' "$RAW/scale-$n-idle1.metrics")"
+    printf ' loadavg_start=%s loadavg_end=%s' "$(echo "$load_start" | tr -d ' ')" "$(echo "$load_end" | tr -d ' ')"
+    printf ' %s\n' "${line#RESULT }"
+  } >> "$RAW/scale.txt"
+  say "scale: n=$n $(tail -n 1 "$RAW/scale.txt")"
+}
+
+part_scale() {
+  local n l
+  say "== scale (N agents on one Redis, one spop_load for all)"
+  md "## 6. Scale by simulation: N agents on one Redis"
+  md ""
+  if [ ! -x "$LOAD" ] || [ ! -x "$AGENT" ] || ! command -v redis-server > /dev/null 2>&1 ||
+     ! command -v redis-cli > /dev/null 2>&1 || ! command -v curl > /dev/null 2>&1; then
+    say "spop_load, the agent, redis-server, redis-cli or curl missing: skipped"
+    md "spop_load, the agent, redis-server, redis-cli or curl missing: skipped."; md ""
+    return 0
+  fi
+  : > "$RAW/scale.txt"; : > "$RAW/scale-hot.txt"
+  for n in $SCALE_NODES; do
+    scale_run "$n" || say "scale: run at $n agents failed"
+  done
+  scale_report
+}
+
+# scale_report: the tables of part scale, from $RAW/scale.txt.
+scale_report() {
+  local l n dl di lbl
+  md "N agents (\`spoa-ratelimit -w 1\`, nothing pinned) on one redis-server, each agent's namespace"
+  md "\`default\` synced every ${SCALE_SYNC} s (admission auto: exact), one window of ${SCALE_WINDOW} s (sliding),"
+  md "\`count_denied\` false, \`max_keys\` $SCALE_MAX_KEYS (at least 4 x keys), \`timeout_ms\` $SCALE_TIMEOUT_MS."
+  md "Idle: ${SCALE_IDLE} s with the agents up and no traffic. Load: one \`spop_load -P <every agent's port> -c 1"
+  md "-k 16 -r $SCALE_RATE -n $SCALE_KEYS -W $SCALE_WINDOW -H $SCALE_HOT_EVERY:$SCALE_WINDOW:LIMIT -w $SCALE_WARMUP -d $SCALE_SECONDS\`:"
+  md "$SCALE_RATE hits/s per agent, open loop, over $SCALE_KEYS keys hit by every agent (limit 10^6: far from it),"
+  md "and every ${SCALE_HOT_EVERY}th hit of every agent on one key \"hot\" with LIMIT per ${SCALE_WINDOW} s"
+  md "(default: half of what it gets, so it is held at its limit). Measured after a warm-up of $SCALE_WARMUP s (every"
+  md "key has a previous window then). Redis CPU: used_cpu_sys + used_cpu_user"
+  md "(INFO cpu) over the measured time, 100 % = one core. Commands: INFO commandstats; the agents send"
+  md "EVAL (heartbeat: one per sync cycle) and EVALSHA (a push: one per hash of the node's active counters"
+  md "per cycle; an admission: one per hit the store decides); Redis runs HMGET once per push, HGET twice"
+  md "per admission, HGETALL once per heartbeat inside them. Measured on this branch as it is."
+  if [ "$SCALE_PHANTOMS" -gt 0 ]; then
+    md "With $SCALE_PHANTOMS phantom nodes: that many more entries kept fresh in the namespace's node hash"
+    md "(one HSET of them all every 0.5 s, in the commands below as hset), so every heartbeat reads and the"
+    md "agents count N + $SCALE_PHANTOMS nodes (their grants are sized by that count too)."
+  fi
+  md ""
+  md "**Store cost.**"
+  md ""
+  md "| agents | Redis CPU idle | per agent | commands/s per agent idle | Redis CPU at load | per agent | commands/s per agent at load | of which heartbeat / push / admission | Redis µs per heartbeat (idle, load) | µs per EVALSHA |"
+  md "|---|---|---|---|---|---|---|---|---|---|"
+  while read -r l; do
+    n=$(field "$l" n)
+    if [ -n "$(field "$l" failed)" ]; then md "| $n | failed: $(field "$l" why | tr '_' ' ') | | | | | | | | |"; continue; fi
+    lbl=$n; [ "$(field "$l" phantoms)" -gt 0 ] && lbl="$n (+$(field "$l" phantoms) phantom)"
+    di=$(field "$l" idle_s); dl=$(field "$l" load_s)
+    md "$(awk -v lbl="$lbl" -v n="$n" -v di="$di" -v dl="$dl" -v ri="$(field "$l" redis_cpu_idle)" -v rl="$(field "$l" redis_cpu_load)" \
+      -v ti="$(field "$l" top_idle)" -v tl="$(field "$l" top_load)" -v hb="$(field "$l" eval_load)" \
+      -v pu="$(field "$l" pushes_load)" -v ad="$(field "$l" admits_load)" -v ei="$(field "$l" eval_idle)" \
+      -v eui="$(field "$l" eval_usec_idle)" -v eul="$(field "$l" eval_usec_load)" \
+      -v es="$(field "$l" evalsha_load)" -v esu="$(field "$l" evalsha_usec_load)" 'BEGIN {
+        printf "| %s | %.1f %% | %.3f %% | %.1f | %.1f %% | %.3f %% | %.1f | %.1f / %.1f / %.1f | %.0f, %.0f | %.1f |",
+          lbl, ri * 100, ri * 100 / n, ti / di / n, rl * 100, rl * 100 / n, tl / dl / n,
+          hb / dl / n, pu / dl / n, ad / dl / n, ei ? eui / ei : 0, hb ? eul / hb : 0, es ? esu / es : 0 }')"
+  done < "$RAW/scale.txt"
+  md ""
+  md "**The limit.** The hot key's admitted hits per ${SCALE_WINDOW} s window (the agent's windows, by when"
+  md "each answer came), over the windows wholly inside the measured time; the bound of the issue is"
+  md "limit x 1.01 + N. Degraded: admitted by a node alone (the store did not answer within \`timeout_ms\`)."
+  md ""
+  md "| agents | hits/s, all agents | errors | p50 / p99 ms | limit | windows | admitted min - max | max ÷ limit | bound | within | degraded | admissions/s: store / grant / view / degraded |"
+  md "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  while read -r l; do
+    n=$(field "$l" n)
+    [ -n "$(field "$l" failed)" ] && continue
+    lbl=$n; [ "$(field "$l" phantoms)" -gt 0 ] && lbl="$n (+$(field "$l" phantoms) phantom)"
+    dl=$(field "$l" load_s)
+    md "$(awk -v lbl="$lbl" -v n="$n" -v dl="$dl" -v r="$(field "$l" msgs_per_s)" -v e="$(field "$l" errors)" \
+      -v p50="$(field "$l" p50_us)" -v p99="$(field "$l" p99_us)" -v lim="$(field "$l" hot_limit)" \
+      -v w="$(field "$l" hot_windows)" -v mn="$(field "$l" hot_admitted_min)" -v mx="$(field "$l" hot_admitted_max)" \
+      -v dg="$(field "$l" hot_degraded)" -v as="$(field "$l" adm_store)" -v ag="$(field "$l" adm_grant)" \
+      -v av="$(field "$l" adm_view)" -v ad="$(field "$l" adm_degraded)" 'BEGIN {
+        bound = lim * 1.01 + n
+        printf "| %s | %.0f | %d | %.2f / %.2f | %d | %d | %d - %d | %.4f | %.0f | %s | %d | %.0f / %.0f / %.0f / %.0f |",
+          lbl, r, e, p50 / 1000, p99 / 1000, lim, w, mn, mx, lim ? mx / lim : 0, bound,
+          (w > 0 && mx <= bound) ? "yes" : (w > 0 ? "**no**" : "-"), dg,
+          as / dl, ag / dl, av / dl, ad / dl }')"
+  done < "$RAW/scale.txt"
+  md ""
+  md "**The agents and the machine** ($(nproc) CPUs, shared: Redis, every agent and spop_load run on them)."
+  md ""
+  md "| agents | agents' CPU, all (cores) | per agent, ms/s | spop_load CPU | machine busy (cores) idle, load | sync cycle p99 | nodes counted (min - max) | load average start → end |"
+  md "|---|---|---|---|---|---|---|---|"
+  while read -r l; do
+    n=$(field "$l" n)
+    [ -n "$(field "$l" failed)" ] && continue
+    lbl=$n; [ "$(field "$l" phantoms)" -gt 0 ] && lbl="$n (+$(field "$l" phantoms) phantom)"
+    md "$(awk -v lbl="$lbl" -v n="$n" -v ai="$(field "$l" agents_cpu_idle)" -v al="$(field "$l" agents_cpu_load)" 'BEGIN {
+        printf "| %s | %.2f idle, %.2f load | %.2f idle, %.2f load |", lbl, ai, al, ai * 1000 / n, al * 1000 / n }') $(field "$l" client_cpu) | $(field "$l" machine_busy_idle), $(field "$l" machine_busy_load) | $(field "$l" sync_p99 | tr '_' ' ') | $(field "$l" nodes_min) - $(field "$l" nodes_max) (idle: $(field "$l" nodes_idle_min) min) | $(field "$l" loadavg_start) → $(field "$l" loadavg_end) |"
+  done < "$RAW/scale.txt"
+  md ""
+  md "The hot key's windows (spop_load's HOT lines; complete=1: wholly measured):"
+  md ""
+  md '```'
+  while read -r l; do md "$l"; done < "$RAW/scale-hot.txt"
+  md '```'
+  md ""
+  md "Redis commands at load, per run (name, calls, usec; \`$RAW/scale-N-{idle,load}.cmds\`):"
+  md ""
+  md '```'
+  for n in $SCALE_NODES; do
+    [ -s "$RAW/scale-$n-load.cmds" ] || continue
+    md "N=$n: $(tr '\n' ';' < "$RAW/scale-$n-load.cmds" | sed 's/;$//; s/;/; /g')"
+  done
+  md '```'
+  md ""
+  md "Every run, all fields: \`$RAW/scale.txt\`."
   md ""
 }
 
 targets() {
-  md "## Targets (issues 4 and 8)"
+  md "## Targets (issues 4, 8 and 21)"
   md ""
   md "| target | measured | |"
   md "|---|---|---|"
@@ -1152,6 +1754,10 @@ targets() {
     md "| agent CPU ≤ 3 µs per request (C) | ${E2E_C_AGENT:-?} µs | $(awk -v x="${E2E_C_AGENT:-1e9}" 'BEGIN { print (x <= 3) ? "met" : "missed" }') |"
     md "| C ≥ 0.45 × A | $E2E_C_RATIO by req/s, ${E2E_C_CRATIO:-?} by CPU | $(awk -v x="$E2E_C_RATIO" 'BEGIN { print (x >= 0.45) ? "met" : "missed" }') (by req/s) |"
   fi
+  if [ -n "${NGINX_MOD_ALONE:-}" ]; then
+    md "| nginx + module ≥ 0.8 × nginx alone | $NGINX_MOD_ALONE by req/s, $NGINX_MOD_ALONE_CPU by CPU | $(awk -v x="$NGINX_MOD_ALONE" 'BEGIN { print (x >= 0.8) ? "met" : "missed" }') (by req/s) |"
+    md "| nginx + module ≥ 2.5 × nginx + auth_request | $NGINX_MOD_AUTH by req/s, $NGINX_MOD_AUTH_CPU by CPU | $(awk -v x="$NGINX_MOD_AUTH" 'BEGIN { print (x >= 2.5) ? "met" : "missed" }') (by req/s) |"
+  fi
   if [ -s "$RAW/http-w1-d16" ] && [[ " $PARTS " == *" http "* ]]; then
     local h; h=$(cat "$RAW/http-w1-d16")
     md "| HTTP front ≥ 300,000 checks/s, 1 worker (pipelined) | $(printf '%.0f' "$h") | $(awk -v x="$h" 'BEGIN { print (x >= 300000) ? "met" : "missed" }') |"
@@ -1161,8 +1767,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|e2e|nginx|sync|profile|alloc|baseline) ;;
-    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline)" >&2; exit 2 ;;
+    core|spop|http|e2e|nginx|sync|profile|alloc|baseline|scale|store) ;;
+    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline scale store)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)

@@ -3,16 +3,17 @@
  * HAProxy's side on C connections, K pipelined NOTIFYs in flight on each,
  * and reports messages/s and the latency distribution.
  *
- *   spop_load [-h host] [-p port] [-c conns] [-k inflight] [-d seconds]
- *             [-w warmup_seconds] [-m ratelimit|noop] [-n keys] [-r rate]
- *             [-N messages] [-t tick_us] [-q]
+ *   spop_load [-h host] [-p port | -P port,port,...] [-c conns] [-k inflight]
+ *             [-d seconds] [-w warmup_seconds] [-m ratelimit|noop] [-n keys]
+ *             [-W window] [-r rate] [-N messages] [-t tick_us]
+ *             [-H every:window:limit] [-q]
  *
  * One thread, one epoll loop, nothing allocated after start-up: every
  * connection gets its buffers and its K slots once; latencies go into a
  * fixed log-linear histogram (< 0.8 % relative error).
  *
  * Modes. `ratelimit` sends message "ratelimit" with key="k<i>" (i cycling
- * over -n keys), window=60, limit=1000000 (ints); `noop` sends the same
+ * over -n keys), window=60 (-W), limit=1000000 (ints); `noop` sends the same
  * arguments in a message named "noop", which the agent parses and answers
  * with one variable without counting: the difference between the two is
  * the price of rate limiting itself.
@@ -27,6 +28,27 @@
  * next batch on the next: one message per write at hundreds of thousands
  * per second would make the load generator the bottleneck, and HAProxy
  * too writes what piled up since its last turn.
+ *
+ * Several agents. -P port,port,... plays one HAProxy node per port (the
+ * scale part of bench/run.sh: N agents on one store): -c connections and
+ * -r messages/s are then per port, each port paced on its own (message i
+ * of port p is due at start + (i + p/P)/R, so the nodes do not send in
+ * lockstep) and cycling over the same -n keys from its own offset (every
+ * key is hit by every node, as behind a load balancer). -N counts all
+ * ports together. The RESULT line is over all ports and says ports=P.
+ *
+ * Hot key. -H every:window:limit makes every every-th message of each
+ * port one for the key "hot" with that window and limit (the others are
+ * as above): a key shared by all nodes, held at its limit when the total
+ * rate is above it. Its answers are counted per window of the agent's
+ * clock (CLOCK_REALTIME, windows aligned on multiples of their size, as
+ * the agent's), by when the ACK arrived: one line per window,
+ *   HOT window_start=<unix s> window=<s> admitted=<n> denied=<n>
+ *       degraded=<n> complete=<0|1>
+ * (complete: the window lies wholly inside the measured time), and the
+ * RESULT line adds hot_limit=, hot_windows= (complete ones),
+ * hot_admitted_min= / _max= / _sum= over them and hot_degraded= (admitted
+ * by a node alone: the store could not decide).
  *
  * Checking. Slot s of a connection is stream-id s+1 and carries the frame-id
  * it was sent with; an ACK must name a busy slot with that exact frame-id,
@@ -68,7 +90,8 @@
 
 #include "spop/spop.h"
 
-#define LOAD_MAX_CONNS      4096
+#define LOAD_MAX_CONNS      4096        /* over all ports */
+#define LOAD_MAX_PORTS      1024
 #define LOAD_MAX_INFLIGHT   4096
 #define LOAD_MAX_FRAME      16380u      /* what we offer in the HELLO */
 #define LOAD_NOTIFY_MAX     128u        /* one NOTIFY, key "k<u64>" included */
@@ -76,7 +99,7 @@
 #define LOAD_CLOSE_NS       1000000000ull
 #define LOAD_SPIN_NS        2000ull     /* closer than this to a due send: poll */
 #define LOAD_TICK_US        10          /* open loop: default -t */
-#define LOAD_WINDOW         60
+#define LOAD_WINDOW         60          /* default -W */
 #define LOAD_LIMIT          1000000
 
 /* ---- latency histogram ----
@@ -164,10 +187,24 @@ struct slot {
 	uint64_t frame_id;   /* the frame-id its ACK must carry */
 	uint64_t t_sent;     /* ns, CLOCK_MONOTONIC: latency origin */
 	bool busy;
+	bool hot;            /* a message for the hot key (-H) */
+};
+
+/* One agent (-p, or each of -P): its connections are conns[first ..
+ * first + n). */
+struct port {
+	const char *port;
+	unsigned first, n;
+	uint64_t sent;               /* NOTIFYs queued on its connections */
+	uint64_t key_next;
+	uint64_t hot_left;           /* -H: messages before the next hot one */
+	unsigned rr;                 /* open loop: next connection to try */
+	double phase;                /* open loop: offset, in 1/rate */
 };
 
 struct lconn {
 	int fd;
+	unsigned port;               /* index in L.ports */
 	enum lconn_state state;
 	uint32_t max_frame;          /* negotiated */
 	uint64_t next_frame_id;
@@ -186,13 +223,16 @@ struct lconn {
 struct load {
 	/* options */
 	const char *host;
-	const char *port;
-	unsigned nconns;
+	struct port *ports;
+	unsigned nports;
+	bool multi;                  /* -P given: ports= in the RESULT line */
+	unsigned nconns;             /* over all ports */
 	unsigned inflight;
 	double duration;
 	double warmup;
 	enum load_mode mode;
 	uint64_t nkeys;
+	uint32_t window;             /* -W */
 	double rate;                 /* msgs/s, 0 = closed loop */
 	uint64_t max_msgs;           /* stop sending after this many (0: no cap) */
 	uint64_t tick_ns;            /* open loop: shortest sleep between batches */
@@ -204,12 +244,21 @@ struct load {
 	unsigned ndirty;
 	uint8_t args_tail[64];       /* window + limit arguments, pre-encoded */
 	size_t args_tail_len;
+	uint8_t hot_tail[64];        /* the same for the hot key */
+	size_t hot_tail_len;
 	const char *msg_name;
 
-	uint64_t key_next;
+	/* -H: every hot_every-th message of a port is for "hot" */
+	uint64_t hot_every;
+	uint32_t hot_window;
+	uint64_t hot_limit;
+	int64_t hot_base;            /* first window index counted */
+	unsigned hot_nwin;
+	uint64_t *hot_adm, *hot_den, *hot_deg;
+	int64_t rt_off;              /* CLOCK_REALTIME - CLOCK_MONOTONIC, ns */
+
 	uint64_t sent;               /* NOTIFYs queued, whole run */
 	uint64_t acked;              /* good ACKs, whole run */
-	unsigned rr;                 /* open loop: next connection to try */
 	bool sending;
 	bool measuring;
 
@@ -277,19 +326,28 @@ static void mark_dirty(struct lconn *c)
  * The last two arguments are the same in every message and are encoded
  * once into args_tail.
  */
-static void encode_args_tail(void)
+static size_t encode_tail(uint8_t *buf, size_t cap, int64_t window, int64_t limit)
 {
 	struct spop_writer w;
 	struct spop_data d = { .type = SPOP_DATA_INT32 };
 
-	spop_writer_init(&w, L.args_tail, sizeof(L.args_tail));
+	spop_writer_init(&w, buf, cap);
 	spop_put_str(&w, "window", 6);
-	d.v.i = LOAD_WINDOW;
+	d.v.i = window;
 	spop_put_data(&w, &d);
 	spop_put_str(&w, "limit", 5);
-	d.v.i = LOAD_LIMIT;
+	d.type = limit > INT32_MAX ? SPOP_DATA_INT64 : SPOP_DATA_INT32;
+	d.v.i = limit;
 	spop_put_data(&w, &d);
-	L.args_tail_len = w.len;
+	return w.len;
+}
+
+static void encode_args_tail(void)
+{
+	L.args_tail_len = encode_tail(L.args_tail, sizeof(L.args_tail), L.window, LOAD_LIMIT);
+	if (L.hot_every)
+		L.hot_tail_len = encode_tail(L.hot_tail, sizeof(L.hot_tail), L.hot_window,
+					     (int64_t)L.hot_limit);
 }
 
 /* Writes "k<i>" into buf (at least 21 bytes); returns its length. */
@@ -316,11 +374,27 @@ static void queue_notify(struct lconn *c, uint64_t t)
 	char key[24];
 	uint32_t s = c->free_slots[--c->nfree];
 	struct slot *sl = &c->slots[s];
-	size_t klen = key_text(key, L.key_next);
+	struct port *p = &L.ports[c->port];
+	size_t klen;
+	bool hot = false;
 
-	if (++L.key_next == L.nkeys)
-		L.key_next = 0;
+	if (L.hot_every) {
+		if (p->hot_left == 0) {
+			hot = true;
+			p->hot_left = L.hot_every;
+		}
+		p->hot_left--;
+	}
+	if (hot) {
+		memcpy(key, "hot", 3);
+		klen = 3;
+	} else {
+		klen = key_text(key, p->key_next);
+		if (++p->key_next == L.nkeys)
+			p->key_next = 0;
+	}
 	sl->busy = true;
+	sl->hot = hot;
 	sl->frame_id = c->next_frame_id++;
 	sl->t_sent = t;
 	spop_writer_init(&w, c->wbuf + c->wlen, c->wcap - c->wlen);
@@ -328,7 +402,10 @@ static void queue_notify(struct lconn *c, uint64_t t)
 					sl->frame_id);
 	spop_put_msg(&w, L.msg_name, strlen(L.msg_name), 3);
 	spop_put_kv_str(&w, "key", key, klen);
-	spop_put_bytes(&w, L.args_tail, L.args_tail_len);
+	if (hot)
+		spop_put_bytes(&w, L.hot_tail, L.hot_tail_len);
+	else
+		spop_put_bytes(&w, L.args_tail, L.args_tail_len);
 	if (spop_frame_end(&w, start, c->max_frame) < 0) {
 		/* Cannot happen: wcap holds K frames of LOAD_NOTIFY_MAX. */
 		fprintf(stderr, "spop_load: NOTIFY does not fit\n");
@@ -336,6 +413,7 @@ static void queue_notify(struct lconn *c, uint64_t t)
 	}
 	c->wlen += w.len;
 	L.sent++;
+	p->sent++;
 	mark_dirty(c);
 }
 
@@ -403,8 +481,9 @@ static bool str_is(struct spop_str s, const char *lit)
 	return s.len == n && memcmp(s.ptr, lit, n) == 0;
 }
 
-/* Checks an ACK's actions. Returns true if it is a good answer. */
-static bool ack_ok(const struct spop_frame *f)
+/* Checks an ACK's actions. Returns true if it is a good answer; *exceeded
+ * and *degraded say whether it set those variables true. */
+static bool ack_ok(const struct spop_frame *f, bool *exceeded, bool *degraded)
 {
 	struct spop_cursor cur;
 	enum spop_action_type type;
@@ -430,11 +509,32 @@ static bool ack_ok(const struct spop_frame *f)
 			has_rate = true;
 		} else if (str_is(name, "exceeded") && value.type == SPOP_DATA_BOOL && value.v.b) {
 			L.exceeded++;
+			*exceeded = true;
+		} else if (str_is(name, "degraded") && value.type == SPOP_DATA_BOOL && value.v.b) {
+			*degraded = true;
 		}
 	}
 	if (rc < 0 || nset == 0 || bad)
 		return false;
 	return L.mode != LOAD_MODE_RATELIMIT || has_rate;
+}
+
+/* -H: one answer for the hot key, counted in the agent's window of the
+ * time it arrived (t: CLOCK_MONOTONIC). */
+static void hot_count(uint64_t t, bool exceeded, bool degraded)
+{
+	int64_t rt = (int64_t)t + L.rt_off;
+	int64_t w = rt / ((int64_t)L.hot_window * 1000000000) - L.hot_base;
+
+	if (w < 0 || w >= (int64_t)L.hot_nwin)
+		return;
+	if (exceeded) {
+		L.hot_den[w]++;
+	} else {
+		L.hot_adm[w]++;
+		if (degraded)
+			L.hot_deg[w]++;
+	}
 }
 
 static void on_ack(struct lconn *c, const struct spop_frame *f, uint64_t t)
@@ -449,13 +549,16 @@ static void on_ack(struct lconn *c, const struct spop_frame *f, uint64_t t)
 		return;
 	}
 	struct slot *sl = &c->slots[sid - 1];
+	bool exceeded = false, degraded = false;
 	sl->busy = false;
 	c->free_slots[c->nfree++] = (uint32_t)(sid - 1);
-	if (!ack_ok(f)) {
+	if (!ack_ok(f, &exceeded, &degraded)) {
 		L.err_acks++;
 		return;
 	}
 	L.acked++;
+	if (sl->hot)
+		hot_count(t, exceeded, degraded);
 	if (L.measuring) {
 		L.m_acks++;
 		hist_add(&L.lat, t > sl->t_sent ? t - sl->t_sent : 0);
@@ -580,7 +683,8 @@ static int lconn_open(struct lconn *c, const struct addrinfo *ai)
 
 	c->fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
 	if (c->fd < 0 || connect(c->fd, ai->ai_addr, ai->ai_addrlen) < 0) {
-		fprintf(stderr, "spop_load: connect %s:%s: %s\n", L.host, L.port, strerror(errno));
+		fprintf(stderr, "spop_load: connect %s:%s: %s\n", L.host, L.ports[c->port].port,
+			strerror(errno));
 		return -1;
 	}
 	setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
@@ -630,6 +734,7 @@ static int lconns_alloc(void)
 		struct lconn *c = &L.conns[i];
 		c->fd = -1;
 		c->state = LC_DEAD;
+		c->port = i / (L.nconns / L.nports);
 		c->slots = calloc(L.inflight, sizeof(*c->slots));
 		c->free_slots = calloc(L.inflight, sizeof(*c->free_slots));
 		/* Room for any one frame the agent may send, and for many ACKs. */
@@ -661,45 +766,71 @@ static uint64_t outstanding(void)
 
 /* ---- open loop ---- */
 
-static uint64_t due_time(uint64_t i)
+/* When message i of port p is due (-r is per port). */
+static uint64_t due_time(const struct port *p, uint64_t i)
 {
-	return L.t_start + (uint64_t)((double)i * 1e9 / L.rate);
+	return L.t_start + (uint64_t)(((double)i + p->phase) * 1e9 / L.rate);
 }
 
-/* The next ready connection with a free slot, round robin; NULL if none. */
-static struct lconn *pick_conn(void)
+/* The next ready connection of p with a free slot, round robin; NULL if
+ * none. */
+static struct lconn *pick_conn(struct port *p)
 {
-	for (unsigned i = 0; i < L.nconns; i++) {
-		unsigned idx = (L.rr + i) % L.nconns;
-		struct lconn *c = &L.conns[idx];
+	for (unsigned i = 0; i < p->n; i++) {
+		unsigned idx = (p->rr + i) % p->n;
+		struct lconn *c = &L.conns[p->first + idx];
 		if (c->state == LC_READY && c->nfree > 0) {
-			L.rr = idx + 1;
+			p->rr = idx + 1;
 			return c;
 		}
 	}
 	return NULL;
 }
 
-/* Queues every message due by t, all on one connection while it has free
- * slots (one write, as HAProxy sends what piled up since its last turn),
- * the next batch on the next connection. Returns false when some are due
- * but no slot is free (then only an ACK can help, not a timer). */
-static bool paced_send(uint64_t t)
+/* Queues every message of each port due by t, all on one of its
+ * connections while it has free slots (one write, as HAProxy sends what
+ * piled up since its last turn), the next batch on its next connection. */
+static void paced_send(uint64_t t)
 {
-	struct lconn *c = NULL;
-
-	while (may_send()) {
-		uint64_t due = due_time(L.sent);
-		if (due > t)
-			return true;
-		if (!c || c->nfree == 0) {
-			c = pick_conn();
-			if (!c)
-				return false;
+	for (unsigned i = 0; i < L.nports; i++) {
+		struct port *p = &L.ports[i];
+		struct lconn *c = NULL;
+		while (may_send()) {
+			uint64_t due = due_time(p, p->sent);
+			if (due > t)
+				break;
+			if (!c || c->nfree == 0) {
+				c = pick_conn(p);
+				if (!c)
+					break;
+			}
+			queue_notify(c, due);
 		}
-		queue_notify(c, due);
 	}
-	return true;
+}
+
+/* The earliest due message a timer can help send: of every port, its next
+ * message, unless it is due already and no slot of the port is free (then
+ * only an ACK can help). UINT64_MAX if none. */
+static uint64_t next_due(uint64_t t)
+{
+	uint64_t best = UINT64_MAX;
+
+	for (unsigned i = 0; i < L.nports; i++) {
+		struct port *p = &L.ports[i];
+		uint64_t due = due_time(p, p->sent);
+		if (due <= t) {
+			bool room = false;
+			for (unsigned j = 0; j < p->n && !room; j++)
+				room = L.conns[p->first + j].state == LC_READY &&
+				       L.conns[p->first + j].nfree > 0;
+			if (!room)
+				continue;
+		}
+		if (due < best)
+			best = due;
+	}
+	return best;
 }
 
 /* ---- the run ---- */
@@ -762,6 +893,12 @@ static void run(double *elapsed, double *client_cpu)
 	L.t_start = t;
 	L.t_measure = t + (uint64_t)(L.warmup * 1e9);
 	L.t_end = L.t_measure + (uint64_t)(L.duration * 1e9);
+	if (L.hot_every) {
+		struct timespec rts;
+		clock_gettime(CLOCK_REALTIME, &rts);
+		L.rt_off = (int64_t)rts.tv_sec * 1000000000 + rts.tv_nsec - (int64_t)now_ns();
+		L.hot_base = ((int64_t)t + L.rt_off) / ((int64_t)L.hot_window * 1000000000);
+	}
 	L.sending = true;
 	if (L.rate == 0)
 		for (unsigned i = 0; i < L.nconns; i++)
@@ -794,7 +931,7 @@ static void run(double *elapsed, double *client_cpu)
 		if (L.rate > 0 && may_send()) {
 			timer_useful = true;
 			if (t >= next_batch) {
-				timer_useful = paced_send(t);
+				paced_send(t);
 				next_batch = t + L.tick_ns;
 			}
 		}
@@ -805,11 +942,13 @@ static void run(double *elapsed, double *client_cpu)
 		 * batch (its latency still counts from when each was due). */
 		uint64_t next = warm ? L.t_measure : draining ? drain_until : L.t_end;
 		if (timer_useful) {
-			uint64_t due = due_time(L.sent);
-			if (due < next_batch)
-				due = next_batch;
-			if (due < next)
-				next = due;
+			uint64_t due = next_due(t);
+			if (due != UINT64_MAX) {
+				if (due < next_batch)
+					due = next_batch;
+				if (due < next)
+					next = due;
+			}
 		}
 		struct timespec ts = { 0, 0 };
 		if (next > t + LOAD_SPIN_NS) {
@@ -855,23 +994,61 @@ static void run(double *elapsed, double *client_cpu)
 	close_all();
 }
 
+/* -H: a HOT line per window that got answers; the complete windows (wholly
+ * inside the measured time) summed up in H for the RESULT line. */
+static struct {
+	unsigned complete;
+	uint64_t min, max, sum, degraded;
+} H;
+
+static void hot_report(void)
+{
+	int64_t wns = (int64_t)L.hot_window * 1000000000;
+	int64_t m0 = (int64_t)L.t_measure + L.rt_off, m1 = (int64_t)L.t_end + L.rt_off;
+
+	for (unsigned i = 0; i < L.hot_nwin; i++) {
+		if (L.hot_adm[i] + L.hot_den[i] == 0)
+			continue;
+		int64_t start = (L.hot_base + (int64_t)i) * wns;
+		bool complete = start >= m0 && start + wns <= m1;
+		printf("HOT window_start=%lld window=%u admitted=%llu denied=%llu degraded=%llu "
+		       "complete=%d\n", (long long)(start / 1000000000), L.hot_window,
+		       (unsigned long long)L.hot_adm[i], (unsigned long long)L.hot_den[i],
+		       (unsigned long long)L.hot_deg[i], complete);
+		if (!complete)
+			continue;
+		if (H.complete == 0 || L.hot_adm[i] < H.min)
+			H.min = L.hot_adm[i];
+		if (L.hot_adm[i] > H.max)
+			H.max = L.hot_adm[i];
+		H.sum += L.hot_adm[i];
+		H.degraded += L.hot_deg[i];
+		H.complete++;
+	}
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: spop_load [-h host] [-p port] [-c conns] [-k inflight] [-d seconds]\n"
-		"                 [-w warmup_seconds] [-m ratelimit|noop] [-n keys] [-r rate]\n"
-		"                 [-N messages] [-t tick_us] [-q]\n"
+		"usage: spop_load [-h host] [-p port | -P port,port,...] [-c conns] [-k inflight]\n"
+		"                 [-d seconds] [-w warmup_seconds] [-m ratelimit|noop] [-n keys]\n"
+		"                 [-W window] [-r rate] [-N messages] [-t tick_us]\n"
+		"                 [-H every:window:limit] [-q]\n"
 		"  -h host      agent address (127.0.0.1)\n"
 		"  -p port      agent port (12345)\n"
+		"  -P ports     several agents, one per port (comma-separated): -c and -r per port\n"
 		"  -c conns     connections (8)\n"
 		"  -k inflight  NOTIFYs in flight per connection (32)\n"
 		"  -d seconds   measured time (5)\n"
 		"  -w seconds   warm-up before it, not measured (1)\n"
 		"  -m mode      ratelimit (message \"ratelimit\") or noop (message \"noop\")\n"
 		"  -n keys      distinct keys k0..k<n-1> (10000)\n"
+		"  -W window    their window argument, seconds (60)\n"
 		"  -r rate      open-loop target, messages/s; 0 = as fast as possible (0)\n"
 		"  -N messages  stop after sending this many (0 = no cap)\n"
 		"  -t tick_us   open loop: sleep at least this long between batches (10)\n"
+		"  -H e:w:l     every e-th message of a port for key \"hot\", window w, limit l;\n"
+		"               its answers counted per window (HOT lines)\n"
 		"  -q           quieter\n");
 	exit(2);
 }
@@ -889,29 +1066,89 @@ static double num_arg(const char *s, double lo, double hi, char opt)
 	return v;
 }
 
+/* -P: "p1,p2,..." into L.ports (the strings stay in arg). */
+static void parse_ports(char *arg)
+{
+	unsigned n = 1;
+
+	for (const char *q = arg; *q; q++)
+		n += *q == ',';
+	if (n > LOAD_MAX_PORTS) {
+		fprintf(stderr, "spop_load: -P: at most %u ports\n", LOAD_MAX_PORTS);
+		exit(2);
+	}
+	free(L.ports);
+	L.ports = calloc(n, sizeof(*L.ports));
+	if (!L.ports) {
+		fprintf(stderr, "spop_load: out of memory\n");
+		exit(2);
+	}
+	L.nports = 0;
+	for (char *save = NULL, *tok = strtok_r(arg, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save))
+		L.ports[L.nports++].port = tok;
+	if (L.nports == 0) {
+		fprintf(stderr, "spop_load: -P: no port given\n");
+		exit(2);
+	}
+}
+
+/* -H every:window:limit */
+static void parse_hot(const char *arg)
+{
+	char *end;
+	unsigned long long e, w, l;
+
+	e = strtoull(arg, &end, 10);
+	if (end == arg || *end != ':')
+		goto bad;
+	arg = end + 1;
+	w = strtoull(arg, &end, 10);
+	if (end == arg || *end != ':')
+		goto bad;
+	arg = end + 1;
+	l = strtoull(arg, &end, 10);
+	if (end == arg || *end != '\0')
+		goto bad;
+	if (e < 1 || w < 1 || w > 31536000 || l > 1000000000000ull)
+		goto bad;
+	L.hot_every = e;
+	L.hot_window = (uint32_t)w;
+	L.hot_limit = l;
+	return;
+bad:
+	fprintf(stderr, "spop_load: -H: expected every:window:limit (every >= 1, window "
+		"1..31536000 s, limit 0..1e12)\n");
+	exit(2);
+}
+
 int main(int argc, char **argv)
 {
 	static const char *const mode_names[LOAD_MODE_COUNT] = { "ratelimit", "noop" };
 	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *ai;
+	const char *port = "12345";
 	int opt, rc;
 
 	L.host = "127.0.0.1";
-	L.port = "12345";
 	L.nconns = 8;
 	L.inflight = 32;
 	L.duration = 5;
 	L.warmup = 1;
 	L.nkeys = 10000;
+	L.window = LOAD_WINDOW;
 	L.tick_ns = LOAD_TICK_US * 1000ull;
-	while ((opt = getopt(argc, argv, "h:p:c:k:d:w:m:n:r:N:t:q")) != -1) {
+	while ((opt = getopt(argc, argv, "h:p:P:c:k:d:w:m:n:W:r:N:t:H:q")) != -1) {
 		switch (opt) {
 		case 'h': L.host = optarg; break;
-		case 'p': L.port = optarg; break;
+		case 'p': port = optarg; break;
+		case 'P': parse_ports(optarg); L.multi = true; break;
+		case 'H': parse_hot(optarg); break;
 		case 'c': L.nconns = (unsigned)num_arg(optarg, 1, LOAD_MAX_CONNS, 'c'); break;
 		case 'k': L.inflight = (unsigned)num_arg(optarg, 1, LOAD_MAX_INFLIGHT, 'k'); break;
 		case 'd': L.duration = num_arg(optarg, 0.01, 86400, 'd'); break;
 		case 'w': L.warmup = num_arg(optarg, 0, 3600, 'w'); break;
 		case 'n': L.nkeys = (uint64_t)num_arg(optarg, 1, 1e12, 'n'); break;
+		case 'W': L.window = (uint32_t)num_arg(optarg, 1, 31536000, 'W'); break;
 		case 'r': L.rate = num_arg(optarg, 0, 1e9, 'r'); break;
 		case 'N': L.max_msgs = (uint64_t)num_arg(optarg, 0, 1e15, 'N'); break;
 		case 't': L.tick_ns = (uint64_t)(num_arg(optarg, 0, 1e6, 't') * 1000); break;
@@ -930,25 +1167,63 @@ int main(int argc, char **argv)
 	}
 	if (optind != argc)
 		usage();
+	if (!L.multi) {
+		L.ports = calloc(1, sizeof(*L.ports));
+		if (!L.ports) {
+			fprintf(stderr, "spop_load: out of memory\n");
+			return 2;
+		}
+		L.ports[0].port = port;
+		L.nports = 1;
+	}
+	/* -c is per port. */
+	unsigned per_port = L.nconns;
+	if ((uint64_t)per_port * L.nports > LOAD_MAX_CONNS) {
+		fprintf(stderr, "spop_load: %u ports x %u connections: more than %u in all\n",
+			L.nports, per_port, LOAD_MAX_CONNS);
+		return 2;
+	}
+	L.nconns = per_port * L.nports;
+	for (unsigned i = 0; i < L.nports; i++) {
+		struct port *p = &L.ports[i];
+		p->first = i * per_port;
+		p->n = per_port;
+		p->phase = (double)i / L.nports;
+		p->key_next = (uint64_t)((double)i / L.nports * (double)L.nkeys) % L.nkeys;
+	}
+	if (L.hot_every) {
+		L.hot_nwin = (unsigned)((L.warmup + L.duration + LOAD_DRAIN_NS / 1e9 + 2) /
+					L.hot_window) + 3;
+		L.hot_adm = calloc(L.hot_nwin, sizeof(*L.hot_adm));
+		L.hot_den = calloc(L.hot_nwin, sizeof(*L.hot_den));
+		L.hot_deg = calloc(L.hot_nwin, sizeof(*L.hot_deg));
+		if (!L.hot_adm || !L.hot_den || !L.hot_deg) {
+			fprintf(stderr, "spop_load: out of memory\n");
+			return 2;
+		}
+	}
 	L.msg_name = mode_names[L.mode];
 	encode_args_tail();
 	/* Sleeps of a few hundred microseconds should not come back late. */
 	prctl(PR_SET_TIMERSLACK, 1UL);
 
-	if ((rc = getaddrinfo(L.host, L.port, &hints, &ai)) != 0) {
-		fprintf(stderr, "spop_load: %s:%s: %s\n", L.host, L.port, gai_strerror(rc));
-		return 2;
-	}
 	L.epfd = epoll_create1(EPOLL_CLOEXEC);
 	if (L.epfd < 0 || lconns_alloc() < 0) {
 		fprintf(stderr, "spop_load: out of memory\n");
 		return 2;
 	}
-	for (unsigned i = 0; i < L.nconns; i++) {
-		if (lconn_open(&L.conns[i], ai) < 0)
+	for (unsigned i = 0; i < L.nports; i++) {
+		struct port *p = &L.ports[i];
+		if ((rc = getaddrinfo(L.host, p->port, &hints, &ai)) != 0) {
+			fprintf(stderr, "spop_load: %s:%s: %s\n", L.host, p->port, gai_strerror(rc));
 			return 2;
+		}
+		for (unsigned j = 0; j < p->n; j++) {
+			if (lconn_open(&L.conns[p->first + j], ai) < 0)
+				return 2;
+		}
+		freeaddrinfo(ai);
 	}
-	freeaddrinfo(ai);
 
 	double elapsed, client_cpu;
 	run(&elapsed, &client_cpu);
@@ -964,16 +1239,27 @@ int main(int argc, char **argv)
 	if (!L.quiet)
 		fprintf(stderr, "spop_load: %llu NOTIFYs sent, %llu good ACKs in all\n",
 			(unsigned long long)L.sent, (unsigned long long)L.acked);
+	if (L.hot_every)
+		hot_report();
 	printf("RESULT mode=%s conns=%u inflight=%u keys=%llu rate_target=%.0f "
 	       "duration_s=%.2f msgs=%llu msgs_per_s=%.0f p50_us=%.1f p90_us=%.1f "
 	       "p99_us=%.1f p999_us=%.1f max_us=%.1f errors=%llu exceeded=%llu "
-	       "client_cpu=%.2f total_acks=%llu\n",
-	       L.msg_name, L.nconns, L.inflight, (unsigned long long)L.nkeys, L.rate, elapsed,
+	       "client_cpu=%.2f total_acks=%llu",
+	       L.msg_name, per_port, L.inflight, (unsigned long long)L.nkeys, L.rate, elapsed,
 	       (unsigned long long)L.m_acks, rate, hist_quantile(&L.lat, 0.50) / 1e3,
 	       hist_quantile(&L.lat, 0.90) / 1e3, hist_quantile(&L.lat, 0.99) / 1e3,
 	       hist_quantile(&L.lat, 0.999) / 1e3, (double)L.lat.max / 1e3,
 	       (unsigned long long)errors, (unsigned long long)L.exceeded, client_cpu,
 	       (unsigned long long)L.acked);
+	if (L.multi)
+		printf(" ports=%u", L.nports);
+	if (L.hot_every)
+		printf(" hot_limit=%llu hot_window=%u hot_windows=%u hot_admitted_min=%llu "
+		       "hot_admitted_max=%llu hot_admitted_sum=%llu hot_degraded=%llu",
+		       (unsigned long long)L.hot_limit, L.hot_window, H.complete,
+		       (unsigned long long)H.min, (unsigned long long)H.max,
+		       (unsigned long long)H.sum, (unsigned long long)H.degraded);
+	printf("\n");
 	fflush(stdout);
 	return errors ? 1 : 0;
 }

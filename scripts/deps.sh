@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # Installs the Debian packages a target needs, only those missing.
-# Usage: scripts/deps.sh build|run|test|bench|fuzz|demo|docker
+# Usage: scripts/deps.sh build|run|test|bench|fuzz|demo|docker|nginx
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -eu
 what=${1:-build}
 pkgs="build-essential pkg-config libev-dev libhiredis-dev libpq-dev libjansson-dev"
 case "$what" in
   build|run) ;;
-  test)  pkgs="$pkgs libcriterion-dev haproxy nginx curl redis-server redis-sentinel postgresql clang docker-compose iproute2 procps systemd man-db groff-base prometheus" ;;
-  bench) pkgs="$pkgs haproxy nginx curl wrk redis-server postgresql valgrind iproute2 procps" ;;
+  # The nginx module (make nginx-module): nginx's sources for modules.
+  nginx) pkgs="$pkgs nginx nginx-dev" ;;
+  test)  pkgs="$pkgs libcriterion-dev haproxy nginx nginx-dev curl redis-server redis-sentinel postgresql clang docker-compose iproute2 procps systemd man-db groff-base prometheus" ;;
+  bench) pkgs="$pkgs haproxy nginx nginx-dev curl wrk redis-server postgresql valgrind iproute2 procps" ;;
   demo)  pkgs="$pkgs haproxy curl redis-server iproute2 procps" ;;
   fuzz)  pkgs="$pkgs clang libclang-rt-14-dev" ;;
   # The Docker demo's test: Debian's engine and compose, debootstrap for
   # the base image (scripts/docker-base.sh).
   docker) pkgs="docker.io docker-compose debootstrap curl iproute2" ;;
-  *) echo "usage: $0 build|run|test|bench|fuzz|demo|docker" >&2; exit 2 ;;
+  *) echo "usage: $0 build|run|test|bench|fuzz|demo|docker|nginx" >&2; exit 2 ;;
 esac
 missing=""
 for p in $pkgs; do

@@ -222,17 +222,24 @@ struct pg_stmt_def {
 /* The decision of an admission (struct strategy_admit), on a row locked
  * for the transaction: $1 namespace, $2 key, $3 start, $4 size, $5 diff,
  * $6 cost, $7 limit, $8 weight, $9 count_denied, $10 want, $11 nodes
- * ($12: the admission's token). d0 holds (v: count + diff, prev, adm);
- * PG_ADMIT_GRANT the grant of an admitted hit, a multiple of the cost
- * (NULLIF: a zero cost or node count gives none, never a division by
- * zero, even folded at planning). */
+ * ($12: the admission's token). A row's count holds hits, its reserved
+ * column the grants nodes have not reported spent or given back (never
+ * read below 0: a push may have made a row with a negative one); the
+ * decision counts both, a grant goes to reserved. o holds the row (count,
+ * r: reserved), p the previous window (prev: its count, pr: count +
+ * reserved); d0 holds (v: count + diff, r, prev, pr, adm); PG_ADMIT_GRANT
+ * the grant of an admitted hit, a multiple of the cost (NULLIF: a zero
+ * cost or node count gives none, never a division by zero, even folded at
+ * planning). */
 #define PG_ADMIT_ROWS \
-	"o AS (SELECT count FROM @T@ WHERE namespace = $1 AND window_size = $4" \
-	" AND window_start = $3 AND key = $2 FOR UPDATE)," \
-	" p AS (SELECT coalesce((SELECT count FROM @T@ WHERE namespace = $1" \
-	" AND window_size = $4 AND window_start = $3 - $4 AND key = $2), 0) AS prev),"
+	"o AS (SELECT count, greatest(reserved, 0) AS r FROM @T@ WHERE namespace = $1" \
+	" AND window_size = $4 AND window_start = $3 AND key = $2 FOR UPDATE)," \
+	" p0 AS (SELECT count, greatest(reserved, 0) AS r FROM @T@ WHERE namespace = $1" \
+	" AND window_size = $4 AND window_start = $3 - $4 AND key = $2)," \
+	" p AS (SELECT coalesce((SELECT count FROM p0), 0) AS prev," \
+	" coalesce((SELECT count + r FROM p0), 0) AS pr),"
 #define PG_ADMIT_GRANT \
-	" d0, LATERAL (SELECT coalesce(floor(LEAST($10, ($7 - d0.v - $6 - d0.prev * $8)" \
+	" d0, LATERAL (SELECT coalesce(floor(LEAST($10, ($7 - d0.v - d0.r - $6 - d0.pr * $8)" \
 	" / (2 * NULLIF($11, 0))) / NULLIF($6, 0)) * $6, 0) AS g) x"
 #define PG_ADMIT_GR "CASE WHEN d0.adm AND x.g > 0 AND x.g >= $6 THEN x.g ELSE 0 END"
 #define PG_ADMIT_UPDATE \
@@ -243,19 +250,24 @@ struct pg_stmt_def {
 	  PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL, PG_OID_FLOAT8, PG_OID_INT4, PG_OID_BYTEA }
 
 static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
-	/* $1..$5: namespaces, keys, starts, sizes, diffs; all the same length.
-	 * Returns the new total of every row. */
+	/* $1..$6: namespaces, keys, starts, sizes, what to add to the counts
+	 * (diff + grants spent), what to add to the reservations (- grants
+	 * spent and returned, never going below 0; a new row takes it as it
+	 * is: decisions read a negative one as 0); all the same length.
+	 * Returns the new count of every row. */
 	[PG_STMT_UPSERT] = {
 		"rl_upsert",
-		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count, reserved)"
 		" SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[],"
-		" $5::float8[])"
+		" $5::float8[], $6::float8[])"
 		" ON CONFLICT (namespace, window_size, window_start, key)"
-		" DO UPDATE SET count = t.count + EXCLUDED.count"
+		" DO UPDATE SET count = t.count + EXCLUDED.count,"
+		" reserved = CASE WHEN EXCLUDED.reserved = 0 THEN t.reserved"
+		" ELSE greatest(t.reserved + EXCLUDED.reserved, 0) END"
 		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count",
-		5,
+		6,
 		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
-		  PG_OID_FLOAT8_ARRAY },
+		  PG_OID_FLOAT8_ARRAY, PG_OID_FLOAT8_ARRAY },
 	},
 	/* The same identities, read only; absent rows are not returned. */
 	[PG_STMT_READ] = {
@@ -307,18 +319,21 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	 * lookups, nothing left to the planner's estimates. */
 	[PG_STMT_UPSERT_TOK] = {
 		"rl_upsert_tok",
-		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count, reserved)"
 		" SELECT u.namespace, u.key, u.window_start, u.window_size,"
-		" CASE WHEN f.fresh THEN u.count ELSE 0 END"
+		" CASE WHEN f.fresh THEN u.count ELSE 0 END,"
+		" CASE WHEN f.fresh THEN u.reserved ELSE 0 END"
 		" FROM (SELECT current_setting('" PG_GUC_FRESH "') = 'y' AS fresh) AS f,"
-		" unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::float8[])"
-		" AS u(namespace, key, window_start, window_size, count)"
+		" unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::float8[],"
+		" $6::float8[]) AS u(namespace, key, window_start, window_size, count, reserved)"
 		" ON CONFLICT (namespace, window_size, window_start, key)"
-		" DO UPDATE SET count = t.count + EXCLUDED.count"
+		" DO UPDATE SET count = t.count + EXCLUDED.count,"
+		" reserved = CASE WHEN EXCLUDED.reserved = 0 THEN t.reserved"
+		" ELSE greatest(t.reserved + EXCLUDED.reserved, 0) END"
 		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count",
-		5,
+		6,
 		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
-		  PG_OID_FLOAT8_ARRAY },
+		  PG_OID_FLOAT8_ARRAY, PG_OID_FLOAT8_ARRAY },
 	},
 	/* Admissions (one transaction each): the row first, so that it can
 	 * be locked. */
@@ -333,10 +348,12 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	[PG_STMT_ADMIT] = {
 		"rl_admit",
 		"WITH " PG_ADMIT_ROWS
-		" d0 AS (SELECT o.count + $5 AS v, p.prev,"
-		" o.count + $5 + p.prev * $8 + $6 <= $7 AS adm FROM o, p),"
-		" d AS (SELECT d0.v, d0.prev, d0.adm, " PG_ADMIT_GR " AS gr FROM" PG_ADMIT_GRANT ")"
-		" UPDATE @T@ AS t SET count = d.v + CASE WHEN d.adm OR $9 THEN $6 ELSE 0 END + d.gr"
+		" d0 AS (SELECT o.count + $5 AS v, o.r, p.prev, p.pr,"
+		" o.count + $5 + o.r + p.pr * $8 + $6 <= $7 AS adm FROM o, p),"
+		" d AS (SELECT d0.v, d0.r, d0.prev, d0.adm, " PG_ADMIT_GR " AS gr FROM"
+		PG_ADMIT_GRANT ")"
+		" UPDATE @T@ AS t SET count = d.v + CASE WHEN d.adm OR $9 THEN $6 ELSE 0 END,"
+		" reserved = d.r + d.gr"
 		PG_ADMIT_UPDATE,
 		11,
 		PG_ADMIT_TYPES,
@@ -354,18 +371,18 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		" WHERE token >= $12 || '\\x3a61'::bytea AND token < $12 || '\\x3a62'::bytea"
 		" LIMIT 1),"
 		" d0 AS (SELECT f.fresh, CASE WHEN f.fresh THEN o.count + $5 ELSE o.count END AS v,"
-		" p.prev, CASE WHEN f.fresh THEN o.count + $5 + p.prev * $8 + $6 <= $7"
+		" o.r, p.prev, p.pr, CASE WHEN f.fresh THEN o.count + $5 + o.r + p.pr * $8 + $6 <= $7"
 		" ELSE EXISTS (SELECT FROM r) END AS adm,"
 		" (SELECT NULLIF(convert_from(r.g, 'UTF8'), '')::float8 FROM r) AS rg"
 		" FROM o, p, f),"
-		" d AS (SELECT d0.fresh, d0.v, d0.prev, d0.adm, CASE WHEN d0.fresh THEN "
+		" d AS (SELECT d0.fresh, d0.v, d0.r, d0.prev, d0.adm, CASE WHEN d0.fresh THEN "
 		PG_ADMIT_GR " ELSE coalesce(d0.rg, 0) END AS gr FROM" PG_ADMIT_GRANT "),"
 		" k AS (INSERT INTO @K@ (token) SELECT $12 || '\\x3a61'::bytea"
 		" || convert_to(d.gr::text, 'UTF8') FROM d"
 		" WHERE d.fresh AND d.adm ON CONFLICT DO NOTHING)"
 		" UPDATE @T@ AS t SET count = d.v"
-		" + CASE WHEN d.fresh AND (d.adm OR $9) THEN $6 ELSE 0 END"
-		" + CASE WHEN d.fresh THEN d.gr ELSE 0 END"
+		" + CASE WHEN d.fresh AND (d.adm OR $9) THEN $6 ELSE 0 END,"
+		" reserved = CASE WHEN d.fresh THEN d.r + d.gr ELSE t.reserved END"
 		PG_ADMIT_UPDATE,
 		12,
 		PG_ADMIT_TYPES,
@@ -399,13 +416,19 @@ static const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
  * concurrent CREATE ... IF NOT EXISTS from several nodes safe (they race
  * on the catalog otherwise). $1 = the quoted table name. */
 static const char pg_sql_probe[] =
-	"SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL";
+	"SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND EXISTS"
+	" (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'reserved'"
+	" AND NOT attisdropped)";
 static const char pg_sql_lock[] = "SELECT pg_advisory_xact_lock(29292, hashtext($1))"; /* "rl" */
 static const char pg_tpl_table[] =
 	"CREATE TABLE IF NOT EXISTS @T@ (namespace text NOT NULL, key bytea NOT NULL,"
 	" window_start bigint NOT NULL, window_size integer NOT NULL,"
-	" count double precision NOT NULL,"
+	" count double precision NOT NULL, reserved double precision NOT NULL DEFAULT 0,"
 	" PRIMARY KEY (namespace, window_size, window_start, key)) WITH (fillfactor = 50)";
+/* A table of an earlier version: the reservations' column (no rewrite:
+ * a constant default). */
+static const char pg_tpl_reserved[] =
+	"ALTER TABLE @T@ ADD COLUMN IF NOT EXISTS reserved double precision NOT NULL DEFAULT 0";
 static const char pg_tpl_index[] =
 	"CREATE INDEX IF NOT EXISTS @I@ ON @T@ (namespace, window_start)";
 static const char pg_tpl_tokens[] =
@@ -452,6 +475,7 @@ struct pg_group {
 	size_t first;
 	size_t nmemb;
 	double diff;
+	double spent, returned;   /* grants', merged */
 	double total;
 	bool got;                 /* a row came back */
 	bool committed;           /* its chunk's transaction committed */
@@ -579,6 +603,7 @@ struct pg {
 	char tokens_quoted[PG_IDENT_MAX + 3]; /* "<table>_tokens" */
 	char *sql[PG_STMT_COUNT];
 	char *sql_table;
+	char *sql_reserved;
 	char *sql_index;
 	char *sql_tokens;
 	char *sql_tokens_index;
@@ -872,6 +897,7 @@ static void pg_free(struct pg *s)
 	for (int i = 0; i < PG_STMT_COUNT; i++)
 		free(s->sql[i]);
 	free(s->sql_table);
+	free(s->sql_reserved);
 	free(s->sql_index);
 	free(s->sql_tokens);
 	free(s->sql_tokens_index);
@@ -1217,8 +1243,10 @@ static int pg_send_chunk(struct pg_conn *c, struct pg_op *op, const struct pg_ch
 	pg_array_begin(&s->par[1], PG_OID_BYTEA, n);
 	pg_array_begin(&s->par[2], PG_OID_INT8, n);
 	pg_array_begin(&s->par[3], PG_OID_INT4, n);
-	if (ch->upsert)
+	if (ch->upsert) {
 		pg_array_begin(&s->par[4], PG_OID_FLOAT8, n);
+		pg_array_begin(&s->par[5], PG_OID_FLOAT8, n);
+	}
 	for (size_t i = ch->lo; i < ch->hi; i++) {
 		const struct pg_group *g = &op->groups[idx[i]];
 
@@ -1226,15 +1254,17 @@ static int pg_send_chunk(struct pg_conn *c, struct pg_op *op, const struct pg_ch
 		pg_array_bytes(&s->par[1], g->c->key, g->c->key_len);
 		pg_array_i64(&s->par[2], g->c->start);
 		pg_array_i32(&s->par[3], (int32_t)g->c->size);
-		if (ch->upsert)
-			pg_array_f64(&s->par[4], g->diff);
+		if (ch->upsert) {
+			pg_array_f64(&s->par[4], g->diff + g->spent);
+			pg_array_f64(&s->par[5], -(g->spent + g->returned));
+		}
 	}
 	if (ch->tok) {
 		const char *v[1];
 		int len[1], fmt[1] = { 1 };
 
 		pg_chunk_token(s, op, ch);
-		for (int i = 0; i < 5; i++)
+		for (int i = 0; i < 6; i++)
 			if (s->par[i].oom || s->par[i].len > INT32_MAX)
 				return -2; /* before anything is queued */
 		if (s->tokpar.oom)
@@ -1396,9 +1426,10 @@ static int pg_send_create(struct pg_conn *c, struct pg_op *op)
 		    !PQsendQueryParams(c->conn, s->sql_tokens_index, 0, NULL, NULL, NULL, NULL,
 				       0) ||
 		    !PQsendQueryParams(c->conn, s->sql_table, 0, NULL, NULL, NULL, NULL, 0) ||
+		    !PQsendQueryParams(c->conn, s->sql_reserved, 0, NULL, NULL, NULL, NULL, 0) ||
 		    !PQsendQueryParams(c->conn, s->sql_index, 0, NULL, NULL, NULL, NULL, 0))
 			return -1;
-		op->nstmts += 5;
+		op->nstmts += 6;
 	}
 	for (size_t i = 0; i < sizeof(pg_prepare_order) / sizeof(pg_prepare_order[0]); i++) {
 		enum pg_stmt k = pg_prepare_order[i];
@@ -2553,10 +2584,12 @@ static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, c
 		oom = oom || !s->sql[i];
 	}
 	s->sql_table = pg_sql_fill(pg_tpl_table, names);
+	s->sql_reserved = pg_sql_fill(pg_tpl_reserved, names);
 	s->sql_index = pg_sql_fill(pg_tpl_index, names);
 	s->sql_tokens = pg_sql_fill(pg_tpl_tokens, names);
 	s->sql_tokens_index = pg_sql_fill(pg_tpl_tokens_index, names);
-	if (oom || !s->conninfo || !s->sql_table || !s->sql_index || !s->sql_tokens ||
+	if (oom || !s->conninfo || !s->sql_table || !s->sql_reserved || !s->sql_index ||
+	    !s->sql_tokens ||
 	    !s->sql_tokens_index) {
 		pg_free(s);
 		snprintf(err, errlen, "out of memory");
@@ -2639,8 +2672,8 @@ static const char *pg_counter_check(const struct strategy_counter *c, bool diff)
 		return "key longer than 2048 bytes";
 	if (c->size == 0 || c->size > INT32_MAX)
 		return "window size out of range";
-	if (diff && !isfinite(c->diff))
-		return "diff is not a finite number";
+	if (diff && (!isfinite(c->diff) || !isfinite(c->spent) || !isfinite(c->returned)))
+		return "diff, spent or returned is not a finite number";
 	return NULL;
 }
 
@@ -2672,6 +2705,8 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 		if (g && !pg_cmp_counters(&g->c, &op->order[i])) {
 			g->nmemb++;
 			g->diff += read_only ? 0.0 : c->diff;
+			g->spent += read_only ? 0.0 : c->spent;
+			g->returned += read_only ? 0.0 : c->returned;
 			continue;
 		}
 		if (!g || pg_cmp_bytes(g->c->ns, g->c->ns_len, c->ns, c->ns_len) ||
@@ -2679,10 +2714,13 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 			pg_seen_note(s, c->ns, c->ns_len, c->size);
 		op->groups[op->ngroups++] = (struct pg_group){
 			.c = c, .first = i, .nmemb = 1, .diff = read_only ? 0.0 : c->diff,
+			.spent = read_only ? 0.0 : c->spent,
+			.returned = read_only ? 0.0 : c->returned,
 		};
 	}
 	for (size_t g = 0; g < op->ngroups; g++) {
-		if (op->groups[g].diff != 0.0)
+		if (op->groups[g].diff != 0.0 || op->groups[g].spent != 0.0 ||
+		    op->groups[g].returned != 0.0)
 			op->up[op->nup++] = g;
 		else
 			op->rd[op->nrd++] = g;

@@ -176,6 +176,7 @@ struct redis_call {
 	bool asking;                    /* ASK: send ASKING before it, once */
 	bool asked;                     /* sent behind ASKING: so is a NOSCRIPT resend */
 	bool resent;                    /* NOSCRIPT fallback used */
+	bool ro;                        /* reads only (push: HMGET): no WAIT */
 	ev_tstamp tryagain_since;       /* first TRYAGAIN, 0 = none */
 	size_t begin;                   /* offset of the command in op->cmd */
 	size_t tail;                    /* script calls: offset of "<numkeys> <key> ..." */
@@ -284,6 +285,7 @@ struct redis_strategy {
 	struct redis_sentinel *sentinel; /* sentinel mode */
 	char sha[41];                   /* of the push script, "" until loaded */
 	char sha_admit[41];             /* of the admission script */
+	char sha_nodes[41];             /* of the heartbeat script */
 	struct redis_call *waiting, *waiting_tail; /* TRYAGAIN */
 	ev_timer waiting_timer;
 	bool destroying;
@@ -360,6 +362,7 @@ uint16_t redis_key_slot(const char *key, size_t len);
 /* The scripts (SCRIPT LOAD in every data connection's handshake). */
 extern const char redis_push_script[];
 extern const char redis_admit_script[];
+extern const char redis_nodes_script[];
 
 /* Sends call c (after `asking`, ASKING first) on connection cn. Returns 0,
  * or -1 (not queued: the op failed with why). */

@@ -4,7 +4,7 @@
  * A connection (struct redis_conn) is one server reached through hiredis's
  * async API on the strategy's loop. A data connection pipelines its
  * handshake behind the non-blocking connect - AUTH, SELECT, ROLE (sentinel
- * mode: the server must say it is a master), the two SCRIPT LOADs - and
+ * mode: the server must say it is a master), the three SCRIPT LOADs - and
  * is READY once all of them answered within timeout_ms; a watch connection
  * (sentinel) sends AUTH with the sentinels' own credentials (if any), then
  * SUBSCRIBE +switch-master, and is READY at its confirmation, its messages
@@ -226,6 +226,13 @@ static void redis_conn_on_sha_admit(redisAsyncContext *ac, void *r, void *privda
 	redis_conn_on_sha(ac, r, c, c->s->sha_admit);
 }
 
+static void redis_conn_on_sha_nodes(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_conn *c = privdata;
+
+	redis_conn_on_sha(ac, r, c, c->s->sha_nodes);
+}
+
 /*
  * SUBSCRIBE +switch-master (watch connections). hiredis calls this for
  * the confirmation and for every message, as an array:
@@ -360,7 +367,9 @@ void redis_conn_open(struct redis_conn *c)
 		redisAsyncCommand(ac, redis_conn_on_sha_push, c, "SCRIPT LOAD %s", redis_push_script);
 		redisAsyncCommand(ac, redis_conn_on_sha_admit, c, "SCRIPT LOAD %s",
 				  redis_admit_script);
-		c->handshake_left += 2;
+		redisAsyncCommand(ac, redis_conn_on_sha_nodes, c, "SCRIPT LOAD %s",
+				  redis_nodes_script);
+		c->handshake_left += 3;
 	}
 	ev_timer_set(&c->handshake, s->o.timeout_ms / 1000.0, 0.);
 	ev_timer_start(s->loop, &c->handshake);

@@ -24,7 +24,12 @@
  *                  without expiry).
  *
  * Counters are identified by (namespace, key, window size, window start);
- * keys are bytes (may hold NULs), counts are doubles.
+ * keys are bytes (may hold NULs), counts are doubles. A counter's count
+ * holds hits; apart from it the store keeps the counter's reservation:
+ * the grants it gave nodes (admit) that they have not yet reported spent
+ * or given back (push_diffs' spent and returned). Admissions count both;
+ * counts read back (totals, rows) are hits only, so that no answer counts
+ * as hits the headroom handed out.
  *
  * What the stores share is written once in strategies/store.h: an
  * operation's way from the call to its callback (done queue, delivery
@@ -54,8 +59,13 @@ struct strategy_counter {
 	size_t key_len;
 	int64_t start;          /* window start, Unix seconds */
 	uint32_t size;          /* window size, seconds */
-	double diff;            /* in: to add (0 = read only) */
-	double total;           /* out: the store's value after the add */
+	double diff;            /* in: to add (0 = read only, with spent and
+	                           returned 0) */
+	double spent;           /* in: a grant's hits: taken from the reservation,
+	                           added to the count */
+	double returned;        /* in: a grant given back: taken from the
+	                           reservation (which never goes below 0) */
+	double total;           /* out: the store's count after the add */
 	bool ok;                /* out: total is valid */
 };
 
@@ -71,18 +81,22 @@ struct strategy_row {
 
 /* One admission decided by the store (docs/CLUSTER.md, "Exact at the
  * limit"): in one atomic step, for the counter (ns, key, size, start),
+ * whose count is current and reservation reserved (previous and
+ * prev_reserved: the previous window's),
  *   1. current += diff           (the node's hits of the key the store has
  *                                 not seen; may be 0)
- *   2. admitted = current + previous * weight + cost <= limit
+ *   2. taken = current + reserved + (previous + prev_reserved) * weight
+ *      admitted = taken + cost <= limit
  *   3. current += cost           if admitted or count_denied
- *   4. if admitted, a grant: part of the headroom left, counted now for the
- *      node's coming hits (which it then admits locally, returning what it
- *      did not use with a later push, as a negative diff):
- *        grant = min(want, (limit - current - previous * weight) / (2 * nodes))
+ *   4. if admitted, a grant: part of the headroom left, reserved now for
+ *      the node's coming hits (which it then admits locally, reporting
+ *      them spent, and giving back what it did not use, with later pushes:
+ *      spent, returned):
+ *        grant = min(want, (limit - taken - cost) / (2 * nodes))
  *      rounded down to a multiple of cost (0 when under one cost, or when
- *      want or nodes is 0); current += grant
- * and the totals come back. The caller owns the memory until the callback
- * returns. */
+ *      want or nodes is 0); reserved += grant
+ * and the counts (hits) come back. The caller owns the memory until the
+ * callback returns. */
 struct strategy_admit {
 	const char *ns;
 	size_t ns_len;
@@ -99,9 +113,9 @@ struct strategy_admit {
 	unsigned nodes;         /* in: the nodes sharing the limit (0: no grant) */
 	bool ok;                /* out: the store decided; the rest is valid */
 	bool admitted;          /* out */
-	double grant;           /* out: counted for this node (0 if none) */
-	double current;         /* out: the current window's count after */
-	double previous;        /* out: the previous window's count */
+	double grant;           /* out: reserved for this node (0 if none) */
+	double current;         /* out: the current window's count (hits) after */
+	double previous;        /* out: the previous window's count (hits) */
 };
 
 /* status 0 = done, -1 = failed (errstr says why). Either way the

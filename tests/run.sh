@@ -4,7 +4,8 @@
 # Unit tests are the Criterion binaries in BUILD_DIR/tests; e2e tests are
 # tests/e2e/*.sh, each printing "ok - ..." / "not ok - ..." lines and
 # exiting non-zero on failure. They get the agent binary in $AGENT and
-# HAProxy in $HAPROXY (default: haproxy, Debian's 2.6); then the HAProxy
+# HAProxy in $HAPROXY (default: haproxy, Debian's 2.6), the nginx module
+# in $NGINX_MODULE (default build/nginx/, make nginx-module); then the HAProxy
 # ones (tests/e2e/haproxy_*.sh) run again with HAProxy 3.x from
 # $HAPROXY3 (default ../shared/peers/haproxy-3.4/haproxy), skipped with a
 # message when it is not there.
@@ -13,6 +14,9 @@ cd "$(dirname "$0")/.."
 build=${1:?build dir}
 what=${2:-all}
 export AGENT="$PWD/$build/spoa-ratelimit"
+# The nginx module (make nginx-module) for tests/e2e/nginx_module.sh.
+export NGINX_MODULE=${NGINX_MODULE:-$PWD/build/nginx/ngx_http_spoa_ratelimit_module.so}
+export NGINX_MODULE_SAN=${NGINX_MODULE_SAN:-$PWD/build/nginx-san/ngx_http_spoa_ratelimit_module.so}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=0:detect_leaks=1}
 # libcriterion's runner leaks 48 bytes of its own; our code is not suppressed.
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp:print_suppressions=0}

@@ -241,3 +241,68 @@ Test(admin, top_by_denied)
 	cr_assert_not_null(strstr(r.body, "{\"key\":\"greedy\",\"count\":6,"), "%s", r.body);
 	cr_assert_not_null(strstr(r.body, "{\"key\":\"modest\",\"count\":1,"), "%s", r.body);
 }
+
+/* DELETE /keys (ctl reset): a local namespace's key forgotten, every
+ * window; it starts from zero. A synced namespace: 501 (not built yet). */
+Test(admin, reset_forgets_a_key)
+{
+	struct httpc_resp r;
+	char cmd[2048], out[4096];
+
+	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+		   " \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
+		   "{\"name\": \"default\", \"window_sizes\": [60, 3600], \"limit\": 3},"
+		   "{\"name\": \"synced\", \"window_sizes\": [60], \"sync_rate\": 1,"
+		   " \"strategy\": \"redis\", \"strategy_opts\": {\"port\": 1}}]}");
+	window_margin();
+	for (int i = 0; i < 5; i++)
+		get("/ratelimit?key=bob&window=60", CHECK, &r);
+	cr_assert_eq(r.status, 429);
+	get("/ratelimit?key=bob&window=3600", CHECK, &r);
+	/* Another key of the same namespace is left alone. */
+	get("/ratelimit?key=carol&window=60", CHECK, &r);
+
+	int fd = rawspop_connect(agent.http_port, IO_MS);
+	cr_assert(fd >= 0);
+	static const char del[] = "DELETE /keys?key=bob HTTP/1.1\r\nHost: t\r\n" ADMIN
+				  "Connection: close\r\n\r\n";
+	struct httpc_buf *b = calloc(1, sizeof(*b));
+	const char *why = "";
+	cr_assert_eq(httpc_send(fd, del, sizeof(del) - 1), 0);
+	cr_assert_eq(httpc_read(fd, b, &r, IO_MS, &why), 0, "%s", why);
+	close(fd);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"removed\":6,\"windows\":2"), "%s", r.body);
+	get("/ratelimit?key=bob&window=60", CHECK, &r);
+	cr_assert_eq(r.status, 200, "admitted again: %s", r.body);
+	cr_assert_eq(httpc_body_num(&r, "rate"), 1);
+	get("/ratelimit?key=carol&window=60&cost=0", CHECK, &r);
+	cr_assert_eq(httpc_body_num(&r, "rate"), 1);
+	/* DELETE elsewhere: 405. */
+	fd = rawspop_connect(agent.http_port, IO_MS);
+	static const char del2[] = "DELETE /ratelimit?key=bob HTTP/1.1\r\nHost: t\r\n"
+				   "Connection: close\r\n\r\n";
+	b->len = 0;
+	cr_assert_eq(httpc_send(fd, del2, sizeof(del2) - 1), 0);
+	cr_assert_eq(httpc_read(fd, b, &r, IO_MS, &why), 0, "%s", why);
+	close(fd);
+	cr_assert_eq(r.status, 405);
+	/* The command line; a synced namespace is refused with the reason. */
+	get("/ratelimit?key=bob&window=60", CHECK, &r);
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset default bob 2>&1", agentproc_binary(),
+		 agent.cfg_path);
+	FILE *f = popen(cmd, "r");
+	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = '\0';
+	cr_assert_eq(pclose(f), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "namespace default, key bob: forgotten on this node (2 hits "
+				  "in 2 window(s))"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset synced bob 2>&1", agentproc_binary(),
+		 agent.cfg_path);
+	f = popen(cmd, "r");
+	n = fread(out, 1, sizeof(out) - 1, f);
+	out[n] = '\0';
+	cr_assert_neq(pclose(f), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "501: forgetting a key of a namespace that syncs"), "%s", out);
+	free(b);
+}

@@ -367,10 +367,31 @@ Test(postgres, table_created_if_missing)
 			   out, sizeof(out)),
 		     1);
 	cr_assert_str_eq(out, "namespace text, key bytea, window_start bigint, window_size "
-			      "integer, count double precision");
+			      "integer, count double precision, reserved double precision");
 	/* A second instance finds it and works with it. */
 	s2 = make_ready("t_created", NULL);
 	ops->destroy(s2);
+	ops->destroy(s);
+}
+
+/* A table of an earlier version (no reservations' column) gets it, its
+ * rows kept, reserving nothing. */
+Test(postgres, table_of_an_earlier_version_gets_the_reserved_column)
+{
+	struct strategy *s;
+	struct strategy_counter c[1] = { counter("ns", "old", 3, 600, 60, 2) };
+	char out[256];
+
+	cr_assert_geq(query("CREATE TABLE t_old (namespace text NOT NULL, key bytea NOT NULL,"
+			    " window_start bigint NOT NULL, window_size integer NOT NULL,"
+			    " count double precision NOT NULL,"
+			    " PRIMARY KEY (namespace, window_size, window_start, key));"
+			    " INSERT INTO t_old VALUES ('ns', 'old', 600, 60, 5)", out, sizeof(out)),
+		      0, "%s", out);
+	s = make_ready("t_old", NULL);
+	push_ok(s, c, 1);
+	EQ(c[0].total, 7);
+	cr_assert_eq(query_int("SELECT count(*) FROM t_old WHERE reserved = 0"), 1);
 	ops->destroy(s);
 }
 
@@ -1535,9 +1556,11 @@ static struct strategy_admit grant_adm(double cost, double limit, double weight,
 }
 
 /* Grants (docs/CLUSTER.md, "Exact at the limit"): an admitted hit also
- * gets min(want, headroom / (2 * nodes)) in whole costs, counted at once;
- * none when refused, without nodes or want, or under one cost; a resend
- * with the same token gets the same grant and adds nothing. */
+ * gets min(want, headroom / (2 * nodes)) in whole costs, reserved at once
+ * apart from the count (which holds hits: what current says), and counted
+ * against the limit; none when refused, without nodes or want, or under
+ * one cost; a resend with the same token gets the same grant and adds
+ * nothing. */
 Test(postgres, admit_grants_share_the_headroom)
 {
 	struct strategy *s = make_ready("t_admit_grant", NULL);
@@ -1546,20 +1569,21 @@ Test(postgres, admit_grants_share_the_headroom)
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
 	cr_assert_eq(a.grant, 16, "(100 - 1) / 6 = 16.5, in whole costs: %g", a.grant);
-	cr_assert_eq(a.current, 17);
+	cr_assert_eq(a.current, 1, "hits, not the grant: %g", a.current);
 	a = grant_adm(1, 100, 0, 1000, 3);
 	admit_tok(s, &a, 1, "n1:1");
-	cr_assert_eq(a.grant, 13, "(100 - 18) / 6: %g", a.grant);
-	cr_assert_eq(a.current, 31);
+	cr_assert_eq(a.grant, 13, "(100 - 2 - 16) / 6: %g", a.grant);
+	cr_assert_eq(a.current, 2);
 	a = grant_adm(1, 100, 0, 1000, 3);
 	admit_tok(s, &a, 1, "n1:1");
 	cr_assert(a.admitted);
 	cr_assert_eq(a.grant, 13, "a resend gets the recorded grant: %g", a.grant);
-	cr_assert_eq(a.current, 31, "and adds nothing");
+	cr_assert_eq(a.current, 2, "and adds nothing");
+	cr_assert_eq(query_int("SELECT reserved FROM t_admit_grant WHERE key = 'g'"), 29);
 	a = grant_adm(1, 100, 0, 4, 3);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert_eq(a.grant, 4, "want caps it");
-	cr_assert_eq(a.current, 36);
+	cr_assert_eq(a.current, 3);
 	a = grant_adm(1, 100, 0, 1000, 0);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
@@ -1569,33 +1593,78 @@ Test(postgres, admit_grants_share_the_headroom)
 	cr_assert_eq(a.grant, 0, "no want, no grant");
 	a = grant_adm(2.5, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert_eq(a.grant, 27.5, "(100 - 40.5) / 2 = 29.75, in costs of 2.5: %g", a.grant);
-	cr_assert_eq(a.current, 68);
+	cr_assert_eq(a.grant, 27.5, "(100 - 5 - 33 - 2.5) / 2 = 29.75, in costs of 2.5: %g",
+		     a.grant);
+	cr_assert_eq(a.current, 7.5);
 	a = grant_adm(30, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert(a.admitted);
+	cr_assert(a.admitted, "7.5 hits + 60.5 reserved + 30 <= 100");
 	cr_assert_eq(a.grant, 0, "(100 - 98) / 2 is under one cost");
 	a = grant_adm(3, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert(!a.admitted);
+	cr_assert(!a.admitted, "37.5 hits + 60.5 reserved + 3 > 100");
 	cr_assert_eq(a.grant, 0, "refused: no grant");
-	cr_assert_eq(query_int("SELECT count FROM t_admit_grant WHERE key = 'g' AND window_start = 600"), 98);
+	cr_assert_eq(a.current, 37.5);
+	cr_assert_eq(query_int("SELECT count * 2 FROM t_admit_grant WHERE key = 'g' AND "
+			       "window_start = 600"), 75);
+	cr_assert_eq(query_int("SELECT reserved * 2 FROM t_admit_grant WHERE key = 'g' AND "
+			       "window_start = 600"), 121);
 	ops->destroy(s);
 }
 
-/* The previous window weighs on the headroom of a grant. */
+/* The previous window weighs on the headroom of a grant, its reservation
+ * with it. */
 Test(postgres, admit_grant_counts_the_previous_window)
 {
 	struct strategy *s = make_ready("t_admit_grant_prev", NULL);
-	struct strategy_admit a = adm("g", 600 - 60, 40, 0, 1000, 0, false);
+	struct strategy_admit a = adm("g", 600 - 60, 30, 1, 1000, 0, false);
 
+	a.want = 10;
+	a.nodes = 1;
 	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 10);
+	cr_assert_eq(a.current, 31, "30 + the hit");
 	a = grant_adm(1, 100, 0.5, 1000, 2);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
-	cr_assert_eq(a.previous, 40);
-	cr_assert_eq(a.grant, 19, "(100 - 1 - 40 * 0.5) / 4 = 19.75: %g", a.grant);
-	cr_assert_eq(a.current, 20);
+	cr_assert_eq(a.previous, 31, "hits");
+	cr_assert_eq(a.grant, 19, "(100 - 1 - (31 + 10) * 0.5) / 4 = 19.6: %g", a.grant);
+	cr_assert_eq(a.current, 1);
+	ops->destroy(s);
+}
+
+/* A push's grant hits spent (strategy.h) go from the reservation to the
+ * count; a grant returned leaves the reservation, the count does not
+ * move. A reservation never goes below 0. With a token, applied once. */
+Test(postgres, push_spent_and_returned_grants)
+{
+	struct strategy *s = make_ready("t_unreserve", NULL);
+	struct strategy_admit a = grant_adm(1, 1000, 0, 100, 1);
+	struct strategy_counter b[2];
+	struct done d;
+
+	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 100);
+	b[0] = counter("ns", "g", 1, 600, 60, 0);
+	b[0].spent = 30;
+	cr_assert_eq(push_tok(s, b, 1, "u:1", &d), 0, "%s", d.err);
+	EQ(b[0].total, 31);
+	cr_assert_eq(push_tok(s, b, 1, "u:1", &d), 0, "%s", d.err);
+	EQ(b[0].total, 31);
+	cr_assert_eq(query_int("SELECT reserved FROM t_unreserve WHERE key = 'g'"), 70);
+	b[0] = counter("ns", "g", 1, 600, 60, 2);
+	b[0].spent = 5;
+	b[0].returned = 65;
+	cr_assert_eq(push_tok(s, b, 1, "u:2", &d), 0, "%s", d.err);
+	EQ(b[0].total, 38);
+	cr_assert_eq(query_int("SELECT reserved FROM t_unreserve WHERE key = 'g'"), 0);
+	b[0] = counter("ns", "g", 1, 600, 60, 0);
+	b[0].spent = 4;
+	b[1] = counter("ns", "g", 1, 600, 60, 0);
+	push_ok(s, b, 2);
+	EQ(b[0].total, 42);
+	EQ(b[1].total, 42);
+	cr_assert_eq(query_int("SELECT reserved FROM t_unreserve WHERE key = 'g'"), 0);
 	ops->destroy(s);
 }
 

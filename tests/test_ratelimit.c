@@ -1315,8 +1315,9 @@ Test(ratelimit, exact_hits_spend_grants_or_ask_the_store)
 	cr_assert(r.inserted && r.cur_idx != UINT32_MAX, "the slot is made");
 	EQ(r.current, 0);
 	cr_assert(shm_grant_any(t, r.cur_idx), "demand noted");
-	/* The store admitted it and granted 3 more: its total is 4. */
-	cr_assert_eq(rl_seed(rl, ns, "k", 1, 60, 960, 4, now), 0);
+	/* The store admitted it and reserved 3 more: its count (hits) is 1,
+	 * the slot's 4 (the grant is the node's until it reports it). */
+	cr_assert_eq(rl_seed(rl, ns, "k", 1, 60, 960, 1, now), 0);
 	cr_assert_eq(rl_grant(rl, ns, "k", 1, 60, 960, 3, now), 0);
 	for (int i = 0; i < 3; i++) {
 		cr_assert_eq(rl_hit_exact(rl, ns, "k", 1, 60, 1, 0, now, 10, true, &r), 0);
@@ -1327,9 +1328,11 @@ Test(ratelimit, exact_hits_spend_grants_or_ask_the_store)
 	cr_assert(r.need_store, "the grant is spent");
 	cr_assert_eq(shm_read(t, r.cur_idx, &e), 0);
 	EQ(e.diff, 0);                 /* nothing to push: the store has them */
+	EQ(e.spent, 3);                /* ... but they are to report spent */
 	EQ(e.count, 4);
-	/* Over the limit by the view: decided here, counted (count_denied). */
-	cr_assert_eq(rl_seed(rl, ns, "k", 1, 60, 960, 10, now), 0);
+	/* Over the limit by the view: decided here, counted (count_denied).
+	 * The store counts 7 hits, and this node's 3 not reported yet. */
+	cr_assert_eq(rl_seed(rl, ns, "k", 1, 60, 960, 7, now), 0);
 	cr_assert_eq(rl_hit_exact(rl, ns, "k", 1, 60, 1, 0, now, 10, true, &r), 0);
 	cr_assert(!r.need_store && !r.granted && r.counted);
 	EQ(r.current, 11);

@@ -1465,10 +1465,31 @@ static struct strategy_admit grant_adm(double cost, double limit, double weight,
 	return a;
 }
 
+/* The reservation of (ns, key) in the 60 s window starting at start: the
+ * grants the store gave and nodes have not reported spent or given back,
+ * in its own hash; NAN if none. */
+static double reserved(const char *ns, const char *key, int64_t start)
+{
+	char h[256];
+	redisReply *rep;
+	double v = NAN;
+
+	snprintf(h, sizeof(h), "rl:{%s:%u}:r:60:%lld", ns,
+		 redis_server_bucket(key, strlen(key)), (long long)start);
+	rep = redis_server_command(&srv, "HGET %s %s", h, key);
+	cr_assert_not_null(rep, "%s", srv.err);
+	if (rep->type == REDIS_REPLY_STRING)
+		v = strtod(rep->str, NULL);
+	freeReplyObject(rep);
+	return v;
+}
+
 /* Grants (docs/CLUSTER.md, "Exact at the limit"): an admitted hit also
- * gets min(want, headroom / (2 * nodes)) in whole costs, counted at once;
- * none when refused, without nodes or want, or under one cost; a resend
- * with the same token gets the same grant and adds nothing. */
+ * gets min(want, headroom / (2 * nodes)) in whole costs, reserved at once
+ * apart from the count (which holds hits: what current says), and counted
+ * against the limit; none when refused, without nodes or want, or under
+ * one cost; a resend with the same token gets the same grant and adds
+ * nothing. */
 Test(redis, admit_grants_share_the_headroom)
 {
 	struct strategy *s = mk(1000);
@@ -1477,20 +1498,22 @@ Test(redis, admit_grants_share_the_headroom)
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
 	cr_assert_eq(a.grant, 16, "(100 - 1) / 6 = 16.5, in whole costs: %g", a.grant);
-	cr_assert_eq(a.current, 17);
+	cr_assert_eq(a.current, 1, "hits, not the grant: %g", a.current);
+	cr_assert_eq(reserved("ns", "g", START60), 16);
 	a = grant_adm(1, 100, 0, 1000, 3);
 	admit_tok(s, &a, 1, "n1:1");
-	cr_assert_eq(a.grant, 13, "(100 - 18) / 6: %g", a.grant);
-	cr_assert_eq(a.current, 31);
+	cr_assert_eq(a.grant, 13, "(100 - 2 - 16) / 6: %g", a.grant);
+	cr_assert_eq(a.current, 2);
 	a = grant_adm(1, 100, 0, 1000, 3);
 	admit_tok(s, &a, 1, "n1:1");
 	cr_assert(a.admitted);
 	cr_assert_eq(a.grant, 13, "a resend gets the recorded grant: %g", a.grant);
-	cr_assert_eq(a.current, 31, "and adds nothing");
+	cr_assert_eq(a.current, 2, "and adds nothing");
+	cr_assert_eq(reserved("ns", "g", START60), 29);
 	a = grant_adm(1, 100, 0, 4, 3);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert_eq(a.grant, 4, "want caps it");
-	cr_assert_eq(a.current, 36);
+	cr_assert_eq(a.current, 3);
 	a = grant_adm(1, 100, 0, 1000, 0);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
@@ -1500,33 +1523,80 @@ Test(redis, admit_grants_share_the_headroom)
 	cr_assert_eq(a.grant, 0, "no want, no grant");
 	a = grant_adm(2.5, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert_eq(a.grant, 27.5, "(100 - 40.5) / 2 = 29.75, in costs of 2.5: %g", a.grant);
-	cr_assert_eq(a.current, 68);
+	cr_assert_eq(a.grant, 27.5, "(100 - 5 - 33 - 2.5) / 2 = 29.75, in costs of 2.5: %g",
+		     a.grant);
+	cr_assert_eq(a.current, 7.5);
 	a = grant_adm(30, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert(a.admitted);
+	cr_assert(a.admitted, "7.5 hits + 60.5 reserved + 30 <= 100");
 	cr_assert_eq(a.grant, 0, "(100 - 98) / 2 is under one cost");
 	a = grant_adm(3, 100, 0, 1000, 1);
 	admit_tok(s, &a, 1, NULL);
-	cr_assert(!a.admitted);
+	cr_assert(!a.admitted, "37.5 hits + 60.5 reserved + 3 > 100");
 	cr_assert_eq(a.grant, 0, "refused: no grant");
-	cr_assert_eq(stored("ns", "g", 1, 60, START60), 98);
+	cr_assert_eq(a.current, 37.5);
+	cr_assert_eq(stored("ns", "g", 1, 60, START60), 37.5);
+	cr_assert_eq(reserved("ns", "g", START60), 60.5);
 	OPS->destroy(s);
 }
 
-/* The previous window weighs on the headroom of a grant. */
+/* The previous window weighs on the headroom of a grant, its reservation
+ * with it. */
 Test(redis, admit_grant_counts_the_previous_window)
 {
 	struct strategy *s = mk(1000);
-	struct strategy_admit a = adm("g", START60 - 60, 40, 0, 1000, 0, false);
+	struct strategy_admit a = adm("g", START60 - 60, 30, 0, 1000, 0, false);
 
+	a.want = 10;
+	a.nodes = 1;
+	a.cost = 1;
 	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 10);
+	cr_assert_eq(a.current, 31, "30 + the hit");
 	a = grant_adm(1, 100, 0.5, 1000, 2);
 	admit_tok(s, &a, 1, NULL);
 	cr_assert(a.admitted);
-	cr_assert_eq(a.previous, 40);
-	cr_assert_eq(a.grant, 19, "(100 - 1 - 40 * 0.5) / 4 = 19.75: %g", a.grant);
-	cr_assert_eq(a.current, 20);
+	cr_assert_eq(a.previous, 31, "hits");
+	cr_assert_eq(a.grant, 19, "(100 - 1 - (31 + 10) * 0.5) / 4 = 19.6: %g", a.grant);
+	cr_assert_eq(a.current, 1);
+	OPS->destroy(s);
+}
+
+/* A push's grant hits spent (strategy.h) go from the reservation to the
+ * count; a grant returned leaves the reservation, the count does not
+ * move. A reservation never goes below 0. With a token, applied once. */
+Test(redis, push_spent_and_returned_grants)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_admit a = grant_adm(1, 1000, 0, 100, 1);
+	struct strategy_counter b[2];
+
+	admit_tok(s, &a, 1, NULL);
+	cr_assert_eq(a.grant, 100);
+	cr_assert_eq(reserved("ns", "g", START60), 100);
+	/* 30 of the grant spent: reported with a push */
+	b[0] = C("ns", "g", START60, 60, 0);
+	b[0].spent = 30;
+	push_tok_ok(s, b, 1, "u:1");
+	cr_assert_eq(b[0].total, 31);
+	push_tok_ok(s, b, 1, "u:1");
+	cr_assert_eq(b[0].total, 31, "a resend adds nothing");
+	cr_assert_eq(reserved("ns", "g", START60), 70);
+	/* 5 more spent, the 65 left returned, 2 local hits */
+	b[0] = C("ns", "g", START60, 60, 2);
+	b[0].spent = 5;
+	b[0].returned = 65;
+	push_tok_ok(s, b, 1, "u:2");
+	cr_assert_eq(b[0].total, 38, "1 + 30 + 5 + 2");
+	cr_assert(isnan(reserved("ns", "g", START60)), "nothing reserved: the field is gone");
+	/* more than is reserved: the reservation stays at 0 */
+	b[0] = C("ns", "g", START60, 60, 0);
+	b[0].spent = 4;
+	b[1] = C("ns", "g", START60, 60, 0);
+	push_tok_ok(s, b, 2, NULL);
+	cr_assert_eq(b[0].total, 42);
+	cr_assert_eq(b[1].total, 42, "the same field twice in a call adds up in order");
+	cr_assert(isnan(reserved("ns", "g", START60)));
 	OPS->destroy(s);
 }
 
@@ -1584,5 +1654,108 @@ Test(redis, heartbeat_counts_the_nodes_seen_within_ttl)
 	cr_assert(rep && rep->type == REDIS_REPLY_INTEGER);
 	cr_assert_eq(rep->integer, 1, "b dropped");
 	freeReplyObject(rep);
+	OPS->destroy(s);
+}
+
+/* The calls of one command so far (INFO commandstats), 0 if never. */
+static long long cmd_calls(const char *cmd)
+{
+	redisReply *rep = redis_server_command(&srv, "INFO commandstats");
+	char name[64];
+	long long n = 0;
+	const char *p;
+
+	cr_assert(rep && rep->type == REDIS_REPLY_STRING, "INFO commandstats");
+	snprintf(name, sizeof(name), "cmdstat_%s:calls=", cmd);
+	if ((p = strstr(rep->str, name)))
+		n = atoll(p + strlen(name));
+	freeReplyObject(rep);
+	return n;
+}
+
+/* A heartbeat is an EVALSHA of the script loaded at connect (an EVAL of
+ * its text costs Redis about three times as much CPU); after SCRIPT FLUSH
+ * it is resent as EVAL, once, and counts as before. */
+Test(redis, heartbeat_is_evalsha_and_survives_a_script_flush)
+{
+	struct strategy *s = mk(1000);
+	long long eval0 = cmd_calls("eval"), sha0 = cmd_calls("evalsha");
+
+	cr_assert_eq(beat(s, "ns", "a", 1000, 3), 1);
+	cr_assert_eq(beat(s, "ns", "b", 1001, 3), 2);
+	cr_assert_eq(cmd_calls("evalsha") - sha0, 2, "two heartbeats, two EVALSHA");
+	cr_assert_eq(cmd_calls("eval") - eval0, 0, "no EVAL of the script's text");
+	freeReplyObject(redis_server_command(&srv, "SCRIPT FLUSH"));
+	cr_assert_eq(beat(s, "ns", "a", 1002, 3), 2);
+	cr_assert_eq(cmd_calls("eval") - eval0, 1, "NOSCRIPT: one EVAL");
+	OPS->destroy(s);
+}
+
+/* A call whose diffs are all 0 (an idle key's read, every sync cycle) is
+ * a plain HMGET: no script, no token key; a call with one diff is the
+ * script. The totals are the same either way. */
+Test(redis, reads_are_hmget_not_a_script)
+{
+	struct strategy *s = mk(1000);
+	struct strategy_counter b[3];
+	long long sha0, hm0;
+
+	b[0] = C("ns", "r1", START60, 60, 5);
+	b[1] = C("ns", "r2", START60, 60, 2.5);
+	push_tok_ok(s, b, 2, "w:1");
+	sha0 = cmd_calls("evalsha");
+	hm0 = cmd_calls("hmget");
+	b[0] = C("ns", "r1", START60, 60, 0);
+	b[1] = C("ns", "r2", START60, 60, 0);
+	b[2] = C("ns", "absent", START60, 60, 0);
+	push_tok_ok(s, b, 3, "w:2");
+	cr_assert_eq(b[0].total, 5);
+	cr_assert_eq(b[1].total, 2.5);
+	cr_assert_eq(b[2].total, 0, "a field never written reads 0");
+	cr_assert_eq(cmd_calls("evalsha"), sha0, "no script for reads");
+	cr_assert_geq(cmd_calls("hmget") - hm0, 1, "the reads are HMGET");
+	cr_assert(isnan(stored("ns", "absent", 6, 60, START60)), "nothing created");
+	OPS->destroy(s);
+}
+
+/* The admissions of one admit() are one script call on a single server,
+ * whatever their keys, windows and number (up to 256 a call), decided in
+ * their order: of 5 admissions of a key with a limit of 3, the first 3
+ * are admitted, each answer the count after it; keys of other buckets
+ * and windows in the same call. A resend with the token returns the
+ * same decisions and adds nothing. */
+Test(redis, admissions_of_one_call_are_one_script_call)
+{
+	enum { N = 300 };
+	static struct strategy_admit a[N];
+	static char keys[N][16];
+	struct strategy *s = mk(1000);
+	long long sha0;
+
+	for (int round = 0; round < 2; round++) {
+		for (int i = 0; i < 5; i++)
+			a[i] = adm("five", START60, 0, 1, 3, 0, false);
+		a[5] = adm("other", START60 - 60, 0, 2, 10, 0, false);
+		a[6] = adm("other", START60, 0, 2, 10, 0.5, false);
+		for (int i = 7; i < N; i++) {
+			snprintf(keys[i], sizeof(keys[i]), "k%d", i);
+			a[i] = adm(keys[i], START60, 0, 1, 100, 0, false);
+		}
+		sha0 = cmd_calls("evalsha");
+		admit_tok(s, a, N, "one:1");
+		cr_assert_eq(cmd_calls("evalsha") - sha0, 2, "%d admissions: 2 calls (256 a call)",
+			     N);
+		for (int i = 0; i < 5; i++) {
+			cr_assert_eq(a[i].admitted, i < 3, "round %d, admission %d", round, i);
+			cr_assert_eq(a[i].current, round == 0 ? (i < 3 ? i + 1 : 3) : 3,
+				     "round %d, admission %d: %g", round, i, a[i].current);
+		}
+		cr_assert(a[5].admitted && a[6].admitted);
+		cr_assert_eq(a[6].previous, 2, "the previous window, written by the same call");
+		cr_assert_eq(a[6].current, 2);
+		for (int i = 7; i < N; i++)
+			cr_assert(a[i].admitted && a[i].current == 1, "%s: %g", keys[i], a[i].current);
+		cr_assert_eq(stored("ns", "five", 4, 60, START60), 3, "round %d", round);
+	}
 	OPS->destroy(s);
 }

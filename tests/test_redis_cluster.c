@@ -721,3 +721,61 @@ Test(redis_cluster, nobody_answering_is_not_ready_and_says_why)
 		cr_assert(!r.done);
 	}
 }
+
+/* The admissions of one admit() leave as one script call per slot (a
+ * script may touch one slot only), each call deciding its admissions in
+ * order; a resend with the same token, after the calls were applied,
+ * returns the same decisions and adds nothing. 20 keys twice, a limit of
+ * 1: each key's first admission is admitted, its second is not. */
+Test(redis_cluster, admissions_are_one_call_per_slot)
+{
+	enum { KEYS = 20, N = 2 * KEYS };
+	static struct strategy_admit a[N];
+	static char keys[KEYS][16];
+	bool slots[16384] = { false };
+	char err[STRATEGY_ERR_MAX] = "";
+	long long distinct = 0, before, after;
+	struct strategy *s;
+	struct res r;
+
+	cluster_up(0);
+	s = mk(NULL);
+	for (size_t k = 0; k < KEYS; k++) {
+		char h[64];
+		int len;
+		long slot;
+
+		snprintf(keys[k], sizeof(keys[k]), "many%zu", k);
+		len = snprintf(h, sizeof(h), "rl:{api:%u}:60:%d",
+			       redis_server_bucket(keys[k], strlen(keys[k])), START60);
+		slot = redis_cluster_keyslot(&cl, h, (size_t)len);
+		cr_assert_geq(slot, 0);
+		distinct += !slots[slot];
+		slots[slot] = true;
+	}
+	for (int round = 0; round < 2; round++) {
+		for (size_t i = 0; i < N; i++)
+			a[i] = (struct strategy_admit){ .ns = "api", .ns_len = 3,
+							.key = keys[i % KEYS],
+							.key_len = strlen(keys[i % KEYS]),
+							.start = START60, .size = 60, .cost = 1,
+							.limit = 1 };
+		before = redis_cluster_cmdstat(&cl, "evalsha");
+		memset(&r, 0, sizeof(r));
+		cr_assert_eq(OPS->admit(s, a, N, "adm-many", done_cb, &r, err), 0, "%s", err);
+		run_until(&r.done, 10);
+		after = redis_cluster_cmdstat(&cl, "evalsha");
+		cr_assert_eq(r.status, 0, "%s", r.err);
+		cr_log_info("round %d: %d admissions of %d keys in %lld slots: %lld script calls",
+			    round, N, KEYS, distinct, after - before);
+		cr_assert_eq(after - before, distinct, "round %d: one call per slot", round);
+		for (size_t i = 0; i < N; i++) {
+			cr_assert(a[i].ok, "admission %zu", i);
+			cr_assert_eq(a[i].admitted, i < KEYS, "admission %zu (%s)", i, a[i].key);
+			cr_assert_eq(a[i].current, 1, "admission %zu: %g", i, a[i].current);
+		}
+		for (size_t k = 0; k < KEYS; k++)
+			cr_assert_eq(stored("api", keys[k]), 1, "%s", keys[k]);
+	}
+	OPS->destroy(s);
+}

@@ -209,19 +209,24 @@ static int pg_server_free_port(void)
 static int pg_server_try_start(struct pg_server *p, int timeout_ms)
 {
 	char bin[PG_SERVER_PATH_MAX + 16], port[16], ping[PG_SERVER_PATH_MAX + 32];
-	char *argv[] = { bin,
-			 "-D", p->data,
-			 "-p", port,
-			 "-k", p->dir,
-			 "-c", "listen_addresses=127.0.0.1",
-			 "-c", "max_connections=60",
-			 "-c", "logging_collector=off",
-			 "-c", p->durable ? "fsync=on" : "fsync=off",
-			 "-c", p->durable ? "synchronous_commit=on" : "synchronous_commit=off",
-			 "-c", p->durable ? "full_page_writes=on" : "full_page_writes=off",
-			 NULL };
+	char *argv[32] = { bin,
+			   "-D", p->data,
+			   "-p", port,
+			   "-k", p->dir,
+			   "-c", "listen_addresses=127.0.0.1",
+			   "-c", "max_connections=60",
+			   "-c", "logging_collector=off",
+			   "-c", p->durable ? "fsync=on" : "fsync=off",
+			   "-c", p->durable ? "synchronous_commit=on" : "synchronous_commit=off",
+			   "-c", p->durable ? "full_page_writes=on" : "full_page_writes=off",
+			   NULL };
 	int64_t deadline = test_now_ms() + timeout_ms;
+	size_t na = 19;
 	int st;
+
+	for (size_t i = 0; i < sizeof(p->extra) / sizeof(p->extra[0]) && p->extra[i]; i++)
+		argv[na++] = (char *)p->extra[i];
+	argv[na] = NULL;
 
 	snprintf(bin, sizeof(bin), "%s/postgres", pg_server_bindir());
 	snprintf(port, sizeof(port), "%d", p->port);

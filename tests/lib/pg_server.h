@@ -27,6 +27,8 @@ struct pg_server {
 	bool fixed_port;                /* keep port across restarts */
 	bool durable;                   /* false: fsync=off etc. (faster) */
 	bool paused;
+	const char *extra[8];           /* more postgres arguments, NULL-ended
+					   ("-c", "shared_preload_libraries=...") */
 	uid_t uid;                      /* the user the server runs as */
 	gid_t gid;
 	bool drop;                      /* setuid to uid/gid in the child */

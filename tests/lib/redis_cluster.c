@@ -407,6 +407,24 @@ long long redis_cluster_errorstat(struct redis_cluster *c, const char *name)
 	return sum;
 }
 
+long long redis_cluster_cmdstat(struct redis_cluster *c, const char *name)
+{
+	char needle[64];
+	long long sum = 0;
+
+	snprintf(needle, sizeof(needle), "cmdstat_%s:calls=", name);
+	for (size_t i = 0; i < c->n; i++) {
+		redisReply *r = alive(c, i) ? cmd(c, i, "INFO commandstats") : NULL;
+		const char *p = r && r->type == REDIS_REPLY_STRING ? strstr(r->str, needle) : NULL;
+
+		if (p)
+			sum += atoll(p + strlen(needle));
+		if (r)
+			freeReplyObject(r);
+	}
+	return sum;
+}
+
 double redis_cluster_hget(struct redis_cluster *c, const char *hash, size_t hlen,
 			  const char *field, size_t flen)
 {

@@ -66,6 +66,10 @@ int redis_cluster_restart(struct redis_cluster *c, size_t i, int timeout_ms);
  * (MOVED, ASK, TRYAGAIN...) sent to clients. */
 long long redis_cluster_errorstat(struct redis_cluster *c, const char *name);
 
+/* The sum over the live nodes of INFO commandstats' calls of command
+ * `name` (evalsha, hmget...), those run inside scripts included. */
+long long redis_cluster_cmdstat(struct redis_cluster *c, const char *name);
+
 /* The slot of a key, asked of the cluster (CLUSTER KEYSLOT), or -1. */
 long redis_cluster_keyslot(struct redis_cluster *c, const char *key, size_t len);
 

@@ -1,0 +1,445 @@
+/*
+ * spoa_client.c - the SPOP client core of the nginx module (see
+ * spoa_client.h): frames built into and parsed from the caller's buffers,
+ * streams matched by stream-id and frame-id. Pure: no allocation, no I/O.
+ */
+#include <string.h>
+
+#include "agent/nginx/spoa_client.h"
+
+static const char msg_name[] = "ratelimit";
+
+static void slots_reset(struct sc_conn *c)
+{
+	for (uint32_t i = 0; i < c->nslots; i++) {
+		c->slots[i].user = NULL;
+		c->slots[i].next_free = i + 1 < c->nslots ? i + 1 : SC_NONE;
+		/* gen is kept: an ACK of an earlier socket never matches. */
+	}
+	c->free_head = c->nslots ? 0 : SC_NONE;
+	c->inflight = 0;
+}
+
+void sc_conn_init(struct sc_conn *c, uint8_t *in, size_t in_cap, uint8_t *out, size_t out_cap,
+		  struct sc_slot *slots, uint32_t nslots)
+{
+	memset(c, 0, sizeof(*c));
+	c->in = in;
+	c->in_cap = in_cap;
+	c->out = out;
+	c->out_cap = out_cap;
+	c->slots = slots;
+	c->nslots = nslots;
+	for (uint32_t i = 0; i < nslots; i++)
+		slots[i].gen = 0;
+	slots_reset(c);
+	c->state = SC_DOWN;
+	c->max_frame = SC_FRAME_SIZE;
+}
+
+static void buffers_reset(struct sc_conn *c)
+{
+	c->in_len = c->in_off = 0;
+	c->out_len = c->out_off = 0;
+	c->err = SPOP_ERR_NONE;
+	c->why = NULL;
+	c->by_agent = false;
+	c->detail[0] = '\0';
+}
+
+void sc_conn_start(struct sc_conn *c)
+{
+	struct spop_writer w;
+
+	buffers_reset(c);
+	slots_reset(c);
+	c->max_frame = SC_FRAME_SIZE;
+	c->max_inflight = 1;
+	spop_writer_init(&w, c->out, c->out_cap);
+	/* Cannot fail: the buffer holds a whole frame (sc_conn_init). */
+	(void)spop_encode_haproxy_hello(&w, SPOP_VERSION, SC_FRAME_SIZE, "pipelining", false, NULL);
+	c->out_len = w.len;
+	c->state = SC_HELLO;
+}
+
+void sc_conn_stop(struct sc_conn *c)
+{
+	c->in_len = c->in_off = 0;
+	c->out_len = c->out_off = 0;
+	c->state = SC_DOWN;
+}
+
+/* Moves what is left to write to the front of `out`. */
+static void out_compact(struct sc_conn *c)
+{
+	if (c->out_off == 0)
+		return;
+	memmove(c->out, c->out + c->out_off, c->out_len - c->out_off);
+	c->out_len -= c->out_off;
+	c->out_off = 0;
+}
+
+int sc_disconnect(struct sc_conn *c, enum spop_err status)
+{
+	struct spop_writer w;
+
+	out_compact(c);
+	spop_writer_init(&w, c->out + c->out_len, c->out_cap - c->out_len);
+	if (spop_encode_haproxy_disconnect(&w, status, NULL) < 0)
+		return -1;
+	c->out_len += w.len;
+	return 0;
+}
+
+size_t sc_out_pending(const struct sc_conn *c, const uint8_t **p)
+{
+	*p = c->out + c->out_off;
+	return c->out_len - c->out_off;
+}
+
+void sc_out_done(struct sc_conn *c, size_t n)
+{
+	if (n > c->out_len - c->out_off)
+		n = c->out_len - c->out_off;
+	c->out_off += n;
+	if (c->out_off == c->out_len)
+		c->out_off = c->out_len = 0;
+}
+
+size_t sc_in_room(struct sc_conn *c, uint8_t **p)
+{
+	if (c->in_off > 0 && c->in_len == c->in_cap) {
+		memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+		c->in_len -= c->in_off;
+		c->in_off = 0;
+	}
+	*p = c->in + c->in_len;
+	return c->in_cap - c->in_len;
+}
+
+void sc_in_add(struct sc_conn *c, size_t n)
+{
+	if (n > c->in_cap - c->in_len)
+		n = c->in_cap - c->in_len;
+	c->in_len += n;
+}
+
+static int fail(struct sc_conn *c, enum spop_err err, const char *why)
+{
+	c->err = err;
+	c->why = why;
+	return -1;
+}
+
+/* Copies a string into a fixed buffer, bytes outside printable ASCII
+ * made '?': the agent's words end up in nginx variables and logs. */
+static size_t copy_printable(char *dst, size_t cap, struct spop_str s)
+{
+	size_t n = s.len < cap ? s.len : cap;
+
+	for (size_t i = 0; i < n; i++) {
+		unsigned char ch = (unsigned char)s.ptr[i];
+		dst[i] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+	}
+	return n;
+}
+
+static bool name_is(struct spop_str name, const char *lit)
+{
+	size_t n = strlen(lit);
+
+	return name.len == n && memcmp(name.ptr, lit, n) == 0;
+}
+
+static int on_hello(struct sc_conn *c, const struct spop_frame *f)
+{
+	struct spop_hello h;
+	enum spop_err err;
+
+	if (c->state != SC_HELLO)
+		return fail(c, SPOP_ERR_INVALID, "AGENT-HELLO after the handshake");
+	if (spop_hello_decode(f->payload, f->payload_len, &h, &err) < 0)
+		return fail(c, err, "malformed AGENT-HELLO");
+	if (!spop_version_supported(h.supported_versions, SPOP_VERSION))
+		return fail(c, SPOP_ERR_BAD_VSN, "the agent does not speak SPOP 2.0");
+	if (h.max_frame_size < SPOP_MIN_FRAME_SIZE || h.max_frame_size > SC_FRAME_SIZE)
+		return fail(c, SPOP_ERR_BAD_FRAME_SIZE, "the agent's max-frame-size is out of bounds");
+	c->max_frame = (uint32_t)h.max_frame_size;
+	c->max_inflight = spop_has_capability(h.capabilities, "pipelining") ? c->nslots : 1;
+	c->state = SC_READY;
+	return 0;
+}
+
+static int on_disconnect(struct sc_conn *c, const struct spop_frame *f)
+{
+	struct spop_disconnect d;
+	enum spop_err err;
+	size_t n;
+
+	if (spop_disconnect_decode(f->payload, f->payload_len, &d, &err) < 0)
+		return fail(c, err, "malformed AGENT-DISCONNECT");
+	n = copy_printable(c->detail, sizeof(c->detail) - 1, d.message);
+	c->detail[n] = '\0';
+	c->by_agent = true;
+	return fail(c, d.has_status_code ? (enum spop_err)d.status_code : SPOP_ERR_UNKNOWN,
+		    "AGENT-DISCONNECT");
+}
+
+/* The set-var actions of an ACK into *r. */
+static int parse_ack(struct sc_conn *c, const struct spop_frame *f, struct sc_result *r)
+{
+	struct spop_cursor cur;
+	enum spop_action_type type;
+	enum spop_scope scope;
+	struct spop_str name;
+	struct spop_data v;
+	uint64_t u;
+	int rc;
+
+	memset(r, 0, sizeof(*r));
+	spop_cursor_init(&cur, f->payload, f->payload_len);
+	while ((rc = spop_action_next(&cur, &type, &scope, &name, &v)) == 1) {
+		if (type != SPOP_ACT_SET_VAR)
+			continue;
+		if (v.type == SPOP_DATA_BOOL) {
+			if (name_is(name, "exceeded")) {
+				r->has |= SC_HAS_EXCEEDED;
+				r->exceeded = v.v.b;
+			} else if (name_is(name, "degraded")) {
+				r->degraded = v.v.b;
+			}
+		} else if (v.type == SPOP_DATA_STRING) {
+			if (name_is(name, "error")) {
+				r->has |= SC_HAS_ERROR;
+				r->error_len = copy_printable(r->error, sizeof(r->error), v.v.str);
+			}
+		} else if (spop_data_uint(&v, &u)) {
+			static const struct {
+				const char *name;
+				unsigned bit;
+				size_t off;
+			} ints[] = {
+				{ "rate", SC_HAS_RATE, offsetof(struct sc_result, rate) },
+				{ "remaining", SC_HAS_REMAINING, offsetof(struct sc_result, remaining) },
+				{ "reset", SC_HAS_RESET, offsetof(struct sc_result, reset) },
+				{ "limit", SC_HAS_LIMIT, offsetof(struct sc_result, limit) },
+				{ "window", SC_HAS_WINDOW, offsetof(struct sc_result, window) },
+				{ "retry_after", SC_HAS_RETRY_AFTER, offsetof(struct sc_result, retry_after) },
+			};
+			for (size_t i = 0; i < sizeof(ints) / sizeof(ints[0]); i++) {
+				if (name_is(name, ints[i].name)) {
+					r->has |= ints[i].bit;
+					memcpy((char *)r + ints[i].off, &u, sizeof(u));
+					break;
+				}
+			}
+		}
+	}
+	if (rc < 0)
+		return fail(c, cur.err, "malformed ACK");
+	return 0;
+}
+
+static void slot_free(struct sc_conn *c, uint32_t i)
+{
+	c->slots[i].user = NULL;
+	c->slots[i].next_free = c->free_head;
+	c->free_head = i;
+	c->inflight--;
+}
+
+int sc_next(struct sc_conn *c, struct sc_event *ev)
+{
+	struct spop_frame f;
+	enum spop_err err;
+	int n;
+
+	for (;;) {
+		if (c->state == SC_DOWN)
+			return fail(c, SPOP_ERR_IO, "not connected");
+		n = spop_frame_decode(c->in + c->in_off, c->in_len - c->in_off, SC_FRAME_SIZE,
+				      &f, &err);
+		if (n < 0)
+			return fail(c, err, err == SPOP_ERR_TOO_BIG ? "frame too big" : "malformed frame");
+		if (n == 0) {
+			/* Keep the partial frame at the front: room for the rest. */
+			if (c->in_off > 0) {
+				memmove(c->in, c->in + c->in_off, c->in_len - c->in_off);
+				c->in_len -= c->in_off;
+				c->in_off = 0;
+			}
+			return 0;
+		}
+		c->in_off += (size_t)n;
+		if (c->in_off == c->in_len)
+			c->in_off = c->in_len = 0;   /* f's views stay valid: nothing moved */
+		if (!(f.flags & SPOP_FL_FIN))
+			return fail(c, SPOP_ERR_FRAG_NOT_SUPPORTED, "fragmented frame");
+
+		switch (f.type) {
+		case SPOP_FRAME_AGENT_HELLO:
+			if (on_hello(c, &f) < 0)
+				return -1;
+			ev->type = SC_EV_READY;
+			ev->user = NULL;
+			return 1;
+		case SPOP_FRAME_AGENT_DISCONNECT:
+			return on_disconnect(c, &f);
+		case SPOP_FRAME_ACK:
+			if (c->state != SC_READY)
+				return fail(c, SPOP_ERR_INVALID, "ACK before the AGENT-HELLO");
+			if (f.stream_id >= c->nslots)
+				return fail(c, SPOP_ERR_FRAMEID_NOTFOUND, "ACK for an unknown stream");
+			if (parse_ack(c, &f, &ev->result) < 0)
+				return -1;
+			{
+				struct sc_slot *s = &c->slots[f.stream_id];
+				if (!s->user || s->gen != f.frame_id)
+					continue;   /* given up (sc_cancel): dropped */
+				ev->type = SC_EV_ACK;
+				ev->user = s->user;
+				slot_free(c, (uint32_t)f.stream_id);
+			}
+			return 1;
+		default:
+			return fail(c, SPOP_ERR_INVALID, "unexpected frame type");
+		}
+	}
+}
+
+size_t sc_count(const struct sc_limit *l, size_t n)
+{
+	size_t k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		if (l[i].key.ptr && l[i].key.len > 0)
+			k++;
+	return k;
+}
+
+bool sc_can_send(const struct sc_conn *c)
+{
+	return c->state == SC_READY && c->free_head != SC_NONE && c->inflight < c->max_inflight;
+}
+
+/* 1 to 19 digits: fits a uint64_t. */
+static bool small_number(struct spop_str s, uint64_t *v)
+{
+	uint64_t x = 0;
+
+	if (s.len == 0 || s.len > 19)
+		return false;
+	for (size_t i = 0; i < s.len; i++) {
+		if (s.ptr[i] < '0' || s.ptr[i] > '9')
+			return false;
+		x = x * 10 + (uint64_t)(s.ptr[i] - '0');
+	}
+	*v = x;
+	return true;
+}
+
+static void put_arg(struct spop_writer *w, const char *name, struct spop_str v, bool numeric)
+{
+	struct spop_data d;
+	uint64_t x;
+
+	spop_put_str(w, name, strlen(name));
+	if (numeric && small_number(v, &x)) {
+		d.type = SPOP_DATA_UINT64;
+		d.v.u = x;
+	} else {
+		d.type = SPOP_DATA_STRING;
+		d.v.str = v;
+	}
+	spop_put_data(w, &d);
+}
+
+enum sc_send_rc sc_send(struct sc_conn *c, const struct sc_limit *l, size_t n, void *user,
+			uint32_t *slot)
+{
+	struct spop_writer w;
+	size_t k = sc_count(l, n), start, room;
+	uint32_t i;
+	struct sc_slot *s;
+
+	if (c->state != SC_READY)
+		return SC_NOT_READY;
+	if (k == 0)
+		return SC_NOTHING;
+	if (k > SC_MAX_LIMITS)
+		return SC_TOO_BIG;
+	if (!sc_can_send(c) || !user)
+		return SC_BUSY;
+	if (c->out_cap - c->out_len < (size_t)c->max_frame + SPOP_LEN_SIZE)
+		out_compact(c);
+	room = c->out_cap - c->out_len;
+
+	i = c->free_head;
+	s = &c->slots[i];
+	s->gen = s->gen + 1 ? s->gen + 1 : 1;
+
+	spop_writer_init(&w, c->out + c->out_len, room);
+	start = spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FL_FIN, i, s->gen);
+	for (size_t j = 0; j < n; j++) {
+		const struct sc_limit *m = &l[j];
+		unsigned nargs = 2;
+
+		if (!m->key.ptr || m->key.len == 0)
+			continue;
+		if (!m->window.ptr)
+			nargs--;
+		nargs += (m->limit.ptr != NULL) + (m->ns.ptr != NULL) + (m->cost.ptr != NULL);
+		spop_put_msg(&w, msg_name, sizeof(msg_name) - 1, nargs);
+		put_arg(&w, "key", m->key, false);
+		if (m->window.ptr)
+			put_arg(&w, "window", m->window, true);
+		if (m->limit.ptr)
+			put_arg(&w, "limit", m->limit, true);
+		if (m->ns.ptr)
+			put_arg(&w, "namespace", m->ns, false);
+		if (m->cost.ptr)
+			put_arg(&w, "cost", m->cost, true);
+	}
+	if (spop_frame_end(&w, start, c->max_frame) < 0)
+		/* With room for a whole frame it did not fit the frame: never will. */
+		return room >= (size_t)c->max_frame + SPOP_LEN_SIZE ? SC_TOO_BIG : SC_BUSY;
+
+	c->out_len += w.len;
+	c->free_head = s->next_free;
+	s->next_free = SC_NONE;
+	s->user = user;
+	c->inflight++;
+	*slot = i;
+	return SC_SENT;
+}
+
+void sc_cancel(struct sc_conn *c, uint32_t slot)
+{
+	if (slot < c->nslots && c->slots[slot].user)
+		slot_free(c, slot);
+}
+
+void sc_fail_all(struct sc_conn *c, void (*fn)(void *user, void *arg), void *arg)
+{
+	for (uint32_t i = 0; i < c->nslots && c->inflight > 0; i++) {
+		void *user = c->slots[i].user;
+		if (!user)
+			continue;
+		slot_free(c, i);
+		fn(user, arg);
+	}
+}
+
+size_t sc_digest_text(char *out, const uint8_t *digest, size_t dlen)
+{
+	static const char hex[] = "0123456789abcdef";
+
+	if (dlen > 20)
+		dlen = 20;
+	out[0] = '#';
+	for (size_t i = 0; i < dlen; i++) {
+		out[1 + 2 * i] = hex[digest[i] >> 4];
+		out[2 + 2 * i] = hex[digest[i] & 15];
+	}
+	return 1 + 2 * dlen;
+}
