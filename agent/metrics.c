@@ -92,6 +92,12 @@ void metrics_sync_cycle(int ns, bool ok, double seconds)
 	metrics_add(&w->sync_sum_us, seconds > 0 ? (uint64_t)(seconds * 1e6) : 0);
 }
 
+void metrics_sync_skipped(int ns)
+{
+	if (ns >= 0 && ns < METRICS_NS)
+		metrics_add(&metrics_me->sync_skipped[ns], 1);
+}
+
 /* ---- rendering ---- */
 
 struct out {
@@ -238,6 +244,8 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 			    sc->label[ns], (unsigned long long)SUM(m, sync_ok[sc->sid[ns]]));
 			put(o, "spoa_ratelimit_%s{namespace=\"%s\",result=\"failed\"} %llu\n", name,
 			    sc->label[ns], (unsigned long long)SUM(m, sync_failed[sc->sid[ns]]));
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\",result=\"skipped\"} %llu\n", name,
+			    sc->label[ns], (unsigned long long)SUM(m, sync_skipped[sc->sid[ns]]));
 		}
 		break;
 	case METRICS_FAM_SYNC_DURATION: {

@@ -115,6 +115,7 @@ struct metrics_worker {
 	_Atomic int64_t connections[METRICS_FRONTS];
 	_Atomic uint64_t sync_ok[METRICS_NS];
 	_Atomic uint64_t sync_failed[METRICS_NS];
+	_Atomic uint64_t sync_skipped[METRICS_NS];
 	_Atomic uint64_t sync_bucket[METRICS_NBUCKETS];  /* not cumulative */
 	_Atomic uint64_t sync_count;
 	_Atomic uint64_t sync_sum_us;
@@ -155,6 +156,9 @@ static inline void metrics_conn(enum metrics_front f, int64_t delta)
 
 /* A sync cycle of namespace ns ended (ok or not) after seconds. */
 void metrics_sync_cycle(int ns, bool ok, double seconds);
+
+/* A sync cycle was due but not sent: the store away. */
+void metrics_sync_skipped(int ns);
 
 /* Writes the Prometheus text of every family (the workers' counters of m,
  * the namespaces and table of rl) into buf (at most cap bytes,

@@ -533,8 +533,11 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 			sn->retry = false;
 			return;
 		}
-		if (!sn->ops->ready(sn->st))
+		if (!sn->ops->ready(sn->st)) {
+			if (!sy->flush_mode)
+				metrics_sync_skipped((int)sn->sid);
 			return;
+		}
 	} else if (!shm_lease_take(sy->t, sn->sid, sy->holder, ms, sn->hold_ms)) {
 		return;
 	}
@@ -542,10 +545,13 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	if (sn->retry) {
 		/* First the unconfirmed push, unchanged and with its token: the
 		 * next cycle collects what came since. */
-		if (sync_push(sn) < 0)
+		if (sync_push(sn) < 0) {
+			if (!sy->flush_mode)
+				metrics_sync_skipped((int)sn->sid);
 			sync_release(sn, true);
-		else
+		} else {
 			sync_start_renew(sn);
+		}
 		return;
 	}
 	/* sync_rate 0: hits refresh themselves; only unconfirmed ones are left. */
@@ -556,6 +562,8 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	}
 	/* A push refused before sending (not connected) leaves no doubt. */
 	if (sn->n == 0 || sync_push(sn) < 0) {
+		if (sn->n > 0 && !sy->flush_mode)
+			metrics_sync_skipped((int)sn->sid);
 		sync_release(sn, false);
 		return;
 	}

@@ -2131,6 +2131,62 @@ Test(cluster, redis_two_limits_one_decision)
 	two_limits_case(w, 40, 100, 300);    /* the per-IP one */
 }
 
+/* The metrics an alert needs move when the store goes (issue 23): paused
+ * (pushes sent and not confirmed: sync_cycles_total{result="failed"}),
+ * then killed (cycles due while it is away: result="skipped"), with
+ * admissions decided on the node's share (admissions_total{by="degraded"}),
+ * hits waiting for it (store_pending_hits) and store_up 0. */
+static void hits_for(unsigned w, const char *key, int ms)
+{
+	int64_t t0 = mono_ms();
+
+	while (mono_ms() - t0 < ms) {
+		uint64_t sid;
+
+		cr_assert(limit_send(nodes[0].fd[0], key, w, 1000000, &sid) == 0, "%s", errbuf);
+		cr_assert(any_limit_ack(nodes[0].fd[0]) >= 0, "%s", errbuf);
+		sleep_ms(5);
+	}
+}
+
+Test(cluster, redis_outage_moves_the_alert_metrics)
+{
+	static const char failed[] = "spoa_ratelimit_sync_cycles_total{namespace=\"default\","
+				     "result=\"failed\"} ";
+	static const char skipped[] = "spoa_ratelimit_sync_cycles_total{namespace=\"default\","
+				      "result=\"skipped\"} ";
+	static const char degraded[] = "spoa_ratelimit_admissions_total{namespace=\"default\","
+				       "by=\"degraded\"} ";
+	static const char pending[] = "spoa_ratelimit_store_pending_hits{namespace=\"default\"} ";
+	static const char up[] = "spoa_ratelimit_store_up{namespace=\"default\"} ";
+	unsigned w = pick_window();
+	char key[64];
+
+	redis_up(false);
+	node_start(0, with_http(cfg_redis_t(w, ADMIT_SYNC, 100)));
+	rand_key(key, sizeof(key), "alert");
+	hits_for(w, key, 300);
+	cr_assert_eq(node_metric(0, failed), 0);
+	cr_assert_eq(node_metric(0, skipped), 0);
+	cr_assert_eq(node_metric(0, degraded), 0);
+	ev_redis_pause();
+	hits_for(w, key, 1000);
+	long long f = node_metric(0, failed);
+	ev_redis_resume();
+	sleep_ms(500);
+	ev_redis_kill();
+	hits_for(w, key, 1000);
+	long long sk = node_metric(0, skipped), dg = node_metric(0, degraded);
+	long long pd = node_metric(0, pending), u = node_metric(0, up);
+	cr_log_info("paused 1 s: %lld cycles failed; killed 1 s: %lld skipped, %lld admissions "
+		    "degraded, %lld hits pending, store_up %lld", f, sk, dg, pd, u);
+	cr_expect_gt(f, 0, "pushes sent to a paused store count as failed");
+	cr_expect_gt(sk, 0, "cycles due while the store is away count as skipped");
+	cr_expect_gt(dg, 0, "admissions decided on the share count as degraded");
+	cr_expect_gt(pd, 0, "hits waiting for the store");
+	cr_expect_eq(u, 0);
+}
+
 static void ev_pg_stop(void)
 {
 	cr_assert_eq(pg_server_stop(&pg, 10000), 0);
