@@ -80,7 +80,11 @@ Test(http_parse, versions_and_connection)
 			   &why), 0);
 	cr_assert_not(r.keep_alive);
 	cr_assert_eq(parse("DELETE /x HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st, &why), 0);
+	cr_assert_eq(r.method, HTTP_DELETE, "the admin endpoint's method");
+	cr_assert_eq(parse("PUT /x HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st, &why), 0);
 	cr_assert_eq(r.method, HTTP_OTHER, "parsed; the router answers 405");
+	cr_assert_eq(parse("DELETEX /x HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st, &why), 0);
+	cr_assert_eq(r.method, HTTP_OTHER);
 	cr_assert_eq(parse("GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n"
 			   "Content-Length: 5\r\n\r\n", &r, &st, &why), 0);
 	cr_assert_eq(r.body_len, 5);
