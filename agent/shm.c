@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "agent/hash.h"
+#include "agent/segment.h"
 
 /* "SHMRLT" + a layout version in the last two bytes ("02": grants and
  * namespace names; "03": heartbeat turns, grants spent and returned), as it
@@ -132,15 +133,15 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 		return NULL;
 	}
 	shm_geom(max_keys, &g);
-	p = mmap(NULL, g.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
+	p = segment_new(g.len);
+	if (!p) {
 		if (err && errlen)
 			snprintf(err, errlen, "shared table for %zu keys (%zu bytes): mmap: %s",
 				 max_keys, g.len, strerror(errno));
 		return NULL;
 	}
 	if (!(t = shm_handle(p, &g))) {
-		munmap(p, g.len);
+		segment_free(p, g.len);
 		shm_errf(err, errlen, "out of memory", max_keys);
 		return NULL;
 	}
@@ -150,7 +151,7 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 #ifdef MADV_HUGEPAGE
 	madvise(p, g.len, MADV_HUGEPAGE);
 #endif
-	/* mmap gives zeroed memory: every slot EMPTY, every maxd 0, every
+	/* A new segment is zeroed memory: every slot EMPTY, every maxd 0, every
 	 * atomic at 0 (an all-zero _Atomic integer is a valid 0 on every
 	 * platform we build for). */
 	shm_touch(p, g.len, true);
@@ -301,14 +302,14 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 			 strerror(errno));
 		goto fail;
 	}
-	p = mmap(NULL, g.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
+	p = segment_map_file(fd, g.len);
+	if (!p) {
 		snprintf(err, errlen, "state_file %s: mmap of %zu bytes: %s", path, g.len,
 			 strerror(errno));
 		goto fail;
 	}
 	if (!(t = shm_handle(p, &g))) {
-		munmap(p, g.len);
+		segment_free(p, g.len);
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -411,7 +412,7 @@ void shm_destroy(struct shm_table *t)
 		msync(t->hdr, t->map_len, MS_SYNC);
 		close(t->fd);
 	}
-	munmap(t->hdr, t->map_len);
+	segment_free(t->hdr, t->map_len);
 	free(t);
 }
 
