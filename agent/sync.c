@@ -60,7 +60,7 @@
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
-#include "agent/shm.h"
+#include "agent/shm_sync.h"
 #include "agent/window.h"
 #include "strategies/strategy.h"
 
