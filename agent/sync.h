@@ -8,6 +8,14 @@
  *
  * The master calls sync_flush() after its workers have exited, so hits
  * counted up to the end reach the store (bounded wait).
+ *
+ * sync_rate 0 namespaces push each hit themselves (sync_hits_push); their
+ * cycle only retries what the store did not confirm.
+ *
+ * Files: sync.c (a sync's life, the cycle, seeding, the flush, rl_sync
+ * and rl_fetch), sync_hits.c (sync_rate 0: gathering, parking, calls in
+ * doubt and their handover), sync_int.h (what the two share). The table's
+ * words they use: agent/shm_sync.h.
  */
 #ifndef SYNC_H
 #define SYNC_H
@@ -145,5 +153,23 @@ void sync_stop(struct sync *s);
  * timeout_s. Returns the number of counters whose diff could not be
  * pushed (0 = all flushed). */
 size_t sync_flush(struct rl *rl, double timeout_s);
+
+/* ---- the library's calls to a store (agent/ratelimit.h's API) ---- */
+
+/* The reference's sync(namespace): pushes this node's pending diffs of the
+ * namespace to its store and writes back the totals of its active
+ * counters, as one cycle of the sync loop (under the namespace's lease, so
+ * never at the same time as another process of the node), waiting at most
+ * timeout_s on a private event loop. Returns 0, or -1 (local namespace,
+ * store away, timeout: the diffs stay for the next cycle). */
+int rl_sync(struct rl *rl, const char *ns, double timeout_s);
+
+/* The reference's fetch(namespace, time, timeout): reads every counter of
+ * the namespace's current and previous windows at `time` from the store
+ * and writes them into the table. One process per node fetches: if
+ * timeout_s > 0 the namespace's lease is kept until it expires (at most one
+ * fetch per timeout_s), else it is released at once. Returns 0 (also when
+ * another process holds the lease), or -1. */
+int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
 
 #endif /* SYNC_H */
