@@ -660,6 +660,23 @@ void sync_stop(struct sync *sy)
 	free(sy);
 }
 
+int sync_reload(struct sync **sp, struct ev_loop *loop, struct rl *rl, int worker_id,
+		void (*apply)(void *arg), void *arg)
+{
+	struct sync_doubts *doubts = sync_doubts_take(*sp);
+
+	sync_stop(*sp);
+	*sp = NULL;
+	if (apply)
+		apply(arg);
+	if (sync_start(loop, rl, worker_id, sp) < 0) {
+		sync_doubts_free(doubts);
+		return -1;
+	}
+	sync_doubts_give(*sp, doubts);
+	return 0;
+}
+
 /* ---- the master's final flush ---- */
 
 static void sync_on_flush_timer(struct ev_loop *loop, ev_timer *w, int revents)

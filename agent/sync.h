@@ -133,17 +133,27 @@ bool sync_busy(const struct sync *s);
  * token: stopping now loses no token (a reload waits for this). */
 bool sync_settled(const struct sync *s);
 
-/* A reload: what sync s leaves in doubt (its sync cycle's unconfirmed push,
- * its calls in doubt) is taken out before sync_stop(s) and given to the
- * sync that replaces it, which sends each again with its token and takes
- * back from the diffs what the store counted for it. Not taken: a call in
- * flight at that moment (sync_stop fails it: its hits stay in the diffs,
- * and may count twice if the store applies it late). Namespaces whose name,
- * store or options changed drop theirs (logged). take returns a list,
- * maybe empty, or NULL (s NULL, out of memory); give frees it. */
+/* A reload (sync_reload does all of it): what sync s leaves in doubt (its
+ * sync cycle's unconfirmed push, its calls in doubt) is taken out before
+ * sync_stop(s) and given to the sync that replaces it, which sends each
+ * again with its token and takes back from the diffs what the store
+ * counted for it. Not taken: a call in flight at that moment (sync_stop
+ * fails it: its hits stay in the diffs, and may count twice if the store
+ * applies it late). Namespaces whose name, store or options changed drop
+ * theirs (logged). take returns a list, maybe empty, or NULL (s NULL, out
+ * of memory); give frees it. */
 struct sync_doubts;
 struct sync_doubts *sync_doubts_take(struct sync *s);
 void sync_doubts_give(struct sync *s, struct sync_doubts *list);
+
+/* A reload, once sync_settled() (or the wait for it is over): *sp hands
+ * over what it leaves in doubt and stops (*sp NULL), apply(arg) (if not
+ * NULL) applies the new configuration to rl's namespaces, and a sync of
+ * them starts on loop, as sync_start, and takes the doubts over. Returns
+ * 0 with *sp the new sync (NULL when no namespace syncs), or -1 when it
+ * cannot start (logged; *sp NULL, the doubts dropped). */
+int sync_reload(struct sync **sp, struct ev_loop *loop, struct rl *rl, int worker_id,
+		void (*apply)(void *arg), void *arg);
 
 /* Stops the timers and frees everything (pending pushes are failed; their
  * diffs stay in the table). NULL is fine. */

@@ -456,6 +456,17 @@ void sync_doubts_give(struct sync *sy, struct sync_doubts *list)
 	free(list);
 }
 
+void sync_doubts_free(struct sync_doubts *list)
+{
+	struct sync_doubt *d, *next;
+
+	for (d = list ? list->head : NULL; d; d = next) {
+		next = d->next;
+		sync_doubt_free(d);
+	}
+	free(list);
+}
+
 /* ---- gathering, parking, sending (sync_rate 0) ---- */
 
 static int sync_park(struct sync *sy, struct sync_ns *sn, struct sync_gather *g, bool admit);

@@ -135,4 +135,7 @@ void sync_doubts_drop(struct sync_ns *sn);
 /* sync_stop, last: the gathers kept for reuse are freed. */
 void sync_hits_free(struct sync *sy);
 
+/* Frees a handover list (sync_doubts_take) that no sync will take. */
+void sync_doubts_free(struct sync_doubts *list);
+
 #endif /* SYNC_INT_H */
