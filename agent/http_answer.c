@@ -2,7 +2,8 @@
  * http_answer.c - the HTTP front's answers as text (http_answer.h): the
  * status line and headers, error bodies, a /ratelimit decision as
  * RateLimit-Policy / RateLimit fields (draft-ietf-httpapi-ratelimit-headers)
- * and a JSON body, a denied GET as a problem document (RFC 9457).
+ * and a JSON body, a denied GET as a problem document (RFC 9457); the
+ * escaping of names and keys in quoted strings.
  */
 #include "agent/http_answer.h"
 
@@ -74,45 +75,34 @@ void http_answer_error(struct http_conn *c, const struct http_ctx *x, int status
 	http_answer(c, x, status, "application/json", "", body);
 }
 
-/* A namespace name as the inside of a structured-field string (RFC 8941):
- * '"' and '\\' escaped; bytes outside printable ASCII, which an sf-string
- * cannot hold, as %XX. out holds 3 * NS_NAME_MAX bytes. */
-static const char *sf_string(const char *s, char *out)
+void http_escape(char *out, size_t cap, size_t *o, const char *s, size_t n, enum http_esc how)
 {
-	static const char hex[] = "0123456789ABCDEF";
-	size_t o = 0;
+	static const char lower[] = "0123456789abcdef", upper[] = "0123456789ABCDEF";
+	/* The longest escape of a byte, and the NUL. */
+	size_t room = how == HTTP_ESC_JSON_BYTES ? 7 : how == HTTP_ESC_SF ? 4 : 3;
 
-	for (; *s && o + 4 <= 3 * NS_NAME_MAX; s++) {
-		unsigned char ch = (unsigned char)*s;
+	for (size_t i = 0; i < n && *o + room <= cap; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
 		if (ch == '"' || ch == '\\') {
-			out[o++] = '\\';
-			out[o++] = (char)ch;
-		} else if (ch < 0x20 || ch > 0x7e) {
-			out[o++] = '%';
-			out[o++] = hex[ch >> 4];
-			out[o++] = hex[ch & 15];
+			out[(*o)++] = '\\';
+			out[(*o)++] = (char)ch;
+		} else if ((ch < 0x20 || ch >= 0x7f) && how != HTTP_ESC_JSON_UTF8) {
+			const char *hex = how == HTTP_ESC_SF ? upper : lower;
+
+			if (how == HTTP_ESC_SF) {
+				out[(*o)++] = '%';
+			} else {
+				memcpy(out + *o, "\\u00", 4);
+				*o += 4;
+			}
+			out[(*o)++] = hex[ch >> 4];
+			out[(*o)++] = hex[ch & 15];
 		} else {
-			out[o++] = (char)ch;
+			out[(*o)++] = (char)ch;
 		}
 	}
-	out[o] = '\0';
-	return out;
-}
-
-/* A namespace name as the inside of a JSON string: '"' and '\\' escaped
- * (names hold no control characters, and the configuration's are UTF-8).
- * out holds 2 * NS_NAME_MAX bytes. */
-static const char *json_string(const char *s, char *out)
-{
-	size_t o = 0;
-
-	for (; *s && o + 3 <= 2 * NS_NAME_MAX; s++) {
-		if (*s == '"' || *s == '\\')
-			out[o++] = '\\';
-		out[o++] = *s;
-	}
-	out[o] = '\0';
-	return out;
+	out[*o] = '\0';
 }
 
 /* A part's policy name, inside an sf-string: the namespace's, and with
@@ -122,9 +112,12 @@ static const char *policy_name(const struct http_conn *c, const struct rl_decisi
 {
 	char name[NS_NAME_MAX + 16];
 
+	size_t o = 0;
+
 	snprintf(name, sizeof(name), several ? "%s-%u" : "%s",
 		 rl_namespace_def(c->s.env->rl, r->ns)->name, r->window);
-	return sf_string(name, out);
+	http_escape(out, 3 * NS_NAME_MAX, &o, name, strlen(name), HTTP_ESC_SF);
+	return out;
 }
 
 /* The body speaks for the most restrictive; the
@@ -168,7 +161,7 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 	const char *name = rl_namespace_def(c->s.env->rl, r->ns)->name;
 	char policy[3 * (NS_NAME_MAX + 16)], jname[2 * NS_NAME_MAX];
 	bool several = np > 1, problem = r->exceeded && !x->head;
-	size_t nlim = 0;
+	size_t nlim = 0, jlen = 0;
 
 	for (size_t k = 0; k < np; k++)
 		nlim += parts[k].has_limit;
@@ -238,7 +231,8 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 	if (r->shadow && r->has_limit)
 		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"shadow_exceeded\":%s",
 				      r->shadow_exceeded ? "true" : "false");
-	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", json_string(name, jname));
+	http_escape(jname, sizeof(jname), &jlen, name, strlen(name), HTTP_ESC_JSON_UTF8);
+	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", jname);
 	http_answer(c, x, r->exceeded ? cfg->http_deny_status : 200,
 		    problem ? "application/problem+json" : "application/json", hdr, body);
 }
