@@ -233,8 +233,10 @@ conn_flush_handler(ngx_event_t *ev)
     conn_flush(sc);
 }
 
+/* The first event of a connection in progress: did connect() succeed?
+ * NGX_OK: it is connected; NGX_ERROR: it is lost. */
 static ngx_int_t
-conn_test_connect(ngx_connection_t *c, ngx_err_t *err)
+conn_connected(spoa_conn_t *sc, ngx_connection_t *c)
 {
     int        e;
     socklen_t  len = sizeof(e);
@@ -243,23 +245,22 @@ conn_test_connect(ngx_connection_t *c, ngx_err_t *err)
     if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, (void *) &e, &len) == -1) {
         e = ngx_socket_errno;
     }
-    *err = e;
-    return e ? NGX_ERROR : NGX_OK;
+    if (e) {
+        spoa_conn_lost(sc, "connect() failed", e);
+        return NGX_ERROR;
+    }
+    sc->connected = 1;
+    return NGX_OK;
 }
 
 static void
 conn_write_handler(ngx_event_t *wev)
 {
-    ngx_err_t          err;
     ngx_connection_t  *c = wev->data;
     spoa_conn_t       *sc = c->data;
 
-    if (!sc->connected) {
-        if (conn_test_connect(c, &err) != NGX_OK) {
-            spoa_conn_lost(sc, "connect() failed", err);
-            return;
-        }
-        sc->connected = 1;
+    if (!sc->connected && conn_connected(sc, c) != NGX_OK) {
+        return;
     }
 
     conn_flush(sc);
@@ -278,7 +279,6 @@ conn_read_handler(ngx_event_t *rev)
     ngx_uint_t         level;
     ssize_t            n;
     uint8_t           *p;
-    ngx_err_t          err;
     spoa_ctx_t        *ctx;
     struct sc_event    ev;
     ngx_connection_t  *c = rev->data;
@@ -286,11 +286,9 @@ conn_read_handler(ngx_event_t *rev)
     spoa_agent_t      *agent = sc->agent;
 
     if (!sc->connected) {
-        if (conn_test_connect(c, &err) != NGX_OK) {
-            spoa_conn_lost(sc, "connect() failed", err);
+        if (conn_connected(sc, c) != NGX_OK) {
             return;
         }
-        sc->connected = 1;
         conn_flush(sc);
         if (sc->pc.connection != c) {
             return;
