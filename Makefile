@@ -3,6 +3,7 @@
 #   make            build ./spoa-ratelimit
 #   make run        install missing packages, build, run on the built-in config
 #   make test       install missing packages, build with ASan+UBSan, run every test
+#   make check      the structure: layer rules, file sizes, cited documents
 #   make fuzz       libFuzzer over the SPOP codec and the HTTP parser (bounded time)
 #   make bench      benchmarks (bench/)
 #   make demo       multi-node demo on loopback: Redis, two agents, two HAProxy
@@ -64,7 +65,7 @@ TEST_HELPER_OBJS := $(TEST_HELPER_SRCS:%.c=$(BUILD)/%.o)
 BENCH_SRCS := $(wildcard bench/*.c)
 BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 
-.PHONY: all run test test-run unit e2e fuzz bench demo clean install uninstall deps-build deps-test \
+.PHONY: all run test test-run unit e2e fuzz bench demo clean install uninstall deps-build deps-test check \
         nginx-module install-nginx-module install-nginx-module-files deps-demo
 
 # Keep objects of tests/lib between runs.
@@ -145,6 +146,11 @@ test: deps-test
 
 test-run: $(AGENT) $(TEST_BINS) $(NGX_MOD) $(NGX_SAN_MOD)
 	tests/run.sh $(BUILD)
+
+# The structure, checked: layer rules, include cycles, file sizes, cited
+# documents (scripts/check.sh, docs/STYLE.md).
+check:
+	@scripts/check.sh
 
 unit: $(TEST_BINS)
 	tests/run.sh $(BUILD) unit

@@ -848,6 +848,11 @@ const struct rl_decision *decide_pending_results(const struct decide_pending *p,
 	return p->res;
 }
 
+size_t decide_pending_size(void)
+{
+	return sizeof(struct decide_pending);
+}
+
 uint64_t *decide_pending_tag(struct decide_pending *p)
 {
 	return p->tag;
