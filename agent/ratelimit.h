@@ -1,6 +1,6 @@
 /*
  * ratelimit.h - the public C API of the rate limiter, after Kong's
- * rate-limiting library (docs/ALGORITHM.md): an instance owns a shared
+ * rate-limiting library (README.md, "How it works"): an instance owns a shared
  * counter table (created before fork, used by every worker process) and a
  * set of namespaces; increment() counts a hit and returns the sliding rate,
  * sliding_window() reads it.
