@@ -150,6 +150,7 @@
 #include "strategies/store.h"
 #include "strategies/pg_ev.h"
 #include "strategies/strategy.h"
+#include "strategies/window_start.h"
 
 #define PG_DEFAULT_CONNINFO  "host=127.0.0.1 dbname=postgres"
 #define PG_DEFAULT_TABLE     "rl_counters"
@@ -797,16 +798,6 @@ static const char *pg_value(const PGresult *r, int row, int col, int len, int *g
 	if (got)
 		*got = n;
 	return PQgetvalue(r, row, col);
-}
-
-/* floor(now / size) * size, also for negative now. */
-static int64_t pg_window_start(int64_t now, uint32_t size)
-{
-	int64_t r = now % (int64_t)size;
-
-	if (r < 0)
-		r += size;
-	return now - r;
 }
 
 /* Orders bytes by content, then by length. */
@@ -2939,7 +2930,7 @@ static const char *pg_windows_plan(struct pg *s, struct pg_op *op, const char *n
 			continue;
 		pg_seen_note(s, ns, ns_len, z);
 		if (op->kind == PG_OP_FETCH) {
-			int64_t cur = pg_window_start(now, z);
+			int64_t cur = strategy_window_start((double)now, z);
 
 			op->sizes[op->nw] = (int32_t)z;
 			op->starts[op->nw++] = cur;

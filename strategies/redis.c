@@ -128,6 +128,7 @@
 
 #include "strategies/container.h"
 #include "strategies/redis.h"
+#include "strategies/window_start.h"
 
 #define REDIS_BUCKETS          64
 #define REDIS_TTL_SLACK        30      /* seconds added to 2 * size */
@@ -621,16 +622,6 @@ static void redis_put_tok_id(char *p, uint64_t id)
 
 	for (int i = REDIS_TOK_ID_LEN - 1; i >= 0; i--, id >>= 4)
 		p[i] = hex[id & 15];
-}
-
-/* floor(now / size) * size, also for negative now. size > 0. */
-static int64_t redis_window_start(int64_t now, uint32_t size)
-{
-	int64_t q = now / (int64_t)size;
-
-	if (now % (int64_t)size < 0)
-		q--;
-	return q * (int64_t)size;
 }
 
 static uint64_t redis_ttl(uint32_t size)
@@ -2480,7 +2471,7 @@ static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len
 	p = op->cmd;
 	for (size_t i = 0; i < nsizes; i++) {
 		op->sizes[i] = sizes[i];
-		op->starts[2 * i] = redis_window_start(now, sizes[i]);
+		op->starts[2 * i] = strategy_window_start((double)now, sizes[i]);
 		op->starts[2 * i + 1] = op->starts[2 * i] - sizes[i];
 	}
 	for (uint32_t w = 0; w < 2 * nsizes; w++) {
