@@ -623,7 +623,7 @@ static void pg_conn_lost(struct pg_conn *c, const char *why);
 
 /* Copies the first line of msg (without a "ERROR:  " style severity,
  * trailing blanks trimmed) after prefix into dst[STRATEGY_ERR_MAX]. */
-static void pg_err_set(char *dst, const char *prefix, const char *msg)
+static void pg_err_set(char dst[STRATEGY_ERR_MAX], const char *prefix, const char *msg)
 {
 	static const char *const sev[] = { "ERROR:  ", "FATAL:  ", "PANIC:  " };
 	size_t n;
@@ -643,7 +643,7 @@ static void pg_err_set(char *dst, const char *prefix, const char *msg)
 
 /* The error of a result: its primary message, else the whole message,
  * else the connection's. */
-static void pg_err_result(char *dst, const PGresult *r, PGconn *conn)
+static void pg_err_result(char dst[STRATEGY_ERR_MAX], const PGresult *r, PGconn *conn)
 {
 	const char *m = r ? PQresultErrorField(r, PG_DIAG_MESSAGE_PRIMARY) : NULL;
 
@@ -1106,7 +1106,7 @@ static bool pg_all_down(const struct pg *s)
 
 /* Queues a validated operation (API calls only). Returns 0, or -1 with
  * errstr set and op freed. */
-static int pg_submit(struct pg *s, struct pg_op *op, char *errstr)
+static int pg_submit(struct pg *s, struct pg_op *op, char errstr[STRATEGY_ERR_MAX])
 {
 	const char *why = NULL;
 
@@ -2732,7 +2732,7 @@ static void pg_op_set_token(struct pg_op *op, const char *token, size_t len)
 }
 
 /* A token: NULL (none) or 1..STRATEGY_TOKEN_MAX bytes (len from strnlen). */
-static int pg_check_token(const char *token, size_t len, char *errstr)
+static int pg_check_token(const char *token, size_t len, char errstr[STRATEGY_ERR_MAX])
 {
 	if (token && (len == 0 || len > STRATEGY_TOKEN_MAX)) {
 		pg_err_set(errstr, NULL, len ? "token longer than 64 bytes" : "empty token");
@@ -2743,7 +2743,7 @@ static int pg_check_token(const char *token, size_t len, char *errstr)
 
 static int pg_push_common(struct strategy *st, struct strategy_counter *batch, size_t n,
 			  const char *token, bool read_only, strategy_done_cb cb, void *arg,
-			  char *errstr)
+			  char errstr[STRATEGY_ERR_MAX])
 {
 	struct pg *s = pg_of(st);
 	struct pg_op *op;
@@ -2776,7 +2776,8 @@ static int pg_push_common(struct strategy *st, struct strategy_counter *batch, s
 }
 
 static int pg_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
-			 const char *token, strategy_done_cb cb, void *arg, char *errstr)
+			 const char *token, strategy_done_cb cb, void *arg,
+			 char errstr[STRATEGY_ERR_MAX])
 {
 	return pg_push_common(st, batch, n, token, false, cb, arg, errstr);
 }
@@ -2811,7 +2812,7 @@ static uint64_t pg_admit_id(const struct strategy_admit *a, size_t n, size_t i)
 }
 
 static int pg_admit(struct strategy *st, struct strategy_admit *a, size_t n, const char *token,
-		    strategy_done_cb cb, void *arg, char *errstr)
+		    strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	struct pg *s = pg_of(st);
 	size_t token_len = token ? strnlen(token, STRATEGY_TOKEN_MAX + 1) : 0;
@@ -2858,7 +2859,7 @@ static int pg_admit(struct strategy *st, struct strategy_admit *a, size_t n, con
 
 static int pg_heartbeat(struct strategy *st, const char *ns, size_t ns_len, const char *node,
 			size_t node_len, double now, double ttl, unsigned *active,
-			strategy_done_cb cb, void *arg, char *errstr)
+			strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	struct pg *s = pg_of(st);
 	struct pg_op *op;
@@ -2887,7 +2888,7 @@ static int pg_heartbeat(struct strategy *st, const char *ns, size_t ns_len, cons
 }
 
 static int pg_get_window(struct strategy *st, struct strategy_counter *counter,
-			 strategy_done_cb cb, void *arg, char *errstr)
+			 strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	if (!counter) {
 		pg_err_set(errstr, NULL, "invalid arguments");
@@ -2947,7 +2948,7 @@ static const char *pg_windows_plan(struct pg *s, struct pg_op *op, const char *n
 static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const char *ns,
 			     size_t ns_len, const uint32_t *sizes, size_t nsizes, int64_t now,
 			     strategy_done_cb done, strategy_rows_cb rows, void *arg,
-			     char *errstr)
+			     char errstr[STRATEGY_ERR_MAX])
 {
 	struct pg *s = pg_of(st);
 	struct pg_op *op;
@@ -2976,14 +2977,15 @@ static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const ch
 
 static int pg_get_counters(struct strategy *st, const char *ns, size_t ns_len,
 			   const uint32_t *sizes, size_t nsizes, int64_t now, strategy_rows_cb cb,
-			   void *arg, char *errstr)
+			   void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	return pg_windows_common(st, PG_OP_FETCH, ns, ns_len, sizes, nsizes, now, NULL, cb, arg,
 				 errstr);
 }
 
 static int pg_purge(struct strategy *st, const char *ns, size_t ns_len, const uint32_t *sizes,
-		    size_t nsizes, int64_t now, strategy_done_cb cb, void *arg, char *errstr)
+		    size_t nsizes, int64_t now, strategy_done_cb cb, void *arg,
+		    char errstr[STRATEGY_ERR_MAX])
 {
 	return pg_windows_common(st, PG_OP_PURGE, ns, ns_len, sizes, nsizes, now, cb, NULL, arg,
 				 errstr);

@@ -678,7 +678,7 @@ const char *redis_reply_type_name(int type)
 	}
 }
 
-void redis_seterr(char *errstr, const char *fmt, ...)
+void redis_seterr(char errstr[STRATEGY_ERR_MAX], const char *fmt, ...)
 {
 	va_list ap;
 
@@ -1455,7 +1455,7 @@ static void redis_on_op_timeout(struct ev_loop *loop, ev_timer *w, int revents)
 }
 
 /* Refuses an operation when the instance cannot take it now. */
-static int redis_check_ready(const struct redis_strategy *s, char *errstr)
+static int redis_check_ready(const struct redis_strategy *s, char errstr[STRATEGY_ERR_MAX])
 {
 	if (s->destroying) {
 		redis_seterr(errstr, "not connected (instance destroyed)");
@@ -1478,7 +1478,7 @@ static int redis_check_ready(const struct redis_strategy *s, char *errstr)
  * Returns 0, or -1 when nothing could be sent: op freed, errstr says why
  * ("not connected (...)"), the callback never runs.
  */
-static int redis_op_launch(struct redis_op *op, char *errstr)
+static int redis_op_launch(struct redis_op *op, char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = op->s;
 
@@ -1613,7 +1613,7 @@ static uint64_t redis_mix(uint64_t h)
 }
 
 /* A push token: NULL (none) or 1..STRATEGY_TOKEN_MAX bytes. */
-static int redis_check_token(const char *token, size_t *len, char *errstr)
+static int redis_check_token(const char *token, size_t *len, char errstr[STRATEGY_ERR_MAX])
 {
 	*len = 0;
 	if (token == NULL)
@@ -1744,7 +1744,8 @@ static void redis_push_commit(struct redis_call *c)
 }
 
 static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
-			    const char *token, strategy_done_cb cb, void *arg, char *errstr)
+			    const char *token, strategy_done_cb cb, void *arg,
+			    char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = redis_of(st);
 	struct redis_grouping gr = { 0 };
@@ -2080,7 +2081,8 @@ static uint16_t redis_tag_slot(const char *ns, size_t ns_len, unsigned bucket)
  * confirmed, in the same order.
  */
 static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
-		       const char *token, strategy_done_cb cb, void *arg, char *errstr)
+		       const char *token, strategy_done_cb cb, void *arg,
+		       char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = redis_of(st);
 	bool cluster = s->o.mode == REDIS_MODE_CLUSTER;
@@ -2262,7 +2264,7 @@ static struct redis_op *redis_op_single(struct redis_strategy *s, enum redis_op_
 /* Sends the one call of op, whose command ends at end and whose key is
  * the bulk string at key. Returns 0, or -1 (op freed, errstr set). */
 static int redis_op_single_send(struct redis_op *op, const char *end, const char *key,
-				char *errstr)
+				char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_call *c = &op->calls[0];
 
@@ -2310,7 +2312,7 @@ static void redis_nodes_reply(struct redis_call *c, const redisAsyncContext *ac,
 
 static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, const char *node,
 			   size_t node_len, double now, double ttl, unsigned *active,
-			   strategy_done_cb cb, void *arg, char *errstr)
+			   strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = redis_of(st);
 	size_t klen = s->o.prefix_len + 3 + redis_tag_mark(ns, ns_len) + ns_len + 6;
@@ -2434,7 +2436,7 @@ static void redis_rows_reply(struct redis_call *c, const redisAsyncContext *ac,
 
 static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len,
 			      const uint32_t *sizes, size_t nsizes, int64_t now,
-			      strategy_rows_cb cb, void *arg, char *errstr)
+			      strategy_rows_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = redis_of(st);
 	size_t ncalls = nsizes * 2 * REDIS_BUCKETS, off_calls, off_sizes, off_starts, off_cmd;
@@ -2513,7 +2515,7 @@ static void redis_window_reply(struct redis_call *c, const redisAsyncContext *ac
 }
 
 static int redis_get_window(struct strategy *st, struct strategy_counter *counter,
-			    strategy_done_cb cb, void *arg, char *errstr)
+			    strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = redis_of(st);
 	struct redis_op *op;
@@ -2548,7 +2550,8 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 /* Every hash carries a TTL: nothing to delete. Completes with 0 (from the
  * loop, not from inside this call), connected or not. */
 static int redis_purge(struct strategy *st, const char *ns, size_t ns_len, const uint32_t *sizes,
-		       size_t nsizes, int64_t now, strategy_done_cb cb, void *arg, char *errstr)
+		       size_t nsizes, int64_t now, strategy_done_cb cb, void *arg,
+		       char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = redis_of(st);
 	struct redis_op *op;

@@ -374,7 +374,8 @@ void redis_call_fail(struct redis_call *c, const char *fmt, ...)
 void redis_call_wait(struct redis_call *c);
 /* Sends the WAITs an op needs after calls it just sent (wait_replicas). */
 void redis_op_send_waits(struct redis_op *op);
-void redis_seterr(char *errstr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void redis_seterr(char errstr[STRATEGY_ERR_MAX], const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 const char *redis_reply_type_name(int type);
 
 #endif /* REDIS_H */

@@ -43,14 +43,15 @@ static void local_destroy(struct strategy *s)
 	free(s);
 }
 
-static int local_refuse(char *errstr)
+static int local_refuse(char errstr[STRATEGY_ERR_MAX])
 {
 	snprintf(errstr, STRATEGY_ERR_MAX, "the local strategy keeps no central store");
 	return -1;
 }
 
 static int local_push_diffs(struct strategy *s, struct strategy_counter *batch, size_t n,
-			    const char *token, strategy_done_cb cb, void *arg, char *errstr)
+			    const char *token, strategy_done_cb cb, void *arg,
+			    char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)batch, (void)n, (void)token, (void)cb, (void)arg;
 	return local_refuse(errstr);
@@ -58,21 +59,22 @@ static int local_push_diffs(struct strategy *s, struct strategy_counter *batch, 
 
 static int local_get_counters(struct strategy *s, const char *ns, size_t ns_len,
 			      const uint32_t *sizes, size_t nsizes, int64_t now,
-			      strategy_rows_cb cb, void *arg, char *errstr)
+			      strategy_rows_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)ns, (void)ns_len, (void)sizes, (void)nsizes, (void)now, (void)cb, (void)arg;
 	return local_refuse(errstr);
 }
 
 static int local_get_window(struct strategy *s, struct strategy_counter *counter,
-			    strategy_done_cb cb, void *arg, char *errstr)
+			    strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)counter, (void)cb, (void)arg;
 	return local_refuse(errstr);
 }
 
 static int local_purge(struct strategy *s, const char *ns, size_t ns_len, const uint32_t *sizes,
-		       size_t nsizes, int64_t now, strategy_done_cb cb, void *arg, char *errstr)
+		       size_t nsizes, int64_t now, strategy_done_cb cb, void *arg,
+		       char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)ns, (void)ns_len, (void)sizes, (void)nsizes, (void)now, (void)cb, (void)arg;
 	return local_refuse(errstr);
@@ -116,7 +118,7 @@ const char *strategy_name(size_t i)
 	return i < sizeof(strategies) / sizeof(strategies[0]) ? strategies[i]->name : NULL;
 }
 
-int strategy_admit_check(struct strategy_admit *a, size_t n, char *errstr)
+int strategy_admit_check(struct strategy_admit *a, size_t n, char errstr[STRATEGY_ERR_MAX])
 {
 	for (size_t i = 0; i < n; i++) {
 		const char *why = NULL;
