@@ -117,7 +117,7 @@
  *   - Callbacks never run inside the call that started the operation: the
  *     API only queues, and a zero-delay timer dispatches. The instance may
  *     be destroyed from inside any callback; it is then freed when our
- *     libev callback returns (STYLE.md rule 8).
+ *     libev callback returns (docs/STYLE.md, rule 8).
  *
  * Refused at once (-1 and errstr, no callback): a key over PG_KEY_MAX
  * bytes (btree entries are limited to ~2.7 kB; one such key would fail its

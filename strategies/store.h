@@ -10,7 +10,7 @@
  * libev callbacks returns (store_leave), or at the next loop iteration (a
  * zero-delay "kick") when it finished elsewhere (inside a client library's
  * callback). destroy() may be called from inside a callback: the instance
- * is freed once no callback of it is on the stack (STYLE.md 8).
+ * is freed once no callback of it is on the stack (docs/STYLE.md, rule 8).
  *
  *   API call --> queue, kick --> the store's work (libev callbacks)
  *        --> store_op_finish --> done queue --> store_leave / kick
