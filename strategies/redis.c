@@ -1016,7 +1016,7 @@ static void redis_op_deliver(struct store_op *b)
 {
 	struct redis_op *op = container_of(b, struct redis_op, base);
 
-	switch (op->kind) {
+	switch (op->k->kind) {
 	case REDIS_OP_PUSH:
 	case REDIS_OP_WINDOW:
 	case REDIS_OP_ADMIT:
@@ -1046,7 +1046,7 @@ static void redis_op_deliver(struct store_op *b)
 	redis_op_free(op);
 }
 
-static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kind kind,
+static struct redis_op *redis_op_new(struct redis_strategy *s, const struct redis_kind *k,
 				     strategy_done_cb done_cb, strategy_rows_cb rows_cb, void *arg)
 {
 	struct redis_op *op = calloc(1, sizeof(*op));
@@ -1056,7 +1056,7 @@ static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kin
 	op->s = s;
 	op->base.core = &s->core;
 	op->base.deliver = redis_op_deliver;
-	op->kind = kind;
+	op->k = k;
 	op->done_cb = done_cb;
 	op->rows_cb = rows_cb;
 	op->arg = arg;
@@ -1066,20 +1066,6 @@ static struct redis_op *redis_op_new(struct redis_strategy *s, enum redis_op_kin
 /* ===================================================================== */
 /* Calls: sending, replies, redirections, WAIT                           */
 /* ===================================================================== */
-
-/* What each kind of operation does with a reply (redis_on_call_reply has
- * taken NOSCRIPT and redirections out first). */
-struct redis_kind {
-	/* Records the reply of call c (NULL: the connection went), fails the
-	 * op, or marks the call applied (redis_call_applied). */
-	void (*reply)(struct redis_call *c, const redisAsyncContext *ac, const redisReply *r);
-	/* Marks an applied call's results valid (ok); NULL for reads. */
-	void (*commit)(struct redis_call *c);
-	const char *script;             /* EVALSHA of this: EVAL after NOSCRIPT */
-	size_t slen;
-};
-
-static const struct redis_kind redis_kinds[REDIS_OP_KIND_COUNT];
 
 static void redis_on_call_reply(redisAsyncContext *ac, void *r, void *privdata);
 static void redis_on_wait_reply(redisAsyncContext *ac, void *r, void *privdata);
@@ -1141,10 +1127,10 @@ static int redis_call_route(struct redis_call *c)
  * flight again. */
 static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 {
-	const struct redis_kind *k = &redis_kinds[c->op->kind];
+	const struct redis_kind *k = c->op->k;
 	struct redis_op *op = c->op;
-	size_t tail = c->end - c->tail;
-	char *buf = malloc(64 + REDIS_BULK_MAX(k->slen) + tail), *p = buf;
+	size_t tail = c->end - c->tail, slen = strlen(k->script);
+	char *buf = malloc(64 + REDIS_BULK_MAX(slen) + tail), *p = buf;
 	bool sent = false;
 
 	c->resent = true;
@@ -1152,7 +1138,7 @@ static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 	    (!c->asked || redisAsyncCommand(cn->ac, NULL, NULL, "ASKING") == REDIS_OK)) {
 		p = redis_put_array(p, c->nargs);
 		p = redis_put_bulk(p, "EVAL", 4);
-		p = redis_put_bulk(p, k->script, k->slen);
+		p = redis_put_bulk(p, k->script, slen);
 		memcpy(p, op->cmd + c->tail, tail);
 		p += tail;
 		sent = redisAsyncFormattedCommand(cn->ac, redis_on_call_reply, c, buf,
@@ -1179,7 +1165,7 @@ static bool redis_resend_eval(struct redis_call *c, struct redis_conn *cn)
 /* The script cache was flushed (NOSCRIPT): EVAL instead, once per call. */
 static bool redis_is_noscript(const struct redis_call *c, const redisReply *r)
 {
-	return redis_kinds[c->op->kind].script != NULL && !c->resent && c->op->status == 0 &&
+	return c->op->k->script != NULL && !c->resent && c->op->status == 0 &&
 	       r->len >= 8 && memcmp(r->str, "NOSCRIPT", 8) == 0;
 }
 
@@ -1215,7 +1201,7 @@ static void redis_on_call_reply(redisAsyncContext *ac, void *r, void *privdata)
 			return;
 		}
 	}
-	redis_kinds[op->kind].reply(c, ac, reply);
+	op->k->reply(c, ac, reply);
 	redis_op_check(op);
 }
 
@@ -1225,9 +1211,9 @@ static void redis_call_applied(struct redis_call *c)
 {
 	struct redis_op *op = c->op;
 
-	if (op->s->o.wait_replicas == 0 || redis_kinds[op->kind].commit == NULL || c->ro) {
-		if (redis_kinds[op->kind].commit)
-			redis_kinds[op->kind].commit(c);
+	if (op->s->o.wait_replicas == 0 || op->k->commit == NULL || c->ro) {
+		if (op->k->commit)
+			op->k->commit(c);
 		return;
 	}
 	if (c->wait != NULL) {
@@ -1251,7 +1237,7 @@ void redis_op_send_waits(struct redis_op *op)
 {
 	struct redis_strategy *s = op->s;
 
-	if (s->o.wait_replicas == 0 || redis_kinds[op->kind].commit == NULL)
+	if (s->o.wait_replicas == 0 || op->k->commit == NULL)
 		return;
 	for (size_t i = 0; i < op->ncalls; i++) {
 		struct redis_call *c = &op->calls[i];
@@ -1314,7 +1300,7 @@ static void redis_on_wait_reply(redisAsyncContext *ac, void *r, void *privdata)
 		c->state = REDIS_CALL_IDLE;
 		c->conn = NULL;
 		if (got >= op->s->o.wait_replicas)
-			redis_kinds[op->kind].commit(c);
+			op->k->commit(c);
 		else if (reply == NULL)
 			redis_op_fail(op, "connection lost before WAIT answered");
 		else
@@ -1743,6 +1729,13 @@ static void redis_push_commit(struct redis_call *c)
 		c->op->batch[c->op->order[c->first + j]].ok = true;
 }
 
+static const struct redis_kind redis_push_kind = {
+	.kind = REDIS_OP_PUSH,
+	.reply = redis_push_reply,
+	.commit = redis_push_commit,
+	.script = redis_push_script,
+};
+
 static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
 			    const char *token, strategy_done_cb cb, void *arg,
 			    char errstr[STRATEGY_ERR_MAX])
@@ -1776,7 +1769,7 @@ static int redis_push_diffs(struct strategy *st, struct strategy_counter *batch,
 		}
 		batch[i].ok = false;
 	}
-	op = redis_op_new(s, REDIS_OP_PUSH, cb, NULL, arg);
+	op = redis_op_new(s, &redis_push_kind, cb, NULL, arg);
 	if (op == NULL)
 		goto oom;
 	op->batch = batch;
@@ -2027,6 +2020,13 @@ static void redis_admit_commit(struct redis_call *c)
 		c->op->admits[c->op->order[c->first + j]].ok = true;
 }
 
+static const struct redis_kind redis_admit_kind = {
+	.kind = REDIS_OP_ADMIT,
+	.reply = redis_admit_reply,
+	.commit = redis_admit_commit,
+	.script = redis_admit_script,
+};
+
 /* A hash an admission call names: (ns, bucket, size, start), counts or
  * reservations. */
 struct redis_ahash {
@@ -2109,7 +2109,7 @@ static int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n,
 			return -1;
 		}
 	}
-	op = redis_op_new(s, REDIS_OP_ADMIT, cb, NULL, arg);
+	op = redis_op_new(s, &redis_admit_kind, cb, NULL, arg);
 	if (op == NULL)
 		goto oom;
 	op->admits = a;
@@ -2242,10 +2242,10 @@ oom:
 
 /* An operation of one call, with room for a command of cmd_max bytes
  * (op->calls[0]; op->cmd). NULL when out of memory. */
-static struct redis_op *redis_op_single(struct redis_strategy *s, enum redis_op_kind kind,
+static struct redis_op *redis_op_single(struct redis_strategy *s, const struct redis_kind *k,
 					strategy_done_cb cb, void *arg, size_t cmd_max)
 {
-	struct redis_op *op = redis_op_new(s, kind, cb, NULL, arg);
+	struct redis_op *op = redis_op_new(s, k, cb, NULL, arg);
 
 	if (op == NULL)
 		return NULL;
@@ -2310,6 +2310,12 @@ static void redis_nodes_reply(struct redis_call *c, const redisAsyncContext *ac,
 	}
 }
 
+static const struct redis_kind redis_nodes_kind = {
+	.kind = REDIS_OP_NODES,
+	.reply = redis_nodes_reply,
+	.script = redis_nodes_script,
+};
+
 static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, const char *node,
 			   size_t node_len, double now, double ttl, unsigned *active,
 			   strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
@@ -2325,7 +2331,7 @@ static int redis_heartbeat(struct strategy *st, const char *ns, size_t ns_len, c
 		redis_seterr(errstr, "heartbeat: empty node id, or now or ttl out of range");
 		return -1;
 	}
-	op = redis_op_single(s, REDIS_OP_NODES, cb, arg,
+	op = redis_op_single(s, &redis_nodes_kind, cb, arg,
 			     128 + REDIS_BULK_MAX(40) + REDIS_BULK_MAX(klen) +
 			     REDIS_BULK_MAX(node_len) + 2 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN));
 	if (op == NULL) {
@@ -2434,6 +2440,11 @@ static void redis_rows_reply(struct redis_call *c, const redisAsyncContext *ac,
 	}
 }
 
+static const struct redis_kind redis_rows_kind = {
+	.kind = REDIS_OP_ROWS,
+	.reply = redis_rows_reply,
+};
+
 static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len,
 			      const uint32_t *sizes, size_t nsizes, int64_t now,
 			      strategy_rows_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
@@ -2456,7 +2467,7 @@ static int redis_get_counters(struct strategy *st, const char *ns, size_t ns_len
 			return -1;
 		}
 	}
-	op = redis_op_new(s, REDIS_OP_ROWS, NULL, cb, arg);
+	op = redis_op_new(s, &redis_rows_kind, NULL, cb, arg);
 	if (op == NULL)
 		goto oom;
 	off_calls = 0;
@@ -2514,6 +2525,11 @@ static void redis_window_reply(struct redis_call *c, const redisAsyncContext *ac
 	}
 }
 
+static const struct redis_kind redis_window_kind = {
+	.kind = REDIS_OP_WINDOW,
+	.reply = redis_window_reply,
+};
+
 static int redis_get_window(struct strategy *st, struct strategy_counter *counter,
 			    strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
@@ -2528,7 +2544,7 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 		return -1;
 	}
 	counter->ok = false;
-	op = redis_op_single(s, REDIS_OP_WINDOW, cb, arg,
+	op = redis_op_single(s, &redis_window_kind, cb, arg,
 			     64 + redis_hkey_max(s, counter->ns_len) +
 			     REDIS_BULK_MAX(counter->key_len));
 	if (op == NULL) {
@@ -2546,6 +2562,11 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 	p = redis_put_bulk(p, counter->key, counter->key_len);
 	return redis_op_single_send(op, p, key, errstr);
 }
+
+/* No call: it finishes as it starts. */
+static const struct redis_kind redis_purge_kind = {
+	.kind = REDIS_OP_PURGE,
+};
 
 /* Every hash carries a TTL: nothing to delete. Completes with 0 (from the
  * loop, not from inside this call), connected or not. */
@@ -2565,7 +2586,7 @@ static int redis_purge(struct strategy *st, const char *ns, size_t ns_len, const
 		redis_seterr(errstr, "not connected (instance destroyed)");
 		return -1;
 	}
-	op = redis_op_new(s, REDIS_OP_PURGE, cb, NULL, arg);
+	op = redis_op_new(s, &redis_purge_kind, cb, NULL, arg);
 	if (op == NULL) {
 		redis_seterr(errstr, "out of memory");
 		return -1;
@@ -2675,18 +2696,6 @@ static void redis_destroy(struct strategy *st)
 		s->mode->free(s);
 	store_destroy(&s->core);
 }
-
-static const struct redis_kind redis_kinds[REDIS_OP_KIND_COUNT] = {
-	[REDIS_OP_PUSH] = { .reply = redis_push_reply, .commit = redis_push_commit,
-			    .script = redis_push_script, .slen = sizeof(redis_push_script) - 1 },
-	[REDIS_OP_ROWS] = { .reply = redis_rows_reply },
-	[REDIS_OP_WINDOW] = { .reply = redis_window_reply },
-	[REDIS_OP_PURGE] = { .reply = NULL },
-	[REDIS_OP_ADMIT] = { .reply = redis_admit_reply, .commit = redis_admit_commit,
-			     .script = redis_admit_script, .slen = sizeof(redis_admit_script) - 1 },
-	[REDIS_OP_NODES] = { .reply = redis_nodes_reply, .script = redis_nodes_script,
-			     .slen = sizeof(redis_nodes_script) - 1 },
-};
 
 const struct strategy_ops redis_strategy = {
 	.name = "redis",

@@ -204,12 +204,25 @@ enum redis_op_kind {
 	REDIS_OP_KIND_COUNT
 };
 
+/* What a kind of operation does with its calls' replies
+ * (redis_on_call_reply takes NOSCRIPT and the mode's redirections out
+ * first): one const per kind, beside its operation. */
+struct redis_kind {
+	enum redis_op_kind kind;
+	/* Records the reply of call c (NULL: the connection went), fails the
+	 * op, or marks the call applied (redis_call_applied). */
+	void (*reply)(struct redis_call *c, const redisAsyncContext *ac, const redisReply *r);
+	/* Marks an applied call's results valid (ok); NULL for reads. */
+	void (*commit)(struct redis_call *c);
+	const char *script;             /* EVALSHA of this: EVAL after NOSCRIPT */
+};
+
 /* One operation. Freed only after its callback returned; never while one
  * of its calls or WAITs is registered with hiredis (inflight > 0). */
 struct redis_op {
 	struct store_op base;           /* done queue, silence timer (store.h) */
 	struct redis_strategy *s;
-	enum redis_op_kind kind;
+	const struct redis_kind *k;
 	uint32_t inflight;              /* calls and WAITs not answered yet */
 	int status;
 	char errstr[STRATEGY_ERR_MAX];
