@@ -2824,7 +2824,7 @@ static int pg_admit(struct strategy *st, struct strategy_admit *a, size_t n, con
 	}
 	if (pg_check_token(token, token_len, errstr) < 0)
 		return -1;
-	if (strategy_admit_check(a, n, errstr) < 0)
+	if (store_admit_check(a, n, errstr) < 0)
 		return -1;
 	for (size_t i = 0; i < n; i++) {
 		/* and what PostgreSQL itself cannot take */

@@ -587,7 +587,7 @@ int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n, const c
 		redis_seterr(errstr, "batch of %zu admissions is too large", n);
 		return -1;
 	}
-	if (strategy_admit_check(a, n, errstr) < 0)
+	if (store_admit_check(a, n, errstr) < 0)
 		return -1;
 	for (size_t i = 0; cluster && i < n; i++) {
 		if (a[i].ns_len > REDIS_NS_TAG_MAX) {

@@ -6,7 +6,6 @@
  */
 #include "strategies/strategy.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -116,30 +115,4 @@ const struct strategy_ops *strategy_find(const char *name)
 const char *strategy_name(size_t i)
 {
 	return i < sizeof(strategies) / sizeof(strategies[0]) ? strategies[i]->name : NULL;
-}
-
-int strategy_admit_check(struct strategy_admit *a, size_t n, char errstr[STRATEGY_ERR_MAX])
-{
-	for (size_t i = 0; i < n; i++) {
-		const char *why = NULL;
-
-		if (a[i].size == 0)
-			why = "window size 0";
-		else if (!isfinite(a[i].diff) || !isfinite(a[i].cost) || !isfinite(a[i].limit) ||
-			 !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 ||
-			 a[i].weight > 1)
-			why = "diff, cost, limit or weight out of range";
-		else if (!(a[i].want >= 0) || !isfinite(a[i].want))
-			why = "want out of range";
-		if (why) {
-			if (errstr)
-				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);
-			return -1;
-		}
-		a[i].ok = a[i].admitted = false;
-		a[i].grant = 0;
-		if (a[i].nodes == 0 || a[i].cost == 0)
-			a[i].want = 0;
-	}
-	return 0;
 }

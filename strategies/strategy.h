@@ -22,7 +22,6 @@
  *   its callback          status 0 = done (errstr NULL), -1 = failed, the
  *                         reason in errstr: the store's memory, valid
  *                         during the callback only;
- *   strategy_admit_check  as an operation refused at once;
  *   ready, connecting     a bool; strategy_find, strategy_name: NULL = none.
  *
  * The reference's four operations:
@@ -224,11 +223,5 @@ const struct strategy_ops *strategy_find(const char *name);
 /* The name of the i-th store of the table (from 0), or NULL past the end:
  * the one list of store names. */
 const char *strategy_name(size_t i);
-
-/* Checks n admissions for every store's admit(): a window size, finite
- * numbers, cost >= 0, weight in [0, 1], want >= 0; clears their outputs
- * and sets want to 0 where no grant can be given (nodes or cost 0). Returns 0,
- * or -1 with errstr ("admission <i>: ..."). */
-int strategy_admit_check(struct strategy_admit *a, size_t n, char errstr[STRATEGY_ERR_MAX]);
 
 #endif /* STRATEGY_H */
