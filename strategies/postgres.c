@@ -1945,8 +1945,9 @@ static void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 
 /* A result on a connection working for a push: for its oldest chunk in
  * flight. At the chunk's Sync, its transaction is over: if nothing failed,
- * it committed and its counters are final. Takes r. */
-static void pg_on_chunk_result(struct pg_conn *c, PGresult *r)
+ * it committed and its counters are final. Takes r. Returns 0, or -1 when
+ * no chunk is in flight (the connection cannot be trusted). */
+static int pg_on_chunk_result(struct pg_conn *c, PGresult *r)
 {
 	struct pg_op *op = c->op;
 	ExecStatusType st = PQresultStatus(r);
@@ -1954,8 +1955,7 @@ static void pg_on_chunk_result(struct pg_conn *c, PGresult *r)
 
 	if (c->nfifo == 0) {
 		PQclear(r);
-		pg_conn_lost(c, "unexpected result");
-		return;
+		return -1;
 	}
 	ch = &op->chunks[c->fifo[0]];
 	if (st != PGRES_PIPELINE_SYNC && ch->tok && !ch->got_flag) {
@@ -1977,7 +1977,7 @@ static void pg_on_chunk_result(struct pg_conn *c, PGresult *r)
 			}
 		}
 		PQclear(r);
-		return;
+		return 0;
 	}
 	if (st != PGRES_PIPELINE_SYNC) {
 		if (st == PGRES_TUPLES_OK && !ch->got_result && !ch->failed) {
@@ -1994,7 +1994,7 @@ static void pg_on_chunk_result(struct pg_conn *c, PGresult *r)
 		}
 		ch->got_result = true;
 		PQclear(r);
-		return;
+		return 0;
 	}
 	PQclear(r);
 	memmove(c->fifo, c->fifo + 1, (c->nfifo - 1) * sizeof(c->fifo[0]));
@@ -2022,6 +2022,7 @@ static void pg_on_chunk_result(struct pg_conn *c, PGresult *r)
 	}
 	ch->done = true;
 	op->chunks_done++;
+	return 0;
 }
 
 /* A set-up step ended: next step, or ready, or dropped. */
@@ -2080,7 +2081,8 @@ static void pg_read_results(struct pg_conn *c)
 			return;
 		}
 		if (!c->setup && pg_op_is_push(c->op)) {
-			pg_on_chunk_result(c, r);
+			if (pg_on_chunk_result(c, r) < 0)
+				pg_conn_lost(c, "unexpected result");
 			continue;
 		}
 		op = c->setup ? c->setup : c->op;
