@@ -436,7 +436,7 @@ static int pg_push_diffs(struct strategy *st, struct strategy_counter *batch, si
 
 /* The token id of admission i: its fields hashed, plus how many identical
  * admissions follow it in the batch (stable when the caller resends the
- * admissions that were not decided, in order: see redis.c). */
+ * admissions that were not decided, in order: see redis_write.c). */
 static uint64_t pg_admit_id(const struct strategy_admit *a, size_t n, size_t i)
 {
 	uint64_t h = 1469598103934665603u, later = 0;
