@@ -68,8 +68,12 @@ BENCH_BINS := $(BENCH_SRCS:bench/%.c=$(BUILD)/bench/%)
 .PHONY: all run test test-run unit e2e fuzz bench demo clean install uninstall deps-build deps-test check \
         nginx-module install-nginx-module install-nginx-module-files deps-demo
 
-# Keep objects of tests/lib between runs.
-.SECONDARY:
+# No .SECONDARY: with it make takes every target for an intermediate file
+# and does not build a missing object (a new .c) when the library is newer
+# than its sources. The library also depends on the list of its sources, so
+# a file added or removed rebuilds it (no stale object stays in the archive).
+LIB_LIST  := $(BUILD)/libspoarl.list
+$(shell mkdir -p $(BUILD) && echo '$(sort $(LIB_SRCS))' | cmp -s - $(LIB_LIST) 2>/dev/null || echo '$(sort $(LIB_SRCS))' > $(LIB_LIST))
 
 all: spoa-ratelimit
 
@@ -79,9 +83,9 @@ spoa-ratelimit: $(AGENT)
 $(AGENT): $(BUILD)/agent/main.o $(LIB)
 	$(CC) $(CFLAGS) -o $@ $^ $(LDFLAGS) $(PKG_LIBS)
 
-$(LIB): $(LIB_OBJS)
+$(LIB): $(LIB_OBJS) $(LIB_LIST)
 	@rm -f $@
-	ar rcs $@ $^
+	ar rcs $@ $(LIB_OBJS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)

@@ -4,12 +4,12 @@
  */
 #include "agent/balance.h"
 #include "agent/atomics.h"
+#include "agent/segment.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/mman.h>
 #include <unistd.h>
 
 /* One worker's line: written by that worker only (and by the master once
@@ -40,10 +40,9 @@ static size_t balance_bytes(int n)
 
 struct balance *balance_new(int nworkers, char *err, size_t errlen)
 {
-	struct balance *b = mmap(NULL, balance_bytes(nworkers), PROT_READ | PROT_WRITE,
-				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct balance *b = segment_new(balance_bytes(nworkers));
 
-	if (b == MAP_FAILED) {
+	if (!b) {
 		snprintf(err, errlen, "balance: mmap: %s", strerror(errno));
 		return NULL;
 	}
@@ -68,7 +67,7 @@ void balance_free(struct balance *b)
 	for (int i = 0; i < b->n; i++)
 		if (b->slot[i].efd >= 0)
 			close(b->slot[i].efd);
-	munmap(b, balance_bytes(b->n));
+	segment_free(b, balance_bytes(b->n));
 }
 
 /* Did the worker of s miss its turn on lis and show no life since? */

@@ -2,7 +2,16 @@
  * config.h - the agent's configuration: built-in defaults, a JSON file
  * (jansson) and command-line overrides. Parsing only; nothing here opens a
  * socket or creates the shared segment. Every key is documented in
- * docs/CONFIG.md.
+ * docs/CONFIG.md. The one interface of agent/config*.c (config_int.h says
+ * which file does what).
+ *
+ * Errors, one way: a function that can fail returns 0 or -1 and fills a
+ * struct config_err (below): the file (empty from config_check()), the
+ * JSON path of the value that is wrong ("namespaces[1].window_sizes[0]",
+ * or "line L, column C" for a syntax error) and what was expected,
+ * "expected X, got Y". Nothing here logs; the caller prints
+ * config_err_format()'s line. A namespace's own rules are ns_check()'s
+ * (struct ns_err, agent/ns.h), reported here at namespaces[i].<key>.
  */
 #ifndef CONFIG_H
 #define CONFIG_H

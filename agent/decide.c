@@ -617,7 +617,7 @@ void pending_unlink(struct decide_pending *p)
 
 static void admit_locally(struct decide *d, struct rl_decision *r, double now);
 
-/* Applies the store's answers to the table (agent/sync.c) and to the
+/* Applies the store's answers to the table (agent/sync_hits.c) and to the
  * decisions. */
 /* The store answered every part of a held decision: as in decide_batch,
  * one part over its limit denies the decision, and the parts of
@@ -664,7 +664,7 @@ static void pending_finish(struct decide_pending *p)
 				metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_STORE],
 					    1);
 			/* The store's decision, with the hits it counts (never a
-			 * grant: the store keeps them apart, agent/sync.c
+			 * grant: the store keeps them apart, agent/sync_hits.c
 			 * sync_view()); a hit it did not add is reported with the
 			 * rate it would have made. The decision stands whatever
 			 * the rate says: the store counts every node's grants
@@ -767,7 +767,7 @@ bool decide_needs_store(const struct rl_decision *res, size_t n)
 	return false;
 }
 
-/* The hit of a synchronous decision, for agent/sync.c. */
+/* The hit of a synchronous decision, for agent/sync_hits.c. */
 static struct sync_hit hit_of(const struct rl_decision *r)
 {
 	return (struct sync_hit){
@@ -846,6 +846,11 @@ const struct rl_decision *decide_pending_results(const struct decide_pending *p,
 {
 	*n = p->n;
 	return p->res;
+}
+
+size_t decide_pending_size(void)
+{
+	return sizeof(struct decide_pending);
 }
 
 uint64_t *decide_pending_tag(struct decide_pending *p)

@@ -194,6 +194,10 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 /* The decisions of a delivered batch. */
 const struct rl_decision *decide_pending_results(const struct decide_pending *p, size_t *n);
 
+/* Bytes of one held decision (the pool's unit; docs/CONFIG.md,
+ * delay_max_ms). */
+size_t decide_pending_size(void);
+
 /* Three words the front keeps with a held batch (SPOP: stream, frame, ...). */
 uint64_t *decide_pending_tag(struct decide_pending *p);
 

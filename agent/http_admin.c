@@ -3,7 +3,7 @@
  * behind http_admin_token: what this node holds of a key (GET /keys), the
  * heaviest keys of a namespace's window (GET /top). Answers are JSON
  * written into a caller's buffer; keys are escaped (any byte but
- * printable ASCII as \u00XX).
+ * printable ASCII as \u00XX: http_escape(), agent/http_answer.h).
  */
 #include "agent/http_admin.h"
 
@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "agent/config.h"
+#include "agent/http_answer.h"
 #include "agent/http_parse.h"
 #include "agent/ratelimit.h"
 #include "agent/topk.h"
@@ -36,28 +37,6 @@ static void put(char *out, size_t cap, size_t *o, const char *fmt, ...)
 	va_end(ap);
 	if (n > 0)
 		*o += (size_t)n < cap - *o ? (size_t)n : cap - *o - 1;
-}
-
-/* Bytes as the inside of a JSON string. */
-static void put_bytes(char *out, size_t cap, size_t *o, const char *s, size_t n)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	for (size_t i = 0; i < n && *o + 7 < cap; i++) {
-		unsigned char c = (unsigned char)s[i];
-		if (c == '"' || c == '\\') {
-			out[(*o)++] = '\\';
-			out[(*o)++] = (char)c;
-		} else if (c < 0x20 || c >= 0x7f) {
-			memcpy(out + *o, "\\u00", 4);
-			*o += 4;
-			out[(*o)++] = hex[c >> 4];
-			out[(*o)++] = hex[c & 15];
-		} else {
-			out[(*o)++] = (char)c;
-		}
-	}
-	out[*o] = '\0';
 }
 
 /* The arguments of an admin request. */
@@ -162,9 +141,9 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 	bool sliding = nsc->window_type == NS_WINDOW_SLIDING;
 
 	put(out, cap, &o, "{\"namespace\":\"");
-	put_bytes(out, cap, &o, nsc->name, strlen(nsc->name));
+	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
 	put(out, cap, &o, "\",\"key\":\"");
-	put_bytes(out, cap, &o, a.key, a.key_len);
+	http_escape(out, cap, &o, a.key, a.key_len, HTTP_ESC_JSON_BYTES);
 	put(out, cap, &o, "\",\"windows\":[");
 	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
 		uint32_t w = nsc->window_sizes[i];
@@ -216,9 +195,9 @@ int admin_forget(struct rl *rl, const char *query, size_t qlen, double now, char
 		removed += r;
 	}
 	put(out, cap, &o, "{\"namespace\":\"");
-	put_bytes(out, cap, &o, nsc->name, strlen(nsc->name));
+	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
 	put(out, cap, &o, "\",\"key\":\"");
-	put_bytes(out, cap, &o, a.key, a.key_len);
+	http_escape(out, cap, &o, a.key, a.key_len, HTTP_ESC_JSON_BYTES);
 	put(out, cap, &o, "\",\"removed\":%.17g,\"windows\":%zu,\"store\":false}\n", removed,
 	    nsc->n_window_sizes);
 	return 200;
@@ -256,13 +235,13 @@ int admin_top(struct rl *rl, struct topk *t, const char *query, size_t qlen, dou
 				&total, &bound);
 
 	put(out, cap, &o, "{\"namespace\":\"");
-	put_bytes(out, cap, &o, nsc->name, strlen(nsc->name));
+	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
 	put(out, cap, &o, "\",\"window\":%u,\"window_start\":%lld,\"by\":\"%s\",\"sample\":%u,"
 	    "\"entries\":%u,\"total\":%.17g,\"error_bound\":%.17g,\"keys\":[", w, (long long)start,
 	    kind == TOPK_HITS ? "hits" : "denied", topk_sample(t), topk_entries(t), total, bound);
 	for (size_t i = 0; i < got; i++) {
 		put(out, cap, &o, "%s{\"key\":\"", i ? "," : "");
-		put_bytes(out, cap, &o, e[i].key, e[i].keylen);
+		http_escape(out, cap, &o, e[i].key, e[i].keylen, HTTP_ESC_JSON_BYTES);
 		put(out, cap, &o, "\",\"count\":%.17g,\"error\":%.17g}", e[i].count, e[i].error);
 	}
 	put(out, cap, &o, "]}\n");

@@ -1,15 +1,15 @@
 /*
  * http_front.c - HTTP/1.1 connections and routes (see http_front.h).
- * Requests are parsed in place in the read buffer; answers are appended
- * to the write buffer, in request order, and sent with one write per
- * batch. A request whose namespace answers from the store (sync_rate 0)
+ * Requests are parsed in place in the read buffer (agent/http_parse.c);
+ * answers (agent/http_answer.c writes their text; the admin endpoints'
+ * bodies are agent/http_admin.c's) are appended to the write buffer, in
+ * request order, and sent with one write per batch. A request whose namespace answers from the store (sync_rate 0)
  * holds the connection's later requests until it is answered.
  */
 #include "agent/http_front.h"
 #include "strategies/container.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +20,7 @@
 #include "agent/config.h"
 #include "agent/decide.h"
 #include "agent/http_admin.h"
+#include "agent/http_answer.h"
 #include "agent/http_parse.h"
 #include "agent/log.h"
 #include "agent/metrics.h"
@@ -31,7 +32,6 @@
 #define HTTP_RBUF_MAX   HTTP_HEAD_MAX   /* one head at a time */
 #define HTTP_WBUF       4096            /* answers, to start with */
 #define HTTP_WBUF_MAX   16384           /* answers of a pipelined batch */
-#define HTTP_RESP_MAX   2048            /* room one answer needs (8 limits) */
 #define HTTP_CLOSE_GRACE 1.0            /* seconds to flush a last answer */
 #define HTTP_READS_PER_EVENT 16
 #define HTTP_METRICS_MAX (256u << 10)   /* the text of GET /metrics */
@@ -63,246 +63,6 @@ static int http_flush(struct http_conn *c)
 		return -1;
 	}
 	return 0;
-}
-
-/* ---- answers ---- */
-
-/* Appends formatted text to the write buffer (the caller made room for
- * HTTP_RESP_MAX bytes). */
-static void out(struct http_conn *c, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf((char *)c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		c->s.wlen += (size_t)n < c->s.wcap - c->s.wlen ? (size_t)n : c->s.wcap - c->s.wlen - 1;
-}
-
-static const char *reason(int status)
-{
-	switch (status) {
-	case 200: return "OK";
-	case 400: return "Bad Request";
-	case 401: return "Unauthorized";
-	case 403: return "Forbidden";
-	case 404: return "Not Found";
-	case 405: return "Method Not Allowed";
-	case 408: return "Request Timeout";
-	case 413: return "Content Too Large";
-	case 414: return "URI Too Long";
-	case 429: return "Too Many Requests";
-	case 431: return "Request Header Fields Too Large";
-	case 501: return "Not Implemented";
-	case 503: return "Service Unavailable";
-	case 505: return "HTTP Version Not Supported";
-	default: return status < 500 ? "Client Error" : "Server Error";
-	}
-}
-
-/* What an answer needs to know of its request. */
-struct http_ctx {
-	bool head;          /* HEAD: no body */
-	bool keep_alive;
-	int minor;
-};
-
-/* The status line, the common headers, extra headers (already formatted,
- * each ending with CRLF), the body. */
-static void answer(struct http_conn *c, const struct http_ctx *x, int status,
-		   const char *ctype, const char *extra, const char *body)
-{
-	size_t blen = strlen(body);
-
-	out(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-	       "Cache-Control: no-store\r\n%s%s\r\n", status, reason(status), ctype, blen, extra,
-	    !x->keep_alive ? "Connection: close\r\n"
-			   : x->minor == 0 ? "Connection: keep-alive\r\n" : "");
-	if (!x->head)
-		out(c, "%s", body);
-	if (!x->keep_alive)
-		c->closing = true;
-}
-
-static void answer_error(struct http_conn *c, const struct http_ctx *x, int status,
-			 const char *why)
-{
-	char body[160];
-
-	snprintf(body, sizeof(body), "{\"error\":\"%s\"}\n", why);
-	answer(c, x, status, "application/json", "", body);
-}
-
-/* A namespace name as the inside of a structured-field string (RFC 8941):
- * '"' and '\\' escaped; bytes outside printable ASCII, which an sf-string
- * cannot hold, as %XX. out holds 3 * NS_NAME_MAX bytes. */
-static const char *sf_string(const char *s, char *out)
-{
-	static const char hex[] = "0123456789ABCDEF";
-	size_t o = 0;
-
-	for (; *s && o + 4 <= 3 * NS_NAME_MAX; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch == '"' || ch == '\\') {
-			out[o++] = '\\';
-			out[o++] = (char)ch;
-		} else if (ch < 0x20 || ch > 0x7e) {
-			out[o++] = '%';
-			out[o++] = hex[ch >> 4];
-			out[o++] = hex[ch & 15];
-		} else {
-			out[o++] = (char)ch;
-		}
-	}
-	out[o] = '\0';
-	return out;
-}
-
-/* A namespace name as the inside of a JSON string: '"' and '\\' escaped
- * (names hold no control characters, and the configuration's are UTF-8).
- * out holds 2 * NS_NAME_MAX bytes. */
-static const char *json_string(const char *s, char *out)
-{
-	size_t o = 0;
-
-	for (; *s && o + 3 <= 2 * NS_NAME_MAX; s++) {
-		if (*s == '"' || *s == '\\')
-			out[o++] = '\\';
-		out[o++] = *s;
-	}
-	out[o] = '\0';
-	return out;
-}
-
-/* A part's policy name, inside an sf-string: the namespace's, and with
- * several limits in the decision its window too ("api-60"). */
-static const char *policy_name(const struct http_conn *c, const struct rl_decision *r,
-			       bool several, char *out)
-{
-	char name[NS_NAME_MAX + 16];
-
-	snprintf(name, sizeof(name), several ? "%s-%u" : "%s",
-		 rl_namespace_def(c->s.env->rl, r->ns)->name, r->window);
-	return sf_string(name, out);
-}
-
-/* The answer of a /ratelimit decision: its parts[0..np) (one per limit it
- * was checked against). The body speaks for the most restrictive; the
- * RateLimit fields list every limit (draft-ietf-httpapi-ratelimit-headers);
- * a denied GET is a problem+json document (quota-exceeded) naming the
- * policies it violated. */
-static void answer_decision(struct http_conn *c, const struct http_ctx *x,
-			    const struct rl_decision *parts, size_t np)
-{
-	const struct config *cfg = c->s.env->cfg;
-	char hdr[HTTP_RESP_MAX], body[HTTP_RESP_MAX];
-	size_t h = 0, b = 0;
-	struct rl_decision folded;
-	const struct rl_decision *r = &parts[0];
-	const char *error = parts[0].error;
-
-	if (np > 1) {
-		decide_fold(parts, np, &folded, &error);
-		r = &folded;
-	}
-	hdr[0] = '\0';
-	for (size_t k = 0; k < np; k++)
-		if (parts[k].error && !parts[k].refused) {
-			answer_error(c, x, 400, parts[k].error);
-			return;
-		}
-	if (r->error) {
-		/* No room for a new key: on_table_full "deny" denies, else the
-		 * request passes, uncounted; the reason is in the body. */
-		if (r->exceeded)
-			snprintf(hdr, sizeof(hdr), "Retry-After: %lld\r\n", (long long)r->retry_after);
-		if (r->shadow_exceeded)
-			snprintf(hdr, sizeof(hdr), "X-RateLimit-Shadow: exceeded\r\n");
-		snprintf(body, sizeof(body), "{\"exceeded\":%s,%s\"error\":\"%s\"}\n",
-			 r->exceeded ? "true" : "false",
-			 r->shadow_exceeded ? "\"shadow_exceeded\":true," : "", r->error);
-		answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json", hdr,
-		       body);
-		return;
-	}
-	const char *name = rl_namespace_def(c->s.env->rl, r->ns)->name;
-	char policy[3 * (NS_NAME_MAX + 16)], jname[2 * NS_NAME_MAX];
-	bool several = np > 1, problem = r->exceeded && !x->head;
-	size_t nlim = 0;
-
-	for (size_t k = 0; k < np; k++)
-		nlim += parts[k].has_limit;
-	if (nlim > 0) {
-		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "RateLimit-Policy: ");
-		for (size_t k = 0, i = 0; k < np; k++)
-			if (parts[k].has_limit)
-				h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "%s\"%s\";q=%lld;w=%u",
-						      i++ ? ", " : "",
-						      policy_name(c, &parts[k], several, policy),
-						      (long long)parts[k].limit, parts[k].window);
-		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "\r\nRateLimit: ");
-		for (size_t k = 0, i = 0; k < np; k++)
-			if (parts[k].has_limit)
-				h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "%s\"%s\";r=%lld;t=%lld",
-						      i++ ? ", " : "",
-						      policy_name(c, &parts[k], several, policy),
-						      (long long)parts[k].remaining,
-						      (long long)parts[k].reset);
-		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "\r\n");
-	}
-	if (r->has_limit) {
-		if (r->exceeded)
-			h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "Retry-After: %lld\r\n",
-					      (long long)r->retry_after);
-		if (r->shadow)
-			snprintf(hdr + h, sizeof(hdr) - h, "X-RateLimit-Shadow: %s\r\n",
-				 r->shadow_exceeded ? "exceeded" : "ok");
-		b += (size_t)snprintf(body + b, sizeof(body) - b, "{");
-		if (problem) {
-			/* RFC 9457 with the ratelimit draft's problem type. */
-			b += (size_t)snprintf(body + b, sizeof(body) - b,
-					      "\"type\":\"https://iana.org/assignments/"
-					      "http-problem-types#quota-exceeded\","
-					      "\"title\":\"Request cannot be satisfied as assigned "
-					      "quota has been exceeded\",\"status\":%d,"
-					      "\"violated-policies\":[", cfg->http_deny_status);
-			for (size_t k = 0, i = 0; k < np; k++)
-				if (parts[k].exceeded)
-					b += (size_t)snprintf(body + b, sizeof(body) - b,
-							      "%s\"%s\"", i++ ? "," : "",
-							      policy_name(c, &parts[k], several,
-									  policy));
-			b += (size_t)snprintf(body + b, sizeof(body) - b, "],");
-		}
-		b += (size_t)snprintf(body + b, sizeof(body) - b,
-				      "\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
-				      "\"reset\":%lld,\"limit\":%lld,\"window\":%u",
-				      r->exceeded ? "true" : "false", (long long)r->rate,
-				      (long long)r->remaining, (long long)r->reset, (long long)r->limit,
-				      r->window);
-		if (r->exceeded)
-			b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"retry_after\":%lld",
-					      (long long)r->retry_after);
-	} else {
-		b += (size_t)snprintf(body + b, sizeof(body) - b,
-				      "{\"exceeded\":false,\"rate\":%lld,\"reset\":%lld,\"window\":%u",
-				      (long long)r->rate, (long long)r->reset, r->window);
-	}
-	if (r->degraded)
-		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"degraded\":true");
-	if (r->delayed_ms > 0)
-		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"delayed_ms\":%lld",
-				      (long long)r->delayed_ms);
-	if (error)      /* another limit of the decision found no room */
-		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"error\":\"%s\"", error);
-	if (r->shadow && r->has_limit)
-		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"shadow_exceeded\":%s",
-				      r->shadow_exceeded ? "true" : "false");
-	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", json_string(name, jname));
-	answer(c, x, r->exceeded ? cfg->http_deny_status : 200,
-	       problem ? "application/problem+json" : "application/json", hdr, body);
 }
 
 /* ---- /ratelimit ---- */
@@ -439,8 +199,9 @@ static bool authorized(const struct config *cfg, const struct http_request *req)
 static void unauthorized(struct http_conn *c, const struct http_ctx *x)
 {
 	metrics_add(&metrics_me->errors[METRICS_ERR_UNAUTHORIZED], 1);
-	answer(c, x, 401, "application/json", "WWW-Authenticate: Bearer realm=\"spoa-ratelimit\"\r\n",
-	       "{\"error\":\"unauthorized\"}\n");
+	http_answer(c, x, 401, "application/json",
+		    "WWW-Authenticate: Bearer realm=\"spoa-ratelimit\"\r\n",
+		    "{\"error\":\"unauthorized\"}\n");
 }
 
 static void ratelimit(struct http_conn *c, const struct http_request *req,
@@ -472,7 +233,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 		tag[2] = (uint64_t)x->minor;
 		return;
 	}
-	answer_decision(c, x, r, np);
+	http_answer_decision(c, x, r, np);
 }
 
 void http_deliver(void *owner, struct decide_pending *p)
@@ -485,7 +246,7 @@ void http_deliver(void *owner, struct decide_pending *p)
 	const struct rl_decision *r = decide_pending_results(p, &n);
 
 	if (!c->s.dead && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX)
-		answer_decision(c, &x, r, n);
+		http_answer_decision(c, &x, r, n);
 	else if (!c->s.dead)
 		c->closing = true;      /* cannot happen: room is made before holding */
 	decide_pending_release(c->s.env->decide, p);
@@ -517,10 +278,10 @@ static void metrics_page(struct http_conn *c, const struct http_ctx *x)
 	if (!text || !c->s.env->metrics ||
 	    (n = metrics_render(c->s.env->metrics, c->s.env->rl, text, HTTP_METRICS_MAX)) < 0 ||
 	    http_reserve(c, (size_t)n + HTTP_RESP_MAX) < 0) {
-		answer_error(c, x, 503, "metrics unavailable");
+		http_answer_error(c, x, 503, "metrics unavailable");
 		return;
 	}
-	answer(c, x, 200, "text/plain; version=0.0.4; charset=utf-8", "", text);
+	http_answer(c, x, 200, "text/plain; version=0.0.4; charset=utf-8", "", text);
 }
 
 /* ---- admin: /keys, /top ---- */
@@ -542,20 +303,21 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 	int st;
 
 	if (!env->cfg->http_admin_token[0]) {
-		answer_error(c, x, 404, "not found");
+		http_answer_error(c, x, 404, "not found");
 		return;
 	}
 	if ((st = admin_auth(env->cfg, req)) != 0) {
 		metrics_add(&metrics_me->errors[METRICS_ERR_UNAUTHORIZED], 1);
-		answer(c, x, st, "application/json",
-		       st == 401 ? "WWW-Authenticate: Bearer realm=\"spoa-ratelimit-admin\"\r\n" : "",
-		       st == 401 ? "{\"error\":\"unauthorized\"}\n" : "{\"error\":\"forbidden\"}\n");
+		http_answer(c, x, st, "application/json",
+			    st == 401 ? "WWW-Authenticate: Bearer realm=\"spoa-ratelimit-admin\"\r\n"
+				      : "",
+			    st == 401 ? "{\"error\":\"unauthorized\"}\n" : "{\"error\":\"forbidden\"}\n");
 		return;
 	}
 	if (!text)
 		text = malloc(ADMIN_ANSWER_MAX);
 	if (!text) {
-		answer_error(c, x, 503, "out of memory");
+		http_answer_error(c, x, 503, "out of memory");
 		return;
 	}
 	if (top)
@@ -568,10 +330,10 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 		st = admin_keys(env->rl, req->query, req->query_len, rl_now(), text,
 				ADMIN_ANSWER_MAX);
 	if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0) {
-		answer_error(c, x, 503, "no buffer memory for the answer");
+		http_answer_error(c, x, 503, "no buffer memory for the answer");
 		return;
 	}
-	answer(c, x, st, "application/json", "", text);
+	http_answer(c, x, st, "application/json", "", text);
 }
 
 /* ---- requests ---- */
@@ -585,9 +347,9 @@ static void route(struct http_conn *c, const struct http_request *req)
 		x.keep_alive = false;
 	bool keys = is(req->path, req->path_len, "/keys");
 	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys)) {
-		answer(c, &x, 405, "application/json",
-		       keys ? "Allow: GET, HEAD, DELETE\r\n" : "Allow: GET, HEAD\r\n",
-		       "{\"error\":\"method not allowed\"}\n");
+		http_answer(c, &x, 405, "application/json",
+			    keys ? "Allow: GET, HEAD, DELETE\r\n" : "Allow: GET, HEAD\r\n",
+			    "{\"error\":\"method not allowed\"}\n");
 		return;
 	}
 	if (is(req->path, req->path_len, "/ratelimit"))
@@ -603,9 +365,9 @@ static void route(struct http_conn *c, const struct http_request *req)
 	else if (is(req->path, req->path_len, "/top"))
 		admin_page(c, req, &x, true);
 	else if (is(req->path, req->path_len, "/healthz"))
-		answer(c, &x, 200, "text/plain", "", "ok\n");
+		http_answer(c, &x, 200, "text/plain", "", "ok\n");
 	else
-		answer_error(c, &x, 404, "not found");
+		http_answer_error(c, &x, 404, "not found");
 }
 
 /* Answers the complete requests in the read buffer, in order, while
@@ -644,13 +406,13 @@ static void http_process(struct http_conn *c)
 			break;
 		if (end < 0) {
 			metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
-			answer_error(c, &bad, status, why);
+			http_answer_error(c, &bad, status, why);
 			break;
 		}
 		struct http_request req;
 		if (http_parse_head((const char *)c->s.rbuf + off, (size_t)end, &req, &status, &why) < 0) {
 			metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
-			answer_error(c, &bad, status, why);
+			http_answer_error(c, &bad, status, why);
 			break;
 		}
 		off += (size_t)end;
@@ -677,7 +439,7 @@ static void http_process(struct http_conn *c)
 	if (c->s.rlen == c->s.rcap && c->skip == 0 && c->s.rcap < HTTP_RBUF_MAX &&
 	    stream_grow(&c->s, HTTP_RBUF_MAX, 0) < 0) {
 		struct http_ctx x = { .keep_alive = false, .minor = 1 };
-		answer_error(c, &x, 503, "no buffer memory for this request head");
+		http_answer_error(c, &x, 503, "no buffer memory for this request head");
 		c->s.rlen = 0;
 	}
 }
@@ -767,7 +529,7 @@ static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	}
 	if (c->s.partial_since > 0 && c->skip == 0 && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX) {
 		struct http_ctx x = { .keep_alive = false, .minor = 1 };
-		answer_error(c, &x, 408, "request timeout");
+		http_answer_error(c, &x, 408, "request timeout");
 		http_continue(c);
 		return;
 	}

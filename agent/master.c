@@ -309,7 +309,7 @@ fail:
 	return -1;
 }
 
-static pid_t master_spawn(const struct config *cfg, struct rl *rl,
+static pid_t master_spawn(struct config *cfg, struct rl *rl,
 			  const struct worker_listeners *ls, int id)
 {
 	pid_t pid = fork();
@@ -356,7 +356,7 @@ static int master_reap(struct master_worker *ws, int n, bool stopping, struct ba
 	return running;
 }
 
-int master_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls)
+int master_run(struct config *cfg, struct rl *rl, const struct worker_listeners *ls)
 {
 	struct master_worker ws[MASTER_MAX_WORKERS];
 	int n = cfg->workers < MASTER_MAX_WORKERS ? cfg->workers : MASTER_MAX_WORKERS;
@@ -383,8 +383,7 @@ int master_run(const struct config *cfg, struct rl *rl, const struct worker_list
 		int sig = sigtimedwait(&set, NULL, &tick);
 		if (sig == SIGTERM || sig == SIGINT)
 			break;
-		if (sig == SIGHUP && reload_master((struct config *)cfg, rl))
-			/* cfg is main's: the one configuration the master runs. */
+		if (sig == SIGHUP && reload_master(cfg, rl))
 			for (int i = 0; i < n; i++)
 				if (ws[i].pid > 0)
 					kill(ws[i].pid, SIGHUP);

@@ -30,7 +30,8 @@ int master_check_listen(const char *addr, char *err, size_t errlen);
  * with "no user ..." / "no group ..." in err. */
 int master_owner_ids(const char *owner, uid_t *uid, gid_t *gid, char *err, size_t errlen);
 
-/* Runs the master until it is told to stop. Returns the exit status. */
-int master_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls);
+/* Runs the master until it is told to stop; a reload changes cfg (the
+ * master's, then each worker's copy). Returns the exit status. */
+int master_run(struct config *cfg, struct rl *rl, const struct worker_listeners *ls);
 
 #endif /* MASTER_H */

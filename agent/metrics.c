@@ -7,9 +7,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "agent/ratelimit.h"
+#include "agent/segment.h"
 #include "agent/shm.h"
 
 struct metrics {
@@ -47,10 +47,9 @@ static size_t metrics_bytes(int nworkers)
 
 struct metrics *metrics_new(int nworkers)
 {
-	struct metrics *m = mmap(NULL, metrics_bytes(nworkers), PROT_READ | PROT_WRITE,
-				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct metrics *m = segment_new(metrics_bytes(nworkers));
 
-	if (m == MAP_FAILED)
+	if (!m)
 		return NULL;
 	m->nworkers = nworkers;
 	for (int i = 0; i < nworkers; i++)
@@ -62,7 +61,7 @@ struct metrics *metrics_new(int nworkers)
 void metrics_free(struct metrics *m)
 {
 	if (m)
-		munmap(m, metrics_bytes(m->nworkers));
+		segment_free(m, metrics_bytes(m->nworkers));
 }
 
 void metrics_attach(struct metrics *m, int id)

@@ -39,6 +39,7 @@
 
 #include "agent/hash.h"
 #include "agent/shm.h"
+#include "agent/shm_sync.h"
 #include "agent/window.h"
 
 #define RL_MAX_NAMESPACES SHM_MAX_NS   /* 32 */

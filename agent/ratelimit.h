@@ -220,7 +220,7 @@ int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 /* Takes v (>= 0) back from the count and the diff of that window, the
  * slot made if missing (its diff then goes negative, pushed as such): a
  * hit the node counted itself that the store turns out to have counted
- * too (agent/sync.c, admissions in doubt). Returns 0 or -1 (rl_errno()). */
+ * too (agent/sync_hits.c, admissions in doubt). Returns 0 or -1 (rl_errno()). */
 int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 	      int64_t start, double v, double now);
 
@@ -241,7 +241,7 @@ int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t siz
 
 /* Takes spent and returned back from what the window (ns, key, size,
  * start) has spent and returned of its grants not pushed yet: a push in
- * doubt that the store turns out to have applied (agent/sync.c); either
+ * doubt that the store turns out to have applied (agent/sync_hits.c); either
  * may be negative. Nothing if the window has no slot. Returns 0 or -1
  * (rl_errno()). */
 int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
@@ -285,22 +285,9 @@ struct rl_ns_stats {
 /* Returns 0, or -1 for an unknown index. */
 int rl_ns_stats(const struct rl *rl, int ns, struct rl_ns_stats *out);
 
-/* The reference's sync(namespace): pushes this node's pending diffs of the
- * namespace to its store and writes back the totals of its active
- * counters, as one cycle of the sync loop (under the namespace's lease, so
- * never at the same time as another process of the node), waiting at most
- * timeout_s on a private event loop. Returns 0, or -1 (local namespace,
- * store away, timeout: the diffs stay for the next cycle). Implemented in
- * agent/sync.c. */
-int rl_sync(struct rl *rl, const char *ns, double timeout_s);
-
-/* The reference's fetch(namespace, time, timeout): reads every counter of
- * the namespace's current and previous windows at `time` from the store
- * and writes them into the table. One process per node fetches: if
- * timeout_s > 0 the namespace's lease is kept until it expires (at most one
- * fetch per timeout_s), else it is released at once. Returns 0 (also when
- * another process holds the lease), or -1. Implemented in agent/sync.c. */
-int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
+/* The reference's sync(namespace) and fetch(namespace, time, timeout),
+ * rl_sync() and rl_fetch(), talk to the namespace's store: they are the
+ * sync layer's, declared in agent/sync.h. */
 
 /* The settings of namespace ns (the instance's copy), or NULL for an
  * unknown index. */

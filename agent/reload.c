@@ -11,11 +11,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "agent/config.h"
 #include "agent/log.h"
 #include "agent/ratelimit.h"
+#include "agent/segment.h"
 
 struct reload_area {
 	_Atomic uint64_t gen;            /* even: stable; 0: nothing published */
@@ -31,10 +31,9 @@ static uint64_t applied;             /* the generation this process runs */
 
 int reload_setup(const char *file, int verbose)
 {
-	void *p = mmap(NULL, sizeof(*area), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-		       -1, 0);
+	void *p = segment_new(sizeof(*area));
 
-	if (p == MAP_FAILED)
+	if (!p)
 		return -1;
 	area = p;
 	reload_file = file;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "agent/hash.h"
+#include "agent/segment.h"
 
 /* "SHMRLT" + a layout version in the last two bytes ("02": grants and
  * namespace names; "03": heartbeat turns, grants spent and returned), as it
@@ -132,15 +133,15 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 		return NULL;
 	}
 	shm_geom(max_keys, &g);
-	p = mmap(NULL, g.len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-	if (p == MAP_FAILED) {
+	p = segment_new(g.len);
+	if (!p) {
 		if (err && errlen)
 			snprintf(err, errlen, "shared table for %zu keys (%zu bytes): mmap: %s",
 				 max_keys, g.len, strerror(errno));
 		return NULL;
 	}
 	if (!(t = shm_handle(p, &g))) {
-		munmap(p, g.len);
+		segment_free(p, g.len);
 		shm_errf(err, errlen, "out of memory", max_keys);
 		return NULL;
 	}
@@ -150,7 +151,7 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen)
 #ifdef MADV_HUGEPAGE
 	madvise(p, g.len, MADV_HUGEPAGE);
 #endif
-	/* mmap gives zeroed memory: every slot EMPTY, every maxd 0, every
+	/* A new segment is zeroed memory: every slot EMPTY, every maxd 0, every
 	 * atomic at 0 (an all-zero _Atomic integer is a valid 0 on every
 	 * platform we build for). */
 	shm_touch(p, g.len, true);
@@ -301,14 +302,14 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 			 strerror(errno));
 		goto fail;
 	}
-	p = mmap(NULL, g.len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-	if (p == MAP_FAILED) {
+	p = segment_map_file(fd, g.len);
+	if (!p) {
 		snprintf(err, errlen, "state_file %s: mmap of %zu bytes: %s", path, g.len,
 			 strerror(errno));
 		goto fail;
 	}
 	if (!(t = shm_handle(p, &g))) {
-		munmap(p, g.len);
+		segment_free(p, g.len);
 		snprintf(err, errlen, "out of memory");
 		goto fail;
 	}
@@ -411,7 +412,7 @@ void shm_destroy(struct shm_table *t)
 		msync(t->hdr, t->map_len, MS_SYNC);
 		close(t->fd);
 	}
-	munmap(t->hdr, t->map_len);
+	segment_free(t->hdr, t->map_len);
 	free(t);
 }
 
@@ -1083,11 +1084,6 @@ void shm_protect(struct shm_table *t, const struct shm_ref *r)
 		atomic_store(&t->prot[r->idx], 1);
 }
 
-bool shm_still(const struct shm_table *t, const struct shm_ref *r)
-{
-	return atomic_load(&t->slots[r->idx].meta) == r->meta;
-}
-
 double shm_read_diff(const struct shm_table *t, const struct shm_ref *r)
 {
 	const struct shm_slot *s;
@@ -1148,6 +1144,22 @@ bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double e
 	return true;
 }
 
+double shm_forget(struct shm_table *t, const struct shm_ref *r)
+{
+	struct shm_slot *s;
+	double had;
+
+	if (r->idx == SHM_NONE)
+		return 0;
+	s = &t->slots[r->idx];
+	had = atomics_bitsd(atomic_exchange(&s->count, atomics_dbits(0.0)));
+	if (!shm_still(t, r))
+		return 0;
+	/* Unprotected too: a forgotten key is no longer over its limit. */
+	atomic_store(&t->prot[r->idx], 0);
+	return had;
+}
+
 uint32_t shm_nslots(const struct shm_table *t)
 {
 	return t->nslots;
@@ -1188,66 +1200,6 @@ int shm_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e)
 	return 0;
 }
 
-double shm_take_diff(struct shm_table *t, const struct shm_entry *e)
-{
-	struct shm_slot *s = &t->slots[e->idx];
-
-	/* While diff != 0 the slot cannot be reclaimed, so if meta is still
-	 * e's here, the diff we take is e's window's. */
-	if (atomic_load(&s->meta) != e->meta)
-		return 0;
-	return atomics_exchange_double(&s->diff, 0.0);
-}
-
-int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d)
-{
-	struct shm_slot *s = &t->slots[e->idx];
-	uint64_t old;
-
-	if (atomic_load(&s->meta) != e->meta)
-		return -1;
-	/* seq_cst add, then re-check: a reclaimer CASes meta to BUSY and
-	 * then reads diff, so one of us sees the other (see shm_try_insert). */
-	old = atomic_load(&s->diff);
-	while (!atomic_compare_exchange_weak(&s->diff, &old,
-					     atomics_dbits(atomics_bitsd(old) + d)))
-		;
-	return atomic_load(&s->meta) == e->meta ? 0 : -1;
-}
-
-static _Atomic uint64_t *shm_grant_word(const struct shm_table *t, uint32_t idx, unsigned w);
-
-int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
-{
-	struct shm_slot *s = &t->slots[e->idx];
-	uint64_t old;
-
-	if (atomic_load(&s->meta) != e->meta)
-		return -1;
-	/* CAS loop on count, re-reading diff every round. max() keeps the
-	 * visible count from ever dropping. Hits taken in the pushed diff are
-	 * in total; hits added since are in diff; a hit caught between its
-	 * count and diff additions may be missing from count until the next
-	 * sync, which pushes it (it is in diff by then). What the store holds
-	 * reserved for this node's view (left + spent) is in count, not in
-	 * total (what it returned is no longer its). Every change to those words leaves the sum lower for a
-	 * moment, never higher: a racing max() never keeps a count too high. */
-	old = atomic_load_explicit(&s->count, memory_order_relaxed);
-	for (;;) {
-		double cur = atomics_bitsd(old);
-		double want = total + atomics_load_double(&s->diff) +
-			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_LEFT)) +
-			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT));
-
-		if (!(want > cur))
-			break;
-		if (atomic_compare_exchange_weak_explicit(&s->count, &old, atomics_dbits(want),
-							  memory_order_relaxed,
-							  memory_order_relaxed))
-			break;
-	}
-	return atomic_load(&s->meta) == e->meta ? 0 : -1;
-}
 
 uint32_t shm_next_used(const struct shm_table *t, uint32_t from)
 {
@@ -1263,60 +1215,6 @@ uint32_t shm_next_used(const struct shm_table *t, uint32_t from)
 		}
 	}
 	return SHM_NONE;
-}
-
-int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)
-{
-	struct shm_slot *s = &t->slots[e->idx];
-	uint64_t old;
-
-	if (atomic_load(&s->meta) != e->meta)
-		return -1;
-	old = atomic_load(&s->diff);
-	for (;;) {
-		double left = atomics_bitsd(old) - d;
-		if (left < 1e-9 && left > -1e-9)
-			left = 0.0;
-		if (atomic_compare_exchange_weak(&s->diff, &old, atomics_dbits(left)))
-			break;
-	}
-	return 0;
-}
-
-#define SHM_LEASE_HOLDER(l) ((uint16_t)((l) & 0xffffu))
-#define SHM_LEASE_UNTIL(l)  ((l) >> 16)
-#define SHM_LEASE(until, holder) (((uint64_t)(until) << 16) | (uint64_t)(holder))
-
-bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
-		    uint64_t hold_ms)
-{
-	_Atomic uint64_t *p = &t->hdr->lease[ns];
-	uint64_t l = atomic_load(p);
-
-	/* Held and not expired, or free but not due yet. */
-	if (now_ms < SHM_LEASE_UNTIL(l))
-		return false;
-	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
-}
-
-bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
-		     uint64_t hold_ms)
-{
-	_Atomic uint64_t *p = &t->hdr->lease[ns];
-	uint64_t l = atomic_load(p);
-
-	if (SHM_LEASE_HOLDER(l) != holder)
-		return false;
-	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
-}
-
-void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms)
-{
-	_Atomic uint64_t *p = &t->hdr->lease[ns];
-	uint64_t l = atomic_load(p);
-
-	if (SHM_LEASE_HOLDER(l) == holder)
-		atomic_compare_exchange_strong(p, &l, SHM_LEASE(due_ms, 0));
 }
 
 void shm_stats(const struct shm_table *t, struct shm_stats *st)
@@ -1345,203 +1243,7 @@ size_t shm_bytes(const struct shm_table *t)
 	return t->map_len;
 }
 
-void shm_set_nodes(struct shm_table *t, unsigned ns, uint32_t n)
-{
-	if (ns < SHM_MAX_NS)
-		atomic_store_explicit(&t->hdr->nodes[ns], n, memory_order_relaxed);
-}
-
-uint32_t shm_nodes(const struct shm_table *t, unsigned ns)
-{
-	return ns < SHM_MAX_NS ? atomic_load_explicit(&t->hdr->nodes[ns], memory_order_relaxed)
-			       : 0;
-}
-
-bool shm_beat_take(struct shm_table *t, unsigned ns, uint64_t now_ms, uint64_t gap_ms)
-{
-	_Atomic uint64_t *p;
-	uint64_t last;
-
-	if (ns >= SHM_MAX_NS)
-		return false;
-	p = &t->hdr->beat[ns];
-	last = atomic_load(p);
-	if (last != 0 && now_ms < last + gap_ms)
-		return false;
-	return atomic_compare_exchange_strong(p, &last, now_ms ? now_ms : 1);
-}
-
-/* ---- grants ---- (doubles in atomic words, as count and diff) */
-
-static _Atomic uint64_t *shm_grant_word(const struct shm_table *t, uint32_t idx, unsigned w)
-{
-	return &t->grant[SHM_GRANT_WORDS * (size_t)idx + w];
-}
-
-bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost)
-{
-	_Atomic uint64_t *g;
-	uint64_t w;
-
-	if (r->idx == SHM_NONE)
-		return false;
-	g = shm_grant_word(t, r->idx, SHM_GRANT_LEFT);
-	w = atomic_load_explicit(g, memory_order_relaxed);
-	for (;;) {
-		double left = atomics_bitsd(w);
-		if (!(left >= cost) || left == 0)
-			return false;
-		if (atomic_compare_exchange_weak(g, &w, atomics_dbits(left - cost)))
-			break;
-	}
-	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), cost);
-	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), cost);
-	return shm_still(t, r);
-}
-
-void shm_grant_untake(struct shm_table *t, const struct shm_ref *r, double cost)
-{
-	if (r->idx == SHM_NONE || !shm_still(t, r))
-		return;
-	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), -cost);
-	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), -cost);
-	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), cost);
-}
-
-void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost)
-{
-	if (r->idx != SHM_NONE)
-		atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_USED), cost);
-}
-
-double shm_grant_left(const struct shm_table *t, uint32_t idx)
-{
-	return idx < t->nslots ? atomics_load_double(shm_grant_word(t, idx, SHM_GRANT_LEFT)) : 0;
-}
-
-double shm_forget(struct shm_table *t, const struct shm_ref *r)
-{
-	struct shm_slot *s;
-	double had;
-
-	if (r->idx == SHM_NONE)
-		return 0;
-	s = &t->slots[r->idx];
-	had = atomics_bitsd(atomic_exchange(&s->count, atomics_dbits(0.0)));
-	if (!shm_still(t, r))
-		return 0;
-	/* Unprotected too: a forgotten key is no longer over its limit. */
-	atomic_store(&t->prot[r->idx], 0);
-	return had;
-}
-
-double shm_grant_spent(const struct shm_table *t, uint32_t idx)
-{
-	return idx < t->nslots ? atomics_load_double(shm_grant_word(t, idx, SHM_GRANT_SPENT)) : 0;
-}
-
-void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
-{
-	double back;
-
-	if (r->idx == SHM_NONE || !(amount > 0))
-		return;
-	/* The count first: a racing shm_sync_total() that saw the grant in
-	 * what is left would add it to the count as well. */
-	atomics_add_double(&t->slots[r->idx].count, amount);
-	atomics_add_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), amount);
-	/* Re-keyed meanwhile (an insert clears the grant before the slot
-	 * shows its new identity): take it back from the newcomer. */
-	if (!shm_still(t, r) && (back = shm_grant_return(t, r->idx)) > 0)
-		atomics_add_double(&t->slots[r->idx].count, back < amount ? -back : -amount);
-}
-
-void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
-			 double returned)
-{
-	if (e->idx >= t->nslots || atomic_load(&t->slots[e->idx].meta) != e->meta)
-		return;
-	if (spent != 0)
-		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
-	if (returned != 0)
-		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
-}
-
-double shm_grant_return(struct shm_table *t, uint32_t idx)
-{
-	if (idx >= t->nslots)
-		return 0;
-	return atomics_bitsd(atomic_exchange(shm_grant_word(t, idx, SHM_GRANT_LEFT),
-					     atomics_dbits(0.0)));
-}
-
-/* The LAST word: the demand of the last cycle, or -(it + 1) while a grant
- * is asked for (a load and a store: two workers racing may both ask, which
- * only costs one more grant). */
-double shm_grant_begin(struct shm_table *t, uint32_t idx)
-{
-	_Atomic uint64_t *w;
-	double last;
-
-	if (idx >= t->nslots)
-		return -1;
-	w = shm_grant_word(t, idx, SHM_GRANT_LAST);
-	last = atomics_load_double(w);
-	if (last < 0)
-		return -1;
-	atomics_store_double(w, -last - 1);
-	return last;
-}
-
-void shm_grant_end(struct shm_table *t, uint32_t idx)
-{
-	_Atomic uint64_t *w;
-	double last;
-
-	if (idx >= t->nslots)
-		return;
-	w = shm_grant_word(t, idx, SHM_GRANT_LAST);
-	last = atomics_load_double(w);
-	if (last < 0)
-		atomics_store_double(w, -last - 1);
-}
-
-double shm_grant_cycle(struct shm_table *t, uint32_t idx)
-{
-	_Atomic uint64_t *w;
-	double used;
-
-	if (idx >= t->nslots)
-		return 0;
-	used = atomics_bitsd(atomic_exchange(shm_grant_word(t, idx, SHM_GRANT_USED),
-					     atomics_dbits(0.0)));
-	w = shm_grant_word(t, idx, SHM_GRANT_LAST);
-	atomics_store_double(w, atomics_load_double(w) < 0 ? -used - 1 : used);
-	return used;
-}
-
-int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta)
-{
-	_Atomic uint64_t *w;
-	uint64_t v;
-
-	if (idx >= t->nslots)
-		return 0;
-	w = shm_grant_word(t, idx, SHM_GRANT_FLIGHT);
-	if (delta >= 0)
-		return (int64_t)atomic_fetch_add(w, (uint64_t)delta) + delta;
-	/* Never below 0: shm_grant_unstick() may have cleared this one's
-	 * count while it was in flight. */
-	v = atomic_load_explicit(w, memory_order_relaxed);
-	for (;;) {
-		int64_t after = (int64_t)v + delta;
-
-		if (after < 0)
-			after = 0;
-		if (atomic_compare_exchange_weak(w, &v, (uint64_t)after))
-			return after;
-	}
-}
+/* ---- what dead processes leave (the grant words' marks) ---- */
 
 void shm_grant_unstick(struct shm_table *t)
 {
@@ -1549,23 +1251,14 @@ void shm_grant_unstick(struct shm_table *t)
 	 * (or of a state file) stay clean. */
 	for (uint32_t idx = 0; idx < t->nslots; idx++) {
 		_Atomic uint64_t *flight = shm_grant_word(t, idx, SHM_GRANT_FLIGHT);
+		_Atomic uint64_t *last = shm_grant_word(t, idx, SHM_GRANT_LAST);
 
 		if (atomic_load_explicit(flight, memory_order_relaxed) != 0)
 			atomic_store_explicit(flight, 0, memory_order_relaxed);
-		if (atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_LAST),
-					 memory_order_relaxed) != 0)
-			shm_grant_end(t, idx);
+		/* A grant being asked for (the demand d kept as -(d + 1):
+		 * shm_grant_begin) is asked no more: d again. */
+		if (atomic_load_explicit(last, memory_order_relaxed) != 0 &&
+		    atomics_load_double(last) < 0)
+			atomics_store_double(last, -atomics_load_double(last) - 1);
 	}
-}
-
-bool shm_grant_any(const struct shm_table *t, uint32_t idx)
-{
-	return idx < t->nslots && (atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_LEFT),
-							memory_order_relaxed) != 0 ||
-				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_USED),
-							memory_order_relaxed) != 0 ||
-				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_SPENT),
-							memory_order_relaxed) != 0 ||
-				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_RET),
-							memory_order_relaxed) != 0);
 }

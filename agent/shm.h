@@ -6,7 +6,10 @@
  * counters, each keyed by (namespace, window, key, window start), each
  * with two doubles: `count` (what this node believes the window's total
  * is: last synced cluster total + local hits since) and `diff` (local hits
- * not yet pushed to the cluster store).
+ * not yet pushed to the cluster store). This header is the table proper:
+ * the mapping, lookup, insert, eviction and counting; what the sync layer
+ * writes besides (diffs acknowledged, totals, leases, heartbeats, node
+ * counts, grants) is agent/shm_sync.h's, in the same segment.
  *
  * Everything in the segment is addressed by index (slot number), never by
  * pointer; every field that more than one process writes is a C11 atomic
@@ -28,10 +31,12 @@
  *   +-----------------------+
  *   | _Atomic uint8_t [n]   |  prot: 1 = the slot may not be evicted
  *   +-----------------------+
- *   | _Atomic uint64_t [4n] |  grant: per slot, what is left of the grant
+ *   | _Atomic uint64_t [6n] |  grant: per slot, what is left of the grant
  *   +-----------------------+  the store counted for this node, the demand
- *                              of the last and of this sync cycle, and the
- *                              admissions in flight
+ *                              of the last and of this sync cycle, the
+ *                              admissions in flight, the grant hits spent
+ *                              and the grant returned not pushed yet
+ *                              (SHM_GRANT_*; agent/shm_sync.h)
  *
  * Slot (128 bytes = two cache lines; meta, the counters and the first 40
  * key bytes share the first line):
@@ -226,7 +231,7 @@ static inline int64_t shm_meta_busy_time(uint64_t m)
 	return (int64_t)((m >> SHM_META_BUSY_TIME_SHIFT) & 0xffffffffULL);
 }
 
-/* One counter. Written only through shm.c; tests may set meta by hand to
+/* One counter. Written only through shm.c and shm_sync.c; tests may set meta by hand to
  * simulate a process killed mid-insert. */
 struct shm_slot {
 	_Alignas(64) _Atomic uint64_t meta;
@@ -286,6 +291,13 @@ struct shm_table {
 	int fd;                 /* state file (locked), or -1 */
 	bool reused;            /* a state file's counts were found */
 };
+
+/* Word w (SHM_GRANT_*) of slot idx's grant: a double's bits. */
+static inline _Atomic uint64_t *shm_grant_word(const struct shm_table *t, uint32_t idx,
+					       unsigned w)
+{
+	return &t->grant[SHM_GRANT_WORDS * (size_t)idx + w];
+}
 
 /* A key prepared for lookups: built once per hit on the caller's stack
  * (shm_key_init), used for the current and previous window. */
@@ -415,7 +427,10 @@ void shm_protect(struct shm_table *t, const struct shm_ref *r);
 
 /* Is the slot still the one r was found as? (After shm_add: false means
  * the hit raced an eviction and must be counted again.) */
-bool shm_still(const struct shm_table *t, const struct shm_ref *r);
+static inline bool shm_still(const struct shm_table *t, const struct shm_ref *r)
+{
+	return atomic_load(&t->slots[r->idx].meta) == r->meta;
+}
 
 /* The count of a found slot; 0 if r is SHM_NONE or the slot no longer
  * holds the window it was found with. */
@@ -435,7 +450,11 @@ double shm_add(struct shm_table *t, const struct shm_ref *r, double v, bool with
 bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double extra,
 		double limit, bool with_diff, double *count);
 
-/* --- for the sync loop (iterate, take diffs, write back totals) --- */
+/* Sets a found slot's count to 0 (a local namespace's key forgotten by
+ * an operator) and clears its protection; returns what it held. */
+double shm_forget(struct shm_table *t, const struct shm_ref *r);
+
+/* --- slot by slot (the sync loop, metrics); the sync words: shm_sync.h --- */
 
 /* Number of slots; indexes are 0 .. shm_nslots() - 1. */
 uint32_t shm_nslots(const struct shm_table *t);
@@ -449,109 +468,6 @@ uint32_t shm_next_used(const struct shm_table *t, uint32_t from);
  * Returns 0, or -1 if the slot is not LIVE or changed while read. */
 int shm_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e);
 
-/* Atomically takes the diff of e's slot (sets it to 0) and returns it;
- * 0 if the slot no longer holds e's window. A concurrent increment is
- * either in the returned value or stays in diff. */
-double shm_take_diff(struct shm_table *t, const struct shm_entry *e);
-
-/* Puts back a diff that could not be pushed. Returns 0, or -1 if the slot
- * no longer holds e's window (it was stale and got reclaimed: the diff may
- * then be lost, so restore diffs of current and previous windows only). */
-int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d);
-
-/* Writes back the cluster total of e's window after its diff was pushed:
- * count = max(count, total + diff now), so the visible count never drops
- * and local hits since the push are kept. Returns 0, or -1 if the slot no
- * longer holds e's window. Meant for current and previous windows (a stale
- * window may be reclaimed between the check and the write). */
-int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total);
-
-/* Acknowledges that d of e's diff reached the store: diff -= d (a residue
- * below 1e-9 from float rounding becomes 0). Unlike shm_take_diff, the diff
- * stays in the slot while it is being pushed, so a push that fails needs no
- * restore and a stale slot cannot be reclaimed before its diff is in the
- * store. Returns 0, or -1 if the slot no longer holds e's window. */
-int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d);
-
-/* Sync lease of namespace ns (one worker per node syncs it per cycle).
- * Tries to take it for holder (>= 1) until now_ms + hold_ms: succeeds when
- * it is free and due (now_ms >= its until_ms) or held past its expiry (a
- * dead holder). Returns true if taken. */
-bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
-		    uint64_t hold_ms);
-
-/* Extends the lease while holder still has it; false if it was lost. */
-bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
-		     uint64_t hold_ms);
-
-/* Frees the lease (if holder has it); the next cycle is due at due_ms. */
-void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms);
-
-/* Grants (docs/CLUSTER.md, "Exact at the limit"): part of a limit's
- * headroom that the store has reserved for this node's coming hits on a
- * window, apart from the window's count of hits. The slot's count holds
- * the grant as well (the node's view is count - what is left of it):
- * hits spend it locally, with no diff (the store decided them already),
- * and are "spent": a later push moves them in the store from the
- * reservation to the count (strategy_counter.spent). What is left of a
- * grant unused for a cycle is "returned" with the next push (taken from
- * the reservation, and from the slot's count). Per slot: what is left,
- * the demand of the last sync cycle (hits that spent a grant or went to
- * the store) and of this one, whether a grant is being asked for, what is
- * spent and returned not pushed yet. Cleared when the slot is re-keyed; a
- * slot holding any of the last three is never evicted. Every count the
- * store sends (shm_sync_total) is hits: the slot's count is that plus its
- * diff plus what the store still holds reserved for this node's view
- * (left + spent). */
-
-/* Spends cost from the slot's grant if it covers it (one CAS), notes the
- * demand and the hit spent. false: the store must decide. */
-bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
-
-/* Gives cost back to the slot's grant (a hit shm_grant_take admitted
- * that its decision then denied). */
-void shm_grant_untake(struct shm_table *t, const struct shm_ref *r, double cost);
-
-/* Notes a hit of the slot that went to the store (demand). */
-void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost);
-
-/* Sets a found slot's count to 0 (a local namespace's key forgotten by
- * an operator) and clears its protection; returns what it held. */
-double shm_forget(struct shm_table *t, const struct shm_ref *r);
-
-/* What is left of slot idx's grant, and what of it was spent and not
- * reported to the store yet. */
-double shm_grant_left(const struct shm_table *t, uint32_t idx);
-double shm_grant_spent(const struct shm_table *t, uint32_t idx);
-
-/* Adds a grant the store reserved to a found slot (to what is left, and
- * to its count). */
-void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount);
-
-/* Adds spent and returned to what slot e (while it holds e's window) has
- * spent and returned not pushed yet: a grant given back (returned +), what
- * a push confirmed (both -). */
-void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
-			 double returned);
-
-/* Takes back what is left of slot idx's grant (sets it to 0). */
-double shm_grant_return(struct shm_table *t, uint32_t idx);
-
-/* A grant is asked for slot idx: returns the demand of the last cycle
- * (>= 0), or -1 when one is being asked for already. shm_grant_end() when
- * the answer is in (or lost). */
-double shm_grant_begin(struct shm_table *t, uint32_t idx);
-void shm_grant_end(struct shm_table *t, uint32_t idx);
-
-/* A sync cycle: this cycle's demand becomes the last one (returned). */
-double shm_grant_cycle(struct shm_table *t, uint32_t idx);
-
-/* Admissions of slot idx this node has sent to the store and not applied
- * yet: shm_grant_flight adds delta (+1 sent, -1 applied) and returns the
- * count after. A grant is asked only by an admission alone in flight: the
- * others of a burst were sent before the grant could serve them. */
-int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
-
 /* A worker died: the admissions it had in flight and the grants it was
  * asking for never end, and would keep their keys from asking for grants
  * until their windows end. Clears every slot's count in flight and ask
@@ -560,22 +476,8 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
  * last run left in a state file. */
 void shm_grant_unstick(struct shm_table *t);
 
-/* Has slot idx a grant left, demand this cycle, or grant hits spent or
- * returned not pushed yet? */
-bool shm_grant_any(const struct shm_table *t, uint32_t idx);
-
 /* Table-wide counters (all processes). */
 void shm_stats(const struct shm_table *t, struct shm_stats *s);
-
-/* The active nodes of namespace ns, as the store last counted them (0:
- * not known yet). */
-void shm_set_nodes(struct shm_table *t, unsigned ns, uint32_t n);
-uint32_t shm_nodes(const struct shm_table *t, unsigned ns);
-
-/* Namespace ns's heartbeat is due if none was sent for gap_ms: takes the
- * turn (one compare-and-swap; true: the caller sends it). Every worker's
- * timer asks; one of them beats per period. */
-bool shm_beat_take(struct shm_table *t, unsigned ns, uint64_t now_ms, uint64_t gap_ms);
 
 /* One namespace's counters. Returns 0, or -1 for ns out of range. */
 int shm_ns_stats(const struct shm_table *t, unsigned ns, struct shm_ns_stats *s);

@@ -8,6 +8,14 @@
  *
  * The master calls sync_flush() after its workers have exited, so hits
  * counted up to the end reach the store (bounded wait).
+ *
+ * sync_rate 0 namespaces push each hit themselves (sync_hits_push); their
+ * cycle only retries what the store did not confirm.
+ *
+ * Files: sync.c (a sync's life, the cycle, seeding, the flush, rl_sync
+ * and rl_fetch), sync_hits.c (sync_rate 0: gathering, parking, calls in
+ * doubt and their handover), sync_int.h (what the two share). The table's
+ * words they use: agent/shm_sync.h.
  */
 #ifndef SYNC_H
 #define SYNC_H
@@ -125,17 +133,27 @@ bool sync_busy(const struct sync *s);
  * token: stopping now loses no token (a reload waits for this). */
 bool sync_settled(const struct sync *s);
 
-/* A reload: what sync s leaves in doubt (its sync cycle's unconfirmed push,
- * its calls in doubt) is taken out before sync_stop(s) and given to the
- * sync that replaces it, which sends each again with its token and takes
- * back from the diffs what the store counted for it. Not taken: a call in
- * flight at that moment (sync_stop fails it: its hits stay in the diffs,
- * and may count twice if the store applies it late). Namespaces whose name,
- * store or options changed drop theirs (logged). take returns a list,
- * maybe empty, or NULL (s NULL, out of memory); give frees it. */
+/* A reload (sync_reload does all of it): what sync s leaves in doubt (its
+ * sync cycle's unconfirmed push, its calls in doubt) is taken out before
+ * sync_stop(s) and given to the sync that replaces it, which sends each
+ * again with its token and takes back from the diffs what the store
+ * counted for it. Not taken: a call in flight at that moment (sync_stop
+ * fails it: its hits stay in the diffs, and may count twice if the store
+ * applies it late). Namespaces whose name, store or options changed drop
+ * theirs (logged). take returns a list, maybe empty, or NULL (s NULL, out
+ * of memory); give frees it. */
 struct sync_doubts;
 struct sync_doubts *sync_doubts_take(struct sync *s);
 void sync_doubts_give(struct sync *s, struct sync_doubts *list);
+
+/* A reload, once sync_settled() (or the wait for it is over): *sp hands
+ * over what it leaves in doubt and stops (*sp NULL), apply(arg) (if not
+ * NULL) applies the new configuration to rl's namespaces, and a sync of
+ * them starts on loop, as sync_start, and takes the doubts over. Returns
+ * 0 with *sp the new sync (NULL when no namespace syncs), or -1 when it
+ * cannot start (logged; *sp NULL, the doubts dropped). */
+int sync_reload(struct sync **sp, struct ev_loop *loop, struct rl *rl, int worker_id,
+		void (*apply)(void *arg), void *arg);
 
 /* Stops the timers and frees everything (pending pushes are failed; their
  * diffs stay in the table). NULL is fine. */
@@ -145,5 +163,23 @@ void sync_stop(struct sync *s);
  * timeout_s. Returns the number of counters whose diff could not be
  * pushed (0 = all flushed). */
 size_t sync_flush(struct rl *rl, double timeout_s);
+
+/* ---- the library's calls to a store (agent/ratelimit.h's API) ---- */
+
+/* The reference's sync(namespace): pushes this node's pending diffs of the
+ * namespace to its store and writes back the totals of its active
+ * counters, as one cycle of the sync loop (under the namespace's lease, so
+ * never at the same time as another process of the node), waiting at most
+ * timeout_s on a private event loop. Returns 0, or -1 (local namespace,
+ * store away, timeout: the diffs stay for the next cycle). */
+int rl_sync(struct rl *rl, const char *ns, double timeout_s);
+
+/* The reference's fetch(namespace, time, timeout): reads every counter of
+ * the namespace's current and previous windows at `time` from the store
+ * and writes them into the table. One process per node fetches: if
+ * timeout_s > 0 the namespace's lease is kept until it expires (at most one
+ * fetch per timeout_s), else it is released at once. Returns 0 (also when
+ * another process holds the lease), or -1. */
+int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
 
 #endif /* SYNC_H */

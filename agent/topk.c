@@ -5,13 +5,13 @@
  */
 #include "agent/topk.h"
 #include "agent/atomics.h"
+#include "agent/segment.h"
 
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,9 +84,8 @@ struct topk *topk_new(unsigned nns, unsigned nwin, unsigned k, unsigned sample, 
 	size_t stride = sizeof(struct topk_summary) + (size_t)k * sizeof(struct topk_slot);
 	stride = (stride + 63) & ~(size_t)63;
 	size_t bytes = sizeof(struct topk) + (size_t)nns * nwin * TOPK_KINDS * stride;
-	struct topk *t = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-			      -1, 0);
-	if (t == MAP_FAILED) {
+	struct topk *t = segment_new(bytes);
+	if (!t) {
 		snprintf(err, errlen, "heavy hitters (%zu bytes): mmap: %s", bytes, strerror(errno));
 		return NULL;
 	}
@@ -102,7 +101,7 @@ struct topk *topk_new(unsigned nns, unsigned nwin, unsigned k, unsigned sample, 
 void topk_free(struct topk *t)
 {
 	if (t)
-		munmap(t, t->bytes);
+		segment_free(t, t->bytes);
 }
 
 unsigned topk_entries(const struct topk *t)

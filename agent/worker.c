@@ -390,11 +390,29 @@ static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
 		ev_break(loop, EVBREAK_ALL);
 }
 
+/* A reload's configuration, applied while no sync runs (sync_reload): to
+ * the worker's configuration and the library, then to the SPOP handler. */
+static void worker_reload_apply(void *arg)
+{
+	struct worker *w = arg;
+
+	if (reload_worker(w->cfg, w->env.rl) > 0) {
+		decide_deliver_fn deliver = w->handler.deliver;
+
+		handler_free(&w->handler);
+		if (handler_init(&w->handler, w->cfg, &w->decide, w->cfg->max_frame_size) < 0) {
+			LOG(LOG_ERR, "reload: out of memory");
+			exit(1);
+		}
+		w->handler.deliver = deliver;
+	}
+}
+
 /* A reload (agent/reload.h) applies once no push or held answer waits for
  * a store and nothing waits to be resent with its token (at most
  * WORKER_RELOAD_WAIT): the sync restarts with the new namespaces, and what
  * is still in doubt (a store away longer) is handed to the new sync, which
- * resends it with its token (sync_doubts_take). */
+ * resends it with its token (sync_reload). */
 static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct worker *w = container_of(t, struct worker, reload_w);
@@ -408,27 +426,12 @@ static void worker_on_reload(struct ev_loop *loop, ev_timer *t, int revents)
 	    ev_now(loop) - w->reload_since < WORKER_RELOAD_WAIT)
 		return;
 	ev_timer_stop(loop, t);
-	struct sync_doubts *doubts = sync_doubts_take(w->sync);
-
-	sync_stop(w->sync);
-	w->sync = w->decide.sync = NULL;
-	/* w->cfg is main's configuration (const for the fronts). */
-	if (reload_worker((struct config *)w->cfg, w->env.rl) > 0) {
-		decide_deliver_fn deliver = w->handler.deliver;
-
-		handler_free(&w->handler);
-		if (handler_init(&w->handler, w->cfg, &w->decide, w->cfg->max_frame_size) < 0) {
-			LOG(LOG_ERR, "reload: out of memory");
-			exit(1);
-		}
-		w->handler.deliver = deliver;
-	}
-	if (sync_start(loop, w->env.rl, w->id, &w->sync) < 0) {
+	w->decide.sync = NULL;
+	if (sync_reload(&w->sync, loop, w->env.rl, w->id, worker_reload_apply, w) < 0) {
 		/* As at start: exit, the master starts another worker. */
 		LOG(LOG_ERR, "reload: cannot start the sync of the stores");
 		exit(1);
 	}
-	sync_doubts_give(w->sync, doubts);
 	w->decide.sync = w->sync;
 }
 
@@ -476,7 +479,7 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	ev_timer_start(loop, &w->stop_poll_w);
 }
 
-int worker_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
+int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
 	       int id)
 {
 	struct worker w;

@@ -53,7 +53,7 @@ struct worker_listener {
 
 struct worker {
 	struct ev_loop *loop;
-	const struct config *cfg;
+	struct config *cfg;           /* its copy of main's: a reload changes it */
 	struct decide decide;         /* the decisions of every front */
 	struct handler handler;       /* the SPOP front's messages */
 	struct front_env env;         /* what the connections share */
@@ -76,9 +76,9 @@ struct worker {
 	struct log_limit cap_log, accept_log, evict_log, refuse_log, stall_log;
 };
 
-/* Runs a worker until SIGTERM/SIGINT and its connections are done.
- * Returns the process exit status. */
-int worker_run(const struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
+/* Runs a worker until SIGTERM/SIGINT and its connections are done; a
+ * reload changes cfg. Returns the process exit status. */
+int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
 	       int id);
 
 #endif /* WORKER_H */

@@ -17,7 +17,7 @@ out=$(grep -n '#include "agent/' spop/*.[ch] strategies/*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "spop/ or strategies/ include agent/:"$'\n'"$out"
 out=$(grep -n '#include "strategies/' spop/*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "spop/ includes strategies/:"$'\n'"$out"
-out=$(grep -nE '#include "agent/(conn|handler|http_front|http_parse|http_admin|stream|worker)' \
+out=$(grep -nE '#include "agent/(conn|handler|http_[a-z]+|stream|worker)' \
   agent/decide*.[ch] agent/delay.c agent/sync*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "decisions or sync include a front or the worker:"$'\n'"$out"
 out=$(grep -ln '#include "agent/worker.h"' agent/conn.c agent/http_*.c agent/handler.c \

@@ -22,6 +22,7 @@
 #include "agent/hash.h"
 #include "agent/ratelimit.h"
 #include "agent/shm.h"
+#include "agent/shm_sync.h"
 #include "agent/window.h"
 
 /* cr_assert_float_eq evaluates its arguments twice: evaluate once. */

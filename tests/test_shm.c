@@ -17,6 +17,7 @@
 
 #include "agent/hash.h"
 #include "agent/shm.h"
+#include "agent/shm_sync.h"
 
 /* cr_assert_float_eq evaluates its arguments twice: evaluate once. */
 #define EQ(x, want)                                                          \

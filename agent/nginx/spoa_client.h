@@ -1,7 +1,7 @@
 /*
- * spoa_client.h - the SPOP client core of the nginx module
- * (ngx_http_spoa_ratelimit_module.c): HELLO, NOTIFYs out, ACKs in, the
- * streams in flight of one connection to the agent.
+ * spoa_client.h - the SPOP client core of the nginx module (its
+ * connections: ngx_http_spoa_ratelimit_conn.c): HELLO, NOTIFYs out, ACKs
+ * in, the streams in flight of one connection to the agent.
  *
  * Pure, as the codec it is built on (spop/): no allocation, no I/O, no
  * clock, no nginx. The caller owns the buffers (allocated once per

@@ -1,0 +1,339 @@
+/*
+ * config_check.c - config_check(): the whole configuration, after the
+ * file and the command line, by the same rules as the file's keys (the
+ * paths of its messages are the keys'); and the rules of values both
+ * check: listen addresses, socket owners, message_prefix.
+ */
+#include "agent/config_int.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdio.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------
+ * Rules shared by the keys and config_check(). The cfg_check_* work on the
+ * current path and return 0 or -1 through cfg_fail().
+ */
+
+/* Why host[0..n) is not a listen host, or NULL: an IPv6 address when
+ * bracketed, else an IPv4 address or a host name; empty or "*" = every
+ * address, as in HAProxy's bind (master_listen() passes NULL to
+ * getaddrinfo). */
+static const char *cfg_host_problem(const char *host, size_t n, bool bracketed)
+{
+	char buf[INET6_ADDRSTRLEN];
+	unsigned char addr[sizeof(struct in6_addr)];
+	bool numeric = true;
+	size_t i;
+
+	if (bracketed) {
+		if (n == 0 || n >= sizeof(buf))
+			return "bad IPv6 address";
+		memcpy(buf, host, n);
+		buf[n] = '\0';
+		return inet_pton(AF_INET6, buf, addr) == 1 ? NULL : "bad IPv6 address";
+	}
+	if (n == 0 || (n == 1 && host[0] == '*'))
+		return NULL;
+	if (memchr(host, ':', n))
+		return "an IPv6 address needs brackets, as in [::1]:12345";
+	for (i = 0; i < n; i++) {
+		char ch = host[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '.' || ch == '-'))
+			return "bad host name";
+		if (!((ch >= '0' && ch <= '9') || ch == '.'))
+			numeric = false;
+	}
+	if (!numeric)
+		return NULL;
+	if (n >= sizeof(buf))
+		return "bad IPv4 address";
+	memcpy(buf, host, n);
+	buf[n] = '\0';
+	return inet_pton(AF_INET, buf, addr) == 1 ? NULL : "bad IPv4 address";
+}
+
+const char *config_unix_path(const char *listen)
+{
+	if (strncmp(listen, "unix:", 5) == 0)
+		return listen + 5;
+	return listen[0] == '/' ? listen : NULL;
+}
+
+/* Why s is not a listen address, or NULL if it is one:
+ *
+ *   HOST:PORT   [IPV6]:PORT   unix:/PATH   /PATH
+ */
+static const char *cfg_listen_problem(const char *s)
+{
+	const char *hend, *port, *why, *q;
+	unsigned long pnum = 0;
+	bool bracketed = s[0] == '[';
+
+	if (!*s)
+		return "empty";
+	if (strlen(s) >= CONFIG_ADDR_MAX)
+		return "longer than 255 bytes";
+	if (config_unix_path(s)) {
+		const char *path = config_unix_path(s);
+
+		if (!*path)
+			return "empty socket path";
+		if (strlen(path) > CFG_SUN_PATH_MAX)
+			return "socket path longer than 107 bytes";
+		return NULL;
+	}
+	if (bracketed) {
+		hend = strchr(s, ']');
+		if (!hend)
+			return "missing ']'";
+		if (hend[1] != ':')
+			return "missing ':PORT' after ']'";
+		port = hend + 2;
+		why = cfg_host_problem(s + 1, (size_t)(hend - (s + 1)), true);
+	} else {
+		hend = strrchr(s, ':');
+		if (!hend)
+			return "missing ':PORT'";
+		port = hend + 1;
+		why = cfg_host_problem(s, (size_t)(hend - s), false);
+	}
+	if (why)
+		return why;
+	if (!*port || strlen(port) > 5)
+		return "port must be 1..65535";
+	for (q = port; *q; q++) {
+		if (*q < '0' || *q > '9')
+			return "port must be 1..65535";
+		pnum = pnum * 10 + (unsigned long)(*q - '0');
+	}
+	if (pnum < 1 || pnum > 65535)
+		return "port must be 1..65535";
+	return NULL;
+}
+
+int cfg_check_listen(struct cfg_parser *p, const char *s)
+{
+	const char *why = cfg_listen_problem(s);
+	char q[CFG_SHOW_MAX];
+
+	if (!why)
+		return 0;
+	cfg_quote(s, strlen(s), q, sizeof(q));
+	return cfg_fail(p, "expected %s, got %s: %s", CFG_LISTEN_WHAT, q, why);
+}
+
+bool cfg_prefix_ok(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n < 1 || n >= CONFIG_PREFIX_MAX)
+		return false;
+	for (i = 0; i < n; i++) {
+		char ch = s[i];
+
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-'))
+			return false;
+	}
+	return true;
+}
+
+/* A user or group: a number or a name of [A-Za-z0-9_.-] (a trailing '$'
+ * allowed, as useradd does), not starting with '-'. */
+static bool cfg_owner_part_ok(const char *s, size_t n)
+{
+	size_t i;
+
+	if (n == 0 || s[0] == '-')
+		return false;
+	for (i = 0; i < n; i++) {
+		char ch = s[i];
+		if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+		      (ch >= '0' && ch <= '9') || ch == '_' || ch == '.' || ch == '-' ||
+		      (ch == '$' && i == n - 1)))
+			return false;
+	}
+	return true;
+}
+
+/* "user", "user:group" or ":group". */
+bool cfg_owner_ok(const char *s, size_t n)
+{
+	const char *colon = memchr(s, ':', n);
+
+	if (n == 0 || n >= CONFIG_OWNER_MAX)
+		return false;
+	if (!colon)
+		return cfg_owner_part_ok(s, n);
+	if (colon != s && !cfg_owner_part_ok(s, (size_t)(colon - s)))
+		return false;
+	return cfg_owner_part_ok(colon + 1, n - (size_t)(colon + 1 - s));
+}
+
+/* ------------------------------------------------------------------------
+ * The whole config.
+ */
+
+/* v in lo..hi, else a message at the path of key. */
+static int cfg_check_range(struct cfg_parser *p, const char *key, long long v, long long lo,
+			   long long hi)
+{
+	size_t mark;
+
+	if (v >= lo && v <= hi)
+		return 0;
+	mark = cfg_path_key(p, key);
+	cfg_fail(p, "expected an integer in %lld..%lld, got %lld", lo, hi, v);
+	cfg_path_pop(p, mark);
+	return -1;
+}
+
+/* Contract: every field of *c in range, the same rules as the file, with
+ * workers >= 1 (0 has been resolved by then). Paths are those of the
+ * file's keys; err->file is left empty. */
+int config_check(const struct config *c, struct config_err *err)
+{
+	struct cfg_parser p;
+	size_t i, mark, n, shares = 0;
+	char q[CFG_SHOW_MAX], names[128];
+
+	memset(err, 0, sizeof(*err));
+	cfg_parser_init(&p, err);
+
+	mark = cfg_path_key(&p, "listen");
+	if (strnlen(c->listen, sizeof(c->listen)) == sizeof(c->listen))
+		return cfg_fail(&p, "not NUL-terminated");
+	if (cfg_check_listen(&p, c->listen) < 0)
+		return -1;
+	cfg_path_pop(&p, mark);
+	mark = cfg_path_key(&p, "http_listen");
+	n = strnlen(c->http_listen, sizeof(c->http_listen));
+	if (n == sizeof(c->http_listen))
+		return cfg_fail(&p, "not NUL-terminated");
+	if (n > 0 && cfg_check_listen(&p, c->http_listen) < 0)
+		return -1;
+	if (n > 0 && strcmp(c->http_listen, c->listen) == 0)
+		return cfg_fail(&p, "the same address as listen");
+	cfg_path_pop(&p, mark);
+	if (cfg_check_range(&p, "http_deny_status", c->http_deny_status, 400, 599) < 0)
+		return -1;
+	if (c->listen_mode < -1 || c->listen_mode > 0777) {
+		cfg_path_key(&p, "listen_mode");
+		return cfg_fail(&p, "expected 0..0777, got %d", c->listen_mode);
+	}
+	mark = cfg_path_key(&p, "listen_owner");
+	n = strnlen(c->listen_owner, sizeof(c->listen_owner));
+	if (n == sizeof(c->listen_owner))
+		return cfg_fail(&p, "not NUL-terminated");
+	if (n > 0 && !cfg_owner_ok(c->listen_owner, n)) {
+		cfg_quote(c->listen_owner, n, q, sizeof(q));
+		return cfg_fail(&p, "expected \"USER\", \"USER:GROUP\" or \":GROUP\", got %s", q);
+	}
+	cfg_path_pop(&p, mark);
+	if ((c->listen_mode >= 0 || n > 0) && !config_unix_path(c->listen) &&
+	    !(c->http_listen[0] && config_unix_path(c->http_listen))) {
+		cfg_path_key(&p, c->listen_mode >= 0 ? "listen_mode" : "listen_owner");
+		cfg_quote(c->listen, strlen(c->listen), q, sizeof(q));
+		return cfg_fail(&p, "applies to a unix socket only, but listen is %s%s", q,
+				c->http_listen[0] ? ", and http_listen is not one either" : "");
+	}
+
+	if (cfg_check_range(&p, "workers", c->workers, 1, CFG_WORKERS_MAX) < 0 ||
+	    cfg_check_range(&p, "max_keys", (long long)c->max_keys, CFG_MAX_KEYS_MIN,
+			    CFG_MAX_KEYS_MAX) < 0)
+		return -1;
+
+	mark = cfg_path_key(&p, "message_prefix");
+	n = strnlen(c->message_prefix, sizeof(c->message_prefix));
+	if (!cfg_prefix_ok(c->message_prefix, n)) {
+		cfg_quote(c->message_prefix, n, q, sizeof(q));
+		return cfg_fail(&p, "expected 1..31 characters of [A-Za-z0-9_.-], got %s", q);
+	}
+	cfg_path_pop(&p, mark);
+
+	if (c->var_scope < 0 || c->var_scope >= SPOP_SCOPE_COUNT) {
+		cfg_path_key(&p, "var_scope");
+		cfg_list_names(cfg_scope_names, SPOP_SCOPE_COUNT, names, sizeof(names));
+		return cfg_fail(&p, "expected one of %s, got %d", names, c->var_scope);
+	}
+	if (cfg_check_range(&p, "max_frame_size", c->max_frame_size, SPOP_MIN_FRAME_SIZE,
+			    CFG_FRAME_MAX) < 0 ||
+	    cfg_check_range(&p, "max_connections", c->max_connections, 1, CFG_CONN_MAX) < 0 ||
+	    cfg_check_range(&p, "idle_timeout_ms", c->idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
+	    cfg_check_range(&p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
+	    cfg_check_range(&p, "max_buffer_memory", (long long)c->max_buffer_memory,
+			    (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX) < 0)
+		return -1;
+	if (c->http_max_connections > c->max_connections) {
+		cfg_path_key(&p, "http_max_connections");
+		return cfg_fail(&p, "expected at most max_connections (%u), got %u",
+				c->max_connections, c->http_max_connections);
+	}
+	if (c->http_max_buffer_memory > c->max_buffer_memory) {
+		cfg_path_key(&p, "http_max_buffer_memory");
+		return cfg_fail(&p, "expected at most max_buffer_memory (%zu), got %zu",
+				c->max_buffer_memory, c->http_max_buffer_memory);
+	}
+	if (strnlen(c->http_token, sizeof(c->http_token)) == sizeof(c->http_token)) {
+		cfg_path_key(&p, "http_token");
+		return cfg_fail(&p, "not NUL-terminated");
+	}
+	if (c->http_admin_token[0] && strcmp(c->http_admin_token, c->http_token) == 0) {
+		cfg_path_key(&p, "http_admin_token");
+		return cfg_fail(&p, "the same as http_token: the checks' token must not open the "
+				"admin endpoints");
+	}
+	if (c->top_keys > 1024 || c->top_sample < 1 || c->top_sample > 1024) {
+		cfg_path_key(&p, "top_keys");
+		return cfg_fail(&p, "expected top_keys 0..1024 and top_sample 1..1024");
+	}
+	if (c->http_metrics_token && !c->http_token[0]) {
+		cfg_path_key(&p, "http_metrics_token");
+		return cfg_fail(&p, "true needs http_token (the token /metrics would ask for)");
+	}
+	if (c->log_level < 0 || c->log_level >= LOG_LEVEL_COUNT) {
+		cfg_path_key(&p, "log_level");
+		cfg_list_names(cfg_log_level_names, LOG_LEVEL_COUNT, names, sizeof(names));
+		return cfg_fail(&p, "expected one of %s, got %d", names, c->log_level);
+	}
+
+	if (strnlen(c->key_secret, sizeof(c->key_secret)) == sizeof(c->key_secret)) {
+		cfg_path_key(&p, "key_secret");
+		return cfg_fail(&p, "not NUL-terminated");
+	}
+
+	mark = cfg_path_key(&p, "namespaces");
+	if (c->n_ns < 1 || c->n_ns > NS_MAX)
+		return cfg_fail(&p, "expected 1..%d namespaces, got %zu", NS_MAX,
+				c->n_ns);
+	for (i = 0; i < c->n_ns; i++) {
+		const struct ns_def *ns = &c->ns[i];
+		size_t nsmark = cfg_path_push(&p, "[%zu]", i), kmark;
+
+		if (cfg_check_ns(&p, ns) < 0)
+			return -1;
+		kmark = cfg_path_key(&p, "name");
+		if (cfg_check_ns_name(&p, c, i) < 0)
+			return -1;
+		cfg_path_pop(&p, kmark);
+		if (ns->strategy[0] == '\0') {
+			cfg_path_key(&p, "strategy");
+			return cfg_fail(&p, "missing");
+		}
+		if (ns->max_keys) {
+			shares += ns->max_keys;
+			if (shares > c->max_keys) {
+				cfg_path_key(&p, "max_keys");
+				return cfg_fail(&p, "the namespaces' max_keys add up to more than the "
+						"top-level max_keys (%zu)", c->max_keys);
+			}
+		}
+		cfg_path_pop(&p, nsmark);
+	}
+	cfg_path_pop(&p, mark);
+	return 0;
+}

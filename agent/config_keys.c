@@ -1,0 +1,350 @@
+/*
+ * config_keys.c - the top-level keys of the configuration file: one setter
+ * per key reads its JSON value into a struct config, range-checked before
+ * it is narrowed; cfg_top_keys maps the names to the setters. The
+ * "namespaces" key is config_ns.c's. docs/CONFIG.md documents each key.
+ */
+#include "agent/config_int.h"
+
+#include <stdio.h>
+#include <string.h>
+
+const char *const cfg_scope_names[SPOP_SCOPE_COUNT] = {
+	[SPOP_SCOPE_PROC] = "proc",
+	[SPOP_SCOPE_SESS] = "sess",
+	[SPOP_SCOPE_TXN]  = "txn",
+	[SPOP_SCOPE_REQ]  = "req",
+	[SPOP_SCOPE_RES]  = "res",
+};
+
+/* Same order as enum log_level; log_level_parse() is the authority. */
+const char *const cfg_log_level_names[LOG_LEVEL_COUNT] = {
+	[LOG_ERR] = "err", [LOG_WARN] = "warn", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
+};
+
+/* A listen address into dst (CONFIG_ADDR_MAX bytes). */
+static int cfg_set_addr(struct cfg_parser *p, json_t *v, char *dst)
+{
+	char what[96];
+
+	snprintf(what, sizeof(what), "an address %s", CFG_LISTEN_WHAT);
+	if (!json_is_string(v) || strlen(json_string_value(v)) != json_string_length(v))
+		return cfg_fail_type(p, v, what);
+	if (cfg_check_listen(p, json_string_value(v)) < 0)
+		return -1;
+	memcpy(dst, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int cfg_set_listen(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_addr(p, v, ((struct config *)obj)->listen);
+}
+
+/* listen_mode: a string of octal digits such as "0660" (JSON has no octal
+ * numbers, and 660 read as decimal would be a surprise). Only permission
+ * bits: no set-user-ID, set-group-ID or sticky bit on a socket. */
+static int cfg_set_listen_mode(struct cfg_parser *p, json_t *v, void *obj)
+{
+	static const char what[] = "an octal string \"0000\"..\"0777\" such as \"0660\"";
+	struct config *c = obj;
+	const char *s;
+	size_t n, i;
+	int mode = 0;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, what);
+	s = json_string_value(v);
+	n = json_string_length(v);
+	if (n < 3 || n > 4)
+		return cfg_fail_type(p, v, what);
+	for (i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '7')
+			return cfg_fail_type(p, v, what);
+		mode = mode * 8 + (s[i] - '0');
+	}
+	if (mode > 0777)
+		return cfg_fail_type(p, v, what);
+	c->listen_mode = mode;
+	return 0;
+}
+
+static int cfg_set_listen_owner(struct cfg_parser *p, json_t *v, void *obj)
+{
+	static const char what[] = "\"USER\", \"USER:GROUP\" or \":GROUP\" (names or ids)";
+	struct config *c = obj;
+
+	if (!json_is_string(v) || !cfg_owner_ok(json_string_value(v), json_string_length(v)))
+		return cfg_fail_type(p, v, what);
+	memcpy(c->listen_owner, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int cfg_set_workers(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, CFG_WORKERS_MAX, &x) < 0)
+		return -1;
+	c->workers = x == 0 ? config_default_workers() : (int)x;
+	return 0;
+}
+
+static int cfg_set_max_keys(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, CFG_MAX_KEYS_MIN, CFG_MAX_KEYS_MAX, &x) < 0)
+		return -1;
+	c->max_keys = (size_t)x;
+	return 0;
+}
+
+static int cfg_set_message_prefix(struct cfg_parser *p, json_t *v, void *obj)
+{
+	static const char what[] = "1..31 characters of [A-Za-z0-9_.-]";
+	struct config *c = obj;
+
+	if (!json_is_string(v) || !cfg_prefix_ok(json_string_value(v), json_string_length(v)))
+		return cfg_fail_type(p, v, what);
+	memcpy(c->message_prefix, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int cfg_set_var_scope(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+
+	return cfg_want_enum(p, v, cfg_scope_names, SPOP_SCOPE_COUNT, &c->var_scope);
+}
+
+static int cfg_set_max_frame_size(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, SPOP_MIN_FRAME_SIZE, CFG_FRAME_MAX, &x) < 0)
+		return -1;
+	c->max_frame_size = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_max_connections(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_CONN_MAX, &x) < 0)
+		return -1;
+	c->max_connections = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_idle_timeout_ms(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_TIMEOUT_MAX_MS, &x) < 0)
+		return -1;
+	c->idle_timeout_ms = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_frame_timeout_ms(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_TIMEOUT_MAX_MS, &x) < 0)
+		return -1;
+	c->frame_timeout_ms = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_log_level(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	int level = json_is_string(v) ? log_level_parse(json_string_value(v)) : -1;
+
+	if (level < 0)
+		return cfg_want_enum(p, v, cfg_log_level_names, LOG_LEVEL_COUNT, &c->log_level);
+	c->log_level = level;
+	return 0;
+}
+
+static int cfg_set_key_secret(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	size_t n;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, "a string of 16..255 bytes");
+	n = json_string_length(v);
+	if (n < CFG_SECRET_MIN || n >= sizeof(c->key_secret) || memchr(json_string_value(v), 0, n))
+		return cfg_fail(p, "expected a string of 16..255 bytes without NUL, got %zu bytes",
+				n);
+	memcpy(c->key_secret, json_string_value(v), n + 1);
+	return 0;
+}
+
+static int cfg_set_state_file(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	size_t n;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, "a file path");
+	n = json_string_length(v);
+	if (n == 0 || n >= sizeof(c->state_file) || memchr(json_string_value(v), 0, n))
+		return cfg_fail(p, "expected a file path of 1..%zu bytes without NUL, got %zu bytes",
+				sizeof(c->state_file) - 1, n);
+	memcpy(c->state_file, json_string_value(v), n + 1);
+	return 0;
+}
+
+static int cfg_set_http_listen(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_addr(p, v, ((struct config *)obj)->http_listen);
+}
+
+static int cfg_set_http_deny_status(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 400, 599, &x) < 0)
+		return -1;
+	c->http_deny_status = (int)x;
+	return 0;
+}
+
+/* Visible ASCII, no space: it travels in "Authorization: Bearer <token>". */
+static int cfg_set_token(struct cfg_parser *p, json_t *v, char *dst)
+{
+	const char *t;
+	size_t n;
+
+	if (!json_is_string(v))
+		return cfg_fail_type(p, v, "a string of 1..255 visible ASCII characters");
+	t = json_string_value(v);
+	n = json_string_length(v);
+	if (n == 0 || n >= CONFIG_TOKEN_MAX)
+		return cfg_fail(p, "expected 1..255 visible ASCII characters, got %zu bytes", n);
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)t[i] <= 0x20 || (unsigned char)t[i] >= 0x7f)
+			return cfg_fail(p, "expected visible ASCII characters only (no space, no "
+					"control character), byte %zu is not", i);
+	memcpy(dst, t, n + 1);
+	return 0;
+}
+
+static int cfg_set_http_token(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_token(p, v, ((struct config *)obj)->http_token);
+}
+
+static int cfg_set_http_admin_token(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_token(p, v, ((struct config *)obj)->http_admin_token);
+}
+
+static int cfg_set_top_keys(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, 1024, &x) < 0)
+		return -1;
+	c->top_keys = (unsigned)x;
+	return 0;
+}
+
+static int cfg_set_top_sample(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, 1024, &x) < 0)
+		return -1;
+	c->top_sample = (unsigned)x;
+	return 0;
+}
+
+static int cfg_set_http_metrics_token(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	c->http_metrics_token = json_is_true(v);
+	return 0;
+}
+
+static int cfg_set_http_max_connections(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 1, CFG_CONN_MAX, &x) < 0)
+		return -1;
+	c->http_max_connections = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_http_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, (long long)CFG_HTTP_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX, &x) < 0)
+		return -1;
+	c->http_max_buffer_memory = (size_t)x;
+	return 0;
+}
+
+static int cfg_set_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX, &x) < 0)
+		return -1;
+	c->max_buffer_memory = (size_t)x;
+	return 0;
+}
+
+static const struct cfg_key cfg_top_keys[] = {
+	{ .name = "listen",           .set = cfg_set_listen },
+	{ .name = "workers",          .set = cfg_set_workers },
+	{ .name = "max_keys",         .set = cfg_set_max_keys },
+	{ .name = "namespaces",       .set = cfg_set_namespaces },
+	{ .name = "message_prefix",   .set = cfg_set_message_prefix },
+	{ .name = "var_scope",        .set = cfg_set_var_scope },
+	{ .name = "max_frame_size",   .set = cfg_set_max_frame_size },
+	{ .name = "max_connections",  .set = cfg_set_max_connections },
+	{ .name = "idle_timeout_ms",  .set = cfg_set_idle_timeout_ms },
+	{ .name = "frame_timeout_ms", .set = cfg_set_frame_timeout_ms },
+	{ .name = "log_level",        .set = cfg_set_log_level },
+	{ .name = "key_secret",       .set = cfg_set_key_secret },
+	{ .name = "max_buffer_memory", .set = cfg_set_max_buffer_memory },
+	{ .name = "listen_mode",      .set = cfg_set_listen_mode },
+	{ .name = "listen_owner",     .set = cfg_set_listen_owner },
+	{ .name = "http_listen",      .set = cfg_set_http_listen },
+	{ .name = "http_deny_status", .set = cfg_set_http_deny_status },
+	{ .name = "http_token",       .set = cfg_set_http_token },
+	{ .name = "http_metrics_token", .set = cfg_set_http_metrics_token },
+	{ .name = "http_admin_token", .set = cfg_set_http_admin_token },
+	{ .name = "top_keys",         .set = cfg_set_top_keys },
+	{ .name = "top_sample",       .set = cfg_set_top_sample },
+	{ .name = "http_max_connections", .set = cfg_set_http_max_connections },
+	{ .name = "http_max_buffer_memory", .set = cfg_set_http_max_buffer_memory },
+	{ .name = "state_file",       .set = cfg_set_state_file },
+};
+
+int cfg_parse_top(struct cfg_parser *p, json_t *root, struct config *c)
+{
+	return cfg_parse_object(p, root, cfg_top_keys, CFG_N_KEYS(cfg_top_keys), c);
+}

@@ -1,0 +1,238 @@
+/*
+ * http_answer.c - the HTTP front's answers as text (http_answer.h): the
+ * status line and headers, error bodies, a /ratelimit decision as
+ * RateLimit-Policy / RateLimit fields (draft-ietf-httpapi-ratelimit-headers)
+ * and a JSON body, a denied GET as a problem document (RFC 9457); the
+ * escaping of names and keys in quoted strings.
+ */
+#include "agent/http_answer.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "agent/config.h"
+#include "agent/decide.h"
+#include "agent/http_front.h"
+
+
+/* Appends formatted text to the write buffer (the caller made room for
+ * HTTP_RESP_MAX bytes). */
+static void out(struct http_conn *c, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf((char *)c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen, fmt, ap);
+	va_end(ap);
+	if (n > 0)
+		c->s.wlen += (size_t)n < c->s.wcap - c->s.wlen ? (size_t)n : c->s.wcap - c->s.wlen - 1;
+}
+
+static const char *reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 413: return "Content Too Large";
+	case 414: return "URI Too Long";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 501: return "Not Implemented";
+	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
+	default: return status < 500 ? "Client Error" : "Server Error";
+	}
+}
+
+void http_answer(struct http_conn *c, const struct http_ctx *x, int status, const char *ctype,
+		 const char *extra, const char *body)
+{
+	size_t blen = strlen(body);
+
+	out(c, "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+	       "Cache-Control: no-store\r\n%s%s\r\n", status, reason(status), ctype, blen, extra,
+	    !x->keep_alive ? "Connection: close\r\n"
+			   : x->minor == 0 ? "Connection: keep-alive\r\n" : "");
+	if (!x->head)
+		out(c, "%s", body);
+	if (!x->keep_alive)
+		c->closing = true;
+}
+
+void http_answer_error(struct http_conn *c, const struct http_ctx *x, int status,
+		       const char *why)
+{
+	char body[160];
+
+	snprintf(body, sizeof(body), "{\"error\":\"%s\"}\n", why);
+	http_answer(c, x, status, "application/json", "", body);
+}
+
+void http_escape(char *out, size_t cap, size_t *o, const char *s, size_t n, enum http_esc how)
+{
+	static const char lower[] = "0123456789abcdef", upper[] = "0123456789ABCDEF";
+	/* The longest escape of a byte, and the NUL. */
+	size_t room = how == HTTP_ESC_JSON_BYTES ? 7 : how == HTTP_ESC_SF ? 4 : 3;
+
+	for (size_t i = 0; i < n && *o + room <= cap; i++) {
+		unsigned char ch = (unsigned char)s[i];
+
+		if (ch == '"' || ch == '\\') {
+			out[(*o)++] = '\\';
+			out[(*o)++] = (char)ch;
+		} else if ((ch < 0x20 || ch >= 0x7f) && how != HTTP_ESC_JSON_UTF8) {
+			const char *hex = how == HTTP_ESC_SF ? upper : lower;
+
+			if (how == HTTP_ESC_SF) {
+				out[(*o)++] = '%';
+			} else {
+				memcpy(out + *o, "\\u00", 4);
+				*o += 4;
+			}
+			out[(*o)++] = hex[ch >> 4];
+			out[(*o)++] = hex[ch & 15];
+		} else {
+			out[(*o)++] = (char)ch;
+		}
+	}
+	out[*o] = '\0';
+}
+
+/* A part's policy name, inside an sf-string: the namespace's, and with
+ * several limits in the decision its window too ("api-60"). */
+static const char *policy_name(const struct http_conn *c, const struct rl_decision *r,
+			       bool several, char *out)
+{
+	char name[NS_NAME_MAX + 16];
+
+	size_t o = 0;
+
+	snprintf(name, sizeof(name), several ? "%s-%u" : "%s",
+		 rl_namespace_def(c->s.env->rl, r->ns)->name, r->window);
+	http_escape(out, 3 * NS_NAME_MAX, &o, name, strlen(name), HTTP_ESC_SF);
+	return out;
+}
+
+/* The body speaks for the most restrictive; the
+ * RateLimit fields list every limit (draft-ietf-httpapi-ratelimit-headers);
+ * a denied GET is a problem+json document (quota-exceeded) naming the
+ * policies it violated. */
+void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
+			  const struct rl_decision *parts, size_t np)
+{
+	const struct config *cfg = c->s.env->cfg;
+	char hdr[HTTP_RESP_MAX], body[HTTP_RESP_MAX];
+	size_t h = 0, b = 0;
+	struct rl_decision folded;
+	const struct rl_decision *r = &parts[0];
+	const char *error = parts[0].error;
+
+	if (np > 1) {
+		decide_fold(parts, np, &folded, &error);
+		r = &folded;
+	}
+	hdr[0] = '\0';
+	for (size_t k = 0; k < np; k++)
+		if (parts[k].error && !parts[k].refused) {
+			http_answer_error(c, x, 400, parts[k].error);
+			return;
+		}
+	if (r->error) {
+		/* No room for a new key: on_table_full "deny" denies, else the
+		 * request passes, uncounted; the reason is in the body. */
+		if (r->exceeded)
+			snprintf(hdr, sizeof(hdr), "Retry-After: %lld\r\n", (long long)r->retry_after);
+		if (r->shadow_exceeded)
+			snprintf(hdr, sizeof(hdr), "X-RateLimit-Shadow: exceeded\r\n");
+		snprintf(body, sizeof(body), "{\"exceeded\":%s,%s\"error\":\"%s\"}\n",
+			 r->exceeded ? "true" : "false",
+			 r->shadow_exceeded ? "\"shadow_exceeded\":true," : "", r->error);
+		http_answer(c, x, r->exceeded ? cfg->http_deny_status : 200, "application/json",
+			    hdr, body);
+		return;
+	}
+	const char *name = rl_namespace_def(c->s.env->rl, r->ns)->name;
+	char policy[3 * (NS_NAME_MAX + 16)], jname[2 * NS_NAME_MAX];
+	bool several = np > 1, problem = r->exceeded && !x->head;
+	size_t nlim = 0, jlen = 0;
+
+	for (size_t k = 0; k < np; k++)
+		nlim += parts[k].has_limit;
+	if (nlim > 0) {
+		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "RateLimit-Policy: ");
+		for (size_t k = 0, i = 0; k < np; k++)
+			if (parts[k].has_limit)
+				h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "%s\"%s\";q=%lld;w=%u",
+						      i++ ? ", " : "",
+						      policy_name(c, &parts[k], several, policy),
+						      (long long)parts[k].limit, parts[k].window);
+		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "\r\nRateLimit: ");
+		for (size_t k = 0, i = 0; k < np; k++)
+			if (parts[k].has_limit)
+				h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "%s\"%s\";r=%lld;t=%lld",
+						      i++ ? ", " : "",
+						      policy_name(c, &parts[k], several, policy),
+						      (long long)parts[k].remaining,
+						      (long long)parts[k].reset);
+		h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "\r\n");
+	}
+	if (r->has_limit) {
+		if (r->exceeded)
+			h += (size_t)snprintf(hdr + h, sizeof(hdr) - h, "Retry-After: %lld\r\n",
+					      (long long)r->retry_after);
+		if (r->shadow)
+			snprintf(hdr + h, sizeof(hdr) - h, "X-RateLimit-Shadow: %s\r\n",
+				 r->shadow_exceeded ? "exceeded" : "ok");
+		b += (size_t)snprintf(body + b, sizeof(body) - b, "{");
+		if (problem) {
+			/* RFC 9457 with the ratelimit draft's problem type. */
+			b += (size_t)snprintf(body + b, sizeof(body) - b,
+					      "\"type\":\"https://iana.org/assignments/"
+					      "http-problem-types#quota-exceeded\","
+					      "\"title\":\"Request cannot be satisfied as assigned "
+					      "quota has been exceeded\",\"status\":%d,"
+					      "\"violated-policies\":[", cfg->http_deny_status);
+			for (size_t k = 0, i = 0; k < np; k++)
+				if (parts[k].exceeded)
+					b += (size_t)snprintf(body + b, sizeof(body) - b,
+							      "%s\"%s\"", i++ ? "," : "",
+							      policy_name(c, &parts[k], several,
+									  policy));
+			b += (size_t)snprintf(body + b, sizeof(body) - b, "],");
+		}
+		b += (size_t)snprintf(body + b, sizeof(body) - b,
+				      "\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
+				      "\"reset\":%lld,\"limit\":%lld,\"window\":%u",
+				      r->exceeded ? "true" : "false", (long long)r->rate,
+				      (long long)r->remaining, (long long)r->reset, (long long)r->limit,
+				      r->window);
+		if (r->exceeded)
+			b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"retry_after\":%lld",
+					      (long long)r->retry_after);
+	} else {
+		b += (size_t)snprintf(body + b, sizeof(body) - b,
+				      "{\"exceeded\":false,\"rate\":%lld,\"reset\":%lld,\"window\":%u",
+				      (long long)r->rate, (long long)r->reset, r->window);
+	}
+	if (r->degraded)
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"degraded\":true");
+	if (r->delayed_ms > 0)
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"delayed_ms\":%lld",
+				      (long long)r->delayed_ms);
+	if (error)      /* another limit of the decision found no room */
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"error\":\"%s\"", error);
+	if (r->shadow && r->has_limit)
+		b += (size_t)snprintf(body + b, sizeof(body) - b, ",\"shadow_exceeded\":%s",
+				      r->shadow_exceeded ? "true" : "false");
+	http_escape(jname, sizeof(jname), &jlen, name, strlen(name), HTTP_ESC_JSON_UTF8);
+	snprintf(body + b, sizeof(body) - b, ",\"namespace\":\"%s\"}\n", jname);
+	http_answer(c, x, r->exceeded ? cfg->http_deny_status : 200,
+		    problem ? "application/problem+json" : "application/json", hdr, body);
+}

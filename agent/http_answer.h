@@ -1,0 +1,56 @@
+/*
+ * http_answer.h - the HTTP front's answers as text (agent/http_front.c
+ * routes, this writes): the status line and the common headers, the JSON
+ * bodies, a /ratelimit decision as RateLimit structured fields and a body
+ * (a problem document when denied); and the escaping of names and keys
+ * inside quoted strings, shared with the admin endpoints (http_admin.c).
+ *
+ * Answers are appended to the connection's write buffer, where the caller
+ * made room for HTTP_RESP_MAX bytes (a larger body: that much more).
+ */
+#ifndef HTTP_ANSWER_H
+#define HTTP_ANSWER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct http_conn;
+struct rl_decision;
+
+#define HTTP_RESP_MAX   2048            /* room one answer needs (8 limits) */
+
+/* What an answer needs to know of its request. */
+struct http_ctx {
+	bool head;          /* HEAD: no body */
+	bool keep_alive;
+	int minor;
+};
+
+/* The status line, the common headers, extra headers (already formatted,
+ * each ending with CRLF), the body. Without keep-alive the connection is
+ * marked closing. */
+void http_answer(struct http_conn *c, const struct http_ctx *x, int status, const char *ctype,
+		 const char *extra, const char *body);
+/* {"error":"<why>"} with the status (why: our own text, nothing to escape). */
+void http_answer_error(struct http_conn *c, const struct http_ctx *x, int status,
+		       const char *why);
+/* The answer of a /ratelimit decision: its parts[0..np), one per limit it
+ * was checked against. */
+void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
+			  const struct rl_decision *parts, size_t np);
+
+/* How http_escape() writes a byte outside printable ASCII ('"' and '\\'
+ * are always escaped with a backslash). */
+enum http_esc {
+	HTTP_ESC_JSON_UTF8,   /* as it is: a JSON string of a name the configuration
+	                         checked (no control characters, UTF-8) */
+	HTTP_ESC_JSON_BYTES,  /* \u00XX: a JSON string of any bytes (keys) */
+	HTTP_ESC_SF,          /* %XX: an sf-string (RFC 8941) cannot hold it */
+};
+
+/* Appends s[0..n) as the inside of a quoted string at out[*o], out holding
+ * cap bytes: byte by byte while the longest escape and the NUL fit, then
+ * cut; out stays NUL-terminated. */
+void http_escape(char *out, size_t cap, size_t *o, const char *s, size_t n, enum http_esc how);
+
+#endif /* HTTP_ANSWER_H */

@@ -1,0 +1,145 @@
+/*
+ * shm_sync.h - the sync words of the shared counter table (agent/shm.h):
+ * what the sync layer (agent/sync*.c) and the library's exact decisions
+ * (agent/ratelimit.c) read and write besides counting. Per slot, the diff
+ * on its way to the store (taken, put back, acknowledged) and the store's
+ * total written back; per slot, the grant the store reserved for this
+ * node (docs/CLUSTER.md, "Exact at the limit"); per namespace, the sync
+ * lease (one worker per node runs a cycle), the heartbeat's turn and the
+ * count of nodes. The words live in the segment shm.h lays out; the
+ * table proper (mapping, lookup, insert, eviction, counting) stays in
+ * shm.{h,c}, which never calls in here.
+ *
+ * Same rules as the table's: lock-free, no allocation, no syscall, no
+ * wait; every word is a C11 atomic, a double kept as its bits.
+ */
+#ifndef SHM_SYNC_H
+#define SHM_SYNC_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "agent/shm.h"
+
+/* ---- diffs and totals ---- */
+
+/* Atomically takes the diff of e's slot (sets it to 0) and returns it;
+ * 0 if the slot no longer holds e's window. A concurrent increment is
+ * either in the returned value or stays in diff. */
+double shm_take_diff(struct shm_table *t, const struct shm_entry *e);
+
+/* Puts back a diff that could not be pushed. Returns 0, or -1 if the slot
+ * no longer holds e's window (it was stale and got reclaimed: the diff may
+ * then be lost, so restore diffs of current and previous windows only). */
+int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d);
+
+/* Writes back the cluster total of e's window after its diff was pushed:
+ * count = max(count, total + diff now), so the visible count never drops
+ * and local hits since the push are kept. Returns 0, or -1 if the slot no
+ * longer holds e's window. Meant for current and previous windows (a stale
+ * window may be reclaimed between the check and the write). */
+int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total);
+
+/* Acknowledges that d of e's diff reached the store: diff -= d (a residue
+ * below 1e-9 from float rounding becomes 0). Unlike shm_take_diff, the diff
+ * stays in the slot while it is being pushed, so a push that fails needs no
+ * restore and a stale slot cannot be reclaimed before its diff is in the
+ * store. Returns 0, or -1 if the slot no longer holds e's window. */
+int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d);
+
+/* ---- sync leases ---- */
+
+/* Sync lease of namespace ns (one worker per node syncs it per cycle).
+ * Tries to take it for holder (>= 1) until now_ms + hold_ms: succeeds when
+ * it is free and due (now_ms >= its until_ms) or held past its expiry (a
+ * dead holder). Returns true if taken. */
+bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
+		    uint64_t hold_ms);
+
+/* Extends the lease while holder still has it; false if it was lost. */
+bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
+		     uint64_t hold_ms);
+
+/* Frees the lease (if holder has it); the next cycle is due at due_ms. */
+void shm_lease_release(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t due_ms);
+
+/* ---- nodes and heartbeats ---- */
+
+/* The active nodes of namespace ns, as the store last counted them (0:
+ * not known yet). */
+void shm_set_nodes(struct shm_table *t, unsigned ns, uint32_t n);
+uint32_t shm_nodes(const struct shm_table *t, unsigned ns);
+
+/* Namespace ns's heartbeat is due if none was sent for gap_ms: takes the
+ * turn (one compare-and-swap; true: the caller sends it). Every worker's
+ * timer asks; one of them beats per period. */
+bool shm_beat_take(struct shm_table *t, unsigned ns, uint64_t now_ms, uint64_t gap_ms);
+
+/* ---- grants ---- */
+
+/* Grants (docs/CLUSTER.md, "Exact at the limit"): part of a limit's
+ * headroom that the store has reserved for this node's coming hits on a
+ * window, apart from the window's count of hits. The slot's count holds
+ * the grant as well (the node's view is count - what is left of it):
+ * hits spend it locally, with no diff (the store decided them already),
+ * and are "spent": a later push moves them in the store from the
+ * reservation to the count (strategy_counter.spent). What is left of a
+ * grant unused for a cycle is "returned" with the next push (taken from
+ * the reservation, and from the slot's count). Per slot: what is left,
+ * the demand of the last sync cycle (hits that spent a grant or went to
+ * the store) and of this one, whether a grant is being asked for, what is
+ * spent and returned not pushed yet. Cleared when the slot is re-keyed; a
+ * slot holding any of the last three is never evicted. Every count the
+ * store sends (shm_sync_total) is hits: the slot's count is that plus its
+ * diff plus what the store still holds reserved for this node's view
+ * (left + spent). */
+
+/* Spends cost from the slot's grant if it covers it (one CAS), notes the
+ * demand and the hit spent. false: the store must decide. */
+bool shm_grant_take(struct shm_table *t, const struct shm_ref *r, double cost);
+
+/* Gives cost back to the slot's grant (a hit shm_grant_take admitted
+ * that its decision then denied). */
+void shm_grant_untake(struct shm_table *t, const struct shm_ref *r, double cost);
+
+/* Notes a hit of the slot that went to the store (demand). */
+void shm_grant_note(struct shm_table *t, const struct shm_ref *r, double cost);
+
+/* What is left of slot idx's grant, and what of it was spent and not
+ * reported to the store yet. */
+double shm_grant_left(const struct shm_table *t, uint32_t idx);
+double shm_grant_spent(const struct shm_table *t, uint32_t idx);
+
+/* Adds a grant the store reserved to a found slot (to what is left, and
+ * to its count). */
+void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount);
+
+/* Adds spent and returned to what slot e (while it holds e's window) has
+ * spent and returned not pushed yet: a grant given back (returned +), what
+ * a push confirmed (both -). */
+void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
+			 double returned);
+
+/* Takes back what is left of slot idx's grant (sets it to 0). */
+double shm_grant_return(struct shm_table *t, uint32_t idx);
+
+/* A grant is asked for slot idx: returns the demand of the last cycle
+ * (>= 0), or -1 when one is being asked for already. shm_grant_end() when
+ * the answer is in (or lost). */
+double shm_grant_begin(struct shm_table *t, uint32_t idx);
+void shm_grant_end(struct shm_table *t, uint32_t idx);
+
+/* A sync cycle: this cycle's demand becomes the last one (returned). */
+double shm_grant_cycle(struct shm_table *t, uint32_t idx);
+
+/* Admissions of slot idx this node has sent to the store and not applied
+ * yet: shm_grant_flight adds delta (+1 sent, -1 applied) and returns the
+ * count after. A grant is asked only by an admission alone in flight: the
+ * others of a burst were sent before the grant could serve them. */
+int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
+
+/* Has slot idx a grant left, demand this cycle, or grant hits spent or
+ * returned not pushed yet? */
+bool shm_grant_any(const struct shm_table *t, uint32_t idx);
+
+#endif /* SHM_SYNC_H */
