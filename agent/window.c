@@ -7,59 +7,32 @@
  *
  * Pure functions of their arguments; see window.h for the contracts.
  *
- * Precision: everything is derived from one exact pos = now mod size and
- * the window index q with now = q * size + pos (see window_pos), so start,
- * weight and reset always agree with each other, even for
- * now = 1.7e9 + 0.25 or a hair below a boundary, where now / size rounded
- * lands on the wrong side of it.
+ * Where a window starts, and now's exact position in it
+ * (strategy_window_pos), are written once, in strategies/window_start.h,
+ * for the stores too; start, weight and reset are all derived from that
+ * one position, so they always agree with each other (see there for the
+ * precision).
  */
 #include "agent/window.h"
-
-#include <math.h>
-
-/* Position of now in its window, in [0, size), exactly (the value fmod
- * would return, without glibc's fmod, which reduces bit by bit and costs
- * tens of nanoseconds for a Unix time). q = floor(now / size) can be one
- * too large when the division rounds up just below a boundary; then
- * now - q * size is negative and q - 1 is right. now - q * size is exact:
- * q * size is an integer below 2^53 and within a factor of two of now
- * (Sterbenz), or now < size and q = 0. Stores the window index in *q. */
-static double window_pos(double now, uint32_t size, double *qp)
-{
-	double x = now / (double)size;
-	/* Truncation is floor for x >= 0 and is two instructions, where
-	 * floor() without SSE4.1 is a libm-style bit dance. */
-	double q = x >= 0 && x < 9007199254740992.0 ? (double)(int64_t)x : floor(x);
-	double pos = now - q * (double)size;
-
-	if (pos < 0) {
-		q -= 1;
-		pos = now - q * (double)size;
-	}
-	*qp = q;
-	return pos;
-}
+#include "strategies/window_start.h"
 
 int64_t window_start(double now, uint32_t size)
 {
-	double q;
-
-	window_pos(now, size, &q);
-	return (int64_t)q * (int64_t)size;
+	return strategy_window_start(now, size);
 }
 
 double window_weight(double now, uint32_t size)
 {
 	double q;
 
-	return ((double)size - window_pos(now, size, &q)) / (double)size;
+	return ((double)size - strategy_window_pos(now, size, &q)) / (double)size;
 }
 
 double window_reset(double now, uint32_t size)
 {
 	double q;
 
-	return (double)size - window_pos(now, size, &q);
+	return (double)size - strategy_window_pos(now, size, &q);
 }
 
 double window_rate(double cur, double prev, double weight)

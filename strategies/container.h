@@ -1,6 +1,6 @@
 /*
  * container.h - container_of: from a member (a libev watcher embedded in
- * its owner, STYLE.md 4) back to the struct that holds it. The one
+ * its owner, docs/STYLE.md, rule 4) back to the struct that holds it. The one
  * definition for agent/ and strategies/ (it lives at the lower layer: agent/
  * may include strategies/, never the reverse).
  */

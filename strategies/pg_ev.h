@@ -30,7 +30,7 @@ struct pg_ev;
 
 /* revents: EV_READ and/or EV_WRITE. The callback may call any pg_ev_*
  * function on e, including pg_ev_detach(); it must not free e (the owner
- * frees it after the callback returns, STYLE.md rule 8). */
+ * frees it after the callback returns, docs/STYLE.md, rule 8). */
 typedef void (*pg_ev_cb)(struct pg_ev *e, int revents);
 
 /* Embedded in its owner; get back with container_of. All fields are

@@ -1,24 +1,38 @@
 /*
  * redis.h - what the files of the Redis strategy share, and nobody else
- * (the sync loop knows strategy.h only):
+ * (the sync loop knows strategy.h only). One job per file, in levels:
  *
- *   redis.c           the operations (push, admit, heartbeat, rows,
- *                     window), their commands and replies, the options,
- *                     create / destroy, and the single-server mode
- *   redis_conn.c      one connection to one server (connect, handshake,
- *                     reconnect with backoff, close) and the probe: one
- *                     question asked of a list of servers in turn
- *   redis_cluster.c   Redis Cluster: CRC16 key slots, the slot map from
- *                     CLUSTER SLOTS, routing, MOVED / ASK / TRYAGAIN
- *   redis_sentinel.c  Sentinel: the master's address named by a quorum of
- *                     the sentinels, +switch-master (all asked again),
- *                     reconnecting to the new master
+ *   1  redis.c           the ops table, create / destroy, and the
+ *                        operations of one call or a fixed set (heartbeat,
+ *                        get_counters, get_window, purge)
+ *   2  redis_write.c     push_diffs and admit: a batch cut into script
+ *                        calls, with their tokens
+ *      redis_opts.c      strategy_opts
+ *      redis_single.c    the modes: one server (host/port or socket);
+ *      redis_cluster.c   Redis Cluster (the slot map from CLUSTER SLOTS,
+ *      redis_sentinel.c  routing, MOVED / ASK / TRYAGAIN); Sentinel (the
+ *                        master a quorum of the sentinels names,
+ *                        +switch-master, moving to the new master)
+ *   3  redis_call.c      the call machinery: an operation's life, each
+ *                        call sent where the mode routes it, its reply
+ *                        (NOSCRIPT, redirections), WAIT, TRYAGAIN, the
+ *                        silence timeout
+ *   4  redis_conn.c      one connection to one server (connect, handshake,
+ *                        reconnect with backoff, close) and the probe: one
+ *                        question asked of a list of servers in turn
+ *   5  redis_resp.c      the text: RESP commands, the key layout, CRC16
+ *      redis_script.c    key slots, replies' numbers; the Lua scripts
+ *
+ * A file calls only files of the levels below its own: no circle. Upward,
+ * only through what is handed down: the mode's ops (struct
+ * redis_mode_ops: routing, redirections, a connection down), an
+ * operation's kind (struct redis_kind: what its replies mean).
  *
  * Every command of an operation is a `struct redis_call`, routed by the
- * mode (`struct redis_mode_ops`) to the connection that serves its key's
- * slot: the one server (single, sentinel) or the master owning the slot
- * (cluster). A reply comes back through redis_on_call_reply(), which
- * follows redirections and NOSCRIPT before the operation sees it.
+ * mode to the connection that serves its key's slot: the one server
+ * (single, sentinel) or the master owning the slot (cluster). A reply
+ * comes back through redis_call.c, which follows redirections and
+ * NOSCRIPT before the operation's kind sees it.
  */
 #ifndef REDIS_H
 #define REDIS_H
@@ -28,6 +42,9 @@
 #include <hiredis/hiredis.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/un.h>
 
 #include "strategies/store.h"
@@ -42,6 +59,13 @@
 #define REDIS_BACKOFF_MAX_MS 2000
 #define REDIS_REDIRECTS_MAX  16      /* MOVED / ASK followed per call */
 #define REDIS_TRYAGAIN_MS    10      /* wait before a TRYAGAIN call goes again */
+#define REDIS_BUCKETS        64      /* hashes per (namespace, window): redis_resp.c */
+#define REDIS_TTL_SLACK      30      /* seconds added to 2 * size */
+#define REDIS_DBL_MAX_LEN    32      /* "%.17g" of any double, with NUL */
+#define REDIS_U64_MAX_LEN    20
+#define REDIS_TOK_ID_LEN     16      /* hex digits of a call's id in its token key */
+#define REDIS_NS_TAG_MAX     1024    /* namespace bytes in a hash tag (admissions) */
+#define REDIS_FNV_BASIS      0xcbf29ce484222325ULL
 
 enum redis_mode {
 	REDIS_MODE_SINGLE = 0,          /* host/port or socket */
@@ -204,12 +228,25 @@ enum redis_op_kind {
 	REDIS_OP_KIND_COUNT
 };
 
+/* What a kind of operation does with its calls' replies (redis_call.c
+ * takes NOSCRIPT and the mode's redirections out first): one const per
+ * kind, beside its operation. */
+struct redis_kind {
+	enum redis_op_kind kind;
+	/* Records the reply of call c (NULL: the connection went), fails the
+	 * op, or marks the call applied (redis_call_applied). */
+	void (*reply)(struct redis_call *c, const redisAsyncContext *ac, const redisReply *r);
+	/* Marks an applied call's results valid (ok); NULL for reads. */
+	void (*commit)(struct redis_call *c);
+	const char *script;             /* EVALSHA of this: EVAL after NOSCRIPT */
+};
+
 /* One operation. Freed only after its callback returned; never while one
  * of its calls or WAITs is registered with hiredis (inflight > 0). */
 struct redis_op {
 	struct store_op base;           /* done queue, silence timer (store.h) */
 	struct redis_strategy *s;
-	enum redis_op_kind kind;
+	const struct redis_kind *k;
 	uint32_t inflight;              /* calls and WAITs not answered yet */
 	int status;
 	char errstr[STRATEGY_ERR_MAX];
@@ -351,18 +388,59 @@ int redis_cluster_parse_slots(const redisReply *r, const struct redis_addr *from
 			      struct redis_addr *addrs, size_t *n, uint8_t *owner, char *err,
 			      size_t errlen);
 
-/* CRC16 (XMODEM) as Redis Cluster computes it. */
-uint16_t redis_crc16(const void *p, size_t len);
-/* The slot of a key: CRC16 of its hash tag (the bytes between the first
- * '{' and the next '}', if not empty), else of the whole key, mod 16384. */
-uint16_t redis_key_slot(const char *key, size_t len);
+/* ---- redis_opts.c ---- */
 
-/* ---- redis.c, for the modes ---- */
+/* Fills o from the JSON text (NULL = defaults). Returns 0, or -1 with a
+ * message naming the option and what was expected. What o owns (the
+ * passwords) is its on success and on failure (redis_opts_free() it
+ * either way). */
+int redis_opts_parse(struct redis_opts *o, const char *text, char *err, size_t errlen);
+/* What o owns: the passwords, the sentinels' username. */
+void redis_opts_free(struct redis_opts *o);
 
-/* The scripts (SCRIPT LOAD in every data connection's handshake). */
-extern const char redis_push_script[];
-extern const char redis_admit_script[];
-extern const char redis_nodes_script[];
+/* ---- redis_write.c: the ops table's push_diffs and admit ---- */
+
+int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
+		     const char *token, strategy_done_cb cb, void *arg,
+		     char errstr[STRATEGY_ERR_MAX]);
+int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n, const char *token,
+		strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX]);
+
+static inline struct redis_strategy *redis_of(struct strategy *st)
+{
+	return (struct redis_strategy *)(void *)st;
+}
+
+/* ---- redis_call.c: the call machinery, for the operations and the modes ---- */
+
+/* A new operation of kind k (not launched; calloc'd: no calls yet), or NULL
+ * when out of memory. done_cb or rows_cb gets the outcome (the kind says
+ * which: REDIS_OP_ROWS the rows). */
+struct redis_op *redis_op_new(struct redis_strategy *s, const struct redis_kind *k,
+			      strategy_done_cb done_cb, strategy_rows_cb rows_cb, void *arg);
+/* Frees an op never launched, or whose launch failed. */
+void redis_op_free(struct redis_op *op);
+/* Records the first failure of op (later ones are consequences). */
+void redis_op_fail(struct redis_op *op, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Puts op on the done queue; its callback runs from the drain, outside
+ * hiredis and outside the caller's current call. */
+void redis_op_finish(struct redis_op *op);
+/* Refuses an operation when the instance cannot take it now: -1 with
+ * errstr "not connected (...)", or 0. */
+int redis_check_ready(const struct redis_strategy *s, char errstr[STRATEGY_ERR_MAX]);
+/* Sends every call of a built op where the mode routes it, then the WAITs
+ * it needs, and starts its silence timer. A call whose slot no connection
+ * serves now fails alone (the op fails, with the others' results kept).
+ * Returns 0, or -1 when nothing could be sent: op freed, errstr says why
+ * ("not connected (...)"), the callback never runs. */
+int redis_op_launch(struct redis_op *op, char errstr[STRATEGY_ERR_MAX]);
+/* In a kind's reply: the reply of c is no reply (connection going away) or
+ * an error: the op fails with why, and true is returned. */
+bool redis_reply_failed(struct redis_call *c, const redisAsyncContext *ac, const redisReply *r);
+/* In a kind's reply: the call's results are in, valid now (commit) or once
+ * its WAIT says enough replicas have them (wait_replicas). */
+void redis_call_applied(struct redis_call *c);
 
 /* Sends call c (after `asking`, ASKING first) on connection cn. Returns 0,
  * or -1 (not queued: the op failed with why). */
@@ -374,7 +452,189 @@ void redis_call_fail(struct redis_call *c, const char *fmt, ...)
 void redis_call_wait(struct redis_call *c);
 /* Sends the WAITs an op needs after calls it just sent (wait_replicas). */
 void redis_op_send_waits(struct redis_op *op);
-void redis_seterr(char *errstr, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* create(): the TRYAGAIN list's timer. destroy(): stops it and fails the
+ * calls on the list ("instance destroyed"). */
+void redis_waiting_init(struct redis_strategy *s);
+void redis_waiting_destroy(struct redis_strategy *s);
+
+/* ---- redis_resp.c: RESP text, the key layout, slots, replies ---- */
+
+/* Bytes redis_put_bulk() writes for a payload of len, at most. */
+#define REDIS_BULK_MAX(len) ((len) + 1 + REDIS_U64_MAX_LEN + 4)
+
+/* Writes "<prefix>:{<ns>:<bucket>" of a hash or token key: the part up to
+ * the end of the bucket, inside the Cluster hash tag (the caller closes it);
+ * prefix_len + 3 + redis_tag_mark() + ns_len + bucket_len bytes. */
+char *redis_put_tag(char *p, const struct redis_strategy *s, const char *ns, size_t ns_len,
+		    const char *bucket, size_t bucket_len);
+/* The hash name of (ns, bucket, size, start) as one bulk string:
+ * "<prefix>:{<ns>:<bucket>}:<size>:<start>", or with reserved the hash of
+ * its reservations, "<prefix>:{<ns>:<bucket>}:r:<size>:<start>" (same
+ * hash tag: same Cluster slot). */
+char *redis_put_hkey_of(char *p, const struct redis_strategy *s, const char *ns, size_t ns_len,
+			unsigned bucket, uint32_t size, int64_t start, bool reserved);
+/* Bytes redis_put_hkey() writes, at most. */
+size_t redis_hkey_max(const struct redis_strategy *s, size_t ns_len);
+/* The token key of one call of a push or admit with a token, as a bulk
+ * string: "<prefix>:{<ns>:<bucket>}:tok:<token>:<size>:<start>:<id>"; <id>
+ * (REDIS_TOK_ID_LEN hex digits) is written later by redis_put_tok_id(), at
+ * *id_off from base. */
+char *redis_put_tkey(char *p, const char *base, const struct redis_strategy *s, const char *ns,
+		     size_t ns_len, unsigned bucket, uint32_t size, int64_t start,
+		     const char *token, size_t token_len, size_t *id_off);
+/* Bytes redis_put_tkey() writes, at most. */
+size_t redis_tkey_max(const struct redis_strategy *s, size_t ns_len, size_t token_len);
+void redis_put_tok_id(char *p, uint64_t id);
+/* A 64-bit hash of bytes (within this process only). */
+uint64_t redis_hash_bytes(const char *p, size_t len);
+/* The cluster slot of the key in the bulk string at p ("$<len>\r\n<key>"). */
+uint16_t redis_bulk_slot(const char *p);
+/* CRC16 (XMODEM) as Redis Cluster computes it. */
+uint16_t redis_crc16(const void *p, size_t len);
+/* The slot of a key: CRC16 of its hash tag (the bytes between the first
+ * '{' and the next '}', if not empty), else of the whole key, mod 16384. */
+uint16_t redis_key_slot(const char *key, size_t len);
+/* The slot of (ns, bucket)'s hash tag, as redis_put_tag() writes it
+ * (ns_len <= REDIS_NS_TAG_MAX). */
+uint16_t redis_tag_slot(const char *ns, size_t ns_len, unsigned bucket);
+/* Parses a bulk string holding a number (all of it, finite). 0 or -1. */
+int redis_parse_double(const char *str, size_t len, double *out);
 const char *redis_reply_type_name(int type);
+void redis_seterr(char errstr[STRATEGY_ERR_MAX], const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* What a batch writes per counter, inline. */
+
+/* FNV-1a 64: the bucket of a key must be the same on every node. */
+static inline uint64_t redis_fnv1a(const void *p, size_t len, uint64_t h)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= b[i];
+		h *= 0x100000001b3ULL;
+	}
+	return h;
+}
+
+static inline unsigned redis_bucket(const char *key, size_t len)
+{
+	return (unsigned)(redis_fnv1a(key, len, REDIS_FNV_BASIS) % REDIS_BUCKETS);
+}
+
+/* Writes v in decimal at out (>= 20 bytes, no NUL); returns its length. */
+static inline size_t redis_u64_dec(char *out, uint64_t v)
+{
+	char tmp[REDIS_U64_MAX_LEN];
+	size_t n = 0;
+
+	do {
+		tmp[n++] = (char)('0' + v % 10);
+		v /= 10;
+	} while (v);
+	for (size_t i = 0; i < n; i++)
+		out[i] = tmp[n - 1 - i];
+	return n;
+}
+
+/* Same for a signed value (>= 21 bytes). */
+static inline size_t redis_i64_dec(char *out, int64_t v)
+{
+	if (v < 0) {
+		out[0] = '-';
+		return 1 + redis_u64_dec(out + 1, (uint64_t)0 - (uint64_t)v);
+	}
+	return redis_u64_dec(out, (uint64_t)v);
+}
+
+/* Shortest of "%.15g".."%.17g" that reads back as d; integral values in
+ * plain digits. d is finite. Returns the length (< REDIS_DBL_MAX_LEN). */
+static inline size_t redis_dbl_dec(char *out, double d)
+{
+	int len = 0;
+
+	if (d > -1e15 && d < 1e15 && d == (double)(int64_t)d)
+		return redis_i64_dec(out, (int64_t)d);
+	for (int prec = 15; prec <= 17; prec++) {
+		len = snprintf(out, REDIS_DBL_MAX_LEN, "%.*g", prec, d);
+		if (strtod(out, NULL) == d)
+			break;
+	}
+	return (size_t)len;
+}
+
+static inline char *redis_put_crlf(char *p)
+{
+	p[0] = '\r';
+	p[1] = '\n';
+	return p + 2;
+}
+
+/* "*<n>\r\n" */
+static inline char *redis_put_array(char *p, uint64_t n)
+{
+	*p++ = '*';
+	p += redis_u64_dec(p, n);
+	return redis_put_crlf(p);
+}
+
+/* "$<len>\r\n<data>\r\n" */
+static inline char *redis_put_bulk(char *p, const void *data, size_t len)
+{
+	*p++ = '$';
+	p += redis_u64_dec(p, len);
+	p = redis_put_crlf(p);
+	if (len)
+		memcpy(p, data, len);
+	return redis_put_crlf(p + len);
+}
+
+/*
+ * A namespace whose name starts with '}' would close the hash tag at once:
+ * "{}" is an empty tag, which Redis Cluster ignores (it hashes the whole
+ * key), so a hash, its previous window and its token keys would fall into
+ * different slots. Such a name is written after a 0x01 byte, which no
+ * namespace name holds (ns_check refuses control characters): the tag is
+ * that byte, one slot for the whole namespace. Returns the bytes added.
+ */
+static inline size_t redis_tag_mark(const char *ns, size_t ns_len)
+{
+	return ns_len > 0 && ns[0] == '}';
+}
+
+static inline char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns,
+				   size_t ns_len, unsigned bucket, uint32_t size, int64_t start)
+{
+	return redis_put_hkey_of(p, s, ns, ns_len, bucket, size, start, false);
+}
+
+static inline uint64_t redis_ttl(uint32_t size)
+{
+	return 2 * (uint64_t)size + REDIS_TTL_SLACK;
+}
+
+/* A total from a script or HGET reply: integer, number string, or nil (0). */
+static inline int redis_reply_number(const redisReply *r, double *out)
+{
+	switch (r->type) {
+	case REDIS_REPLY_INTEGER:
+		*out = (double)r->integer;
+		return 0;
+	case REDIS_REPLY_STRING:
+		return redis_parse_double(r->str, r->len, out);
+	case REDIS_REPLY_NIL:
+		*out = 0;
+		return 0;
+	default:
+		return -1;
+	}
+}
+
+/* ---- redis_script.c ---- */
+
+/* The scripts (SCRIPT LOAD in every data connection's handshake). */
+extern const char redis_push_script[];
+extern const char redis_admit_script[];
+extern const char redis_nodes_script[];
 
 #endif /* REDIS_H */

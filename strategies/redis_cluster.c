@@ -6,7 +6,7 @@
  * (the probe, redis_conn.c); each master gets one data connection (the
  * handshake of redis_conn.c: AUTH, SCRIPT LOADs) and every call goes to
  * the master owning its keys' slot. The key layout puts every key of a
- * call under one hash tag (redis.c), so one script call is one slot:
+ * call under one hash tag (redis_resp.c), so one script call is one slot:
  *
  *   slot = CRC16(tag) mod 16384, tag = the bytes between the first '{'
  *          and the next '}' when not empty, else the whole key
@@ -46,33 +46,6 @@ struct redis_cluster {
 	uint8_t owner[REDIS_SLOTS];                 /* node index + 1, 0 = none */
 	bool have_map;
 };
-
-uint16_t redis_crc16(const void *p, size_t len)
-{
-	const unsigned char *b = p;
-	uint16_t crc = 0;
-
-	for (size_t i = 0; i < len; i++) {
-		crc ^= (uint16_t)(b[i] << 8);
-		for (int k = 0; k < 8; k++)
-			crc = crc & 0x8000 ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
-	}
-	return crc;
-}
-
-uint16_t redis_key_slot(const char *key, size_t len)
-{
-	const char *open = memchr(key, '{', len), *close;
-
-	if (open != NULL) {
-		size_t rest = len - (size_t)(open - key) - 1;
-
-		close = memchr(open + 1, '}', rest);
-		if (close != NULL && close > open + 1)
-			return redis_crc16(open + 1, (size_t)(close - open - 1)) & (REDIS_SLOTS - 1);
-	}
-	return redis_crc16(key, len) & (REDIS_SLOTS - 1);
-}
 
 /*
  * CLUSTER SLOTS:

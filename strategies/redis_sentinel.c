@@ -32,7 +32,7 @@
  * ready; a call the old master applied and replicated before the switch is
  * not applied twice (its token key came along), one it applied but did
  * not replicate is lost with it, unless wait_replicas makes such a call
- * count as unconfirmed (redis.c: WAIT) so that its resend applies it. The
+ * count as unconfirmed (redis_call.c: WAIT) so that its resend applies it. The
  * data connection moves once the quorum names the new master, not at the
  * first +switch-master: what the old master takes in between is such a
  * call too.

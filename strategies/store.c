@@ -6,6 +6,7 @@
 #include "strategies/store.h"
 #include "strategies/container.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -229,4 +230,30 @@ int store_opt_unknown(const char *name, const char *known, char *err, size_t err
 {
 	snprintf(err, errlen, "%.64s: unknown option (known: %s)", name, known);
 	return -1;
+}
+
+int store_admit_check(struct strategy_admit *a, size_t n, char errstr[STRATEGY_ERR_MAX])
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *why = NULL;
+
+		if (a[i].size == 0)
+			why = "window size 0";
+		else if (!isfinite(a[i].diff) || !isfinite(a[i].cost) || !isfinite(a[i].limit) ||
+			 !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 ||
+			 a[i].weight > 1)
+			why = "diff, cost, limit or weight out of range";
+		else if (!(a[i].want >= 0) || !isfinite(a[i].want))
+			why = "want out of range";
+		if (why) {
+			if (errstr)
+				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);
+			return -1;
+		}
+		a[i].ok = a[i].admitted = false;
+		a[i].grant = 0;
+		if (a[i].nodes == 0 || a[i].cost == 0)
+			a[i].want = 0;
+	}
+	return 0;
 }

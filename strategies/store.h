@@ -1,8 +1,8 @@
 /*
  * store.h - what every store does alike, written once (redis.c,
  * postgres.c): the life of an operation from the call that starts it to
- * its callback, the silence timeout, the reconnect backoff, and the
- * reading of strategy_opts.
+ * its callback, the silence timeout, the reconnect backoff, the reading of
+ * strategy_opts, and the check of admissions.
  *
  * An operation's callback never runs inside the call that started it
  * (strategy.h): a finished operation goes on the instance's done queue,
@@ -10,7 +10,7 @@
  * libev callbacks returns (store_leave), or at the next loop iteration (a
  * zero-delay "kick") when it finished elsewhere (inside a client library's
  * callback). destroy() may be called from inside a callback: the instance
- * is freed once no callback of it is on the stack (STYLE.md 8).
+ * is freed once no callback of it is on the stack (docs/STYLE.md, rule 8).
  *
  *   API call --> queue, kick --> the store's work (libev callbacks)
  *        --> store_op_finish --> done queue --> store_leave / kick
@@ -23,6 +23,8 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "strategies/strategy.h"
 
 struct store_op;
 
@@ -122,5 +124,14 @@ int store_opt_str(const char *name, const json_t *v, size_t max, const char **ou
 
 /* An option the store does not know; known is "a, b, c". Returns -1. */
 int store_opt_unknown(const char *name, const char *known, char *err, size_t errlen);
+
+/* ---- admissions ---- */
+
+/* Checks n admissions for the store's admit(): a window size, finite
+ * numbers, cost >= 0, weight in [0, 1], want >= 0; clears their outputs
+ * and sets want to 0 where no grant can be given (nodes or cost 0).
+ * Returns 0, or -1 with errstr ("admission <i>: ..."), as an operation
+ * refused at once (strategy.h). */
+int store_admit_check(struct strategy_admit *a, size_t n, char errstr[STRATEGY_ERR_MAX]);
 
 #endif /* STORE_H */

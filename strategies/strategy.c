@@ -6,7 +6,6 @@
  */
 #include "strategies/strategy.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,14 +42,15 @@ static void local_destroy(struct strategy *s)
 	free(s);
 }
 
-static int local_refuse(char *errstr)
+static int local_refuse(char errstr[STRATEGY_ERR_MAX])
 {
 	snprintf(errstr, STRATEGY_ERR_MAX, "the local strategy keeps no central store");
 	return -1;
 }
 
 static int local_push_diffs(struct strategy *s, struct strategy_counter *batch, size_t n,
-			    const char *token, strategy_done_cb cb, void *arg, char *errstr)
+			    const char *token, strategy_done_cb cb, void *arg,
+			    char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)batch, (void)n, (void)token, (void)cb, (void)arg;
 	return local_refuse(errstr);
@@ -58,21 +58,22 @@ static int local_push_diffs(struct strategy *s, struct strategy_counter *batch, 
 
 static int local_get_counters(struct strategy *s, const char *ns, size_t ns_len,
 			      const uint32_t *sizes, size_t nsizes, int64_t now,
-			      strategy_rows_cb cb, void *arg, char *errstr)
+			      strategy_rows_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)ns, (void)ns_len, (void)sizes, (void)nsizes, (void)now, (void)cb, (void)arg;
 	return local_refuse(errstr);
 }
 
 static int local_get_window(struct strategy *s, struct strategy_counter *counter,
-			    strategy_done_cb cb, void *arg, char *errstr)
+			    strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)counter, (void)cb, (void)arg;
 	return local_refuse(errstr);
 }
 
 static int local_purge(struct strategy *s, const char *ns, size_t ns_len, const uint32_t *sizes,
-		       size_t nsizes, int64_t now, strategy_done_cb cb, void *arg, char *errstr)
+		       size_t nsizes, int64_t now, strategy_done_cb cb, void *arg,
+		       char errstr[STRATEGY_ERR_MAX])
 {
 	(void)s, (void)ns, (void)ns_len, (void)sizes, (void)nsizes, (void)now, (void)cb, (void)arg;
 	return local_refuse(errstr);
@@ -114,30 +115,4 @@ const struct strategy_ops *strategy_find(const char *name)
 const char *strategy_name(size_t i)
 {
 	return i < sizeof(strategies) / sizeof(strategies[0]) ? strategies[i]->name : NULL;
-}
-
-int strategy_admit_check(struct strategy_admit *a, size_t n, char *errstr)
-{
-	for (size_t i = 0; i < n; i++) {
-		const char *why = NULL;
-
-		if (a[i].size == 0)
-			why = "window size 0";
-		else if (!isfinite(a[i].diff) || !isfinite(a[i].cost) || !isfinite(a[i].limit) ||
-			 !isfinite(a[i].weight) || a[i].cost < 0 || a[i].weight < 0 ||
-			 a[i].weight > 1)
-			why = "diff, cost, limit or weight out of range";
-		else if (!(a[i].want >= 0) || !isfinite(a[i].want))
-			why = "want out of range";
-		if (why) {
-			if (errstr)
-				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);
-			return -1;
-		}
-		a[i].ok = a[i].admitted = false;
-		a[i].grant = 0;
-		if (a[i].nodes == 0 || a[i].cost == 0)
-			a[i].want = 0;
-	}
-	return 0;
 }

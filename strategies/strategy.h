@@ -5,13 +5,24 @@
  *   const struct strategy_ops redis_strategy = { .name = "redis", ... };
  *
  * Every operation is asynchronous on the caller's libev loop: it returns at
- * once (0 = started, -1 = refused at once, with errstr), and later calls
- * its callback exactly once, never from inside the call that started it.
- * Errors travel as values (status + errstr); strategies never log, never
- * abort and never block the loop (no blocking connect, DNS, query or
- * cancel). A store that is down, slow or restarted makes operations fail
- * within the instance's timeout_ms; the strategy reconnects by itself with
- * backoff.
+ * once, and later calls its callback exactly once, never from inside the
+ * call that started it. Strategies never log, never abort and never block
+ * the loop (no blocking connect, DNS, query or cancel). A store that is
+ * down, slow or restarted makes operations fail within the instance's
+ * timeout_ms; the strategy reconnects by itself with backoff.
+ *
+ * Errors, one convention (docs/STYLE.md, "Errors"): 0 / -1, the reason as
+ * one line of text in a buffer the caller owns, or, once started, in the
+ * callback; the store writes it (truncated to fit), the agent logs it.
+ *   check_opts, create    0 / an instance, or -1 / NULL with the reason in
+ *                         (err, errlen): configuration time, any size;
+ *   an operation          0 = started; -1 = refused at once, the reason in
+ *                         errstr[STRATEGY_ERR_MAX] (the size is in the
+ *                         prototype), and the callback never runs;
+ *   its callback          status 0 = done (errstr NULL), -1 = failed, the
+ *                         reason in errstr: the store's memory, valid
+ *                         during the callback only;
+ *   ready, connecting     a bool; strategy_find, strategy_name: NULL = none.
  *
  * The reference's four operations:
  *   push_diffs   - add a batch of diffs, atomically per counter, and return
@@ -160,11 +171,12 @@ struct strategy_ops {
 	 * stable under such a resend. Tokens are remembered for at least
 	 * STRATEGY_TOKEN_TTL seconds. At most STRATEGY_TOKEN_MAX bytes. */
 	int (*push_diffs)(struct strategy *s, struct strategy_counter *batch, size_t n,
-			  const char *token, strategy_done_cb cb, void *arg, char *errstr);
+			  const char *token, strategy_done_cb cb, void *arg,
+			  char errstr[STRATEGY_ERR_MAX]);
 
 	int (*get_counters)(struct strategy *s, const char *ns, size_t ns_len,
 			    const uint32_t *sizes, size_t nsizes, int64_t now,
-			    strategy_rows_cb cb, void *arg, char *errstr);
+			    strategy_rows_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX]);
 
 	/* n admissions, each decided atomically by the store; all of them
 	 * leave in one round trip. token: as for push_diffs (each admission
@@ -173,7 +185,7 @@ struct strategy_ops {
 	 * says whether it was decided. NULL: the store cannot decide
 	 * admissions (the caller decides locally). */
 	int (*admit)(struct strategy *s, struct strategy_admit *a, size_t n, const char *token,
-		     strategy_done_cb cb, void *arg, char *errstr);
+		     strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX]);
 
 	/* Says that this node (node: its id, bytes) uses namespace ns at
 	 * time now (Unix seconds, the node's clock; a store may use its own
@@ -183,14 +195,15 @@ struct strategy_ops {
 	 * admissions (issue 9) assumes that many nodes. */
 	int (*heartbeat)(struct strategy *s, const char *ns, size_t ns_len, const char *node,
 			 size_t node_len, double now, double ttl, unsigned *active,
-			 strategy_done_cb cb, void *arg, char *errstr);
+			 strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX]);
 
 	/* batch of one: counter->total and ->ok filled. */
 	int (*get_window)(struct strategy *s, struct strategy_counter *counter,
-			  strategy_done_cb cb, void *arg, char *errstr);
+			  strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX]);
 
 	int (*purge)(struct strategy *s, const char *ns, size_t ns_len, const uint32_t *sizes,
-		     size_t nsizes, int64_t now, strategy_done_cb cb, void *arg, char *errstr);
+		     size_t nsizes, int64_t now, strategy_done_cb cb, void *arg,
+		     char errstr[STRATEGY_ERR_MAX]);
 
 	/* Is the instance connected and usable right now? */
 	bool (*ready)(const struct strategy *s);
@@ -210,11 +223,5 @@ const struct strategy_ops *strategy_find(const char *name);
 /* The name of the i-th store of the table (from 0), or NULL past the end:
  * the one list of store names. */
 const char *strategy_name(size_t i);
-
-/* Checks n admissions for every store's admit(): a window size, finite
- * numbers, cost >= 0, weight in [0, 1], want >= 0; clears their outputs
- * and sets want to 0 where no grant can be given (nodes or cost 0). Returns 0,
- * or -1 with errstr ("admission <i>: ..."). */
-int strategy_admit_check(struct strategy_admit *a, size_t n, char *errstr);
 
 #endif /* STRATEGY_H */

@@ -1,0 +1,237 @@
+/*
+ * redis_script.c - the Lua scripts of the Redis strategy
+ * (strategies/redis.h): pushes (push_diffs), admissions (admit) and the
+ * heartbeat, each loaded with SCRIPT LOAD in every data connection's
+ * handshake (redis_conn.c) and called with EVALSHA, or EVAL after a
+ * NOSCRIPT reply (redis_call.c). The operations that build their calls are
+ * in redis_write.c (push, admit) and redis.c (heartbeat); the key layout
+ * the scripts are given is redis_resp.c's. Their text is what the servers
+ * hash: a change of a byte is a new script.
+ */
+#include "strategies/redis.h"
+
+#define REDIS_STR2(x) #x
+#define REDIS_STR(x)  REDIS_STR2(x)
+
+/*
+ * The push script. KEYS[1] = the hash; if ARGV[3] is "1", KEYS[2] = the
+ * hash of its reservations; then (optional) the token key of this call;
+ * ARGV[1] = TTL seconds, ARGV[2] = n, ARGV[3] = "1" when grants spent and
+ * returned follow the diffs, ARGV[4 .. n+3] = fields, ARGV[n+4 .. 2n+3] = diffs
+ * ("0" = read only), ARGV[2n+4 .. 3n+3] = grants spent (strategy.h: from
+ * the field's reservation to its count), ARGV[3n+4 .. 4n+3] = grants
+ * returned (taken from the reservation).
+ * Returns n totals: integers when integral (below 1e15), else "%.17g"
+ * strings; values are written as "%d" / "%.17g" text (exact for a double;
+ * "%d" spares the slow floating-point printf path for the common case).
+ * Field names are binary Lua strings throughout; `seen` makes a field that
+ * appears twice in one call add up in order. Nothing is written before
+ * every total is known to be valid, so an error reply means the call
+ * changed nothing. A reservation never goes below 0 (its field is then
+ * deleted).
+ * With a token key: if it exists, this call was applied before (an earlier
+ * try of the same push): nothing is added, every diff is read as "0" and
+ * the current totals come back. Otherwise the diffs are added and the
+ * token key is set (EX STRATEGY_TOKEN_TTL) in the same atomic step, after
+ * the writes, so a call that fails half-way leaves no token behind.
+ */
+const char redis_push_script[] =
+	"local n, un = tonumber(ARGV[2]), ARGV[3] == '1'\n"
+	"local h, hr, tk = KEYS[1], nil, KEYS[2]\n"
+	"if un then hr, tk = KEYS[2], KEYS[3] end\n"
+	"local old = redis.call('HMGET', h, unpack(ARGV, 4, n + 3))\n"
+	"local add = not (tk and redis.call('EXISTS', tk) == 1)\n"
+	"local rold\n"
+	"if add and un then rold = redis.call('HMGET', hr, unpack(ARGV, 4, n + 3)) end\n"
+	"local seen, rseen, set, out, ns = {}, {}, {}, {}, 0\n"
+	"for i = 1, n do\n"
+	"  local f = ARGV[i + 3]\n"
+	"  local v = seen[f]\n"
+	"  if v == nil then\n"
+	"    v = old[i]\n"
+	"    if v then\n"
+	"      v = tonumber(v)\n"
+	"      if v == nil then\n"
+	"        return redis.error_reply('ERR counter value is not a number')\n"
+	"      end\n"
+	"    else\n"
+	"      v = 0\n"
+	"    end\n"
+	"  end\n"
+	"  local d, u, b = ARGV[i + n + 3], '0', '0'\n"
+	"  if un then u, b = ARGV[i + 2 * n + 3], ARGV[i + 3 * n + 3] end\n"
+	"  local w = add and (d ~= '0' or u ~= '0' or b ~= '0')\n"
+	"  if w then\n"
+	"    v = v + tonumber(d) + tonumber(u)\n"
+	"    if v ~= v or v == math.huge or v == -math.huge then\n"
+	"      return redis.error_reply('ERR counter total would not be finite')\n"
+	"    end\n"
+	"    if u ~= '0' or b ~= '0' then\n"
+	"      local r = rseen[f]\n"
+	"      if r == nil then r = tonumber(rold[i] or '0') end\n"
+	"      if r == nil then\n"
+	"        return redis.error_reply('ERR reservation value is not a number')\n"
+	"      end\n"
+	"      r = r - tonumber(u) - tonumber(b)\n"
+	"      if not (r > 1e-9) then r = 0 end\n"
+	"      rseen[f] = r\n"
+	"    end\n"
+	"  end\n"
+	"  seen[f] = v\n"
+	"  local int = v % 1 == 0 and v > -1e15 and v < 1e15\n"
+	"  if int then out[i] = v else out[i] = string.format('%.17g', v) end\n"
+	"  if w then\n"
+	"    set[ns + 1] = f\n"
+	"    if int then set[ns + 2] = string.format('%d', v) else set[ns + 2] = out[i] end\n"
+	"    ns = ns + 2\n"
+	"  end\n"
+	"end\n"
+	"if ns > 0 then\n"
+	"  redis.call('HSET', h, unpack(set))\n"
+	"  redis.call('EXPIRE', h, ARGV[1])\n"
+	"  local rset, rdel = {}, {}\n"
+	"  for f, r in pairs(rseen) do\n"
+	"    if r > 0 then\n"
+	"      rset[#rset + 1] = f\n"
+	"      rset[#rset + 1] = string.format('%.17g', r)\n"
+	"    else\n"
+	"      rdel[#rdel + 1] = f\n"
+	"    end\n"
+	"  end\n"
+	"  if #rset > 0 then\n"
+	"    redis.call('HSET', hr, unpack(rset))\n"
+	"    redis.call('EXPIRE', hr, ARGV[1])\n"
+	"  end\n"
+	"  if #rdel > 0 then redis.call('HDEL', hr, unpack(rdel)) end\n"
+	"  if tk then\n"
+	"    redis.call('SET', tk, '1', 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	"  end\n"
+	"end\n"
+	"return out\n";
+
+/*
+ * The admission script (strategy.h, struct strategy_admit): every
+ * admission of one call, decided one after the other, each seeing the
+ * ones before it. KEYS[1] = the call's token key if ARGV[1] is "1"; then
+ * the hashes the admissions name, each once (in Redis Cluster all in one
+ * slot). ARGV[2] = n, then 13 per admission: the indexes in KEYS of the
+ * current window's hash, of the previous window's, of their reservation
+ * hashes (current, previous), the TTL (seconds) of the current window's,
+ * the field, diff, cost, limit, weight of the previous window, "1" to
+ * count a hit that is not admitted, the largest grant wanted, nodes. A
+ * window's count holds hits; its reservation the grants given and not yet
+ * spent or given back: the decision counts both, a grant goes to the
+ * reservation. Returns 4 n values: per admission { current, previous,
+ * "1" admitted | "0" not, grant } (counts, numbers as in the push script),
+ * as they stood after it. Each field is read once (HGET) and each hash
+ * written once (HSET of its changed fields, EXPIRE), after every decision
+ * is made: an error reply means the call changed nothing. With a token
+ * key that exists the call was applied before: nothing is added, and the
+ * decisions and grants it recorded ("<admitted> <grant>" per admission)
+ * come back with the current counts.
+ */
+const char redis_admit_script[] =
+	"local tk, n = nil, tonumber(ARGV[2])\n"
+	"if ARGV[1] == '1' then tk = KEYS[1] end\n"
+	"local rec = tk and redis.call('GET', tk)\n"
+	"local val, ttl, dirty, past, recs, out = {}, {}, {}, {}, {}, {}\n"
+	"local function get(h, f)\n"
+	"  local t = val[h]\n"
+	"  if not t then t = {} val[h] = t end\n"
+	"  local v = t[f]\n"
+	"  if v == nil then\n"
+	"    v = redis.call('HGET', KEYS[h], f)\n"
+	"    if v then v = tonumber(v) else v = 0 end\n"
+	"    t[f] = v\n"
+	"  end\n"
+	"  return v\n"
+	"end\n"
+	"local function put(h, f, v, t)\n"
+	"  val[h][f] = v\n"
+	"  dirty[h] = dirty[h] or {}\n"
+	"  dirty[h][f] = true\n"
+	"  ttl[h] = t\n"
+	"end\n"
+	"local function num(x)\n"
+	"  if x % 1 == 0 and x > -1e15 and x < 1e15 then return x end\n"
+	"  return string.format('%.17g', x)\n"
+	"end\n"
+	"if rec then for w in string.gmatch(rec, '%S+') do past[#past + 1] = w end end\n"
+	"for i = 1, n do\n"
+	"  local b = 2 + (i - 1) * 13\n"
+	"  local hc, hp, rc, rp = tonumber(ARGV[b + 1]), tonumber(ARGV[b + 2]),\n"
+	"    tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4])\n"
+	"  local f = ARGV[b + 6]\n"
+	"  local v, p, r, q = get(hc, f), get(hp, f), get(rc, f), get(rp, f)\n"
+	"  if v == nil or p == nil or r == nil or q == nil then\n"
+	"    return redis.error_reply('ERR counter value is not a number')\n"
+	"  end\n"
+	"  local adm, g = '0', 0\n"
+	"  if rec then\n"
+	"    adm = past[2 * i - 1] or '0'\n"
+	"    g = tonumber(past[2 * i] or '0') or 0\n"
+	"  else\n"
+	"    local v0, cost, lim = v, tonumber(ARGV[b + 8]), tonumber(ARGV[b + 9])\n"
+	"    local pw = (p + q) * tonumber(ARGV[b + 10])\n"
+	"    v = v + tonumber(ARGV[b + 7])\n"
+	"    local ok = v + r + pw + cost <= lim\n"
+	"    if ok or ARGV[b + 11] == '1' then v = v + cost end\n"
+	"    local want, nodes = tonumber(ARGV[b + 12]), tonumber(ARGV[b + 13])\n"
+	"    if ok and want > 0 and nodes > 0 and cost > 0 then\n"
+	"      g = (lim - v - r - pw) / (2 * nodes)\n"
+	"      if g > want then g = want end\n"
+	"      g = math.floor(g / cost) * cost\n"
+	"      if g >= cost then put(rc, f, r + g, ARGV[b + 5]) else g = 0 end\n"
+	"    end\n"
+	"    if v ~= v or v == math.huge or v == -math.huge or r + g == math.huge then\n"
+	"      return redis.error_reply('ERR counter total would not be finite')\n"
+	"    end\n"
+	"    if ok then adm = '1' end\n"
+	"    if v ~= v0 then put(hc, f, v, ARGV[b + 5]) end\n"
+	"    recs[#recs + 1] = adm\n"
+	"    recs[#recs + 1] = string.format('%.17g', g)\n"
+	"  end\n"
+	"  out[#out + 1] = num(v)\n"
+	"  out[#out + 1] = num(p)\n"
+	"  out[#out + 1] = adm\n"
+	"  out[#out + 1] = num(g)\n"
+	"end\n"
+	"for h, fs in pairs(dirty) do\n"
+	"  local set = {}\n"
+	"  for f in pairs(fs) do\n"
+	"    local x = val[h][f]\n"
+	"    set[#set + 1] = f\n"
+	"    if x % 1 == 0 and x > -1e15 and x < 1e15 then\n"
+	"      set[#set + 1] = string.format('%d', x)\n"
+	"    else\n"
+	"      set[#set + 1] = string.format('%.17g', x)\n"
+	"    end\n"
+	"  end\n"
+	"  redis.call('HSET', KEYS[h], unpack(set))\n"
+	"  redis.call('EXPIRE', KEYS[h], ttl[h])\n"
+	"end\n"
+	"if tk and not rec then\n"
+	"  redis.call('SET', tk, table.concat(recs, ' '), 'EX', '"
+	REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	"end\n"
+	"return out\n";
+
+/*
+ * KEYS[1] = "<prefix>:{<ns>:nodes}", a hash: field = node id, value = the
+ * node's last "now". ARGV[1] = node, ARGV[2] = now, ARGV[3] = ttl.
+ * Returns how many nodes were seen within ttl; nodes silent for a day are
+ * dropped. Loaded with the others and called with EVALSHA (an EVAL of its
+ * text costs Redis about 70 us, compiling it; an EVALSHA about 20 us).
+ */
+const char redis_nodes_script[] =
+	"local k, now, ttl = KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3])\n"
+	"redis.call('HSET', k, ARGV[1], ARGV[2])\n"
+	"local all, n, old = redis.call('HGETALL', k), 0, {}\n"
+	"for i = 1, #all, 2 do\n"
+	"  local t = tonumber(all[i + 1]) or 0\n"
+	"  if t >= now - ttl then n = n + 1\n"
+	"  elseif t < now - 86400 then old[#old + 1] = all[i] end\n"
+	"end\n"
+	"if #old > 0 then redis.call('HDEL', k, unpack(old)) end\n"
+	"redis.call('EXPIRE', k, 86400)\n"
+	"return n\n";
