@@ -145,7 +145,7 @@ run: deps-build
 
 # The whole suite, sanitized: unit tests (Criterion), protocol tests against
 # the agent, end-to-end tests through Debian's HAProxy.
-test: deps-test
+test: deps-test check
 	$(MAKE) SANITIZE=address,undefined test-run
 
 test-run: $(AGENT) $(TEST_BINS) $(NGX_MOD) $(NGX_SAN_MOD)
