@@ -5,6 +5,7 @@
  */
 #include "agent/stream.h"
 #include "agent/config.h"
+#include "agent/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -205,4 +206,33 @@ void stream_free(struct stream *s)
 	metrics_conn(s->ops->metric, -1);
 	stream_release(s);
 	free(s);
+}
+
+bool stream_read(struct stream *s, bool (*more)(const struct stream *s),
+		 void (*process)(struct stream *s))
+{
+	for (int i = 0; i < STREAM_READS_PER_EVENT && more(s); i++) {
+		if (s->rlen == s->rcap)
+			break;
+		ssize_t n = read(s->fd, s->rbuf + s->rlen, s->rcap - s->rlen);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n <= 0) {
+			/* EOF, ECONNRESET: normal closes. Answer what came whole. */
+			if (n < 0 && errno != ECONNRESET && log_level >= LOG_DEBUG &&
+			    log_limit(&s->env->io_log, ev_now(s->env->loop)))
+				LOG(LOG_DEBUG, "%s %d: read: %s%s", s->ops->name, s->fd,
+				    strerror(errno), log_limit_suppressed(&s->env->io_log));
+			process(s);
+			return true;
+		}
+		size_t got = (size_t)n, room = s->rcap - s->rlen;
+		s->rlen += got;
+		process(s);
+		if (s->dead || got < room)
+			break;
+	}
+	return false;
 }

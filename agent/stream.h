@@ -126,6 +126,17 @@ int stream_send(struct stream *s);
  * goodbye). */
 void stream_send_once(struct stream *s);
 
+#define STREAM_READS_PER_EVENT 16   /* reads per readiness: fairness between connections */
+
+/* The read loop of every front: reads what the socket has into the read
+ * buffer, at most STREAM_READS_PER_EVENT times, calling process(s) after
+ * each read, while more(s) says the front takes more. Stops when the
+ * buffer is full, the socket has nothing more, or s died. Returns true
+ * when the peer closed (EOF or an error: what came whole was processed
+ * first): the front closes once its answers are out. */
+bool stream_read(struct stream *s, bool (*more)(const struct stream *s),
+		 void (*process)(struct stream *s));
+
 /* Moves what a partial write left to the front of the write buffer. */
 void stream_compact(struct stream *s);
 
