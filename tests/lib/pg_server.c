@@ -5,6 +5,7 @@
  */
 #include "tests/lib/pg_server.h"
 #include "tests/lib/clock.h"
+#include "tests/lib/port.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -184,26 +185,6 @@ int pg_server_create(struct pg_server *p, const char *template_data)
 	}
 }
 
-/* A port the kernel just handed out for 127.0.0.1, or -1. */
-static int pg_server_free_port(void)
-{
-	struct sockaddr_in sa;
-	socklen_t sl = sizeof(sa);
-	int fd, port = -1;
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-		port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
 /* One attempt on p->port. Returns 0, -1 (failed), -2 (exited early: maybe
  * the port was taken). */
 static int pg_server_try_start(struct pg_server *p, int timeout_ms)
@@ -269,7 +250,7 @@ int pg_server_start(struct pg_server *p, int timeout_ms)
 		int r;
 
 		if (!p->fixed_port) {
-			p->port = pg_server_free_port();
+			p->port = test_port(0);
 			if (p->port < 0) {
 				snprintf(p->err, sizeof(p->err), "no free port");
 				return -1;
