@@ -185,6 +185,23 @@ int pg_server_create(struct pg_server *p, const char *template_data)
 	}
 }
 
+int pg_server_start_shared(struct pg_server *tpl, struct pg_server *srv, const char *who)
+{
+	if (!pg_server_available()) {
+		fprintf(stderr, "%s: PostgreSQL not found in %s\n", who, pg_server_bindir());
+		return -1;
+	}
+	if (pg_server_create(tpl, NULL) < 0) {
+		fprintf(stderr, "%s: initdb: %s\n", who, tpl->err);
+		return -1;
+	}
+	if (pg_server_create(srv, tpl->data) < 0 || pg_server_start(srv, 30000) < 0) {
+		fprintf(stderr, "%s: server: %s\n", who, srv->err);
+		return -1;
+	}
+	return 0;
+}
+
 /* One attempt on p->port. Returns 0, -1 (failed), -2 (exited early: maybe
  * the port was taken). */
 static int pg_server_try_start(struct pg_server *p, int timeout_ms)
