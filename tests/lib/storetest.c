@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 struct ev_loop *st_loop;
@@ -157,6 +158,20 @@ struct strategy_counter st_ctr(const char *ns, const char *key, size_t key_len, 
 	return (struct strategy_counter){ .ns = ns, .ns_len = strlen(ns), .key = key,
 					  .key_len = key_len, .start = start, .size = size,
 					  .diff = diff, .total = NAN, .ok = false };
+}
+
+struct strategy_counter *st_batch(const char *ns, size_t n, int64_t start, char (**keys)[16])
+{
+	struct strategy_counter *c = calloc(n, sizeof(*c));
+
+	*keys = calloc(n, 16);
+	cr_assert(c && *keys);
+	for (size_t i = 0; i < n; i++) {
+		int len = snprintf((*keys)[i], 16, "k%05zu", i);
+
+		c[i] = st_ctr(ns, (*keys)[i], (size_t)len, start, 60, (double)(1 + i % 3));
+	}
+	return c;
 }
 
 void st_push(struct strategy *s, struct strategy_counter *b, size_t n, const char *token,

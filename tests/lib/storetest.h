@@ -87,6 +87,10 @@ struct strategy_counter st_ctr(const char *ns, const char *key, size_t key_len, 
 /* A counter of a NUL-terminated key. */
 #define ST_C(ns, key, start, size, diff) st_ctr((ns), (key), strlen(key), (start), (size), (diff))
 
+/* n counters "k00000".. of namespace ns in the 60 s window at start,
+ * counter i with diff 1 + i % 3; their keys in *keys. Free both. */
+struct strategy_counter *st_batch(const char *ns, size_t n, int64_t start, char (**keys)[16]);
+
 /* push_diffs with token (NULL = none), run to completion (any status). */
 void st_push(struct strategy *s, struct strategy_counter *b, size_t n, const char *token,
 	     struct st_res *r);
