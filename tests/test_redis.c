@@ -495,18 +495,13 @@ static long long token_key_ttl(void)
 Test(redis, token_keys_one_per_call_that_wrote)
 {
 	struct strategy *s = mk(1000);
-	struct strategy_counter b[] = {
-		ST_C("ns", "alice", START60, 60, 1),
-		ST_C("ns", "bob", START60, 60, 2.5),
-		ST_C("ns", "alice", START60 - 60, 60, -1),
-		ST_C("other", "carol", START60, 60, 4),
-		ST_C("ns", "dave", START60, 60, 0),        /* read only */
-	};
-	enum { N = sizeof(b) / sizeof(b[0]) };
+	enum { N = ST_TOKEN_BATCH };
+	struct strategy_counter b[N];
 	long long ttl;
 	int writers = 0;
 	char h[N][128];
 
+	st_token_batch(b, START60);
 	st_push_ok(s, b, N, "node1-7-0-42");
 	st_push_ok(s, b, N, "node1-7-0-42");
 	for (int i = 0; i < N; i++)
@@ -733,24 +728,22 @@ Test(redis, heartbeat_is_evalsha_and_survives_a_script_flush)
 Test(redis, reads_are_hmget_not_a_script)
 {
 	struct strategy *s = mk(1000);
-	struct strategy_counter b[3];
+	struct strategy_counter b[ST_TOKEN_BATCH];
 	long long sha0, hm0;
 
-	b[0] = ST_C("ns", "r1", START60, 60, 5);
-	b[1] = ST_C("ns", "r2", START60, 60, 2.5);
-	st_push_ok(s, b, 2, "w:1");
+	st_token_batch(b, START60);
+	st_push_ok(s, b, ST_TOKEN_BATCH, "w:1");
 	sha0 = cmd_calls("evalsha");
 	hm0 = cmd_calls("hmget");
-	b[0] = ST_C("ns", "r1", START60, 60, 0);
-	b[1] = ST_C("ns", "r2", START60, 60, 0);
-	b[2] = ST_C("ns", "absent", START60, 60, 0);
-	st_push_ok(s, b, 3, "w:2");
-	cr_assert_eq(b[0].total, 5);
+	for (int i = 0; i < ST_TOKEN_BATCH; i++)
+		b[i].diff = 0;
+	st_push_ok(s, b, ST_TOKEN_BATCH, "w:2");
+	cr_assert_eq(b[0].total, 1);
 	cr_assert_eq(b[1].total, 2.5);
-	cr_assert_eq(b[2].total, 0, "a field never written reads 0");
+	cr_assert_eq(b[4].total, 0, "a field never written reads 0");
 	cr_assert_eq(cmd_calls("evalsha"), sha0, "no script for reads");
 	cr_assert_geq(cmd_calls("hmget") - hm0, 1, "the reads are HMGET");
-	cr_assert(isnan(stored("ns", "absent", 6, 60, START60)), "nothing created");
+	cr_assert(isnan(stored("ns", "dave", 4, 60, START60)), "nothing created");
 	OPS->destroy(s);
 }
 

@@ -48,6 +48,8 @@
 /* Fixtures                                                           */
 /* ------------------------------------------------------------------ */
 
+enum tally { T_COUNTERS, T_TOTAL, T_OBJECTS, T_TOKENS };
+
 struct store {
 	const char *name;
 	const struct strategy_ops *ops;
@@ -60,18 +62,14 @@ struct store {
 	/* what a refusal while the store is away says, and why (NULL: not
 	 * checked) */
 	const char *refusal, *refusal_why;
-	/* Straight from the store, in the case's space: a counter's count
-	 * and reservation (NAN: none), the counters of a namespace and the
-	 * sum of their counts, the records of any kind (Redis keys, rows
-	 * of the table), the tokens remembered. */
-	double (*stored)(const char *ns, const char *key, size_t key_len, uint32_t size,
-			 int64_t start);
-	double (*reserved)(const char *ns, const char *key, size_t key_len, uint32_t size,
-			   int64_t start);
-	long (*counters)(const char *ns);
-	double (*total)(const char *ns);
-	long (*objects)(void);
-	long (*tokens)(void);
+	/* Straight from the store, in the case's space: a counter's count,
+	 * or with reserved its reservation (NAN: none); a number (enum
+	 * tally) of the counters of a namespace or the sum of their counts,
+	 * of the records of any kind (Redis keys, rows of the table), of the
+	 * tokens remembered. */
+	double (*look)(bool reserved, const char *ns, const char *key, size_t key_len,
+		       uint32_t size, int64_t start);
+	double (*tally)(enum tally what, const char *ns);
 	/* The ways stores may differ: */
 	bool remote;                /* a central store: admit, heartbeat */
 	bool dups_in_order;         /* a counter twice in a batch: each gets the running
@@ -151,15 +149,16 @@ static int redis_hash(char *out, size_t len, const char *ns, const char *key, si
 
 /* HGET on whichever server holds the hash (the others answer MOVED);
  * NAN if none has the field. */
-static double redis_field(const char *kind, const char *ns, const char *key, size_t key_len,
-			  uint32_t size, int64_t start)
+static double redis_look(bool reserved, const char *ns, const char *key, size_t key_len,
+			 uint32_t size, int64_t start)
 {
 	char h[256];
 	const char *argv[3] = { "HGET", h, key };
 	size_t lens[3] = { 4, 0, key_len };
 	double v = NAN;
 
-	lens[1] = (size_t)redis_hash(h, sizeof(h), ns, key, key_len, kind, size, start);
+	lens[1] = (size_t)redis_hash(h, sizeof(h), ns, key, key_len, reserved ? "r:" : "", size,
+				     start);
 	for (size_t i = 0; i < nrsrv; i++) {
 		redisReply *rep = redis_server_commandargv(&rsrv[i], 3, argv, lens);
 
@@ -171,25 +170,12 @@ static double redis_field(const char *kind, const char *ns, const char *key, siz
 	return v;
 }
 
-static double redis_stored(const char *ns, const char *key, size_t key_len, uint32_t size,
-			   int64_t start)
+/* Over every key of the case's space on every server: the keys, the
+ * token keys, or the fields of the counters' hashes of namespace ns (their
+ * number, or the sum of their values). */
+static double redis_tally(enum tally what, const char *ns)
 {
-	return redis_field("", ns, key, key_len, size, start);
-}
-
-static double redis_reserved(const char *ns, const char *key, size_t key_len, uint32_t size,
-			     int64_t start)
-{
-	return redis_field("r:", ns, key, key_len, size, start);
-}
-
-enum redis_kind { RK_ANY, RK_COUNTERS, RK_TOKENS };
-
-/* Over every key of the case's space on every server: how many there are
- * of a kind (of namespace ns, for counters), with counters the fields
- * (*n) and the sum of their values (*sum). */
-static void redis_scan(enum redis_kind kind, const char *ns, long *n, double *sum)
-{
+	double n = 0, sum = 0;
 	char pattern[80], tag[128];
 	size_t taglen = 0;
 
@@ -197,8 +183,6 @@ static void redis_scan(enum redis_kind kind, const char *ns, long *n, double *su
 	if (ns)
 		taglen = (size_t)snprintf(tag, sizeof(tag), "%s:{%s%s:", space,
 					  ns[0] == '}' ? "\x01" : "", ns);
-	*n = 0;
-	*sum = 0;
 	for (size_t i = 0; i < nrsrv; i++) {
 		redisContext *c = redis_server_connect(&rsrv[i]);
 		char cursor[32] = "0";
@@ -215,15 +199,15 @@ static void redis_scan(enum redis_kind kind, const char *ns, long *n, double *su
 				const char *rest = strstr(key->str, "}:");
 				bool counter, token;
 
-				if (kind == RK_ANY) {
-					(*n)++;
+				if (what == T_OBJECTS) {
+					n++;
 					continue;
 				}
 				token = rest && strncmp(rest + 2, "tok:", 4) == 0;
 				counter = rest && !token && strncmp(rest + 2, "r:", 2) != 0 &&
 					  strstr(key->str, ":nodes}") == NULL;
-				if (kind == RK_TOKENS) {
-					*n += token;
+				if (what == T_TOKENS) {
+					n += token;
 					continue;
 				}
 				if (!counter || (ns && (key->len < taglen ||
@@ -232,51 +216,16 @@ static void redis_scan(enum redis_kind kind, const char *ns, long *n, double *su
 				redisReply *vals = redisCommand(c, "HVALS %b", key->str, key->len);
 
 				cr_assert(vals && vals->type == REDIS_REPLY_ARRAY, "HVALS");
-				*n += (long)vals->elements;
+				n += (double)vals->elements;
 				for (size_t v = 0; v < vals->elements; v++)
-					*sum += strtod(vals->element[v]->str, NULL);
+					sum += strtod(vals->element[v]->str, NULL);
 				freeReplyObject(vals);
 			}
 			freeReplyObject(rep);
 		} while (strcmp(cursor, "0") != 0);
 		redisFree(c);
 	}
-}
-
-static long redis_counters(const char *ns)
-{
-	long n;
-	double sum;
-
-	redis_scan(RK_COUNTERS, ns, &n, &sum);
-	return n;
-}
-
-static double redis_total(const char *ns)
-{
-	long n;
-	double sum;
-
-	redis_scan(RK_COUNTERS, ns, &n, &sum);
-	return sum;
-}
-
-static long redis_objects(void)
-{
-	long n;
-	double sum;
-
-	redis_scan(RK_ANY, NULL, &n, &sum);
-	return n;
-}
-
-static long redis_tokens(void)
-{
-	long n;
-	double sum;
-
-	redis_scan(RK_TOKENS, NULL, &n, &sum);
-	return n;
+	return what == T_TOTAL ? sum : n;
 }
 
 /* ---------------------------------------------------------- PostgreSQL */
@@ -323,29 +272,18 @@ static char *pg_hex(const char *p, size_t n)
 	return h;
 }
 
-static double pg_column(const char *col, const char *ns, const char *key, size_t key_len,
-			uint32_t size, int64_t start)
+static double pg_look(bool reserved, const char *ns, const char *key, size_t key_len,
+		      uint32_t size, int64_t start)
 {
 	char *hns = pg_hex(ns, strlen(ns)), *hkey = pg_hex(key, key_len);
 	double v = pg_value("SELECT %s FROM %s WHERE namespace = convert_from('%s'::bytea, "
 			    "'UTF8') AND key = '%s'::bytea AND window_size = %u AND "
-			    "window_start = %lld", col, space, hns, hkey, size, (long long)start);
+			    "window_start = %lld", reserved ? "reserved" : "count", space, hns, hkey, size,
+			    (long long)start);
 
 	free(hns);
 	free(hkey);
 	return v;
-}
-
-static double pg_stored(const char *ns, const char *key, size_t key_len, uint32_t size,
-			int64_t start)
-{
-	return pg_column("count", ns, key, key_len, size, start);
-}
-
-static double pg_reserved(const char *ns, const char *key, size_t key_len, uint32_t size,
-			  int64_t start)
-{
-	return pg_column("reserved", ns, key, key_len, size, start);
 }
 
 static double pg_of_ns(const char *what, const char *ns)
@@ -358,24 +296,19 @@ static double pg_of_ns(const char *what, const char *ns)
 	return v;
 }
 
-static long pg_counters(const char *ns)
+static double pg_tally(enum tally what, const char *ns)
 {
-	return (long)pg_of_ns("count(*)", ns);
-}
-
-static double pg_total(const char *ns)
-{
-	return pg_of_ns("coalesce(sum(count), 0)", ns);
-}
-
-static long pg_objects(void)
-{
-	return (long)pg_value("SELECT count(*) FROM %s", space);
-}
-
-static long pg_tokens(void)
-{
-	return (long)pg_value("SELECT count(*) FROM %s_tokens", space);
+	switch (what) {
+	case T_COUNTERS:
+		return pg_of_ns("count(*)", ns);
+	case T_TOTAL:
+		return pg_of_ns("coalesce(sum(count), 0)", ns);
+	case T_OBJECTS:
+		return pg_value("SELECT count(*) FROM %s", space);
+	case T_TOKENS:
+		return pg_value("SELECT count(*) FROM %s_tokens", space);
+	}
+	return NAN;
 }
 
 /* ---------------------------------------------------------- local */
@@ -392,8 +325,7 @@ static const struct store redis_store = {
 	.opts = redis_opts, .dead_opts = redis_dead_opts,
 	.bad_opts = "{\"bogus\": 1}", .bad_opts_says = "bogus: unknown option",
 	.refusal = "not connected",
-	.stored = redis_stored, .reserved = redis_reserved, .counters = redis_counters,
-	.total = redis_total, .objects = redis_objects, .tokens = redis_tokens,
+	.look = redis_look, .tally = redis_tally,
 	.remote = true, .dups_in_order = true,
 	.says_size0 = "window size 0", .says_not_finite = "not finite",
 };
@@ -404,8 +336,7 @@ static const struct store cluster_store = {
 	.bad_opts = "{\"cluster_nodes\": []}",
 	.bad_opts_says = "cluster_nodes: expected an array of 1 to",
 	.refusal = "not connected", .refusal_why = ":1",
-	.stored = redis_stored, .reserved = redis_reserved, .counters = redis_counters,
-	.total = redis_total, .objects = redis_objects, .tokens = redis_tokens,
+	.look = redis_look, .tally = redis_tally,
 	.remote = true, .dups_in_order = true,
 	.says_size0 = "window size 0", .says_not_finite = "not finite",
 };
@@ -415,8 +346,7 @@ static const struct store pg_store = {
 	.opts = pg_opts, .dead_opts = pg_dead_opts,
 	.bad_opts = "{\"colour\": 1}", .bad_opts_says = "colour",
 	.refusal = "not connected", .refusal_why = "refused",
-	.stored = pg_stored, .reserved = pg_reserved, .counters = pg_counters,
-	.total = pg_total, .objects = pg_objects, .tokens = pg_tokens,
+	.look = pg_look, .tally = pg_tally,
 	.remote = true, .store_clock = true, .keeps_empty_reservation = true,
 	.may_take_while_away = true, .destroy_fails_the_next = true, .key_max = 2048,
 	.size_asked_twice_once = true,
@@ -491,6 +421,28 @@ static struct strategy *mk(void)
 static const struct strategy_ops *ops(void)
 {
 	return f->ops;
+}
+
+static long counters(const char *ns)
+{
+	return (long)f->tally(T_COUNTERS, ns);
+}
+
+static long objects(void)
+{
+	return (long)f->tally(T_OBJECTS, NULL);
+}
+
+static long tokens(void)
+{
+	return (long)f->tally(T_TOKENS, NULL);
+}
+
+/* A counter's count in the store (NAN: none). */
+static double stored(const char *ns, const char *key, size_t key_len, uint32_t size,
+		     int64_t start)
+{
+	return f->look(false, ns, key, key_len, size, start);
 }
 
 /* ------------------------------------------------------------------ */
@@ -590,10 +542,10 @@ CONTRACT(push_returns_totals)
 	st_push_ok(s, b, N, NULL);
 	for (int i = 0; i < N; i++) {
 		cr_assert_eq(b[i].total, b[i].diff, "counter %d: %g", i, b[i].total);
-		cr_assert_eq(f->stored("ns", b[i].key, b[i].key_len, b[i].size, b[i].start),
+		cr_assert_eq(stored("ns", b[i].key, b[i].key_len, b[i].size, b[i].start),
 			     b[i].diff, "counter %d", i);
 	}
-	cr_assert_eq(f->counters("ns"), N);
+	cr_assert_eq(counters("ns"), N);
 	ops()->destroy(s);
 }
 
@@ -614,7 +566,7 @@ CONTRACT(second_push_adds_decimals)
 	cr_assert_eq(b[1].total, 0.1 + 0.2, "%.17g", b[1].total);   /* exact, in double */
 	st_push_ok(s, c, 1, NULL);
 	cr_assert_eq(c[0].total, 7.75);
-	cr_assert_eq(f->stored("ns", "k", 1, 60, START60), 7.75);
+	cr_assert_eq(stored("ns", "k", 1, 60, START60), 7.75);
 	ops()->destroy(s);
 }
 
@@ -630,14 +582,14 @@ CONTRACT(zero_diff_reads_without_creating)
 
 	st_push_ok(s, r0, 1, NULL);
 	cr_assert_eq(r0[0].total, 0);
-	cr_assert_eq(f->objects(), 0, "a read created something");
+	cr_assert_eq(objects(), 0, "a read created something");
 	st_push_ok(s, w, 1, NULL);
-	cr_assert_eq(f->objects(), 1);
+	cr_assert_eq(objects(), 1);
 	st_push_ok(s, r1, 2, NULL);
 	cr_assert_eq(r1[0].total, 5);
 	cr_assert_eq(r1[1].total, 0);
-	cr_assert(isnan(f->stored("ns", "k2", 2, 60, START60)), "k2 was created by a read");
-	cr_assert_eq(f->objects(), 1);
+	cr_assert(isnan(stored("ns", "k2", 2, 60, START60)), "k2 was created by a read");
+	cr_assert_eq(objects(), 1);
 	ops()->destroy(s);
 }
 
@@ -658,7 +610,7 @@ CONTRACT(reads_with_a_token_answer_totals)
 	cr_assert_eq(b[0].total, 5);
 	cr_assert_eq(b[1].total, 2.5);
 	cr_assert_eq(b[2].total, 0, "a field never written reads 0");
-	cr_assert(isnan(f->stored("ns", "absent", 6, 60, START60)), "nothing created");
+	cr_assert(isnan(stored("ns", "absent", 6, 60, START60)), "nothing created");
 	st_push_ok(s, b, 3, "w:2");
 	cr_assert_eq(b[0].total, 5, "a read resent reads again");
 	ops()->destroy(s);
@@ -745,9 +697,9 @@ CONTRACT(keys_round_trip_byte_exact)
 	st_push_ok(s, c, nkeys, NULL);
 	for (size_t i = 0; i < nkeys; i++)
 		cr_assert_eq(c[i].total, (double)(i + 1), "key %zu: %g", i, c[i].total);
-	cr_assert_eq(f->counters(ns), (long)nkeys);
+	cr_assert_eq(counters(ns), (long)nkeys);
 	for (size_t i = 0; i < nkeys; i++)
-		cr_assert_eq(f->stored(ns, keys[i].k, keys[i].n, 60, START60), (double)(i + 1),
+		cr_assert_eq(stored(ns, keys[i].k, keys[i].n, 60, START60), (double)(i + 1),
 			     "key %zu", i);
 	cr_assert_eq(st_fetch_ok(s, ns, sizes, 1, NOW60, &rows), nkeys);
 	for (size_t i = 0; i < nkeys; i++) {
@@ -761,10 +713,10 @@ CONTRACT(keys_round_trip_byte_exact)
 	st_push_ok(s, again, nkeys, NULL);
 	for (size_t i = 0; i < nkeys; i++)
 		cr_assert_eq(again[i].total, 2 * c[i].diff, "key %zu: %g", i, again[i].total);
-	cr_assert_eq(f->stored(ns, "a\0b", 3, 60, START60), 2);
-	cr_assert_eq(f->stored(ns, keys[nkeys - 1].k, keys[nkeys - 1].n, 60, START60),
+	cr_assert_eq(stored(ns, "a\0b", 3, 60, START60), 2);
+	cr_assert_eq(stored(ns, keys[nkeys - 1].k, keys[nkeys - 1].n, 60, START60),
 		     2.0 * nkeys);
-	cr_assert_eq(f->counters(ns), (long)nkeys);
+	cr_assert_eq(counters(ns), (long)nkeys);
 	ops()->destroy(s);
 }
 
@@ -797,7 +749,7 @@ CONTRACT(duplicates_in_one_batch_add_up)
 		cr_assert_eq(b[i].total, f->dups_in_order ? want : N - N / 5,
 			     "position %d: %g, want %d", i, b[i].total, want);
 	}
-	cr_assert_eq(f->stored("ns", "hot", 3, 60, START60), N - N / 5);
+	cr_assert_eq(stored("ns", "hot", 3, 60, START60), N - N / 5);
 	ops()->destroy(s);
 }
 
@@ -845,8 +797,8 @@ CONTRACT(concurrent_overlapping_pushes_sum)
 		cr_assert(st_run_until(&d1.done, ST_WAIT_S) && st_run_until(&d2.done, ST_WAIT_S));
 		cr_assert(d1.status == 0 && d2.status == 0, "%s / %s", d1.err, d2.err);
 	}
-	cr_assert_eq(f->counters("ov"), N);
-	cr_assert_eq(f->total("ov"), 9.0 * N);
+	cr_assert_eq(counters("ov"), N);
+	cr_assert_eq(f->tally(T_TOTAL, "ov"), 9.0 * N);
 	cr_assert_eq(ops()->get_counters(n1, "ov", 2, sizes, 1, NOW60, all_rows_cb, &all, err), 0,
 		     "%s", err);
 	cr_assert(st_run_until(&all.r.done, ST_WAIT_S));
@@ -880,9 +832,9 @@ CONTRACT(batch_of_10k_counters)
 		cr_assert_eq(b[i].total, 2 * b[i].diff, "counter %d: %g", i, b[i].total);
 	cr_log_info("%s: 2 x 10k pushes: %.0f ms", f->name, (st_now() - t0) * 1000);
 	for (int i = 0; i < N; i += 997)
-		cr_assert_eq(f->stored(b[i].ns, keys[i], strlen(keys[i]), 60, b[i].start),
+		cr_assert_eq(stored(b[i].ns, keys[i], strlen(keys[i]), 60, b[i].start),
 			     2 * b[i].diff);
-	cr_assert_eq(f->counters("api") + f->counters("web"), N);
+	cr_assert_eq(counters("api") + counters("web"), N);
 	ops()->destroy(s);
 }
 
@@ -950,7 +902,7 @@ CONTRACT(get_window_reads_one_counter)
 	cr_assert(q.ok && miss.ok);
 	cr_assert_eq(q.total, 2.5);
 	cr_assert_eq(miss.total, 0);
-	cr_assert_eq(f->objects(), 1, "get_window wrote");
+	cr_assert_eq(objects(), 1, "get_window wrote");
 	ops()->destroy(s);
 }
 
@@ -976,7 +928,7 @@ CONTRACT(purge_completes_and_keeps_what_matters)
 	st_run_for(0.05);
 	cr_assert_eq(r.calls, 1);
 	for (int i = 0; i < 3; i++)
-		cr_assert_eq(f->stored("ns", "k", 1, b[i].size, b[i].start), b[i].diff, "%d", i);
+		cr_assert_eq(stored("ns", "k", 1, b[i].size, b[i].start), b[i].diff, "%d", i);
 	ops()->destroy(s);
 }
 
@@ -1126,18 +1078,13 @@ CONTRACT(token_same_batch_twice_adds_once)
 {
 	enum { N = 5000 };
 	struct strategy *s = mk();
-	struct strategy_counter b[] = {
-		ST_C("ns", "alice", START60, 60, 1),
-		ST_C("ns", "bob", START60, 60, 2.5),
-		ST_C("ns", "alice", START60 - 60, 60, -1),
-		ST_C("other", "carol", START60, 60, 4),
-		ST_C("ns", "dave", START60, 60, 0),        /* read only */
-	};
-	enum { NB = sizeof(b) / sizeof(b[0]) };
+	enum { NB = ST_TOKEN_BATCH };
+	struct strategy_counter b[NB];
 	double first[NB], want = 0;
 	char(*keys)[16];
 	struct strategy_counter *c = st_batch("ts", N, START60, &keys);
 
+	st_token_batch(b, START60);
 	st_push_ok(s, b, NB, "node1-7-0-42");
 	for (int i = 0; i < NB; i++) {
 		cr_assert_eq(b[i].total, b[i].diff, "counter %d: %g", i, b[i].total);
@@ -1148,12 +1095,12 @@ CONTRACT(token_same_batch_twice_adds_once)
 	for (int i = 0; i < NB; i++)
 		cr_assert_eq(b[i].total, first[i], "counter %d: %g, want %g", i, b[i].total,
 			     first[i]);
-	cr_assert_eq(f->stored("ns", "alice", 5, 60, START60), 1);
-	cr_assert_eq(f->stored("ns", "bob", 3, 60, START60), 2.5);
-	cr_assert_eq(f->stored("ns", "alice", 5, 60, START60 - 60), -1);
-	cr_assert_eq(f->stored("other", "carol", 5, 60, START60), 4);
-	cr_assert(isnan(f->stored("ns", "dave", 4, 60, START60)), "a read created a counter");
-	cr_assert_gt(f->tokens(), 0, "no token remembered");
+	cr_assert_eq(stored("ns", "alice", 5, 60, START60), 1);
+	cr_assert_eq(stored("ns", "bob", 3, 60, START60), 2.5);
+	cr_assert_eq(stored("ns", "alice", 5, 60, START60 - 60), -1);
+	cr_assert_eq(stored("other", "carol", 5, 60, START60), 4);
+	cr_assert(isnan(stored("ns", "dave", 4, 60, START60)), "a read created a counter");
+	cr_assert_gt(tokens(), 0, "no token remembered");
 	/* later pushes without a token add as usual */
 	st_push_ok(s, b, NB, NULL);
 	cr_assert_eq(b[0].total, 2);
@@ -1172,10 +1119,10 @@ CONTRACT(token_same_batch_twice_adds_once)
 			cr_assert_eq(c[i].total, i == 0 || i == N - 1 ? 2 : (double)(1 + i % 3),
 				     "counter %zu: %g", i, c[i].total);
 	}
-	cr_assert_eq(f->counters("ts"), N - 1);
+	cr_assert_eq(counters("ts"), N - 1);
 	for (size_t i = 0; i < N - 1; i++)
 		want += 1 + i % 3;
-	cr_assert_eq(f->total("ts"), want + 1, "and the twin");
+	cr_assert_eq(f->tally(T_TOTAL, "ts"), want + 1, "and the twin");
 	ops()->destroy(s);
 	free(c);
 	free(keys);
@@ -1204,9 +1151,9 @@ CONTRACT(token_different_tokens_add_twice)
 	cr_assert_eq(b[0].total, 6, "%g", b[0].total);
 	cr_assert_eq(b[1].total, 0.5);
 	cr_assert_eq(b[2].total, 6);
-	cr_assert_eq(f->stored("ns", "k", 1, 60, START60), 6);
-	cr_assert_eq(f->stored("ns", "j", 1, 60, START60), 0.5);
-	cr_assert_eq(f->counters("ns"), 2, "a read created a counter");
+	cr_assert_eq(stored("ns", "k", 1, 60, START60), 6);
+	cr_assert_eq(stored("ns", "j", 1, 60, START60), 0.5);
+	cr_assert_eq(counters("ns"), 2, "a read created a counter");
 	ops()->destroy(s);
 }
 
@@ -1229,7 +1176,7 @@ CONTRACT(token_null_behaves_as_before)
 	st_push_ok(s, b, 2, NULL);
 	cr_assert_eq(b[0].total, 2);
 	cr_assert_eq(b[1].total, 4);
-	cr_assert_eq(f->tokens(), 0, "a token kept without a token");
+	cr_assert_eq(tokens(), 0, "a token kept without a token");
 	cr_assert_eq(sizeof(max_tok) - 1, STRATEGY_TOKEN_MAX);
 	cr_assert_eq(ops()->push_diffs(s, b, 2, long_tok, st_done_cb, &r, err), -1);
 	cr_assert(strstr(err, "token"), "%s", err);
@@ -1241,7 +1188,7 @@ CONTRACT(token_null_behaves_as_before)
 	st_push_ok(s, b, 2, max_tok);
 	cr_assert_eq(b[0].total, 3);
 	cr_assert_eq(b[1].total, 6);
-	cr_assert_gt(f->tokens(), 0);
+	cr_assert_gt(tokens(), 0);
 	st_push_ok(s, b, 0, "t");
 	ops()->destroy(s);
 }
@@ -1274,7 +1221,7 @@ CONTRACT(admit_up_to_the_limit)
 	st_admit_ok(s, &a, 1, NULL);
 	cr_assert(!a.admitted);
 	cr_assert_eq(a.current, 8);
-	cr_assert_eq(f->stored("ns", "k", 1, 60, START60), 8);
+	cr_assert_eq(stored("ns", "k", 1, 60, START60), 8);
 	ops()->destroy(s);
 }
 
@@ -1339,7 +1286,7 @@ CONTRACT(admit_token_applies_once)
 	st_admit_ok(s, a, 2, "node1:7");
 	cr_assert(a[0].admitted && !a[1].admitted, "the recorded decisions come back");
 	cr_assert_eq(a[0].current, 3, "nothing added twice");
-	cr_assert_eq(f->stored("ns", "t", 1, 60, START60), 3);
+	cr_assert_eq(stored("ns", "t", 1, 60, START60), 3);
 	a[0] = st_adm("t", START60, 0, 1, 3, 0, true);
 	st_admit_ok(s, a, 1, "node1:8");
 	cr_assert(!a[0].admitted);
@@ -1359,7 +1306,7 @@ static struct strategy_admit grant_adm(double cost, double limit, double weight,
 
 static double reserved_g(void)
 {
-	return f->reserved("ns", "g", 1, 60, START60);
+	return f->look(true, "ns", "g", 1, 60, START60);
 }
 
 /* Grants (docs/CLUSTER.md, "Exact at the limit"): an admitted hit also
@@ -1416,7 +1363,7 @@ CONTRACT(admit_grants_share_the_headroom)
 	cr_assert(!a.admitted, "37.5 hits + 60.5 reserved + 3 > 100");
 	cr_assert_eq(a.grant, 0, "refused: no grant");
 	cr_assert_eq(a.current, 37.5);
-	cr_assert_eq(f->stored("ns", "g", 1, 60, START60), 37.5);
+	cr_assert_eq(stored("ns", "g", 1, 60, START60), 37.5);
 	cr_assert_eq(reserved_g(), 60.5);
 	/* answers are hits */
 	cr_assert_eq(st_get_ok(s, &q), 37.5, "get_window counts a reservation");
@@ -1536,7 +1483,7 @@ CONTRACT(heartbeat_counts_the_nodes_seen_within_ttl)
 		     gap);
 	t += f->store_clock ? 0 : 0.5;
 	cr_assert_eq(st_beat(s, "ns", "b", t, ttl), 2);
-	cr_assert_eq(f->counters("ns") + f->counters("other"), 0);
+	cr_assert_eq(counters("ns") + counters("other"), 0);
 	cr_assert_eq(st_fetch_ok(s, "ns", sizes, 1, NOW60, NULL), 0);
 	ops()->destroy(s);
 }

@@ -14,21 +14,27 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* A TCP socket (close-on-exec) and *sa set to 127.0.0.1:port: returns
+ * the socket, or -1. */
+static inline int test_loopback_socket(struct sockaddr_in *sa, int port)
+{
+	memset(sa, 0, sizeof(*sa));
+	sa->sin_family = AF_INET;
+	sa->sin_port = htons((uint16_t)port);
+	sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	return socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+}
+
 /* Binds 127.0.0.1:want (0: a port the kernel picks) a moment and closes:
  * returns the port, or -1 if it could not be bound. */
 static inline int test_port(int want)
 {
 	struct sockaddr_in sa;
 	socklen_t sl = sizeof(sa);
-	int fd, port = -1;
+	int fd = test_loopback_socket(&sa, want), port = -1;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -1;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)want);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
 	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
 		port = ntohs(sa.sin_port);

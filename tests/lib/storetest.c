@@ -174,6 +174,15 @@ struct strategy_counter *st_batch(const char *ns, size_t n, int64_t start, char 
 	return c;
 }
 
+void st_token_batch(struct strategy_counter *b, int64_t start)
+{
+	b[0] = ST_C("ns", "alice", start, 60, 1);
+	b[1] = ST_C("ns", "bob", start, 60, 2.5);
+	b[2] = ST_C("ns", "alice", start - 60, 60, -1);
+	b[3] = ST_C("other", "carol", start, 60, 4);
+	b[4] = ST_C("ns", "dave", start, 60, 0);        /* read only */
+}
+
 void st_push(struct strategy *s, struct strategy_counter *b, size_t n, const char *token,
 	     struct st_res *r)
 {

@@ -91,6 +91,12 @@ struct strategy_counter st_ctr(const char *ns, const char *key, size_t key_len, 
  * counter i with diff 1 + i % 3; their keys in *keys. Free both. */
 struct strategy_counter *st_batch(const char *ns, size_t n, int64_t start, char (**keys)[16]);
 
+/* The five counters of the token cases, in 60 s windows around start:
+ * two namespaces, two windows of one key, a decimal and a negative diff,
+ * and a read (the last, "dave"). */
+#define ST_TOKEN_BATCH 5
+void st_token_batch(struct strategy_counter *b, int64_t start);
+
 /* push_diffs with token (NULL = none), run to completion (any status). */
 void st_push(struct strategy *s, struct strategy_counter *b, size_t n, const char *token,
 	     struct st_res *r);
