@@ -8,10 +8,13 @@
  * an instance, and how to look into the store behind the strategy's back
  * (a counter's count and reservation, how many counters, records and
  * tokens it holds), with the few ways stores may differ that strategy.h
- * leaves open (duplicates in one batch, the heartbeat's clock, an empty
- * reservation, a push taken while reconnecting). CONTRACT() defines one
- * Criterion test per (case, store): contract_redis::push_returns_totals,
- * contract_postgres::push_returns_totals, ...
+ * leaves open, each named in the fixture (the totals of a counter twice in
+ * one batch, the heartbeat's clock, an empty reservation, an operation
+ * taken while reconnecting, the longest key, a window size asked twice,
+ * the words of a refusal). CONTRACT() defines one Criterion test per
+ * (case, store): contract_redis::push_returns_totals,
+ * contract_postgres::push_returns_totals, ...; CONTRACT_ALL() adds the
+ * local strategy (contract_local::...).
  *
  * One server per store for the whole binary, started by main() before
  * Criterion runs the tests (each in its own process: they find the
