@@ -5,8 +5,9 @@
  * or upgraded, or of another shape, merged duplicates, purge (asked for
  * and periodic; tokens too), the pool, chunks as transactions (a failed
  * one, its token rolled back and resent), results of an unexpected type,
- * the bounded queue, a paused and a restarted server, and a push that
- * timed out on a paused server resent with its token (counted once).
+ * the bounded queue, and a push that timed out on a paused server resent
+ * with its token (counted once; a server paused or gone under an instance
+ * is in the contract).
  *
  * main() makes one template cluster and starts one shared server from a
  * copy of it before Criterion forks the tests (which find them through
@@ -595,7 +596,8 @@ Test(postgres, token_resend_of_unconfirmed_counters)
 }
 
 /* ------------------------------------------------------------------------
- * A store that stops answering, or goes away and comes back.
+ * A push that timed out on a paused server (the server paused or gone
+ * under an instance: test_store_contract.c).
  */
 static struct pg_server own;
 
@@ -612,90 +614,6 @@ static void own_start(void)
 static void own_stop(void)
 {
 	pg_server_destroy(&own);
-}
-
-Test(postgres, paused_server_times_out_then_recovers, .init = own_start, .fini = own_stop)
-{
-	const int timeout_ms = 300;
-	struct strategy *s = make(own.conninfo, "t_pause", "\"timeout_ms\": 300");
-	struct strategy_counter c = st_ctr("ns", "k", 1, 60, 60, 1);
-	struct st_res d = { 0 };
-	char err[STRATEGY_ERR_MAX];
-	double t0;
-
-	cr_assert(st_wait_ready(s, true, 5));
-	st_push_ok(s, &c, 1, NULL);
-	cr_assert_eq(pg_server_pause(&own), 0);
-	t0 = st_now();
-	cr_assert_eq(ops->push_diffs(s, &c, 1, NULL, st_done_cb, &d, err), 0, "%s", err);
-	cr_assert(st_run_until(&d.done, 5), "no callback while paused");
-	cr_assert_eq(d.status, -1);
-	cr_assert_str_eq(d.err, "timeout");
-	cr_assert_leq(d.at - t0, (timeout_ms + 200) / 1000.0, "failed after %.0f ms",
-		      (d.at - t0) * 1000);
-	cr_assert_geq(d.at - t0, (timeout_ms - 20) / 1000.0, "failed early: %.0f ms",
-		      (d.at - t0) * 1000);
-	cr_log_info("paused store: push failed (\"%s\") after %.0f ms, timeout_ms %d", d.err,
-		    (d.at - t0) * 1000, timeout_ms);
-	cr_assert(!c.ok);
-	cr_assert(!ops->ready(s));
-	/* Submitted while connecting to the paused server: queued, then
-	 * failed by its own timer. */
-	st_run_for(0.1);
-	{
-		struct st_res r = { 0 };
-		uint32_t size = 60;
-		int rc = ops->get_counters(s, "ns", 2, &size, 1, 60, st_rows_cb, &r, err);
-
-		t0 = st_now();
-		if (rc == 0) {
-			cr_assert(st_run_until(&r.done, 5));
-			cr_assert_eq(r.status, -1);
-			cr_assert_leq(st_now() - t0, (timeout_ms + 200) / 1000.0);
-		} else {
-			cr_assert(strstr(err, "not connected"), "%s", err);
-		}
-	}
-	st_run_for(0.5); /* reconnect attempts against the paused server fail */
-	cr_assert(!ops->ready(s));
-	cr_assert_eq(pg_server_resume(&own), 0);
-	t0 = st_now();
-	cr_assert(st_wait_ready(s, true, 6), "no reconnection after SIGCONT");
-	cr_log_info("ready again %.0f ms after SIGCONT", (st_now() - t0) * 1000);
-	c.diff = 2;
-	st_push_ok(s, &c, 1, NULL);
-	/* The timed-out push may or may not have been applied: 1 + 2 (+1). */
-	cr_assert(c.total == 3 || c.total == 4, "total %g", c.total);
-	ops->destroy(s);
-}
-
-Test(postgres, restarted_server_reconnects, .init = own_start, .fini = own_stop)
-{
-	struct strategy *s = make(own.conninfo, "t_restart", "\"timeout_ms\": 300");
-	struct strategy_counter c = st_ctr("ns", "k", 1, 60, 60, 1);
-	struct st_res d = { 0 };
-	char err[STRATEGY_ERR_MAX];
-	double end;
-
-	cr_assert(st_wait_ready(s, true, 5));
-	st_push_ok(s, &c, 1, NULL);
-	cr_assert_eq(pg_server_stop(&own, 5000), 0);
-	/* The loss is noticed without any operation. */
-	end = st_now() + 2;
-	while (ops->ready(s) && st_now() < end)
-		ev_run(st_loop, EVRUN_ONCE);
-	cr_assert(!ops->ready(s), "still ready with the server stopped");
-	if (ops->push_diffs(s, &c, 1, NULL, st_done_cb, &d, err) == 0) {
-		cr_assert(st_run_until(&d.done, 1));
-		cr_assert_eq(d.status, -1);
-	}
-	st_run_for(0.3);
-	cr_assert_eq(pg_server_start(&own, 20000), 0, "%s", own.err);
-	cr_assert(st_wait_ready(s, true, 6), "no reconnection after restart");
-	c.diff = 2;
-	st_push_ok(s, &c, 1, NULL);
-	EQ(c.total, 3);
-	ops->destroy(s);
 }
 
 /* Reads an integer from the own server. */

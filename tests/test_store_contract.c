@@ -20,9 +20,11 @@
  * Criterion runs the tests (each in its own process: they find the
  * servers through ST_* environment variables); each case has its own
  * space on it: its own key prefix (Redis) or table (PostgreSQL), named
- * after the case. What only one store does (key layout, scripts,
- * NOSCRIPT, Cluster redirections, tables and SQL, a server paused or
- * killed under an instance) is tested in that store's file.
+ * after the case; the cases that pause or stop a server start one of
+ * their own (Redis, PostgreSQL). What only one store does (key layout,
+ * scripts, NOSCRIPT, Cluster redirections and failover, tables and SQL,
+ * the pool, what a server does with work sent before it stopped) is
+ * tested in that store's file.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -42,6 +44,7 @@
 #define ENV_REDIS    "ST_REDIS_PORT"
 #define ENV_CLUSTER  "ST_CLUSTER_PORTS"
 #define ENV_PG       "ST_PG_CONNINFO"
+#define ENV_PG_TPL   "ST_PG_TEMPLATE"
 
 #define START60 1700000040          /* a 60 s window start */
 #define NOW60   (START60 + 30)
@@ -88,6 +91,23 @@ struct store {
 				       (Redis answers its rows twice) */
 	/* what a refusal of a window size 0, of a diff not finite says */
 	const char *says_size0, *says_not_finite;
+	/* A server of the case's own, for the cases that stop it (NULL: the
+	 * store has none here): started; an instance on it with timeout_ms
+	 * own_timeout_ms; paused (SIGSTOP) or resumed; gone (SIGKILL, or a
+	 * fast shutdown) and back on its port; stopped and removed. */
+	void (*own_up)(void);
+	void (*own_opts)(char *out, size_t len);
+	int (*own_pause)(bool pause);
+	int (*own_gone)(void);
+	int (*own_back)(void);
+	void (*own_down)(void);
+	int own_timeout_ms;
+	double early_s;             /* a timeout may fire this much early (timer slack) */
+	double notice_s;            /* the longest to see a server gone */
+	double reconnect_s;         /* the longest to reconnect once it answers */
+	bool durable;               /* counts survive the server going */
+	bool timeout_says_only;     /* a timeout's error is "timeout", nothing more */
+	const char *lost_says;      /* an operation in flight when the server went */
 };
 
 static const struct store *f;       /* the store of the running test */
@@ -314,6 +334,86 @@ static double pg_tally(enum tally what, const char *ns)
 	return NAN;
 }
 
+/* ---------------------------------------------------------- own servers */
+
+static struct redis_server own_redis;
+static struct pg_server own_pg;
+static bool own_running;
+
+static void redis_own_up(void)
+{
+	memset(&own_redis, 0, sizeof(own_redis));
+	cr_assert_eq(redis_server_start(&own_redis, 5000), 0, "redis-server: %s", own_redis.err);
+}
+
+static void redis_own_opts(char *out, size_t len)
+{
+	snprintf(out, len, "{\"port\": %d, \"timeout_ms\": %d}", own_redis.port,
+		 f->own_timeout_ms);
+}
+
+static int redis_own_pause(bool pause)
+{
+	return pause ? redis_server_pause(&own_redis) : redis_server_resume(&own_redis);
+}
+
+static int redis_own_gone(void)
+{
+	return redis_server_kill(&own_redis);
+}
+
+static int redis_own_back(void)
+{
+	int rc = redis_server_restart(&own_redis, 5000);
+
+	cr_assert_eq(rc, 0, "%s", own_redis.err);
+	return rc;
+}
+
+static void redis_own_down(void)
+{
+	redis_server_stop(&own_redis, 2000);
+}
+
+static void pg_own_up(void)
+{
+	const char *tpl = getenv(ENV_PG_TPL);
+
+	cr_assert(tpl && *tpl, "no template cluster");
+	memset(&own_pg, 0, sizeof(own_pg));
+	cr_assert_eq(pg_server_create(&own_pg, tpl), 0, "%s", own_pg.err);
+	cr_assert_eq(pg_server_start(&own_pg, 20000), 0, "%s", own_pg.err);
+}
+
+static void pg_own_opts(char *out, size_t len)
+{
+	snprintf(out, len, "{\"conninfo\": \"%s\", \"table\": \"%s\", \"timeout_ms\": %d}",
+		 own_pg.conninfo, space, f->own_timeout_ms);
+}
+
+static int pg_own_pause(bool pause)
+{
+	return pause ? pg_server_pause(&own_pg) : pg_server_resume(&own_pg);
+}
+
+static int pg_own_gone(void)
+{
+	return pg_server_stop(&own_pg, 5000);
+}
+
+static int pg_own_back(void)
+{
+	int rc = pg_server_start(&own_pg, 20000);
+
+	cr_assert_eq(rc, 0, "%s", own_pg.err);
+	return rc;
+}
+
+static void pg_own_down(void)
+{
+	pg_server_destroy(&own_pg);
+}
+
 /* ---------------------------------------------------------- local */
 
 static void local_opts(char *out, size_t len)
@@ -331,6 +431,10 @@ static const struct store redis_store = {
 	.look = redis_look, .tally = redis_tally,
 	.remote = true, .dups_in_order = true,
 	.says_size0 = "window size 0", .says_not_finite = "not finite",
+	.own_up = redis_own_up, .own_opts = redis_own_opts, .own_pause = redis_own_pause,
+	.own_gone = redis_own_gone, .own_back = redis_own_back, .own_down = redis_own_down,
+	.own_timeout_ms = 100, .early_s = 0.01, .notice_s = 0.5, .reconnect_s = 5,
+	.lost_says = "connection lost",
 };
 
 static const struct store cluster_store = {
@@ -354,6 +458,10 @@ static const struct store pg_store = {
 	.may_take_while_away = true, .destroy_fails_the_next = true, .key_max = 2048,
 	.size_asked_twice_once = true,
 	.says_size0 = "window size out of range", .says_not_finite = "not a finite number",
+	.own_up = pg_own_up, .own_opts = pg_own_opts, .own_pause = pg_own_pause,
+	.own_gone = pg_own_gone, .own_back = pg_own_back, .own_down = pg_own_down,
+	.own_timeout_ms = 300, .early_s = 0.02, .notice_s = 2, .reconnect_s = 6,
+	.durable = true, .timeout_says_only = true, .lost_says = "terminating connection",
 };
 
 static const struct store local_store = {
@@ -382,6 +490,9 @@ static void on(const struct store *st, const char *name)
 static void off(void)
 {
 	st_teardown();
+	if (own_running)
+		f->own_down();
+	own_running = false;
 }
 
 TestSuite(contract_redis, .fini = off, .timeout = 60);
@@ -400,6 +511,14 @@ TestSuite(contract_local, .fini = off, .timeout = 60);
 	static void c(void);                                                   \
 	ON(contract_redis, redis_store, c)                                     \
 	ON(contract_redis_cluster, cluster_store, c)                           \
+	ON(contract_postgres, pg_store, c)                                     \
+	static void c(void)
+
+/* A case of the stores that have a server of its own here (Redis,
+ * PostgreSQL: a cluster is not stopped whole). */
+#define CONTRACT_OWN(c)                                                        \
+	static void c(void);                                                   \
+	ON(contract_redis, redis_store, c)                                     \
 	ON(contract_postgres, pg_store, c)                                     \
 	static void c(void)
 
@@ -424,6 +543,17 @@ static struct strategy *mk(void)
 static const struct strategy_ops *ops(void)
 {
 	return f->ops;
+}
+
+/* The case's own server started, and an instance on it, ready. */
+static struct strategy *own_mk(void)
+{
+	char json[512];
+
+	f->own_up();
+	own_running = true;
+	f->own_opts(json, sizeof(json));
+	return st_create_ready(6, "%s", json);
 }
 
 static long counters(const char *ns)
@@ -1492,6 +1622,134 @@ CONTRACT(heartbeat_counts_the_nodes_seen_within_ttl)
 }
 
 /* ------------------------------------------------------------------ */
+/* A store that stops answering, or goes and comes back               */
+/* ------------------------------------------------------------------ */
+
+#define SLACK_S 0.2                 /* how late a timeout may fire */
+
+/* While away: an operation is refused at once as not connected, or where
+ * a store may take it while reconnecting, fails within timeout_ms. */
+static void refused_while_away(int rc, struct st_res *r, const char *err, double t0)
+{
+	if (rc == -1) {
+		cr_assert(strstr(err, "not connected"), "%s", err);
+		return;
+	}
+	cr_assert(f->may_take_while_away, "taken while the store is away");
+	cr_assert(st_run_until(&r->done, 5.0));
+	cr_assert_eq(r->status, -1);
+	cr_assert_leq(st_now() - t0, f->own_timeout_ms / 1000.0 + SLACK_S);
+}
+
+/* A store that stops answering (SIGSTOP): the operation in flight fails
+ * within timeout_ms with a timeout, its counters not ok, the instance not
+ * ready; meanwhile operations are refused (or fail in time); once it
+ * answers again the instance reconnects by itself, and the push that
+ * timed out may or may not have been applied. */
+CONTRACT_OWN(paused_store_times_out_then_recovers)
+{
+	const double t = f->own_timeout_ms / 1000.0;
+	struct strategy *s = own_mk();
+	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1) };
+	static const uint32_t sizes[] = { 60 };
+	struct st_res r = { 0 }, w[2] = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+	double t0;
+	int rc;
+
+	st_push_ok(s, b, 1, NULL);
+	cr_assert_eq(f->own_pause(true), 0);
+	t0 = st_now();
+	cr_assert_eq(ops()->push_diffs(s, b, 1, NULL, st_done_cb, &r, err), 0, "%s", err);
+	cr_assert(st_run_until(&r.done, 5.0), "no callback while paused");
+	cr_assert_eq(r.status, -1);
+	if (f->timeout_says_only)
+		cr_assert_str_eq(r.err, "timeout");
+	cr_assert(strstr(r.err, "timeout"), "%s", r.err);
+	cr_assert(!b[0].ok);
+	cr_assert_leq(r.at - t0, t + SLACK_S, "failed after %.3f s", r.at - t0);
+	cr_assert_geq(r.at - t0, t - f->early_s, "failed early, after %.3f s", r.at - t0);
+	cr_assert(!ops()->ready(s));
+	cr_log_info("%s paused: \"%s\" after %.3f s, timeout_ms %d", f->name, r.err, r.at - t0,
+		    f->own_timeout_ms);
+
+	/* while it is stopped, reconnect attempts time out */
+	st_run_for(0.1);
+	t0 = st_now();
+	rc = ops()->push_diffs(s, b, 1, NULL, st_done_cb, &w[0], err);
+	refused_while_away(rc, &w[0], err, t0);
+	t0 = st_now();
+	rc = ops()->get_counters(s, "ns", 2, sizes, 1, NOW60, st_rows_cb, &w[1], err);
+	refused_while_away(rc, &w[1], err, t0);
+	st_run_for(0.5);
+	cr_assert(!ops()->ready(s));
+
+	cr_assert_eq(f->own_pause(false), 0);
+	t0 = st_now();
+	cr_assert(st_wait_ready(s, true, f->reconnect_s), "no reconnection after SIGCONT");
+	cr_log_info("%s: ready again %.0f ms after SIGCONT", f->name, (st_now() - t0) * 1000);
+	b[0].diff = 2;
+	st_push_ok(s, b, 1, NULL);
+	cr_assert(b[0].total == 3 || b[0].total == 4, "total %g", b[0].total);
+	ops()->destroy(s);
+}
+
+/* A store that goes (killed, or shut down) and comes back on its port,
+ * twice: an operation taken before the loop saw it go fails within
+ * timeout_ms; that it went is seen (not ready), with an operation or
+ * without; operations are refused meanwhile (or fail in time); the
+ * instance reconnects by itself, and the counts are the store's (a
+ * Redis without persistence starts from 0). */
+CONTRACT_OWN(gone_store_fails_then_reconnects)
+{
+	const double t = f->own_timeout_ms / 1000.0;
+	struct strategy *s = own_mk();
+	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1) };
+	struct st_res r = { 0 }, w = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+	double t0, end;
+	int rc;
+
+	st_push_ok(s, b, 1, NULL);
+	cr_assert_eq(f->own_gone(), 0);
+	/* the loop has not seen it go yet: the operation starts, then fails */
+	t0 = st_now();
+	cr_assert_eq(ops()->push_diffs(s, b, 1, NULL, st_done_cb, &r, err), 0, "%s", err);
+	cr_assert(st_run_until(&r.done, 3.0));
+	cr_assert_eq(r.status, -1);
+	cr_assert(strstr(r.err, f->lost_says) || strstr(r.err, "timeout"), "%s", r.err);
+	cr_assert_leq(r.at - t0, t + SLACK_S, "failed after %.3f s", r.at - t0);
+	cr_assert(st_wait_ready(s, false, f->notice_s));
+	cr_log_info("%s gone: \"%s\" after %.3f s", f->name, r.err, r.at - t0);
+	t0 = st_now();
+	rc = ops()->push_diffs(s, b, 1, NULL, st_done_cb, &w, err);
+	refused_while_away(rc, &w, err, t0);
+	st_run_for(0.3);       /* a few refused attempts, backing off */
+	f->own_back();
+	cr_assert(st_wait_ready(s, true, f->reconnect_s), "no reconnection after restart");
+	st_push_ok(s, b, 1, NULL);
+	cr_assert_eq(b[0].total, f->durable ? 2 : 1, "%g", b[0].total);
+
+	/* again, seen without any operation */
+	cr_assert_eq(f->own_gone(), 0);
+	end = st_now() + f->notice_s;
+	while (ops()->ready(s) && st_now() < end)
+		ev_run(st_loop, EVRUN_ONCE);
+	cr_assert(!ops()->ready(s), "still ready with the server gone");
+	memset(&w, 0, sizeof(w));
+	t0 = st_now();
+	rc = ops()->push_diffs(s, b, 1, NULL, st_done_cb, &w, err);
+	refused_while_away(rc, &w, err, t0);
+	st_run_for(0.3);
+	f->own_back();
+	cr_assert(st_wait_ready(s, true, f->reconnect_s), "no reconnection after restart");
+	b[0].diff = 2;
+	st_push_ok(s, b, 1, NULL);
+	cr_assert_eq(b[0].total, f->durable ? 4 : 2, "%g", b[0].total);
+	ops()->destroy(s);
+}
+
+/* ------------------------------------------------------------------ */
 /* The servers, one per store for the whole binary                    */
 /* ------------------------------------------------------------------ */
 
@@ -1522,8 +1780,10 @@ int main(int argc, char *argv[])
 				setenv(ENV_CLUSTER, ports, 1);
 			}
 		}
-		if (pg_server_start_shared(&tpl, &pg, "test_store_contract") == 0)
+		if (pg_server_start_shared(&tpl, &pg, "test_store_contract") == 0) {
 			setenv(ENV_PG, pg.conninfo, 1);
+			setenv(ENV_PG_TPL, tpl.data, 1);
+		}
 		result = !criterion_run_all_tests(tests);
 	}
 	pg_server_destroy(&pg);
