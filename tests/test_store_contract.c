@@ -35,6 +35,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <libpq-fe.h>
+
 #include "strategies/strategy.h"
 #include "tests/lib/pg_server.h"
 #include "tests/lib/redis_cluster.h"
@@ -108,15 +110,33 @@ struct store {
 	bool durable;               /* counts survive the server going */
 	bool timeout_says_only;     /* a timeout's error is "timeout", nothing more */
 	const char *lost_says;      /* an operation in flight when the server went */
+	bool resend_may_wait;       /* a resend after a timeout may wait on the stuck
+				       push's locks past timeout_ms (else it goes through) */
 };
 
 static const struct store *f;       /* the store of the running test */
 static char space[64];              /* the case's key prefix / table */
 
-/* The test's servers, from the environment main() set. */
+/* The test's servers, from the environment main() set (or the case's
+ * own), and a connection to each for looking into them. */
 static struct redis_server rsrv[REDIS_CLUSTER_MAX];
+static redisContext *rctx[REDIS_CLUSTER_MAX];
 static size_t nrsrv;
 static const char *pg_conninfo;
+static PGconn *pgc;
+
+/* Closes the connections that look into the store. */
+static void look_close(void)
+{
+	for (size_t i = 0; i < REDIS_CLUSTER_MAX; i++) {
+		if (rctx[i])
+			redisFree(rctx[i]);
+		rctx[i] = NULL;
+	}
+	if (pgc)
+		PQfinish(pgc);
+	pgc = NULL;
+}
 
 /* ---------------------------------------------------------- Redis */
 
@@ -170,6 +190,31 @@ static int redis_hash(char *out, size_t len, const char *ns, const char *key, si
 			redis_server_bucket(key, key_len), kind, size, (long long)start);
 }
 
+/* The connection to server i, made at the first call. */
+static redisContext *rconn(size_t i)
+{
+	if (!rctx[i])
+		cr_assert_not_null(rctx[i] = redis_server_connect(&rsrv[i]), "%s", rsrv[i].err);
+	return rctx[i];
+}
+
+/* A command on server i (connected again if the connection broke); the
+ * reply, asserted. */
+static redisReply *rcmd(size_t i, int argc, const char **argv, const size_t *lens)
+{
+	redisReply *rep = NULL;
+
+	for (int tries = 0; tries < 2 && !rep; tries++) {
+		rep = redisCommandArgv(rconn(i), argc, argv, lens);
+		if (!rep) {
+			redisFree(rctx[i]);
+			rctx[i] = NULL;
+		}
+	}
+	cr_assert_not_null(rep, "%s on server %zu", argv[0], i);
+	return rep;
+}
+
 /* HGET on whichever server holds the hash (the others answer MOVED);
  * NAN if none has the field. */
 static double redis_look(bool reserved, const char *ns, const char *key, size_t key_len,
@@ -183,9 +228,8 @@ static double redis_look(bool reserved, const char *ns, const char *key, size_t 
 	lens[1] = (size_t)redis_hash(h, sizeof(h), ns, key, key_len, reserved ? "r:" : "", size,
 				     start);
 	for (size_t i = 0; i < nrsrv; i++) {
-		redisReply *rep = redis_server_commandargv(&rsrv[i], 3, argv, lens);
+		redisReply *rep = rcmd(i, 3, argv, lens);
 
-		cr_assert_not_null(rep, "%s", rsrv[i].err);
 		if (rep->type == REDIS_REPLY_STRING)
 			v = strtod(rep->str, NULL);
 		freeReplyObject(rep);
@@ -207,10 +251,9 @@ static double redis_tally(enum tally what, const char *ns)
 		taglen = (size_t)snprintf(tag, sizeof(tag), "%s:{%s%s:", space,
 					  ns[0] == '}' ? "\x01" : "", ns);
 	for (size_t i = 0; i < nrsrv; i++) {
-		redisContext *c = redis_server_connect(&rsrv[i]);
+		redisContext *c = rconn(i);
 		char cursor[32] = "0";
 
-		cr_assert_not_null(c, "%s", rsrv[i].err);
 		do {
 			redisReply *rep = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor,
 						       pattern);
@@ -246,7 +289,6 @@ static double redis_tally(enum tally what, const char *ns)
 			}
 			freeReplyObject(rep);
 		} while (strcmp(cursor, "0") != 0);
-		redisFree(c);
 	}
 	return what == T_TOTAL ? sum : n;
 }
@@ -269,18 +311,28 @@ static void pg_dead_opts(char *out, size_t len)
 static double pg_value(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static double pg_value(const char *fmt, ...)
 {
-	char out[256];
+	PGresult *res;
 	char *sql;
 	va_list ap;
-	int rows;
+	double v = NAN;
 
 	va_start(ap, fmt);
 	cr_assert_geq(vasprintf(&sql, fmt, ap), 0);
 	va_end(ap);
-	rows = pg_server_query(pg_conninfo, sql, out, sizeof(out));
-	cr_assert_geq(rows, 0, "%.200s: %s", sql, out);
+	if (!pgc || PQstatus(pgc) != CONNECTION_OK) {
+		if (pgc)
+			PQfinish(pgc);
+		pgc = PQconnectdb(pg_conninfo);
+		cr_assert_eq(PQstatus(pgc), CONNECTION_OK, "%s", PQerrorMessage(pgc));
+	}
+	res = PQexec(pgc, sql);
+	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%.200s: %s", sql,
+		     PQerrorMessage(pgc));
+	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
+		v = strtod(PQgetvalue(res, 0, 0), NULL);
+	PQclear(res);
 	free(sql);
-	return rows == 0 || out[0] == '\0' ? NAN : strtod(out, NULL);
+	return v;
 }
 
 /* bytes as a bytea literal's text: \x<hex> (malloc'd) */
@@ -348,8 +400,8 @@ static void redis_own_up(void)
 
 static void redis_own_opts(char *out, size_t len)
 {
-	snprintf(out, len, "{\"port\": %d, \"timeout_ms\": %d}", own_redis.port,
-		 f->own_timeout_ms);
+	snprintf(out, len, "{\"port\": %d, \"timeout_ms\": %d, \"prefix\": \"%s\"}",
+		 own_redis.port, f->own_timeout_ms, space);
 }
 
 static int redis_own_pause(bool pause)
@@ -462,6 +514,7 @@ static const struct store pg_store = {
 	.own_gone = pg_own_gone, .own_back = pg_own_back, .own_down = pg_own_down,
 	.own_timeout_ms = 300, .early_s = 0.02, .notice_s = 2, .reconnect_s = 6,
 	.durable = true, .timeout_says_only = true, .lost_says = "terminating connection",
+	.resend_may_wait = true,
 };
 
 static const struct store local_store = {
@@ -490,6 +543,7 @@ static void on(const struct store *st, const char *name)
 static void off(void)
 {
 	st_teardown();
+	look_close();
 	if (own_running)
 		f->own_down();
 	own_running = false;
@@ -552,6 +606,13 @@ static struct strategy *own_mk(void)
 
 	f->own_up();
 	own_running = true;
+	look_close();
+	if (f == &redis_store) {
+		rsrv[0] = own_redis;
+		nrsrv = 1;
+	} else {
+		pg_conninfo = own_pg.conninfo;
+	}
 	f->own_opts(json, sizeof(json));
 	return st_create_ready(6, "%s", json);
 }
@@ -1746,6 +1807,115 @@ CONTRACT_OWN(gone_store_fails_then_reconnects)
 	b[0].diff = 2;
 	st_push_ok(s, b, 1, NULL);
 	cr_assert_eq(b[0].total, f->durable ? 4 : 2, "%g", b[0].total);
+	ops()->destroy(s);
+}
+
+/* The first try of a push with a token times out while the store is
+ * stopped: what it sent sits in the server's socket buffer, and the
+ * server runs some or all of it once it goes on (its client gone by
+ * then). Resent as the sync loop does (the counters not confirmed, the
+ * same token, until all are: PostgreSQL's resend may wait on the stuck
+ * transaction's locks past its timeout) after reconnecting, every counter
+ * is counted exactly once; and once more (a second timeout that was in
+ * fact applied) adds nothing.
+ * 1500 keys of two namespaces and 2500 copies of one (several calls or
+ * chunks of a store). */
+/* Pushes the counters of b[0..n) not confirmed yet with token, as the
+ * sync loop does: again (once ready) while a try times out, ten tries at
+ * most; asserts they all are confirmed. Returns the tries. */
+static int push_until_confirmed(struct strategy *s, struct strategy_counter *b, size_t n,
+				const char *token)
+{
+	struct strategy_counter *rs = calloc(n, sizeof(*rs));
+	size_t *idx = calloc(n, sizeof(*idx)), nrs;
+	struct st_res r = { 0 };
+	int tries = 0;
+
+	cr_assert(rs && idx);
+	do {
+		nrs = 0;
+		for (size_t i = 0; i < n; i++)
+			if (!b[i].ok) {
+				idx[nrs] = i;
+				rs[nrs++] = b[i];
+			}
+		cr_assert(st_wait_ready(s, true, f->reconnect_s), "no reconnection");
+		st_push(s, rs, nrs, token, &r);
+		for (size_t i = 0; i < nrs; i++)
+			b[idx[i]] = rs[i];
+		cr_assert(r.status == 0 || strstr(r.err, "timeout"), "resend: %s", r.err);
+	} while (r.status != 0 && ++tries < 10);
+	cr_assert_eq(r.status, 0, "tried %d times: %s", tries + 1, r.err);
+	for (size_t i = 0; i < n; i++)
+		cr_assert(b[i].ok, "counter %zu not confirmed", i);
+	free(rs);
+	free(idx);
+	return tries + 1;
+}
+
+CONTRACT_OWN(token_resend_after_a_timeout_counts_each_once)
+{
+	enum { K = 1500, H = 2500, N = K + H };
+	struct strategy *s = own_mk();
+	static char keys[K][12];
+	static struct strategy_counter b[N], first[N];
+	struct st_res r = { 0 };
+	char err[STRATEGY_ERR_MAX] = "";
+	size_t ok = 0, nfirst = 0;
+	int applied = 0, tries;
+	double hot;
+
+	for (int i = 0; i < K; i++) {
+		snprintf(keys[i], sizeof(keys[i]), "u%d", i);
+		b[i] = ST_C(i % 2 ? "stuck" : "held", keys[i], START60, 60, i % 7 + 1);
+	}
+	for (int i = K; i < N; i++)
+		b[i] = ST_C("stuck", "hot", START60, 60, 1);
+
+	cr_assert_eq(f->own_pause(true), 0);
+	cr_assert_eq(ops()->push_diffs(s, b, N, "stuck-1", st_done_cb, &r, err), 0, "%s", err);
+	cr_assert(st_run_until(&r.done, 5.0));
+	cr_assert_eq(r.status, -1);
+	cr_assert(strstr(r.err, "timeout"), "%s", r.err);
+	cr_assert_eq(f->own_pause(false), 0);
+	cr_assert(st_wait_ready(s, true, f->reconnect_s), "no reconnection after SIGCONT");
+
+	/* what the server did with the stuck push so far (for the log) */
+	for (int i = 0; i < K; i++)
+		applied += !isnan(stored(b[i].ns, keys[i], strlen(keys[i]), 60, START60));
+	hot = stored("stuck", "hot", 3, 60, START60);
+	cr_log_info("%s: after SIGCONT the stuck push had applied %d of %d keys, hot = %g",
+		    f->name, applied, K, isnan(hot) ? 0 : hot);
+
+	/* resend what was not confirmed, as the sync loop does */
+	for (int i = 0; i < N; i++) {
+		ok += b[i].ok;
+		if (!b[i].ok)
+			first[nfirst++] = b[i];
+	}
+	cr_assert_eq(ok + nfirst, (size_t)N);
+	tries = push_until_confirmed(s, b, N, "stuck-1");
+	cr_log_info("%s: confirmed after %d resend(s)", f->name, tries);
+	cr_assert(tries == 1 || f->resend_may_wait, "%d resends", tries);
+	for (size_t i = 0; i < N; i++) {
+		if (strcmp(b[i].key, "hot") != 0)
+			cr_assert_eq(b[i].total, b[i].diff, "%s: total %g, want %g", b[i].key,
+				     b[i].total, b[i].diff);
+	}
+	for (int i = 0; i < K; i++) {
+		double v = stored(b[i].ns, keys[i], strlen(keys[i]), 60, START60);
+
+		cr_assert_eq(v, b[i].diff, "%s counted %g times", keys[i], v / b[i].diff);
+	}
+	cr_assert_eq(stored("stuck", "hot", 3, 60, START60), H);
+	cr_assert_eq(b[N - 1].total, H);
+
+	/* and once more (a second timeout that was in fact applied) */
+	tries = push_until_confirmed(s, first, nfirst, "stuck-1");
+	cr_log_info("%s: once more, confirmed after %d tries", f->name, tries);
+	cr_assert(tries == 1 || f->resend_may_wait, "%d tries", tries);
+	cr_assert_eq(stored("stuck", "hot", 3, 60, START60), H);
+	cr_assert_eq(stored("held", "u0", 2, 60, START60), 1);
 	ops()->destroy(s);
 }
 
