@@ -298,7 +298,7 @@ Test(postgres, failed_chunk_fails_the_push_and_only_its_counters)
 	struct strategy_counter *c = calloc(N + 1, sizeof(*c));
 	char(*keys)[16] = calloc(N, 16);
 	struct st_res d = { 0 };
-	char out[256], err[STRATEGY_ERR_MAX];
+	char out[256];
 	size_t ok = 0;
 
 	cr_assert(c && keys);
@@ -315,8 +315,7 @@ Test(postgres, failed_chunk_fails_the_push_and_only_its_counters)
 		c[i] = st_ctr("cf", keys[i], (size_t)n, 600, 60, 1);
 	}
 	c[N] = st_ctr("cf", "zbad", 4, 600, 60, 1); /* sorts last: the last chunk */
-	cr_assert_eq(ops->push_diffs(s, c, N + 1, NULL, st_done_cb, &d, err), 0, "%s", err);
-	cr_assert(st_run_until(&d.done, 10));
+	st_push(s, c, N + 1, NULL, &d);
 	cr_assert_eq(d.status, -1);
 	cr_assert(strstr(d.err, "check constraint"), "%s", d.err);
 	for (size_t i = 0; i <= N; i++) {
@@ -329,9 +328,7 @@ Test(postgres, failed_chunk_fails_the_push_and_only_its_counters)
 	cr_assert(ok > 0 && ok < N, "%zu ok", ok);
 	cr_assert_eq(query_int("SELECT count(*) FROM t_chunkfail"), (long long)ok);
 	/* The key that failed fails alone next time. */
-	memset(&d, 0, sizeof(d));
-	cr_assert_eq(ops->push_diffs(s, c, N, NULL, st_done_cb, &d, err), 0, "%s", err);
-	cr_assert(st_run_until(&d.done, 10));
+	st_push(s, c, N, NULL, &d);
 	cr_assert_eq(d.status, 0, "%s", d.err);
 	ops->destroy(s);
 	free(c);
