@@ -4,559 +4,50 @@
  * Cluster (three masters), PostgreSQL, and the local strategy where it
  * applies (its ops table, and refusing at once what it cannot do).
  *
- * A case is a function of the store's fixture (struct store): how to make
- * an instance, and how to look into the store behind the strategy's back
- * (a counter's count and reservation, how many counters, records and
- * tokens it holds), with the few ways stores may differ that strategy.h
- * leaves open, each named in the fixture (the totals of a counter twice in
- * one batch, the heartbeat's clock, an empty reservation, an operation
- * taken while reconnecting, the longest key, a window size asked twice,
- * the words of a refusal). CONTRACT() defines one Criterion test per
- * (case, store): contract_redis::push_returns_totals,
- * contract_postgres::push_returns_totals, ...; CONTRACT_ALL() adds the
- * local strategy (contract_local::...).
+ * A case is written once, as a function of the store's fixture (struct
+ * store, tests/lib/stores.h: how to make an instance, how to look into
+ * the store behind the strategy's back, a server of the case's own, and
+ * the few ways stores may differ that strategy.h leaves open, each named
+ * there). CONTRACT() defines one Criterion test per (case, store):
+ * contract_redis::push_returns_totals,
+ * contract_redis_cluster::push_returns_totals,
+ * contract_postgres::push_returns_totals; CONTRACT_ALL() adds the local
+ * strategy (contract_local::...), CONTRACT_OWN() is for the stores whose
+ * server a case pauses or stops (Redis, PostgreSQL).
  *
  * One server per store for the whole binary, started by main() before
- * Criterion runs the tests (each in its own process: they find the
- * servers through ST_* environment variables); each case has its own
- * space on it: its own key prefix (Redis) or table (PostgreSQL), named
- * after the case; the cases that pause or stop a server start one of
- * their own (Redis, PostgreSQL). What only one store does (key layout,
- * scripts, NOSCRIPT, Cluster redirections and failover, tables and SQL,
- * the pool, what a server does with work sent before it stopped) is
- * tested in that store's file.
+ * Criterion runs the tests; each case has its own space on it: its own
+ * key prefix (Redis) or table (PostgreSQL), named after the case. What
+ * only one store does (key layout, scripts, NOSCRIPT, Cluster redirections
+ * and failover, tables and SQL, the pool, what a server does with work
+ * sent before it stopped) is tested in that store's file.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <ev.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include <libpq-fe.h>
-
 #include "strategies/strategy.h"
-#include "tests/lib/pg_server.h"
-#include "tests/lib/redis_cluster.h"
-#include "tests/lib/redis_server.h"
 #include "tests/lib/storetest.h"
-
-#define ENV_REDIS    "ST_REDIS_PORT"
-#define ENV_CLUSTER  "ST_CLUSTER_PORTS"
-#define ENV_PG       "ST_PG_CONNINFO"
-#define ENV_PG_TPL   "ST_PG_TEMPLATE"
+#include "tests/lib/stores.h"
 
 #define START60 1700000040          /* a 60 s window start */
 #define NOW60   (START60 + 30)
-#define TIMEOUT_MS 5000             /* timeouts are not what these cases test */
-
-/* ------------------------------------------------------------------ */
-/* Fixtures                                                           */
-/* ------------------------------------------------------------------ */
-
-enum tally { T_COUNTERS, T_TOTAL, T_OBJECTS, T_TOKENS };
-
-struct store {
-	const char *name;
-	const struct strategy_ops *ops;
-	/* Options of an instance in the case's space; of one whose store
-	 * nobody answers. */
-	void (*opts)(char *out, size_t len);
-	void (*dead_opts)(char *out, size_t len);
-	/* options create() and check_opts() refuse, and what they say */
-	const char *bad_opts, *bad_opts_says;
-	/* what a refusal while the store is away says, and why (NULL: not
-	 * checked) */
-	const char *refusal, *refusal_why;
-	/* Straight from the store, in the case's space: a counter's count,
-	 * or with reserved its reservation (NAN: none); a number (enum
-	 * tally) of the counters of a namespace or the sum of their counts,
-	 * of the records of any kind (Redis keys, rows of the table), of the
-	 * tokens remembered. */
-	double (*look)(bool reserved, const char *ns, const char *key, size_t key_len,
-		       uint32_t size, int64_t start);
-	double (*tally)(enum tally what, const char *ns);
-	/* The ways stores may differ: */
-	bool remote;                /* a central store: admit, heartbeat */
-	bool dups_in_order;         /* a counter twice in a batch: each gets the running
-				       total (else each the batch's final total) */
-	bool store_clock;           /* heartbeats count with the store's clock */
-	bool keeps_empty_reservation; /* a reservation back at 0 stays (else it is gone) */
-	bool may_take_while_away;   /* an operation may be taken while reconnecting, then
-				       fail in time (else refused at once) */
-	bool destroy_fails_the_next; /* destroyed from a callback, the next operation
-					fails (else it may have completed) */
-	size_t key_max;             /* the longest key taken (0: no limit) */
-	bool size_asked_twice_once; /* get_counters: a size asked twice answers once
-				       (Redis answers its rows twice) */
-	/* what a refusal of a window size 0, of a diff not finite says */
-	const char *says_size0, *says_not_finite;
-	/* A server of the case's own, for the cases that stop it (NULL: the
-	 * store has none here): started; an instance on it with timeout_ms
-	 * own_timeout_ms; paused (SIGSTOP) or resumed; gone (SIGKILL, or a
-	 * fast shutdown) and back on its port; stopped and removed. */
-	void (*own_up)(void);
-	void (*own_opts)(char *out, size_t len);
-	int (*own_pause)(bool pause);
-	int (*own_gone)(void);
-	int (*own_back)(void);
-	void (*own_down)(void);
-	int own_timeout_ms;
-	double early_s;             /* a timeout may fire this much early (timer slack) */
-	double notice_s;            /* the longest to see a server gone */
-	double reconnect_s;         /* the longest to reconnect once it answers */
-	bool durable;               /* counts survive the server going */
-	bool timeout_says_only;     /* a timeout's error is "timeout", nothing more */
-	const char *lost_says;      /* an operation in flight when the server went */
-	bool resend_may_wait;       /* a resend after a timeout may wait on the stuck
-				       push's locks past timeout_ms (else it goes through) */
-};
 
 static const struct store *f;       /* the store of the running test */
-static char space[64];              /* the case's key prefix / table */
 
-/* The test's servers, from the environment main() set (or the case's
- * own), and a connection to each for looking into them. */
-static struct redis_server rsrv[REDIS_CLUSTER_MAX];
-static redisContext *rctx[REDIS_CLUSTER_MAX];
-static size_t nrsrv;
-static const char *pg_conninfo;
-static PGconn *pgc;
-
-/* Closes the connections that look into the store. */
-static void look_close(void)
-{
-	for (size_t i = 0; i < REDIS_CLUSTER_MAX; i++) {
-		if (rctx[i])
-			redisFree(rctx[i]);
-		rctx[i] = NULL;
-	}
-	if (pgc)
-		PQfinish(pgc);
-	pgc = NULL;
-}
-
-/* ---------------------------------------------------------- Redis */
-
-static void redis_env(const char *var)
-{
-	const char *v = getenv(var);
-
-	cr_assert(v && *v, "no %s: the server did not start (see the runner's output)", var);
-	nrsrv = 0;
-	while (*v && nrsrv < REDIS_CLUSTER_MAX) {
-		memset(&rsrv[nrsrv], 0, sizeof(rsrv[nrsrv]));
-		rsrv[nrsrv++].port = atoi(v);
-		v += strcspn(v, ",");
-		v += *v == ',';
-	}
-}
-
-static void redis_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{\"port\": %d, \"timeout_ms\": %d, \"prefix\": \"%s\"}", rsrv[0].port,
-		 TIMEOUT_MS, space);
-}
-
-static void redis_dead_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{\"port\": 1, \"timeout_ms\": 50}");
-}
-
-static void cluster_opts(char *out, size_t len)
-{
-	int n = snprintf(out, len, "{\"timeout_ms\": %d, \"prefix\": \"%s\", \"cluster_nodes\": [",
-			 TIMEOUT_MS, space);
-
-	for (size_t i = 0; i < nrsrv; i++)
-		n += snprintf(out + n, len - (size_t)n, "%s\"127.0.0.1:%d\"", i ? ", " : "",
-			      rsrv[i].port);
-	snprintf(out + n, len - (size_t)n, "]}");
-}
-
-static void cluster_dead_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{\"cluster_nodes\": [\"127.0.0.1:1\"], \"timeout_ms\": 50}");
-}
-
-/* "<space>:{<ns>:<bucket>}:<kind><size>:<start>", the strategy's layout
- * (strategies/redis.c; a namespace starting with '}' gets a mark). */
-static int redis_hash(char *out, size_t len, const char *ns, const char *key, size_t key_len,
-		      const char *kind, uint32_t size, int64_t start)
-{
-	return snprintf(out, len, "%s:{%s%s:%u}:%s%u:%lld", space, ns[0] == '}' ? "\x01" : "", ns,
-			redis_server_bucket(key, key_len), kind, size, (long long)start);
-}
-
-/* The connection to server i, made at the first call. */
-static redisContext *rconn(size_t i)
-{
-	if (!rctx[i])
-		cr_assert_not_null(rctx[i] = redis_server_connect(&rsrv[i]), "%s", rsrv[i].err);
-	return rctx[i];
-}
-
-/* A command on server i (connected again if the connection broke); the
- * reply, asserted. */
-static redisReply *rcmd(size_t i, int argc, const char **argv, const size_t *lens)
-{
-	redisReply *rep = NULL;
-
-	for (int tries = 0; tries < 2 && !rep; tries++) {
-		rep = redisCommandArgv(rconn(i), argc, argv, lens);
-		if (!rep) {
-			redisFree(rctx[i]);
-			rctx[i] = NULL;
-		}
-	}
-	cr_assert_not_null(rep, "%s on server %zu", argv[0], i);
-	return rep;
-}
-
-/* HGET on whichever server holds the hash (the others answer MOVED);
- * NAN if none has the field. */
-static double redis_look(bool reserved, const char *ns, const char *key, size_t key_len,
-			 uint32_t size, int64_t start)
-{
-	char h[256];
-	const char *argv[3] = { "HGET", h, key };
-	size_t lens[3] = { 4, 0, key_len };
-	double v = NAN;
-
-	lens[1] = (size_t)redis_hash(h, sizeof(h), ns, key, key_len, reserved ? "r:" : "", size,
-				     start);
-	for (size_t i = 0; i < nrsrv; i++) {
-		redisReply *rep = rcmd(i, 3, argv, lens);
-
-		if (rep->type == REDIS_REPLY_STRING)
-			v = strtod(rep->str, NULL);
-		freeReplyObject(rep);
-	}
-	return v;
-}
-
-/* Over every key of the case's space on every server: the keys, the
- * token keys, or the fields of the counters' hashes of namespace ns (their
- * number, or the sum of their values). */
-static double redis_tally(enum tally what, const char *ns)
-{
-	double n = 0, sum = 0;
-	char pattern[80], tag[128];
-	size_t taglen = 0;
-
-	snprintf(pattern, sizeof(pattern), "%s:*", space);
-	if (ns)
-		taglen = (size_t)snprintf(tag, sizeof(tag), "%s:{%s%s:", space,
-					  ns[0] == '}' ? "\x01" : "", ns);
-	for (size_t i = 0; i < nrsrv; i++) {
-		redisContext *c = rconn(i);
-		char cursor[32] = "0";
-
-		do {
-			redisReply *rep = redisCommand(c, "SCAN %s MATCH %s COUNT 1000", cursor,
-						       pattern);
-
-			cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2, "SCAN");
-			snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
-			for (size_t k = 0; k < rep->element[1]->elements; k++) {
-				const redisReply *key = rep->element[1]->element[k];
-				const char *rest = strstr(key->str, "}:");
-				bool counter, token;
-
-				if (what == T_OBJECTS) {
-					n++;
-					continue;
-				}
-				token = rest && strncmp(rest + 2, "tok:", 4) == 0;
-				counter = rest && !token && strncmp(rest + 2, "r:", 2) != 0 &&
-					  strstr(key->str, ":nodes}") == NULL;
-				if (what == T_TOKENS) {
-					n += token;
-					continue;
-				}
-				if (!counter || (ns && (key->len < taglen ||
-							memcmp(key->str, tag, taglen) != 0)))
-					continue;
-				redisReply *vals = redisCommand(c, "HVALS %b", key->str, key->len);
-
-				cr_assert(vals && vals->type == REDIS_REPLY_ARRAY, "HVALS");
-				n += (double)vals->elements;
-				for (size_t v = 0; v < vals->elements; v++)
-					sum += strtod(vals->element[v]->str, NULL);
-				freeReplyObject(vals);
-			}
-			freeReplyObject(rep);
-		} while (strcmp(cursor, "0") != 0);
-	}
-	return what == T_TOTAL ? sum : n;
-}
-
-/* ---------------------------------------------------------- PostgreSQL */
-
-static void pg_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{\"conninfo\": \"%s\", \"table\": \"%s\", \"timeout_ms\": %d}",
-		 pg_conninfo, space, TIMEOUT_MS);
-}
-
-static void pg_dead_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{\"conninfo\": \"host=127.0.0.1 port=1\", \"timeout_ms\": 200}");
-}
-
-/* The first column of the first row of sql (a printf format), or NAN
- * when there is no row or it is NULL. */
-static double pg_value(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static double pg_value(const char *fmt, ...)
-{
-	PGresult *res;
-	char *sql;
-	va_list ap;
-	double v = NAN;
-
-	va_start(ap, fmt);
-	cr_assert_geq(vasprintf(&sql, fmt, ap), 0);
-	va_end(ap);
-	if (!pgc || PQstatus(pgc) != CONNECTION_OK) {
-		if (pgc)
-			PQfinish(pgc);
-		pgc = PQconnectdb(pg_conninfo);
-		cr_assert_eq(PQstatus(pgc), CONNECTION_OK, "%s", PQerrorMessage(pgc));
-	}
-	res = PQexec(pgc, sql);
-	cr_assert_eq(PQresultStatus(res), PGRES_TUPLES_OK, "%.200s: %s", sql,
-		     PQerrorMessage(pgc));
-	if (PQntuples(res) > 0 && !PQgetisnull(res, 0, 0))
-		v = strtod(PQgetvalue(res, 0, 0), NULL);
-	PQclear(res);
-	free(sql);
-	return v;
-}
-
-/* bytes as a bytea literal's text: \x<hex> (malloc'd) */
-static char *pg_hex(const char *p, size_t n)
-{
-	char *h = malloc(2 * n + 3);
-
-	cr_assert_not_null(h);
-	strcpy(h, "\\x");
-	for (size_t i = 0; i < n; i++)
-		sprintf(h + 2 + 2 * i, "%02x", (unsigned char)p[i]);
-	return h;
-}
-
-static double pg_look(bool reserved, const char *ns, const char *key, size_t key_len,
-		      uint32_t size, int64_t start)
-{
-	char *hns = pg_hex(ns, strlen(ns)), *hkey = pg_hex(key, key_len);
-	double v = pg_value("SELECT %s FROM %s WHERE namespace = convert_from('%s'::bytea, "
-			    "'UTF8') AND key = '%s'::bytea AND window_size = %u AND "
-			    "window_start = %lld", reserved ? "reserved" : "count", space, hns, hkey, size,
-			    (long long)start);
-
-	free(hns);
-	free(hkey);
-	return v;
-}
-
-static double pg_of_ns(const char *what, const char *ns)
-{
-	char *hns = pg_hex(ns, strlen(ns));
-	double v = pg_value("SELECT %s FROM %s WHERE namespace = convert_from('%s'::bytea, "
-			    "'UTF8')", what, space, hns);
-
-	free(hns);
-	return v;
-}
-
-static double pg_tally(enum tally what, const char *ns)
-{
-	switch (what) {
-	case T_COUNTERS:
-		return pg_of_ns("count(*)", ns);
-	case T_TOTAL:
-		return pg_of_ns("coalesce(sum(count), 0)", ns);
-	case T_OBJECTS:
-		return pg_value("SELECT count(*) FROM %s", space);
-	case T_TOKENS:
-		return pg_value("SELECT count(*) FROM %s_tokens", space);
-	}
-	return NAN;
-}
-
-/* ---------------------------------------------------------- own servers */
-
-static struct redis_server own_redis;
-static struct pg_server own_pg;
-static bool own_running;
-
-static void redis_own_up(void)
-{
-	memset(&own_redis, 0, sizeof(own_redis));
-	cr_assert_eq(redis_server_start(&own_redis, 5000), 0, "redis-server: %s", own_redis.err);
-}
-
-static void redis_own_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{\"port\": %d, \"timeout_ms\": %d, \"prefix\": \"%s\"}",
-		 own_redis.port, f->own_timeout_ms, space);
-}
-
-static int redis_own_pause(bool pause)
-{
-	return pause ? redis_server_pause(&own_redis) : redis_server_resume(&own_redis);
-}
-
-static int redis_own_gone(void)
-{
-	return redis_server_kill(&own_redis);
-}
-
-static int redis_own_back(void)
-{
-	int rc = redis_server_restart(&own_redis, 5000);
-
-	cr_assert_eq(rc, 0, "%s", own_redis.err);
-	return rc;
-}
-
-static void redis_own_down(void)
-{
-	redis_server_stop(&own_redis, 2000);
-}
-
-static void pg_own_up(void)
-{
-	const char *tpl = getenv(ENV_PG_TPL);
-
-	cr_assert(tpl && *tpl, "no template cluster");
-	memset(&own_pg, 0, sizeof(own_pg));
-	cr_assert_eq(pg_server_create(&own_pg, tpl), 0, "%s", own_pg.err);
-	cr_assert_eq(pg_server_start(&own_pg, 20000), 0, "%s", own_pg.err);
-}
-
-static void pg_own_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{\"conninfo\": \"%s\", \"table\": \"%s\", \"timeout_ms\": %d}",
-		 own_pg.conninfo, space, f->own_timeout_ms);
-}
-
-static int pg_own_pause(bool pause)
-{
-	return pause ? pg_server_pause(&own_pg) : pg_server_resume(&own_pg);
-}
-
-static int pg_own_gone(void)
-{
-	return pg_server_stop(&own_pg, 5000);
-}
-
-static int pg_own_back(void)
-{
-	int rc = pg_server_start(&own_pg, 20000);
-
-	cr_assert_eq(rc, 0, "%s", own_pg.err);
-	return rc;
-}
-
-static void pg_own_down(void)
-{
-	pg_server_destroy(&own_pg);
-}
-
-/* ---------------------------------------------------------- local */
-
-static void local_opts(char *out, size_t len)
-{
-	snprintf(out, len, "{}");
-}
-
-/* ---------------------------------------------------------- the table */
-
-static const struct store redis_store = {
-	.name = "redis", .ops = &redis_strategy,
-	.opts = redis_opts, .dead_opts = redis_dead_opts,
-	.bad_opts = "{\"bogus\": 1}", .bad_opts_says = "bogus: unknown option",
-	.refusal = "not connected",
-	.look = redis_look, .tally = redis_tally,
-	.remote = true, .dups_in_order = true,
-	.says_size0 = "window size 0", .says_not_finite = "not finite",
-	.own_up = redis_own_up, .own_opts = redis_own_opts, .own_pause = redis_own_pause,
-	.own_gone = redis_own_gone, .own_back = redis_own_back, .own_down = redis_own_down,
-	.own_timeout_ms = 100, .early_s = 0.01, .notice_s = 0.5, .reconnect_s = 5,
-	.lost_says = "connection lost",
-};
-
-static const struct store cluster_store = {
-	.name = "redis_cluster", .ops = &redis_strategy,
-	.opts = cluster_opts, .dead_opts = cluster_dead_opts,
-	.bad_opts = "{\"cluster_nodes\": []}",
-	.bad_opts_says = "cluster_nodes: expected an array of 1 to",
-	.refusal = "not connected", .refusal_why = ":1",
-	.look = redis_look, .tally = redis_tally,
-	.remote = true, .dups_in_order = true,
-	.says_size0 = "window size 0", .says_not_finite = "not finite",
-};
-
-static const struct store pg_store = {
-	.name = "postgres", .ops = &postgres_strategy,
-	.opts = pg_opts, .dead_opts = pg_dead_opts,
-	.bad_opts = "{\"colour\": 1}", .bad_opts_says = "colour",
-	.refusal = "not connected", .refusal_why = "refused",
-	.look = pg_look, .tally = pg_tally,
-	.remote = true, .store_clock = true, .keeps_empty_reservation = true,
-	.may_take_while_away = true, .destroy_fails_the_next = true, .key_max = 2048,
-	.size_asked_twice_once = true,
-	.says_size0 = "window size out of range", .says_not_finite = "not a finite number",
-	.own_up = pg_own_up, .own_opts = pg_own_opts, .own_pause = pg_own_pause,
-	.own_gone = pg_own_gone, .own_back = pg_own_back, .own_down = pg_own_down,
-	.own_timeout_ms = 300, .early_s = 0.02, .notice_s = 2, .reconnect_s = 6,
-	.durable = true, .timeout_says_only = true, .lost_says = "terminating connection",
-	.resend_may_wait = true,
-};
-
-static const struct store local_store = {
-	.name = "local", .ops = &local_strategy,
-	.opts = local_opts, .dead_opts = local_opts,
-	.bad_opts = "{\"port\": 1}", .bad_opts_says = "the local strategy takes no strategy_opts",
-	.refusal = "the local strategy keeps no central store",
-};
-
-static void on(const struct store *st, const char *name)
-{
-	f = st;
-	/* a table name, "<name>_tokens" too: at most 63 bytes */
-	cr_assert_leq(strlen(name), 56, "a case name is a table name: %s", name);
-	snprintf(space, sizeof(space), "%s", name);
-	if (st == &redis_store)
-		redis_env(ENV_REDIS);
-	else if (st == &cluster_store)
-		redis_env(ENV_CLUSTER);
-	else if (st == &pg_store)
-		cr_assert((pg_conninfo = getenv(ENV_PG)) && *pg_conninfo,
-			  "no PostgreSQL server (see the runner's output)");
-	st_setup(st->ops);
-}
-
-static void off(void)
-{
-	st_teardown();
-	look_close();
-	if (own_running)
-		f->own_down();
-	own_running = false;
-}
-
-TestSuite(contract_redis, .fini = off, .timeout = 60);
-TestSuite(contract_redis_cluster, .fini = off, .timeout = 60);
-TestSuite(contract_postgres, .fini = off, .timeout = 60);
-TestSuite(contract_local, .fini = off, .timeout = 60);
+TestSuite(contract_redis, .fini = store_off, .timeout = 60);
+TestSuite(contract_redis_cluster, .fini = store_off, .timeout = 60);
+TestSuite(contract_postgres, .fini = store_off, .timeout = 60);
+TestSuite(contract_local, .fini = store_off, .timeout = 60);
 
 #define ON(suite, store, c)                                                    \
 	Test(suite, c) {                                                       \
-		on(&store, #c);                                                \
+		f = &store;                                                    \
+		store_on(f, #c);                                               \
 		c();                                                           \
 	}
 
@@ -585,36 +76,9 @@ TestSuite(contract_local, .fini = off, .timeout = 60);
 	ON(contract_local, local_store, c)                                     \
 	static void c(void)
 
-/* An instance in the case's space, ready. */
-static struct strategy *mk(void)
-{
-	char json[512];
-
-	f->opts(json, sizeof(json));
-	return st_create_ready(10, "%s", json);
-}
-
 static const struct strategy_ops *ops(void)
 {
 	return f->ops;
-}
-
-/* The case's own server started, and an instance on it, ready. */
-static struct strategy *own_mk(void)
-{
-	char json[512];
-
-	f->own_up();
-	own_running = true;
-	look_close();
-	if (f == &redis_store) {
-		rsrv[0] = own_redis;
-		nrsrv = 1;
-	} else {
-		pg_conninfo = own_pg.conninfo;
-	}
-	f->own_opts(json, sizeof(json));
-	return st_create_ready(6, "%s", json);
 }
 
 static long counters(const char *ns)
@@ -723,7 +187,7 @@ CONTRACT_ALL(unreachable_store_refuses_at_once)
  * window sizes), and that is what the store holds. */
 CONTRACT(push_returns_totals)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = {
 		ST_C("ns", "alice", START60, 60, 1),
 		ST_C("ns", "bob", START60, 60, 2),
@@ -746,7 +210,7 @@ CONTRACT(push_returns_totals)
 /* A second push adds; decimals add exactly as doubles do. */
 CONTRACT(second_push_adds_decimals)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter a[] = { ST_C("ns", "k", START60, 60, 0.5),
 					ST_C("ns", "x", START60, 60, 0.1) };
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 0.25),
@@ -768,7 +232,7 @@ CONTRACT(second_push_adds_decimals)
  * created. */
 CONTRACT(zero_diff_reads_without_creating)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter r0[] = { ST_C("ns", "ghost", START60, 60, 0) };
 	struct strategy_counter w[] = { ST_C("ns", "k1", START60, 60, 5) };
 	struct strategy_counter r1[] = { ST_C("ns", "k1", START60, 60, 0),
@@ -791,7 +255,7 @@ CONTRACT(zero_diff_reads_without_creating)
  * the same totals as a push and create nothing. */
 CONTRACT(reads_with_a_token_answer_totals)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[3];
 
 	b[0] = ST_C("ns", "r1", START60, 60, 5);
@@ -814,7 +278,7 @@ CONTRACT(reads_with_a_token_answer_totals)
  * each reads the cluster's total. */
 CONTRACT(two_nodes_sum_up)
 {
-	struct strategy *n1 = mk(), *n2 = mk();
+	struct strategy *n1 = store_mk(), *n2 = store_mk();
 	struct strategy_counter a[] = { ST_C("ns", "k", START60, 60, 1),
 					ST_C("ns", "j", START60, 60, 10) };
 	struct strategy_counter b[] = { ST_C("ns", "j", START60, 60, 20),
@@ -869,7 +333,7 @@ CONTRACT(keys_round_trip_byte_exact)
 	enum { NKEYS = sizeof(keys) / sizeof(keys[0]) };
 	const char *ns = "ns 'quoted' \"x\" \\ {,} caf\xc3\xa9";
 	static const uint32_t sizes[] = { 60 };
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter c[NKEYS], again[NKEYS];
 	static struct st_rows rows;
 	size_t nkeys = NKEYS;       /* the longer key last: where the store takes it */
@@ -921,7 +385,7 @@ CONTRACT(keys_round_trip_byte_exact)
 CONTRACT(duplicates_in_one_batch_add_up)
 {
 	enum { N = 2500 };
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter c[4] = {
 		ST_C("ns", "k", START60, 60, 1),
 		ST_C("ns", "other", START60, 60, 0),
@@ -970,7 +434,7 @@ static void all_rows_cb(void *arg, int status, const char *errstr,
 CONTRACT(concurrent_overlapping_pushes_sum)
 {
 	enum { N = 5000, ROUNDS = 3 };
-	struct strategy *n1 = mk(), *n2 = mk();
+	struct strategy *n1 = store_mk(), *n2 = store_mk();
 	static struct strategy_counter a[N], b[N];
 	static char keys[N][16];
 	static const uint32_t sizes[] = { 60 };
@@ -1008,7 +472,7 @@ CONTRACT(concurrent_overlapping_pushes_sum)
 CONTRACT(batch_of_10k_counters)
 {
 	enum { N = 10000 };
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	static char keys[N][24];
 	static struct strategy_counter b[N];
 	double t0 = st_now();
@@ -1042,7 +506,7 @@ CONTRACT(batch_of_10k_counters)
  * store merges them). An empty namespace: one call back, no rows. */
 CONTRACT(get_counters_current_and_previous_windows_only)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	const int64_t cur60 = START60, prev60 = START60 - 60, old60 = START60 - 120;
 	const int64_t cur3600 = 1699999200, prev3600 = cur3600 - 3600, old3600 = cur3600 - 7200;
 	struct strategy_counter b[] = {
@@ -1078,7 +542,7 @@ CONTRACT(get_counters_current_and_previous_windows_only)
  * not created; two at once. */
 CONTRACT(get_window_reads_one_counter)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 2.5) };
 	struct strategy_counter q = ST_C("ns", "k", START60, 60, 123);
 	struct strategy_counter miss = ST_C("ns", "nope", START60, 60, 1);
@@ -1104,7 +568,7 @@ CONTRACT(get_window_reads_one_counter)
  * still matter (the current and previous ones, other sizes). */
 CONTRACT(purge_completes_and_keeps_what_matters)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = {
 		ST_C("ns", "k", START60, 60, 1),
 		ST_C("ns", "k", START60 - 60, 60, 2),
@@ -1131,7 +595,7 @@ CONTRACT(purge_completes_and_keeps_what_matters)
  * an empty batch completes too. */
 CONTRACT(concurrent_operations_all_complete)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1) };
 	struct strategy_counter q = ST_C("ns", "k", START60, 60, 0);
 	static const uint32_t sizes[] = { 60 };
@@ -1165,7 +629,7 @@ CONTRACT(concurrent_operations_all_complete)
  * callback ever. */
 CONTRACT(invalid_arguments_are_refused_at_once)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 0, 1) };
 	struct strategy_counter nan_diff[] = { ST_C("ns", "k", START60, 60, NAN) };
 	static const uint32_t zero[] = { 0 };
@@ -1192,7 +656,7 @@ CONTRACT(invalid_arguments_are_refused_at_once)
  * (something may be in flight, or even done). */
 CONTRACT(destroy_fails_pending_operations_first)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1) };
 	struct strategy_counter c[3] = { ST_C("ns", "a", START60, 60, 1),
 					 ST_C("ns", "b", START60, 60, 1),
@@ -1216,7 +680,7 @@ CONTRACT(destroy_fails_pending_operations_first)
 	st_run_for(0.05);      /* nothing left on the loop calls back again */
 	cr_assert_eq(r1.calls + r2.calls + r3.calls, 3);
 
-	s = mk();
+	s = store_mk();
 	for (int i = 0; i < 3; i++)
 		cr_assert_eq(ops()->push_diffs(s, &c[i], 1, NULL, st_done_cb, &d[i], err), 0, "%s",
 			     err);
@@ -1239,7 +703,7 @@ CONTRACT(destroy_fails_pending_operations_first)
  * the next one is finished or failed by destroy, exactly once. */
 CONTRACT(destroy_from_inside_a_callback)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter a[] = { ST_C("ns", "k", START60, 60, 1) };
 	struct strategy_counter b[] = { ST_C("ns", "j", START60, 60, 1) };
 	struct st_res r1 = { 0 }, r2 = { 0 };
@@ -1271,7 +735,7 @@ CONTRACT(destroy_from_inside_a_callback)
 CONTRACT(token_same_batch_twice_adds_once)
 {
 	enum { N = 5000 };
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	enum { NB = ST_TOKEN_BATCH };
 	struct strategy_counter b[NB];
 	double first[NB], want = 0;
@@ -1326,7 +790,7 @@ CONTRACT(token_same_batch_twice_adds_once)
  * totals and adds nothing. */
 CONTRACT(token_different_tokens_add_twice)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1),
 					ST_C("ns", "j", START60, 60, 0.25),
 					ST_C("ns", "k", START60, 60, 2),     /* same counter twice */
@@ -1356,7 +820,7 @@ CONTRACT(token_different_tokens_add_twice)
  * empty batch with a token completes. */
 CONTRACT(token_null_behaves_as_before)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1),
 					ST_C("ns", "j", START60, 60, 2) };
 	static const char max_tok[] =
@@ -1395,7 +859,7 @@ CONTRACT(token_null_behaves_as_before)
  * the decision; a denied hit counts only with count_denied. */
 CONTRACT(admit_up_to_the_limit)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_admit a;
 
 	a = st_adm("k", START60, 3, 1, 5, 0, false);     /* 3 + 1 <= 5 */
@@ -1423,7 +887,7 @@ CONTRACT(admit_up_to_the_limit)
  * weight; decimal costs. */
 CONTRACT(admit_sliding_window_and_decimals)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_counter prev = ST_C("ns", "w", START60 - 60, 60, 40);
 	struct strategy_admit a;
 
@@ -1450,7 +914,7 @@ CONTRACT(admit_sliding_window_and_decimals)
 /* One round trip for a batch; each admission sees the ones before it. */
 CONTRACT(admit_batch_in_order)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_admit a[4] = {
 		st_adm("b", START60, 0, 1, 2, 0, false), st_adm("b", START60, 0, 1, 2, 0, false),
 		st_adm("b", START60, 0, 1, 2, 0, false), st_adm("c", START60, 1, 1, 2, 0, false),
@@ -1468,7 +932,7 @@ CONTRACT(admit_batch_in_order)
  * twice and gets the same decision back; another token is a new one. */
 CONTRACT(admit_token_applies_once)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_admit a[2] = { st_adm("t", START60, 2, 1, 3, 0, false),
 				       st_adm("t", START60, 0, 1, 3, 0, false) };
 
@@ -1511,7 +975,7 @@ static double reserved_g(void)
  * gets the same grant and adds nothing. */
 CONTRACT(admit_grants_share_the_headroom)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_admit a = grant_adm(1, 100, 0, 1000, 3);
 	struct strategy_counter q = ST_C("ns", "g", START60, 60, 0);
 	static const uint32_t sizes[] = { 60 };
@@ -1570,7 +1034,7 @@ CONTRACT(admit_grants_share_the_headroom)
  * with it. */
 CONTRACT(admit_grant_counts_the_previous_window)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_admit a = st_adm("g", START60 - 60, 30, 1, 1000, 0, false);
 
 	a.want = 10;
@@ -1592,7 +1056,7 @@ CONTRACT(admit_grant_counts_the_previous_window)
  * move. A reservation never goes below 0. With a token, applied once. */
 CONTRACT(push_spent_and_returned_grants)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_admit a = grant_adm(1, 1000, 0, 100, 1);
 	struct strategy_counter b[2];
 
@@ -1634,7 +1098,7 @@ CONTRACT(push_spent_and_returned_grants)
 /* Refused at once: bad numbers. */
 CONTRACT(admit_refuses_bad_arguments)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	struct strategy_admit a = st_adm("x", START60, 0, -1, 10, 0, false);
 	char err[STRATEGY_ERR_MAX] = "";
 	struct st_res r = { 0 };
@@ -1660,7 +1124,7 @@ CONTRACT(admit_refuses_bad_arguments)
  * not counters. */
 CONTRACT(heartbeat_counts_the_nodes_seen_within_ttl)
 {
-	struct strategy *s = mk();
+	struct strategy *s = store_mk();
 	const double ttl = f->store_clock ? 1 : 3, gap = f->store_clock ? 1.3 : 3.5;
 	double t = 1000;
 	static const uint32_t sizes[] = { 60 };
@@ -1710,7 +1174,7 @@ static void refused_while_away(int rc, struct st_res *r, const char *err, double
 CONTRACT_OWN(paused_store_times_out_then_recovers)
 {
 	const double t = f->own_timeout_ms / 1000.0;
-	struct strategy *s = own_mk();
+	struct strategy *s = store_own_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1) };
 	static const uint32_t sizes[] = { 60 };
 	struct st_res r = { 0 }, w[2] = { 0 };
@@ -1764,7 +1228,7 @@ CONTRACT_OWN(paused_store_times_out_then_recovers)
 CONTRACT_OWN(gone_store_fails_then_reconnects)
 {
 	const double t = f->own_timeout_ms / 1000.0;
-	struct strategy *s = own_mk();
+	struct strategy *s = store_own_mk();
 	struct strategy_counter b[] = { ST_C("ns", "k", START60, 60, 1) };
 	struct st_res r = { 0 }, w = { 0 };
 	char err[STRATEGY_ERR_MAX] = "";
@@ -1856,7 +1320,7 @@ static int push_until_confirmed(struct strategy *s, struct strategy_counter *b, 
 CONTRACT_OWN(token_resend_after_a_timeout_counts_each_once)
 {
 	enum { K = 1500, H = 2500, N = K + H };
-	struct strategy *s = own_mk();
+	struct strategy *s = store_own_mk();
 	static char keys[K][12];
 	static struct strategy_counter b[N], first[N];
 	struct st_res r = { 0 };
@@ -1926,41 +1390,14 @@ CONTRACT_OWN(token_resend_after_a_timeout_counts_each_once)
 int main(int argc, char *argv[])
 {
 	struct criterion_test_set *tests = criterion_initialize();
-	struct redis_server redis = { 0 };
-	struct redis_cluster cluster = { 0 };
-	struct pg_server tpl = { 0 }, pg = { 0 };
-	bool have_cluster = false;
-	char ports[128];
+	struct store_servers sv;
 	int result = 0;
 
 	if (criterion_handle_args(argc, argv, true)) {
-		if (!redis_server_available())
-			fprintf(stderr, "test_store_contract: redis-server is not installed\n");
-		else if (redis_server_start(&redis, 10000) < 0)
-			fprintf(stderr, "test_store_contract: redis-server: %s\n", redis.err);
-		else {
-			snprintf(ports, sizeof(ports), "%d", redis.port);
-			setenv(ENV_REDIS, ports, 1);
-			if (redis_cluster_start(&cluster, 3, 0, 30000) < 0) {
-				fprintf(stderr, "test_store_contract: cluster: %s\n", cluster.err);
-			} else {
-				have_cluster = true;
-				snprintf(ports, sizeof(ports), "%d,%d,%d", cluster.srv[0].port,
-					 cluster.srv[1].port, cluster.srv[2].port);
-				setenv(ENV_CLUSTER, ports, 1);
-			}
-		}
-		if (pg_server_start_shared(&tpl, &pg, "test_store_contract") == 0) {
-			setenv(ENV_PG, pg.conninfo, 1);
-			setenv(ENV_PG_TPL, tpl.data, 1);
-		}
+		store_servers_start(&sv, "test_store_contract");
 		result = !criterion_run_all_tests(tests);
+		store_servers_stop(&sv);
 	}
-	pg_server_destroy(&pg);
-	pg_server_destroy(&tpl);
-	if (have_cluster)
-		redis_cluster_stop(&cluster);
-	redis_server_stop(&redis, 2000);
 	criterion_finalize(tests);
 	return result;
 }
