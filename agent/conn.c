@@ -430,9 +430,50 @@ static double conn_idle_since(const struct stream *s)
 	return c->state == CONN_CLOSING ? -1 : c->last_notify;
 }
 
+static const char *conn_address(const struct config *cfg)
+{
+	return cfg->listen;
+}
+
+/* The worker's SPOP handler (agent/handler.h): its messages as the
+ * configuration says, answers held for a store delivered by conn_deliver. */
+static int conn_start(struct front_env *env)
+{
+	struct handler *h = calloc(1, sizeof(*h));
+
+	if (!h || handler_init(h, env->cfg, env->decide, env->cfg->max_frame_size) < 0) {
+		free(h);
+		return -1;
+	}
+	h->deliver = conn_deliver;
+	env->handler = h;
+	return 0;
+}
+
+/* A reload may change the messages (their namespaces, arguments). */
+static int conn_reload(struct front_env *env)
+{
+	handler_free(env->handler);
+	if (handler_init(env->handler, env->cfg, env->decide, env->cfg->max_frame_size) < 0)
+		return -1;
+	env->handler->deliver = conn_deliver;
+	return 0;
+}
+
+static void conn_stop(struct front_env *env)
+{
+	if (env->handler)
+		handler_free(env->handler);
+	free(env->handler);
+	env->handler = NULL;
+}
+
 const struct front_ops spop_front = {
-	.name = "spop",
-	.metric = METRICS_SPOP,
+	.id = FRONT_SPOP,
+	.address = conn_address,
+	.start = conn_start,
+	.reload = conn_reload,
+	.stop = conn_stop,
 	.open = conn_open,
 	.idle_since = conn_idle_since,
 	.evict_after = 1.0,           /* a second without a NOTIFY */

@@ -146,7 +146,7 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		return;
 	}
 	unsigned sid = msid(d, r->ns);
-	if (sid < METRICS_NS && rq->front >= 0 && rq->front < METRICS_FRONTS)
+	if (sid < METRICS_NS && rq->front >= 0 && rq->front < FRONT_COUNT)
 		metrics_add(&metrics_me->hits[sid][rq->front], 1);
 	/* Heavy hitters: one hit in top_sample pays for its stored key. */
 	unsigned due = rq->cost > 0 ? topk_due(d->topk, r->exceeded) : 0;

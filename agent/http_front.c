@@ -220,7 +220,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 		why = header_request(req, &rq);
 	rq.arg_error = why;
 	rq.untrusted = true;
-	rq.front = METRICS_HTTP;
+	rq.front = FRONT_HTTP;
 	size_t np;
 	struct decide_pending *p = decide_run(c->s.env->decide, &rq, 1, now, r, NS_MAX_WINDOWS,
 					      &np, c, http_deliver, &c->pending);
@@ -573,9 +573,14 @@ static double http_idle_since(const struct stream *s)
 	return c->s.partial_since != 0 ? c->s.partial_since : c->s.last_rx;
 }
 
+static const char *http_address(const struct config *cfg)
+{
+	return cfg->http_listen;
+}
+
 const struct front_ops http_front = {
-	.name = "http",
-	.metric = METRICS_HTTP,
+	.id = FRONT_HTTP,
+	.address = http_address,
 	.open = http_open,
 	.idle_since = http_idle_since,
 	.evict_after = 0,
