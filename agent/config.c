@@ -954,6 +954,16 @@ static int cfg_set_http_metrics_token(struct cfg_parser *p, json_t *v, void *obj
 	return 0;
 }
 
+static int cfg_set_sched_batch(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	c->sched_batch = json_is_true(v);
+	return 0;
+}
+
 static int cfg_set_http_max_connections(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct config *c = obj;
@@ -1012,6 +1022,7 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "http_max_connections", .set = cfg_set_http_max_connections },
 	{ .name = "http_max_buffer_memory", .set = cfg_set_http_max_buffer_memory },
 	{ .name = "state_file",       .set = cfg_set_state_file },
+	{ .name = "sched_batch",      .set = cfg_set_sched_batch },
 };
 
 static const struct cfg_key cfg_ns_keys[] = {
@@ -1219,6 +1230,7 @@ void config_defaults(struct config *c)
 	c->idle_timeout_ms = CFG_IDLE_DEFAULT_MS;
 	c->frame_timeout_ms = CFG_FTIMEOUT_DEFAULT_MS;
 	c->log_level = LOG_INFO;
+	c->sched_batch = true;
 
 	ns_def_init(ns);
 	snprintf(ns->name, sizeof(ns->name), "%s", CFG_NS_DEFAULT);
