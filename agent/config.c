@@ -43,6 +43,8 @@
 #define CFG_IDLE_DEFAULT_MS    60000
 #define CFG_FTIMEOUT_DEFAULT_MS 5000
 #define CFG_TIMEOUT_MAX_MS     86400000         /* one day */
+#define CFG_COLLECT_DEFAULT_US 20               /* collect_us */
+#define CFG_COLLECT_MAX_US     1000
 #define CFG_NS_DEFAULT         "default"
 #define CFG_SECRET_MIN         16               /* key_secret bytes */
 #define CFG_BUFMEM_DEFAULT     (256ull << 20)   /* max_buffer_memory */
@@ -954,6 +956,17 @@ static int cfg_set_http_metrics_token(struct cfg_parser *p, json_t *v, void *obj
 	return 0;
 }
 
+static int cfg_set_collect_us(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, CFG_COLLECT_MAX_US, &x) < 0)
+		return -1;
+	c->collect_us = (uint32_t)x;
+	return 0;
+}
+
 static int cfg_set_sched_batch(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct config *c = obj;
@@ -1023,6 +1036,7 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "http_max_buffer_memory", .set = cfg_set_http_max_buffer_memory },
 	{ .name = "state_file",       .set = cfg_set_state_file },
 	{ .name = "sched_batch",      .set = cfg_set_sched_batch },
+	{ .name = "collect_us",       .set = cfg_set_collect_us },
 };
 
 static const struct cfg_key cfg_ns_keys[] = {
@@ -1231,6 +1245,7 @@ void config_defaults(struct config *c)
 	c->frame_timeout_ms = CFG_FTIMEOUT_DEFAULT_MS;
 	c->log_level = LOG_INFO;
 	c->sched_batch = true;
+	c->collect_us = CFG_COLLECT_DEFAULT_US;
 
 	ns_def_init(ns);
 	snprintf(ns->name, sizeof(ns->name), "%s", CFG_NS_DEFAULT);
@@ -1400,6 +1415,7 @@ int config_check(const struct config *c, struct config_err *err)
 	    cfg_check_range(&p, "max_connections", c->max_connections, 1, CFG_CONN_MAX) < 0 ||
 	    cfg_check_range(&p, "idle_timeout_ms", c->idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
 	    cfg_check_range(&p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
+	    cfg_check_range(&p, "collect_us", c->collect_us, 0, CFG_COLLECT_MAX_US) < 0 ||
 	    cfg_check_range(&p, "max_buffer_memory", (long long)c->max_buffer_memory,
 			    (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX) < 0)
 		return -1;
