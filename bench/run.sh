@@ -620,18 +620,22 @@ e2e_run() {
   h0=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a0=$(agent_ticks); s0=$(agent_sysio); }
   f=$RAW/wrk-$v-$round.txt
-  # E2E_WATCH (profile part only): system calls and samples of the worker.
+  # E2E_WATCH (profile part only): system calls, context switches and
+  # samples of the worker and of HAProxy.
   local watch=()
   if [ -n "${E2E_WATCH:-}" ] && [ -n "$VARIANT_AGENT" ]; then
-    local wk
+    local wk pid who evs=raw_syscalls:sys_enter,context-switches
+    for who in read recvfrom recvmsg sendto sendmsg epoll_wait; do evs=$evs,syscalls:sys_enter_$who; done
     wk=$(pgrep -P "$AGENT_PID" | head -n 1)
-    perf stat -x, -o "$RAW/e2e-$v-syscalls.txt" -p "$wk" -e raw_syscalls:sys_enter \
-      -e syscalls:sys_enter_read -e syscalls:sys_enter_sendto -e syscalls:sys_enter_epoll_wait \
-      -- sleep "$wsecs" > /dev/null 2>&1 &
-    watch+=("$!")
-    perf record -q -e cpu-clock -F 4999 -p "$wk" -o "$RAW/perf-e2e-$v.data" -- sleep "$wsecs" \
-      > /dev/null 2>&1 &
-    watch+=("$!")
+    for who in agent haproxy; do
+      pid=$wk; [ "$who" = haproxy ] && pid=$hp
+      perf stat -x, -o "$RAW/e2e-$v-$who-syscalls.txt" -p "$pid" -e "$evs" -- sleep "$wsecs" \
+        > /dev/null 2>&1 &
+      watch+=("$!")
+      perf record -q -e cpu-clock -F 4999 -p "$pid" -o "$RAW/perf-e2e-$v-$who.data" -- sleep "$wsecs" \
+        > /dev/null 2>&1 &
+      watch+=("$!")
+    done
     PIDS+=("${watch[@]}")
   fi
   "${PIN1[@]}" wrk -t1 -c"$wconns" -d"${wsecs}s" --latency "http://127.0.0.1:$fe/" > "$f" 2>&1
@@ -984,6 +988,11 @@ part_profile() {
   say "== profile"
   md "## Profile of one worker"
   md ""
+  # BENCH_PROFILE_E2E=only: only the agent behind HAProxy (profile_e2e).
+  if [ "${BENCH_PROFILE_E2E:-}" = only ]; then
+    profile_e2e
+    return 0
+  fi
   if perf stat -e task-clock true > /dev/null 2>&1; then
     for mode in ratelimit noop; do
       free_port port || return 1
@@ -1014,7 +1023,11 @@ part_profile() {
     md "perf does not work here: perf part skipped."
     md ""
   fi
-  command -v valgrind > /dev/null 2>&1 || { md "valgrind missing: callgrind part skipped."; md ""; return 0; }
+  if ! command -v valgrind > /dev/null 2>&1; then
+    md "valgrind missing: callgrind part skipped."; md ""
+    profile_e2e
+    return 0
+  fi
   for mode in ratelimit noop; do
     free_port port || return 1
     # Only what runs inside worker_run() is counted: not the master's
@@ -1051,34 +1064,62 @@ part_profile() {
     say "callgrind $mode: $cg"
   done
 
-  # The agent behind HAProxy (variant C, or BENCH_PROFILE_VARIANT): how
-  # many system calls per request, and where its time goes, kernel
-  # included.
+  profile_e2e
+}
+
+# The agent behind HAProxy (variant C, or BENCH_PROFILE_VARIANT), on HAProxy
+# 2.6 and on 3.x (BENCH_HAPROXY3, if present), wrk -c50: system calls and
+# context switches per request of both, and where both spend their time,
+# kernel included.
+profile_e2e() {
   local pv=${BENCH_PROFILE_VARIANT:-C}
   if perf stat -e raw_syscalls:sys_enter true > /dev/null 2>&1 && command -v wrk > /dev/null 2>&1 &&
      command -v haproxy > /dev/null 2>&1; then
-    local sc reqs
-    E2E_WATCH=1 E2E_TXT=$RAW/e2e-profile.txt e2e_run "$pv" profile || return 0
-    reqs=$(wrk_field "$RAW/wrk-$pv-profile.txt" requests)
-    sc=$RAW/e2e-$pv-syscalls.txt
-    md "Variant $pv of part 3 once more, the agent's worker watched for the whole wrk run"
-    md "(\`perf stat -e raw_syscalls:sys_enter,syscalls:sys_enter_{read,sendto,epoll_wait}\`, \`perf record -e cpu-clock\`):"
-    md "$reqs requests; per request:"
+    local reqs hv name hb who f
+    md "Variant $pv (part 3's configuration; the agent's default configuration), \`wrk -c$VERSIONS_CONNS\`, on each"
+    md "HAProxy, the agent's worker and HAProxy watched for the whole wrk run (\`perf stat -e"
+    md "raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_{read,recvfrom,recvmsg,sendto,sendmsg,epoll_wait}\`,"
+    md "\`perf record -e cpu-clock -F 4999\`; perf adds its own cost, so CPU per request is higher than in parts 3 and 3c)."
+    md "Per request:"
     md ""
-    md "| system calls | read | sendto | epoll_wait |"
-    md "|---|---|---|---|"
-    md "| $(awk -F, -v n="$reqs" '$3 ~ /raw_syscalls/ { printf "%.2f", $1 / n }' "$sc") | $(awk -F, -v n="$reqs" '$3 ~ /enter_read$/ { printf "%.2f", $1 / n }' "$sc") | $(awk -F, -v n="$reqs" '$3 ~ /sendto/ { printf "%.2f", $1 / n }' "$sc") | $(awk -F, -v n="$reqs" '$3 ~ /epoll_wait/ { printf "%.2f", $1 / n }' "$sc") |"
+    md "| HAProxy | process | system calls | read/recv | send | epoll_wait | context switches | CPU µs |"
+    md "|---|---|---|---|---|---|---|---|"
+    for hv in 26 34; do
+      hb=haproxy
+      if [ "$hv" = 34 ]; then
+        [ -x "$HAPROXY3" ] || continue
+        hb=$HAPROXY3
+      fi
+      name=$pv$hv
+      E2E_WATCH=1 E2E_HAPROXY=$hb E2E_SETUP=$pv E2E_CFG=$(variant_cfg "$pv") E2E_WRK_CONNS=$VERSIONS_CONNS \
+        E2E_TXT=$RAW/e2e-profile.txt e2e_run "$name" profile || continue
+      reqs=$(wrk_field "$RAW/wrk-$name-profile.txt" requests)
+      for who in haproxy agent; do
+        f=$RAW/e2e-$name-$who-syscalls.txt
+        md "| $("$hb" -v 2>/dev/null | awk 'NR == 1 { print $3 }') | $who | $(awk -F, -v n="$reqs" '
+            $3 ~ /raw_syscalls/ { a = $1 } $3 ~ /enter_(read|recvfrom|recvmsg)$/ { r += $1 }
+            $3 ~ /enter_(sendto|sendmsg)$/ { w += $1 } $3 ~ /epoll_wait/ { e = $1 } $3 ~ /context-switches/ { c = $1 }
+            END { printf "%.2f | %.2f | %.2f | %.2f | %.2f", a / n, r / n, w / n, e / n, c / n }' "$f") | $(
+            awk -v v="$name" -v c="$([ "$who" = haproxy ] && echo 7 || echo 8)" '$1 == v { print $c }' "$RAW/e2e-profile.txt") |"
+      done
+    done
     md ""
-    md "Worker samples (\`--sort dso\`, then \`--sort symbol\`):"
-    md ""
-    md '```'
-    md "$(perf report -i "$RAW/perf-e2e-$pv.data" --no-children --sort dso --stdio 2>/dev/null |
-          grep -E '^ +[0-9.]+%' | head -n 4)"
-    md ""
-    md "$(perf report -i "$RAW/perf-e2e-$pv.data" --no-children --sort symbol --stdio 2>/dev/null |
-          grep -E '^ +[0-9.]+%' | sed 's/ *$//' | head -n 20)"
-    md '```'
-    md ""
+    for hv in 26 34; do
+      name=$pv$hv
+      for who in haproxy agent; do
+        f=$RAW/perf-e2e-$name-$who.data
+        [ -s "$f" ] || continue
+        md "$who samples behind HAProxy ${hv:0:1}.${hv:1} (\`perf report --sort dso\`, then \`--sort symbol\`):"
+        md ""
+        md '```'
+        md "$(perf report -i "$f" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9.]+%' | head -n 4)"
+        md ""
+        md "$(perf report -i "$f" --no-children --sort symbol --stdio 2>/dev/null |
+              grep -E '^ +[0-9.]+%' | sed 's/ *$//' | head -n 16)"
+        md '```'
+        md ""
+      done
+    done
   fi
 }
 
