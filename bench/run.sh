@@ -752,6 +752,7 @@ part_e2e() {
 #   A34  3.x, plain
 #   C34  3.x, SPOE + agent, the default answer (c-spoe-local.cfg as for 2.6)
 #   AT34 3.x, plain with the recommended global settings (a3-direct-tuned.cfg)
+#   CR34 3.x, the default answer with the recommended settings
 #   R34  3.x, the lean answer and the recommended settings (c3-spoe-recommended.cfg)
 #   O26, O34  as C26 and C34 with the agent $BENCH_BASELINE (an older binary),
 #        added when it is set
@@ -761,7 +762,7 @@ part_e2e() {
 VERSIONS_CONNS=${BENCH_VERSIONS_CONNS:-50}
 VERSIONS_SECONDS=${BENCH_VERSIONS_SECONDS:-8}
 VERSIONS_ROUNDS=${BENCH_VERSIONS_ROUNDS:-3}
-VERSIONS_VARIANTS=${BENCH_VERSIONS_VARIANTS:-A26 C26 L26 A34 C34 AT34 R34}
+VERSIONS_VARIANTS=${BENCH_VERSIONS_VARIANTS:-A26 C26 L26 A34 C34 AT34 CR34 R34}
 HAPROXY3=${BENCH_HAPROXY3:-$ROOT/../shared/peers/haproxy-3.4/haproxy}
 
 # versions_run V ROUND: one run of variant V (part versions).
@@ -777,6 +778,7 @@ versions_run() {
     C26|C34) cfg=$ROOT/bench/haproxy/c-spoe-local.cfg; setup=C ;;
     O26|O34) cfg=$ROOT/bench/haproxy/c-spoe-local.cfg; setup=C; AGENT=$BENCH_BASELINE ;;
     L26) cfg=$ROOT/bench/haproxy/c-spoe-local.cfg; spoe=$ROOT/bench/haproxy/spoe-bench-lean.conf; setup=C ;;
+    CR34) cfg=$ROOT/bench/haproxy/c3-spoe-recommended.cfg; setup=C ;;
     R34) cfg=$ROOT/bench/haproxy/c3-spoe-recommended.cfg; spoe=$ROOT/bench/haproxy/spoe-bench-lean.conf; setup=C ;;
     *) echo "bench: unknown versions variant $v" >&2; return 1 ;;
   esac
@@ -834,7 +836,7 @@ part_versions() {
   md "(1 worker, default configuration) on CPU 0; HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 { print $3 }') (\`haproxy\`) and ${h3v:-3.x} (\`$HAPROXY3\`)."
   md "$(echo "$vs" | tr -s ' ' | sed 's/^ //') × $VERSIONS_ROUNDS rounds, each variant started fresh; req/s, p99, CPU: medians over"
   md "the rounds; × plain: the median of the per-round ratios to the same round's plain run of the same"
-  md "HAProxy (R34: to A34, and in brackets to AT34, plain with the same global settings). Idle: the agent's"
+  md "HAProxy (CR34, R34: to A34, and in brackets to AT34, plain with the same global settings). Idle: the agent's"
   md "CPU over 2 s after the load stopped, HAProxy still connected."
   [ -n "${BENCH_BASELINE:-}" ] && md "O26, O34: as C26, C34 with the agent \`$BENCH_BASELINE\` (the baseline)."
   md ""
@@ -850,7 +852,7 @@ part_versions() {
     case $v in
       A26|A34) ratio=1.00 ;;
       AT34) ratio=$(versions_ratio AT34 A34) ;;
-      R34) ratio="$(versions_ratio R34 A34) ($(versions_ratio R34 AT34))" ;;
+      R34|CR34) ratio="$(versions_ratio "$v" A34) ($(versions_ratio "$v" AT34))" ;;
       *) ratio=$(versions_ratio "$v" "$plain") ;;
     esac
     hc=$(awk -v v="$v" '$1 == v { print $7 }' "$RAW/versions.txt" | median)
@@ -863,6 +865,7 @@ part_versions() {
     case $v in
       C26) V_C26=$ratio; V_C26_AGENT=$ac ;;
       C34) V_C34=$ratio; V_C34_AGENT=$ac ;;
+      CR34) V_CR34=$(versions_ratio CR34 A34); V_CR34_AGENT=$ac ;;
       R34) V_R34=$(versions_ratio R34 A34); V_R34T=$(versions_ratio R34 AT34) ;;
     esac
   done
@@ -1763,6 +1766,7 @@ targets() {
   fi
   if [ -n "${V_C34:-}" ] || [ -n "${V_C26:-}" ]; then
     md "| HAProxy 3.x, default answer ≥ 0.42 × plain | ${V_C34:-?} | $(awk -v x="${V_C34:-0}" 'BEGIN { print (x >= 0.42) ? "met" : "missed" }') |"
+    md "| HAProxy 3.x, default answer, recommended settings ≥ 0.42 × plain | ${V_CR34:-?} | $(awk -v x="${V_CR34:-0}" 'BEGIN { print (x >= 0.42) ? "met" : "missed" }') |"
     md "| HAProxy 3.x, agent CPU ≤ 3 µs per request | ${V_C34_AGENT:-?} µs | $(awk -v x="${V_C34_AGENT:-1e9}" 'BEGIN { print (x <= 3) ? "met" : "missed" }') |"
     md "| HAProxy 3.x, lean answer + recommended settings ≥ 0.5 × plain | ${V_R34:-?} (${V_R34T:-?} × plain tuned alike) | $(awk -v x="${V_R34:-0}" 'BEGIN { print (x >= 0.5) ? "met" : "missed" }') |"
     md "| HAProxy 2.6 ≥ 0.67 × plain | ${V_C26:-?} | $(awk -v x="${V_C26:-0}" 'BEGIN { print (x >= 0.67) ? "met" : "missed" }') |"
