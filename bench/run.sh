@@ -39,8 +39,8 @@
 # BENCH_E2E_VARIANTS ("A B C D E F"; D, E and F sync through Redis: see
 # variant_cfg and variant_setup), BENCH_F_LIMIT (20000: F's limit per
 # second), BENCH_VERSIONS_CONNS (50), BENCH_VERSIONS_SECONDS (8),
-# BENCH_VERSIONS_ROUNDS (3), BENCH_VERSIONS_VARIANTS, BENCH_HAPROXY3, BENCH_OUT
-# (build/bench).
+# BENCH_VERSIONS_ROUNDS (3), BENCH_VERSIONS_VARIANTS, BENCH_VERSIONS_QUIET_WAIT
+# (120), BENCH_HAPROXY3, BENCH_OUT (build/bench).
 #
 # Every process started here is recorded and stopped by pid on exit
 # (agents with their workers, HAProxy, load generators), whatever happens.
@@ -311,17 +311,39 @@ machine_info() {
   md ""
 }
 
+# other_busy: how busy the CPUs are (%), over one second (/proc/stat: 100 %
+# - idle - iowait); called while this script runs nothing, so all of it is
+# other work.
+other_busy() {
+  local a b
+  a=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  sleep 1
+  b=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  printf '%s %s\n' "$a" "$b" |
+    awk '{ t = $3 - $1; i = $4 - $2; printf "%.0f\n", (t > 0) ? 100 * (t - i) / t : 0 }'
+}
+
+# wait_quiet MAX_SECONDS: waits until other work keeps the CPUs under 10 %
+# busy (one-second samples), at most MAX_SECONDS; prints the last sample.
+wait_quiet() {
+  local busy t0=$SECONDS
+  while :; do
+    busy=$(other_busy)
+    if [ "$busy" -le 10 ] || [ $((SECONDS - t0)) -ge "$1" ]; then
+      echo "$busy"
+      return 0
+    fi
+    sleep 4
+  done
+}
+
 # busy_check WHEN: how busy the CPUs are with other work, sampled over one
 # second while this script runs nothing (/proc/stat: 100 % - idle - iowait).
 # Noted in results.md before each part, with a warning above 10 %: the
 # numbers then measure the other load as much as the agent.
 busy_check() {
-  local a b busy
-  a=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
-  sleep 1
-  b=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
-  busy=$(printf '%s %s\n' "$a" "$b" |
-         awk '{ t = $3 - $1; i = $4 - $2; printf "%.0f", (t > 0) ? 100 * (t - i) / t : 0 }')
+  local busy
+  busy=$(other_busy)
   if [ "$busy" -gt 10 ]; then
     say "WARNING: the CPUs were $busy % busy with other work before $1: the numbers will be noisy"
     md "**Warning: before $1 the CPUs were $busy % busy with other work (1 s sample): these numbers are noisy.**"
@@ -763,6 +785,7 @@ VERSIONS_CONNS=${BENCH_VERSIONS_CONNS:-50}
 VERSIONS_SECONDS=${BENCH_VERSIONS_SECONDS:-8}
 VERSIONS_ROUNDS=${BENCH_VERSIONS_ROUNDS:-3}
 VERSIONS_VARIANTS=${BENCH_VERSIONS_VARIANTS:-A26 C26 L26 A34 C34 AT34 CR34 R34}
+VERSIONS_QUIET_WAIT=${BENCH_VERSIONS_QUIET_WAIT:-120}
 HAPROXY3=${BENCH_HAPROXY3:-$ROOT/../shared/peers/haproxy-3.4/haproxy}
 
 # versions_run V ROUND: one run of variant V (part versions).
@@ -827,17 +850,27 @@ part_versions() {
   fi
   h3v=$("$HAPROXY3" -v 2>/dev/null | awk 'NR == 1 { print $3 }')
   : > "$RAW/versions.txt"; : > "$RAW/versions-idle.txt"
+  local loads="" b worst
   for r in $(seq 1 "$VERSIONS_ROUNDS"); do
+    # Each run starts when other work leaves the CPUs (nearly) idle, or
+    # after BENCH_VERSIONS_QUIET_WAIT seconds of waiting for it; the
+    # round's busiest sample is reported.
+    worst=0
     for v in $vs; do
+      b=$(wait_quiet "$VERSIONS_QUIET_WAIT")
+      [ "$b" -gt "$worst" ] && worst=$b
+      [ "$b" -gt 10 ] && say "variant $v round $r starts with the CPUs $b % busy with other work"
       versions_run "$v" "$r" || say "variant $v round $r failed"
     done
+    loads="$loads${loads:+, }$worst %"
   done
   md "\`wrk -t1 -c$VERSIONS_CONNS -d${VERSIONS_SECONDS}s --latency\` on CPU 1; HAProxy (\`nbthread 1\`) and the agent"
   md "(1 worker, default configuration) on CPU 0; HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 { print $3 }') (\`haproxy\`) and ${h3v:-3.x} (\`$HAPROXY3\`)."
   md "$(echo "$vs" | tr -s ' ' | sed 's/^ //') × $VERSIONS_ROUNDS rounds, each variant started fresh; req/s, p99, CPU: medians over"
   md "the rounds; × plain: the median of the per-round ratios to the same round's plain run of the same"
   md "HAProxy (CR34, R34: to A34, and in brackets to AT34, plain with the same global settings). Idle: the agent's"
-  md "CPU over 2 s after the load stopped, HAProxy still connected."
+  md "CPU over 2 s after the load stopped, HAProxy still connected. Each run waits (up to ${VERSIONS_QUIET_WAIT} s) until other"
+  md "work keeps the CPUs under 10 % busy (1 s samples); the busiest sample of each round: $loads."
   [ -n "${BENCH_BASELINE:-}" ] && md "O26, O34: as C26, C34 with the agent \`$BENCH_BASELINE\` (the baseline)."
   md ""
   md "| variant | HAProxy | req/s | × plain | p50 µs | p99 µs | HAProxy CPU µs/req | agent CPU µs/req | agent reads/req | idle agent CPU | errors |"
