@@ -48,6 +48,8 @@ void config_defaults(struct config *c)
 	c->max_connections = CFG_CONN_DEFAULT;
 	c->idle_timeout_ms = CFG_IDLE_DEFAULT_MS;
 	c->frame_timeout_ms = CFG_FTIMEOUT_DEFAULT_MS;
+	c->sched_batch = true;
+	c->collect_us = CFG_COLLECT_DEFAULT_US;
 	c->log_level = LOG_INFO;
 
 	ns_def_init(ns);

@@ -55,6 +55,8 @@ struct config {
 	int log_level;                     /* enum log_level */
 	char key_secret[CONFIG_SECRET_MAX]; /* long-key digests; "" = none */
 	char state_file[CONFIG_PATH_MAX];  /* the counter table in a file; "" = memory */
+	bool sched_batch;                  /* workers run SCHED_BATCH (true by default) */
+	uint32_t collect_us;               /* a busy worker polls at most this often */
 	struct ns_def ns[NS_MAX];
 	size_t n_ns;
 };

@@ -43,6 +43,8 @@
 #define CFG_IDLE_DEFAULT_MS    60000
 #define CFG_FTIMEOUT_DEFAULT_MS 5000
 #define CFG_TIMEOUT_MAX_MS     86400000         /* one day */
+#define CFG_COLLECT_DEFAULT_US 20               /* collect_us */
+#define CFG_COLLECT_MAX_US     1000
 #define CFG_NS_DEFAULT         "default"
 #define CFG_SECRET_MIN         16               /* key_secret bytes */
 #define CFG_BUFMEM_DEFAULT     (256ull << 20)   /* max_buffer_memory */

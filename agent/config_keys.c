@@ -270,6 +270,27 @@ static int cfg_set_http_metrics_token(struct cfg_parser *p, json_t *v, void *obj
 	return 0;
 }
 
+static int cfg_set_collect_us(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+	long long x = 0;
+
+	if (cfg_want_int(p, v, 0, CFG_COLLECT_MAX_US, &x) < 0)
+		return -1;
+	c->collect_us = (uint32_t)x;
+	return 0;
+}
+
+static int cfg_set_sched_batch(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	c->sched_batch = json_is_true(v);
+	return 0;
+}
+
 static int cfg_set_http_max_connections(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct config *c = obj;
@@ -329,6 +350,8 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "http_max_connections", .set = cfg_set_http_max_connections },
 	{ .name = "http_max_buffer_memory", .set = cfg_set_http_max_buffer_memory },
 	{ .name = "state_file",       .set = cfg_set_state_file },
+	{ .name = "sched_batch",      .set = cfg_set_sched_batch },
+	{ .name = "collect_us",       .set = cfg_set_collect_us },
 };
 
 int cfg_parse_top(struct cfg_parser *p, json_t *root, struct config *c)

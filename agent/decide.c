@@ -139,6 +139,7 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 {
 	decide_count(d, rq, r, now);
 	memcpy(r->label, rq->label, sizeof(r->label));
+	r->answer = rq->answer;
 	if (r->error) {
 		metrics_add(&metrics_me->errors[r->refused ? METRICS_ERR_TABLE_FULL
 							   : METRICS_ERR_BAD_REQUEST], 1);
@@ -426,6 +427,7 @@ bool decide_request_result(const struct rl_decision *parts, size_t np, size_t re
 	/* Parts of one request are contiguous. */
 	decide_fold(&parts[first], count, out, error);
 	memcpy(out->label, parts[first].label, sizeof(out->label));
+	out->answer = parts[first].answer;
 	return true;
 }
 
@@ -503,6 +505,7 @@ void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *ou
 	/* Not the label and the stored key: the folded answer has neither. */
 	memcpy(out, &res[best], offsetof(struct rl_decision, label));
 	out->label[0] = '\0';
+	out->answer = 0;
 	*error = NULL;
 	for (size_t i = 0; i < n; i++) {
 		const struct rl_decision *r = &res[i];

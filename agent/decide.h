@@ -66,6 +66,9 @@ struct rl_request {
 	int front;                    /* enum front_id, for the metrics */
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's name for it (SPOP: the
 	                                     message's suffix), kept in the decision */
+	uint32_t answer;              /* the front's choice of what to answer (SPOP:
+	                                 the variables of `vars`; 0: all), kept in
+	                                 the decision */
 };
 
 /* One decision. The public part is what a front answers; the rest is what
@@ -106,10 +109,11 @@ struct rl_decision {
 	                                 admission): a take-back is a push */
 	uint8_t skeylen;
 	uint8_t req;                  /* decide_batch: the request it decides */
-	/* Not cleared with the fields above: the label (copied from the
-	 * request) and the stored key (set only for sync0), last so that
+	/* Not cleared with the fields above: the label and the answer (copied
+	 * from the request) and the stored key (set only for sync0), last so that
 	 * the fields above are cleared cheaply. */
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's own name for it (SPOP: suffix) */
+	uint32_t answer;              /* the request's, as the label */
 	char skey[RL_STORED_KEY_MAX];
 };
 

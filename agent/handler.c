@@ -182,6 +182,49 @@ static bool is_ratelimit_msg(const struct handler *h, struct spop_str name)
 	       memcmp(name.ptr, h->cfg->message_prefix, h->prefix_len) == 0;
 }
 
+/* ---- the variables a message asks for (argument `vars`) ---- */
+
+/* rl_request.answer: 0 = every variable (no `vars`); else ANSWER_GIVEN
+ * with a bit per plain variable (low 16 bits) and per variable of the
+ * message's own suffix (high bits). */
+#define ANSWER_GIVEN     (1u << 31)
+#define ANSWER_OWN_SHIFT 16
+#define ANSWER_ALL       0xffffu
+_Static_assert(VAR_COUNT <= 15, "a bit per variable, plain and own");
+
+static int var_id(const char *s, size_t n);
+
+/* The answer mask of `vars`: names separated by spaces or commas, each a
+ * plain variable ("remaining") or one of this message's own
+ * ("remaining_ip" for ratelimit-ip); 0 when a name is neither. */
+static uint32_t parse_vars(struct spop_str v, const char *label)
+{
+	uint32_t mask = ANSWER_GIVEN;
+	size_t lab = strlen(label), i = 0;
+
+	while (i < v.len) {
+		if (v.ptr[i] == ' ' || v.ptr[i] == ',') {
+			i++;
+			continue;
+		}
+		size_t j = i;
+		while (j < v.len && v.ptr[j] != ' ' && v.ptr[j] != ',')
+			j++;
+		const char *t = v.ptr + i;
+		size_t n = j - i;
+		int id = var_id(t, n);
+		if (id >= 0)
+			mask |= 1u << id;
+		else if (lab > 0 && n > lab + 1 && t[n - lab - 1] == '_' &&
+			 memcmp(t + n - lab, label, lab) == 0 && (id = var_id(t, n - lab - 1)) >= 0)
+			mask |= 1u << (ANSWER_OWN_SHIFT + id);
+		else
+			return 0;
+		i = j;
+	}
+	return mask;
+}
+
 /* Parses one message's arguments into a request (its key's text, when
  * it needs one, appended to the scratch buffer). */
 static void msg_request(struct handler *h, const struct spop_msg *m, struct rl_request *out)
@@ -232,6 +275,12 @@ static void msg_request(struct handler *h, const struct spop_msg *m, struct rl_r
 				rq.arg_error = "bad admission";
 				goto decide;
 			}
+		} else if (str_eq(a->name, "vars")) {
+			if (a->value.type != SPOP_DATA_STRING ||
+			    (rq.answer = parse_vars(a->value.v.str, rq.label)) == 0) {
+				rq.arg_error = "bad vars";
+				goto decide;
+			}
 		} else if (str_eq(a->name, "window_type")) {
 			if (a->value.type == SPOP_DATA_STRING && str_eq(a->value.v.str, "sliding"))
 				rq.window_type = DECIDE_WT_SLIDING;
@@ -268,6 +317,14 @@ static const char *const var_names[VAR_COUNT] = {
 	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error", [VAR_DEGRADED] = "degraded", [VAR_DELAYED_MS] = "delayed_ms",
 	[VAR_SHADOW_EXCEEDED] = "shadow_exceeded",
 };
+
+static int var_id(const char *s, size_t n)
+{
+	for (int i = 0; i < VAR_COUNT; i++)
+		if (strlen(var_names[i]) == n && memcmp(var_names[i], s, n) == 0)
+			return i;
+	return -1;
+}
 
 static void var_headers_init(struct handler *h)
 {
@@ -324,39 +381,48 @@ static void put_var_str(struct spop_writer *w, const struct handler *h, int id, 
 	spop_put_str(w, v, strlen(v));
 }
 
-/* The variables of one result; sfx NULL for the plain names. The decision
- * variable goes first: HAProxy stops at the first action it cannot use. */
+/* The variables of one result that `want` names (a bit per enum
+ * handler_var); sfx NULL for the plain names. An error is always said.
+ * The decision variable goes first: HAProxy stops at the first action it
+ * cannot use. */
 static void put_result(struct spop_writer *w, const struct handler *h, const struct rl_decision *r,
-		       const char *sfx)
+		       const char *sfx, uint32_t want)
 {
+#define WANT(id) (want & (1u << (id)))
 	if (r->error) {
 		/* on_table_full "deny": refused, and denied. */
 		if (r->exceeded) {
-			put_var_bool(w, h, VAR_EXCEEDED, sfx, true);
-			put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
+			if (WANT(VAR_EXCEEDED))
+				put_var_bool(w, h, VAR_EXCEEDED, sfx, true);
+			if (WANT(VAR_RETRY_AFTER))
+				put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
 		}
-		if (r->shadow)
+		if (r->shadow && WANT(VAR_SHADOW_EXCEEDED))
 			put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
 		put_var_str(w, h, VAR_ERROR, sfx, r->error);
 		return;
 	}
-	if (r->has_limit)
+	if (r->has_limit && WANT(VAR_EXCEEDED))
 		put_var_bool(w, h, VAR_EXCEEDED, sfx, r->exceeded);
-	put_var_int(w, h, VAR_RATE, sfx, r->rate);
-	if (r->has_limit)
+	if (WANT(VAR_RATE))
+		put_var_int(w, h, VAR_RATE, sfx, r->rate);
+	if (r->has_limit && WANT(VAR_REMAINING))
 		put_var_int(w, h, VAR_REMAINING, sfx, r->remaining);
-	put_var_int(w, h, VAR_RESET, sfx, r->reset);
-	if (r->has_limit)
+	if (WANT(VAR_RESET))
+		put_var_int(w, h, VAR_RESET, sfx, r->reset);
+	if (r->has_limit && WANT(VAR_LIMIT))
 		put_var_int(w, h, VAR_LIMIT, sfx, r->limit);
-	put_var_int(w, h, VAR_WINDOW, sfx, r->window);
-	if (r->exceeded)
+	if (WANT(VAR_WINDOW))
+		put_var_int(w, h, VAR_WINDOW, sfx, r->window);
+	if (r->exceeded && WANT(VAR_RETRY_AFTER))
 		put_var_int(w, h, VAR_RETRY_AFTER, sfx, r->retry_after);
-	if (r->degraded)
+	if (r->degraded && WANT(VAR_DEGRADED))
 		put_var_bool(w, h, VAR_DEGRADED, sfx, true);
-	if (r->delayed_ms > 0)
+	if (r->delayed_ms > 0 && WANT(VAR_DELAYED_MS))
 		put_var_int(w, h, VAR_DELAYED_MS, sfx, r->delayed_ms);
-	if (r->shadow && r->has_limit)
+	if (r->shadow && r->has_limit && WANT(VAR_SHADOW_EXCEEDED))
 		put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
+#undef WANT
 }
 
 /* Encodes the ACK of the parts[0..np) of a batch of nmsg messages (extra:
@@ -388,21 +454,33 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 		 * remaining and retry_after folded over all of them. */
 		struct rl_decision plain;
 		const char *error;
+		uint32_t want = 0;
+		size_t first = w->len;
 		decide_fold(res, n, &plain, &error);
 		if (extra)
 			error = "too many messages";
-		put_result(w, h, &plain, NULL);
+		/* The plain variables any message asks for (`vars`; all of
+		 * them for a message without). */
+		for (size_t i = 0; i < n; i++)
+			want |= res[i].answer ? res[i].answer & ANSWER_ALL : ANSWER_ALL;
+		put_result(w, h, &plain, NULL, want);
 		if (error && !plain.error)
 			put_var_str(w, h, VAR_ERROR, NULL, error);
 		size_t plain_end = w->len;
 		for (size_t i = 0; i < n; i++)
 			if (res[i].label[0])
-				put_result(w, h, &res[i], res[i].label);
+				put_result(w, h, &res[i], res[i].label,
+					   res[i].answer ? res[i].answer >> ANSWER_OWN_SHIFT & ANSWER_ALL
+							 : ANSWER_ALL);
 		/* Too many suffixed variables for one frame: keep the plain ones. */
 		if (w->overflow || w->len - start > max_frame_size + SPOP_LEN_SIZE) {
 			w->overflow = false;
 			w->len = plain_end;
 		}
+		/* Every ACK sets a variable: `vars` that names none of those
+		 * this answer has gets the plain exceeded. */
+		if (w->len == first)
+			put_var_bool(w, h, VAR_EXCEEDED, NULL, plain.exceeded);
 	}
 	if (spop_frame_end(w, start, max_frame_size) < 0) {
 		*err = SPOP_ERR_TOO_BIG;

@@ -12,6 +12,11 @@
 #   http     the HTTP front (1 and 2 workers) under wrk: checks/s, p99
 #   e2e      HAProxy 2.6 + wrk: A (direct), B (stick table), C (SPOE +
 #            agent), interleaved A B C A B C ..., medians, ratios to A
+#   versions the same SPOE frontend on HAProxy 2.6 and 3.x ($BENCH_HAPROXY3,
+#            default ../shared/peers/haproxy-3.4/haproxy; skipped when absent),
+#            each interleaved with plain, wrk -c50: req/s ratio, HAProxy and
+#            agent CPU per request, p99; the lean answer, 3.x's recommended
+#            settings (see part_versions)
 #   nginx    nginx alone, with limit_req, with auth_request to the HTTP front
 #            and with the module over SPOP (make nginx-module), interleaved
 #   sync     BUILD_DIR/bench/bench_sync_redis (one Redis, then a 3-master Redis
@@ -29,15 +34,17 @@
 #   store    what one node costs Redis: idle, 1,000 hits/s on 1 and 100
 #            keys (commands/s, command µs/s, Redis CPU), this agent and
 #            $BENCH_BASELINE if given, interleaved (not in the default)
-# Default: $BENCH_PARTS, else core spop http e2e nginx sync (about 6 minutes on 2
-# cores); profile and alloc add about a minute more.
+# Default: $BENCH_PARTS, else core spop http e2e versions nginx sync (about 10
+# minutes on 2 cores); profile and alloc add about a minute more.
 #
 # Knobs (environment): BENCH_SPOP_SECONDS (5), BENCH_SPOP_ROUNDS (3),
 # BENCH_CONNS (8), BENCH_INFLIGHT (32), BENCH_KEYS (10000),
 # BENCH_E2E_SECONDS (10), BENCH_E2E_ROUNDS (3), BENCH_E2E_CONNS (32),
 # BENCH_E2E_VARIANTS ("A B C D E F"; D, E and F sync through Redis: see
 # variant_cfg and variant_setup), BENCH_F_LIMIT (20000: F's limit per
-# second), BENCH_OUT (build/bench).
+# second), BENCH_VERSIONS_CONNS (50), BENCH_VERSIONS_SECONDS (8),
+# BENCH_VERSIONS_ROUNDS (3), BENCH_VERSIONS_VARIANTS, BENCH_VERSIONS_QUIET_WAIT
+# (120), BENCH_HAPROXY3, BENCH_OUT (build/bench).
 #
 # Every process started here is recorded and stopped by pid on exit
 # (agents with their workers, HAProxy, load generators), whatever happens.
@@ -47,7 +54,7 @@ ROOT=$PWD
 
 BUILD=${1:-build/rel}
 shift || true
-PARTS=${*:-${BENCH_PARTS:-core spop http e2e nginx sync}}
+PARTS=${*:-${BENCH_PARTS:-core spop http e2e versions nginx sync}}
 
 case $BUILD in
   /*) BDIR=$BUILD ;;
@@ -320,17 +327,39 @@ machine_info() {
   md ""
 }
 
+# other_busy: how busy the CPUs are (%), over one second (/proc/stat: 100 %
+# - idle - iowait); called while this script runs nothing, so all of it is
+# other work.
+other_busy() {
+  local a b
+  a=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  sleep 1
+  b=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
+  printf '%s %s\n' "$a" "$b" |
+    awk '{ t = $3 - $1; i = $4 - $2; printf "%.0f\n", (t > 0) ? 100 * (t - i) / t : 0 }'
+}
+
+# wait_quiet MAX_SECONDS: waits until other work keeps the CPUs under 10 %
+# busy (one-second samples), at most MAX_SECONDS; prints the last sample.
+wait_quiet() {
+  local busy t0=$SECONDS
+  while :; do
+    busy=$(other_busy)
+    if [ "$busy" -le 10 ] || [ $((SECONDS - t0)) -ge "$1" ]; then
+      echo "$busy"
+      return 0
+    fi
+    sleep 4
+  done
+}
+
 # busy_check WHEN: how busy the CPUs are with other work, sampled over one
 # second while this script runs nothing (/proc/stat: 100 % - idle - iowait).
 # Noted in results.md before each part, with a warning above 10 %: the
 # numbers then measure the other load as much as the agent.
 busy_check() {
-  local a b busy
-  a=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
-  sleep 1
-  b=$(awk '/^cpu / { printf "%d %d\n", $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9, $5 + $6 }' /proc/stat)
-  busy=$(printf '%s %s\n' "$a" "$b" |
-         awk '{ t = $3 - $1; i = $4 - $2; printf "%.0f", (t > 0) ? 100 * (t - i) / t : 0 }')
+  local busy
+  busy=$(other_busy)
   if [ "$busy" -gt 10 ]; then
     say "WARNING: the CPUs were $busy % busy with other work before $1: the numbers will be noisy"
     md "**Warning: before $1 the CPUs were $busy % busy with other work (1 s sample): these numbers are noisy.**"
@@ -590,17 +619,22 @@ wrk_field() {
 # V round rps requests p50_us p99_us haproxy_us_per_req agent_us_per_req
 # errors agent_reads_per_req, and for D, E, F (with Redis): redis_cmds_per_req
 # redis_cmd_us_per_req redis_cpu_us_per_req (redis_stats)
+# The caller may set (part versions): E2E_HAPROXY (the binary, default
+# haproxy), E2E_CFG and E2E_SPOE (the configurations, default the
+# variant's), E2E_SETUP (the variant whose setup runs, default V),
+# E2E_WRK_CONNS and E2E_WRK_SECONDS (default BENCH_E2E_CONNS and _SECONDS).
 e2e_run() {
   local v=$1 round=$2 cfg fe ag hp i h0 h1 a0 a1 s0 s1 reqs f rps p50 p99 hcpu acpu asys errs spoe
   local r0="" r1="" rstat=""
-  cfg=$(variant_cfg "$v")
+  local hbin=${E2E_HAPROXY:-haproxy} wconns=${E2E_WRK_CONNS:-$E2E_CONNS} wsecs=${E2E_WRK_SECONDS:-$E2E_SECONDS}
+  cfg=${E2E_CFG:-$(variant_cfg "$v")}
   if [ -z "$cfg" ] || [ ! -f "$cfg" ]; then
     echo "bench: no configuration for variant $v" >&2
     return 1
   fi
   free_port fe && free_port ag || return 1
-  variant_setup "$v" "$ag" || return 1
-  spoe=$ROOT/bench/haproxy/spoe-bench.conf
+  variant_setup "${E2E_SETUP:-$v}" "$ag" || return 1
+  spoe=${E2E_SPOE:-$ROOT/bench/haproxy/spoe-bench.conf}
   if [ "$v" = F ]; then
     # One key at its limit: a 1 s window, limit BENCH_F_LIMIT per second.
     spoe=$RAW/spoe-near-limit.conf
@@ -608,7 +642,7 @@ e2e_run() {
       "$ROOT/bench/haproxy/spoe-bench.conf" > "$spoe"
   fi
   BENCH_FE=127.0.0.1:$fe BENCH_AGENT=127.0.0.1:$ag BENCH_SPOE_CONF=$spoe \
-    "${PIN0[@]}" haproxy -db -f "$cfg" > "$RAW/haproxy-$v-$round.log" 2>&1 &
+    "${PIN0[@]}" "$hbin" -db -f "$cfg" > "$RAW/haproxy-$v-$round.log" 2>&1 &
   hp=$!
   PIDS+=("$hp")
   for i in $(seq 1 100); do
@@ -623,31 +657,45 @@ e2e_run() {
     return 1
   fi
   # Warm-up: connections to the agent, caches, stick table entry.
-  "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d1s "http://127.0.0.1:$fe/" > /dev/null 2>&1
+  "${PIN1[@]}" wrk -t1 -c"$wconns" -d1s "http://127.0.0.1:$fe/" > /dev/null 2>&1
   h0=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a0=$(agent_ticks); s0=$(agent_sysio); }
   [ -n "${VARIANT_REDIS_PID:-}" ] && r0=$(redis_stats "$VARIANT_REDIS_PORT")
   f=$RAW/wrk-$v-$round.txt
-  # E2E_WATCH (profile part only): system calls and samples of the worker.
+  # E2E_WATCH (profile part only): system calls, context switches and
+  # samples of the worker and of HAProxy.
   local watch=()
   if [ -n "${E2E_WATCH:-}" ] && [ -n "$VARIANT_AGENT" ]; then
-    local wk
+    local wk pid who evs=raw_syscalls:sys_enter,context-switches
+    for who in read recvfrom recvmsg sendto sendmsg epoll_wait; do evs=$evs,syscalls:sys_enter_$who; done
     wk=$(pgrep -P "$AGENT_PID" | head -n 1)
-    perf stat -x, -o "$RAW/e2e-$v-syscalls.txt" -p "$wk" -e raw_syscalls:sys_enter \
-      -e syscalls:sys_enter_read -e syscalls:sys_enter_sendto -e syscalls:sys_enter_epoll_wait \
-      -- sleep "$E2E_SECONDS" > /dev/null 2>&1 &
-    watch+=("$!")
-    perf record -q -e cpu-clock -F 4999 -p "$wk" -o "$RAW/perf-e2e-$v.data" -- sleep "$E2E_SECONDS" \
-      > /dev/null 2>&1 &
-    watch+=("$!")
+    for who in agent haproxy; do
+      pid=$wk; [ "$who" = haproxy ] && pid=$hp
+      perf stat -x, -o "$RAW/e2e-$v-$who-syscalls.txt" -p "$pid" -e "$evs" -- sleep "$wsecs" \
+        > /dev/null 2>&1 &
+      watch+=("$!")
+      perf record -q -e cpu-clock -F 4999 -p "$pid" -o "$RAW/perf-e2e-$v-$who.data" -- sleep "$wsecs" \
+        > /dev/null 2>&1 &
+      watch+=("$!")
+    done
     PIDS+=("${watch[@]}")
   fi
-  "${PIN1[@]}" wrk -t1 -c"$E2E_CONNS" -d"${E2E_SECONDS}s" --latency "http://127.0.0.1:$fe/" > "$f" 2>&1
+  "${PIN1[@]}" wrk -t1 -c"$wconns" -d"${wsecs}s" --latency "http://127.0.0.1:$fe/" > "$f" 2>&1
   for i in "${watch[@]}"; do wait "$i" 2>/dev/null; forget "$i"; done
   # CPU read before anything is stopped (a stopped worker's ticks are gone).
   h1=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a1=$(agent_ticks); s1=$(agent_sysio); }
   [ -n "$r0" ] && r1=$(redis_stats "$VARIANT_REDIS_PORT")
+  # E2E_IDLE=SECONDS: the agent's CPU over that long once the load has
+  # stopped, HAProxy still connected (E2E_IDLE_TICKS: its ticks).
+  E2E_IDLE_TICKS=-
+  if [ -n "${E2E_IDLE:-}" ] && [ -n "$VARIANT_AGENT" ]; then
+    local i0
+    sleep 0.5
+    i0=$(agent_ticks)
+    sleep "$E2E_IDLE"
+    E2E_IDLE_TICKS=$(( $(agent_ticks) - i0 ))
+  fi
   stop_pid "$hp"; forget "$hp"
   stop_agent
   reqs=$(wrk_field "$f" requests)
@@ -752,6 +800,153 @@ part_e2e() {
   md '```'
   while read -r l; do md "$l"; done < "$RAW/e2e.txt"
   md '```'
+  md ""
+}
+
+# -------------------------------------------------------------- versions ---
+
+# part_versions: the same SPOE frontend on Debian's HAProxy (2.6) and on
+# HAProxy 3.x ($BENCH_HAPROXY3, default ../shared/peers/haproxy-3.4/haproxy
+# from the repository's root), each interleaved with plain HAProxy, wrk
+# -c$BENCH_VERSIONS_CONNS (50: one SPOE stream per concurrent request).
+# Variants (BENCH_VERSIONS_VARIANTS):
+#   A26  2.6, plain (a-direct.cfg)
+#   C26  2.6, SPOE + agent, the default answer (c-spoe-local.cfg, spoe-bench.conf)
+#   L26  2.6, the same with the lean answer (spoe-bench-lean.conf)
+#   A34  3.x, plain
+#   C34  3.x, SPOE + agent, the default answer (c-spoe-local.cfg as for 2.6)
+#   AT34 3.x, plain with the recommended global settings (a3-direct-tuned.cfg)
+#   CR34 3.x, the default answer with the recommended settings
+#   R34  3.x, the lean answer and the recommended settings (c3-spoe-recommended.cfg)
+#   O26, O34  as C26 and C34 with the agent $BENCH_BASELINE (an older binary),
+#        added when it is set
+# Ratios are medians of the per-round ratios to the round's plain run (AT34
+# for R34's second ratio). After each agent run, the agent's CPU over 2 s
+# with HAProxy still connected and no traffic (an idle agent: 0 %).
+VERSIONS_CONNS=${BENCH_VERSIONS_CONNS:-50}
+VERSIONS_SECONDS=${BENCH_VERSIONS_SECONDS:-8}
+VERSIONS_ROUNDS=${BENCH_VERSIONS_ROUNDS:-3}
+VERSIONS_VARIANTS=${BENCH_VERSIONS_VARIANTS:-A26 C26 L26 A34 C34 AT34 CR34 R34}
+VERSIONS_QUIET_WAIT=${BENCH_VERSIONS_QUIET_WAIT:-120}
+HAPROXY3=${BENCH_HAPROXY3:-$ROOT/../shared/peers/haproxy-3.4/haproxy}
+
+# versions_run V ROUND: one run of variant V (part versions).
+versions_run() {
+  local v=$1 r=$2 hb cfg spoe=$ROOT/bench/haproxy/spoe-bench.conf setup=A save=$AGENT rc=0
+  case $v in
+    *26) hb=haproxy ;;
+    *34) hb=$HAPROXY3 ;;
+  esac
+  case $v in
+    A26|A34) cfg=$ROOT/bench/haproxy/a-direct.cfg ;;
+    AT34) cfg=$ROOT/bench/haproxy/a3-direct-tuned.cfg ;;
+    C26|C34) cfg=$ROOT/bench/haproxy/c-spoe-local.cfg; setup=C ;;
+    O26|O34) cfg=$ROOT/bench/haproxy/c-spoe-local.cfg; setup=C; AGENT=$BENCH_BASELINE ;;
+    L26) cfg=$ROOT/bench/haproxy/c-spoe-local.cfg; spoe=$ROOT/bench/haproxy/spoe-bench-lean.conf; setup=C ;;
+    CR34) cfg=$ROOT/bench/haproxy/c3-spoe-recommended.cfg; setup=C ;;
+    R34) cfg=$ROOT/bench/haproxy/c3-spoe-recommended.cfg; spoe=$ROOT/bench/haproxy/spoe-bench-lean.conf; setup=C ;;
+    *) echo "bench: unknown versions variant $v" >&2; return 1 ;;
+  esac
+  E2E_HAPROXY=$hb E2E_CFG=$cfg E2E_SPOE=$spoe E2E_SETUP=$setup E2E_WRK_CONNS=$VERSIONS_CONNS \
+    E2E_WRK_SECONDS=$VERSIONS_SECONDS E2E_TXT=$RAW/versions.txt E2E_IDLE=2 e2e_run "$v" "$r" || rc=1
+  AGENT=$save
+  [ "$rc" = 0 ] && [ "$setup" = C ] && echo "$v $r $E2E_IDLE_TICKS" >> "$RAW/versions-idle.txt"
+  return "$rc"
+}
+
+# versions_ratio V PLAIN COLUMN: the median over the rounds of V's COLUMN
+# (3: req/s) divided by PLAIN's in the same round.
+versions_ratio() {
+  awk -v v="$1" -v a="$2" -v c="${3:-3}" '$1 == v { x[$2] = $c } $1 == a { y[$2] = $c }
+    END { for (r in x) if (r in y && y[r] > 0) printf "%.2f\n", x[r] / y[r] }' "$RAW/versions.txt" | median
+}
+
+part_versions() {
+  local r v vs="" h3v plain ratio cr hc ac
+  say "== versions (HAProxy 2.6 and 3.x, the same SPOE frontend)"
+  md "## 3c. HAProxy 2.6 and 3.x: the same SPOE frontend"
+  md ""
+  if ! command -v wrk >/dev/null 2>&1; then
+    scripts/deps.sh bench >&2 || true
+  fi
+  if ! command -v haproxy >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
+    say "haproxy or wrk missing (scripts/deps.sh bench): skipped"
+    md "haproxy or wrk missing (\`scripts/deps.sh bench\` installs them): skipped."
+    md ""
+    return 0
+  fi
+  local all=$VERSIONS_VARIANTS
+  if [ -n "${BENCH_BASELINE:-}" ] && [ -x "${BENCH_BASELINE:-}" ]; then
+    all=$(echo "$all" | sed 's/\bC26\b/O26 C26/; s/\bC34\b/O34 C34/')
+  fi
+  for v in $all; do
+    if [[ $v == *34 ]] && [ ! -x "$HAPROXY3" ]; then
+      continue
+    fi
+    vs="$vs $v"
+  done
+  if [ ! -x "$HAPROXY3" ]; then
+    say "no HAProxy 3.x at $HAPROXY3 (BENCH_HAPROXY3): its variants skipped"
+    md "No HAProxy 3.x at \`$HAPROXY3\` (set \`BENCH_HAPROXY3\`): its variants are skipped."
+    md ""
+  fi
+  h3v=$("$HAPROXY3" -v 2>/dev/null | awk 'NR == 1 { print $3 }')
+  : > "$RAW/versions.txt"; : > "$RAW/versions-idle.txt"
+  local loads="" b worst
+  for r in $(seq 1 "$VERSIONS_ROUNDS"); do
+    # Each run starts when other work leaves the CPUs (nearly) idle, or
+    # after BENCH_VERSIONS_QUIET_WAIT seconds of waiting for it; the
+    # round's busiest sample is reported.
+    worst=0
+    for v in $vs; do
+      b=$(wait_quiet "$VERSIONS_QUIET_WAIT")
+      [ "$b" -gt "$worst" ] && worst=$b
+      [ "$b" -gt 10 ] && say "variant $v round $r starts with the CPUs $b % busy with other work"
+      versions_run "$v" "$r" || say "variant $v round $r failed"
+    done
+    loads="$loads${loads:+, }$worst %"
+  done
+  md "\`wrk -t1 -c$VERSIONS_CONNS -d${VERSIONS_SECONDS}s --latency\` on CPU 1; HAProxy (\`nbthread 1\`) and the agent"
+  md "(1 worker, default configuration) on CPU 0; HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 { print $3 }') (\`haproxy\`) and ${h3v:-3.x} (\`$HAPROXY3\`)."
+  md "$(echo "$vs" | tr -s ' ' | sed 's/^ //') × $VERSIONS_ROUNDS rounds, each variant started fresh; req/s, p99, CPU: medians over"
+  md "the rounds; × plain: the median of the per-round ratios to the same round's plain run of the same"
+  md "HAProxy (CR34, R34: to A34, and in brackets to AT34, plain with the same global settings). Idle: the agent's"
+  md "CPU over 2 s after the load stopped, HAProxy still connected. Each run waits (up to ${VERSIONS_QUIET_WAIT} s) until other"
+  md "work keeps the CPUs under 10 % busy (1 s samples); the busiest sample of each round: $loads."
+  [ -n "${BENCH_BASELINE:-}" ] && md "O26, O34: as C26, C34 with the agent \`$BENCH_BASELINE\` (the baseline)."
+  md ""
+  md "| variant | HAProxy | req/s | × plain | p50 µs | p99 µs | HAProxy CPU µs/req | agent CPU µs/req | agent reads/req | idle agent CPU | errors |"
+  md "|---|---|---|---|---|---|---|---|---|---|---|"
+  for v in $vs; do
+    local rps hv
+    rps=$(awk -v v="$v" '$1 == v { print $3 }' "$RAW/versions.txt" | median)
+    [ -n "$rps" ] || { md "| $v | | failed | | | | | | | | |"; continue; }
+    rps=$(printf '%.0f' "$rps")
+    case $v in *26) plain=A26; hv=2.6 ;; *) plain=A34; hv=${h3v:-3.x} ;; esac
+    ratio=-
+    case $v in
+      A26|A34) ratio=1.00 ;;
+      AT34) ratio=$(versions_ratio AT34 A34) ;;
+      R34|CR34) ratio="$(versions_ratio "$v" A34) ($(versions_ratio "$v" AT34))" ;;
+      *) ratio=$(versions_ratio "$v" "$plain") ;;
+    esac
+    hc=$(awk -v v="$v" '$1 == v { print $7 }' "$RAW/versions.txt" | median)
+    ac=$(awk -v v="$v" '$1 == v && $8 != "-" { print $8 }' "$RAW/versions.txt" | median)
+    cr=$(awk -v v="$v" '$1 == v && $10 != "-" { print $10 }' "$RAW/versions.txt" | median)
+    local idle
+    idle=$(awk -v v="$v" -v t="$CLK_TCK" '$1 == v && $3 != "-" { s += $3; n++ }
+      END { if (n) printf "%.2f %%", 100 * s / t / (2 * n); else print "-" }' "$RAW/versions-idle.txt")
+    md "| $v | $hv | $rps | $ratio | $(awk -v v="$v" '$1 == v { print $5 }' "$RAW/versions.txt" | median) | $(awk -v v="$v" '$1 == v { print $6 }' "$RAW/versions.txt" | median) | $hc | ${ac:--} | ${cr:--} | $idle | $(awk -v v="$v" '$1 == v { s += $9 } END { print s + 0 }' "$RAW/versions.txt") |"
+    case $v in
+      C26) V_C26=$ratio; V_C26_AGENT=$ac ;;
+      C34) V_C34=$ratio; V_C34_AGENT=$ac ;;
+      CR34) V_CR34=$(versions_ratio CR34 A34); V_CR34_AGENT=$ac ;;
+      R34) V_R34=$(versions_ratio R34 A34); V_R34T=$(versions_ratio R34 AT34) ;;
+    esac
+  done
+  md ""
+  md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
+  md "agent read()/write() calls per request): \`$RAW/versions.txt\`; idle ticks: \`versions-idle.txt\`."
   md ""
 }
 
@@ -976,6 +1171,11 @@ part_profile() {
   say "== profile"
   md "## Profile of one worker"
   md ""
+  # BENCH_PROFILE_E2E=only: only the agent behind HAProxy (profile_e2e).
+  if [ "${BENCH_PROFILE_E2E:-}" = only ]; then
+    profile_e2e
+    return 0
+  fi
   if perf stat -e task-clock true > /dev/null 2>&1; then
     for mode in ratelimit noop; do
       free_port port || return 1
@@ -1006,7 +1206,11 @@ part_profile() {
     md "perf does not work here: perf part skipped."
     md ""
   fi
-  command -v valgrind > /dev/null 2>&1 || { md "valgrind missing: callgrind part skipped."; md ""; return 0; }
+  if ! command -v valgrind > /dev/null 2>&1; then
+    md "valgrind missing: callgrind part skipped."; md ""
+    profile_e2e
+    return 0
+  fi
   for mode in ratelimit noop; do
     free_port port || return 1
     # Only what runs inside worker_run() is counted: not the master's
@@ -1043,34 +1247,62 @@ part_profile() {
     say "callgrind $mode: $cg"
   done
 
-  # The agent behind HAProxy (variant C, or BENCH_PROFILE_VARIANT): how
-  # many system calls per request, and where its time goes, kernel
-  # included.
+  profile_e2e
+}
+
+# The agent behind HAProxy (variant C, or BENCH_PROFILE_VARIANT), on HAProxy
+# 2.6 and on 3.x (BENCH_HAPROXY3, if present), wrk -c50: system calls and
+# context switches per request of both, and where both spend their time,
+# kernel included.
+profile_e2e() {
   local pv=${BENCH_PROFILE_VARIANT:-C}
   if perf stat -e raw_syscalls:sys_enter true > /dev/null 2>&1 && command -v wrk > /dev/null 2>&1 &&
      command -v haproxy > /dev/null 2>&1; then
-    local sc reqs
-    E2E_WATCH=1 E2E_TXT=$RAW/e2e-profile.txt e2e_run "$pv" profile || return 0
-    reqs=$(wrk_field "$RAW/wrk-$pv-profile.txt" requests)
-    sc=$RAW/e2e-$pv-syscalls.txt
-    md "Variant $pv of part 3 once more, the agent's worker watched for the whole wrk run"
-    md "(\`perf stat -e raw_syscalls:sys_enter,syscalls:sys_enter_{read,sendto,epoll_wait}\`, \`perf record -e cpu-clock\`):"
-    md "$reqs requests; per request:"
+    local reqs hv name hb who f
+    md "Variant $pv (part 3's configuration; the agent's default configuration), \`wrk -c$VERSIONS_CONNS\`, on each"
+    md "HAProxy, the agent's worker and HAProxy watched for the whole wrk run (\`perf stat -e"
+    md "raw_syscalls:sys_enter,context-switches,syscalls:sys_enter_{read,recvfrom,recvmsg,sendto,sendmsg,epoll_wait}\`,"
+    md "\`perf record -e cpu-clock -F 4999\`; perf adds its own cost, so CPU per request is higher than in parts 3 and 3c)."
+    md "Per request:"
     md ""
-    md "| system calls | read | sendto | epoll_wait |"
-    md "|---|---|---|---|"
-    md "| $(awk -F, -v n="$reqs" '$3 ~ /raw_syscalls/ { printf "%.2f", $1 / n }' "$sc") | $(awk -F, -v n="$reqs" '$3 ~ /enter_read$/ { printf "%.2f", $1 / n }' "$sc") | $(awk -F, -v n="$reqs" '$3 ~ /sendto/ { printf "%.2f", $1 / n }' "$sc") | $(awk -F, -v n="$reqs" '$3 ~ /epoll_wait/ { printf "%.2f", $1 / n }' "$sc") |"
+    md "| HAProxy | process | system calls | read/recv | send | epoll_wait | context switches | CPU µs |"
+    md "|---|---|---|---|---|---|---|---|"
+    for hv in 26 34; do
+      hb=haproxy
+      if [ "$hv" = 34 ]; then
+        [ -x "$HAPROXY3" ] || continue
+        hb=$HAPROXY3
+      fi
+      name=$pv$hv
+      E2E_WATCH=1 E2E_HAPROXY=$hb E2E_SETUP=$pv E2E_CFG=$(variant_cfg "$pv") E2E_WRK_CONNS=$VERSIONS_CONNS \
+        E2E_TXT=$RAW/e2e-profile.txt e2e_run "$name" profile || continue
+      reqs=$(wrk_field "$RAW/wrk-$name-profile.txt" requests)
+      for who in haproxy agent; do
+        f=$RAW/e2e-$name-$who-syscalls.txt
+        md "| $("$hb" -v 2>/dev/null | awk 'NR == 1 { print $3 }') | $who | $(awk -F, -v n="$reqs" '
+            $3 ~ /raw_syscalls/ { a = $1 } $3 ~ /enter_(read|recvfrom|recvmsg)$/ { r += $1 }
+            $3 ~ /enter_(sendto|sendmsg)$/ { w += $1 } $3 ~ /epoll_wait/ { e = $1 } $3 ~ /context-switches/ { c = $1 }
+            END { printf "%.2f | %.2f | %.2f | %.2f | %.2f", a / n, r / n, w / n, e / n, c / n }' "$f") | $(
+            awk -v v="$name" -v c="$([ "$who" = haproxy ] && echo 7 || echo 8)" '$1 == v { print $c }' "$RAW/e2e-profile.txt") |"
+      done
+    done
     md ""
-    md "Worker samples (\`--sort dso\`, then \`--sort symbol\`):"
-    md ""
-    md '```'
-    md "$(perf report -i "$RAW/perf-e2e-$pv.data" --no-children --sort dso --stdio 2>/dev/null |
-          grep -E '^ +[0-9.]+%' | head -n 4)"
-    md ""
-    md "$(perf report -i "$RAW/perf-e2e-$pv.data" --no-children --sort symbol --stdio 2>/dev/null |
-          grep -E '^ +[0-9.]+%' | sed 's/ *$//' | head -n 20)"
-    md '```'
-    md ""
+    for hv in 26 34; do
+      name=$pv$hv
+      for who in haproxy agent; do
+        f=$RAW/perf-e2e-$name-$who.data
+        [ -s "$f" ] || continue
+        md "$who samples behind HAProxy ${hv:0:1}.${hv:1} (\`perf report --sort dso\`, then \`--sort symbol\`):"
+        md ""
+        md '```'
+        md "$(perf report -i "$f" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9.]+%' | head -n 4)"
+        md ""
+        md "$(perf report -i "$f" --no-children --sort symbol --stdio 2>/dev/null |
+              grep -E '^ +[0-9.]+%' | sed 's/ *$//' | head -n 16)"
+        md '```'
+        md ""
+      done
+    done
   fi
 }
 
@@ -1741,7 +1973,7 @@ scale_report() {
 }
 
 targets() {
-  md "## Targets (issues 4, 8 and 21)"
+  md "## Targets (issues 4, 8, 19 and 21)"
   md ""
   md "| target | measured | |"
   md "|---|---|---|"
@@ -1758,6 +1990,14 @@ targets() {
     md "| nginx + module ≥ 0.8 × nginx alone | $NGINX_MOD_ALONE by req/s, $NGINX_MOD_ALONE_CPU by CPU | $(awk -v x="$NGINX_MOD_ALONE" 'BEGIN { print (x >= 0.8) ? "met" : "missed" }') (by req/s) |"
     md "| nginx + module ≥ 2.5 × nginx + auth_request | $NGINX_MOD_AUTH by req/s, $NGINX_MOD_AUTH_CPU by CPU | $(awk -v x="$NGINX_MOD_AUTH" 'BEGIN { print (x >= 2.5) ? "met" : "missed" }') (by req/s) |"
   fi
+  if [ -n "${V_C34:-}" ] || [ -n "${V_C26:-}" ]; then
+    md "| HAProxy 3.x, default answer ≥ 0.42 × plain | ${V_C34:-?} | $(awk -v x="${V_C34:-0}" 'BEGIN { print (x >= 0.42) ? "met" : "missed" }') |"
+    md "| HAProxy 3.x, default answer, recommended settings ≥ 0.42 × plain | ${V_CR34:-?} | $(awk -v x="${V_CR34:-0}" 'BEGIN { print (x >= 0.42) ? "met" : "missed" }') |"
+    md "| HAProxy 3.x, agent CPU ≤ 3 µs per request | ${V_C34_AGENT:-?} µs | $(awk -v x="${V_C34_AGENT:-1e9}" 'BEGIN { print (x <= 3) ? "met" : "missed" }') |"
+    md "| HAProxy 3.x, lean answer + recommended settings ≥ 0.5 × plain | ${V_R34:-?} (${V_R34T:-?} × plain tuned alike) | $(awk -v x="${V_R34:-0}" 'BEGIN { print (x >= 0.5) ? "met" : "missed" }') |"
+    md "| HAProxy 2.6 ≥ 0.67 × plain | ${V_C26:-?} | $(awk -v x="${V_C26:-0}" 'BEGIN { print (x >= 0.67) ? "met" : "missed" }') |"
+    md "| HAProxy 2.6, agent CPU ≤ 1.5 µs per request | ${V_C26_AGENT:-?} µs | $(awk -v x="${V_C26_AGENT:-1e9}" 'BEGIN { print (x <= 1.5) ? "met" : "missed" }') |"
+  fi
   if [ -s "$RAW/http-w1-d16" ] && [[ " $PARTS " == *" http "* ]]; then
     local h; h=$(cat "$RAW/http-w1-d16")
     md "| HTTP front ≥ 300,000 checks/s, 1 worker (pipelined) | $(printf '%.0f' "$h") | $(awk -v x="$h" 'BEGIN { print (x >= 300000) ? "met" : "missed" }') |"
@@ -1767,8 +2007,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|e2e|nginx|sync|profile|alloc|baseline|scale|store) ;;
-    *) echo "bench: unknown part '$part' (core spop http e2e nginx sync profile alloc baseline scale store)" >&2; exit 2 ;;
+    core|spop|http|e2e|versions|nginx|sync|profile|alloc|baseline|scale|store) ;;
+    *) echo "bench: unknown part '$part' (core spop http e2e versions nginx sync profile alloc baseline scale store)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)

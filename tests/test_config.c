@@ -69,6 +69,8 @@ static void assert_defaults(const struct config *c)
 	cr_assert_eq(c->idle_timeout_ms, 60000);
 	cr_assert_eq(c->frame_timeout_ms, 5000);
 	cr_assert_eq(c->log_level, LOG_INFO);
+	cr_assert(c->sched_batch, "workers run SCHED_BATCH by default");
+	cr_assert_eq(c->collect_us, 20);
 	cr_assert_eq(c->n_ns, 1);
 	cr_assert_str_eq(c->ns[0].name, "default");
 	cr_assert_eq(c->ns[0].n_window_sizes, 3);
@@ -1072,6 +1074,9 @@ Test(config, http_trust_keys)
 		{ "{\"http_token\": \"a b\"}", "http_token", "visible ASCII characters only" },
 		{ "{\"http_token\": 5}", "http_token", "got integer" },
 		{ "{\"http_metrics_token\": true}", "http_metrics_token", "needs http_token" },
+		{ "{\"sched_batch\": 1}", "sched_batch", "got integer" },
+		{ "{\"collect_us\": 1001}", "collect_us", "0..1000" },
+		{ "{\"collect_us\": -1}", "collect_us", "0..1000" },
 		{ "{\"http_max_connections\": 0}", "http_max_connections", "1..1000000" },
 		{ "{\"max_connections\": 10, \"http_max_connections\": 11}", "http_max_connections",
 		  "at most max_connections (10)" },
@@ -1095,6 +1100,11 @@ Test(config, http_trust_keys)
 	cr_assert(c.http_metrics_token);
 	cr_assert_eq(config_http_max_connections(&c), 2);
 	cr_assert_eq(config_http_max_buffer_memory(&c), 131072);
+	config_free(&c);
+	cr_assert_eq(load(&c, &err, "{\"sched_batch\": false, \"collect_us\": 0}"), 0, "%s: %s",
+		     err.path, err.msg);
+	cr_assert_not(c.sched_batch);
+	cr_assert_eq(c.collect_us, 0);
 	config_free(&c);
 	assert_no_leaks();
 }

@@ -207,6 +207,7 @@ struct rl {
 	const char *key;        /* NULL: no key */
 	const char *ns;
 	const char *cost_str;
+	const char *vars;       /* argument `vars`, or NULL */
 	int64_t window;
 	int64_t limit;
 	int64_t cost;
@@ -222,6 +223,7 @@ static void put_rl(const struct rl *r)
 	n += r->cost_str != NULL || r->has_cost;
 	n += r->window != 0;
 	n += r->limit != 0;
+	n += r->vars != NULL;
 	rawspop_msg(&wb, r->msg ? r->msg : "ratelimit", n);
 	if (r->key)
 		rawspop_arg_str(&wb, "key", r->key);
@@ -235,6 +237,8 @@ static void put_rl(const struct rl *r)
 		rawspop_arg_int(&wb, "cost", r->cost);
 	if (r->ns)
 		rawspop_arg_str(&wb, "namespace", r->ns);
+	if (r->vars)
+		rawspop_arg_str(&wb, "vars", r->vars);
 }
 
 /* Appends a NOTIFY holding the given messages to wb. */
@@ -1172,6 +1176,83 @@ Test(notify, variable_suffixes)
 	cr_assert(var_int(&acts, "rate_abcdefghijklmnop") == 1, "rate_abcdefghijklmnop");
 	cr_assert(var_int(&acts, "window_x") == 1);
 	cr_assert(!var_bool(&acts, "exceeded_abcdefghijklmnop"));
+	close(fd);
+}
+
+/* A lean answer: `vars` names the variables a message wants, plain
+ * ("exceeded") or its own ("remaining_sec"); the plain ones are those any
+ * message of the NOTIFY asks for (all for a message without `vars`); an
+ * error is always said; an answer left with nothing says exceeded. */
+Test(notify, lean_answer_vars)
+{
+	static struct rawspop_actions acts;
+	char key[64];
+	int fd = hello_conn();
+
+	make_key(key, sizeof(key), "lean");
+	{
+		struct rl r = { .msg = "ratelimit-ip", .key = key, .window = 60, .limit = 1,
+				.vars = "exceeded,retry_after" };
+
+		notify1(fd, &r, &acts);
+		cr_assert_eq(acts.n, 1, "one variable: %s", frame_hex(&fr));
+		cr_assert(var(&acts, "exceeded") && !var_bool(&acts, "exceeded"));
+		notify1(fd, &r, &acts);
+		cr_assert_eq(acts.n, 2, "exceeded and retry_after: %s", frame_hex(&fr));
+		cr_assert(var_bool(&acts, "exceeded"));
+		cr_assert(var_int(&acts, "retry_after") >= 1);
+	}
+	{
+		/* Own variables by their full names; plain ones from either. */
+		struct rl m[2] = {
+			{ .msg = "ratelimit-sec", .key = key, .window = 1, .limit = 100,
+			  .vars = "exceeded remaining_sec" },
+			{ .msg = "ratelimit-min", .key = key, .window = 60, .limit = 100,
+			  .vars = "limit limit_min" },
+		};
+
+		notify_n(fd, m, 2, &acts);
+		cr_assert_eq(acts.n, 4, "exceeded limit remaining_sec limit_min: %s", frame_hex(&fr));
+		cr_assert(var(&acts, "exceeded") && var(&acts, "limit"));
+		cr_assert(var_int(&acts, "remaining_sec") == 99);
+		cr_assert(var_int(&acts, "limit_min") == 100);
+		/* A message without vars: every variable, plain and its own. */
+		m[1].vars = NULL;
+		notify_n(fd, m, 2, &acts);
+		cr_assert(var(&acts, "rate") && var(&acts, "window") && var(&acts, "rate_min"));
+		cr_assert(var(&acts, "remaining_sec") && !var(&acts, "rate_sec"));
+	}
+	{
+		/* Nothing this answer has: exceeded all the same. */
+		struct rl r = { .msg = "ratelimit-x", .key = key, .window = 60, .limit = 100,
+				.vars = "" };
+
+		notify1(fd, &r, &acts);
+		cr_assert_eq(acts.n, 1, "%s", frame_hex(&fr));
+		cr_assert(var(&acts, "exceeded"));
+	}
+	{
+		/* Errors are said whatever vars asks for. */
+		struct rl r = { .msg = "ratelimit-x", .key = key, .window = 7, .limit = 1,
+				.vars = "exceeded" };
+
+		notify1(fd, &r, &acts);
+		expect_error(&acts, "window 7");
+	}
+	{
+		/* A name that is no variable (or another message's) is an error:
+		 * nothing counted. */
+		static const char *const bad[] = { "exceeded,nope", "remaining_min", "rate_", "_x" };
+
+		for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+			struct rl r = { .msg = "ratelimit-x", .key = key, .window = 3600,
+					.limit = 100, .vars = bad[i] };
+
+			notify1(fd, &r, &acts);
+			expect_error(&acts, "bad vars");
+		}
+		cr_assert(read_rate(fd, key, 3600) == 0, "a message with bad vars was counted");
+	}
 	close(fd);
 }
 
