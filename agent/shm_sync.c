@@ -36,7 +36,8 @@ int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d)
 	return atomic_load(&s->meta) == e->meta ? 0 : -1;
 }
 
-int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
+/* shm_sync_total (follow false) and shm_follow_total (true). */
+static int shm_total(struct shm_table *t, const struct shm_entry *e, double total, bool follow)
 {
 	struct shm_slot *s = &t->slots[e->idx];
 	uint64_t old;
@@ -50,7 +51,9 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 	 * sync, which pushes it (it is in diff by then). What the store holds
 	 * reserved for this node's view (left + spent) is in count, not in
 	 * total (what it returned is no longer its). Every change to those words leaves the sum lower for a
-	 * moment, never higher: a racing max() never keeps a count too high. */
+	 * moment, never higher: a racing max() never keeps a count too high.
+	 * Followed (a window the store reset), the sum is written as it is:
+	 * lower for a moment, it stays lower until the next read. */
 	old = atomic_load_explicit(&s->count, memory_order_relaxed);
 	for (;;) {
 		double cur = atomics_bitsd(old);
@@ -58,7 +61,7 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_LEFT)) +
 			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT));
 
-		if (!(want > cur))
+		if (!(want > cur) && !(follow && want != cur))
 			break;
 		if (atomic_compare_exchange_weak_explicit(&s->count, &old, atomics_dbits(want),
 							  memory_order_relaxed,
@@ -66,6 +69,33 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 			break;
 	}
 	return atomic_load(&s->meta) == e->meta ? 0 : -1;
+}
+
+int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
+{
+	return shm_total(t, e, total, false);
+}
+
+int shm_follow_total(struct shm_table *t, const struct shm_entry *e, double total)
+{
+	return shm_total(t, e, total, true);
+}
+
+double shm_sync_forget(struct shm_table *t, const struct shm_ref *r)
+{
+	double left, had;
+
+	if (r->idx == SHM_NONE)
+		return 0;
+	/* The words first, the count last: a racing shm_sync_total() reads a
+	 * sum lower than the count, never higher, and keeps the count, which
+	 * goes to 0 after them. */
+	atomics_store_double(&t->slots[r->idx].diff, 0.0);
+	left = atomics_exchange_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), 0.0);
+	atomics_store_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), 0.0);
+	atomics_store_double(shm_grant_word(t, r->idx, SHM_GRANT_RET), 0.0);
+	had = shm_forget(t, r);         /* 0 if re-keyed meanwhile */
+	return had > left ? had - left : 0;
 }
 
 int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)
@@ -102,6 +132,30 @@ bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t 
 	if (now_ms < SHM_LEASE_UNTIL(l))
 		return false;
 	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
+}
+
+bool shm_lease_grab(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
+		    uint64_t hold_ms, uint64_t *was)
+{
+	_Atomic uint64_t *p = &t->hdr->lease[ns];
+	uint64_t l = atomic_load(p);
+
+	/* Held (a push in flight, or kept after one failed) and not expired. */
+	if (SHM_LEASE_HOLDER(l) != 0 && now_ms < SHM_LEASE_UNTIL(l))
+		return false;
+	*was = l;
+	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
+}
+
+void shm_lease_ungrab(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t was)
+{
+	_Atomic uint64_t *p = &t->hdr->lease[ns];
+	uint64_t l = atomic_load(p);
+
+	/* Free again, due when it was (a dead holder's: due now). */
+	if (SHM_LEASE_HOLDER(l) == holder)
+		atomic_compare_exchange_strong(p, &l, SHM_LEASE(SHM_LEASE_HOLDER(was) ? 0
+										: SHM_LEASE_UNTIL(was), 0));
 }
 
 bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
