@@ -59,7 +59,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define BALANCE_MAX_LISTENERS 2      /* SPOP and HTTP */
+#include "agent/fronts.h"
+
+#define BALANCE_MAX_LISTENERS FRONT_COUNT   /* one per front (agent/fronts.h) */
 #define BALANCE_STALL         0.2    /* seconds without an accept: the pick is stuck */
 
 struct balance;

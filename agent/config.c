@@ -26,15 +26,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int config_default_workers(void)
-{
-	long n = sysconf(_SC_NPROCESSORS_ONLN);
-
-	if (n < 1)
-		return 1;
-	return n > CFG_WORKERS_MAX ? CFG_WORKERS_MAX : (int)n;
-}
-
 /* Contract: overwrites all of *c without freeing it (config_free() a loaded
  * config first). */
 void config_defaults(struct config *c)

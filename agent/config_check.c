@@ -2,7 +2,9 @@
  * config_check.c - config_check(): the whole configuration, after the
  * file and the command line, by the same rules as the file's keys (the
  * paths of its messages are the keys'); and the rules of values both
- * check: listen addresses, socket owners, message_prefix.
+ * check: listen addresses, socket owners, message_prefix, the names of
+ * enumerated values, the default number of workers. The keys
+ * (config_keys.c) call here, never the reverse.
  */
 #include "agent/config_int.h"
 
@@ -10,6 +12,31 @@
 #include <netinet/in.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
+
+/* The names of enumerated values, for the keys and for the messages of
+ * config_check(). */
+const char *const cfg_scope_names[SPOP_SCOPE_COUNT] = {
+	[SPOP_SCOPE_PROC] = "proc",
+	[SPOP_SCOPE_SESS] = "sess",
+	[SPOP_SCOPE_TXN]  = "txn",
+	[SPOP_SCOPE_REQ]  = "req",
+	[SPOP_SCOPE_RES]  = "res",
+};
+
+/* Same order as enum log_level; log_level_parse() is the authority. */
+const char *const cfg_log_level_names[LOG_LEVEL_COUNT] = {
+	[LOG_ERR] = "err", [LOG_WARN] = "warn", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
+};
+
+int config_default_workers(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (n < 1)
+		return 1;
+	return n > CFG_WORKERS_MAX ? CFG_WORKERS_MAX : (int)n;
+}
 
 /* ------------------------------------------------------------------------
  * Rules shared by the keys and config_check(). The cfg_check_* work on the

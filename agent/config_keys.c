@@ -9,19 +9,6 @@
 #include <stdio.h>
 #include <string.h>
 
-const char *const cfg_scope_names[SPOP_SCOPE_COUNT] = {
-	[SPOP_SCOPE_PROC] = "proc",
-	[SPOP_SCOPE_SESS] = "sess",
-	[SPOP_SCOPE_TXN]  = "txn",
-	[SPOP_SCOPE_REQ]  = "req",
-	[SPOP_SCOPE_RES]  = "res",
-};
-
-/* Same order as enum log_level; log_level_parse() is the authority. */
-const char *const cfg_log_level_names[LOG_LEVEL_COUNT] = {
-	[LOG_ERR] = "err", [LOG_WARN] = "warn", [LOG_INFO] = "info", [LOG_DEBUG] = "debug",
-};
-
 /* A listen address into dst (CONFIG_ADDR_MAX bytes). */
 static int cfg_set_addr(struct cfg_parser *p, json_t *v, char *dst)
 {

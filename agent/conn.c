@@ -19,7 +19,6 @@
 #include "agent/ratelimit.h"
 #include "spop/spop.h"
 
-#define CONN_READS_PER_EVENT 16     /* fairness between connections */
 #define CONN_MAX_PENDING     64     /* NOTIFYs waiting for a store per connection
 				       (HAProxy keeps at most 20 in flight) */
 #define CONN_CLOSE_GRACE     1.0    /* seconds to flush a final DISCONNECT */
@@ -231,33 +230,21 @@ static void conn_process(struct conn *c)
 		c->s.partial_since = evnow;
 }
 
+static bool conn_more(const struct stream *s)
+{
+	return container_of(s, const struct conn, s)->state != CONN_CLOSING;
+}
+
+static void conn_process_stream(struct stream *s)
+{
+	conn_process(container_of(s, struct conn, s));
+}
+
+/* Reads and answers what came; at EOF, closes once the answers are out. */
 static void conn_read(struct conn *c)
 {
-	for (int i = 0; i < CONN_READS_PER_EVENT && c->state != CONN_CLOSING; i++) {
-		if (c->s.rlen == c->s.rcap)
-			break;
-		ssize_t n = read(c->s.fd, c->s.rbuf + c->s.rlen, c->s.rcap - c->s.rlen);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n <= 0) {
-			/* EOF, ECONNRESET: normal closes. Answer what came whole. */
-			if (n < 0 && errno != ECONNRESET && log_level >= LOG_DEBUG &&
-			    log_limit(&c->s.env->io_log, ev_now(c->s.env->loop)))
-				LOG(LOG_DEBUG, "conn %d: read: %s%s", c->s.fd, strerror(errno),
-				    log_limit_suppressed(&c->s.env->io_log));
-			conn_process(c);
-			if (!c->s.dead)
-				c->state = CONN_CLOSING;
-			return;
-		}
-		size_t got = (size_t)n, room = c->s.rcap - c->s.rlen;
-		c->s.rlen += got;
-		conn_process(c);
-		if (c->s.dead || got < room)
-			break;
-	}
+	if (stream_read(&c->s, conn_more, conn_process_stream) && !c->s.dead)
+		c->state = CONN_CLOSING;
 }
 
 /* Sends what is queued; frames left in the read buffer (held back for
@@ -443,9 +430,50 @@ static double conn_idle_since(const struct stream *s)
 	return c->state == CONN_CLOSING ? -1 : c->last_notify;
 }
 
+static const char *conn_address(const struct config *cfg)
+{
+	return cfg->listen;
+}
+
+/* The worker's SPOP handler (agent/handler.h): its messages as the
+ * configuration says, answers held for a store delivered by conn_deliver. */
+static int conn_start(struct front_env *env)
+{
+	struct handler *h = calloc(1, sizeof(*h));
+
+	if (!h || handler_init(h, env->cfg, env->decide, env->cfg->max_frame_size) < 0) {
+		free(h);
+		return -1;
+	}
+	h->deliver = conn_deliver;
+	env->handler = h;
+	return 0;
+}
+
+/* A reload may change the messages (their namespaces, arguments). */
+static int conn_reload(struct front_env *env)
+{
+	handler_free(env->handler);
+	if (handler_init(env->handler, env->cfg, env->decide, env->cfg->max_frame_size) < 0)
+		return -1;
+	env->handler->deliver = conn_deliver;
+	return 0;
+}
+
+static void conn_stop(struct front_env *env)
+{
+	if (env->handler)
+		handler_free(env->handler);
+	free(env->handler);
+	env->handler = NULL;
+}
+
 const struct front_ops spop_front = {
-	.name = "spop",
-	.metric = METRICS_SPOP,
+	.id = FRONT_SPOP,
+	.address = conn_address,
+	.start = conn_start,
+	.reload = conn_reload,
+	.stop = conn_stop,
 	.open = conn_open,
 	.idle_since = conn_idle_since,
 	.evict_after = 1.0,           /* a second without a NOTIFY */

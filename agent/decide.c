@@ -146,7 +146,7 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		return;
 	}
 	unsigned sid = msid(d, r->ns);
-	if (sid < METRICS_NS && rq->front >= 0 && rq->front < METRICS_FRONTS)
+	if (sid < METRICS_NS && rq->front >= 0 && rq->front < FRONT_COUNT)
 		metrics_add(&metrics_me->hits[sid][rq->front], 1);
 	/* Heavy hitters: one hit in top_sample pays for its stored key. */
 	unsigned due = rq->cost > 0 ? topk_due(d->topk, r->exceeded) : 0;
@@ -405,24 +405,6 @@ void decide_take_back(struct decide *d, const struct rl_request *rq, struct rl_d
 		batch_take_back(d, &rq[parts[k].req], &parts[k], now, all);
 }
 
-struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq, size_t n,
-				  double now, struct rl_decision *parts, size_t maxparts,
-				  size_t *np, void *owner, decide_deliver_fn deliver,
-				  struct decide_pending **owned)
-{
-	struct decide_pending *p;
-
-	*np = 0;
-	/* Behind a delayed decision of the same key: in line, undecided. */
-	if (d->nheld > 0 && delay_queued(d, rq, n) &&
-	    (p = delay_hold(d, rq, n, parts, 0, now, owner, deliver, owned)))
-		return p;
-	*np = decide_batch(d, rq, n, now, parts, maxparts);
-	if (decide_needs_store(parts, *np))
-		return decide_hold(d, parts, *np, now, owner, deliver, owned);
-	return delay_hold(d, rq, n, parts, *np, now, owner, deliver, owned);
-}
-
 bool decide_request_result(const struct rl_decision *parts, size_t np, size_t req,
 			   struct rl_decision *out, const char **error)
 {
@@ -584,9 +566,8 @@ struct decide_pending *pending_get(struct decide *d)
 	return p;
 }
 
-void decide_free(struct decide *d)
+void pending_free_all(struct decide *d)
 {
-	delay_free(d);
 	while (d->free_pending) {
 		struct decide_pending *p = d->free_pending;
 		d->free_pending = p->next;

@@ -63,7 +63,7 @@ struct rl_request {
 	bool untrusted;               /* a caller the namespace must let choose its
 	                                 admission (caller_admission): HTTP */
 	const char *arg_error;        /* the front found an argument invalid: why */
-	int front;                    /* enum metrics_front, for the metrics */
+	int front;                    /* enum front_id, for the metrics */
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's name for it (SPOP: the
 	                                     message's suffix), kept in the decision */
 };

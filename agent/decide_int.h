@@ -1,6 +1,8 @@
 /*
- * decide_int.h - what the decision layer's own files share (agent/decide.c,
- * agent/delay.c), not the fronts: a held decision and its pool.
+ * decide_int.h - what the decision layer's own files share, not the
+ * fronts: a held decision and its pool. Calls go one way:
+ * decide_run.c (the entry) -> delay.c (delay instead of deny) -> decide.c
+ * (a batch decided, held for its store).
  */
 #ifndef DECIDE_INT_H
 #define DECIDE_INT_H
@@ -38,6 +40,8 @@ struct decide_pending {
 };
 
 struct decide_pending *pending_get(struct decide *d);
+/* Frees the pool's decisions (decide_free, once none is held). */
+void pending_free_all(struct decide *d);
 void pending_put(struct decide *d, struct decide_pending *p);
 void pending_unlink(struct decide_pending *p);
 

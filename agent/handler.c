@@ -190,7 +190,7 @@ static void msg_request(struct handler *h, const struct spop_msg *m, struct rl_r
 	bool has_key = false;
 	uint64_t window = 0, limit = 0;
 	struct rl_request rq = { .cost = 1, .window_type = DECIDE_WT_DEFAULT,
-				 .front = METRICS_SPOP };
+				 .front = FRONT_SPOP };
 	struct spop_cursor c;
 	struct spop_kv kv;
 

@@ -33,7 +33,6 @@
 #define HTTP_WBUF       4096            /* answers, to start with */
 #define HTTP_WBUF_MAX   16384           /* answers of a pipelined batch */
 #define HTTP_CLOSE_GRACE 1.0            /* seconds to flush a last answer */
-#define HTTP_READS_PER_EVENT 16
 #define HTTP_METRICS_MAX (256u << 10)   /* the text of GET /metrics */
 
 static void http_on_io(struct ev_loop *loop, ev_io *io, int revents);
@@ -221,7 +220,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 		why = header_request(req, &rq);
 	rq.arg_error = why;
 	rq.untrusted = true;
-	rq.front = METRICS_HTTP;
+	rq.front = FRONT_HTTP;
 	size_t np;
 	struct decide_pending *p = decide_run(c->s.env->decide, &rq, 1, now, r, NS_MAX_WINDOWS,
 					      &np, c, http_deliver, &c->pending);
@@ -444,29 +443,23 @@ static void http_process(struct http_conn *c)
 	}
 }
 
+static bool http_more(const struct stream *s)
+{
+	const struct http_conn *c = container_of(s, const struct http_conn, s);
+
+	return !c->closing && !c->pending;
+}
+
+static void http_process_stream(struct stream *s)
+{
+	http_process(container_of(s, struct http_conn, s));
+}
+
+/* Reads and answers what came; at EOF, closes once the answers are out. */
 static void http_read(struct http_conn *c)
 {
-	for (int i = 0; i < HTTP_READS_PER_EVENT && !c->closing && !c->pending; i++) {
-		if (c->s.rlen == c->s.rcap)
-			break;
-		ssize_t n = read(c->s.fd, c->s.rbuf + c->s.rlen, c->s.rcap - c->s.rlen);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			break;
-		if (n <= 0) {
-			/* EOF: answer what came whole, then close. */
-			http_process(c);
-			if (!c->s.dead)
-				c->closing = true;
-			return;
-		}
-		size_t got = (size_t)n, room = c->s.rcap - c->s.rlen;
-		c->s.rlen += got;
-		http_process(c);
-		if (c->s.dead || got < room)
-			break;
-	}
+	if (stream_read(&c->s, http_more, http_process_stream) && !c->s.dead)
+		c->closing = true;
 }
 
 static void http_continue(struct http_conn *c)
@@ -580,9 +573,14 @@ static double http_idle_since(const struct stream *s)
 	return c->s.partial_since != 0 ? c->s.partial_since : c->s.last_rx;
 }
 
+static const char *http_address(const struct config *cfg)
+{
+	return cfg->http_listen;
+}
+
 const struct front_ops http_front = {
-	.name = "http",
-	.metric = METRICS_HTTP,
+	.id = FRONT_HTTP,
+	.address = http_address,
 	.open = http_open,
 	.idle_since = http_idle_since,
 	.evict_after = 0,

@@ -185,9 +185,12 @@ int main(int argc, char **argv)
 		config_free(&cfg);
 		return 2;
 	}
-	if (check_only && (master_check_listen(cfg.listen, err, sizeof(err)) < 0 ||
-			   (cfg.http_listen[0] &&
-			    master_check_listen(cfg.http_listen, err, sizeof(err)) < 0))) {
+	bool cannot = false;
+	for (int f = 0; check_only && !cannot && f < FRONT_COUNT; f++) {
+		const char *addr = fronts[f]->address(&cfg);
+		cannot = addr[0] && master_check_listen(addr, err, sizeof(err)) < 0;
+	}
+	if (cannot) {
 		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: cannot listen: %s\n",
 			file ? file : "built-in", err);
 		rl_free(rl);
@@ -203,27 +206,24 @@ int main(int argc, char **argv)
 	}
 
 	raise_nofile(&cfg);
-	struct worker_listeners ls = { .spop_fd = master_listen(&cfg, cfg.listen, err, sizeof(err)),
-				       .http_fd = -1, .metrics = metrics_new(cfg.workers),
+	struct worker_listeners ls = { .metrics = metrics_new(cfg.workers),
 				       .master_pid = getpid() };
-	if (ls.spop_fd >= 0 && cfg.http_listen[0]) {
-		ls.http_fd = master_listen(&cfg, cfg.http_listen, err, sizeof(err));
-		if (ls.http_fd < 0) {
-			close(ls.spop_fd);
-			ls.spop_fd = -1;
-		}
+	int f = 0;
+	for (; f < FRONT_COUNT; f++) {
+		const char *addr = fronts[f]->address(&cfg);
+		ls.fd[f] = addr[0] ? master_listen(&cfg, addr, err, sizeof(err)) : -1;
+		if (addr[0] && ls.fd[f] < 0)
+			break;
 	}
-	if (ls.spop_fd >= 0 && !ls.metrics)
+	if (f == FRONT_COUNT && !ls.metrics) {
 		snprintf(err, sizeof(err), "out of memory for the metrics");
-	else if (ls.spop_fd >= 0)
+	} else if (f == FRONT_COUNT) {
 		ls.balance = balance_new(cfg.workers, err, sizeof(err));
-	if (ls.spop_fd >= 0 && !ls.balance) {
-		close(ls.spop_fd);
-		if (ls.http_fd >= 0)
-			close(ls.http_fd);
-		ls.spop_fd = -1;
 	}
-	if (ls.spop_fd < 0 || (cfg.http_listen[0] && ls.http_fd < 0)) {
+	if (f < FRONT_COUNT || !ls.balance) {
+		for (int g = 0; g < f && g < FRONT_COUNT; g++)
+			if (ls.fd[g] >= 0)
+				close(ls.fd[g]);
 		metrics_free(ls.metrics);
 		fprintf(stderr, "spoa-ratelimit: cannot listen: %s\n", err);
 		rl_free(rl);

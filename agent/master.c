@@ -403,12 +403,11 @@ int master_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 	}
 
 	LOG(LOG_INFO, "stopping: workers finish their frames");
-	close(ls->spop_fd);
-	master_unlink_own(cfg->listen);
-	if (ls->http_fd >= 0) {
-		close(ls->http_fd);
-		master_unlink_own(cfg->http_listen);
-	}
+	for (int f = 0; f < FRONT_COUNT; f++)
+		if (ls->fd[f] >= 0) {
+			close(ls->fd[f]);
+			master_unlink_own(fronts[f]->address(cfg));
+		}
 	for (int i = 0; i < n; i++)
 		if (ws[i].pid > 0)
 			kill(ws[i].pid, SIGTERM);

@@ -32,8 +32,6 @@ static const char *const metrics_err_labels[] = {
 #undef METRICS_ERR_LABEL
 };
 
-static const char *const metrics_front_labels[METRICS_FRONTS] = { "spop", "http" };
-
 static const char *const metrics_adm_labels[METRICS_ADM_COUNT] = {
 #define METRICS_ADM_LABEL(e, l) [METRICS_ADM_##e] = l,
 	METRICS_ADMISSIONS(METRICS_ADM_LABEL)
@@ -71,7 +69,7 @@ void metrics_attach(struct metrics *m, int id)
 	metrics_me = &m->w[id];
 	/* A worker starts with no connection: a killed predecessor's are
 	 * gone with it (counters, which only grow, are kept). */
-	for (int f = 0; f < METRICS_FRONTS; f++)
+	for (int f = 0; f < FRONT_COUNT; f++)
 		atomic_store_explicit(&metrics_me->connections[f], 0, memory_order_relaxed);
 }
 
@@ -188,9 +186,9 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 	switch (f) {
 	case METRICS_FAM_HITS:
 		for (size_t ns = 0; ns < sc->nns; ns++)
-			for (int fr = 0; fr < METRICS_FRONTS; fr++)
+			for (int fr = 0; fr < FRONT_COUNT; fr++)
 				put(o, "spoa_ratelimit_%s{namespace=\"%s\",front=\"%s\"} %llu\n", name,
-				    sc->label[ns], metrics_front_labels[fr],
+				    sc->label[ns], front_name((enum front_id)fr),
 				    (unsigned long long)SUM(m, hits[sc->sid[ns]][fr]));
 		break;
 	case METRICS_FAM_EXCEEDED:
@@ -226,12 +224,12 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 		}
 		break;
 	case METRICS_FAM_CONNECTIONS:
-		for (int fr = 0; fr < METRICS_FRONTS; fr++) {
+		for (int fr = 0; fr < FRONT_COUNT; fr++) {
 			int64_t c = 0;
 			for (int i = 0; i < m->nworkers; i++)
 				c += atomic_load_explicit(&m->w[i].connections[fr],
 							  memory_order_relaxed);
-			put(o, "spoa_ratelimit_%s{front=\"%s\"} %lld\n", name, metrics_front_labels[fr],
+			put(o, "spoa_ratelimit_%s{front=\"%s\"} %lld\n", name, front_name((enum front_id)fr),
 			    (long long)c);
 		}
 		break;

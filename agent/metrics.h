@@ -16,15 +16,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/fronts.h"
 #include "agent/ns.h"
 
 struct rl;
 
-enum metrics_front {
-	METRICS_SPOP = 0,
-	METRICS_HTTP,
-	METRICS_FRONTS
-};
 
 /* Every metric family of GET /metrics, in the order of the page (names
  * prefixed spoa_ratelimit_; docs/METRICS.md documents each):
@@ -108,11 +104,11 @@ enum metrics_admission {
 
 /* One worker's counters. */
 struct metrics_worker {
-	_Atomic uint64_t hits[METRICS_NS][METRICS_FRONTS];
+	_Atomic uint64_t hits[METRICS_NS][FRONT_COUNT];
 	_Atomic uint64_t exceeded[METRICS_NS];
 	_Atomic uint64_t shadow_exceeded[METRICS_NS];
 	_Atomic uint64_t errors[METRICS_ERR_COUNT];
-	_Atomic int64_t connections[METRICS_FRONTS];
+	_Atomic int64_t connections[FRONT_COUNT];
 	_Atomic uint64_t sync_ok[METRICS_NS];
 	_Atomic uint64_t sync_failed[METRICS_NS];
 	_Atomic uint64_t sync_skipped[METRICS_NS];
@@ -146,7 +142,7 @@ static inline void metrics_add(_Atomic uint64_t *c, uint64_t n)
 			      memory_order_relaxed);
 }
 
-static inline void metrics_conn(enum metrics_front f, int64_t delta)
+static inline void metrics_conn(enum front_id f, int64_t delta)
 {
 	_Atomic int64_t *c = &metrics_me->connections[f];
 

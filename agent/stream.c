@@ -5,6 +5,7 @@
  */
 #include "agent/stream.h"
 #include "agent/config.h"
+#include "agent/log.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -20,7 +21,7 @@ static bool stream_room(const struct front_env *env, const struct front_ops *ops
 	if (env->buf_bytes + more > cfg->max_buffer_memory)
 		return false;
 	return !ops->max_buffer_memory ||
-	       env->front_bytes[ops->metric] + more <= ops->max_buffer_memory(cfg);
+	       env->front_bytes[ops->id] + more <= ops->max_buffer_memory(cfg);
 }
 
 int stream_open(struct stream *s, const struct front_ops *ops, struct front_env *env, int fd,
@@ -49,8 +50,8 @@ int stream_open(struct stream *s, const struct front_ops *ops, struct front_env 
 	s->rcap = rcap;
 	s->wcap = wcap;
 	env->buf_bytes += rcap + wcap;
-	env->front_bytes[ops->metric] += rcap + wcap;
-	metrics_conn(ops->metric, 1);
+	env->front_bytes[ops->id] += rcap + wcap;
+	metrics_conn(ops->id, 1);
 	s->created = s->last_rx = ev_now(env->loop);
 	ev_io_init(&s->io, io_cb, fd, EV_READ);
 	ev_io_start(env->loop, &s->io);
@@ -71,7 +72,7 @@ static int stream_grow_buf(struct stream *s, uint8_t **buf, size_t *cap, size_t 
 		return -1;
 	*buf = nb;
 	s->env->buf_bytes += want - *cap;
-	s->env->front_bytes[s->ops->metric] += want - *cap;
+	s->env->front_bytes[s->ops->id] += want - *cap;
 	*cap = want;
 	return 0;
 }
@@ -90,7 +91,7 @@ int stream_grow(struct stream *s, size_t rcap, size_t wcap)
 	if (!stream_room(env, s->ops, more)) {
 		if (log_limit(&env->budget_log, ev_now(env->loop)))
 			LOG(LOG_WARN, "%s connection %d: %s max_buffer_memory reached: "
-			    "more buffers refused%s", s->ops->name, s->fd,
+			    "more buffers refused%s", front_name(s->ops->id), s->fd,
 			    env->buf_bytes + more > env->cfg->max_buffer_memory ? "the worker's"
 										: "its front's",
 			    log_limit_suppressed(&env->budget_log));
@@ -114,7 +115,7 @@ int stream_send(struct stream *s)
 			return 0;
 		/* EPIPE, ECONNRESET: the peer is gone, a normal close. */
 		if (log_level >= LOG_DEBUG && log_limit(&s->env->io_log, ev_now(s->env->loop)))
-			LOG(LOG_DEBUG, "%s connection %d: write: %s%s", s->ops->name, s->fd,
+			LOG(LOG_DEBUG, "%s connection %d: write: %s%s", front_name(s->ops->id), s->fd,
 			    n < 0 ? strerror(errno) : "closed",
 			    log_limit_suppressed(&s->env->io_log));
 		return -1;
@@ -177,7 +178,7 @@ void stream_timer(struct stream *s, double after)
 static void stream_release(struct stream *s)
 {
 	s->env->buf_bytes -= s->rcap + s->wcap;
-	s->env->front_bytes[s->ops->metric] -= s->rcap + s->wcap;
+	s->env->front_bytes[s->ops->id] -= s->rcap + s->wcap;
 	free(s->rbuf);
 	free(s->wbuf);
 	s->rbuf = s->wbuf = NULL;
@@ -202,7 +203,36 @@ void stream_close(struct stream *s)
 
 void stream_free(struct stream *s)
 {
-	metrics_conn(s->ops->metric, -1);
+	metrics_conn(s->ops->id, -1);
 	stream_release(s);
 	free(s);
+}
+
+bool stream_read(struct stream *s, bool (*more)(const struct stream *s),
+		 void (*process)(struct stream *s))
+{
+	for (int i = 0; i < STREAM_READS_PER_EVENT && more(s); i++) {
+		if (s->rlen == s->rcap)
+			break;
+		ssize_t n = read(s->fd, s->rbuf + s->rlen, s->rcap - s->rlen);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			break;
+		if (n <= 0) {
+			/* EOF, ECONNRESET: normal closes. Answer what came whole. */
+			if (n < 0 && errno != ECONNRESET && log_level >= LOG_DEBUG &&
+			    log_limit(&s->env->io_log, ev_now(s->env->loop)))
+				LOG(LOG_DEBUG, "%s %d: read: %s%s", front_name(s->ops->id), s->fd,
+				    strerror(errno), log_limit_suppressed(&s->env->io_log));
+			process(s);
+			return true;
+		}
+		size_t got = (size_t)n, room = s->rcap - s->rlen;
+		s->rlen += got;
+		process(s);
+		if (s->dead || got < room)
+			break;
+	}
+	return false;
 }

@@ -2,7 +2,8 @@
  * stream.h - fronts and their connections, as the worker sees them.
  *
  * A front is what a listener speaks: a const ops table (spop_front in
- * agent/conn.c, http_front in agent/http_front.c). Its connections embed a
+ * agent/conn.c, http_front in agent/http_front.c), listed in
+ * agent/fronts.h (the registry: fronts[] below). Its connections embed a
  * struct stream: a non-blocking socket with its watchers and its read and
  * write buffers, counted against the worker's max_buffer_memory. A
  * connection reports to its owner only through the environment's `closed`
@@ -33,8 +34,16 @@ struct front_env;
 struct topk;
 
 struct front_ops {
-	const char *name;                 /* "spop", "http": logs */
-	enum metrics_front metric;        /* connections{front} */
+	enum front_id id;                 /* its line in agent/fronts.h: name, metrics */
+	/* The address its listener binds (from the configuration); "" = the
+	 * front is off. */
+	const char *(*address)(const struct config *cfg);
+	/* A worker starts (its loop made, before it runs), applies a
+	 * reload, stops: the front's own state of the worker, in env (NULL:
+	 * none). start and reload return 0, or -1 when out of memory. */
+	int (*start)(struct front_env *env);
+	int (*reload)(struct front_env *env);
+	void (*stop)(struct front_env *env);
 	/* Takes a connected non-blocking fd: the new connection's stream, or
 	 * NULL (fd left open for the caller) when out of memory or over the
 	 * buffer budget. */
@@ -65,8 +74,12 @@ struct front_ops {
 	void (*free)(struct stream *s);
 };
 
-extern const struct front_ops spop_front;
-extern const struct front_ops http_front;
+#define FRONT_OPS_DECL(id, name, ops) extern const struct front_ops ops;
+FRONTS(FRONT_OPS_DECL)
+#undef FRONT_OPS_DECL
+
+/* Every front's ops, by id (agent/fronts.h's list). */
+extern const struct front_ops *const fronts[FRONT_COUNT];
 
 /* What the connections of a worker share, and how they report back. */
 struct front_env {
@@ -74,11 +87,11 @@ struct front_env {
 	const struct config *cfg;
 	struct rl *rl;
 	struct decide *decide;            /* the decisions of every front */
-	struct handler *handler;          /* SPOP messages */
+	struct handler *handler;          /* SPOP messages (the SPOP front's start) */
 	struct metrics *metrics;          /* every worker's counters (GET /metrics) */
 	struct topk *topk;                /* heavy hitters (GET /top); NULL: off */
 	size_t buf_bytes;                 /* all connection buffers (max_buffer_memory) */
-	size_t front_bytes[METRICS_FRONTS]; /* ... of each front (its max_buffer_memory) */
+	size_t front_bytes[FRONT_COUNT]; /* ... of each front (its max_buffer_memory) */
 	struct log_limit budget_log, fail_log, disconnect_log, io_log;
 	/* s closed (fd closed, watchers stopped, s->dead): the owner unlinks
 	 * it and frees it (ops->free) once the callbacks are over. */
@@ -125,6 +138,17 @@ int stream_send(struct stream *s);
 /* One non-blocking try at sending what is queued (an evicted peer's
  * goodbye). */
 void stream_send_once(struct stream *s);
+
+#define STREAM_READS_PER_EVENT 16   /* reads per readiness: fairness between connections */
+
+/* The read loop of every front: reads what the socket has into the read
+ * buffer, at most STREAM_READS_PER_EVENT times, calling process(s) after
+ * each read, while more(s) says the front takes more. Stops when the
+ * buffer is full, the socket has nothing more, or s died. Returns true
+ * when the peer closed (EOF or an error: what came whole was processed
+ * first): the front closes once its answers are out. */
+bool stream_read(struct stream *s, bool (*more)(const struct stream *s),
+		 void (*process)(struct stream *s));
 
 /* Moves what a partial write left to the front of the write buffer. */
 void stream_compact(struct stream *s);

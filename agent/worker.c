@@ -19,7 +19,6 @@
 
 #include "agent/balance.h"
 #include "agent/config.h"
-#include "agent/conn.h"
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
@@ -248,7 +247,7 @@ static void worker_evict(struct worker *w, struct stream *idle, const struct fro
 {
 	if (log_limit(&w->evict_log, ev_now(w->loop)))
 		LOG(LOG_INFO, "%s (%u held): closing the longest idle connection (%s) for a new "
-		    "one (%s)%s", budget, w->nconns, idle->ops->name, to->name,
+		    "one (%s)%s", budget, w->nconns, front_name(idle->ops->id), front_name(to->id),
 		    log_limit_suppressed(&w->evict_log));
 	idle->ops->evict(idle);
 }
@@ -282,8 +281,8 @@ static int worker_accept(struct worker_listener *l, bool force)
 			 * look again in a while. */
 			if (log_limit(&w->cap_log, ev_now(loop)))
 				LOG(LOG_WARN, "worker at max_connections (%u, %u %s), all busy: "
-				    "not accepting %s%s", w->nconns, l->nconns, l->ops->name,
-				    l->ops->name, log_limit_suppressed(&w->cap_log));
+				    "not accepting %s%s", w->nconns, l->nconns, front_name(l->ops->id),
+				    front_name(l->ops->id), log_limit_suppressed(&w->cap_log));
 			worker_pause(l, WORKER_CAP_RECHECK);
 			return taken;
 		}
@@ -297,7 +296,7 @@ static int worker_accept(struct worker_listener *l, bool force)
 			 * pause accepting instead of spinning on it. */
 			if (log_limit(&w->accept_log, ev_now(loop)))
 				LOG(LOG_WARN, "accept (%s): %s; pausing accepts for %.0f ms%s",
-				    l->ops->name, strerror(errno), WORKER_ACCEPT_PAUSE * 1000,
+				    front_name(l->ops->id), strerror(errno), WORKER_ACCEPT_PAUSE * 1000,
 				    log_limit_suppressed(&w->accept_log));
 			worker_pause(l, WORKER_ACCEPT_PAUSE);
 			return taken;
@@ -321,7 +320,7 @@ static int worker_accept(struct worker_listener *l, bool force)
 		if (!s) {
 			if (log_limit(&w->refuse_log, ev_now(loop)))
 				LOG(LOG_WARN, "%s connection refused: out of memory or "
-				    "max_buffer_memory%s", l->ops->name,
+				    "max_buffer_memory%s", front_name(l->ops->id),
 				    log_limit_suppressed(&w->refuse_log));
 			close(fd);
 			balance_add(w->balance, w->id, l->idx, -1);
@@ -335,7 +334,7 @@ static int worker_accept(struct worker_listener *l, bool force)
 		w->nconns++;
 		/* Every accept, at debug level only: what an operator asks for
 		 * when tracing who takes which connection (tests count them). */
-		LOG(LOG_DEBUG, "%s connection %d accepted (%u held here%s)", l->ops->name, fd,
+		LOG(LOG_DEBUG, "%s connection %d accepted (%u held here%s)", front_name(l->ops->id), fd,
 		    balance_held(w->balance, w->id, l->idx), force ? ", out of turn" : "");
 	}
 	return taken;
@@ -368,7 +367,7 @@ static void worker_on_stall(struct ev_loop *loop, ev_timer *t, int revents)
 	int taken = worker_accept(l, true);
 	if (taken > 0 && log_limit(&w->stall_log, ev_now(loop)))
 		LOG(LOG_INFO, "%s: took %d connection(s) out of turn: worker %d accepted none "
-		    "for %.0f ms, passed over until it runs again%s", l->ops->name, taken, pick,
+		    "for %.0f ms, passed over until it runs again%s", front_name(l->ops->id), taken, pick,
 		    BALANCE_STALL * 1000,
 		    log_limit_suppressed(&w->stall_log));
 }
@@ -391,21 +390,20 @@ static void worker_on_stop_poll(struct ev_loop *loop, ev_timer *t, int revents)
 }
 
 /* A reload's configuration, applied while no sync runs (sync_reload): to
- * the worker's configuration and the library, then to the SPOP handler. */
+ * the worker's configuration and the library, then to the fronts. */
 static void worker_reload_apply(void *arg)
 {
 	struct worker *w = arg;
 
-	if (reload_worker(w->cfg, w->env.rl) > 0) {
-		decide_deliver_fn deliver = w->handler.deliver;
+	if (reload_worker(w->cfg, w->env.rl) > 0)
+		for (size_t i = 0; i < w->nlis; i++) {
+			const struct front_ops *ops = w->lis[i].ops;
 
-		handler_free(&w->handler);
-		if (handler_init(&w->handler, w->cfg, &w->decide, w->cfg->max_frame_size) < 0) {
-			LOG(LOG_ERR, "reload: out of memory");
-			exit(1);
+			if (ops->reload && ops->reload(&w->env) < 0) {
+				LOG(LOG_ERR, "reload: out of memory (%s front)", front_name(ops->id));
+				exit(1);
+			}
 		}
-		w->handler.deliver = deliver;
-	}
 }
 
 /* A reload (agent/reload.h) applies once no push or held answer waits for
@@ -479,6 +477,14 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
 	ev_timer_start(loop, &w->stop_poll_w);
 }
 
+/* The first n fronts' state of the worker freed (their stop). */
+static void worker_fronts_stop(struct worker *w, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (w->lis[i].ops->stop)
+			w->lis[i].ops->stop(&w->env);
+}
+
 int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners *ls,
 	       int id)
 {
@@ -488,11 +494,10 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 	w.cfg = cfg;
 	w.id = id;
 	w.balance = ls->balance;
-	w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = &spop_front, .fd = ls->spop_fd,
-						    .idx = 0 };
-	if (ls->http_fd >= 0)
-		w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = &http_front,
-							    .fd = ls->http_fd, .idx = 1 };
+	for (int f = 0; f < FRONT_COUNT; f++)
+		if (ls->fd[f] >= 0)
+			w.lis[w.nlis++] = (struct worker_listener){ .w = &w, .ops = fronts[f],
+								    .fd = ls->fd[f], .idx = f };
 	_Static_assert(WORKER_MAX_LISTENERS <= BALANCE_MAX_LISTENERS, "a balance per listener");
 	metrics_attach(ls->metrics, id);
 	log_worker_id = id;
@@ -504,14 +509,9 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 		return 1;
 
 	decide_init(&w.decide, rl);
-	if (handler_init(&w.handler, cfg, &w.decide, cfg->max_frame_size) < 0) {
-		LOG(LOG_ERR, "out of memory");
-		return 1;
-	}
 	w.loop = ev_loop_new(EVFLAG_AUTO);
 	if (!w.loop) {
 		LOG(LOG_ERR, "cannot create the event loop");
-		handler_free(&w.handler);
 		return 1;
 	}
 	/* Watch the signals before unblocking them (the master blocked them
@@ -527,9 +527,18 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	w.env = (struct front_env){ .loop = w.loop, .cfg = cfg, .rl = rl, .decide = &w.decide,
-				    .topk = ls->topk,
-				    .handler = &w.handler, .metrics = ls->metrics,
+				    .topk = ls->topk, .metrics = ls->metrics,
 				    .closed = worker_closed };
+	size_t started = 0;
+	while (started < w.nlis && (!w.lis[started].ops->start ||
+				    w.lis[started].ops->start(&w.env) == 0))
+		started++;
+	if (started < w.nlis) {
+		LOG(LOG_ERR, "out of memory (%s front)", front_name(w.lis[started].ops->id));
+		worker_fronts_stop(&w, started);
+		ev_loop_destroy(w.loop);
+		return 1;
+	}
 	ev_io_init(&w.wake_w, worker_on_wake, balance_attach(w.balance, id), EV_READ);
 	ev_io_start(w.loop, &w.wake_w);
 	for (size_t i = 0; i < w.nlis; i++) {
@@ -545,14 +554,13 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 	if (sync_start(w.loop, rl, id, &w.sync) < 0) {
 		/* A store we cannot even set up: exit, the master retries. */
 		LOG(LOG_ERR, "cannot start the sync of the stores");
+		worker_fronts_stop(&w, w.nlis);
 		ev_loop_destroy(w.loop);
-		handler_free(&w.handler);
 		return 1;
 	}
 	w.decide.sync = w.sync;
 	w.decide.loop = w.loop;
 	w.decide.topk = ls->topk;
-	w.handler.deliver = conn_deliver;
 
 	LOG(LOG_DEBUG, "worker %d serving", id);
 	ev_run(w.loop, 0);
@@ -564,7 +572,7 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 	sync_stop(w.sync);
 	worker_reap(&w);
 	decide_free(&w.decide);         /* its delay timers are on the loop */
+	worker_fronts_stop(&w, w.nlis);
 	ev_loop_destroy(w.loop);
-	handler_free(&w.handler);
 	return 0;
 }

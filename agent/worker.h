@@ -12,7 +12,6 @@
 #include <sys/types.h>
 
 #include "agent/decide.h"
-#include "agent/handler.h"
 #include "agent/log.h"
 #include "agent/stream.h"
 
@@ -25,15 +24,14 @@ struct sync;
 /* The sockets the master bound; every worker accepts on them, in turns
  * (agent/balance.h). */
 struct worker_listeners {
-	int spop_fd;
-	int http_fd;                  /* -1: no HTTP front */
+	int fd[FRONT_COUNT];          /* by front (agent/fronts.h); -1: the front is off */
 	struct metrics *metrics;      /* every worker's counters (shared) */
 	struct balance *balance;      /* who accepts next (shared) */
 	struct topk *topk;            /* heavy hitters (shared); NULL: off */
 	pid_t master_pid;             /* the workers' parent */
 };
 
-#define WORKER_MAX_LISTENERS 2
+#define WORKER_MAX_LISTENERS FRONT_COUNT
 
 struct worker;
 
@@ -55,7 +53,6 @@ struct worker {
 	struct ev_loop *loop;
 	struct config *cfg;           /* its copy of main's: a reload changes it */
 	struct decide decide;         /* the decisions of every front */
-	struct handler handler;       /* the SPOP front's messages */
 	struct front_env env;         /* what the connections share */
 	struct sync *sync;            /* NULL when no namespace syncs */
 	int id;

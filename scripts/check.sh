@@ -5,7 +5,12 @@
 #   - no include cycle among agent/, spop/, strategies/;
 #   - no source file of agent/, spop/, strategies/ over 1,500 lines
 #     (docs/STYLE.md, rule 13);
-#   - every document a comment or a doc cites (docs/*.md, STYLE.md) exists.
+#   - every document a comment or a doc cites (docs/*.md, STYLE.md) exists;
+#   - with a build directory (scripts/check.sh BUILD_DIR; make check passes
+#     its own): no call circle between files, read from the objects' symbols
+#     (nm: a file calling a function another file defines; data, such as
+#     an ops table or nginx's module, is not a call),
+#     the nginx module's objects included when it is built.
 # Prints one line per problem and exits 1 if there is any.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -60,5 +65,43 @@ if grep -rnE '(^|[^/])STYLE\.md' agent spop strategies 2>/dev/null | grep -v 'do
   bad "a comment cites STYLE.md without docs/: $(grep -rlE '(^|[^/])STYLE\.md' agent spop strategies | tr '\n' ' ')"
 fi
 
-[ "$fail" -eq 0 ] && echo "check: ok (layers, include cycles, file sizes, cited documents)"
+# ---- call circles between files (objects' symbols) ----
+build=${1:-}
+calls=
+if [ -n "$build" ] && [ -d "$build" ]; then
+  objs=$(find "$build/agent" "$build/spop" "$build/strategies" -name '*.o' 2>/dev/null)
+  [ -d build/nginx/objs/addon/nginx ] &&
+    objs="$objs $(find build/nginx/objs/addon/nginx -name '*.o')"
+  # shellcheck disable=SC2086 # a list of paths without spaces
+  circles=$(for o in $objs; do
+      nm "$o" 2>/dev/null | awk -v f="$o" '
+        NF == 3 && $2 == "T" { print "D", f, $3 }
+        NF == 2 && $1 == "U" { print "U", f, $2 }'
+    done | awk '
+    function name(p) { sub(/^.*\/(agent|spop|strategies|nginx)\//, "", p); return p }
+    function visit(n, path,    i, k, parts) {
+      if (state[n] == 1) { print "call circle: " path " -> " name(n); return }
+      if (state[n] == 2) return
+      state[n] = 1
+      k = split(adj[n], parts, " ")
+      for (i = 1; i <= k; i++) if (parts[i] != "") visit(parts[i], path (path ? " -> " : "") name(n))
+      state[n] = 2
+    }
+    $1 == "D" { owner[$3] = $2; next }
+    { nu++; uf[nu] = $2; us[nu] = $3 }
+    END {
+      for (i = 1; i <= nu; i++) {
+        o = owner[us[i]]
+        if (o == "" || o == uf[i] || ((uf[i] " " o) in seen)) continue
+        seen[uf[i] " " o] = 1
+        adj[uf[i]] = adj[uf[i]] " " o
+        nodes[uf[i]] = 1
+      }
+      for (n in nodes) visit(n, "")
+    }' | sort -u)
+  [ -z "$circles" ] || bad "$circles"
+  calls=", call circles"
+fi
+
+[ "$fail" -eq 0 ] && echo "check: ok (layers, include cycles, file sizes, cited documents$calls)"
 exit "$fail"

@@ -423,6 +423,19 @@ static inline struct redis_strategy *redis_of(struct strategy *st)
 	return (struct redis_strategy *)(void *)st;
 }
 
+/* The modes with one master (single, sentinel): every call goes to it,
+ * and the store is ready when it is. */
+static inline struct redis_conn *redis_route_main(struct redis_strategy *s, uint16_t slot)
+{
+	(void)slot;
+	return s->main;
+}
+
+static inline bool redis_main_ready(const struct redis_strategy *s)
+{
+	return s->main && s->main->state == REDIS_ST_READY;
+}
+
 /* ---- redis_call.c: the call machinery, for the operations and the modes ---- */
 
 /* A new operation of kind k (not launched; calloc'd: no calls yet), or NULL

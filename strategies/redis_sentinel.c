@@ -232,17 +232,6 @@ static void redis_sentinel_free(struct redis_strategy *s)
 	s->sentinel = NULL;
 }
 
-static struct redis_conn *redis_sentinel_route(struct redis_strategy *s, uint16_t slot)
-{
-	(void)slot;
-	return s->main;
-}
-
-static bool redis_sentinel_ready(const struct redis_strategy *s)
-{
-	return s->main && s->main->state == REDIS_ST_READY;
-}
-
 static bool redis_sentinel_connecting(const struct redis_strategy *s)
 {
 	return redis_probe_attempting(&s->sentinel->probe) ||
@@ -284,8 +273,8 @@ const struct redis_mode_ops redis_sentinel_mode = {
 	.name = "sentinel",
 	.start = redis_sentinel_start,
 	.free = redis_sentinel_free,
-	.route = redis_sentinel_route,
-	.ready = redis_sentinel_ready,
+	.route = redis_route_main,
+	.ready = redis_main_ready,
 	.connecting = redis_sentinel_connecting,
 	.conn_down = redis_sentinel_conn_down,
 	.redirect = redis_sentinel_redirect,

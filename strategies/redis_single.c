@@ -18,17 +18,6 @@ static int redis_single_start(struct redis_strategy *s, char *err, size_t errlen
 	return 0;
 }
 
-static struct redis_conn *redis_single_route(struct redis_strategy *s, uint16_t slot)
-{
-	(void)slot;
-	return s->main;
-}
-
-static bool redis_single_ready(const struct redis_strategy *s)
-{
-	return s->main && s->main->state == REDIS_ST_READY;
-}
-
 static bool redis_single_connecting(const struct redis_strategy *s)
 {
 	return s->main && s->main->state == REDIS_ST_CONNECTING;
@@ -42,8 +31,8 @@ static const char *redis_single_why_down(const struct redis_strategy *s)
 const struct redis_mode_ops redis_single_mode = {
 	.name = "single",
 	.start = redis_single_start,
-	.route = redis_single_route,
-	.ready = redis_single_ready,
+	.route = redis_route_main,
+	.ready = redis_main_ready,
 	.connecting = redis_single_connecting,
 	.why_down = redis_single_why_down,
 };

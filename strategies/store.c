@@ -88,6 +88,11 @@ void store_op_start(struct store_core *c, struct store_op *op,
 {
 	op->core = c;
 	op->deliver = deliver;
+	/* The loop's time may be as old as the work done since it last
+	 * polled (a big batch written out): the clock starts now, or the
+	 * operation could time out before it was even sent (one vDSO
+	 * clock read per operation, not per counter). */
+	ev_now_update(c->loop);
 	op->since = ev_now(c->loop);
 	ev_timer_init(&op->timer, timer_cb, c->timeout, 0.);
 	ev_timer_start(c->loop, &op->timer);

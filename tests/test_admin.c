@@ -15,47 +15,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/lib/agentproc.h"
+#include "tests/lib/agenttest.h"
 #include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
 
-#define START_MS 15000
 #define IO_MS    5000
 #define ADMIN    "Authorization: Bearer adm1n-t0ken\r\n"
 #define CHECK    "Authorization: Bearer ch3ck-t0ken\r\n"
-
-static struct agentproc agent;
-
-static const char *log_tail(void)
-{
-	static char tail[3000];
-
-	agentproc_log_tail(&agent, tail, sizeof(tail));
-	return tail;
-}
-
-static void start_with(const char *json)
-{
-	const char *const args[] = { "-w", "1", NULL };
-
-	if (!agentproc_available())
-		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
-	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
-		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
-}
-
-static void stop_agent(void)
-{
-	bool crash;
-
-	if (!agent.log_path[0])
-		return;
-	agentproc_stop(&agent, 10000, false);
-	crash = agentproc_log_has_crash(&agent);
-	cr_expect(!crash, "the agent's log holds a sanitizer report:\n%s", log_tail());
-	if (!crash)
-		agentproc_stop(&agent, 0, true);
-}
 
 /* Not near the end of a 60 s window: a test's hits stay in one window
  * (the summaries start afresh with each). */
@@ -69,8 +35,8 @@ static void get(const char *target, const char *headers, struct httpc_resp *r)
 {
 	const char *why = "";
 
-	cr_assert(httpc_get(agent.http_port, target, headers, r, IO_MS, &why) == 0,
-		  "GET %s: %s\n%s", target, why, log_tail());
+	cr_assert(httpc_get(test_agent.http_port, target, headers, r, IO_MS, &why) == 0,
+		  "GET %s: %s\n%s", target, why, test_agent_log_tail());
 }
 
 static const char json[] =
@@ -79,13 +45,13 @@ static const char json[] =
 	"{\"name\": \"default\", \"window_sizes\": [60, 3600], \"limit\": {\"60\": 5}},"
 	"{\"name\": \"flood\", \"window_sizes\": [60]}]}";
 
-TestSuite(admin, .fini = stop_agent, .timeout = 120);
+TestSuite(admin, .fini = test_agent_stop, .timeout = 120);
 
 Test(admin, off_without_its_token)
 {
 	struct httpc_resp r;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\"}");
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\"}");
 	get("/keys?key=a", NULL, &r);
 	cr_assert_eq(r.status, 404);
 	get("/top", NULL, &r);
@@ -96,7 +62,7 @@ Test(admin, keys_shows_what_the_node_holds)
 {
 	struct httpc_resp r;
 
-	start_with(json);
+	test_agent_start1(json);
 	window_margin();
 	for (int i = 0; i < 8; i++)
 		get("/ratelimit?key=alice&window=60", CHECK, &r);
@@ -124,7 +90,7 @@ Test(admin, keys_shows_what_the_node_holds)
 	 * and token. */
 	char cmd[2048], out[4096];
 	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys default alice 2>&1", agentproc_binary(),
-		 agent.cfg_path);
+		 test_agent.cfg_path);
 	FILE *f = popen(cmd, "r");
 	cr_assert_not_null(f);
 	size_t n = fread(out, 1, sizeof(out) - 1, f);
@@ -135,7 +101,7 @@ Test(admin, keys_shows_what_the_node_holds)
 	cr_assert_not_null(strstr(out, "     60s            8            8"), "%s", out);
 	cr_assert_not_null(strstr(out, "          5          0"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys nope alice 2>&1", agentproc_binary(),
-		 agent.cfg_path);
+		 test_agent.cfg_path);
 	f = popen(cmd, "r");
 	n = fread(out, 1, sizeof(out) - 1, f);
 	out[n] = '\0';
@@ -183,9 +149,9 @@ Test(admin, top_lists_the_heavy_keys_first)
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
 	struct httpc_resp r;
 
-	start_with(json);
+	test_agent_start1(json);
 	window_margin();
-	int fd = rawspop_connect(agent.port, IO_MS);
+	int fd = rawspop_connect(test_agent.port, IO_MS);
 	cr_assert(fd >= 0);
 	rawspop_hello(wb, &o);
 	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
@@ -225,7 +191,7 @@ Test(admin, top_by_denied)
 {
 	struct httpc_resp r;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
 		   " \"http_admin_token\": \"adm1n-t0ken\", \"top_sample\": 1, \"namespaces\": ["
 		   "{\"name\": \"default\", \"window_sizes\": [60], \"limit\": 2}]}");
 	window_margin();
@@ -249,7 +215,7 @@ Test(admin, reset_forgets_a_key)
 	struct httpc_resp r;
 	char cmd[2048], out[4096];
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
 		   " \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
 		   "{\"name\": \"default\", \"window_sizes\": [60, 3600], \"limit\": 3},"
 		   "{\"name\": \"synced\", \"window_sizes\": [60], \"sync_rate\": 1,"
@@ -262,7 +228,7 @@ Test(admin, reset_forgets_a_key)
 	/* Another key of the same namespace is left alone. */
 	get("/ratelimit?key=carol&window=60", CHECK, &r);
 
-	int fd = rawspop_connect(agent.http_port, IO_MS);
+	int fd = rawspop_connect(test_agent.http_port, IO_MS);
 	cr_assert(fd >= 0);
 	static const char del[] = "DELETE /keys?key=bob HTTP/1.1\r\nHost: t\r\n" ADMIN
 				  "Connection: close\r\n\r\n";
@@ -279,7 +245,7 @@ Test(admin, reset_forgets_a_key)
 	get("/ratelimit?key=carol&window=60&cost=0", CHECK, &r);
 	cr_assert_eq(httpc_body_num(&r, "rate"), 1);
 	/* DELETE elsewhere: 405. */
-	fd = rawspop_connect(agent.http_port, IO_MS);
+	fd = rawspop_connect(test_agent.http_port, IO_MS);
 	static const char del2[] = "DELETE /ratelimit?key=bob HTTP/1.1\r\nHost: t\r\n"
 				   "Connection: close\r\n\r\n";
 	b->len = 0;
@@ -290,7 +256,7 @@ Test(admin, reset_forgets_a_key)
 	/* The command line; a synced namespace is refused with the reason. */
 	get("/ratelimit?key=bob&window=60", CHECK, &r);
 	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset default bob 2>&1", agentproc_binary(),
-		 agent.cfg_path);
+		 test_agent.cfg_path);
 	FILE *f = popen(cmd, "r");
 	size_t n = fread(out, 1, sizeof(out) - 1, f);
 	out[n] = '\0';
@@ -298,7 +264,7 @@ Test(admin, reset_forgets_a_key)
 	cr_assert_not_null(strstr(out, "namespace default, key bob: forgotten on this node (2 hits "
 				  "in 2 window(s))"), "%s", out);
 	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset synced bob 2>&1", agentproc_binary(),
-		 agent.cfg_path);
+		 test_agent.cfg_path);
 	f = popen(cmd, "r");
 	n = fread(out, 1, sizeof(out) - 1, f);
 	out[n] = '\0';

@@ -26,7 +26,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "tests/lib/agentproc.h"
+#include "tests/lib/agenttest.h"
 #include "tests/lib/rawspop.h"
 
 #define START_MS  15000
@@ -176,23 +176,14 @@ Test(missed, passed_over_until_it_shows_life, .init = setup3, .fini = teardown)
 
 /* ------------------------------------------------------ with the agent */
 
-static struct agentproc agent;
 static pid_t wpid[2];
 static bool stopped;
-
-static const char *log_tail(void)
-{
-	static char tail[3000];
-
-	agentproc_log_tail(&agent, tail, sizeof(tail));
-	return tail;
-}
 
 /* Does the agent's log hold s? */
 static bool log_has(const char *s)
 {
 	static char all[1 << 20];
-	FILE *f = fopen(agent.log_path, "r");
+	FILE *f = fopen(test_agent.log_path, "r");
 	size_t n;
 
 	if (!f)
@@ -207,7 +198,7 @@ static bool log_has(const char *s)
 static int log_lines(const char *a, const char *a2)
 {
 	char line[1024];
-	FILE *f = fopen(agent.log_path, "r");
+	FILE *f = fopen(test_agent.log_path, "r");
 	int n = 0;
 
 	if (!f)
@@ -232,7 +223,7 @@ static int accepted_by(int id)
 static pid_t log_worker_pid(int id)
 {
 	char line[512], want[64];
-	FILE *f = fopen(agent.log_path, "r");
+	FILE *f = fopen(test_agent.log_path, "r");
 	long pid = 0;
 
 	if (!f)
@@ -250,10 +241,7 @@ static void start_two(const char *json)
 {
 	static const char *const args[] = { "-w", "2", "-v", NULL };
 
-	if (!agentproc_available())
-		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
-	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
-		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
+	test_agent_start(json, args);
 	for (int i = 0; i < START_MS / 10; i++) {
 		wpid[0] = log_worker_pid(0);
 		wpid[1] = log_worker_pid(1);
@@ -261,7 +249,7 @@ static void start_two(const char *json)
 			return;
 		usleep(10000);
 	}
-	cr_assert_fail("both workers serving\n%s", log_tail());
+	cr_assert_fail("both workers serving\n%s", test_agent_log_tail());
 }
 
 static void stop_worker0(bool stop)
@@ -275,8 +263,7 @@ static void stop_agent(void)
 	if (stopped)
 		kill(wpid[0], SIGCONT);
 	stopped = false;
-	cr_expect(!agentproc_finish(&agent, 10000), "the agent's log holds a sanitizer "
-		  "report:\n%s", log_tail());
+	test_agent_stop();
 }
 
 /* Sends a request on each fd, then watches them for PROBE_MS: bit i of
@@ -327,11 +314,11 @@ static void send_hello(int fd)
 /* A connection that said HELLO and got the AGENT-HELLO: accepted. */
 static int spop_open(void)
 {
-	int fd = rawspop_connect(agent.port, IO_MS);
+	int fd = rawspop_connect(test_agent.port, IO_MS);
 
 	cr_assert(fd >= 0, "connect: %s", strerror(errno));
 	send_hello(fd);
-	cr_assert_eq(rawspop_read_frame(fd, &fr, IO_MS), RAWSPOP_READ_FRAME, "%s", log_tail());
+	cr_assert_eq(rawspop_read_frame(fd, &fr, IO_MS), RAWSPOP_READ_FRAME, "%s", test_agent_log_tail());
 	cr_assert_eq(fr.type, RAWSPOP_AGENT_HELLO);
 	return fd;
 }
@@ -365,23 +352,23 @@ Test(agent, spop_connections_alternate_and_a_stuck_turn_passes, .fini = stop_age
 	 * holds, 3 each. */
 	unsigned got = probe(fd, NCONN, send_notify);
 	cr_expect_eq(__builtin_popcount(got), NCONN / 2, "worker 0 stopped: connections "
-		     "answering 0x%x, want three of six\n%s", got, log_tail());
+		     "answering 0x%x, want three of six\n%s", got, test_agent_log_tail());
 
 	/* Three each: worker 0's turn, and it is stopped. Worker 1 takes the
 	 * connection once BALANCE_STALL has passed with no accept. */
 	int64_t t0 = rawspop_now_ms();
-	fd[NCONN] = rawspop_connect(agent.port, IO_MS);
+	fd[NCONN] = rawspop_connect(test_agent.port, IO_MS);
 	cr_assert(fd[NCONN] >= 0);
 	send_hello(fd[NCONN]);
 	cr_assert_eq(rawspop_read_frame(fd[NCONN], &fr, 5000), RAWSPOP_READ_FRAME,
-		     "the stopped worker's turn was not taken\n%s", log_tail());
+		     "the stopped worker's turn was not taken\n%s", test_agent_log_tail());
 	int64_t ms = rawspop_now_ms() - t0;
 	cr_log_info("worker 0 stopped: a new connection answered after %lld ms\n", (long long)ms);
 	cr_expect_geq(ms, (int64_t)(BALANCE_STALL * 1000 / 2),
 		      "answered after %lld ms: worker 1 took it before the stall", (long long)ms);
-	cr_expect(log_has("out of turn"), "%s", log_tail());
+	cr_expect(log_has("out of turn"), "%s", test_agent_log_tail());
 	int out_of_turn = log_lines(" accepted (", ", out of turn)");
-	cr_expect_eq(out_of_turn, 1, "one connection taken out of turn\n%s", log_tail());
+	cr_expect_eq(out_of_turn, 1, "one connection taken out of turn\n%s", test_agent_log_tail());
 
 	/* Worker 0 missed its turn: it is passed over while it is stopped.
 	 * The next connections are worker 1's, in turn: none waits for a
@@ -392,7 +379,7 @@ Test(agent, spop_connections_alternate_and_a_stuck_turn_passes, .fini = stop_age
 	cr_log_info("worker 0 passed over: %d more connections answered in %lld ms\n", NFOLLOW,
 		    (long long)(rawspop_now_ms() - t0));
 	cr_expect_eq(log_lines(" accepted (", ", out of turn)"), out_of_turn, "the connections "
-		     "after the first one waited for worker 0's turn\n%s", log_tail());
+		     "after the first one waited for worker 0's turn\n%s", test_agent_log_tail());
 
 	/* Worker 0 runs again (its loop runs: it answers what was sent while
 	 * it was stopped): it is picked again, holding the fewest. */
@@ -402,7 +389,7 @@ Test(agent, spop_connections_alternate_and_a_stuck_turn_passes, .fini = stop_age
 	int by0 = accepted_by(0);
 	fd[n - 1] = spop_open();
 	cr_expect_eq(accepted_by(0), by0 + 1, "worker 0 runs again and holds the fewest: the "
-		     "next connection is its\n%s", log_tail());
+		     "next connection is its\n%s", test_agent_log_tail());
 	got = probe(fd, n, send_notify);
 	cr_expect_eq(got, (1u << n) - 1, "all answer (0x%x)", got);
 	for (int i = 0; i < n; i++)
@@ -434,7 +421,7 @@ static void read_answer(int fd)
 		if ((end = strstr(buf, "\r\n\r\n")) && (cl = strcasestr(buf, "content-length:")) &&
 		    len >= (size_t)(end + 4 - buf) + strtoul(cl + 15, NULL, 10))
 			return;
-		cr_assert_eq(poll(&p, 1, IO_MS), 1, "no whole answer: %s\n%s", buf, log_tail());
+		cr_assert_eq(poll(&p, 1, IO_MS), 1, "no whole answer: %s\n%s", buf, test_agent_log_tail());
 		ssize_t k = recv(fd, buf + len, sizeof(buf) - 1 - len, 0);
 		cr_assert_gt(k, 0);
 		len += (size_t)k;
@@ -468,7 +455,7 @@ Test(agent, http_unix_connections_alternate, .fini = stop_agent, .timeout = 120)
 	stop_worker0(true);
 	unsigned got = probe(fd, NCONN, send_get);
 	cr_expect_eq(got, ODD_OF_6, "worker 0 stopped: connections answering 0x%x, want 0x%x "
-		     "(every other one)\n%s", got, ODD_OF_6, log_tail());
+		     "(every other one)\n%s", got, ODD_OF_6, test_agent_log_tail());
 	stop_worker0(false);
 	for (int i = 0; i < NCONN; i++)
 		close(fd[i]);

@@ -17,37 +17,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "tests/lib/agentproc.h"
+#include "tests/lib/agenttest.h"
 #include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
 #include "tests/lib/redis_server.h"
 
-#define START_MS 15000
 #define IO_MS    3000
-
-static struct agentproc agent;
-
-static const char *log_tail(void)
-{
-	static char tail[3000];
-
-	agentproc_log_tail(&agent, tail, sizeof(tail));
-	return tail;
-}
 
 static void start_workers(const char *json, const char *workers)
 {
 	const char *const args[] = { "-w", workers, NULL };
 
-	if (!agentproc_available())
-		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
-	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
-		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
-}
-
-static void start_with(const char *json)
-{
-	start_workers(json, "1");
+	test_agent_start(json, args);
 }
 
 static const char default_json[] =
@@ -57,27 +38,14 @@ static const char default_json[] =
 
 static void start_default(void)
 {
-	start_with(default_json);
-}
-
-static void stop_agent(void)
-{
-	bool crash;
-
-	if (!agent.log_path[0])
-		return;
-	agentproc_stop(&agent, 10000, false);
-	crash = agentproc_log_has_crash(&agent);
-	cr_expect(!crash, "the agent's log holds a sanitizer report:\n%s", log_tail());
-	if (!crash)
-		agentproc_stop(&agent, 0, true);
+	test_agent_start1(default_json);
 }
 
 static int http_open(void)
 {
-	int fd = rawspop_connect(agent.http_port, IO_MS);
+	int fd = rawspop_connect(test_agent.http_port, IO_MS);
 
-	cr_assert(fd >= 0, "connect to the HTTP front on %d: %s", agent.http_port,
+	cr_assert(fd >= 0, "connect to the HTTP front on %d: %s", test_agent.http_port,
 		  strerror(errno));
 	return fd;
 }
@@ -149,7 +117,7 @@ static void metrics_page(void)
 	close(fd);
 }
 
-TestSuite(http, .init = start_default, .fini = stop_agent, .timeout = 60);
+TestSuite(http, .init = start_default, .fini = test_agent_stop, .timeout = 60);
 
 Test(http, counts_limits_and_headers)
 {
@@ -209,7 +177,7 @@ Test(http, counts_shared_with_spop)
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
 	struct resp r;
 	char err[256];
-	int fd = rawspop_connect(agent.port, IO_MS);
+	int fd = rawspop_connect(test_agent.port, IO_MS);
 
 	cr_assert(fd >= 0);
 	rawspop_hello(wb, &o);
@@ -425,11 +393,11 @@ Test(http, http10_and_head)
 	close(fd);
 }
 
-Test(http_deny, status_from_config, .fini = stop_agent, .timeout = 60)
+Test(http_deny, status_from_config, .fini = test_agent_stop, .timeout = 60)
 {
 	struct resp r;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_deny_status\": 403,"
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_deny_status\": 403,"
 		   " \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60]}]}");
 	get("/ratelimit?key=d&limit=0", &r);
 	cr_assert_eq(r.status, 403, "%s", r.body);
@@ -443,7 +411,7 @@ static struct redis_server redis;
 
 static void stop_all(void)
 {
-	stop_agent();
+	test_agent_stop();
 	redis_server_stop(&redis, 5000);
 }
 
@@ -460,7 +428,7 @@ Test(http_store, synchronous_namespace_in_order, .fini = stop_all, .timeout = 60
 		 "\"default\", \"window_sizes\": [3600], \"sync_rate\": 0, \"strategy\": \"redis\","
 		 " \"strategy_opts\": {\"host\": \"127.0.0.1\", \"port\": %d, \"timeout_ms\": 3000}}]}",
 		 redis.port);
-	start_with(json);
+	test_agent_start1(json);
 	int fd = http_open();
 	rlen = 0;
 	for (int i = 0; i < 10; i++)
@@ -490,7 +458,7 @@ Test(http_store, synchronous_namespace_in_order, .fini = stop_all, .timeout = 60
 /* GET /metrics sums the counters of every worker: hits over SPOP and HTTP
  * on many connections (spread over two workers), denials, bad requests,
  * open connections. */
-Test(http_metrics, aggregated_over_workers, .fini = stop_agent, .timeout = 60)
+Test(http_metrics, aggregated_over_workers, .fini = test_agent_stop, .timeout = 60)
 {
 	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
 	struct rawspop_frame *f = calloc(1, sizeof(*f));
@@ -500,7 +468,7 @@ Test(http_metrics, aggregated_over_workers, .fini = stop_agent, .timeout = 60)
 
 	start_workers(default_json, "2");
 	for (int c = 0; c < 6; c++) {
-		fds[c] = rawspop_connect(agent.port, IO_MS);
+		fds[c] = rawspop_connect(test_agent.port, IO_MS);
 		cr_assert(fds[c] >= 0);
 		rawspop_buf_reset(wb);
 		rawspop_hello(wb, &o);
@@ -547,7 +515,7 @@ Test(http_metrics, aggregated_over_workers, .fini = stop_agent, .timeout = 60)
 /* max_connections counts both fronts, and at the cap the longest idle
  * connection gives way whatever its front: four kept-alive HTTP clients
  * idle for over a second cannot keep an SPOP peer (HAProxy) out. */
-Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
+Test(http_cap, idle_http_gives_way_to_spop, .fini = test_agent_stop, .timeout = 60)
 {
 	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
 	struct rawspop_frame *f = calloc(1, sizeof(*f));
@@ -555,7 +523,7 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
 	struct resp r;
 	int h[4], fd, closed = 0;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"max_connections\": 4,"
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"max_connections\": 4,"
 		   " \"http_max_connections\": 4}");
 	for (int i = 0; i < 4; i++) {
 		h[i] = http_open();
@@ -566,12 +534,12 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
 	}
 	/* No second of idleness needed: HTTP callers give way to HAProxy at
 	 * once. */
-	fd = rawspop_connect(agent.port, IO_MS);
+	fd = rawspop_connect(test_agent.port, IO_MS);
 	cr_assert(fd >= 0);
 	rawspop_hello(wb, &o);
 	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
 	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME,
-		     "the SPOP peer is served at the cap\n%s", log_tail());
+		     "the SPOP peer is served at the cap\n%s", test_agent_log_tail());
 	cr_assert_eq(f->type, RAWSPOP_AGENT_HELLO);
 	for (int i = 0; i < 4; i++) {
 		struct pollfd pfd = { .fd = h[i], .events = POLLIN };
@@ -589,12 +557,12 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = stop_agent, .timeout = 60)
 /* A namespace name is escaped where it is quoted: in the structured-field
  * strings of the RateLimit headers ('"' and '\' escaped, other than
  * printable ASCII as %XX) and in the JSON body. */
-Test(http_names, escaped_in_headers_and_body, .fini = stop_agent, .timeout = 60)
+Test(http_names, escaped_in_headers_and_body, .fini = test_agent_stop, .timeout = 60)
 {
 	struct resp r;
 	char v[256];
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
 		   "{\"name\": \"q\\\"t\\\\\u00e9\", \"window_sizes\": [60]}]}");
 	get("/ratelimit?namespace=q%22t%5C%C3%A9&key=k&window=60&limit=5", &r);
 	cr_assert_eq(r.status, 200, "%s", r.body);
@@ -632,7 +600,7 @@ static void spop_check(int fd, const char *key, int window, int limit, const cha
  * X-RateLimit-Shadow: exceeded, SPOP exceeded=false with
  * shadow_exceeded=true), and /metrics counts what it would have denied
  * apart from the denials. */
-Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
+Test(http_shadow, never_denies, .fini = test_agent_stop, .timeout = 60)
 {
 	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
 	struct rawspop_frame *f = calloc(1, sizeof(*f));
@@ -642,7 +610,7 @@ Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
 	struct resp r;
 	int fd;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
 		   "{\"name\": \"default\", \"window_sizes\": [3600]},"
 		   "{\"name\": \"trial\", \"window_sizes\": [3600], \"shadow\": true}]}");
 	for (int i = 1; i <= 4; i++) {
@@ -656,7 +624,7 @@ Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
 		cr_assert_str_empty(hdr(&r, "Retry-After", v, sizeof(v)));
 	}
 	/* The same key over SPOP: hit 5, still allowed, shadow_exceeded. */
-	fd = rawspop_connect(agent.port, IO_MS);
+	fd = rawspop_connect(test_agent.port, IO_MS);
 	cr_assert(fd >= 0);
 	rawspop_hello(wb, &o);
 	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
@@ -686,7 +654,7 @@ Test(http_shadow, never_denies, .fini = stop_agent, .timeout = 60)
 /* state_file: a local-only agent stopped and started again counts on from
  * where it was (the file keeps the table), and a configuration that lists
  * its namespaces in another order still finds each one's counts. */
-Test(http_state, counts_survive_a_restart, .fini = stop_agent, .timeout = 60)
+Test(http_state, counts_survive_a_restart, .fini = test_agent_stop, .timeout = 60)
 {
 	char dir[] = "/tmp/test_http_state-XXXXXX", json[512];
 	struct resp r;
@@ -696,33 +664,33 @@ Test(http_state, counts_survive_a_restart, .fini = stop_agent, .timeout = 60)
 		 "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"state_file\": \"%s/state\","
 		 " \"max_keys\": 1000, \"namespaces\": [{\"name\": \"a\", \"window_sizes\": [3600]},"
 		 " {\"name\": \"b\", \"window_sizes\": [60, 3600]}]}", dir);
-	start_with(json);
+	test_agent_start1(json);
 	for (int i = 1; i <= 3; i++) {
 		get("/ratelimit?key=k&namespace=b&window=3600", &r);
 		cr_assert_eq(body_num(&r, "rate"), i, "%s", r.body);
 	}
 	get("/ratelimit?key=k&namespace=a", &r);
-	cr_assert_eq(agentproc_stop(&agent, 10000, false), 0, "exit 0 on SIGTERM");
+	cr_assert_eq(agentproc_stop(&test_agent, 10000, false), 0, "exit 0 on SIGTERM");
 	/* The same namespaces, listed the other way round. */
 	snprintf(json, sizeof(json),
 		 "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"state_file\": \"%s/state\","
 		 " \"max_keys\": 1000, \"namespaces\": [{\"name\": \"b\", \"window_sizes\": [3600, 60]},"
 		 " {\"name\": \"a\", \"window_sizes\": [3600]}]}", dir);
-	start_with(json);
-	cr_assert_not_null(strstr(log_tail(), "counts of the last run kept"), "%s", log_tail());
+	test_agent_start1(json);
+	cr_assert_not_null(strstr(test_agent_log_tail(), "counts of the last run kept"), "%s", test_agent_log_tail());
 	get("/ratelimit?key=k&namespace=b&window=3600", &r);
 	cr_assert_eq(body_num(&r, "rate"), 4, "counted on: %s", r.body);
 	get("/ratelimit?key=k&namespace=a", &r);
 	cr_assert_eq(body_num(&r, "rate"), 2, "%s", r.body);
 	get("/ratelimit?key=k&namespace=b&window=60", &r);
 	cr_assert_eq(body_num(&r, "rate"), 1, "%s", r.body);
-	cr_assert_eq(agentproc_stop(&agent, 10000, false), 0);
+	cr_assert_eq(agentproc_stop(&test_agent, 10000, false), 0);
 	/* Another max_keys: refused, clearly, the file left alone. */
 	snprintf(json, sizeof(json),
 		 "{\"state_file\": \"%s/state\", \"max_keys\": 2000}", dir);
 	const char *const args[] = { "-w", "1", NULL };
-	cr_assert_neq(agentproc_start(&agent, json, args, 3000), 0, "refused");
-	cr_assert_not_null(strstr(log_tail(), "made for max_keys 1000"), "%s", log_tail());
+	cr_assert_neq(agentproc_start(&test_agent, json, args, 3000), 0, "refused");
+	cr_assert_not_null(strstr(test_agent_log_tail(), "made for max_keys 1000"), "%s", test_agent_log_tail());
 	char path[64];
 	snprintf(path, sizeof(path), "%s/state", dir);
 	unlink(path);
@@ -735,7 +703,7 @@ static int log_count(const char *s)
 	char buf[65536];
 	int n = 0;
 
-	agentproc_log_tail(&agent, buf, sizeof(buf));
+	agentproc_log_tail(&test_agent, buf, sizeof(buf));
 	for (const char *p = buf; (p = strstr(p, s)); p += strlen(s))
 		n++;
 	return n;
@@ -746,10 +714,10 @@ static void rewrite_config(const char *json)
 {
 	char port[16], text[2048];
 	const char *at = strstr(json, "@HTTP_PORT@");
-	FILE *f = fopen(agent.cfg_path, "w");
+	FILE *f = fopen(test_agent.cfg_path, "w");
 
 	cr_assert_not_null(f);
-	snprintf(port, sizeof(port), "%d", agent.http_port);
+	snprintf(port, sizeof(port), "%d", test_agent.http_port);
 	if (at)
 		snprintf(text, sizeof(text), "%.*s%s%s", (int)(at - json), json, port, at + 11);
 	else
@@ -763,7 +731,7 @@ static void rewrite_config(const char *json)
  * namespaces come and go, both workers apply it; a bad file is refused
  * with its field and reason and the running configuration keeps serving;
  * what cannot change live is reported. */
-Test(http_reload, sighup_keeps_counts_and_connections, .fini = stop_agent, .timeout = 60)
+Test(http_reload, sighup_keeps_counts_and_connections, .fini = test_agent_stop, .timeout = 60)
 {
 	struct resp r;
 	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
@@ -775,7 +743,7 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = stop_agent, .time
 		      "{\"name\": \"api\", \"window_sizes\": [60]},"
 		      "{\"name\": \"old\", \"window_sizes\": [60]}]}", "2");
 	int keep = http_open();
-	int spop = rawspop_connect(agent.port, IO_MS);
+	int spop = rawspop_connect(test_agent.port, IO_MS);
 	cr_assert(spop >= 0);
 	rawspop_hello(wb, &o);
 	cr_assert_eq(rawspop_send_buf(spop, wb), 0);
@@ -788,13 +756,13 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = stop_agent, .time
 		       " \"http_deny_status\": 403, \"max_keys\": 100000, \"namespaces\": ["
 		       "{\"name\": \"new\", \"window_sizes\": [1]},"
 		       "{\"name\": \"api\", \"window_sizes\": [3600, 60]}]}");
-	cr_assert_eq(agentproc_signal(&agent, SIGHUP), 0);
+	cr_assert_eq(agentproc_signal(&test_agent, SIGHUP), 0);
 	for (int i = 0; i < 300 && log_count("reloaded: 2 namespace(s)") < 2; i++)
 		usleep(10000);
 	cr_assert_eq(log_count("reloaded: 2 namespace(s)"), 2, "both workers reloaded:\n%s",
-		     log_tail());
+		     test_agent_log_tail());
 	cr_assert_geq(log_count("max_keys changed in the file: kept until the agent restarts"), 1,
-		      "%s", log_tail());
+		      "%s", test_agent_log_tail());
 	/* The connection opened before the reload still works, and the count
 	 * of api's 60 s window goes on. */
 	send_str(keep, "GET /ratelimit?key=k&namespace=api&window=60&limit=10 HTTP/1.1\r\nHost: t\r\n\r\n");
@@ -814,11 +782,11 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = stop_agent, .time
 
 	/* A bad file: refused, the running configuration serves on. */
 	rewrite_config("{\"namespaces\": [{\"name\": \"api\", \"window_sizes\": [0]}]}");
-	cr_assert_eq(agentproc_signal(&agent, SIGHUP), 0);
+	cr_assert_eq(agentproc_signal(&test_agent, SIGHUP), 0);
 	for (int i = 0; i < 300 && log_count("reload refused") < 1; i++)
 		usleep(10000);
-	cr_assert_eq(log_count("reload refused"), 1, "%s", log_tail());
-	cr_assert_eq(log_count("namespaces[0].window_sizes"), 1, "field named:\n%s", log_tail());
+	cr_assert_eq(log_count("reload refused"), 1, "%s", test_agent_log_tail());
+	cr_assert_eq(log_count("namespaces[0].window_sizes"), 1, "field named:\n%s", test_agent_log_tail());
 	get("/ratelimit?key=k&namespace=api&window=60&limit=10", &r);
 	cr_assert_eq(body_num(&r, "rate"), 7, "%s", r.body);
 	get("/ratelimit?key=k&namespace=new", &r);
@@ -853,7 +821,7 @@ Test(http_reload, long_keys_keep_their_digest_key, .fini = stop_all, .timeout = 
 			 ? "\"key_secret\": \"sixteen bytes or more\", " : "");
 		snprintf(json, sizeof(json), "{%s\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", "
 			 "\"namespaces\": [%s]}", secret, ns_api);
-		start_with(json);
+		test_agent_start1(json);
 		for (int i = 1; i <= 2; i++) {
 			get(target, &r);
 			cr_assert_eq(body_num(&r, "rate"), i, "%s", r.body);
@@ -863,13 +831,13 @@ Test(http_reload, long_keys_keep_their_digest_key, .fini = stop_all, .timeout = 
 			 "\"sync_rate\": 1, \"strategy\": \"redis\", \"strategy_opts\": "
 			 "{\"host\": \"127.0.0.1\", \"port\": %d}}]}", secret, ns_api, redis.port);
 		rewrite_config(json);
-		cr_assert_eq(agentproc_signal(&agent, SIGHUP), 0);
+		cr_assert_eq(agentproc_signal(&test_agent, SIGHUP), 0);
 		if (!with_secret) {
 			for (int i = 0; i < 300 && log_count("reload refused") < 1; i++)
 				usleep(10000);
-			cr_assert_eq(log_count("reload refused"), 1, "%s", log_tail());
+			cr_assert_eq(log_count("reload refused"), 1, "%s", test_agent_log_tail());
 			cr_assert_eq(log_count("namespaces[1] (\"shared\") syncs with a store and "
-					       "no key_secret is set"), 1, "the reason:\n%s", log_tail());
+					       "no key_secret is set"), 1, "the reason:\n%s", test_agent_log_tail());
 			get("/ratelimit?key=k&namespace=shared", &r);
 			cr_assert_eq(r.status, 400, "the running configuration is kept: %s", r.body);
 		} else {
@@ -880,12 +848,12 @@ Test(http_reload, long_keys_keep_their_digest_key, .fini = stop_all, .timeout = 
 				usleep(10000);
 			}
 			cr_assert_eq(r.status, 200, "with key_secret the reload applies: %s\n%s",
-				     r.body, log_tail());
-			cr_assert_eq(log_count("reload refused"), 0, "%s", log_tail());
+				     r.body, test_agent_log_tail());
+			cr_assert_eq(log_count("reload refused"), 0, "%s", test_agent_log_tail());
 		}
 		get(target, &r);
 		cr_assert_eq(body_num(&r, "rate"), 3, "the long key counts on (key_secret: %s): "
 			     "%s", with_secret ? "yes" : "no", r.body);
-		stop_agent();
+		test_agent_stop();
 	}
 }

@@ -34,48 +34,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/lib/agentproc.h"
+#include "tests/lib/agenttest.h"
 #include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
 #include "tests/lib/redis_server.h"
 
-#define START_MS 15000
 #define IO_MS    3000
 #define TOKEN    "t0k3n-for-the-checks"
 #define AUTH     "Authorization: Bearer " TOKEN "\r\n"
-
-static struct agentproc agent;
-
-static const char *log_tail(void)
-{
-	static char tail[3000];
-
-	agentproc_log_tail(&agent, tail, sizeof(tail));
-	return tail;
-}
-
-static void start_with(const char *json)
-{
-	const char *const args[] = { "-w", "1", NULL };
-
-	if (!agentproc_available())
-		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
-	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
-		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
-}
-
-static void stop_agent(void)
-{
-	bool crash;
-
-	if (!agent.log_path[0])
-		return;
-	agentproc_stop(&agent, 10000, false);
-	crash = agentproc_log_has_crash(&agent);
-	cr_expect(!crash, "the agent's log holds a sanitizer report:\n%s", log_tail());
-	if (!crash)
-		agentproc_stop(&agent, 0, true);
-}
 
 static double now_s(void)
 {
@@ -91,8 +57,8 @@ static void get(const char *target, const char *headers, struct httpc_resp *r)
 {
 	const char *why = "";
 
-	cr_assert(httpc_get(agent.http_port, target, headers, r, IO_MS, &why) == 0,
-		  "GET %s: %s\n%s", target, why, log_tail());
+	cr_assert(httpc_get(test_agent.http_port, target, headers, r, IO_MS, &why) == 0,
+		  "GET %s: %s\n%s", target, why, test_agent_log_tail());
 }
 
 /* The rate of key in ns (window 60) read with cost 0, with the token. */
@@ -115,7 +81,7 @@ static const char auth_json[] =
 	" \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60], \"limit\": 3},"
 	" {\"name\": \"per-ip\", \"window_sizes\": [60], \"limit\": 100}]}";
 
-Test(auth, checks_need_the_token, .fini = stop_agent, .timeout = 60)
+Test(auth, checks_need_the_token, .fini = test_agent_stop, .timeout = 60)
 {
 	static const char *const wrong[] = {
 		"",                                                 /* none */
@@ -129,7 +95,7 @@ Test(auth, checks_need_the_token, .fini = stop_agent, .timeout = 60)
 	struct httpc_resp r;
 	char v[128];
 
-	start_with(auth_json);
+	test_agent_start1(auth_json);
 	for (size_t i = 0; i < sizeof(wrong) / sizeof(wrong[0]); i++) {
 		get("/ratelimit?key=victim&window=60&cost=2", wrong[i], &r);
 		cr_assert_eq(r.status, 401, "case %zu: %d %s", i, r.status, r.body);
@@ -153,11 +119,11 @@ Test(auth, checks_need_the_token, .fini = stop_agent, .timeout = 60)
 	cr_assert_eq(r.status, 200);
 }
 
-Test(auth, metrics_behind_the_token_on_ask, .fini = stop_agent, .timeout = 60)
+Test(auth, metrics_behind_the_token_on_ask, .fini = test_agent_stop, .timeout = 60)
 {
 	struct httpc_resp r;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"" TOKEN "\","
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"" TOKEN "\","
 		   " \"http_metrics_token\": true}");
 	get("/metrics", NULL, &r);
 	cr_assert_eq(r.status, 401);
@@ -173,7 +139,7 @@ Test(auth, metrics_behind_the_token_on_ask, .fini = stop_agent, .timeout = 60)
  * that rewrote the query ("k2&cost=0" counted nothing, "k4&limit=1000000"
  * raised the limit, "k5&namespace=per-ip" moved the hit, "k3%zz" was a
  * 400 that nginx failed open on) are each counted as themselves. */
-Test(keys, header_keys_are_opaque, .fini = stop_agent, .timeout = 60)
+Test(keys, header_keys_are_opaque, .fini = test_agent_stop, .timeout = 60)
 {
 	static const struct {
 		const char *key;         /* as the header carries it */
@@ -188,7 +154,7 @@ Test(keys, header_keys_are_opaque, .fini = stop_agent, .timeout = 60)
 	struct httpc_resp r;
 	char h[256];
 
-	start_with(auth_json);
+	test_agent_start1(auth_json);
 	for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
 		snprintf(h, sizeof(h), AUTH "X-RateLimit-Key: %s\r\n", keys[i].key);
 		for (int n = 1; n <= 5; n++) {
@@ -225,11 +191,11 @@ Test(keys, header_keys_are_opaque, .fini = stop_agent, .timeout = 60)
 
 /* ---------------------------------------------------------------- limits */
 
-Test(limits, the_configured_limit_holds, .fini = stop_agent, .timeout = 60)
+Test(limits, the_configured_limit_holds, .fini = test_agent_stop, .timeout = 60)
 {
 	struct httpc_resp r;
 
-	start_with(auth_json);
+	test_agent_start1(auth_json);
 	/* A caller may lower the limit, never raise it. */
 	for (int n = 1; n <= 4; n++) {
 		get("/ratelimit?key=u&window=60&limit=1000000", AUTH, &r);
@@ -256,7 +222,7 @@ Test(limits, the_configured_limit_holds, .fini = stop_agent, .timeout = 60)
  * protected from eviction (each over the limit it named): a new key then
  * found no room and passed unlimited. The configured limit (3) decides
  * protection: a new key still gets exactly 3. */
-Test(limits, limit_zero_pins_nothing, .fini = stop_agent, .timeout = 120)
+Test(limits, limit_zero_pins_nothing, .fini = test_agent_stop, .timeout = 120)
 {
 	struct httpc_buf *b = calloc(1, sizeof(*b));
 	struct httpc_resp r;
@@ -264,11 +230,11 @@ Test(limits, limit_zero_pins_nothing, .fini = stop_agent, .timeout = 120)
 	const char *why = "";
 	int fd, allowed = 0, errors = 0;
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"" TOKEN "\","
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"" TOKEN "\","
 		   " \"max_keys\": 64, \"namespaces\": ["
 		   "{\"name\": \"default\", \"window_sizes\": [60], \"limit\": 3, \"max_keys\": 40},"
 		   "{\"name\": \"other\", \"window_sizes\": [60]}]}");
-	fd = rawspop_connect(agent.http_port, IO_MS);
+	fd = rawspop_connect(test_agent.http_port, IO_MS);
 	cr_assert(fd >= 0);
 	for (int i = 0; i < 3000; i++) {
 		int n = snprintf(req, sizeof(req), "GET /ratelimit?key=pin-%d&window=60&limit=0"
@@ -294,7 +260,7 @@ static struct redis_server redis;
 
 static void stop_all(void)
 {
-	stop_agent();
+	test_agent_stop();
 	redis_server_stop(&redis, 5000);
 }
 
@@ -304,7 +270,7 @@ static long admissions(const char *ns)
 	struct httpc_buf *b = calloc(1, sizeof(*b));
 	char pat[128];
 	long sum = 0;
-	int fd = rawspop_connect(agent.http_port, IO_MS);
+	int fd = rawspop_connect(test_agent.http_port, IO_MS);
 
 	cr_assert(fd >= 0);
 	httpc_send(fd, "GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n", 53);
@@ -340,7 +306,7 @@ Test(admission, http_callers_cannot_switch_exact_off, .fini = stop_all, .timeout
 		 "{\"name\": \"trusting\", \"window_sizes\": [60], \"limit\": 1000, \"sync_rate\": 0.1,"
 		 " \"strategy\": \"redis\", \"strategy_opts\": {\"port\": %d},"
 		 " \"caller_admission\": true}]}", redis.port, redis.port);
-	start_with(json);
+	test_agent_start1(json);
 	for (int i = 0; i < 5; i++) {
 		snprintf(target, sizeof(target),
 			 "/ratelimit?namespace=exact&key=k%d&window=60&admission=local", i);
@@ -378,7 +344,7 @@ static void attack_tick(struct attack *a)
 
 	for (int i = 0; i < a->n; i++) {
 		if (a->fd[i] < 0) {
-			a->fd[i] = rawspop_connect(agent.http_port, IO_MS);
+			a->fd[i] = rawspop_connect(test_agent.http_port, IO_MS);
 			a->reconnects++;
 			a->last[i] = 0;
 			if (a->fd[i] < 0)
@@ -459,20 +425,20 @@ static void served_under_attack(struct attack *a, const char *what)
 	double t0 = now_s();
 
 	for (int round = 0; round < 3; round++) {
-		int fd = rawspop_connect(agent.port, IO_MS);
+		int fd = rawspop_connect(test_agent.port, IO_MS);
 		cr_assert(fd >= 0);
 		rawspop_buf_reset(wb);
 		rawspop_hello(wb, &o);
 		t0 = now_s();
 		cr_assert_eq(rawspop_send_buf(fd, wb), 0);
 		double took = wait_readable(a, fd);
-		cr_assert(took >= 0, "%s: no AGENT-HELLO within %d ms\n%s", what, IO_MS, log_tail());
+		cr_assert(took >= 0, "%s: no AGENT-HELLO within %d ms\n%s", what, IO_MS, test_agent_log_tail());
 		cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
 		cr_assert_eq(f->type, RAWSPOP_AGENT_HELLO);
 		cr_log_info("%s: SPOP HELLO answered in %.1f ms", what, (now_s() - t0) * 1000);
 		close(fd);
 
-		int h = rawspop_connect(agent.http_port, IO_MS);
+		int h = rawspop_connect(test_agent.http_port, IO_MS);
 		cr_assert(h >= 0);
 		t0 = now_s();
 		static const char check[] = "GET /ratelimit?key=fresh&window=60&limit=100 HTTP/1.1\r\n"
@@ -480,7 +446,7 @@ static void served_under_attack(struct attack *a, const char *what)
 		cr_assert_eq(httpc_send(h, check, sizeof(check) - 1), 0);
 		took = wait_readable(a, h);
 		cr_assert(took >= 0, "%s: no answer to a new check within %d ms\n%s", what, IO_MS,
-			  log_tail());
+			  test_agent_log_tail());
 		b->len = 0;
 		cr_assert_eq(httpc_read(h, b, &r, IO_MS, &why), 0, "%s", why);
 		cr_assert_eq(r.status, 200, "%s", r.body);
@@ -499,11 +465,11 @@ static const char starve_json[] =
 /* 60 HTTP peers each sending a request every 200 ms: before, every held
  * connection had a request within the last second, none could give way,
  * and HAProxy's HELLO waited forever. */
-Test(starve, busy_http_peers, .fini = stop_agent, .timeout = 60)
+Test(starve, busy_http_peers, .fini = test_agent_stop, .timeout = 60)
 {
 	struct attack *a = calloc(1, sizeof(*a));
 
-	start_with(starve_json);
+	test_agent_start1(starve_json);
 	attack_start(a, ATTACKERS, false, 0.2);
 	served_under_attack(a, "60 HTTP peers, a request each every 200 ms");
 	attack_stop(a);
@@ -511,11 +477,11 @@ Test(starve, busy_http_peers, .fini = stop_agent, .timeout = 60)
 }
 
 /* 60 HTTP peers that connect and send nothing. */
-Test(starve, idle_http_peers, .fini = stop_agent, .timeout = 60)
+Test(starve, idle_http_peers, .fini = test_agent_stop, .timeout = 60)
 {
 	struct attack *a = calloc(1, sizeof(*a));
 
-	start_with(starve_json);
+	test_agent_start1(starve_json);
 	attack_start(a, ATTACKERS, false, 3600);
 	served_under_attack(a, "60 idle HTTP peers");
 	attack_stop(a);
@@ -525,11 +491,11 @@ Test(starve, idle_http_peers, .fini = stop_agent, .timeout = 60)
 /* 8 peers sending a head a line at a time: before, a connection in the
  * middle of a head was never evictable, and 8 of them kept every slot
  * until frame_timeout_ms (10 s here). */
-Test(starve, slow_heads, .fini = stop_agent, .timeout = 60)
+Test(starve, slow_heads, .fini = test_agent_stop, .timeout = 60)
 {
 	struct attack *a = calloc(1, sizeof(*a));
 
-	start_with(starve_json);
+	test_agent_start1(starve_json);
 	attack_start(a, 8, true, 0.3);
 	served_under_attack(a, "8 slow heads");
 	attack_stop(a);
@@ -538,14 +504,14 @@ Test(starve, slow_heads, .fini = stop_agent, .timeout = 60)
 
 /* A head that never ends is closed frame_timeout_ms after its first byte,
  * whatever it keeps sending; so is a body that trickles. */
-Test(starve, a_trickling_request_is_cut, .fini = stop_agent, .timeout = 60)
+Test(starve, a_trickling_request_is_cut, .fini = test_agent_stop, .timeout = 60)
 {
 	struct httpc_buf *b = calloc(1, sizeof(*b));
 	struct httpc_resp r;
 	const char *why = "";
 
-	start_with("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"frame_timeout_ms\": 300}");
-	int fd = rawspop_connect(agent.http_port, IO_MS);
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"frame_timeout_ms\": 300}");
+	int fd = rawspop_connect(test_agent.http_port, IO_MS);
 	cr_assert(fd >= 0);
 	httpc_send(fd, "GET /healthz HTTP/1.1\r\nHost: a\r\n", 33);
 	double t0 = now_s();
@@ -565,7 +531,7 @@ Test(starve, a_trickling_request_is_cut, .fini = stop_agent, .timeout = 60)
 	close(fd);
 
 	/* A body announced and sent a byte at a time. */
-	fd = rawspop_connect(agent.http_port, IO_MS);
+	fd = rawspop_connect(test_agent.http_port, IO_MS);
 	cr_assert(fd >= 0);
 	static const char head[] = "GET /healthz HTTP/1.1\r\nHost: a\r\nContent-Length: 4000\r\n\r\n";
 	httpc_send(fd, head, sizeof(head) - 1);
@@ -592,7 +558,7 @@ Test(starve, a_trickling_request_is_cut, .fini = stop_agent, .timeout = 60)
 
 /* The HTTP front on a unix socket (nginx: proxy_pass http://unix:...),
  * with listen_mode: only the socket's owner and group may connect. */
-Test(unix_front, http_listen_on_a_unix_socket, .fini = stop_agent, .timeout = 60)
+Test(unix_front, http_listen_on_a_unix_socket, .fini = test_agent_stop, .timeout = 60)
 {
 	char json[512], path[108];
 	struct sockaddr_un sun = { .sun_family = AF_UNIX };
@@ -605,7 +571,7 @@ Test(unix_front, http_listen_on_a_unix_socket, .fini = stop_agent, .timeout = 60
 	snprintf(json, sizeof(json),
 		 "{\"http_listen\": \"unix:%s\", \"listen_mode\": \"0600\","
 		 " \"http_token\": \"" TOKEN "\"}", path);
-	start_with(json);
+	test_agent_start1(json);
 	cr_assert_eq(stat(path, &st), 0, "%s: %s", path, strerror(errno));
 	cr_assert(S_ISSOCK(st.st_mode));
 	cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);

@@ -93,18 +93,18 @@ Test(metrics, counts_summed_over_workers)
 	/* Worker 1 in another process, as a forked worker writes. */
 	pid_t pid = fork();
 	if (pid == 0) {
-		checks(1, "default", "a", METRICS_HTTP, 5);
+		checks(1, "default", "a", FRONT_HTTP, 5);
 		metrics_sync_cycle(0, true, 0.003);
-		metrics_conn(METRICS_HTTP, 2);
+		metrics_conn(FRONT_HTTP, 2);
 		_exit(0);
 	}
 	int st;
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
-	checks(0, "default", "a", METRICS_SPOP, 2);
-	checks(0, "default", "b", METRICS_SPOP, 1);
+	checks(0, "default", "a", FRONT_SPOP, 2);
+	checks(0, "default", "b", FRONT_SPOP, 1);
 	metrics_sync_cycle(0, false, 0.2);
 	metrics_sync_cycle(0, true, 7.0);
-	struct rl_request bad = { .arg_error = "bad window", .front = METRICS_SPOP };
+	struct rl_request bad = { .arg_error = "bad window", .front = FRONT_SPOP };
 	struct decide d;
 	struct rl_decision r;
 	decide_init(&d, rl);
@@ -137,7 +137,7 @@ Test(metrics, table_full_and_every_line_well_formed)
 
 	for (int i = 0; i < 200; i++) {
 		snprintf(key, sizeof(key), "k%d", i);
-		checks(0, "we\"ird", key, METRICS_SPOP, 1);
+		checks(0, "we\"ird", key, FRONT_SPOP, 1);
 	}
 	cr_assert_gt(metrics_render(m, rl, text, sizeof(text)), 0);
 	cr_assert_gt(value("spoa_ratelimit_errors_total{reason=\"table_full\"} "), 0);
@@ -171,7 +171,7 @@ Test(metrics, table_keys_never_above_capacity)
 	struct shm_table *t = rl_shm(rl);
 	unsigned sid = rl_shm_ns(rl, rl_namespace_index(rl, "default", 7));
 
-	checks(0, "default", "a", METRICS_SPOP, 1);
+	checks(0, "default", "a", FRONT_SPOP, 1);
 	atomic_store(&t->hdr->live[sid], 65);
 	cr_assert_gt(metrics_render(m, rl, text, sizeof(text)), 0);
 	cr_assert_eq(value("spoa_ratelimit_table_capacity "), 64);

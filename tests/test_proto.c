@@ -21,14 +21,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/lib/agentproc.h"
+#include "tests/lib/agenttest.h"
 #include "tests/lib/rawspop.h"
 
 #define IO_MS       3000      /* waiting for an answer (sanitized agent) */
-#define START_MS    15000     /* waiting for the agent to listen */
 #define CLOSE_MS    3000      /* waiting for a close after a DISCONNECT */
 
-static struct agentproc agent;
 static pid_t workers0[64];      /* the workers once the first HELLO worked */
 static size_t nworkers0;
 static bool workers_known;
@@ -64,47 +62,16 @@ static const char *read_res_str(enum rawspop_read_res r)
 	return "?";
 }
 
-static const char *log_tail(void)
-{
-	static char tail[3000];
-
-	agentproc_log_tail(&agent, tail, sizeof(tail));
-	return tail;
-}
-
-static void start_with(const char *json, const char *const *args)
-{
-	if (!agentproc_available())
-		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
-	cr_assert(agentproc_start(&agent, json, args, START_MS) == 0,
-		  "starting the agent: %s\n--- agent log ---\n%s", agent.err, log_tail());
-}
-
 static void start_default(void)
 {
-	static const char *const args[] = { "-w", "1", NULL };
-
-	start_with(NULL, args);
-}
-
-static void stop_agent(void)
-{
-	bool crash;
-
-	if (!agent.log_path[0])
-		return;
-	agentproc_stop(&agent, 10000, false);
-	crash = agentproc_log_has_crash(&agent);
-	cr_expect(!crash, "the agent's log holds a sanitizer report:\n%s", log_tail());
-	if (!crash)
-		agentproc_stop(&agent, 0, true);
+	test_agent_start1(NULL);
 }
 
 static int conn_open(void)
 {
-	int fd = rawspop_connect(agent.port, IO_MS);
+	int fd = rawspop_connect(test_agent.port, IO_MS);
 
-	cr_assert(fd >= 0, "connect to 127.0.0.1:%d: %s", agent.port, strerror(errno));
+	cr_assert(fd >= 0, "connect to 127.0.0.1:%d: %s", test_agent.port, strerror(errno));
 	return fd;
 }
 
@@ -209,7 +176,7 @@ static void note_workers(void)
 {
 	if (workers_known)
 		return;
-	nworkers0 = agentproc_children(agent.pid, workers0, 64);
+	nworkers0 = agentproc_children(test_agent.pid, workers0, 64);
 	workers_known = true;
 }
 
@@ -465,8 +432,8 @@ static void check_still_serving(const char *after)
 	char key[64];
 	int fd;
 
-	cr_assert(agentproc_alive(&agent), "after %s: the agent (pid %d) died\n%s", after,
-		  (int)agent.pid, log_tail());
+	cr_assert(agentproc_alive(&test_agent), "after %s: the agent (pid %d) died\n%s", after,
+		  (int)test_agent.pid, test_agent_log_tail());
 	fd = hello_conn();
 	make_key(key, sizeof(key), "alive");
 	{
@@ -477,12 +444,12 @@ static void check_still_serving(const char *after)
 	expect_no_error(&acts);
 	cr_assert(var_int(&acts, "rate") == 1, "after %s: rate on a fresh key", after);
 	close(fd);
-	n = agentproc_children(agent.pid, now, 64);
+	n = agentproc_children(test_agent.pid, now, 64);
 	cr_assert(n == nworkers0 && !memcmp(now, workers0, n * sizeof(pid_t)),
 		  "after %s: worker set changed (%zu workers, first %d, before %zu, first %d): "
 		  "a worker was replaced\n%s",
 		  after, n, n ? (int)now[0] : 0, nworkers0, nworkers0 ? (int)workers0[0] : 0,
-		  log_tail());
+		  test_agent_log_tail());
 }
 
 static void sleep_ms(int ms)
@@ -662,7 +629,7 @@ Test(client, decode_examples)
 
 /* ---------------------------------------------------------------- HELLO */
 
-TestSuite(hello, .init = start_default, .fini = stop_agent, .timeout = 60);
+TestSuite(hello, .init = start_default, .fini = test_agent_stop, .timeout = 60);
 
 Test(hello, offer_16380)
 {
@@ -791,7 +758,7 @@ Test(hello, healthcheck_then_close)
 
 /* ---------------------------------------------------------------- NOTIFY */
 
-TestSuite(notify, .init = start_default, .fini = stop_agent, .timeout = 60);
+TestSuite(notify, .init = start_default, .fini = test_agent_stop, .timeout = 60);
 
 Test(notify, count_then_exceed)
 {
@@ -1467,7 +1434,7 @@ Test(notify, keys_with_nul)
 
 /* ---------------------------------------------------------------- DISCONNECT */
 
-TestSuite(disconnect, .init = start_default, .fini = stop_agent, .timeout = 60);
+TestSuite(disconnect, .init = start_default, .fini = test_agent_stop, .timeout = 60);
 
 Test(disconnect, haproxy_disconnect)
 {
@@ -1491,7 +1458,7 @@ Test(disconnect, haproxy_disconnect)
 
 /* ---------------------------------------------------------------- hostile */
 
-TestSuite(hostile, .init = start_default, .fini = stop_agent, .timeout = 120);
+TestSuite(hostile, .init = start_default, .fini = test_agent_stop, .timeout = 120);
 
 /* Sends raw bytes on a new connection (after a HELLO if with_hello) and
  * expects AGENT-DISCONNECT with status. */
@@ -1856,7 +1823,7 @@ Test(hostile, garbage, .timeout = 300)
 			drain_checked(fd, 100, what);
 		close(fd);
 		if (it % 50 == 49)
-			cr_assert(agentproc_alive(&agent), "%s: the agent died\n%s", what, log_tail());
+			cr_assert(agentproc_alive(&test_agent), "%s: the agent died\n%s", what, test_agent_log_tail());
 	}
 	check_still_serving("garbage");
 }
@@ -1904,7 +1871,7 @@ Test(hostile, one_byte_at_a_time)
 
 /* A half-sent frame then silence: closed after frame_timeout_ms with
  * status 2 (frame_timeout_ms: docs/CONFIG.md). */
-TestSuite(timeouts, .fini = stop_agent, .timeout = 60);
+TestSuite(timeouts, .fini = test_agent_stop, .timeout = 60);
 
 Test(timeouts, half_frame)
 {
@@ -1914,7 +1881,7 @@ Test(timeouts, half_frame)
 	int64_t t0, dt;
 	int fd;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	fd = hello_conn();
 	rawspop_buf_reset(&wb);
 	put_notify(3, 3, &r, 1);
@@ -1942,7 +1909,7 @@ Test(timeouts, busy_writes_ending_mid_frame)
 	int64_t t0;
 	int fd, frames = 0;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	fd = hello_conn();
 	t0 = rawspop_now_ms();
 	while (rawspop_now_ms() - t0 < 3500) {
@@ -2006,9 +1973,9 @@ Test(timeouts, peers_without_hello_stay_small, .timeout = 120)
 	long before, after;
 	int refused = 0;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	close(hello_conn());	/* the worker is up and warm */
-	cr_assert_eq(agentproc_children(agent.pid, &worker, 1), 1);
+	cr_assert_eq(agentproc_children(test_agent.pid, &worker, 1), 1);
 	sleep_ms(200);
 	before = rss_kib(worker);
 	/* a HAPROXY-HELLO frame header announcing 1 MiB, then 256 KiB */
@@ -2043,7 +2010,7 @@ Test(timeouts, idle_peers_cannot_hold_the_cap)
 	static struct rawspop_actions acts;
 	int idle[4], fd, closed = 0;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	for (int i = 0; i < 4; i++)
 		idle[i] = hello_conn();
 	sleep_ms(1500);
@@ -2069,7 +2036,7 @@ Test(timeouts, idle)
 	int64_t t0, dt;
 	int fd;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	fd = hello_conn();
 	t0 = rawspop_now_ms();
 	expect_disconnect(fd, 2, 5000, "idle 400 ms after HELLO (frame_timeout_ms 60000)");
@@ -2087,7 +2054,7 @@ Test(timeouts, no_hello)
 	enum rawspop_read_res r;
 	int fd;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	fd = conn_open();
 	r = rawspop_read_frame(fd, &fr, 5000);
 	cr_assert(r == RAWSPOP_READ_EOF || r == RAWSPOP_READ_RESET ||
@@ -2100,7 +2067,7 @@ Test(timeouts, no_hello)
 
 /* ---------------------------------------------------------------- config */
 
-TestSuite(config, .fini = stop_agent, .timeout = 60);
+TestSuite(config, .fini = test_agent_stop, .timeout = 60);
 
 /* message_prefix, var_scope, a namespace with a single window (window may
  * be omitted), count_denied false. */
@@ -2115,7 +2082,7 @@ Test(config, prefix_scope_namespaces)
 	char key[64];
 	int fd;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	want_scope = RAWSPOP_SCOPE_REQ;
 	fd = hello_conn();
 	make_key(key, sizeof(key), "cfg");
@@ -2182,7 +2149,7 @@ Test(config, several_limits_one_decision)
 	char ip[64], key[64];
 	int fd, admitted = 0;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	fd = hello_conn();
 	make_key(ip, sizeof(ip), "ip");
 	make_key(key, sizeof(key), "key");
@@ -2240,7 +2207,7 @@ Test(config, delay_instead_of_deny, .timeout = 60)
 	char key[64];
 	int fd;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	fd = hello_conn();
 	make_key(key, sizeof(key), "delay");
 	int64_t t0 = rawspop_now_ms();
@@ -2305,7 +2272,7 @@ Test(config, max_frame_size)
 	uint32_t mfs;
 	int fd;
 
-	start_with(json, args);
+	test_agent_start(json, args);
 	fd = conn_open();
 	mfs = hello_on(fd, &o);
 	cr_assert(mfs == 512, "negotiated %u, want 512", mfs);
@@ -2385,9 +2352,9 @@ static int log_count(const char *needle)
 {
 	char line[1024];
 	int n = 0;
-	FILE *f = fopen(agent.log_path, "r");
+	FILE *f = fopen(test_agent.log_path, "r");
 
-	cr_assert(f, "open %s", agent.log_path);
+	cr_assert(f, "open %s", test_agent.log_path);
 	while (fgets(line, sizeof(line), f))
 		n += strstr(line, needle) != NULL;
 	fclose(f);
@@ -2397,13 +2364,13 @@ static int log_count(const char *needle)
 /* The issue's attack: 60,000 distinct keys in "api" (max_keys 20,000).
  * A key denied before the flood stays denied, new keys in api and in
  * login are counted and limited exactly. */
-Test(flood, key_flood_leaves_every_namespace_limiting, .fini = stop_agent, .timeout = 300)
+Test(flood, key_flood_leaves_every_namespace_limiting, .fini = test_agent_stop, .timeout = 300)
 {
 	static const char *const args[] = { "-w", "1", NULL };
 	struct timespec t0, t1;
 	int fd;
 
-	start_with(flood_json, args);
+	test_agent_start(flood_json, args);
 	fd = hello_conn();
 	cr_assert_eq(allowed_of(fd, "api", "attacker", 6), 5);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -2423,7 +2390,7 @@ Test(flood, key_flood_leaves_every_namespace_limiting, .fini = stop_agent, .time
 	/* evictions are logged, at most once a second */
 	double secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 	int lines = log_count("evicting the least used");
-	cr_assert_geq(lines, 1, "no eviction logged:\n%s", log_tail());
+	cr_assert_geq(lines, 1, "no eviction logged:\n%s", test_agent_log_tail());
 	cr_assert_leq(lines, (int)secs + 2, "%d eviction lines in %.1f s", lines, secs);
 	close(fd);
 }
@@ -2431,7 +2398,7 @@ Test(flood, key_flood_leaves_every_namespace_limiting, .fini = stop_agent, .time
 /* Beyond its share, a namespace with on_table_full "deny" denies new keys
  * (exceeded and error), one with "allow" lets them pass (error only);
  * both keep counting the keys they hold. */
-Test(flood, deny_and_allow_when_no_room, .fini = stop_agent, .timeout = 300)
+Test(flood, deny_and_allow_when_no_room, .fini = test_agent_stop, .timeout = 300)
 {
 	static const char *const args[] = { "-w", "1", NULL };
 	static struct rawspop_actions acts;
@@ -2439,7 +2406,7 @@ Test(flood, deny_and_allow_when_no_room, .fini = stop_agent, .timeout = 300)
 	char key[64];
 	int fd;
 
-	start_with(flood_json, args);
+	test_agent_start(flood_json, args);
 	fd = hello_conn();
 	flood(fd, "api", "fill", 25000);	/* the table is at max_keys */
 	for (int m = 0; m < 2; m++) {
@@ -2474,7 +2441,7 @@ Test(flood, deny_and_allow_when_no_room, .fini = stop_agent, .timeout = 300)
 		expect_no_error(&acts);
 		cr_assert_eq(var_int(&acts, "rate"), 2);
 	}
-	cr_assert_geq(log_count("no room for a new key"), 1, "%s", log_tail());
+	cr_assert_geq(log_count("no room for a new key"), 1, "%s", test_agent_log_tail());
 	close(fd);
 }
 
@@ -2484,7 +2451,7 @@ Test(flood, deny_and_allow_when_no_room, .fini = stop_agent, .timeout = 300)
 #define NROUND  3
 #define NKEYS   5
 
-Test(load, concurrent_200, .fini = stop_agent, .timeout = 180)
+Test(load, concurrent_200, .fini = test_agent_stop, .timeout = 180)
 {
 	static const char *const args[] = { "-w", "2", NULL };
 	static struct rawspop_actions acts;
@@ -2494,7 +2461,7 @@ Test(load, concurrent_200, .fini = stop_agent, .timeout = 180)
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
 	int fd;
 
-	start_with(NULL, args);
+	test_agent_start(NULL, args);
 	for (int k = 0; k < NKEYS; k++)
 		make_key(keys[k], sizeof(keys[k]), "load");
 	for (int c = 0; c < NCONN; c++)
@@ -2558,23 +2525,23 @@ static void sigterm_check(bool with_conn)
 	int64_t t0;
 	int fd = -1;
 
-	start_with(NULL, args);
+	test_agent_start(NULL, args);
 	fd = hello_conn();
 	if (!with_conn) {
 		close(fd);
 		fd = -1;
 	}
 	sleep_ms(200);
-	nkids = agentproc_children(agent.pid, kids, 64);
+	nkids = agentproc_children(test_agent.pid, kids, 64);
 	t0 = rawspop_now_ms();
-	cr_assert(agentproc_signal(&agent, SIGTERM) == 0);
-	cr_assert(agentproc_wait(&agent, 10000) == 0, "no exit %d ms after SIGTERM\n%s", 10000,
-		  log_tail());
-	cr_assert(WIFEXITED(agent.exit_status) && WEXITSTATUS(agent.exit_status) == 0,
-		  "after SIGTERM: %s %d\n%s", WIFEXITED(agent.exit_status) ? "exit status" : "signal",
-		  WIFEXITED(agent.exit_status) ? WEXITSTATUS(agent.exit_status)
-					       : WTERMSIG(agent.exit_status),
-		  log_tail());
+	cr_assert(agentproc_signal(&test_agent, SIGTERM) == 0);
+	cr_assert(agentproc_wait(&test_agent, 10000) == 0, "no exit %d ms after SIGTERM\n%s", 10000,
+		  test_agent_log_tail());
+	cr_assert(WIFEXITED(test_agent.exit_status) && WEXITSTATUS(test_agent.exit_status) == 0,
+		  "after SIGTERM: %s %d\n%s", WIFEXITED(test_agent.exit_status) ? "exit status" : "signal",
+		  WIFEXITED(test_agent.exit_status) ? WEXITSTATUS(test_agent.exit_status)
+					       : WTERMSIG(test_agent.exit_status),
+		  test_agent_log_tail());
 	cr_log_info("exit %lld ms after SIGTERM", (long long)(rawspop_now_ms() - t0));
 	for (size_t i = 0; i < nkids; i++)
 		cr_assert(!agentproc_pid_alive(kids[i]), "worker %d outlived the master",
@@ -2592,12 +2559,12 @@ static void sigterm_check(bool with_conn)
 	}
 }
 
-Test(signals, sigterm_idle, .fini = stop_agent, .timeout = 60)
+Test(signals, sigterm_idle, .fini = test_agent_stop, .timeout = 60)
 {
 	sigterm_check(false);
 }
 
-Test(signals, sigterm_with_connection, .fini = stop_agent, .timeout = 60)
+Test(signals, sigterm_with_connection, .fini = test_agent_stop, .timeout = 60)
 {
 	sigterm_check(true);
 }

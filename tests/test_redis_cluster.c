@@ -28,23 +28,22 @@
 #include "tests/lib/pusher.h"
 #include "tests/lib/redis_cluster.h"
 #include "tests/lib/resp_peer.h"
+#include "tests/lib/storetest.h"
 
 #define OPS (&redis_strategy)
 #define START60 1700000040
 
 static struct redis_cluster cl;
 static bool cl_up;
-static struct ev_loop *loop;
 
 static void setup(void)
 {
-	signal(SIGPIPE, SIG_IGN);
-	loop = evtest_loop_new();
+	st_setup(OPS);
 }
 
 static void teardown(void)
 {
-	evtest_loop_free(loop);
+	st_teardown();
 	if (cl_up)
 		redis_cluster_stop(&cl);
 }
@@ -59,11 +58,6 @@ static void cluster_up(size_t replicas)
 	cl_up = true;
 }
 
-static double now_s(void)
-{
-	return evtest_now(loop);
-}
-
 static struct strategy *mk(const char *extra)
 {
 	char seeds[256], json[512], err[256] = "";
@@ -72,43 +66,16 @@ static struct strategy *mk(const char *extra)
 	redis_cluster_seeds(&cl, seeds, sizeof(seeds));
 	snprintf(json, sizeof(json), "{\"cluster_nodes\": %s, \"timeout_ms\": 2000%s%s}", seeds,
 		 extra ? ", " : "", extra ? extra : "");
-	s = evtest_create_ready(OPS, loop, json, 10, err, sizeof(err));
+	s = evtest_create_ready(OPS, st_loop, json, 10, err, sizeof(err));
 	cr_assert_not_null(s, "create(%s): %s", json, err);
 	cr_assert(OPS->ready(s), "not ready after 10 s");
 	return s;
 }
 
-struct res {
-	bool done;
-	int status;
-	char err[STRATEGY_ERR_MAX];
-	size_t nrows;
-};
-
-static void done_cb(void *arg, int status, const char *errstr)
-{
-	struct res *r = arg;
-
-	r->done = true;
-	r->status = status;
-	snprintf(r->err, sizeof(r->err), "%s", errstr ? errstr : "");
-}
-
-static void rows_cb(void *arg, int status, const char *errstr, const struct strategy_row *rows,
-		    size_t n)
-{
-	struct res *r = arg;
-
-	(void)rows;
-	r->nrows = n;
-	done_cb(arg, status, errstr);
-}
-
 static void run_until(const bool *flag, double secs)
 {
-	cr_assert(evtest_run_until(loop, flag, secs), "no completion within %g s", secs);
+	cr_assert(st_run_until(flag, secs), "no completion within %g s", secs);
 }
-
 
 /* The stored total of (ns, key) in the 60 s window starting at start. */
 static double stored_at(const char *ns, const char *key, int start)
@@ -322,18 +289,18 @@ Test(redis_cluster, a_node_answering_absurd_slots_is_refused)
 	struct slots_peer sp;
 	struct resp_peer node;
 	struct strategy *s;
-	struct res r = { 0 };
+	struct st_res r = { 0 };
 	bool refused = false;
 
-	cr_assert_eq(resp_peer_start(&node, loop, slots_peer_answer, &sp), 0, "%s", node.err);
+	cr_assert_eq(resp_peer_start(&node, st_loop, slots_peer_answer, &sp), 0, "%s", node.err);
 	sp.text = slots_text(100000, slot_zero, slot_last, "", node.port, 0, &sp.len);
 	snprintf(json, sizeof(json), "{\"cluster_nodes\": [\"127.0.0.1:%d\"], \"timeout_ms\": 5000}",
 		 node.port);
-	s = OPS->create(loop, json, err, sizeof(err));
+	s = OPS->create(st_loop, json, err, sizeof(err));
 	cr_assert_not_null(s, "%s", err);
-	for (double end = now_s() + 30; now_s() < end && !refused;) {
-		ev_run(loop, EVRUN_ONCE);
-		if (node.commands > 0 && OPS->push_diffs(s, &b, 1, "t", done_cb, &r, err) == -1)
+	for (double end = st_now() + 30; st_now() < end && !refused;) {
+		ev_run(st_loop, EVRUN_ONCE);
+		if (node.commands > 0 && OPS->push_diffs(s, &b, 1, "t", st_done_cb, &r, err) == -1)
 			refused = strstr(err, "CLUSTER SLOTS: 100000 ranges") != NULL;
 		cr_assert(!r.done, "a push was taken: %s", r.err);
 	}
@@ -395,7 +362,7 @@ Test(redis_cluster, operations_reach_the_master_of_each_slot)
 	struct strategy *s;
 	struct pusher p;
 	bool owners[3] = { false };
-	struct res r = { 0 };
+	struct st_res r = { 0 };
 	char err[STRATEGY_ERR_MAX];
 
 	cluster_up(0);
@@ -415,7 +382,7 @@ Test(redis_cluster, operations_reach_the_master_of_each_slot)
 		pusher_init(&p, OPS, s, spaces[i], START60, (int)i);
 		for (int step = 0; step < 3; step++) {
 			pusher_step(&p, true);
-			cr_assert(pusher_drain(&p, loop, 10), "%s: %s", spaces[i], p.last_err);
+			cr_assert(pusher_drain(&p, st_loop, 10), "%s: %s", spaces[i], p.last_err);
 		}
 		cr_assert_eq(p.failed, 0, "%s: %s", spaces[i], p.last_err);
 		for (int k = 0; k < PUSHER_KEYS; k++)
@@ -431,7 +398,7 @@ Test(redis_cluster, operations_reach_the_master_of_each_slot)
 		cr_assert_eq(redis_cluster_keyslot(&cl, h, (size_t)hl),
 			     redis_cluster_keyslot(&cl, t, (size_t)tl));
 	}
-	cr_assert_eq(OPS->get_counters(s, "api", 3, sizes, 1, START60 + 30, rows_cb, &r, err), 0,
+	cr_assert_eq(OPS->get_counters(s, "api", 3, sizes, 1, START60 + 30, st_rows_cb, &r, err), 0,
 		     "%s", err);
 	run_until(&r.done, 10);
 	cr_assert_eq(r.status, 0, "%s", r.err);
@@ -442,11 +409,11 @@ Test(redis_cluster, operations_reach_the_master_of_each_slot)
 		unsigned active = 0;
 
 		memset(&r, 0, sizeof(r));
-		cr_assert_eq(OPS->get_window(s, &q, done_cb, &r, err), 0, "%s", err);
+		cr_assert_eq(OPS->get_window(s, &q, st_done_cb, &r, err), 0, "%s", err);
 		run_until(&r.done, 10);
 		cr_assert(q.ok && q.total == 3, "get_window: %g (%s)", q.total, r.err);
 		memset(&r, 0, sizeof(r));
-		cr_assert_eq(OPS->heartbeat(s, "}odd", 4, "n1", 2, 100, 10, &active, done_cb, &r,
+		cr_assert_eq(OPS->heartbeat(s, "}odd", 4, "n1", 2, 100, 10, &active, st_done_cb, &r,
 					    err), 0, "%s", err);
 		run_until(&r.done, 10);
 		cr_assert_eq(active, 1, "heartbeat: %s", r.err);
@@ -457,7 +424,7 @@ Test(redis_cluster, operations_reach_the_master_of_each_slot)
 					    .limit = 4 };
 
 		memset(&r, 0, sizeof(r));
-		cr_assert_eq(OPS->admit(s, &a, 1, "adm-1", done_cb, &r, err), 0, "%s", err);
+		cr_assert_eq(OPS->admit(s, &a, 1, "adm-1", st_done_cb, &r, err), 0, "%s", err);
 		run_until(&r.done, 10);
 		cr_assert(a.ok && a.admitted && a.current == 4, "admit: %s", r.err);
 	}
@@ -469,21 +436,21 @@ static void pump(void *arg, int ms)
 {
 	static const uint32_t sizes[] = { 60 };
 	struct pusher *p = arg;
-	double end = now_s() + ms / 1000.0;
-	struct res r = { 0 };
+	double end = st_now() + ms / 1000.0;
+	struct st_res r = { 0 };
 	char err[STRATEGY_ERR_MAX];
 
 	/* a read of every hash, the previous window's (missing) included:
 	 * a missing key of a migrating slot is answered ASK */
-	cr_assert_eq(p[0].ops->get_counters(p[0].s, "rs", 2, sizes, 1, START60 + 30, rows_cb, &r,
+	cr_assert_eq(p[0].ops->get_counters(p[0].s, "rs", 2, sizes, 1, START60 + 30, st_rows_cb, &r,
 					    err), 0, "%s", err);
 	run_until(&r.done, 10);
 	cr_assert_eq(r.status, 0, "get_counters while migrating: %s", r.err);
 	cr_assert_eq(r.nrows, PUSHER_KEYS);
-	while (now_s() < end) {
+	while (st_now() < end) {
 		pusher_step(&p[0], true);
 		pusher_step(&p[1], true);
-		ev_run(loop, EVRUN_ONCE);
+		ev_run(st_loop, EVRUN_ONCE);
 	}
 }
 
@@ -520,24 +487,24 @@ Test(redis_cluster, resharding_while_two_instances_push)
 		s[i] = mk(NULL);
 		pusher_init(&p[i], OPS, s[i], "rs", START60, i);
 	}
-	t0 = now_s();
-	while (now_s() - t0 < 3.0 || moves < 2) {
+	t0 = st_now();
+	while (st_now() - t0 < 3.0 || moves < 2) {
 		for (int i = 0; i < 2; i++)
 			pusher_step(&p[i], true);
-		ev_run(loop, EVRUN_ONCE);
-		if (moves < 2 && now_s() - t0 > 0.5 + moves * 1.0) {
+		ev_run(st_loop, EVRUN_ONCE);
+		if (moves < 2 && st_now() - t0 > 0.5 + moves * 1.0) {
 			/* there and back: to master 1, then to master 2 */
 			size_t dst = moves == 0 ? 1 : 2;
-			double m0 = now_s();
+			double m0 = st_now();
 
 			cr_assert_eq(redis_cluster_migrate(&cl, lo, hi, dst, pump, p), 0, "%s",
 				     cl.err);
-			moved_at += now_s() - m0;
+			moved_at += st_now() - m0;
 			moves++;
 		}
 	}
 	for (int i = 0; i < 2; i++)
-		cr_assert(pusher_drain(&p[i], loop, 15), "instance %d not drained: %s", i,
+		cr_assert(pusher_drain(&p[i], st_loop, 15), "instance %d not drained: %s", i,
 			  p[i].last_err);
 	cr_assert_eq(redis_cluster_owner(&cl, lo), 2, "slot %u on %d, %u on %d", lo,
 		     redis_cluster_owner(&cl, lo), hi, redis_cluster_owner(&cl, hi));
@@ -566,7 +533,7 @@ struct ask_noscript {
 	struct strategy_counter c;      /* a window the source does not hold */
 	size_t dst;
 	int pumped;
-	struct res r;
+	struct st_res r;
 };
 
 /* While the slot migrates with every key still at the source: the
@@ -585,7 +552,7 @@ static void flush_and_push(void *arg, int ms)
 	r = redis_server_command(&cl.srv[a->dst], "SCRIPT FLUSH");
 	cr_assert(r != NULL && r->type == REDIS_REPLY_STATUS, "SCRIPT FLUSH");
 	freeReplyObject(r);
-	cr_assert_eq(OPS->push_diffs(a->s, &a->c, 1, NULL, done_cb, &a->r, err), 0, "%s", err);
+	cr_assert_eq(OPS->push_diffs(a->s, &a->c, 1, NULL, st_done_cb, &a->r, err), 0, "%s", err);
 	run_until(&a->r.done, 10);
 }
 
@@ -615,7 +582,7 @@ Test(redis_cluster, noscript_after_ask_resends_behind_asking)
 	}
 	cr_assert_lt(k, PUSHER_KEYS, "no key of namespace ak on master 0");
 	pusher_step(&old, true);
-	cr_assert(pusher_drain(&old, loop, 10), "%s", old.last_err);
+	cr_assert(pusher_drain(&old, st_loop, 10), "%s", old.last_err);
 	a.c = (struct strategy_counter){ .ns = "ak", .ns_len = 2, .key = old.keys[k],
 					 .key_len = strlen(old.keys[k]), .start = START60 + 60,
 					 .size = 60, .diff = 3 };
@@ -648,27 +615,27 @@ Test(redis_cluster, master_killed_replica_promoted_under_pushes)
 	cluster_up(1);
 	s = mk("\"wait_replicas\": 1");
 	pusher_init(&p, OPS, s, "fo", START60, 0);
-	t0 = now_s();
-	while (now_s() - t0 < 4.0 || rep < 0) {
+	t0 = st_now();
+	while (st_now() - t0 < 4.0 || rep < 0) {
 		pusher_step(&p, true);
-		ev_run(loop, EVRUN_ONCE);
-		if (rep < 0 && now_s() - t0 > 0.5) {
-			double k0 = now_s();
+		ev_run(st_loop, EVRUN_ONCE);
+		if (rep < 0 && st_now() - t0 > 0.5) {
+			double k0 = st_now();
 
 			rep = redis_cluster_kill_master(&cl, 0, 20000);
 			cr_assert(rep >= 0, "%s", cl.err);
-			killed = now_s() - k0;
-			back = now_s();
+			killed = st_now() - k0;
+			back = st_now();
 		}
 	}
 	/* The promoted replica has no replica of its own: with wait_replicas
 	 * 1 its writes stay unconfirmed (pushed again, exactly once) until
 	 * the old master is back, as its replica. */
 	cr_assert_eq(redis_cluster_restart(&cl, 0, 20000), 0, "%s", cl.err);
-	cr_assert(pusher_drain(&p, loop, 15), "not drained: %s", p.last_err);
+	cr_assert(pusher_drain(&p, st_loop, 15), "not drained: %s", p.last_err);
 	cr_log_info("master 0 killed, replica %d promoted after %.2f s; pushes %u, failed %u "
 		    "(last: %s), resent %u; %g hits per key; drained %.2f s after", rep, killed,
-		    p.pushes, p.failed, p.last_err, p.resent, p.hits, now_s() - back);
+		    p.pushes, p.failed, p.last_err, p.resent, p.hits, st_now() - back);
 	for (int k = 0; k < PUSHER_KEYS; k++)
 		cr_assert_eq(stored("fo", p.keys[k]), p.hits, "%s: %g, want %g", p.keys[k],
 			     stored("fo", p.keys[k]), p.hits);
@@ -695,27 +662,27 @@ Test(redis_cluster, nobody_answering_is_not_ready_and_says_why)
 	snprintf(port, sizeof(port), ":%d", dead.port);
 	for (size_t i = 0; i < 2; i++) {
 		struct strategy *s;
-		struct res r = { 0 };
+		struct st_res r = { 0 };
 
 		snprintf(json, sizeof(json), opts[i], dead.port);
-		s = OPS->create(loop, json, err, sizeof(err));
+		s = OPS->create(st_loop, json, err, sizeof(err));
 		cr_assert_not_null(s, "%s", err);
 		OPS->destroy(s);                /* while the first question is asked */
-		s = OPS->create(loop, json, err, sizeof(err));
+		s = OPS->create(st_loop, json, err, sizeof(err));
 		cr_assert_not_null(s, "%s", err);
-		for (double end = now_s() + 0.3; now_s() < end;)
-			ev_run(loop, EVRUN_ONCE);
+		for (double end = st_now() + 0.3; st_now() < end;)
+			ev_run(st_loop, EVRUN_ONCE);
 		cr_assert(!OPS->ready(s));
 		/* Between failed rounds it is not "connecting" (that promises
 		 * an end within timeout_ms, and callers wait for it): pushes of
 		 * sync_rate 0 and admissions fail at once, decided locally. */
 		int idle = 0;
-		for (double end = now_s() + 1.0; now_s() < end && idle == 0;) {
-			ev_run(loop, EVRUN_ONCE);
+		for (double end = st_now() + 1.0; st_now() < end && idle == 0;) {
+			ev_run(st_loop, EVRUN_ONCE);
 			idle += !OPS->connecting(s);
 		}
 		cr_assert_gt(idle, 0, "%s: connecting all the time while nobody answers", json);
-		cr_assert_eq(OPS->push_diffs(s, &b, 1, "t", done_cb, &r, err), -1);
+		cr_assert_eq(OPS->push_diffs(s, &b, 1, "t", st_done_cb, &r, err), -1);
 		cr_assert(strstr(err, "not connected") && strstr(err, port), "%s: %s", json, err);
 		OPS->destroy(s);
 		cr_assert(!r.done);
@@ -736,7 +703,7 @@ Test(redis_cluster, admissions_are_one_call_per_slot)
 	char err[STRATEGY_ERR_MAX] = "";
 	long long distinct = 0, before, after;
 	struct strategy *s;
-	struct res r;
+	struct st_res r;
 
 	cluster_up(0);
 	s = mk(NULL);
@@ -762,7 +729,7 @@ Test(redis_cluster, admissions_are_one_call_per_slot)
 							.limit = 1 };
 		before = redis_cluster_cmdstat(&cl, "evalsha");
 		memset(&r, 0, sizeof(r));
-		cr_assert_eq(OPS->admit(s, a, N, "adm-many", done_cb, &r, err), 0, "%s", err);
+		cr_assert_eq(OPS->admit(s, a, N, "adm-many", st_done_cb, &r, err), 0, "%s", err);
 		run_until(&r.done, 10);
 		after = redis_cluster_cmdstat(&cl, "evalsha");
 		cr_assert_eq(r.status, 0, "%s", r.err);

@@ -93,8 +93,17 @@ typedef enum {
     SPOA_APPLIED,           /* done: never counted again */
 } spoa_state_e;
 
-typedef struct {
+typedef struct spoa_ctx_s  spoa_ctx_t;
+
+/* A request's answer, delivered by the connections (_conn.c) to the
+ * request's side (_request.c), which sets it: res, or no decision and why
+ * (the calls go one way, request -> connection; back only through this). */
+typedef void (*spoa_answer_pt)(spoa_ctx_t *ctx, const struct sc_result *res,
+    const char *why);
+
+struct spoa_ctx_s {
     ngx_http_request_t      *r;
+    spoa_answer_pt           answer;
     spoa_agent_t            *agent;
     spoa_conn_t             *conn;        /* its NOTIFY is in flight there */
     uint32_t                 slot;
@@ -108,7 +117,7 @@ typedef struct {
     struct sc_result         res;
     const char              *error;       /* ours, when res has none */
     unsigned                 queued:1;
-} spoa_ctx_t;
+};
 
 
 extern ngx_module_t  ngx_http_spoa_ratelimit_module;
@@ -116,9 +125,6 @@ extern ngx_module_t  ngx_http_spoa_ratelimit_module;
 /* Requests (ngx_http_spoa_ratelimit_request.c). */
 ngx_int_t spoa_handler(ngx_http_request_t *r);
 ngx_int_t spoa_add_variables(ngx_conf_t *cf);
-void spoa_decide(spoa_ctx_t *ctx, const struct sc_result *res, const char *error);
-void spoa_resume(spoa_ctx_t *ctx);
-void spoa_fail_request(spoa_ctx_t *ctx, const char *why);
 
 /* Connections (ngx_http_spoa_ratelimit_conn.c). */
 ngx_int_t spoa_init_process(ngx_cycle_t *cycle);

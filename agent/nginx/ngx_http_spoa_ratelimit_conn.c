@@ -67,7 +67,7 @@ agent_fail_waiting(spoa_agent_t *agent, const char *why)
     while (!ngx_queue_empty(&agent->waiting)) {
         q = ngx_queue_head(&agent->waiting);
         ctx = ngx_queue_data(q, spoa_ctx_t, queue);
-        spoa_fail_request(ctx, why);
+        ctx->answer(ctx, NULL, why);
     }
 }
 
@@ -92,7 +92,7 @@ agent_drain(spoa_agent_t *agent)
         ctx->queued = 0;
 
         if (rc == NGX_DECLINED) {
-            spoa_fail_request(ctx, "request too big");
+            ctx->answer(ctx, NULL, "request too big");
         }
     }
 }
@@ -103,7 +103,7 @@ conn_fail_one(void *user, void *arg)
     spoa_ctx_t  *ctx = user;
 
     ctx->conn = NULL;   /* the stream is already freed */
-    spoa_fail_request(ctx, arg);
+    ctx->answer(ctx, NULL, arg);
 }
 
 static void
@@ -326,11 +326,7 @@ conn_read_handler(ngx_event_t *rev)
 
             ctx = ev.user;
             ctx->conn = NULL;   /* the stream is freed */
-            if (ctx->timer.timer_set) {
-                ngx_del_timer(&ctx->timer);
-            }
-            spoa_decide(ctx, &ev.result, NULL);
-            spoa_resume(ctx);
+            ctx->answer(ctx, &ev.result, NULL);
         }
 
         if (rc < 0) {

@@ -38,7 +38,7 @@ spoa_get_ctx(ngx_http_request_t *r)
 }
 
 /* What the request gets: from the ACK, or the fail mode without one. */
-void
+static void
 spoa_decide(spoa_ctx_t *ctx, const struct sc_result *res, const char *error)
 {
     spoa_loc_conf_t  *lcf;
@@ -99,7 +99,7 @@ spoa_detach(spoa_ctx_t *ctx)
 }
 
 /* Runs the phases again: the pre-access handler applies the decision. */
-void
+static void
 spoa_resume(spoa_ctx_t *ctx)
 {
     ngx_connection_t    *c;
@@ -116,11 +116,12 @@ spoa_resume(spoa_ctx_t *ctx)
     ngx_http_run_posted_requests(c);
 }
 
-void
-spoa_fail_request(spoa_ctx_t *ctx, const char *why)
+/* The request's answer (spoa_answer_pt): res, or none and why. */
+static void
+spoa_answered(spoa_ctx_t *ctx, const struct sc_result *res, const char *why)
 {
     spoa_detach(ctx);
-    spoa_decide(ctx, NULL, why);
+    spoa_decide(ctx, res, why);
     spoa_resume(ctx);
 }
 
@@ -147,7 +148,7 @@ spoa_timeout(ngx_event_t *ev)
      * is stuck (the agent stopped or paused): given up, opened again. */
     stuck = sc && sc->waiting && ngx_current_msec - sc->unanswered >= SPOA_STUCK;
 
-    spoa_fail_request(ctx, "timeout");   /* ctx may be gone now */
+    spoa_answered(ctx, NULL, "timeout");   /* ctx may be gone now */
 
     if (stuck && sc->core.state != SC_DOWN) {
         spoa_conn_lost(sc, "no answer for a second", 0);
@@ -311,6 +312,7 @@ spoa_handler(ngx_http_request_t *r)
     ctx = cln->data;
     ngx_memzero(ctx, sizeof(spoa_ctx_t));
     ctx->r = r;
+    ctx->answer = spoa_answered;
     ctx->limits = limits;
     ctx->nlimits = n;
     ctx->state = SPOA_WAITING;

@@ -4,6 +4,7 @@
  */
 #include "tests/lib/agentproc.h"
 #include "tests/lib/clock.h"
+#include "tests/lib/port.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -34,40 +35,14 @@ bool agentproc_available(void)
 	return access(agentproc_binary(), X_OK) == 0;
 }
 
-/* A port the kernel just handed out for 127.0.0.1, or -1. It is free
- * again once we close; another process could take it before the agent
- * binds, hence the retries in agentproc_start(). */
-static int free_port(void)
-{
-	struct sockaddr_in sa;
-	socklen_t sl = sizeof(sa);
-	int fd, port = -1;
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -1;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-		port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
-}
-
 static bool can_connect(int port)
 {
 	struct sockaddr_in sa;
 	int fd, ok;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = test_loopback_socket(&sa, port);
 	if (fd < 0)
 		return false;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	ok = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
 	close(fd);
 	return ok;
@@ -188,10 +163,10 @@ int agentproc_start(struct agentproc *a, const char *json, const char *const *ar
 		int64_t deadline = test_now_ms() + timeout_ms;
 		bool exited = false;
 
-		a->port = free_port();
-		a->http_port = free_port();
+		a->port = test_port(0);
+		a->http_port = test_port(0);
 		for (int k = 0; k < 8 && a->http_port == a->port; k++)
-			a->http_port = free_port();
+			a->http_port = test_port(0);
 		if (a->port < 0 || a->http_port < 0) {
 			snprintf(a->err, sizeof(a->err), "no free port: %s", strerror(errno));
 			return -1;

@@ -5,6 +5,7 @@
  */
 #include "tests/lib/pg_server.h"
 #include "tests/lib/clock.h"
+#include "tests/lib/port.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -184,24 +185,21 @@ int pg_server_create(struct pg_server *p, const char *template_data)
 	}
 }
 
-/* A port the kernel just handed out for 127.0.0.1, or -1. */
-static int pg_server_free_port(void)
+int pg_server_start_shared(struct pg_server *tpl, struct pg_server *srv, const char *who)
 {
-	struct sockaddr_in sa;
-	socklen_t sl = sizeof(sa);
-	int fd, port = -1;
-
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (fd < 0)
+	if (!pg_server_available()) {
+		fprintf(stderr, "%s: PostgreSQL not found in %s\n", who, pg_server_bindir());
 		return -1;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&sa, &sl) == 0)
-		port = ntohs(sa.sin_port);
-	close(fd);
-	return port;
+	}
+	if (pg_server_create(tpl, NULL) < 0) {
+		fprintf(stderr, "%s: initdb: %s\n", who, tpl->err);
+		return -1;
+	}
+	if (pg_server_create(srv, tpl->data) < 0 || pg_server_start(srv, 30000) < 0) {
+		fprintf(stderr, "%s: server: %s\n", who, srv->err);
+		return -1;
+	}
+	return 0;
 }
 
 /* One attempt on p->port. Returns 0, -1 (failed), -2 (exited early: maybe
@@ -269,7 +267,7 @@ int pg_server_start(struct pg_server *p, int timeout_ms)
 		int r;
 
 		if (!p->fixed_port) {
-			p->port = pg_server_free_port();
+			p->port = test_port(0);
 			if (p->port < 0) {
 				snprintf(p->err, sizeof(p->err), "no free port");
 				return -1;

@@ -67,6 +67,11 @@ int pg_server_stop(struct pg_server *p, int timeout_ms);
 int pg_server_pause(struct pg_server *p);
 int pg_server_resume(struct pg_server *p);
 
+/* The servers of a test binary, made in main() before its tests run: a
+ * template cluster (initdb), and a server on a copy of it, started.
+ * Returns 0, or -1 after saying why on stderr, "<who>: ...". */
+int pg_server_start_shared(struct pg_server *tpl, struct pg_server *srv, const char *who);
+
 /* Stops the server if running and removes the directory. */
 void pg_server_destroy(struct pg_server *p);
 

@@ -3,6 +3,7 @@
  * rawspop.h). Written from doc/SPOE.txt; shares no code with spop/.
  */
 #include "tests/lib/rawspop.h"
+#include "tests/lib/port.h"
 
 #include <errno.h>
 #include <netinet/in.h>
@@ -528,13 +529,9 @@ int rawspop_connect(int port, int timeout_ms)
 	socklen_t sl = sizeof(soerr);
 	struct pollfd pfd;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	fd = test_loopback_socket(&sa, port);
 	if (fd < 0)
 		return -1;
-	memset(&sa, 0, sizeof(sa));
-	sa.sin_family = AF_INET;
-	sa.sin_port = htons((uint16_t)port);
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	flags = fcntl(fd, F_GETFL);
 	fcntl(fd, F_SETFL, flags | O_NONBLOCK);

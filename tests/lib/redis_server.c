@@ -4,6 +4,7 @@
  */
 #include "tests/lib/redis_server.h"
 #include "tests/lib/clock.h"
+#include "tests/lib/port.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -53,30 +54,13 @@ bool redis_server_have(const char *bin)
 	return false;
 }
 
-/* Binds 127.0.0.1:port (0: any) a moment; returns the port, or -1. */
-static int redis_server_try_port(int want)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)want) };
-	socklen_t len = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0), port = -1;
-
-	if (fd < 0)
-		return -1;
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &len) == 0)
-		port = ntohs(a.sin_port);
-	close(fd);
-	return port;
-}
-
 /* A port the kernel just handed out on 127.0.0.1 (free a moment ago);
  * with cluster_bus one below 55535 whose cluster bus port (+10000) is
  * free too. */
 static int redis_server_free_port(bool cluster_bus)
 {
 	for (int tries = 0; tries < 200; tries++) {
-		int port = redis_server_try_port(0);
+		int port = test_port(0);
 
 		if (port < 0 || !cluster_bus)
 			return port;
@@ -84,11 +68,11 @@ static int redis_server_free_port(bool cluster_bus)
 			/* the kernel's range is above: pick one below ourselves */
 			unsigned r = (unsigned)getpid() * 2654435761u + (unsigned)tries * 7919u;
 
-			port = redis_server_try_port(20000 + (int)(r % 30000));
+			port = test_port(20000 + (int)(r % 30000));
 			if (port < 0)
 				continue;
 		}
-		if (redis_server_try_port(port + 10000) == port + 10000)
+		if (test_port(port + 10000) == port + 10000)
 			return port;
 	}
 	return -1;

@@ -1,0 +1,32 @@
+/*
+ * decide_run.c - the entry of the decision layer (agent/decide.h): a
+ * batch of requests decided (agent/decide.c), held for its store, or
+ * delayed instead of denied (agent/delay.c); and the layer freed. The top
+ * of the layer's files (agent/decide_int.h): nothing below calls here.
+ */
+#include "agent/decide.h"
+#include "agent/decide_int.h"
+
+struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq, size_t n,
+				  double now, struct rl_decision *parts, size_t maxparts,
+				  size_t *np, void *owner, decide_deliver_fn deliver,
+				  struct decide_pending **owned)
+{
+	struct decide_pending *p;
+
+	*np = 0;
+	/* Behind a delayed decision of the same key: in line, undecided. */
+	if (d->nheld > 0 && delay_queued(d, rq, n) &&
+	    (p = delay_hold(d, rq, n, parts, 0, now, owner, deliver, owned)))
+		return p;
+	*np = decide_batch(d, rq, n, now, parts, maxparts);
+	if (decide_needs_store(parts, *np))
+		return decide_hold(d, parts, *np, now, owner, deliver, owned);
+	return delay_hold(d, rq, n, parts, *np, now, owner, deliver, owned);
+}
+
+void decide_free(struct decide *d)
+{
+	delay_free(d);
+	pending_free_all(d);
+}
