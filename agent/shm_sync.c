@@ -89,7 +89,9 @@ double shm_sync_forget(struct shm_table *t, const struct shm_ref *r)
 		return 0;
 	/* The words first, the count last: a racing shm_sync_total() reads a
 	 * sum lower than the count, never higher, and keeps the count, which
-	 * goes to 0 after them. */
+	 * goes to 0 after them. A push in flight with some of these words is
+	 * acknowledged later: its acknowledgement stops at 0 (shm_ack_diff,
+	 * shm_grant_unres_add). */
 	atomics_store_double(&t->slots[r->idx].diff, 0.0);
 	left = atomics_exchange_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), 0.0);
 	atomics_store_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), 0.0);
@@ -108,7 +110,12 @@ int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)
 	old = atomic_load(&s->diff);
 	for (;;) {
 		double left = atomics_bitsd(old) - d;
-		if (left < 1e-9 && left > -1e-9)
+		/* Below 0 when the diff went down during the push: a forget
+		 * (shm_sync_forget) zeroed it, or a hit was taken back
+		 * (rl_uncount). Stopping at 0 keeps a hit taken back in the
+		 * store (more, never less) and after a forget loses at most
+		 * what the push carried. */
+		if (left < 1e-9)
 			left = 0.0;
 		if (atomic_compare_exchange_weak(&s->diff, &old, atomics_dbits(left)))
 			break;
@@ -132,30 +139,6 @@ bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t 
 	if (now_ms < SHM_LEASE_UNTIL(l))
 		return false;
 	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
-}
-
-bool shm_lease_grab(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
-		    uint64_t hold_ms, uint64_t *was)
-{
-	_Atomic uint64_t *p = &t->hdr->lease[ns];
-	uint64_t l = atomic_load(p);
-
-	/* Held (a push in flight, or kept after one failed) and not expired. */
-	if (SHM_LEASE_HOLDER(l) != 0 && now_ms < SHM_LEASE_UNTIL(l))
-		return false;
-	*was = l;
-	return atomic_compare_exchange_strong(p, &l, SHM_LEASE(now_ms + hold_ms, holder));
-}
-
-void shm_lease_ungrab(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t was)
-{
-	_Atomic uint64_t *p = &t->hdr->lease[ns];
-	uint64_t l = atomic_load(p);
-
-	/* Free again, due when it was (a dead holder's: due now). */
-	if (SHM_LEASE_HOLDER(l) == holder)
-		atomic_compare_exchange_strong(p, &l, SHM_LEASE(SHM_LEASE_HOLDER(was) ? 0
-										: SHM_LEASE_UNTIL(was), 0));
 }
 
 bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
@@ -270,15 +253,31 @@ void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
 		atomics_add_double(&t->slots[r->idx].count, back < amount ? -back : -amount);
 }
 
+/* *p += v, stopping at 0: what a push took off is never more than the
+ * word held, unless a forget (shm_sync_forget) zeroed it meanwhile. */
+static void shm_add_floor0(_Atomic uint64_t *p, double v)
+{
+	uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
+	double nv;
+
+	do {
+		nv = atomics_bitsd(old) + v;
+		if (nv < 1e-9)
+			nv = 0.0;
+	} while (!atomic_compare_exchange_weak_explicit(p, &old, atomics_dbits(nv),
+							memory_order_seq_cst,
+							memory_order_relaxed));
+}
+
 void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
 			 double returned)
 {
 	if (e->idx >= t->nslots || atomic_load(&t->slots[e->idx].meta) != e->meta)
 		return;
 	if (spent != 0)
-		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
+		shm_add_floor0(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
 	if (returned != 0)
-		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
+		shm_add_floor0(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
 }
 
 double shm_grant_return(struct shm_table *t, uint32_t idx)

@@ -51,13 +51,16 @@ int shm_follow_total(struct shm_table *t, const struct shm_entry *e, double tota
 /* Forgets a found slot of a namespace that syncs: its diff, what is left
  * of its grant, the grant hits spent and the grants returned not pushed
  * yet go to 0, then its count and protection (shm_forget). Returns the
- * hits the count held (what is left of a grant is not hits). The caller
- * holds the namespace's lease (shm_lease_grab): no push of these words is
- * in flight, whose acknowledgement would take them below 0. */
+ * hits the count held (what is left of a grant is not hits). A push of
+ * these words in flight meanwhile is acknowledged later down to 0, no
+ * lower (shm_ack_diff, shm_grant_unres_add): hits counted after the
+ * forget may lose up to what that push carried, which the store counts
+ * if it applies the push after the forget. */
 double shm_sync_forget(struct shm_table *t, const struct shm_ref *r);
 
-/* Acknowledges that d of e's diff reached the store: diff -= d (a residue
- * below 1e-9 from float rounding becomes 0). Unlike shm_take_diff, the diff
+/* Acknowledges that d of e's diff reached the store: diff -= d, stopping
+ * at 0 (a residue from float rounding, or a diff that went down during
+ * the push: a forget, a hit taken back). Unlike shm_take_diff, the diff
  * stays in the slot while it is being pushed, so a push that fails needs no
  * restore and a stale slot cannot be reclaimed before its diff is in the
  * store. Returns 0, or -1 if the slot no longer holds e's window. */
@@ -71,16 +74,6 @@ int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d);
  * dead holder). Returns true if taken. */
 bool shm_lease_take(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
 		    uint64_t hold_ms);
-
-/* Takes the lease of ns now, due or not, unless a holder has it (a push
- * in flight, or kept after a push that failed) and it has not expired:
- * for a moment's work that no push may overlap (a key forgotten). *was
- * gets the lease as it was, for shm_lease_ungrab(). */
-bool shm_lease_grab(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
-		    uint64_t hold_ms, uint64_t *was);
-
-/* Gives a grabbed lease back, due when it was. */
-void shm_lease_ungrab(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t was);
 
 /* Extends the lease while holder still has it; false if it was lost. */
 bool shm_lease_renew(struct shm_table *t, unsigned ns, uint16_t holder, uint64_t now_ms,
