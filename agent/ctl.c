@@ -235,7 +235,7 @@ static void ctl_print_reset(const json_t *root)
 	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
 	const char *store = json_string_value(json_object_get(root, "store"));
 
-	printf("namespace %s, key %s: forgotten on this node (%g hits in %.0f window size(s))\n",
+	printf("namespace %s, key %s: forgotten on this node (%g hits in %.0f window(s))\n",
 	       json_string_value(json_object_get(root, "namespace")), key, num(root, "removed"),
 	       num(root, "windows"));
 	if (store && strcmp(store, "sent") == 0)
