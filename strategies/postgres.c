@@ -606,6 +606,22 @@ static const char *pg_windows_plan(struct pg *s, struct pg_op *op, const char *n
 	return NULL;
 }
 
+/* Plans op's windows (pg_windows_plan) and submits it; frees it if
+ * either fails. */
+static int pg_windows_submit(struct pg *s, struct pg_op *op, const char *ns, size_t ns_len,
+			     const uint32_t *sizes, size_t nsizes, int64_t now,
+			     char errstr[STRATEGY_ERR_MAX])
+{
+	const char *why = pg_windows_plan(s, op, ns, ns_len, sizes, nsizes, now);
+
+	if (why) {
+		pg_err_set(errstr, NULL, why);
+		pg_op_free(op);
+		return -1;
+	}
+	return pg_submit(s, op, errstr);
+}
+
 static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const char *ns,
 			     size_t ns_len, const uint32_t *sizes, size_t nsizes, int64_t now,
 			     strategy_done_cb done, strategy_rows_cb rows, void *arg,
@@ -613,7 +629,6 @@ static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const ch
 {
 	struct pg *s = pg_of(st);
 	struct pg_op *op;
-	const char *why;
 
 	if (!s || (!done && !rows)) {
 		pg_err_set(errstr, NULL, "invalid arguments");
@@ -627,13 +642,7 @@ static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const ch
 	op->done_cb = done;
 	op->rows_cb = rows;
 	op->arg = arg;
-	why = pg_windows_plan(s, op, ns, ns_len, sizes, nsizes, now);
-	if (why) {
-		pg_err_set(errstr, NULL, why);
-		pg_op_free(op);
-		return -1;
-	}
-	return pg_submit(s, op, errstr);
+	return pg_windows_submit(s, op, ns, ns_len, sizes, nsizes, now, errstr);
 }
 
 static int pg_get_counters(struct strategy *st, const char *ns, size_t ns_len,
@@ -690,13 +699,7 @@ static int pg_forget(struct strategy *st, const char *ns, size_t ns_len, const c
 	pg_op_set_token(op, token, token_len);
 	op->done_cb = cb;
 	op->arg = arg;
-	why = pg_windows_plan(s, op, ns, ns_len, sizes, nsizes, now);
-	if (why) {
-		pg_err_set(errstr, NULL, why);
-		pg_op_free(op);
-		return -1;
-	}
-	return pg_submit(s, op, errstr);
+	return pg_windows_submit(s, op, ns, ns_len, sizes, nsizes, now, errstr);
 }
 
 static bool pg_ready(const struct strategy *st)

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "tests/lib/agentproc.h"
+#include "tests/lib/clock.h"
 #include "tests/lib/httpc.h"
 #include "tests/lib/pg_server.h"
 #include "tests/lib/rawspop.h"
@@ -56,18 +57,8 @@ static bool pg_up;
 static char json[2048];
 static unsigned win;
 
-static int64_t now_ms(void)
-{
-	return rawspop_now_ms();
-}
-
-static void sleep_ms(int ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
+#define now_ms   test_now_ms
+#define sleep_ms test_sleep_ms
 
 /* A window size whose current window has two minutes left. */
 static unsigned pick_window(void)
