@@ -233,10 +233,17 @@ static void ctl_print_reset(const json_t *root)
 	char key[4 * 256];
 
 	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
-	printf("namespace %s, key %s: forgotten on this node (%g hits in %.0f window(s))%s\n",
+	const char *store = json_string_value(json_object_get(root, "store"));
+
+	printf("namespace %s, key %s: forgotten on this node (%g hits in %.0f window(s))\n",
 	       json_string_value(json_object_get(root, "namespace")), key, num(root, "removed"),
-	       num(root, "windows"),
-	       json_is_true(json_object_get(root, "store")) ? " and in the store" : "");
+	       num(root, "windows"));
+	if (store && strcmp(store, "sent") == 0)
+		printf("  store: forgotten (%g hits); every node forgets it within a sync period\n",
+		       num(root, "store_removed"));
+	else if (store && strcmp(store, "queued") == 0)
+		printf("  store: away; queued, sent once when it is back (other nodes keep the "
+		       "count until then)\n");
 }
 
 int ctl_main(int argc, char **argv)

@@ -1,7 +1,9 @@
 /*
  * http_admin.c - the HTTP front's admin endpoints (docs/OPERATIONS.md),
- * behind http_admin_token: what this node holds of a key (GET /keys), the
- * heaviest keys of a namespace's window (GET /top). Answers are JSON
+ * behind http_admin_token: what this node holds of a key (GET /keys), a
+ * key forgotten here and in its store (DELETE /keys: the store's part is
+ * agent/sync_forget.c's), the heaviest keys of a namespace's window (GET
+ * /top). Answers are JSON
  * written into a caller's buffer; keys are escaped (any byte but
  * printable ASCII as \u00XX: http_escape(), agent/http_answer.h).
  */
@@ -17,6 +19,7 @@
 #include "agent/http_answer.h"
 #include "agent/http_parse.h"
 #include "agent/ratelimit.h"
+#include "agent/sync.h"
 #include "agent/topk.h"
 #include "agent/window.h"
 
@@ -168,14 +171,42 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 	return 200;
 }
 
-int admin_forget(struct rl *rl, const char *query, size_t qlen, double now, char *out,
-		 size_t cap)
+/* The answer of a DELETE: what this node removed and what the store did. */
+static int admin_forget_text(const struct ns_def *nsc, const char *key, size_t key_len,
+			     double removed, const char *store, double store_removed, char *out,
+			     size_t cap)
 {
-	char dec[HTTP_LINE_MAX];
+	size_t o = 0;
+
+	put(out, cap, &o, "{\"namespace\":\"");
+	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
+	put(out, cap, &o, "\",\"key\":\"");
+	http_escape(out, cap, &o, key, key_len, HTTP_ESC_JSON_BYTES);
+	put(out, cap, &o, "\",\"removed\":%.17g,\"windows\":%zu,\"store\":\"%s\"", removed,
+	    nsc->n_window_sizes, store);
+	if (strcmp(store, "sent") == 0)
+		put(out, cap, &o, ",\"store_removed\":%.17g", store_removed);
+	put(out, cap, &o, "}\n");
+	return 200;
+}
+
+static void admin_on_forgot(void *arg, enum sync_forget_result r, double removed)
+{
+	struct admin_forget *w = arg;
+
+	w->f = NULL;
+	w->store = r;
+	w->store_removed = removed;
+	w->done(w->owner);
+}
+
+int admin_forget(struct rl *rl, struct sync *sy, const char *query, size_t qlen, double now,
+		 char *out, size_t cap, struct admin_forget *w)
+{
+	char dec[HTTP_LINE_MAX], stored[RL_STORED_KEY_MAX];
 	struct admin_args a;
 	const char *why = admin_parse(query, qlen, dec, sizeof(dec), &a);
 	int status = 0, ns;
-	size_t o = 0;
 	double removed = 0;
 
 	if (why)
@@ -185,22 +216,53 @@ int admin_forget(struct rl *rl, const char *query, size_t qlen, double now, char
 	if ((ns = admin_ns(rl, &a, out, cap, &status)) < 0)
 		return status;
 	const struct ns_def *nsc = rl_namespace_def(rl, ns);
-	if (nsc->sync_rate >= 0)
-		return admin_error(out, cap, 501, "forgetting a key of a namespace that syncs with "
-				   "a store is not built yet: its store would give the count back");
 	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
 		double r = 0;
 		if (rl_forget(rl, ns, a.key, a.key_len, nsc->window_sizes[i], now, &r) < 0)
 			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
 		removed += r;
 	}
-	put(out, cap, &o, "{\"namespace\":\"");
-	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
-	put(out, cap, &o, "\",\"key\":\"");
-	http_escape(out, cap, &o, a.key, a.key_len, HTTP_ESC_JSON_BYTES);
-	put(out, cap, &o, "\",\"removed\":%.17g,\"windows\":%zu,\"store\":false}\n", removed,
-	    nsc->n_window_sizes);
-	return 200;
+	if (nsc->sync_rate < 0)
+		return admin_forget_text(nsc, a.key, a.key_len, removed, "none", 0, out, cap);
+	/* The store's part: the other nodes follow its count down. */
+	size_t sl = rl_stored_key(rl, a.key, a.key_len, stored);
+	int r = sync_forget(sy, (unsigned)ns, stored, sl, now, admin_on_forgot, w, &w->f);
+	if (r < 0)
+		return admin_error(out, cap, 503, "forgotten on this node only: the store's part "
+				   "was refused (too many forgets waiting for the store, or out "
+				   "of memory); try again");
+	if (r == 0)
+		return admin_forget_text(nsc, a.key, a.key_len, removed, "queued", 0, out, cap);
+	w->key = malloc(a.key_len);
+	if (!w->key) {
+		sync_forget_detach(w->f);
+		w->f = NULL;
+		return admin_forget_text(nsc, a.key, a.key_len, removed, "queued", 0, out, cap);
+	}
+	memcpy(w->key, a.key, a.key_len);
+	w->key_len = a.key_len;
+	w->ns = ns;
+	w->removed = removed;
+	return 0;
+}
+
+int admin_forget_answer(struct rl *rl, struct admin_forget *w, char *out, size_t cap)
+{
+	int st = admin_forget_text(rl_namespace_def(rl, w->ns), w->key, w->key_len, w->removed,
+				   w->store == SYNC_FORGET_SENT ? "sent" : "queued",
+				   w->store_removed, out, cap);
+
+	free(w->key);
+	w->key = NULL;
+	return st;
+}
+
+void admin_forget_detach(struct admin_forget *w)
+{
+	sync_forget_detach(w->f);
+	w->f = NULL;
+	free(w->key);
+	w->key = NULL;
 }
 
 int admin_top(struct rl *rl, struct topk *t, const char *query, size_t qlen, double now,

@@ -38,26 +38,37 @@
 static void http_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 static void http_continue(struct http_conn *c);
+static void admin_forgot(void *owner);
 static int http_reserve(struct http_conn *c, size_t need);
+
+/* Does an answer wait for a store (a decision, a forget)? */
+static bool http_waits(const struct http_conn *c)
+{
+	return c->pending || c->forgetting;
+}
 
 static void http_close(struct http_conn *c)
 {
 	if (c->s.dead)
 		return;
 	decide_pending_detach_all(&c->pending);
+	if (c->forgetting) {
+		admin_forget_detach(&c->forget);
+		c->forgetting = false;
+	}
 	stream_close(&c->s);
 }
 
 static void http_update_events(struct http_conn *c)
 {
-	stream_watch(&c->s, !c->closing && !c->pending);
+	stream_watch(&c->s, !c->closing && !http_waits(c));
 }
 
 /* Sends queued output; a closing connection closes once all is sent and
  * nothing waits for a store. Returns 0, or -1 when it was closed. */
 static int http_flush(struct http_conn *c)
 {
-	if (stream_send(&c->s) < 0 || (c->s.wlen == 0 && c->closing && !c->pending)) {
+	if (stream_send(&c->s) < 0 || (c->s.wlen == 0 && c->closing && !http_waits(c))) {
 		http_close(c);
 		return -1;
 	}
@@ -319,13 +330,20 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 		http_answer_error(c, x, 503, "out of memory");
 		return;
 	}
-	if (top)
+	if (top) {
 		st = admin_top(env->rl, env->topk, req->query, req->query_len, rl_now(), text,
 			       ADMIN_ANSWER_MAX);
-	else if (req->method == HTTP_DELETE)
-		st = admin_forget(env->rl, req->query, req->query_len, rl_now(), text,
-				  ADMIN_ANSWER_MAX);
-	else
+	} else if (req->method == HTTP_DELETE) {
+		c->forget = (struct admin_forget){ .done = admin_forgot, .owner = c };
+		st = admin_forget(env->rl, env->decide->sync, req->query, req->query_len, rl_now(),
+				  text, ADMIN_ANSWER_MAX, &c->forget);
+		if (st == 0) {
+			/* It waits for the store: answered by admin_forgot. */
+			c->forgetting = true;
+			c->forget_x = *x;
+			return;
+		}
+	} else
 		st = admin_keys(env->rl, req->query, req->query_len, rl_now(), text,
 				ADMIN_ANSWER_MAX);
 	if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0) {
@@ -333,6 +351,30 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 		return;
 	}
 	http_answer(c, x, st, "application/json", "", text);
+}
+
+/* The store answered a DELETE /keys (admin_forget): its answer, then
+ * the connection's next requests. */
+static void admin_forgot(void *owner)
+{
+	static char *text;
+	struct http_conn *c = owner;
+	int st;
+
+	c->forgetting = false;
+	if (!text)
+		text = malloc(ADMIN_ANSWER_MAX);
+	if (!text) {
+		admin_forget_detach(&c->forget);
+		http_answer_error(c, &c->forget_x, 503, "out of memory");
+	} else {
+		st = admin_forget_answer(c->s.env->rl, &c->forget, text, ADMIN_ANSWER_MAX);
+		if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0)
+			http_answer_error(c, &c->forget_x, 503, "no buffer memory for the answer");
+		else
+			http_answer(c, &c->forget_x, st, "application/json", "", text);
+	}
+	http_update_events(c);
 }
 
 /* ---- requests ---- */
@@ -377,7 +419,7 @@ static void http_process(struct http_conn *c)
 	double now = ev_now(c->s.env->loop);
 	bool completed = false;         /* a request ended, head and body */
 
-	while (!c->closing && !c->pending && !c->s.dead) {
+	while (!c->closing && !http_waits(c) && !c->s.dead) {
 		if (c->skip > 0) {
 			size_t k = c->s.rlen - off < c->skip ? c->s.rlen - off : c->skip;
 			off += k;
@@ -447,7 +489,7 @@ static bool http_more(const struct stream *s)
 {
 	const struct http_conn *c = container_of(s, const struct http_conn, s);
 
-	return !c->closing && !c->pending;
+	return !c->closing && !http_waits(c);
 }
 
 static void http_process_stream(struct stream *s)
@@ -466,12 +508,12 @@ static void http_continue(struct http_conn *c)
 {
 	if (http_flush(c) < 0)
 		return;
-	if (c->s.rlen > 0 && !c->closing && !c->pending) {
+	if (c->s.rlen > 0 && !c->closing && !http_waits(c)) {
 		http_process(c);
 		if (c->s.dead || http_flush(c) < 0)
 			return;
 	}
-	if (c->s.draining && !c->pending && c->s.rlen == 0 && c->s.woff == c->s.wlen) {
+	if (c->s.draining && !http_waits(c) && c->s.rlen == 0 && c->s.woff == c->s.wlen) {
 		http_close(c);
 		return;
 	}
@@ -504,7 +546,7 @@ static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	double now = ev_now(loop), deadline, frame = cfg->frame_timeout_ms / 1000.0;
 	(void)revents;
 
-	if (c->closing && !c->pending) {
+	if (c->closing && !http_waits(c)) {
 		http_close(c);
 		return;
 	}
@@ -512,8 +554,8 @@ static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 		deadline = c->s.partial_since + frame;
 	else
 		deadline = c->s.last_rx + cfg->idle_timeout_ms / 1000.0;
-	if (c->pending || now < deadline) {
-		double next = c->pending ? frame : deadline - now;
+	if (http_waits(c) || now < deadline) {
+		double next = http_waits(c) ? frame : deadline - now;
 		if (c->s.partial_since == 0 && next > frame)
 			next = frame;
 		ev_timer_set(t, next, 0.);
@@ -568,7 +610,7 @@ static double http_idle_since(const struct stream *s)
 {
 	const struct http_conn *c = container_of(s, const struct http_conn, s);
 
-	if (c->pending || c->s.woff < c->s.wlen)
+	if (http_waits(c) || c->s.woff < c->s.wlen)
 		return -1;
 	return c->s.partial_since != 0 ? c->s.partial_since : c->s.last_rx;
 }

@@ -811,7 +811,7 @@ int rl_forget(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 		return rl_fail(rl, RL_ERR_KEY);
 	int64_t start = window_start(now, size);
 	shm_find(rl->shm, &k, start, start - (int64_t)size, &cur, &prev);
-	*removed = shm_forget(rl->shm, &cur) + shm_forget(rl->shm, &prev);
+	*removed = shm_sync_forget(rl->shm, &cur) + shm_sync_forget(rl->shm, &prev);
 	return 0;
 }
 

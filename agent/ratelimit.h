@@ -109,10 +109,12 @@ struct rl_key_info {
 int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
 	       bool sliding, struct rl_key_info *out);
 
-/* Forgets key's window `size` of namespace ns (the current and the
- * previous window): their counts go to 0, *removed says how much they
- * held. For local namespaces (a store would give the counts back).
- * Returns 0 or -1 (rl_errno()). */
+/* Forgets key's window `size` of namespace ns on this node (the current
+ * and the previous window): their counts, unpushed diffs and grant words
+ * go to 0 (shm_sync_forget), *removed says how many hits they held. A
+ * namespace that syncs forgets the key in its store too (sync_forget):
+ * until then its sync may read the store's count back. Returns 0 or -1
+ * (rl_errno()). */
 int rl_forget(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
 	      double *removed);
 

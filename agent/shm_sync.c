@@ -36,7 +36,8 @@ int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d)
 	return atomic_load(&s->meta) == e->meta ? 0 : -1;
 }
 
-int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
+/* shm_sync_total (follow false) and shm_follow_total (true). */
+static int shm_total(struct shm_table *t, const struct shm_entry *e, double total, bool follow)
 {
 	struct shm_slot *s = &t->slots[e->idx];
 	uint64_t old;
@@ -50,7 +51,9 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 	 * sync, which pushes it (it is in diff by then). What the store holds
 	 * reserved for this node's view (left + spent) is in count, not in
 	 * total (what it returned is no longer its). Every change to those words leaves the sum lower for a
-	 * moment, never higher: a racing max() never keeps a count too high. */
+	 * moment, never higher: a racing max() never keeps a count too high.
+	 * Followed (a window the store reset), the sum is written as it is:
+	 * lower for a moment, it stays lower until the next read. */
 	old = atomic_load_explicit(&s->count, memory_order_relaxed);
 	for (;;) {
 		double cur = atomics_bitsd(old);
@@ -58,7 +61,7 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_LEFT)) +
 			      atomics_load_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT));
 
-		if (!(want > cur))
+		if (!(want > cur) && !(follow && want != cur))
 			break;
 		if (atomic_compare_exchange_weak_explicit(&s->count, &old, atomics_dbits(want),
 							  memory_order_relaxed,
@@ -66,6 +69,35 @@ int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
 			break;
 	}
 	return atomic_load(&s->meta) == e->meta ? 0 : -1;
+}
+
+int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total)
+{
+	return shm_total(t, e, total, false);
+}
+
+int shm_follow_total(struct shm_table *t, const struct shm_entry *e, double total)
+{
+	return shm_total(t, e, total, true);
+}
+
+double shm_sync_forget(struct shm_table *t, const struct shm_ref *r)
+{
+	double left, had;
+
+	if (r->idx == SHM_NONE)
+		return 0;
+	/* The words first, the count last: a racing shm_sync_total() reads a
+	 * sum lower than the count, never higher, and keeps the count, which
+	 * goes to 0 after them. A push in flight with some of these words is
+	 * acknowledged later: its acknowledgement stops at 0 (shm_ack_diff,
+	 * shm_grant_unres_add). */
+	atomics_store_double(&t->slots[r->idx].diff, 0.0);
+	left = atomics_exchange_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), 0.0);
+	atomics_store_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), 0.0);
+	atomics_store_double(shm_grant_word(t, r->idx, SHM_GRANT_RET), 0.0);
+	had = shm_forget(t, r);         /* 0 if re-keyed meanwhile */
+	return had > left ? had - left : 0;
 }
 
 int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)
@@ -78,7 +110,12 @@ int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)
 	old = atomic_load(&s->diff);
 	for (;;) {
 		double left = atomics_bitsd(old) - d;
-		if (left < 1e-9 && left > -1e-9)
+		/* Below 0 when the diff went down during the push: a forget
+		 * (shm_sync_forget) zeroed it, or a hit was taken back
+		 * (rl_uncount). Stopping at 0 keeps a hit taken back in the
+		 * store (more, never less) and after a forget loses at most
+		 * what the push carried. */
+		if (left < 1e-9)
 			left = 0.0;
 		if (atomic_compare_exchange_weak(&s->diff, &old, atomics_dbits(left)))
 			break;
@@ -216,15 +253,31 @@ void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
 		atomics_add_double(&t->slots[r->idx].count, back < amount ? -back : -amount);
 }
 
+/* *p += v, stopping at 0: what a push took off is never more than the
+ * word held, unless a forget (shm_sync_forget) zeroed it meanwhile. */
+static void shm_add_floor0(_Atomic uint64_t *p, double v)
+{
+	uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
+	double nv;
+
+	do {
+		nv = atomics_bitsd(old) + v;
+		if (nv < 1e-9)
+			nv = 0.0;
+	} while (!atomic_compare_exchange_weak_explicit(p, &old, atomics_dbits(nv),
+							memory_order_seq_cst,
+							memory_order_relaxed));
+}
+
 void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
 			 double returned)
 {
 	if (e->idx >= t->nslots || atomic_load(&t->slots[e->idx].meta) != e->meta)
 		return;
 	if (spent != 0)
-		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
+		shm_add_floor0(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
 	if (returned != 0)
-		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
+		shm_add_floor0(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
 }
 
 double shm_grant_return(struct shm_table *t, uint32_t idx)

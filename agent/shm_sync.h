@@ -40,8 +40,27 @@ int shm_restore_diff(struct shm_table *t, const struct shm_entry *e, double d);
  * window may be reclaimed between the check and the write). */
 int shm_sync_total(struct shm_table *t, const struct shm_entry *e, double total);
 
-/* Acknowledges that d of e's diff reached the store: diff -= d (a residue
- * below 1e-9 from float rounding becomes 0). Unlike shm_take_diff, the diff
+/* The same for a total read from a window the store reset (a key of it
+ * was forgotten: strategy_counter.reset): count = total + diff now +
+ * what the store holds for this node's view, even when that is lower
+ * (docs/CLUSTER.md, "Forgetting a key"). A total that raced a newer one
+ * may lower the count by what the store counted meanwhile, until the
+ * next read. */
+int shm_follow_total(struct shm_table *t, const struct shm_entry *e, double total);
+
+/* Forgets a found slot of a namespace that syncs: its diff, what is left
+ * of its grant, the grant hits spent and the grants returned not pushed
+ * yet go to 0, then its count and protection (shm_forget). Returns the
+ * hits the count held (what is left of a grant is not hits). A push of
+ * these words in flight meanwhile is acknowledged later down to 0, no
+ * lower (shm_ack_diff, shm_grant_unres_add): hits counted after the
+ * forget may lose up to what that push carried, which the store counts
+ * if it applies the push after the forget. */
+double shm_sync_forget(struct shm_table *t, const struct shm_ref *r);
+
+/* Acknowledges that d of e's diff reached the store: diff -= d, stopping
+ * at 0 (a residue from float rounding, or a diff that went down during
+ * the push: a forget, a hit taken back). Unlike shm_take_diff, the diff
  * stays in the slot while it is being pushed, so a push that fails needs no
  * restore and a stale slot cannot be reclaimed before its diff is in the
  * store. Returns 0, or -1 if the slot no longer holds e's window. */

@@ -19,7 +19,9 @@
  *   ack       per confirmed counter: diff, spent, returned -= pushed (what
  *             came since stays), count = max(count, total + diff + what
  *             the store still holds for this node), so no reader sees a
- *             drop
+ *             drop; in a window the store reset (a key of it forgotten:
+ *             strategy_counter.reset) count = that sum, lower or not
+ *             (shm_follow_total): every node forgets within a period
  *
  * Nothing is taken out of a slot before the store confirms it: a failed or
  * timed-out push leaves the diffs where they are. Every push carries a
@@ -235,7 +237,7 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 		 * older slot may be reclaimed for another key once its diff is
 		 * acknowledged, so it is not written. */
 		if (c->start >= window_start(now, c->size) - (int64_t)c->size)
-			shm_sync_total(t, &sn->ents[i], c->total);
+			(c->reset ? shm_follow_total : shm_sync_total)(t, &sn->ents[i], c->total);
 	}
 	sn->unpushed = sn->n - ok;
 	/* Unconfirmed counters may still be applied by the store (a timeout):
@@ -362,6 +364,10 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	 * start the store may not be connected when the first beat is due). */
 	if (shm_nodes(sy->t, sn->sid) == 0)
 		sync_heartbeat(sn, (uint64_t)(sync_period(sn) * 500.0));
+	/* This worker's forgets in doubt, before its push (the same
+	 * connection: Redis applies them first). */
+	if (sy->forgets)
+		sync_forgets_send(sn);
 	if (sn->busy)
 		return;
 	if (sn->holding) {
@@ -431,7 +437,8 @@ static void sync_on_seeded(void *arg, int status, const char *errstr)
 	for (size_t i = 0; i < sn->nseeding; i++) {
 		struct strategy_counter *cur = &sn->seed_c[2 * i], *prev = cur + 1;
 		if (cur->ok)
-			shm_sync_total(sy->t, &sn->seed_e[i], cur->total);
+			(cur->reset ? shm_follow_total : shm_sync_total)(sy->t, &sn->seed_e[i],
+									  cur->total);
 		if (prev->ok)
 			rl_seed(sy->rl, (int)sn->ns, prev->key, prev->key_len, prev->size, prev->start,
 				prev->total, now);
@@ -656,6 +663,7 @@ void sync_stop(struct sync *sy)
 		free(sn->seed_c);
 		sync_doubts_drop(sn);
 	}
+	sync_forgets_drop(sy);
 	sync_hits_free(sy);
 	free(sy);
 }
@@ -664,6 +672,7 @@ int sync_reload(struct sync **sp, struct ev_loop *loop, struct rl *rl, int worke
 		void (*apply)(void *arg), void *arg)
 {
 	struct sync_doubts *doubts = sync_doubts_take(*sp);
+	struct sync_forgets *forgets = sync_forgets_take(*sp);
 
 	sync_stop(*sp);
 	*sp = NULL;
@@ -671,9 +680,11 @@ int sync_reload(struct sync **sp, struct ev_loop *loop, struct rl *rl, int worke
 		apply(arg);
 	if (sync_start(loop, rl, worker_id, sp) < 0) {
 		sync_doubts_free(doubts);
+		sync_forgets_free(forgets);
 		return -1;
 	}
 	sync_doubts_give(*sp, doubts);
+	sync_forgets_give(*sp, forgets);
 	return 0;
 }
 

@@ -155,6 +155,53 @@ void sync_doubts_give(struct sync *s, struct sync_doubts *list);
 int sync_reload(struct sync **sp, struct ev_loop *loop, struct rl *rl, int worker_id,
 		void (*apply)(void *arg), void *arg);
 
+/* ---- a key forgotten in the store (DELETE /keys): sync_forget.c ---- */
+
+#define SYNC_FORGET_MAX 64       /* forgets kept per worker until confirmed */
+
+enum sync_forget_result {
+	SYNC_FORGET_SENT = 0,    /* the store confirmed it */
+	SYNC_FORGET_QUEUED,      /* the store is away, refused or was silent: sent
+	                            again, with its token, when it answers */
+	SYNC_FORGET_RESULT_COUNT
+};
+
+/* removed: the hits the store held (SENT only). */
+typedef void (*sync_forget_cb)(void *arg, enum sync_forget_result r, double removed);
+
+struct sync_forget;
+
+/* Forgets key (its stored form, rl_stored_key) of namespace ns (rl's
+ * index) in the store, in the current and previous windows of each of its
+ * sizes at now (strategy_ops.forget), with a token: however often it is
+ * sent, the store applies it once. The node's table is the caller's
+ * (rl_forget). Returns 1: sent, cb(arg, ...) runs once with the outcome
+ * (within the store's timeout_ms) unless detached, *out the handle; 0: the
+ * store is away, queued (cb never runs); -1: refused (the namespace does
+ * not sync, its store cannot forget, SYNC_FORGET_MAX are queued, out of
+ * memory). A queued forget is sent by this worker's sync, every period of
+ * its namespace while the store is ready, until it is confirmed; a reload
+ * hands it over; a worker that stops drops it (logged). */
+int sync_forget(struct sync *s, unsigned ns, const char *key, size_t keylen, double now,
+		sync_forget_cb cb, void *arg, struct sync_forget **out);
+
+/* The caller of a sent forget no longer wants its outcome (its connection
+ * closed). NULL is fine. */
+void sync_forget_detach(struct sync_forget *f);
+
+/* Forgets sent and not confirmed yet, or queued. */
+size_t sync_forgets_queued(const struct sync *s);
+
+/* A reload (sync_reload): the forgets not confirmed are taken from s
+ * before sync_stop(s) (their callers are answered "queued") and given to
+ * the next sync, which sends them with their tokens (by namespace name;
+ * those of a namespace that no longer syncs are dropped, logged). take:
+ * NULL when there are none; give and free take NULL. */
+struct sync_forgets;
+struct sync_forgets *sync_forgets_take(struct sync *s);
+void sync_forgets_give(struct sync *s, struct sync_forgets *list);
+void sync_forgets_free(struct sync_forgets *list);
+
 /* Stops the timers and frees everything (pending pushes are failed; their
  * diffs stay in the table). NULL is fine. */
 void sync_stop(struct sync *s);

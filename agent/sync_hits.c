@@ -895,7 +895,8 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 			continue;
 		}
 		if (h->e.idx != UINT32_MAX)
-			shm_sync_total(rl_shm(rl), &h->e, cur->total);
+			(cur->reset ? shm_follow_total : shm_sync_total)(rl_shm(rl), &h->e,
+									 cur->total);
 		else
 			rl_seed(rl, h->ns, cur->key, cur->key_len, cur->size, cur->start, cur->total,
 				b->now);

@@ -4,7 +4,8 @@
  * flush, rl_sync / rl_fetch) and sync_hits.c (sync_rate 0: hits gathered
  * and parked, calls in doubt, their handover at a reload). sync.c calls
  * sync_hits.c (set up, stop); sync_hits.c calls nothing of sync.c: what
- * both need is inline here.
+ * both need is inline here. sync_forget.c (keys forgotten in the stores)
+ * likewise.
  */
 #ifndef SYNC_INT_H
 #define SYNC_INT_H
@@ -90,13 +91,16 @@ struct sync {
 	double doubt_log;             /* last "given up" log */
 	bool stopping;                /* sync_stop runs: callbacks arm nothing */
 	struct sync_gather *free_gathers;
+	struct sync_forget *forgets;  /* keys to forget in the stores, oldest first */
+	size_t nforgets;
+	uint64_t fseq;                /* forgets of this sync, for their tokens */
 };
 
 /* A push or call token: unique to this sync instance (its nonce), so that
  * no other instance (a reload's, a respawned worker's, the final flush's,
  * each counting from 1) can send the same token with the same call within
  * STRATEGY_TOKEN_TTL: the store would take it for a resend and add
- * nothing. kind: 'p' sync cycle, 's' sync_rate 0 push, 'a' admissions. */
+ * nothing. kind: 'p' sync cycle, 's' sync_rate 0 push, 'a' admissions, 'f' forgets. */
 static inline void sync_token(const struct sync_ns *sn, char kind, uint64_t seq,
 			      char out[STRATEGY_TOKEN_MAX])
 {
@@ -137,5 +141,15 @@ void sync_hits_free(struct sync *sy);
 
 /* Frees a handover list (sync_doubts_take) that no sync will take. */
 void sync_doubts_free(struct sync_doubts *list);
+
+/* ---- sync_forget.c, for the cycle and a sync's life (sync.c) ---- */
+
+/* sn's tick: sends its namespace's forgets not confirmed yet, if its
+ * store is ready. */
+void sync_forgets_send(struct sync_ns *sn);
+
+/* sync_stop, once the stores are gone: forgets never confirmed are
+ * dropped (logged). */
+void sync_forgets_drop(struct sync *sy);
 
 #endif /* SYNC_INT_H */

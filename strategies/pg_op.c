@@ -30,6 +30,7 @@ void pg_op_free(struct pg_op *op)
 	free(op->rd);
 	free(op->chunks);
 	free(op->ns);
+	free(op->key);
 	free(op->sizes);
 	free(op->starts);
 	free(op->rows);
@@ -71,6 +72,7 @@ static void pg_push_totals(struct pg_op *op)
 			continue;
 		for (size_t i = gr->first; i < gr->first + gr->nmemb; i++) {
 			op->order[i]->total = gr->got ? gr->total : 0.0;
+			op->order[i]->reset = gr->got && gr->reset;
 			op->order[i]->ok = true;
 		}
 	}
@@ -98,6 +100,7 @@ void pg_op_deliver(struct store_op *b)
 	case PG_OP_PURGE:
 	case PG_OP_ADMIT:
 	case PG_OP_NODES:
+	case PG_OP_FORGET:
 		op->done_cb(op->arg, status, status ? op->err : NULL);
 		break;
 	case PG_OP_MAINT:

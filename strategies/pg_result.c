@@ -42,15 +42,15 @@ static struct pg_group *pg_match(struct pg_op *op, const struct pg_chunk *ch, si
 	return NULL;
 }
 
-/* Rows of an upsert or read chunk: namespace, key, start, size, count.
- * Returns 0 or -1 (op failed). */
+/* Rows of an upsert or read chunk: namespace, key, start, size, count,
+ * reset. Returns 0 or -1 (op failed). */
 static int pg_on_push_result(struct pg_op *op, const PGresult *r, const struct pg_chunk *ch)
 {
-	static const Oid cols[5] = { PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4,
-				     PG_OID_FLOAT8 };
+	static const Oid cols[6] = { PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4,
+				     PG_OID_FLOAT8, PG_OID_BOOL };
 	int nrows = PQntuples(r);
 
-	if (pg_check_cols(r, cols, 5) < 0 || nrows < 0 || (size_t)nrows > ch->hi - ch->lo) {
+	if (pg_check_cols(r, cols, 6) < 0 || nrows < 0 || (size_t)nrows > ch->hi - ch->lo) {
 		pg_op_fail(op, NULL, "unexpected result shape");
 		return -1;
 	}
@@ -61,9 +61,10 @@ static int pg_on_push_result(struct pg_op *op, const PGresult *r, const struct p
 		const char *start = pg_value(r, i, 2, 8, NULL);
 		const char *size = pg_value(r, i, 3, 4, NULL);
 		const char *count = pg_value(r, i, 4, 8, NULL);
+		const char *reset = pg_value(r, i, 5, 1, NULL);
 		struct pg_group *g;
 
-		if (!ns || !key || !start || !size || !count) {
+		if (!ns || !key || !start || !size || !count || !reset) {
 			pg_op_fail(op, NULL, "unexpected result shape");
 			return -1;
 		}
@@ -74,6 +75,7 @@ static int pg_on_push_result(struct pg_op *op, const PGresult *r, const struct p
 			return -1;
 		}
 		g->total = pg_get_f64(count);
+		g->reset = *reset != 0;
 		g->got = true;
 	}
 	return 0;
@@ -218,6 +220,20 @@ void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 		else
 			*op->active = (unsigned)(pg_get_u64(v) > UINT_MAX ? UINT_MAX
 									 : pg_get_u64(v));
+		break;
+	}
+	case PG_OP_FORGET: {
+		/* [0] the token's statement; [1] the hits removed */
+		static const Oid cols[1] = { PG_OID_FLOAT8 };
+		const char *v;
+
+		if (i == 0)
+			break;
+		if (st != PGRES_TUPLES_OK || pg_check_cols(r, cols, 1) < 0 || PQntuples(r) != 1 ||
+		    !(v = pg_value(r, 0, 0, 8, NULL)))
+			pg_op_fail(op, NULL, "unexpected result shape");
+		else
+			*op->removed = pg_get_f64(v);
 		break;
 	}
 	case PG_OP_PUSH:

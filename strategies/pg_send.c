@@ -215,6 +215,7 @@ static const enum pg_stmt pg_prepare_order[] = {
 	PG_STMT_TOKEN, PG_STMT_PURGE_TOK, PG_STMT_UPSERT,    PG_STMT_READ,
 	PG_STMT_FETCH, PG_STMT_PURGE,     PG_STMT_UPSERT_TOK,
 	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK, PG_STMT_NODES,
+	PG_STMT_FORGET,
 };
 
 /* Set-up, step 2: create the tables and indexes if missing, prepare every
@@ -232,9 +233,10 @@ static int pg_send_create(struct pg_conn *c, struct pg_op *op)
 				       0) ||
 		    !PQsendQueryParams(c->conn, s->sql_table, 0, NULL, NULL, NULL, NULL, 0) ||
 		    !PQsendQueryParams(c->conn, s->sql_reserved, 0, NULL, NULL, NULL, NULL, 0) ||
+		    !PQsendQueryParams(c->conn, s->sql_reset, 0, NULL, NULL, NULL, NULL, 0) ||
 		    !PQsendQueryParams(c->conn, s->sql_index, 0, NULL, NULL, NULL, NULL, 0))
 			return -1;
-		op->nstmts += 6;
+		op->nstmts += 7;
 	}
 	for (size_t i = 0; i < sizeof(pg_prepare_order) / sizeof(pg_prepare_order[0]); i++) {
 		enum pg_stmt k = pg_prepare_order[i];
@@ -267,6 +269,36 @@ static int pg_send_nodes(struct pg_conn *c, struct pg_op *op)
 	pg_buf_f64(&s->par[3], op->ttl);
 	if (pg_send_prepared(c, PG_STMT_NODES) < 0)
 		return -1;
+	op->nstmts++;
+	return 1;
+}
+
+/* forget: the token (rl_token), then rl_forget, in one transaction (the
+ * Sync pg_op_send adds). */
+static int pg_send_forget(struct pg_conn *c, struct pg_op *op)
+{
+	struct pg *s = c->s;
+
+	for (int i = 0; i < 5; i++) {
+		s->par[i].len = 0;
+		s->par[i].oom = false;
+	}
+	pg_buf_put(&s->par[0], op->token, op->token_len);
+	if (pg_send_prepared(c, PG_STMT_TOKEN) < 0)
+		return -1;
+	op->nstmts++;
+	s->par[0].len = 0;
+	pg_buf_put(&s->par[0], op->ns, op->ns_len);
+	pg_buf_put(&s->par[1], op->key, op->key_len);
+	pg_array_begin(&s->par[2], PG_OID_INT4, op->nw);
+	pg_array_begin(&s->par[3], PG_OID_INT8, op->nw);
+	for (size_t i = 0; i < op->nw; i++) {
+		pg_array_i32(&s->par[2], op->sizes[i]);
+		pg_array_i64(&s->par[3], op->starts[i]);
+	}
+	pg_buf_put(&s->par[4], op->token, op->token_len);
+	if (pg_send_prepared(c, PG_STMT_FORGET) < 0)
+		return -1;  /* out of memory too: the token is queued already */
 	op->nstmts++;
 	return 1;
 }
@@ -367,6 +399,9 @@ int pg_op_send(struct pg_conn *c, struct pg_op *op)
 		return pg_send_admits(c, op);   /* a Sync after each */
 	case PG_OP_NODES:
 		r = pg_send_nodes(c, op);
+		break;
+	case PG_OP_FORGET:
+		r = pg_send_forget(c, op);
 		break;
 	case PG_OP_PUSH:
 	case PG_OP_GET:

@@ -10,6 +10,8 @@
  *       window_start bigint           NOT NULL,   -- Unix seconds
  *       window_size  integer          NOT NULL,   -- seconds
  *       count        double precision NOT NULL,
+ *       reserved     double precision NOT NULL DEFAULT 0, -- grants (admit)
+ *       reset        boolean NOT NULL DEFAULT false,   -- forgotten (forget)
  *       PRIMARY KEY (namespace, window_size, window_start, key))
  *       WITH (fillfactor = 50);  -- room for HOT updates: see below
  *   CREATE INDEX IF NOT EXISTS "<table>_ns_start_idx"
@@ -20,7 +22,15 @@
  *
  * (Derived names too long for an identifier end in a hash of the table
  * name instead.) A user without the CREATE right needs both tables made
- * by an administrator.
+ * by an administrator; a table of an earlier version gets the columns it
+ * lacks (reserved, reset) with ALTER TABLE ... ADD COLUMN IF NOT EXISTS,
+ * which its owner may run instead.
+ *
+ * reset: the row's key was forgotten in its window (rl_forget, an
+ * operator's DELETE /keys), which made the row if there was none. Later
+ * upserts keep it; pushes and reads return it (strategy_counter.reset),
+ * so that every node writes that count into its table even when it is
+ * lower than the node's (docs/CLUSTER.md, "Forgetting a key").
  *
  * Every sync cycle rewrites every row it pushes. With pages only half
  * filled by inserts, the new version of a row fits in its own page (a HOT
@@ -72,7 +82,7 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	 * (diff + grants spent), what to add to the reservations (- grants
 	 * spent and returned, never going below 0; a new row takes it as it
 	 * is: decisions read a negative one as 0); all the same length.
-	 * Returns the new count of every row. */
+	 * Returns the new count of every row, and its reset mark. */
 	[PG_STMT_UPSERT] = {
 		"rl_upsert",
 		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count, reserved)"
@@ -82,7 +92,7 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		" DO UPDATE SET count = t.count + EXCLUDED.count,"
 		" reserved = CASE WHEN EXCLUDED.reserved = 0 THEN t.reserved"
 		" ELSE greatest(t.reserved + EXCLUDED.reserved, 0) END"
-		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count",
+		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count, t.reset",
 		6,
 		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
 		  PG_OID_FLOAT8_ARRAY, PG_OID_FLOAT8_ARRAY },
@@ -90,7 +100,7 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	/* The same identities, read only; absent rows are not returned. */
 	[PG_STMT_READ] = {
 		"rl_read",
-		"SELECT t.namespace, t.key, t.window_start, t.window_size, t.count"
+		"SELECT t.namespace, t.key, t.window_start, t.window_size, t.count, t.reset"
 		" FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[])"
 		" AS u(namespace, key, window_start, window_size)"
 		" JOIN @T@ AS t ON t.namespace = u.namespace AND t.window_size = u.window_size"
@@ -148,7 +158,7 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		" DO UPDATE SET count = t.count + EXCLUDED.count,"
 		" reserved = CASE WHEN EXCLUDED.reserved = 0 THEN t.reserved"
 		" ELSE greatest(t.reserved + EXCLUDED.reserved, 0) END"
-		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count",
+		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count, t.reset",
 		6,
 		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
 		  PG_OID_FLOAT8_ARRAY, PG_OID_FLOAT8_ARRAY },
@@ -220,6 +230,38 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		4,
 		{ PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_BYTEA, PG_OID_FLOAT8 },
 	},
+	/* forget (after rl_token with the call's token, in its transaction):
+	 * $1 namespace, $2 key, $3/$4 the (size, start) pairs of its windows
+	 * (current and previous of each size), $5 the token. If the token was
+	 * new, every window's row of the key (made if missing) gets count 0,
+	 * reserved 0 and reset true, and the hits it held (summed) are
+	 * recorded as the token + ":f" + their number in text, and returned;
+	 * if not, nothing is changed and the recorded number comes back. o
+	 * reads the rows as the statement began (the upsert's own snapshot):
+	 * a push that commits meanwhile is forgotten too, and not in the
+	 * number. */
+	[PG_STMT_FORGET] = {
+		"rl_forget",
+		"WITH f AS (SELECT current_setting('" PG_GUC_FRESH "') = 'y' AS fresh),"
+		" w AS (SELECT * FROM unnest($3::int4[], $4::int8[]) AS w(window_size, window_start)),"
+		" o AS (SELECT coalesce(sum(t.count), 0)::float8 AS n FROM @T@ AS t JOIN w"
+		" ON t.window_size = w.window_size AND t.window_start = w.window_start"
+		" WHERE t.namespace = $1 AND t.key = $2),"
+		" r AS (SELECT substring(token from length($5) + 3) AS g FROM @K@"
+		" WHERE token >= $5 || '\\x3a66'::bytea AND token < $5 || '\\x3a67'::bytea"
+		" LIMIT 1),"
+		" up AS (INSERT INTO @T@ AS t"
+		" (namespace, key, window_start, window_size, count, reserved, reset)"
+		" SELECT $1, $2, w.window_start, w.window_size, 0, 0, true FROM w, f WHERE f.fresh"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = 0, reserved = 0, reset = true),"
+		" k AS (INSERT INTO @K@ (token) SELECT $5 || '\\x3a66'::bytea"
+		" || convert_to(o.n::text, 'UTF8') FROM o, f WHERE f.fresh ON CONFLICT DO NOTHING)"
+		" SELECT CASE WHEN f.fresh THEN o.n ELSE coalesce((SELECT"
+		" NULLIF(convert_from(r.g, 'UTF8'), '')::float8 FROM r), 0) END FROM f, o",
+		5,
+		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY, PG_OID_BYTEA },
+	},
 	/* Tokens past their time (the server's clock: it set them). */
 	[PG_STMT_PURGE_TOK] = {
 		"rl_purge_tok",
@@ -234,19 +276,23 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
  * concurrent CREATE ... IF NOT EXISTS from several nodes safe (they race
  * on the catalog otherwise). $1 = the quoted table name. */
 const char pg_sql_probe[] =
-	"SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND EXISTS"
-	" (SELECT FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'reserved'"
-	" AND NOT attisdropped)";
+	"SELECT to_regclass($1) IS NOT NULL AND to_regclass($2) IS NOT NULL AND"
+	" (SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass($1)"
+	" AND attname IN ('reserved', 'reset') AND NOT attisdropped) = 2";
 const char pg_sql_lock[] = "SELECT pg_advisory_xact_lock(29292, hashtext($1))"; /* "rl" */
 const char pg_tpl_table[] =
 	"CREATE TABLE IF NOT EXISTS @T@ (namespace text NOT NULL, key bytea NOT NULL,"
 	" window_start bigint NOT NULL, window_size integer NOT NULL,"
 	" count double precision NOT NULL, reserved double precision NOT NULL DEFAULT 0,"
+	" reset boolean NOT NULL DEFAULT false,"
 	" PRIMARY KEY (namespace, window_size, window_start, key)) WITH (fillfactor = 50)";
 /* A table of an earlier version: the reservations' column (no rewrite:
  * a constant default). */
 const char pg_tpl_reserved[] =
 	"ALTER TABLE @T@ ADD COLUMN IF NOT EXISTS reserved double precision NOT NULL DEFAULT 0";
+/* ... and the forgotten windows' mark (the same). */
+const char pg_tpl_reset[] =
+	"ALTER TABLE @T@ ADD COLUMN IF NOT EXISTS reset boolean NOT NULL DEFAULT false";
 const char pg_tpl_index[] =
 	"CREATE INDEX IF NOT EXISTS @I@ ON @T@ (namespace, window_start)";
 const char pg_tpl_tokens[] =

@@ -52,6 +52,11 @@
  *     ones after it); an admitted decision is recorded as that token +
  *     ":a" + the grant as text, so a resend returns both without adding
  *     anything.
+ *   - forget(): one transaction, rl_token with the call's token, then
+ *     rl_forget: every window's row of the key (made if missing) to count
+ *     0, reserved 0 and reset true, the hits it held recorded with the
+ *     token ("<token>:f<hits>"), so a resend changes nothing and gets the
+ *     same number (pg_sql.c).
  *   - heartbeat(): a row per node in the tokens table (see rl_nodes),
  *     refreshed once per sync cycle and dropped with the old tokens; the
  *     counters table holds counters only.
@@ -99,6 +104,7 @@ static void pg_free(struct pg *s)
 		free(s->sql[i]);
 	free(s->sql_table);
 	free(s->sql_reserved);
+	free(s->sql_reset);
 	free(s->sql_index);
 	free(s->sql_tokens);
 	free(s->sql_tokens_index);
@@ -177,10 +183,12 @@ static struct strategy *pg_create(struct ev_loop *loop, const char *opts_json, c
 	}
 	s->sql_table = pg_sql_fill(pg_tpl_table, names);
 	s->sql_reserved = pg_sql_fill(pg_tpl_reserved, names);
+	s->sql_reset = pg_sql_fill(pg_tpl_reset, names);
 	s->sql_index = pg_sql_fill(pg_tpl_index, names);
 	s->sql_tokens = pg_sql_fill(pg_tpl_tokens, names);
 	s->sql_tokens_index = pg_sql_fill(pg_tpl_tokens_index, names);
-	if (oom || !s->conninfo || !s->sql_table || !s->sql_reserved || !s->sql_index ||
+	if (oom || !s->conninfo || !s->sql_table || !s->sql_reserved || !s->sql_reset ||
+	    !s->sql_index ||
 	    !s->sql_tokens ||
 	    !s->sql_tokens_index) {
 		pg_free(s);
@@ -338,6 +346,7 @@ static const char *pg_push_plan(struct pg *s, struct pg_op *op, bool read_only)
 		if (why)
 			return why;
 		op->batch[i].ok = false;
+		op->batch[i].reset = false;
 		op->order[i] = &op->batch[i];
 	}
 	qsort(op->order, n, sizeof(*op->order), pg_cmp_counters_sort);
@@ -549,9 +558,9 @@ static int pg_get_window(struct strategy *st, struct strategy_counter *counter,
 	return pg_push_common(st, counter, 1, NULL, true, cb, arg, errstr);
 }
 
-/* FETCH and PURGE: copies ns, dedups sizes, computes the starts (FETCH:
- * current and previous window of each size; PURGE: the newest start to
- * delete, now - 2 * size). */
+/* FETCH, FORGET and PURGE: copies ns, dedups sizes, computes the starts
+ * (FETCH, FORGET: current and previous window of each size; PURGE: the
+ * newest start to delete, now - 2 * size). */
 static const char *pg_windows_plan(struct pg *s, struct pg_op *op, const char *ns, size_t ns_len,
 				   const uint32_t *sizes, size_t nsizes, int64_t now)
 {
@@ -582,7 +591,7 @@ static const char *pg_windows_plan(struct pg *s, struct pg_op *op, const char *n
 		if (dup)
 			continue;
 		pg_seen_note(s, ns, ns_len, z);
-		if (op->kind == PG_OP_FETCH) {
+		if (op->kind != PG_OP_PURGE) {
 			int64_t cur = strategy_window_start((double)now, z);
 
 			op->sizes[op->nw] = (int32_t)z;
@@ -597,6 +606,22 @@ static const char *pg_windows_plan(struct pg *s, struct pg_op *op, const char *n
 	return NULL;
 }
 
+/* Plans op's windows (pg_windows_plan) and submits it; frees it if
+ * either fails. */
+static int pg_windows_submit(struct pg *s, struct pg_op *op, const char *ns, size_t ns_len,
+			     const uint32_t *sizes, size_t nsizes, int64_t now,
+			     char errstr[STRATEGY_ERR_MAX])
+{
+	const char *why = pg_windows_plan(s, op, ns, ns_len, sizes, nsizes, now);
+
+	if (why) {
+		pg_err_set(errstr, NULL, why);
+		pg_op_free(op);
+		return -1;
+	}
+	return pg_submit(s, op, errstr);
+}
+
 static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const char *ns,
 			     size_t ns_len, const uint32_t *sizes, size_t nsizes, int64_t now,
 			     strategy_done_cb done, strategy_rows_cb rows, void *arg,
@@ -604,7 +629,6 @@ static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const ch
 {
 	struct pg *s = pg_of(st);
 	struct pg_op *op;
-	const char *why;
 
 	if (!s || (!done && !rows)) {
 		pg_err_set(errstr, NULL, "invalid arguments");
@@ -618,13 +642,7 @@ static int pg_windows_common(struct strategy *st, enum pg_op_kind kind, const ch
 	op->done_cb = done;
 	op->rows_cb = rows;
 	op->arg = arg;
-	why = pg_windows_plan(s, op, ns, ns_len, sizes, nsizes, now);
-	if (why) {
-		pg_err_set(errstr, NULL, why);
-		pg_op_free(op);
-		return -1;
-	}
-	return pg_submit(s, op, errstr);
+	return pg_windows_submit(s, op, ns, ns_len, sizes, nsizes, now, errstr);
 }
 
 static int pg_get_counters(struct strategy *st, const char *ns, size_t ns_len,
@@ -641,6 +659,47 @@ static int pg_purge(struct strategy *st, const char *ns, size_t ns_len, const ui
 {
 	return pg_windows_common(st, PG_OP_PURGE, ns, ns_len, sizes, nsizes, now, cb, NULL, arg,
 				 errstr);
+}
+
+/* One transaction: the token (rl_token), then rl_forget over the key's
+ * windows (pg_sql.c). */
+static int pg_forget(struct strategy *st, const char *ns, size_t ns_len, const char *key,
+		     size_t key_len, const uint32_t *sizes, size_t nsizes, int64_t now,
+		     const char *token, double *removed, strategy_done_cb cb, void *arg,
+		     char errstr[STRATEGY_ERR_MAX])
+{
+	struct pg *s = pg_of(st);
+	size_t token_len = token ? strnlen(token, STRATEGY_TOKEN_MAX + 1) : 0;
+	struct strategy_counter c = { .ns = ns, .ns_len = ns_len, .key = key, .key_len = key_len,
+				      .size = 1 };
+	const char *why = pg_counter_check(&c, false);
+	struct pg_op *op;
+
+	if (!s || !cb || !removed || !token || nsizes == 0) {
+		pg_err_set(errstr, NULL, "invalid arguments (a token, window sizes and somewhere "
+			   "for the answer are needed)");
+		return -1;
+	}
+	if (why || pg_check_token(token, token_len, errstr) < 0) {
+		if (why)
+			pg_err_set(errstr, NULL, why);
+		return -1;
+	}
+	op = pg_op_new(s, PG_OP_FORGET);
+	if (!op || !(op->key = malloc(key_len ? key_len : 1))) {
+		if (op)
+			pg_op_free(op);
+		pg_err_set(errstr, NULL, "out of memory");
+		return -1;
+	}
+	if (key_len)
+		memcpy(op->key, key, key_len);
+	op->key_len = key_len;
+	op->removed = removed;
+	pg_op_set_token(op, token, token_len);
+	op->done_cb = cb;
+	op->arg = arg;
+	return pg_windows_submit(s, op, ns, ns_len, sizes, nsizes, now, errstr);
 }
 
 static bool pg_ready(const struct strategy *st)
@@ -668,6 +727,7 @@ const struct strategy_ops postgres_strategy = {
 	.get_counters = pg_get_counters,
 	.get_window = pg_get_window,
 	.purge = pg_purge,
+	.forget = pg_forget,
 	.ready = pg_ready,
 	.connecting = pg_connecting,
 };

@@ -72,6 +72,7 @@ enum pg_stmt {
 	PG_STMT_ADMIT,
 	PG_STMT_ADMIT_TOK,
 	PG_STMT_NODES,
+	PG_STMT_FORGET,
 	PG_STMT_COUNT
 };
 
@@ -102,6 +103,7 @@ enum pg_op_kind {
 	PG_OP_CREATE,   /* set-up: create it if not, prepare statements */
 	PG_OP_ADMIT,    /* admit: one transaction per admission */
 	PG_OP_NODES,    /* heartbeat */
+	PG_OP_FORGET,   /* forget: its token, then rl_forget, one transaction */
 	PG_OP_COUNT
 };
 
@@ -121,6 +123,7 @@ struct pg_group {
 	double diff;
 	double spent, returned;   /* grants', merged */
 	double total;
+	bool reset;               /* its row is marked reset */
 	bool got;                 /* a row came back */
 	bool committed;           /* its chunk's transaction committed */
 };
@@ -191,11 +194,16 @@ struct pg_op {
 	struct strategy_admit *admits;
 	uint64_t *adm_ids;        /* with a token: each admission's token id */
 
-	/* FETCH, PURGE */
+	/* FORGET (and its ns, sizes, starts below) */
+	char *key;
+	size_t key_len;
+	double *removed;
+
+	/* FETCH, PURGE, FORGET */
 	char *ns;
 	size_t ns_len;
 	int32_t *sizes;
-	int64_t *starts;          /* FETCH: window starts; PURGE: cutoffs */
+	int64_t *starts;          /* FETCH, FORGET: window starts; PURGE: cutoffs */
 	size_t nw;
 	PGresult *res;            /* FETCH: rows, freed after the callback */
 	struct strategy_row *rows;
@@ -248,6 +256,7 @@ struct pg {
 	char *sql[PG_STMT_COUNT];
 	char *sql_table;
 	char *sql_reserved;
+	char *sql_reset;
 	char *sql_index;
 	char *sql_tokens;
 	char *sql_tokens_index;
@@ -374,6 +383,7 @@ extern const char pg_sql_probe[];
 extern const char pg_sql_lock[];
 extern const char pg_tpl_table[];
 extern const char pg_tpl_reserved[];
+extern const char pg_tpl_reset[];
 extern const char pg_tpl_index[];
 extern const char pg_tpl_tokens[];
 extern const char pg_tpl_tokens_index[];

@@ -9,8 +9,11 @@
  * drawn in strategies/redis.h.
  *
  * get_counters: HGETALL over 64 buckets x sizes x {current, previous},
- * pipelined. get_window: one HGET. purge: completes with 0 (every hash
+ * pipelined (the reset mark left out: no key's). get_window: one HMGET
+ * of the key and the reset mark. purge: completes with 0 (every hash
  * expires: redis_resp.c). heartbeat: one call of the nodes script.
+ * forget: one call of the forget script (redis_script.c), every window
+ * of the key in it.
  *
  * Servers. The mode (struct redis_mode_ops, redis.h) says where a call
  * goes: the one server (host/port or socket: redis_single.c), the master of
@@ -204,6 +207,9 @@ static void redis_rows_reply(struct redis_call *c, const redisAsyncContext *ac,
 			const redisReply *f = reply->element[i], *v = reply->element[i + 1];
 			double count;
 
+			if (f->type == REDIS_REPLY_STRING && f->len == REDIS_RESET_LEN &&
+			    memcmp(f->str, REDIS_RESET_FIELD, REDIS_RESET_LEN) == 0)
+				continue;       /* the reset mark, no key's */
 			if (f->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING ||
 			    redis_parse_double(v->str, v->len, &count) < 0) {
 				redis_op_fail(op,
@@ -291,18 +297,123 @@ oom:
 }
 
 /* ===================================================================== */
+/* forget                                                                */
+/* ===================================================================== */
+
+/* The reply of the forget script: the hits removed, as a number string. */
+static void redis_forget_reply(struct redis_call *c, const redisAsyncContext *ac,
+			       const redisReply *reply)
+{
+	if (redis_reply_failed(c, ac, reply))
+		return;
+	if (reply->type != REDIS_REPLY_STRING ||
+	    redis_reply_number(reply, &c->op->removed_got) < 0) {
+		redis_op_fail(c->op, "redis: forget script returned %s, expected a number",
+			      redis_reply_type_name(reply->type));
+		return;
+	}
+	redis_call_applied(c);
+}
+
+/* Applied (and replicated, with wait_replicas): the answer is valid. */
+static void redis_forget_commit(struct redis_call *c)
+{
+	*c->op->removed = c->op->removed_got;
+}
+
+static const struct redis_kind redis_forget_kind = {
+	.kind = REDIS_OP_FORGET,
+	.reply = redis_forget_reply,
+	.commit = redis_forget_commit,
+};
+
+/*
+ * One script call for every window of the key: they all share its hash
+ * tag (redis_resp.c), so it is one slot in a Redis Cluster:
+ *   EVAL <script> <1 + 4 x sizes> <token key> <hash cur> <hash prev>
+ *        <reserved cur> <reserved prev> ... <key> <sizes> <ttl 1..sizes>
+ * EVAL, not EVALSHA: a forget is an operator's call, rare enough that
+ * the server compiling the script each time (~70 us) costs nothing, and
+ * the script stays out of every connection's handshake.
+ */
+static int redis_forget(struct strategy *st, const char *ns, size_t ns_len, const char *key,
+			size_t key_len, const uint32_t *sizes, size_t nsizes, int64_t now,
+			const char *token, double *removed, strategy_done_cb cb, void *arg,
+			char errstr[STRATEGY_ERR_MAX])
+{
+	struct redis_strategy *s = redis_of(st);
+	size_t token_len = token ? strnlen(token, STRATEGY_TOKEN_MAX + 1) : 0;
+	unsigned bucket = redis_bucket(key, key_len);
+	size_t script_len = strlen(redis_forget_script);
+	struct redis_op *op;
+	char num[REDIS_DBL_MAX_LEN], *p, *first;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	if (token_len == 0 || token_len > STRATEGY_TOKEN_MAX || !removed || nsizes == 0 ||
+	    nsizes > 64 || !sizes) {
+		redis_seterr(errstr, "forget: a token of 1 to %d bytes, 1 to 64 window sizes and "
+			     "somewhere for the answer are needed", STRATEGY_TOKEN_MAX);
+		return -1;
+	}
+	for (size_t i = 0; i < nsizes; i++) {
+		if (sizes[i] == 0) {
+			redis_seterr(errstr, "window size %zu is 0", i);
+			return -1;
+		}
+	}
+	op = redis_op_single(s, &redis_forget_kind, cb, arg,
+			     64 + REDIS_BULK_MAX(script_len) +
+			     redis_tkey_max(s, ns_len, token_len) +
+			     4 * nsizes * redis_hkey_max(s, ns_len) + REDIS_BULK_MAX(key_len) +
+			     (1 + nsizes) * REDIS_BULK_MAX(REDIS_U64_MAX_LEN));
+	if (op == NULL) {
+		redis_seterr(errstr, "out of memory");
+		return -1;
+	}
+	op->removed = removed;
+	op->calls[0].nargs = (uint32_t)(3 + 1 + 4 * nsizes + 2 + nsizes);
+	p = redis_put_array(op->cmd, op->calls[0].nargs);
+	p = redis_put_bulk(p, "EVAL", 4);
+	p = redis_put_bulk(p, redis_forget_script, script_len);
+	p = redis_put_bulk(p, num, redis_u64_dec(num, 1 + 4 * nsizes));
+	first = p;
+	p = redis_put_tkey(p, op->cmd, s, ns, ns_len, bucket, sizes[0],
+			   strategy_window_start((double)now, sizes[0]), token, token_len,
+			   &op->calls[0].tok_id);
+	redis_put_tok_id(op->cmd + op->calls[0].tok_id, redis_hash_bytes(key, key_len));
+	for (size_t i = 0; i < nsizes; i++) {
+		int64_t cur = strategy_window_start((double)now, sizes[i]);
+
+		for (unsigned w = 0; w < 4; w++)
+			p = redis_put_hkey_of(p, s, ns, ns_len, bucket, sizes[i],
+					      cur - (w & 1 ? (int64_t)sizes[i] : 0), w >= 2);
+	}
+	p = redis_put_bulk(p, key, key_len);
+	p = redis_put_bulk(p, num, redis_u64_dec(num, nsizes));
+	for (size_t i = 0; i < nsizes; i++)
+		p = redis_put_bulk(p, num, redis_u64_dec(num, redis_ttl(sizes[i])));
+	return redis_op_single_send(op, p, first, errstr);
+}
+
+/* ===================================================================== */
 /* get_window, purge, ready, create, destroy                             */
 /* ===================================================================== */
 
+/* HMGET <hash> <key> <reset mark>: the count, and whether the hash is
+ * marked reset. */
 static void redis_window_reply(struct redis_call *c, const redisAsyncContext *ac,
 			       const redisReply *reply)
 {
 	if (!redis_reply_failed(c, ac, reply)) {
-		if (redis_reply_number(reply, &c->op->batch->total) < 0)
-			redis_op_fail(c->op, "redis: HGET returned %s, expected a number",
-				      redis_reply_type_name(reply->type));
-		else
+		if (reply->type != REDIS_REPLY_ARRAY || reply->elements != 2 ||
+		    redis_reply_number(reply->element[0], &c->op->batch->total) < 0) {
+			redis_op_fail(c->op, "redis: HMGET returned %s, expected a number and the "
+				      "reset mark", redis_reply_type_name(reply->type));
+		} else {
+			c->op->batch->reset = reply->element[1]->type != REDIS_REPLY_NIL;
 			c->op->batch->ok = true;
+		}
 	}
 }
 
@@ -325,22 +436,24 @@ static int redis_get_window(struct strategy *st, struct strategy_counter *counte
 		return -1;
 	}
 	counter->ok = false;
+	counter->reset = false;
 	op = redis_op_single(s, &redis_window_kind, cb, arg,
 			     64 + redis_hkey_max(s, counter->ns_len) +
-			     REDIS_BULK_MAX(counter->key_len));
+			     REDIS_BULK_MAX(counter->key_len) + REDIS_BULK_MAX(REDIS_RESET_LEN));
 	if (op == NULL) {
 		redis_seterr(errstr, "out of memory");
 		return -1;
 	}
 	op->batch = counter;
 	op->n = 1;
-	p = redis_put_array(op->cmd, 3);
-	p = redis_put_bulk(p, "HGET", 4);
+	p = redis_put_array(op->cmd, 4);
+	p = redis_put_bulk(p, "HMGET", 5);
 	key = p;
 	p = redis_put_hkey(p, s, counter->ns, counter->ns_len,
 			   redis_bucket(counter->key, counter->key_len), counter->size,
 			   counter->start);
 	p = redis_put_bulk(p, counter->key, counter->key_len);
+	p = redis_put_bulk(p, REDIS_RESET_FIELD, REDIS_RESET_LEN);
 	return redis_op_single_send(op, p, key, errstr);
 }
 
@@ -495,6 +608,7 @@ const struct strategy_ops redis_strategy = {
 	.purge = redis_purge,
 	.admit = redis_admit,
 	.heartbeat = redis_heartbeat,
+	.forget = redis_forget,
 	.ready = redis_ready,
 	.connecting = redis_connecting,
 };

@@ -67,6 +67,13 @@
 #define REDIS_NS_TAG_MAX     1024    /* namespace bytes in a hash tag (admissions) */
 #define REDIS_FNV_BASIS      0xcbf29ce484222325ULL
 
+/* The field of a hash that marks it reset: a key of it was forgotten
+ * (forget, redis_resp.c's layout). No stored key can be it: a key the
+ * agent stores starts with '#' only as '#' and 32 hex digits (33 bytes;
+ * agent/ratelimit.h, rl_stored_key). Its value counts the forgets. */
+#define REDIS_RESET_FIELD    "#reset"
+#define REDIS_RESET_LEN      (sizeof(REDIS_RESET_FIELD) - 1)
+
 enum redis_mode {
 	REDIS_MODE_SINGLE = 0,          /* host/port or socket */
 	REDIS_MODE_CLUSTER,             /* cluster_nodes */
@@ -225,6 +232,7 @@ enum redis_op_kind {
 	REDIS_OP_PURGE,
 	REDIS_OP_ADMIT,
 	REDIS_OP_NODES,
+	REDIS_OP_FORGET,
 	REDIS_OP_KIND_COUNT
 };
 
@@ -264,6 +272,10 @@ struct redis_op {
 
 	/* heartbeat */
 	unsigned *active;
+
+	/* forget: the hits removed, written at the commit */
+	double *removed;
+	double removed_got;
 
 	/* rows */
 	uint32_t *sizes;                /* nsizes */
@@ -649,5 +661,6 @@ static inline int redis_reply_number(const redisReply *r, double *out)
 extern const char redis_push_script[];
 extern const char redis_admit_script[];
 extern const char redis_nodes_script[];
+extern const char redis_forget_script[];
 
 #endif /* REDIS_H */

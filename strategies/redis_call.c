@@ -113,6 +113,7 @@ static void redis_op_deliver(struct store_op *b)
 	case REDIS_OP_WINDOW:
 	case REDIS_OP_ADMIT:
 	case REDIS_OP_NODES:
+	case REDIS_OP_FORGET:
 		/* The replies marked the counters of every call that was
 		 * applied: on a failed push they are the ones the store has
 		 * (strategy.h), so the sync loop acks them and only them. */

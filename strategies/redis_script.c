@@ -3,8 +3,10 @@
  * (strategies/redis.h): pushes (push_diffs), admissions (admit) and the
  * heartbeat, each loaded with SCRIPT LOAD in every data connection's
  * handshake (redis_conn.c) and called with EVALSHA, or EVAL after a
- * NOSCRIPT reply (redis_call.c). The operations that build their calls are
- * in redis_write.c (push, admit) and redis.c (heartbeat); the key layout
+ * NOSCRIPT reply (redis_call.c); and the forget (an operator's DELETE, a
+ * few a day: sent with EVAL, never loaded). The operations that build
+ * their calls are in redis_write.c (push, admit) and redis.c (heartbeat,
+ * forget); the key layout
  * the scripts are given is redis_resp.c's. Their text is what the servers
  * hash: a change of a byte is a new script.
  */
@@ -23,7 +25,9 @@
  * returned (taken from the reservation).
  * Returns n totals: integers when integral (below 1e15), else "%.17g"
  * strings; values are written as "%d" / "%.17g" text (exact for a double;
- * "%d" spares the slow floating-point printf path for the common case).
+ * "%d" spares the slow floating-point printf path for the common case);
+ * then 1 if the hash holds REDIS_RESET_FIELD (a key of it was forgotten:
+ * read in the same HMGET as the fields), else 0.
  * Field names are binary Lua strings throughout; `seen` makes a field that
  * appears twice in one call add up in order. Nothing is written before
  * every total is known to be valid, so an error reply means the call
@@ -39,7 +43,7 @@ const char redis_push_script[] =
 	"local n, un = tonumber(ARGV[2]), ARGV[3] == '1'\n"
 	"local h, hr, tk = KEYS[1], nil, KEYS[2]\n"
 	"if un then hr, tk = KEYS[2], KEYS[3] end\n"
-	"local old = redis.call('HMGET', h, unpack(ARGV, 4, n + 3))\n"
+	"local old = redis.call('HMGET', h, '" REDIS_RESET_FIELD "', unpack(ARGV, 4, n + 3))\n"
 	"local add = not (tk and redis.call('EXISTS', tk) == 1)\n"
 	"local rold\n"
 	"if add and un then rold = redis.call('HMGET', hr, unpack(ARGV, 4, n + 3)) end\n"
@@ -48,7 +52,7 @@ const char redis_push_script[] =
 	"  local f = ARGV[i + 3]\n"
 	"  local v = seen[f]\n"
 	"  if v == nil then\n"
-	"    v = old[i]\n"
+	"    v = old[i + 1]\n"
 	"    if v then\n"
 	"      v = tonumber(v)\n"
 	"      if v == nil then\n"
@@ -107,6 +111,7 @@ const char redis_push_script[] =
 	"    redis.call('SET', tk, '1', 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
 	"  end\n"
 	"end\n"
+	"if old[1] then out[n + 1] = 1 else out[n + 1] = 0 end\n"
 	"return out\n";
 
 /*
@@ -235,3 +240,38 @@ const char redis_nodes_script[] =
 	"if #old > 0 then redis.call('HDEL', k, unpack(old)) end\n"
 	"redis.call('EXPIRE', k, 86400)\n"
 	"return n\n";
+
+/*
+ * The forget script (strategy.h, forget): one key of one bucket, every
+ * window size. KEYS[1] = the call's token key; then 4 per size: the hash
+ * of the current window, of the previous one, and of their reservations
+ * (redis_resp.c: all in the key's hash tag, one Cluster slot). ARGV[1] =
+ * the field (the key), ARGV[2] = the number of sizes, ARGV[3 ..] = each
+ * size's TTL (seconds). In every window the field is deleted from the
+ * hash and from its reservations, and REDIS_RESET_FIELD of the hash is
+ * incremented (created if missing, with the hash: a window the key has no
+ * count in is marked too); each hash marked gets its TTL again. Returns
+ * the hits removed ("%.17g", summed over windows and sizes), recorded in
+ * the token key (EX STRATEGY_TOKEN_TTL) in the same atomic step: with a
+ * token key that exists the call was applied before, nothing is changed
+ * and the recorded answer comes back.
+ */
+const char redis_forget_script[] =
+	"local tk, f, n = KEYS[1], ARGV[1], tonumber(ARGV[2])\n"
+	"local rec = redis.call('GET', tk)\n"
+	"if rec then return rec end\n"
+	"local removed = 0\n"
+	"for i = 1, n do\n"
+	"  for w = 0, 1 do\n"
+	"    local h, r = KEYS[4 * i - 2 + w], KEYS[4 * i + w]\n"
+	"    local v = tonumber(redis.call('HGET', h, f) or '0')\n"
+	"    if v then removed = removed + v end\n"
+	"    redis.call('HDEL', h, f)\n"
+	"    redis.call('HDEL', r, f)\n"
+	"    redis.call('HINCRBY', h, '" REDIS_RESET_FIELD "', 1)\n"
+	"    redis.call('EXPIRE', h, ARGV[2 + i])\n"
+	"  end\n"
+	"end\n"
+	"rec = string.format('%.17g', removed)\n"
+	"redis.call('SET', tk, rec, 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	"return rec\n";

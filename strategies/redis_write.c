@@ -10,7 +10,9 @@
  * (redis_push_script) reads the fields with one HMGET, adds the diffs in Lua,
  * writes every changed field back with one HSET, refreshes EXPIRE and
  * returns every total: integral totals as integers, others as "%.17g"
- * strings (exact for a double). A diff of "0" only reads: nothing is
+ * strings (exact for a double), and whether the hash is marked reset (its
+ * REDIS_RESET_FIELD, read in the same HMGET: a key of it was forgotten,
+ * strategy_counter.reset). A diff of "0" only reads: nothing is
  * created. One script call is atomic, so every counter is. Bulk HMGET/HSET
  * rather than one HINCRBYFLOAT per field because HINCRBYFLOAT costs the
  * server several microseconds each (it formats a long double and rewrites
@@ -20,7 +22,9 @@
  * The script is loaded with SCRIPT LOAD while connecting and called with
  * EVALSHA; a NOSCRIPT reply resends that one call as EVAL. A call whose
  * diffs are all 0 (an idle key's read, every sync cycle) is a plain HMGET
- * instead: no token, no WAIT, and a few microseconds of the server's CPU
+ * of its fields and the reset mark instead (the mark is one more field of
+ * the same command: a forget costs an idle node no command): no token, no
+ * WAIT, and a few microseconds of the server's CPU
  * where entering a script costs it 20 to 70.
  *
  * Push tokens (strategy.h: a push with a token is applied at most once).
@@ -187,7 +191,9 @@ static long redis_group_of(struct redis_grouping *gr, const struct strategy_coun
 	return (long)gr->ng++;
 }
 
-/* Reply of one script call: an array of c->n totals in c's order. */
+/* Reply of one script call or HMGET: an array of c->n totals in c's
+ * order, then the hash's reset mark (HMGET: its value or nil; the
+ * script: 1 or 0). */
 static void redis_push_reply(struct redis_call *c, const redisAsyncContext *ac,
 			     const redisReply *reply)
 {
@@ -195,9 +201,10 @@ static void redis_push_reply(struct redis_call *c, const redisAsyncContext *ac,
 
 	if (redis_reply_failed(c, ac, reply)) {
 		/* the op failed */
-	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != c->n) {
-		redis_op_fail(op, "redis: %s returned %s of %zu elements, expected %u totals",
-			      c->ro ? "HMGET" : "push script", redis_reply_type_name(reply->type),
+	} else if (reply->type != REDIS_REPLY_ARRAY || reply->elements != (size_t)c->n + 1) {
+		redis_op_fail(op, "redis: %s returned %s of %zu elements, expected %u totals and "
+			      "the reset mark", c->ro ? "HMGET" : "push script",
+			      redis_reply_type_name(reply->type),
 			      reply->type == REDIS_REPLY_ARRAY ? reply->elements : (size_t)0, c->n);
 	} else {
 		/* All or nothing: a call is confirmed as a whole, so that the
@@ -214,10 +221,15 @@ static void redis_push_reply(struct redis_call *c, const redisAsyncContext *ac,
 				break;
 			}
 		}
+		const redisReply *mark = reply->element[c->n];
+		bool reset = mark->type != REDIS_REPLY_NIL &&
+			     !(mark->type == REDIS_REPLY_INTEGER && mark->integer == 0);
+
 		for (uint32_t j = 0; i == c->n && j < c->n; j++) {
 			struct strategy_counter *ctr = &op->batch[op->order[c->first + j]];
 
 			redis_reply_number(reply->element[j], &ctr->total);
+			ctr->reset = reset;
 		}
 		if (i == c->n)
 			redis_call_applied(c);
@@ -270,6 +282,7 @@ int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t
 			return -1;
 		}
 		batch[i].ok = false;
+		batch[i].reset = false;
 	}
 	op = redis_op_new(s, &redis_push_kind, cb, NULL, arg);
 	if (op == NULL)
@@ -307,6 +320,7 @@ int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t
 
 		ncalls += chunks;
 		cmd_max += chunks * (REDIS_CALL_OVERHEAD + REDIS_BULK_MAX(1) +
+				     REDIS_BULK_MAX(REDIS_RESET_LEN) +
 				     2 * redis_hkey_max(s, gr.g[g].ns_len));
 		if (token)
 			cmd_max += chunks * redis_tkey_max(s, gr.g[g].ns_len, token_len);
@@ -381,12 +395,13 @@ int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t
 				ro = batch[op->order[first + i]].diff == 0;
 			ro = ro && !un;
 			if (ro) {
-				/* Reads only: HMGET <hash> <field 1..k>, no script,
-				 * no token (nothing to apply twice), no WAIT. */
+				/* Reads only: HMGET <hash> <field 1..k> <reset mark>,
+				 * no script, no token (nothing to apply twice), no
+				 * WAIT. */
 				*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
 							  .ro = true,
 							  .begin = (size_t)(p - op->cmd) };
-				p = redis_put_array(p, 2 + k);
+				p = redis_put_array(p, 3 + k);
 				p = redis_put_bulk(p, "HMGET", 5);
 				key = p;
 				p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket,
@@ -398,6 +413,7 @@ int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t
 
 					p = redis_put_bulk(p, ctr->key, ctr->key_len);
 				}
+				p = redis_put_bulk(p, REDIS_RESET_FIELD, REDIS_RESET_LEN);
 				c->end = (size_t)(p - op->cmd);
 				done += k;
 				first += k;

@@ -34,6 +34,11 @@
  *   purge        - delete windows that can no longer matter (stores
  *                  without expiry).
  *
+ * And a fifth, the operator's:
+ *   forget       - a key's counts and reservations set to 0 in the current
+ *                  and previous windows of every size, those windows
+ *                  marked reset (DELETE /keys, docs/OPERATIONS.md).
+ *
  * Counters are identified by (namespace, key, window size, window start);
  * keys are bytes (may hold NULs), counts are doubles. A counter's count
  * holds hits; apart from it the store keeps the counter's reservation:
@@ -78,6 +83,15 @@ struct strategy_counter {
 	                           reservation (which never goes below 0) */
 	double total;           /* out: the store's count after the add */
 	bool ok;                /* out: total is valid */
+	bool reset;             /* out (push_diffs, get_window), with total: a
+	                           key of this counter's window was forgotten
+	                           (forget) since the window began. A node
+	                           writes such a total into its table even when
+	                           it is lower than its count (docs/CLUSTER.md,
+	                           "Forgetting a key"); every other total only
+	                           raises a count. Redis marks the whole hash
+	                           (the key's bucket of 64: every key of it
+	                           reads reset), PostgreSQL the key's row. */
 };
 
 /* A row returned by get_counters. Strings point into the strategy's
@@ -204,6 +218,23 @@ struct strategy_ops {
 	int (*purge)(struct strategy *s, const char *ns, size_t ns_len, const uint32_t *sizes,
 		     size_t nsizes, int64_t now, strategy_done_cb cb, void *arg,
 		     char errstr[STRATEGY_ERR_MAX]);
+
+	/* Forgets key (the stored form) of namespace ns: for each of the
+	 * nsizes window sizes, in the window that holds now (Unix seconds)
+	 * and the one before it, the key's count and its reservation go to
+	 * 0 and the window is marked reset (the next reads of it say so:
+	 * strategy_counter.reset), a window the key has no count in as well.
+	 * One atomic step; token (required, at most STRATEGY_TOKEN_MAX
+	 * bytes): applied at most once, a resend with the same token (and
+	 * the same arguments) changes nothing more and gets the same answer.
+	 * *removed, before cb runs with status 0: the hits the first
+	 * application removed, summed over the windows and sizes (a
+	 * reservation is not hits). NULL: the store keeps no counts
+	 * (local). */
+	int (*forget)(struct strategy *s, const char *ns, size_t ns_len, const char *key,
+		      size_t key_len, const uint32_t *sizes, size_t nsizes, int64_t now,
+		      const char *token, double *removed, strategy_done_cb cb, void *arg,
+		      char errstr[STRATEGY_ERR_MAX]);
 
 	/* Is the instance connected and usable right now? */
 	bool (*ready)(const struct strategy *s);

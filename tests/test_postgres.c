@@ -195,7 +195,8 @@ Test(postgres, table_created_if_missing)
 			   out, sizeof(out)),
 		     1);
 	cr_assert_str_eq(out, "namespace text, key bytea, window_start bigint, window_size "
-			      "integer, count double precision, reserved double precision");
+			      "integer, count double precision, reserved double precision, "
+			      "reset boolean");
 	/* A second instance finds it and works with it. */
 	s2 = make_ready("t_created", NULL);
 	ops->destroy(s2);
@@ -220,6 +221,8 @@ Test(postgres, table_of_an_earlier_version_gets_the_reserved_column)
 	st_push_ok(s, c, 1, NULL);
 	EQ(c[0].total, 7);
 	cr_assert_eq(query_int("SELECT count(*) FROM t_old WHERE reserved = 0"), 1);
+	/* ... and the forgotten windows' mark (forget), unset. */
+	cr_assert_eq(query_int("SELECT count(*) FROM t_old WHERE NOT reset"), 1);
 	ops->destroy(s);
 }
 
