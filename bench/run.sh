@@ -24,7 +24,7 @@
 #   profile  perf profile of one worker under spop_load (not in the default)
 #   alloc    heap allocations (valgrind) for N and 10 N messages (idem)
 #   baseline this agent vs $BENCH_BASELINE (an older binary), interleaved:
-#            SPOP msgs/s, HTTP checks/s and variant $BENCH_BASELINE_VARIANT
+#            SPOP msgs/s, HTTP checks/s and the variants of $BENCH_BASELINE_VARIANT
 #            (C) (not in the default)
 #   scale    N agents (one worker each) on one Redis for each N of
 #            $BENCH_SCALE_NODES (10 50 100), one spop_load driving them all:
@@ -967,7 +967,7 @@ part_baseline() {
     return 0
   fi
   : > "$RAW/baseline-spop.txt"; : > "$RAW/baseline-http.txt"
-  rm -f "$RAW/baseline-e2e-old.txt" "$RAW/baseline-e2e-new.txt"
+  rm -f "$RAW"/baseline-e2e-*.txt
   for r in $(seq 1 "$rounds"); do
     for b in old new; do
       if [ "$b" = old ]; then AGENT=$base; else AGENT=$save; fi
@@ -993,14 +993,16 @@ part_baseline() {
         say "baseline $b round=$r http checks/s=$(wrk_field "$RAW/baseline-http-$b-$r.txt" rps)"
       fi
       if command -v haproxy >/dev/null 2>&1 && command -v wrk >/dev/null 2>&1; then
-        E2E_TXT=$RAW/baseline-e2e-$b.txt e2e_run "$bv" "$r" || say "baseline $b variant $bv round $r failed"
+        for v in $bv; do
+          E2E_TXT=$RAW/baseline-e2e-$v-$b.txt e2e_run "$v" "$r" || say "baseline $b variant $v round $r failed"
+        done
       fi
     done
   done
   AGENT=$save
   md "Baseline: \`$base\`; this agent: \`$AGENT\`. $rounds rounds, each: baseline then this agent, for"
   md "\`spop_load -m ratelimit\` at max (1 worker, as in part 2), the HTTP front under wrk (1 worker, one check at a"
-  md "time per connection, as part 2b) and one variant $bv run (as in part 3). Medians."
+  md "time per connection, as part 2b) and one run of each variant of \"$bv\" (as in part 3). Medians."
   md ""
   md "| measurement | baseline | this agent | change |"
   md "|---|---|---|---|"
@@ -1018,22 +1020,24 @@ part_baseline() {
     bl_row "HTTP checks/s, 1 worker (wrk -c$HTTP_CONNS)" "$(bl_col "$RAW/baseline-http.txt" 3 old)" \
       "$(bl_col "$RAW/baseline-http.txt" 3 new)"
   fi
-  if [ -s "$RAW/baseline-e2e-old.txt" ] && [ -s "$RAW/baseline-e2e-new.txt" ]; then
-    bl_row "variant $bv req/s" "$(bl_col "$RAW/baseline-e2e-old.txt" 3)" \
-      "$(bl_col "$RAW/baseline-e2e-new.txt" 3)"
-    bl_row "variant $bv agent CPU µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 8)" \
-      "$(bl_col "$RAW/baseline-e2e-new.txt" 8)"
-    if [ -n "$(bl_col "$RAW/baseline-e2e-new.txt" 11)" ]; then
-      bl_row "variant $bv Redis commands/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 11)" \
-        "$(bl_col "$RAW/baseline-e2e-new.txt" 11)"
-      bl_row "variant $bv Redis command µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 12)" \
-        "$(bl_col "$RAW/baseline-e2e-new.txt" 12)"
-      bl_row "variant $bv Redis CPU µs/req" "$(bl_col "$RAW/baseline-e2e-old.txt" 13)" \
-        "$(bl_col "$RAW/baseline-e2e-new.txt" 13)"
+  for v in $bv; do
+    local o=$RAW/baseline-e2e-$v-old.txt n=$RAW/baseline-e2e-$v-new.txt
+    [ -s "$o" ] && [ -s "$n" ] || continue
+    bl_row "variant $v req/s" "$(bl_col "$o" 3)" \
+      "$(bl_col "$n" 3)"
+    bl_row "variant $v agent CPU µs/req" "$(bl_col "$o" 8)" \
+      "$(bl_col "$n" 8)"
+    if [ -n "$(bl_col "$n" 11)" ]; then
+      bl_row "variant $v Redis commands/req" "$(bl_col "$o" 11)" \
+        "$(bl_col "$n" 11)"
+      bl_row "variant $v Redis command µs/req" "$(bl_col "$o" 12)" \
+        "$(bl_col "$n" 12)"
+      bl_row "variant $v Redis CPU µs/req" "$(bl_col "$o" 13)" \
+        "$(bl_col "$n" 13)"
     fi
-  fi
+  done
   md ""
-  md "Every run: \`$RAW/baseline-spop.txt\` (binary, round, msgs/s, agent µs/msg), \`baseline-e2e-*.txt\` (as e2e.txt)."
+  md "Every run: \`$RAW/baseline-spop.txt\` (binary, round, msgs/s, agent µs/msg), \`baseline-e2e-V-old|new.txt\` (as e2e.txt)."
   md ""
 }
 
