@@ -126,19 +126,32 @@ static int admin_ns(struct rl *rl, const struct admin_args *a, char *out, size_t
 	return ns;
 }
 
+/* The arguments of /keys (namespace and key, decoded into dec) and the
+ * namespace's index; or -1 with *status the error answered. */
+static int admin_key_args(struct rl *rl, const char *query, size_t qlen, char *dec, size_t declen,
+			  struct admin_args *a, char *out, size_t cap, int *status)
+{
+	const char *why = admin_parse(query, qlen, dec, declen, a);
+
+	if (why) {
+		*status = admin_error(out, cap, 400, why);
+		return -1;
+	}
+	if (!a->key || a->key_len == 0) {
+		*status = admin_error(out, cap, 400, "missing key");
+		return -1;
+	}
+	return admin_ns(rl, a, out, cap, status);
+}
+
 int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *out, size_t cap)
 {
 	char dec[HTTP_LINE_MAX];
 	struct admin_args a;
-	const char *why = admin_parse(query, qlen, dec, sizeof(dec), &a);
 	int status = 0, ns;
 	size_t o = 0;
 
-	if (why)
-		return admin_error(out, cap, 400, why);
-	if (!a.key || a.key_len == 0)
-		return admin_error(out, cap, 400, "missing key");
-	if ((ns = admin_ns(rl, &a, out, cap, &status)) < 0)
+	if ((ns = admin_key_args(rl, query, qlen, dec, sizeof(dec), &a, out, cap, &status)) < 0)
 		return status;
 	const struct ns_def *nsc = rl_namespace_def(rl, ns);
 	bool sliding = nsc->window_type == NS_WINDOW_SLIDING;
@@ -205,15 +218,10 @@ int admin_forget(struct rl *rl, struct sync *sy, const char *query, size_t qlen,
 {
 	char dec[HTTP_LINE_MAX], stored[RL_STORED_KEY_MAX];
 	struct admin_args a;
-	const char *why = admin_parse(query, qlen, dec, sizeof(dec), &a);
 	int status = 0, ns;
 	double removed = 0;
 
-	if (why)
-		return admin_error(out, cap, 400, why);
-	if (!a.key || a.key_len == 0)
-		return admin_error(out, cap, 400, "missing key");
-	if ((ns = admin_ns(rl, &a, out, cap, &status)) < 0)
+	if ((ns = admin_key_args(rl, query, qlen, dec, sizeof(dec), &a, out, cap, &status)) < 0)
 		return status;
 	const struct ns_def *nsc = rl_namespace_def(rl, ns);
 	for (size_t i = 0; i < nsc->n_window_sizes; i++) {

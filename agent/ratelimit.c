@@ -746,16 +746,16 @@ unsigned rl_shm_win(const struct rl *rl, int ns, uint32_t size)
 	return win < 0 ? SHM_MAX_WIN : rl->ns[ns].wid[win];
 }
 
-int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
-	       bool sliding, struct rl_key_info *out)
+/* A client key's slots in window `size` at `now`: the current one and the
+ * one before (SHM_NONE where there is none). Returns 0 or -1 (rl_errno()). */
+static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+			double now, struct shm_ref *cur, struct shm_ref *prev)
 {
 	const struct rl_ns *n;
 	struct shm_key k;
-	struct shm_ref cur, prev;
 	char digest[RL_DIGEST_LEN + 1];
 	int win;
 
-	memset(out, 0, sizeof(*out));
 	if (ns < 0 || (size_t)ns >= rl->n_ns)
 		return rl_fail(rl, RL_ERR_NAMESPACE);
 	n = &rl->ns[ns];
@@ -771,9 +771,20 @@ int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 	int64_t start = window_start(now, size);
-	shm_find(rl->shm, &k, start, start - (int64_t)size, &cur, &prev);
+	shm_find(rl->shm, &k, start, start - (int64_t)size, cur, prev);
+	return 0;
+}
+
+int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
+	       bool sliding, struct rl_key_info *out)
+{
+	struct shm_ref cur, prev;
+
+	memset(out, 0, sizeof(*out));
+	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev) < 0)
+		return -1;
 	out->size = size;
-	out->start = start;
+	out->start = window_start(now, size);
 	out->found = cur.idx != SHM_NONE;
 	out->count = shm_read_count(rl->shm, &cur);
 	out->diff = shm_read_diff(rl->shm, &cur);
@@ -788,29 +799,11 @@ int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 int rl_forget(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, double now,
 	      double *removed)
 {
-	const struct rl_ns *n;
-	struct shm_key k;
 	struct shm_ref cur, prev;
-	char digest[RL_DIGEST_LEN + 1];
-	int win;
 
 	*removed = 0;
-	if (ns < 0 || (size_t)ns >= rl->n_ns)
-		return rl_fail(rl, RL_ERR_NAMESPACE);
-	n = &rl->ns[ns];
-	if ((win = rl_win_index(n, size)) < 0)
-		return rl_fail(rl, RL_ERR_WINDOW);
-	if (!key || keylen == 0)
-		return rl_fail(rl, RL_ERR_KEY);
-	if (rl_needs_digest(key, keylen)) {
-		rl_digest(rl, key, keylen, digest);
-		key = digest;
-		keylen = RL_DIGEST_LEN;
-	}
-	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
-		return rl_fail(rl, RL_ERR_KEY);
-	int64_t start = window_start(now, size);
-	shm_find(rl->shm, &k, start, start - (int64_t)size, &cur, &prev);
+	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev) < 0)
+		return -1;
 	*removed = shm_sync_forget(rl->shm, &cur) + shm_sync_forget(rl->shm, &prev);
 	return 0;
 }

@@ -77,6 +77,19 @@
 	{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4, PG_OID_FLOAT8, PG_OID_FLOAT8, \
 	  PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL, PG_OID_FLOAT8, PG_OID_INT4, PG_OID_BYTEA }
 
+/* What rl_upsert and rl_upsert_tok share: a row met adds its count and
+ * reservation (never below 0), and every row comes back with its reset
+ * mark; their parameters' types. */
+#define PG_SQL_UPSERT_TAIL \
+	" ON CONFLICT (namespace, window_size, window_start, key)" \
+	" DO UPDATE SET count = t.count + EXCLUDED.count," \
+	" reserved = CASE WHEN EXCLUDED.reserved = 0 THEN t.reserved" \
+	" ELSE greatest(t.reserved + EXCLUDED.reserved, 0) END" \
+	" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count, t.reset"
+#define PG_UPSERT_TYPES \
+	{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY, \
+	  PG_OID_FLOAT8_ARRAY, PG_OID_FLOAT8_ARRAY }
+
 const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 	/* $1..$6: namespaces, keys, starts, sizes, what to add to the counts
 	 * (diff + grants spent), what to add to the reservations (- grants
@@ -88,14 +101,9 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count, reserved)"
 		" SELECT * FROM unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[],"
 		" $5::float8[], $6::float8[])"
-		" ON CONFLICT (namespace, window_size, window_start, key)"
-		" DO UPDATE SET count = t.count + EXCLUDED.count,"
-		" reserved = CASE WHEN EXCLUDED.reserved = 0 THEN t.reserved"
-		" ELSE greatest(t.reserved + EXCLUDED.reserved, 0) END"
-		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count, t.reset",
+		PG_SQL_UPSERT_TAIL,
 		6,
-		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
-		  PG_OID_FLOAT8_ARRAY, PG_OID_FLOAT8_ARRAY },
+		PG_UPSERT_TYPES,
 	},
 	/* The same identities, read only; absent rows are not returned. */
 	[PG_STMT_READ] = {
@@ -154,14 +162,9 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		" FROM (SELECT current_setting('" PG_GUC_FRESH "') = 'y' AS fresh) AS f,"
 		" unnest($1::text[], $2::bytea[], $3::int8[], $4::int4[], $5::float8[],"
 		" $6::float8[]) AS u(namespace, key, window_start, window_size, count, reserved)"
-		" ON CONFLICT (namespace, window_size, window_start, key)"
-		" DO UPDATE SET count = t.count + EXCLUDED.count,"
-		" reserved = CASE WHEN EXCLUDED.reserved = 0 THEN t.reserved"
-		" ELSE greatest(t.reserved + EXCLUDED.reserved, 0) END"
-		" RETURNING t.namespace, t.key, t.window_start, t.window_size, t.count, t.reset",
+		PG_SQL_UPSERT_TAIL,
 		6,
-		{ PG_OID_TEXT_ARRAY, PG_OID_BYTEA_ARRAY, PG_OID_INT8_ARRAY, PG_OID_INT4_ARRAY,
-		  PG_OID_FLOAT8_ARRAY, PG_OID_FLOAT8_ARRAY },
+		PG_UPSERT_TYPES,
 	},
 	/* Admissions (one transaction each): the row first, so that it can
 	 * be locked. */
