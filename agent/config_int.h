@@ -78,10 +78,24 @@ struct cfg_parser {
 
 /* A key of a JSON object: its setter reads one value into the object the
  * table is for (a struct config or a struct ns_def). */
+/* A key of an object: its own setter, or (set NULL) a plain field of the
+ * target described by the table (CFG_INT, CFG_FLAG): an integer in
+ * [lo, hi] or true/false, stored at off (size bytes). */
 struct cfg_key {
 	const char *name;
 	int (*set)(struct cfg_parser *p, json_t *v, void *obj);
+	enum { CFG_KEY_OWN, CFG_KEY_INT, CFG_KEY_FLAG } kind;
+	size_t off, size;
+	long long lo, hi;
 };
+
+/* The key is the field's name. */
+#define CFG_INT(type, field, min, max)                                                   \
+	{ .name = #field, .kind = CFG_KEY_INT, .off = offsetof(type, field),             \
+	  .size = sizeof(((type *)0)->field), .lo = (min), .hi = (max) }
+#define CFG_FLAG(type, field)                                                            \
+	{ .name = #field, .kind = CFG_KEY_FLAG, .off = offsetof(type, field),            \
+	  .size = sizeof(((type *)0)->field) }
 
 #define CFG_N_KEYS(t) (sizeof(t) / sizeof((t)[0]))
 

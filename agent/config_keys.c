@@ -78,17 +78,6 @@ static int cfg_set_workers(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
-static int cfg_set_max_keys(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, CFG_MAX_KEYS_MIN, CFG_MAX_KEYS_MAX, &x) < 0)
-		return -1;
-	c->max_keys = (size_t)x;
-	return 0;
-}
-
 static int cfg_set_message_prefix(struct cfg_parser *p, json_t *v, void *obj)
 {
 	static const char what[] = "1..31 characters of [A-Za-z0-9_.-]";
@@ -105,50 +94,6 @@ static int cfg_set_var_scope(struct cfg_parser *p, json_t *v, void *obj)
 	struct config *c = obj;
 
 	return cfg_want_enum(p, v, cfg_scope_names, SPOP_SCOPE_COUNT, &c->var_scope);
-}
-
-static int cfg_set_max_frame_size(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, SPOP_MIN_FRAME_SIZE, CFG_FRAME_MAX, &x) < 0)
-		return -1;
-	c->max_frame_size = (uint32_t)x;
-	return 0;
-}
-
-static int cfg_set_max_connections(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 1, CFG_CONN_MAX, &x) < 0)
-		return -1;
-	c->max_connections = (uint32_t)x;
-	return 0;
-}
-
-static int cfg_set_idle_timeout_ms(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 1, CFG_TIMEOUT_MAX_MS, &x) < 0)
-		return -1;
-	c->idle_timeout_ms = (uint32_t)x;
-	return 0;
-}
-
-static int cfg_set_frame_timeout_ms(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 1, CFG_TIMEOUT_MAX_MS, &x) < 0)
-		return -1;
-	c->frame_timeout_ms = (uint32_t)x;
-	return 0;
 }
 
 static int cfg_set_log_level(struct cfg_parser *p, json_t *v, void *obj)
@@ -197,17 +142,6 @@ static int cfg_set_http_listen(struct cfg_parser *p, json_t *v, void *obj)
 	return cfg_set_addr(p, v, ((struct config *)obj)->http_listen);
 }
 
-static int cfg_set_http_deny_status(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 400, 599, &x) < 0)
-		return -1;
-	c->http_deny_status = (int)x;
-	return 0;
-}
-
 /* Visible ASCII, no space: it travels in "Authorization: Bearer <token>". */
 static int cfg_set_token(struct cfg_parser *p, json_t *v, char *dst)
 {
@@ -238,120 +172,36 @@ static int cfg_set_http_admin_token(struct cfg_parser *p, json_t *v, void *obj)
 	return cfg_set_token(p, v, ((struct config *)obj)->http_admin_token);
 }
 
-static int cfg_set_top_keys(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 0, 1024, &x) < 0)
-		return -1;
-	c->top_keys = (unsigned)x;
-	return 0;
-}
-
-static int cfg_set_top_sample(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 1, 1024, &x) < 0)
-		return -1;
-	c->top_sample = (unsigned)x;
-	return 0;
-}
-
-static int cfg_set_http_metrics_token(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-
-	if (!json_is_boolean(v))
-		return cfg_fail_type(p, v, "true or false");
-	c->http_metrics_token = json_is_true(v);
-	return 0;
-}
-
-static int cfg_set_collect_us(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 0, CFG_COLLECT_MAX_US, &x) < 0)
-		return -1;
-	c->collect_us = (uint32_t)x;
-	return 0;
-}
-
-static int cfg_set_sched_batch(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-
-	if (!json_is_boolean(v))
-		return cfg_fail_type(p, v, "true or false");
-	c->sched_batch = json_is_true(v);
-	return 0;
-}
-
-static int cfg_set_http_max_connections(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 1, CFG_CONN_MAX, &x) < 0)
-		return -1;
-	c->http_max_connections = (uint32_t)x;
-	return 0;
-}
-
-static int cfg_set_http_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, (long long)CFG_HTTP_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX, &x) < 0)
-		return -1;
-	c->http_max_buffer_memory = (size_t)x;
-	return 0;
-}
-
-static int cfg_set_max_buffer_memory(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct config *c = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX, &x) < 0)
-		return -1;
-	c->max_buffer_memory = (size_t)x;
-	return 0;
-}
-
 static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "listen",           .set = cfg_set_listen },
 	{ .name = "workers",          .set = cfg_set_workers },
-	{ .name = "max_keys",         .set = cfg_set_max_keys },
+	CFG_INT(struct config, max_keys, CFG_MAX_KEYS_MIN, CFG_MAX_KEYS_MAX),
 	{ .name = "namespaces",       .set = cfg_set_namespaces },
 	{ .name = "message_prefix",   .set = cfg_set_message_prefix },
 	{ .name = "var_scope",        .set = cfg_set_var_scope },
-	{ .name = "max_frame_size",   .set = cfg_set_max_frame_size },
-	{ .name = "max_connections",  .set = cfg_set_max_connections },
-	{ .name = "idle_timeout_ms",  .set = cfg_set_idle_timeout_ms },
-	{ .name = "frame_timeout_ms", .set = cfg_set_frame_timeout_ms },
+	CFG_INT(struct config, max_frame_size, SPOP_MIN_FRAME_SIZE, CFG_FRAME_MAX),
+	CFG_INT(struct config, max_connections, 1, CFG_CONN_MAX),
+	CFG_INT(struct config, idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS),
+	CFG_INT(struct config, frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS),
 	{ .name = "log_level",        .set = cfg_set_log_level },
 	{ .name = "key_secret",       .set = cfg_set_key_secret },
-	{ .name = "max_buffer_memory", .set = cfg_set_max_buffer_memory },
+	CFG_INT(struct config, max_buffer_memory,
+		(long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX),
 	{ .name = "listen_mode",      .set = cfg_set_listen_mode },
 	{ .name = "listen_owner",     .set = cfg_set_listen_owner },
 	{ .name = "http_listen",      .set = cfg_set_http_listen },
-	{ .name = "http_deny_status", .set = cfg_set_http_deny_status },
+	CFG_INT(struct config, http_deny_status, 400, 599),
 	{ .name = "http_token",       .set = cfg_set_http_token },
-	{ .name = "http_metrics_token", .set = cfg_set_http_metrics_token },
+	CFG_FLAG(struct config, http_metrics_token),
 	{ .name = "http_admin_token", .set = cfg_set_http_admin_token },
-	{ .name = "top_keys",         .set = cfg_set_top_keys },
-	{ .name = "top_sample",       .set = cfg_set_top_sample },
-	{ .name = "http_max_connections", .set = cfg_set_http_max_connections },
-	{ .name = "http_max_buffer_memory", .set = cfg_set_http_max_buffer_memory },
+	CFG_INT(struct config, top_keys, 0, 1024),
+	CFG_INT(struct config, top_sample, 1, 1024),
+	CFG_INT(struct config, http_max_connections, 1, CFG_CONN_MAX),
+	CFG_INT(struct config, http_max_buffer_memory,
+		(long long)CFG_HTTP_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX),
 	{ .name = "state_file",       .set = cfg_set_state_file },
-	{ .name = "sched_batch",      .set = cfg_set_sched_batch },
-	{ .name = "collect_us",       .set = cfg_set_collect_us },
+	CFG_FLAG(struct config, sched_batch),
+	CFG_INT(struct config, collect_us, 0, CFG_COLLECT_MAX_US),
 };
 
 int cfg_parse_top(struct cfg_parser *p, json_t *root, struct config *c)

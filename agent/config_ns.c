@@ -135,37 +135,6 @@ static int cfg_set_ns_window_type(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
-static int cfg_set_ns_shadow(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct ns_def *ns = obj;
-
-	if (!json_is_boolean(v))
-		return cfg_fail_type(p, v, "true or false");
-	ns->shadow = json_is_true(v);
-	return 0;
-}
-
-static int cfg_set_ns_count_denied(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct ns_def *ns = obj;
-
-	if (!json_is_boolean(v))
-		return cfg_fail_type(p, v, "true or false");
-	ns->count_denied = json_is_true(v);
-	return 0;
-}
-
-static int cfg_set_ns_max_keys(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct ns_def *ns = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 1, CFG_MAX_KEYS_MAX, &x) < 0)
-		return -1;
-	ns->max_keys = (size_t)x;
-	return 0;
-}
-
 static int cfg_set_ns_admission(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct ns_def *ns = obj;
@@ -272,27 +241,6 @@ static int cfg_set_ns_max_cost(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
-static int cfg_set_ns_caller_admission(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct ns_def *ns = obj;
-
-	if (!json_is_boolean(v))
-		return cfg_fail_type(p, v, "true or false");
-	ns->caller_admission = json_is_true(v);
-	return 0;
-}
-
-static int cfg_set_ns_delay_max_ms(struct cfg_parser *p, json_t *v, void *obj)
-{
-	struct ns_def *ns = obj;
-	long long x = 0;
-
-	if (cfg_want_int(p, v, 0, NS_DELAY_MAX_MS, &x) < 0)
-		return -1;
-	ns->delay_max_ms = (uint32_t)x;
-	return 0;
-}
-
 static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "name",          .set = cfg_set_ns_name },
 	{ .name = "window_sizes",  .set = cfg_set_ns_window_sizes },
@@ -300,16 +248,16 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "strategy",      .set = cfg_set_ns_strategy },
 	{ .name = "strategy_opts", .set = cfg_set_ns_strategy_opts },
 	{ .name = "window_type",   .set = cfg_set_ns_window_type },
-	{ .name = "count_denied",  .set = cfg_set_ns_count_denied },
-	{ .name = "shadow",        .set = cfg_set_ns_shadow },
-	{ .name = "max_keys",      .set = cfg_set_ns_max_keys },
+	CFG_FLAG(struct ns_def, count_denied),
+	CFG_FLAG(struct ns_def, shadow),
+	CFG_INT(struct ns_def, max_keys, 1, CFG_MAX_KEYS_MAX),
 	{ .name = "on_table_full", .set = cfg_set_ns_on_table_full },
 	{ .name = "admission",     .set = cfg_set_ns_admission },
 	{ .name = "limit",         .set = cfg_set_ns_limit },
 	{ .name = "caller_limit",  .set = cfg_set_ns_caller_limit },
 	{ .name = "max_cost",      .set = cfg_set_ns_max_cost },
-	{ .name = "caller_admission", .set = cfg_set_ns_caller_admission },
-	{ .name = "delay_max_ms",  .set = cfg_set_ns_delay_max_ms },
+	CFG_FLAG(struct ns_def, caller_admission),
+	CFG_INT(struct ns_def, delay_max_ms, 0, NS_DELAY_MAX_MS),
 };
 
 /* namespaces[i], an object, into c->ns[i]. */

@@ -253,6 +253,40 @@ static int cfg_unknown_key(struct cfg_parser *p, const struct cfg_key *keys, siz
 
 /* Applies every key of obj through the table; the first unknown key or
  * bad value fails. */
+/* v into the target's field as key k says (struct cfg_key). */
+static int cfg_set_key(struct cfg_parser *p, const struct cfg_key *k, json_t *v, void *target)
+{
+	unsigned char *field = (unsigned char *)target + k->off;
+	long long x = 0;
+
+	switch (k->kind) {
+	case CFG_KEY_OWN:
+		return k->set(p, v, target);
+	case CFG_KEY_FLAG:
+		if (!json_is_boolean(v))
+			return cfg_fail_type(p, v, "true or false");
+		_Static_assert(sizeof(bool) == 1, "flags are one byte");
+		*field = json_is_true(v);
+		return 0;
+	case CFG_KEY_INT:
+		if (cfg_want_int(p, v, k->lo, k->hi, &x) < 0)
+			return -1;
+		/* Fields of 8 bytes (size_t) or 4 (int, unsigned, uint32_t:
+		 * lo >= 0, so the bytes are the same). */
+		if (k->size == sizeof(uint64_t)) {
+			uint64_t u = (uint64_t)x;
+			memcpy(field, &u, sizeof(u));
+		} else if (k->size == sizeof(uint32_t) && k->lo >= 0) {
+			uint32_t u = (uint32_t)x;
+			memcpy(field, &u, sizeof(u));
+		} else {
+			return cfg_fail(p, "internal: no integer field of %zu bytes", k->size);
+		}
+		return 0;
+	}
+	return -1;
+}
+
 int cfg_parse_object(struct cfg_parser *p, json_t *obj, const struct cfg_key *keys, size_t n,
 		     void *target)
 {
@@ -267,7 +301,7 @@ int cfg_parse_object(struct cfg_parser *p, json_t *obj, const struct cfg_key *ke
 				break;
 		if (i == n)
 			return cfg_unknown_key(p, keys, n, key);
-		if (keys[i].set(p, v, target) < 0)
+		if (cfg_set_key(p, &keys[i], v, target) < 0)
 			return -1;
 		cfg_path_pop(p, mark);
 	}
