@@ -34,6 +34,8 @@
 #   store    what one node costs Redis: idle, 1,000 hits/s on 1 and 100
 #            keys (commands/s, command µs/s, Redis CPU), this agent and
 #            $BENCH_BASELINE if given, interleaved (not in the default)
+#   top      the heavy-hitters summaries (GET /top) on the SPOP hit path:
+#            off, default, every hit recorded, interleaved (not in the default)
 # Default: $BENCH_PARTS, else core spop http e2e versions nginx sync (about 10
 # minutes on 2 cores); profile and alloc add about a minute more.
 #
@@ -1041,6 +1043,54 @@ part_baseline() {
   md ""
 }
 
+# ------------------------------------------------------------------- top ---
+
+# part_top: what the heavy-hitters summaries (GET /top) cost the hit path:
+# the agent (1 worker) under spop_load -m ratelimit at max, over
+# $BENCH_KEYS keys, with the default summaries (top_keys 64, top_sample 16),
+# with every hit recorded (top_sample 1) and with none (top_keys 0),
+# interleaved, BENCH_TOP_ROUNDS (5) rounds; medians of msgs/s and agent
+# CPU per message.
+part_top() {
+  local rounds=${BENCH_TOP_ROUNDS:-5} r v port line
+  say "== top (the heavy-hitters summaries on the hit path)"
+  md "## 6. The heavy-hitters summaries on the hit path (part \`top\`)"
+  md ""
+  if [ ! -x "$LOAD" ]; then
+    say "spop_load not built: skipped"; md "spop_load not built: skipped."; md ""
+    return 0
+  fi
+  printf '{"top_keys": 64, "top_sample": 16}\n' > "$RAW/top-default.json"
+  printf '{"top_keys": 64, "top_sample": 1}\n' > "$RAW/top-every.json"
+  printf '{"top_keys": 0}\n' > "$RAW/top-off.json"
+  : > "$RAW/top.txt"
+  for r in $(seq 1 "$rounds"); do
+    for v in off default every; do
+      free_port port || return 1
+      start_agent "$port" 0 -w 1 -c "$RAW/top-$v.json" || return 1
+      line=$(spop_run "top-$v" 1 -p "$port" -m ratelimit)
+      stop_agent
+      echo "$v $r $(field "$line" msgs_per_s) $(field "$line" agent_cpu_us)" >> "$RAW/top.txt"
+      say "top $v round=$r msgs/s=$(field "$line" msgs_per_s) agent_us/msg=$(field "$line" agent_cpu_us)"
+    done
+  done
+  local off_m off_c
+  off_m=$(awk '$1 == "off" { print $3 }' "$RAW/top.txt" | median)
+  off_c=$(awk '$1 == "off" { print $4 }' "$RAW/top.txt" | median)
+  md "\`spop_load -m ratelimit\` at max ($KEYS keys, $CONNS connections, $INFLIGHT in flight each), the agent"
+  md "(1 worker) on CPU 0, the load on CPU 1; off, default, every hit interleaved, $rounds rounds; medians."
+  md ""
+  md "| summaries | msgs/s | vs off | agent CPU µs/msg | vs off |"
+  md "|---|---|---|---|---|"
+  for v in off default every; do
+    local m c
+    m=$(awk -v v="$v" '$1 == v { print $3 }' "$RAW/top.txt" | median)
+    c=$(awk -v v="$v" '$1 == v { print $4 }' "$RAW/top.txt" | median)
+    md "| $v ($(tr -d '{}"\n' < "$RAW/top-$v.json")) | $m | $(awk -v a="$m" -v b="$off_m" 'BEGIN { printf "%+.1f %%", (a / b - 1) * 100 }') | $c | $(awk -v a="$c" -v b="$off_c" 'BEGIN { printf "%+.1f %%", (a / b - 1) * 100 }') |"
+  done
+  md ""
+}
+
 # ----------------------------------------------------------------- store ---
 
 # store_window SECONDS CMD...: runs CMD (or sleeps SECONDS without one) and
@@ -2011,8 +2061,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|e2e|versions|nginx|sync|profile|alloc|baseline|scale|store) ;;
-    *) echo "bench: unknown part '$part' (core spop http e2e versions nginx sync profile alloc baseline scale store)" >&2; exit 2 ;;
+    core|spop|http|e2e|versions|nginx|sync|profile|alloc|baseline|scale|store|top) ;;
+    *) echo "bench: unknown part '$part' (core spop http e2e versions nginx sync profile alloc baseline scale store top)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)
