@@ -360,6 +360,13 @@ size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, dou
 	size_t np = 0;
 	bool denied = false;
 
+	/* The usual request: one message, one window, one part (nothing to
+	 * take back or to key for the store across parts). */
+	if (n == 1 && maxparts > 0 && (rq->window != 0 || rq->arg_error)) {
+		decide_one(d, rq, now, &parts[0]);
+		parts[0].req = 0;
+		return 1;
+	}
 	for (size_t i = 0; i < n && np < maxparts; i++) {
 		uint32_t wins[NS_MAX_WINDOWS];
 		size_t nw = batch_windows(d, &rq[i], wins);

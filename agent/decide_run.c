@@ -22,7 +22,12 @@ struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq,
 	*np = decide_batch(d, rq, n, now, parts, maxparts);
 	if (decide_needs_store(parts, *np))
 		return decide_hold(d, parts, *np, now, owner, deliver, owned);
-	return delay_hold(d, rq, n, parts, *np, now, owner, deliver, owned);
+	/* Only a decision with a part over its limit may be delayed (the
+	 * usual answer, under every limit, skips delay_hold). */
+	bool over = *np == 0;
+	for (size_t k = 0; k < *np && !over; k++)
+		over = parts[k].exceeded;
+	return over ? delay_hold(d, rq, n, parts, *np, now, owner, deliver, owned) : NULL;
 }
 
 void decide_free(struct decide *d)

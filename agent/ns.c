@@ -46,45 +46,9 @@ void ns_def_init(struct ns_def *d)
 	d->caller_limit = NS_CALLER_LOWER;
 }
 
-int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
-{
-	for (size_t i = 0; i < d->n_limits; i++)
-		if (d->limits[i].window == window || d->limits[i].window == NS_EVERY_WINDOW)
-			return d->limits[i].limit;
-	return NS_LIMIT_NONE;
-}
-
 bool ns_has_limits(const struct ns_def *d)
 {
 	return d->n_limits > 0;
-}
-
-double ns_max_cost(const struct ns_def *d)
-{
-	int64_t most = NS_LIMIT_NONE;
-
-	if (d->max_cost != 0)
-		return d->max_cost;
-	for (size_t i = 0; i < d->n_limits; i++)
-		if (d->limits[i].limit > most)
-			most = d->limits[i].limit;
-	if (most == NS_LIMIT_NONE)
-		return (double)NS_LIMIT_MAX;
-	return most < 1 ? 1.0 : (double)most;
-}
-
-bool ns_effective_limit(const struct ns_def *d, int64_t configured, bool has, int64_t caller,
-			int64_t *out)
-{
-	if (configured == NS_LIMIT_NONE) {
-		*out = caller;
-		return has;
-	}
-	*out = configured;
-	if (has && (d->caller_limit == NS_CALLER_ANY ||
-		    (d->caller_limit == NS_CALLER_LOWER && caller < configured)))
-		*out = caller;
-	return true;
 }
 
 enum ns_admission ns_admission_of(const struct ns_def *d)

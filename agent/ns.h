@@ -117,20 +117,49 @@ void ns_def_init(struct ns_def *d);
 enum ns_admission ns_admission_of(const struct ns_def *d);
 
 /* The limit configured for a window size, or NS_LIMIT_NONE. */
-int64_t ns_limit_of(const struct ns_def *d, uint32_t window);
+static inline int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
+{
+	for (size_t i = 0; i < d->n_limits; i++)
+		if (d->limits[i].window == window || d->limits[i].window == NS_EVERY_WINDOW)
+			return d->limits[i].limit;
+	return NS_LIMIT_NONE;
+}
 
 /* Does the namespace configure any limit? */
 bool ns_has_limits(const struct ns_def *d);
 
 /* The largest cost a request may carry: max_cost, or by default the
  * largest configured limit (at least 1), or NS_LIMIT_MAX without one. */
-double ns_max_cost(const struct ns_def *d);
+static inline double ns_max_cost(const struct ns_def *d)
+{
+	int64_t most = NS_LIMIT_NONE;
+
+	if (d->max_cost != 0)
+		return d->max_cost;
+	for (size_t i = 0; i < d->n_limits; i++)
+		if (d->limits[i].limit > most)
+			most = d->limits[i].limit;
+	if (most == NS_LIMIT_NONE)
+		return (double)NS_LIMIT_MAX;
+	return most < 1 ? 1.0 : (double)most;
+}
 
 /* The limit a request is decided against, from the configured one
  * (NS_LIMIT_NONE: none) and the caller's (has: given), by caller_limit.
  * Returns false when there is none. */
-bool ns_effective_limit(const struct ns_def *d, int64_t configured, bool has, int64_t caller,
-			int64_t *out);
+static inline bool ns_effective_limit(const struct ns_def *d, int64_t configured, bool has,
+				      int64_t caller, int64_t *out)
+{
+	if (configured == NS_LIMIT_NONE) {
+		*out = caller;
+		return has;
+	}
+	*out = configured;
+	if (has && (d->caller_limit == NS_CALLER_ANY ||
+		    (d->caller_limit == NS_CALLER_LOWER && caller < configured)))
+		*out = caller;
+	return true;
+}
 
 /* A name of 1..63 bytes without control characters. */
 bool ns_name_ok(const char *name, size_t len);

@@ -8,6 +8,7 @@
 #include "agent/segment.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,27 +20,58 @@
 #define TOPK_LOCK_SPIN     4096   /* pauses before a busy summary skips a sample */
 
 struct topk_slot {
-	double count;
 	double error;
 	uint8_t keylen;
 	char key[TOPK_KEY_MAX];
 };
 
+/* A summary's entries are split so that a sample's scan reads two short
+ * arrays (4 + 8 bytes an entry, 768 bytes for 64 entries) instead of
+ * every entry's key (128 bytes each): tag[i], a hash of entry i's key,
+ * finds the key (its bytes compared only when the tag matches), count[i]
+ * finds the smallest entry. Then e[i]: its error and key. */
 struct topk_summary {
 	_Atomic uint64_t lock;             /* 0, or when it was taken (ms) */
 	int64_t start;                     /* the window it counts */
 	double total;                      /* weight seen in that window */
 	uint32_t n;                        /* entries in use */
 	uint32_t pad;
-	struct topk_slot e[];              /* k of them */
+	unsigned char data[];              /* tag[k], count[k], e[k] (topk_new's layout) */
 };
 
 struct topk {
 	size_t bytes;
 	unsigned nns, nwin, k, sample;
 	size_t stride;                     /* bytes of one summary */
+	size_t count_off, slot_off;        /* count[] and e[] in a summary's data */
 	unsigned char data[];
 };
+
+static uint32_t *topk_tags(struct topk_summary *s)
+{
+	return (uint32_t *)(void *)s->data;
+}
+
+static double *topk_counts(const struct topk *t, struct topk_summary *s)
+{
+	return (double *)(void *)(s->data + t->count_off);
+}
+
+static struct topk_slot *topk_slots(const struct topk *t, struct topk_summary *s)
+{
+	return (struct topk_slot *)(void *)(s->data + t->slot_off);
+}
+
+/* FNV-1a: the tag of a key (a mismatch rules the key out; a match is
+ * checked byte by byte). */
+static uint32_t topk_tag(const char *key, size_t keylen)
+{
+	uint32_t h = 2166136261u ^ (uint32_t)keylen;
+
+	for (size_t i = 0; i < keylen; i++)
+		h = (h ^ (unsigned char)key[i]) * 16777619u;
+	return h;
+}
 
 static uint64_t topk_now_ms(void)
 {
@@ -52,17 +84,25 @@ static uint64_t topk_now_ms(void)
 /* This process's countdowns to its next sampled hit and denial, drawn
  * uniformly in 1 .. 2 x sample - 1 (sample on average): a fixed period
  * would alias with periodic traffic and miss some keys every time. */
-static unsigned topk_left[TOPK_KINDS];
+unsigned topk_left_[TOPK_KINDS];
 static uint64_t topk_rng = 0x9e3779b97f4a7c15ULL;
 
-static pid_t topk_pid;
+/* Whether this process has seeded topk_rng: cleared in a forked child
+ * (pthread_atfork, registered by the first topk_new), so that a draw
+ * need not ask getpid(), a system call, to see it is in a new process. */
+static bool topk_seeded;
+
+static void topk_forked(void)
+{
+	topk_seeded = false;
+}
 
 static unsigned topk_next(unsigned sample)
 {
 	/* Each worker draws its own (they inherit the master's state). */
-	if (topk_pid != getpid()) {
-		topk_pid = getpid();
-		topk_rng ^= (uint64_t)topk_pid * 0xbf58476d1ce4e5b9ULL + topk_now_ms();
+	if (!topk_seeded) {
+		topk_seeded = true;
+		topk_rng ^= (uint64_t)getpid() * 0xbf58476d1ce4e5b9ULL + topk_now_ms();
 		if (!topk_rng)
 			topk_rng = 1;
 	}
@@ -81,7 +121,16 @@ struct topk *topk_new(unsigned nns, unsigned nwin, unsigned k, unsigned sample, 
 		snprintf(err, errlen, "top_keys %u / top_sample %u out of range", k, sample);
 		return NULL;
 	}
-	size_t stride = sizeof(struct topk_summary) + (size_t)k * sizeof(struct topk_slot);
+	static bool atfork;
+	if (!atfork && pthread_atfork(NULL, NULL, topk_forked) != 0) {
+		snprintf(err, errlen, "heavy hitters: pthread_atfork failed");
+		return NULL;
+	}
+	atfork = true;
+	size_t count_off = ((size_t)k * sizeof(uint32_t) + 7) & ~(size_t)7;
+	size_t slot_off = count_off + (size_t)k * sizeof(double);
+	slot_off = (slot_off + _Alignof(struct topk_slot) - 1) & ~(_Alignof(struct topk_slot) - 1);
+	size_t stride = sizeof(struct topk_summary) + slot_off + (size_t)k * sizeof(struct topk_slot);
 	stride = (stride + 63) & ~(size_t)63;
 	size_t bytes = sizeof(struct topk) + (size_t)nns * nwin * TOPK_KINDS * stride;
 	struct topk *t = segment_new(bytes);
@@ -95,6 +144,8 @@ struct topk *topk_new(unsigned nns, unsigned nwin, unsigned k, unsigned sample, 
 	t->k = k;
 	t->sample = sample;
 	t->stride = stride;
+	t->count_off = count_off;
+	t->slot_off = slot_off;
 	return t;
 }
 
@@ -165,44 +216,45 @@ static void topk_roll(struct topk_summary *s, int64_t start)
 static void topk_add(const struct topk *t, struct topk_summary *s, const char *key,
 		     size_t keylen, double w)
 {
-	uint32_t min = 0;
+	uint32_t *tag = topk_tags(s), h = topk_tag(key, keylen), min = 0, i;
+	double *count = topk_counts(t, s);
+	struct topk_slot *slot = topk_slots(t, s);
 
 	s->total += w;
-	for (uint32_t i = 0; i < s->n; i++) {
-		struct topk_slot *e = &s->e[i];
-		if (e->keylen == keylen && memcmp(e->key, key, keylen) == 0) {
-			e->count += w;
+	for (i = 0; i < s->n; i++) {
+		if (tag[i] == h && slot[i].keylen == keylen && memcmp(slot[i].key, key, keylen) == 0) {
+			count[i] += w;
 			return;
 		}
-		if (e->count < s->e[min].count)
+		if (count[i] < count[min])
 			min = i;
 	}
-	struct topk_slot *e;
 	if (s->n < t->k) {
-		e = &s->e[s->n++];
-		e->error = 0;
-		e->count = w;
+		i = s->n++;
+		slot[i].error = 0;
+		count[i] = w;
 	} else {
-		e = &s->e[min];
-		e->error = e->count;
-		e->count += w;
+		i = min;
+		slot[i].error = count[i];
+		count[i] += w;
 	}
-	e->keylen = (uint8_t)keylen;
-	memcpy(e->key, key, keylen);
+	tag[i] = h;
+	slot[i].keylen = (uint8_t)keylen;
+	memcpy(slot[i].key, key, keylen);
 }
 
-unsigned topk_due(struct topk *t, bool denied)
+unsigned topk_due_draw(struct topk *t, bool denied)
 {
 	unsigned mask = 0;
 
 	if (!t)
 		return 0;
 	for (int kind = TOPK_HITS; kind <= (denied ? TOPK_DENIED : TOPK_HITS); kind++) {
-		if (topk_left[kind] > 1) {
-			topk_left[kind]--;
+		if (topk_left_[kind] > 1) {
+			topk_left_[kind]--;
 			continue;
 		}
-		topk_left[kind] = topk_next(t->sample);
+		topk_left_[kind] = topk_next(t->sample);
 		mask |= 1u << kind;
 	}
 	return mask;
@@ -240,17 +292,19 @@ size_t topk_query(struct topk *t, unsigned ns, unsigned win, int64_t start, enum
 	if (s->start == start) {
 		*total = s->total;
 		*bound = s->total / t->k;
+		const double *count = topk_counts(t, s);
+		const struct topk_slot *slot = topk_slots(t, s);
 		for (uint32_t i = 0; i < s->n; i++) {
-			const struct topk_slot *e = &s->e[i];
+			const struct topk_slot *e = &slot[i];
 			/* Insertion into out, heaviest first, the n best. */
 			size_t at = got;
-			while (at > 0 && out[at - 1].count < e->count)
+			while (at > 0 && out[at - 1].count < count[i])
 				at--;
 			if (at >= n)
 				continue;
 			size_t last = got < n ? got : n - 1;
 			memmove(&out[at + 1], &out[at], (last - at) * sizeof(*out));
-			out[at].count = e->count;
+			out[at].count = count[i];
 			out[at].error = e->error;
 			out[at].keylen = e->keylen;
 			memcpy(out[at].key, e->key, e->keylen);

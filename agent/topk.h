@@ -57,7 +57,12 @@ void topk_free(struct topk *t);
  * which kinds sample it (a mask of 1 << enum topk_kind; 0 almost always);
  * topk_record() then adds it (cost) for the stored key on (ns, win) in
  * the window starting at `start`. */
-unsigned topk_due(struct topk *t, bool denied);
+unsigned topk_due_draw(struct topk *t, bool denied);
+static inline unsigned topk_due(struct topk *t, bool denied);
+
+/* This process's countdowns to its next sampled hit and denial (drawn in
+ * topk.c): topk_due() is inline, a countdown's step on the hit path. */
+extern unsigned topk_left_[TOPK_KINDS];
 void topk_record(struct topk *t, unsigned ns, unsigned win, int64_t start, const char *key,
 		 size_t keylen, double cost, unsigned mask);
 
@@ -73,5 +78,20 @@ unsigned topk_sample(const struct topk *t);
 
 /* Bytes of the mapping. */
 size_t topk_bytes(const struct topk *t);
+
+/* topk_due_draw() when a countdown reaches its end, which draws the next. */
+static inline unsigned topk_due(struct topk *t, bool denied)
+{
+	if (!t)
+		return 0;
+	if (__builtin_expect(topk_left_[TOPK_HITS] > 1 &&
+				     (!denied || topk_left_[TOPK_DENIED] > 1), 1)) {
+		topk_left_[TOPK_HITS]--;
+		if (denied)
+			topk_left_[TOPK_DENIED]--;
+		return 0;
+	}
+	return topk_due_draw(t, denied);
+}
 
 #endif /* TOPK_H */
