@@ -48,8 +48,8 @@ void config_defaults(struct config *c)
 	c->max_connections = CFG_CONN_DEFAULT;
 	c->idle_timeout_ms = CFG_IDLE_DEFAULT_MS;
 	c->frame_timeout_ms = CFG_FTIMEOUT_DEFAULT_MS;
-	c->sched_batch = true;
-	c->collect_us = CFG_COLLECT_DEFAULT_US;
+	c->sched_batch = CONFIG_AUTO;
+	c->collect_us = CONFIG_AUTO;
 	c->log_level = LOG_INFO;
 
 	ns_def_init(ns);
@@ -158,6 +158,27 @@ uint32_t config_http_max_connections(const struct config *c)
 size_t config_http_max_buffer_memory(const struct config *c)
 {
 	return c->http_max_buffer_memory ? c->http_max_buffer_memory : c->max_buffer_memory / 4;
+}
+
+/* Whether every hit of some namespace waits for the store (sync_rate 0). */
+static bool cfg_hits_wait(const struct config *c)
+{
+	for (size_t i = 0; i < c->n_ns; i++)
+		if (c->ns[i].sync_rate == 0)
+			return true;
+	return false;
+}
+
+bool config_sched_batch(const struct config *c)
+{
+	return c->sched_batch == CONFIG_AUTO ? !cfg_hits_wait(c) : c->sched_batch != 0;
+}
+
+uint32_t config_collect_us(const struct config *c)
+{
+	if (c->collect_us != CONFIG_AUTO)
+		return (uint32_t)c->collect_us;
+	return cfg_hits_wait(c) ? 0 : CFG_COLLECT_DEFAULT_US;
 }
 
 /* Contract: exact, byte-for-byte match of name[0..len) (no NUL needed);

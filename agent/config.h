@@ -22,6 +22,7 @@
 
 #include "agent/ns.h"
 
+#define CONFIG_AUTO (-1)   /* sched_batch, collect_us: decided by the namespaces */
 #define CONFIG_PREFIX_MAX      32
 #define CONFIG_ADDR_MAX        256
 #define CONFIG_SECRET_MAX      256   /* key_secret, with the NUL */
@@ -55,8 +56,8 @@ struct config {
 	int log_level;                     /* enum log_level */
 	char key_secret[CONFIG_SECRET_MAX]; /* long-key digests; "" = none */
 	char state_file[CONFIG_PATH_MAX];  /* the counter table in a file; "" = memory */
-	bool sched_batch;                  /* workers run SCHED_BATCH (true by default) */
-	uint32_t collect_us;               /* a busy worker polls at most this often */
+	int sched_batch;                   /* 1, 0 or CONFIG_AUTO: config_sched_batch() */
+	int collect_us;                    /* 0..1000 or CONFIG_AUTO: config_collect_us() */
 	struct ns_def ns[NS_MAX];
 	size_t n_ns;
 };
@@ -99,6 +100,14 @@ int config_default_workers(void);
  * "Connections"). */
 uint32_t config_http_max_connections(const struct config *c);
 size_t config_http_max_buffer_memory(const struct config *c);
+
+/* sched_batch and collect_us as the workers apply them: what the file
+ * says, else (CONFIG_AUTO, the default) on (20 µs) unless a namespace
+ * syncs at sync_rate 0: every hit of it waits for the store's answer,
+ * whose wake-up must wait neither for the time slice of what runs on the
+ * worker's CPU nor for a collect sleep (docs/CONFIG.md). */
+bool config_sched_batch(const struct config *c);
+uint32_t config_collect_us(const struct config *c);
 
 /* Index of a namespace by name, or -1. */
 int config_ns_find(const struct config *c, const char *name, size_t len);

@@ -292,7 +292,8 @@ int config_check(const struct config *c, struct config_err *err)
 	    cfg_check_range(&p, "max_connections", c->max_connections, 1, CFG_CONN_MAX) < 0 ||
 	    cfg_check_range(&p, "idle_timeout_ms", c->idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
 	    cfg_check_range(&p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
-	    cfg_check_range(&p, "collect_us", c->collect_us, 0, CFG_COLLECT_MAX_US) < 0 ||
+	    (c->collect_us != CONFIG_AUTO &&
+	     cfg_check_range(&p, "collect_us", c->collect_us, 0, CFG_COLLECT_MAX_US) < 0) ||
 	    cfg_check_range(&p, "max_buffer_memory", (long long)c->max_buffer_memory,
 			    (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX) < 0)
 		return -1;

@@ -172,6 +172,15 @@ static int cfg_set_http_admin_token(struct cfg_parser *p, json_t *v, void *obj)
 	return cfg_set_token(p, v, ((struct config *)obj)->http_admin_token);
 }
 
+/* A flag that may also be left to the namespaces (CONFIG_AUTO): an int. */
+static int cfg_set_sched_batch(struct cfg_parser *p, json_t *v, void *obj)
+{
+	if (!json_is_boolean(v))
+		return cfg_fail_type(p, v, "true or false");
+	((struct config *)obj)->sched_batch = json_is_true(v);
+	return 0;
+}
+
 static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "listen",           .set = cfg_set_listen },
 	{ .name = "workers",          .set = cfg_set_workers },
@@ -200,7 +209,7 @@ static const struct cfg_key cfg_top_keys[] = {
 	CFG_INT(struct config, http_max_buffer_memory,
 		(long long)CFG_HTTP_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX),
 	{ .name = "state_file",       .set = cfg_set_state_file },
-	CFG_FLAG(struct config, sched_batch),
+	{ .name = "sched_batch",      .set = cfg_set_sched_batch },
 	CFG_INT(struct config, collect_us, 0, CFG_COLLECT_MAX_US),
 };
 

@@ -92,10 +92,11 @@ static void reload_report_kept(const struct config *cur, const struct config *ne
 		LOG(LOG_WARN, "reload: key_secret %s", kept);
 	if (strcmp(cur->state_file, next->state_file) != 0)
 		LOG(LOG_WARN, "reload: state_file %s", kept);
-	if (cur->sched_batch != next->sched_batch)
-		LOG(LOG_WARN, "reload: sched_batch %s", kept);
-	if (cur->collect_us != next->collect_us)
-		LOG(LOG_WARN, "reload: collect_us %s", kept);
+	if (config_sched_batch(cur) != config_sched_batch(next))
+		LOG(LOG_WARN, "reload: sched_batch (%s) %s", config_sched_batch(cur) ? "on" : "off",
+		    kept);
+	if (config_collect_us(cur) != config_collect_us(next))
+		LOG(LOG_WARN, "reload: collect_us (%u) %s", config_collect_us(cur), kept);
 }
 
 /* Moves what may change live from next into cur; next gets cur's old

@@ -491,8 +491,29 @@ static void worker_sched(const struct config *cfg)
 {
 	struct sched_param sp = { .sched_priority = 0 };
 
-	if (cfg->sched_batch && sched_setscheduler(0, SCHED_BATCH, &sp) < 0)
+	if (config_sched_batch(cfg) && sched_setscheduler(0, SCHED_BATCH, &sp) < 0)
 		LOG(LOG_WARN, "sched_batch: sched_setscheduler: %s", strerror(errno));
+}
+
+/* collect_us: after a turn of the loop that began less than collect_us
+ * after the one before, libev sleeps out the rest of that time before it
+ * polls again, so frames that come close together are read, decided and
+ * answered together: fewer wake-ups, reads and writes for both sides, at
+ * most collect_us more for a frame that arrives meanwhile. A frame after a
+ * quiet spell is answered at once (the answers of a turn leave before its
+ * sleep), and an idle worker sleeps in epoll_wait as before. Not while
+ * decisions wait for a store (every hit of sync_rate 0, hits at the limit
+ * with exact admission): the store's answer is awaited, not frames, and a
+ * sleep before reading it delays every answer it holds (bench variant F,
+ * at the limit: -27 % req/s with it; at sync_rate 0, where every hit
+ * waits, collect_us is 0 unless set: config_collect_us()). Set before each
+ * poll (libev runs prepare watchers before it computes its sleep). */
+static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
+{
+	struct worker *w = container_of(p, struct worker, collect_w);
+	(void)revents;
+
+	ev_set_io_collect_interval(loop, w->decide.npending > 0 ? 0. : w->collect);
 }
 
 /* The first n fronts' state of the worker freed (their stop). */
@@ -533,15 +554,11 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 		LOG(LOG_ERR, "cannot create the event loop");
 		return 1;
 	}
-	/* collect_us: after a turn of the loop that began less than
-	 * collect_us after the one before, libev sleeps out the rest of that
-	 * time before it polls again, so frames that come close together
-	 * are read, decided and answered together: fewer wake-ups, reads
-	 * and writes for both sides, at most collect_us more for a frame
-	 * that arrives meanwhile. A frame after a quiet spell is answered
-	 * at once (the answers of a turn leave before its sleep), and an
-	 * idle worker sleeps in epoll_wait as before. */
-	ev_set_io_collect_interval(w.loop, cfg->collect_us / 1e6);
+	/* collect_us (worker_on_prepare). Not counted as the loop's work. */
+	w.collect = config_collect_us(cfg) / 1e6;
+	ev_prepare_init(&w.collect_w, worker_on_prepare);
+	ev_prepare_start(w.loop, &w.collect_w);
+	ev_unref(w.loop);
 	/* Watch the signals before unblocking them (the master blocked them
 	 * before fork), so that a SIGTERM arriving now stops us cleanly. */
 	ev_signal_init(&w.term_w, worker_on_signal, SIGTERM);

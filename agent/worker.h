@@ -62,6 +62,8 @@ struct worker {
 	ev_io wake_w;                 /* another worker made it our turn */
 	ev_signal term_w, int_w, hup_w;
 	ev_timer reload_w;            /* a reload waits for the pushes in flight */
+	ev_prepare collect_w;         /* collect_us, off while decisions wait for a store */
+	double collect;               /* config_collect_us(), in seconds */
 	double reload_since;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */

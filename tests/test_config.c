@@ -69,8 +69,8 @@ static void assert_defaults(const struct config *c)
 	cr_assert_eq(c->idle_timeout_ms, 60000);
 	cr_assert_eq(c->frame_timeout_ms, 5000);
 	cr_assert_eq(c->log_level, LOG_INFO);
-	cr_assert(c->sched_batch, "workers run SCHED_BATCH by default");
-	cr_assert_eq(c->collect_us, 20);
+	cr_assert(config_sched_batch(c), "local counting: workers run SCHED_BATCH by default");
+	cr_assert_eq(config_collect_us(c), 20);
 	cr_assert_eq(c->n_ns, 1);
 	cr_assert_str_eq(c->ns[0].name, "default");
 	cr_assert_eq(c->ns[0].n_window_sizes, 3);
@@ -1103,8 +1103,43 @@ Test(config, http_trust_keys)
 	config_free(&c);
 	cr_assert_eq(load(&c, &err, "{\"sched_batch\": false, \"collect_us\": 0}"), 0, "%s: %s",
 		     err.path, err.msg);
-	cr_assert_not(c.sched_batch);
-	cr_assert_eq(c.collect_us, 0);
+	cr_assert_not(config_sched_batch(&c));
+	cr_assert_eq(config_collect_us(&c), 0);
 	config_free(&c);
+	assert_no_leaks();
+}
+
+/* Left to the namespaces, sched_batch and collect_us are on unless a
+ * namespace syncs at sync_rate 0 (the store's answer's wake-up must wait
+ * neither for HAProxy's time slice nor for a collect sleep); set, they are
+ * as set. */
+Test(config, sched_batch_and_collect_us_follow_the_store)
+{
+	static const struct {
+		const char *json;
+		bool batch;
+		uint32_t collect;
+	} cases[] = {
+		{ "{}", true, 20 },
+		{ "{\"namespaces\": [{\"name\": \"a\", \"window_sizes\": [1], \"sync_rate\": 1,"
+		  " \"strategy\": \"redis\"}]}", true, 20 },
+		{ "{\"namespaces\": [{\"name\": \"a\", \"window_sizes\": [1]},"
+		  " {\"name\": \"b\", \"window_sizes\": [1], \"sync_rate\": 0,"
+		  " \"strategy\": \"redis\"}]}", false, 0 },
+		{ "{\"sched_batch\": true, \"collect_us\": 50, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [1], \"sync_rate\": 0, \"strategy\": \"redis\"}]}", true, 50 },
+		{ "{\"sched_batch\": false, \"collect_us\": 0}", false, 0 },
+	};
+	struct config c;
+	struct config_err err;
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		config_defaults(&c);
+		cr_assert_eq(load(&c, &err, cases[i].json), 0, "%s: %s: %s", cases[i].json, err.path,
+			     err.msg);
+		cr_expect_eq(config_sched_batch(&c), cases[i].batch, "%s", cases[i].json);
+		cr_expect_eq(config_collect_us(&c), cases[i].collect, "%s", cases[i].json);
+		config_free(&c);
+	}
 	assert_no_leaks();
 }
