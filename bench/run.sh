@@ -727,11 +727,9 @@ e2e_run() {
 # e2e_median V COLUMN (1-based in e2e.txt)
 e2e_median() { awk -v v="$1" -v c="$2" '$1 == v && $c != "-" { print $c }' "$RAW/e2e.txt" | median; }
 
-part_e2e() {
-  local r v a ah rps
-  say "== e2e (HAProxy + wrk)"
-  md "## 3. End to end: HAProxy 2.6 + wrk"
-  md ""
+# haproxy_and_wrk: installs wrk if missing (scripts/deps.sh bench); fails,
+# saying the part is skipped, when haproxy or wrk is still missing.
+haproxy_and_wrk() {
   if ! command -v wrk >/dev/null 2>&1; then
     scripts/deps.sh bench >&2 || true
   fi
@@ -739,8 +737,16 @@ part_e2e() {
     say "haproxy or wrk missing (scripts/deps.sh bench): skipped"
     md "haproxy or wrk missing (\`scripts/deps.sh bench\` installs them): skipped."
     md ""
-    return 0
+    return 1
   fi
+}
+
+part_e2e() {
+  local r v a ah rps
+  say "== e2e (HAProxy + wrk)"
+  md "## 3. End to end: HAProxy 2.6 + wrk"
+  md ""
+  haproxy_and_wrk || return 0
   : > "$RAW/e2e.txt"
   for r in $(seq 1 "$E2E_ROUNDS"); do
     for v in $E2E_VARIANTS; do
@@ -868,15 +874,7 @@ part_versions() {
   say "== versions (HAProxy 2.6 and 3.x, the same SPOE frontend)"
   md "## 3c. HAProxy 2.6 and 3.x: the same SPOE frontend"
   md ""
-  if ! command -v wrk >/dev/null 2>&1; then
-    scripts/deps.sh bench >&2 || true
-  fi
-  if ! command -v haproxy >/dev/null 2>&1 || ! command -v wrk >/dev/null 2>&1; then
-    say "haproxy or wrk missing (scripts/deps.sh bench): skipped"
-    md "haproxy or wrk missing (\`scripts/deps.sh bench\` installs them): skipped."
-    md ""
-    return 0
-  fi
+  haproxy_and_wrk || return 0
   local all=$VERSIONS_VARIANTS
   if [ -n "${BENCH_BASELINE:-}" ] && [ -x "${BENCH_BASELINE:-}" ]; then
     all=$(echo "$all" | sed 's/\bC26\b/O26 C26/; s/\bC34\b/O34 C34/')
