@@ -25,15 +25,18 @@ void decide_init(struct decide *d, struct rl *rl)
 
 /* ---- one request ---- */
 
-/* ceil(v) as an int64, saturated: counts can exceed what a cast handles. */
+/* ceil(v) as an int64, saturated: counts can exceed what a cast handles.
+ * Below 9.2e18 the truncation of a positive v is its floor, one more when
+ * v is not whole: a few instructions, where ceil() without SSE4.1 is a
+ * libm-style bit dance (as strategies/window_start.h). */
 static int64_t to_int(double v)
 {
-	v = ceil(v);
 	if (!(v > 0))
 		return 0;
 	if (v >= 9.2e18)
 		return INT64_MAX;
-	return (int64_t)v;
+	int64_t i = (int64_t)v;
+	return (double)i < v ? i + 1 : i;
 }
 
 /* Computes the public part of a decision from its counts. */

@@ -339,14 +339,13 @@ static void var_headers_init(struct handler *h)
 	}
 }
 
-/* Appends the start of a set-var action for variable id (with a suffix:
- * "<name>_<sfx>"); the caller appends the value. */
-static void put_var_head(struct spop_writer *w, const struct handler *h, int id, const char *sfx)
+/* The start of a set-var action of a suffixed name, "<name>_<sfx>": out
+ * of line, so that the plain names' path (put_var_head) keeps no buffer
+ * on its stack. */
+static __attribute__((noinline)) void put_var_head_sfx(struct spop_writer *w,
+							const struct handler *h, int id,
+							const char *sfx)
 {
-	if (!sfx) {
-		spop_put_bytes(w, h->var_hdr[id], h->var_hdr_len[id]);
-		return;
-	}
 	char buf[16 + HANDLER_SUFFIX_MAX + 2];
 	size_t n = strlen(var_names[id]), m = strlen(sfx);
 	memcpy(buf, var_names[id], n);
@@ -356,6 +355,16 @@ static void put_var_head(struct spop_writer *w, const struct handler *h, int id,
 	spop_put_u8(w, 3);
 	spop_put_u8(w, (uint8_t)h->cfg->var_scope);
 	spop_put_str(w, buf, n + 1 + m);
+}
+
+/* Appends the start of a set-var action for variable id (with a suffix:
+ * "<name>_<sfx>"); the caller appends the value. */
+static void put_var_head(struct spop_writer *w, const struct handler *h, int id, const char *sfx)
+{
+	if (sfx)
+		put_var_head_sfx(w, h, id, sfx);
+	else
+		spop_put_bytes(w, h->var_hdr[id], h->var_hdr_len[id]);
 }
 
 static void put_var_int(struct spop_writer *w, const struct handler *h, int id, const char *sfx,

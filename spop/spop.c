@@ -131,12 +131,11 @@ size_t spop_varint_size(uint64_t v)
 	return n + 1;
 }
 
-size_t spop_varint_encode(uint8_t *p, size_t cap, uint64_t v)
+/* Writes v's varint at p, which has its spop_varint_size(v) bytes. */
+static size_t varint_write(uint8_t *p, uint64_t v)
 {
-	size_t n = spop_varint_size(v), i = 0;
+	size_t i = 0;
 
-	if (cap < n)
-		return 0;
 	if (v < 240) {
 		p[0] = (uint8_t)v;
 		return 1;
@@ -149,6 +148,13 @@ size_t spop_varint_encode(uint8_t *p, size_t cap, uint64_t v)
 	}
 	p[i++] = (uint8_t)v;
 	return i;
+}
+
+size_t spop_varint_encode(uint8_t *p, size_t cap, uint64_t v)
+{
+	if (cap < spop_varint_size(v))
+		return 0;
+	return varint_write(p, v);
 }
 
 /* ---- typed data ----
@@ -727,10 +733,11 @@ void spop_put_u8(struct spop_writer *w, uint8_t v)
 
 void spop_put_varint(struct spop_writer *w, uint64_t v)
 {
-	uint8_t *p = w_reserve(w, spop_varint_size(v));
+	/* Most values written are below 240: one byte, no size to work out. */
+	uint8_t *p = w_reserve(w, v < 240 ? 1 : spop_varint_size(v));
 
 	if (p)
-		spop_varint_encode(p, SPOP_VARINT_MAX, v);
+		varint_write(p, v);
 }
 
 void spop_put_bytes(struct spop_writer *w, const void *src, size_t len)
