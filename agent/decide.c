@@ -167,8 +167,6 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
 			 double now)
 {
-	const char *nsname = rq->ns ? rq->ns : "default";
-	size_t nslen = rq->ns ? rq->ns_len : 7;
 	uint32_t window = rq->window;
 	/* Everything but the label (the front's) and the stored key (set
 	 * below when needed): no need to clear them for every request. */
@@ -180,7 +178,8 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		return;
 	}
 
-	int ns = rl_namespace_index(d->rl, nsname, nslen);
+	/* No name: "default", by the index the library keeps for it. */
+	int ns = rl_namespace_index(d->rl, rq->ns, rq->ns_len);
 	if (ns < 0) {
 		r->error = "unknown namespace";
 		return;

@@ -68,6 +68,9 @@ struct rl {
 	struct shm_table *shm;
 	struct rl_ns ns[RL_MAX_NAMESPACES];
 	size_t n_ns;
+	int default_ns;                     /* index of "default", or -1: the
+	                                       request that names none, found
+	                                       without comparing names */
 	size_t max_keys;
 	bool secret_set;                    /* rl_set_key_secret() was called */
 	bool public_key;                    /* digests use RL_DIGEST_KEY */
@@ -135,6 +138,7 @@ struct rl *rl_open(const char *instance_name, size_t max_keys, const char *state
 		return NULL;
 	}
 	rl->max_keys = max_keys;
+	rl->default_ns = -1;
 	return rl;
 }
 
@@ -257,6 +261,8 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
 	}
 	n->def = d;
 	n->name_len = len;
+	if (len == 7 && memcmp(d.name, "default", 7) == 0)
+		rl->default_ns = (int)rl->n_ns;
 	rl->n_ns++;
 	rl_apply_shares(rl);
 	/* Every node must name a long key alike: without a shared secret,
@@ -279,6 +285,7 @@ int rl_reload(struct rl *rl, const struct ns_def *defs, size_t n, char *err, siz
 	memcpy(next->name, rl->name, sizeof(next->name));
 	next->shm = rl->shm;
 	next->max_keys = rl->max_keys;
+	next->default_ns = -1;
 	next->secret_set = rl->secret_set;
 	next->public_key = rl->public_key;
 	for (size_t i = 0; i < n; i++) {
@@ -300,6 +307,7 @@ int rl_reload(struct rl *rl, const struct ns_def *defs, size_t n, char *err, siz
 	}
 	memcpy(rl->ns, next->ns, sizeof(rl->ns));
 	rl->n_ns = next->n_ns;
+	rl->default_ns = next->default_ns;
 	rl->public_key = next->public_key;
 	free(next);
 	return 0;
@@ -307,10 +315,8 @@ int rl_reload(struct rl *rl, const struct ns_def *defs, size_t n, char *err, siz
 
 int rl_namespace_index(const struct rl *rl, const char *name, size_t len)
 {
-	if (!name || len == 0) {
-		name = "default";
-		len = 7;
-	}
+	if (!name || len == 0)
+		return rl->default_ns;
 	for (size_t i = 0; i < rl->n_ns; i++)
 		if (rl->ns[i].name_len == len && memcmp(rl->ns[i].def.name, name, len) == 0)
 			return (int)i;
