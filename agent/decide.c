@@ -195,7 +195,7 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 			r->error = "missing window";
 			return;
 		}
-	} else if (!rl_has_window(d->rl, ns, window)) {
+	} else if (ns_window_index(nsc, window) < 0) {
 		r->error = "bad window";
 		return;
 	}

@@ -116,6 +116,16 @@ void ns_def_init(struct ns_def *d);
 /* The admission a namespace uses: its `admission`, "auto" resolved. */
 enum ns_admission ns_admission_of(const struct ns_def *d);
 
+/* Index of size among the namespace's window_sizes, or -1. Inline: each
+ * request looks its window up. */
+static inline int ns_window_index(const struct ns_def *d, uint32_t size)
+{
+	for (size_t i = 0; i < d->n_window_sizes; i++)
+		if (d->window_sizes[i] == size)
+			return (int)i;
+	return -1;
+}
+
 /* The limit configured for a window size, or NS_LIMIT_NONE. */
 static inline int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
 {

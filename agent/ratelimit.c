@@ -334,10 +334,7 @@ double rl_now(void)
 /* Index of size among the namespace's windows, or -1. */
 static int rl_win_index(const struct rl_ns *n, uint32_t size)
 {
-	for (size_t i = 0; i < n->def.n_window_sizes; i++)
-		if (n->def.window_sizes[i] == size)
-			return (int)i;
-	return -1;
+	return ns_window_index(&n->def, size);
 }
 
 void rl_set_key_secret(struct rl *rl, const char *secret, size_t len)
