@@ -90,8 +90,8 @@ double shm_sync_forget(struct shm_table *t, const struct shm_ref *r)
 	/* The words first, the count last: a racing shm_sync_total() reads a
 	 * sum lower than the count, never higher, and keeps the count, which
 	 * goes to 0 after them. A push in flight with some of these words is
-	 * acknowledged later: its acknowledgement stops at 0 (shm_ack_diff,
-	 * shm_grant_unres_add). */
+	 * acknowledged later: the words go below 0 by what it carried, and
+	 * the next push takes that back (shm_ack_diff). */
 	atomics_store_double(&t->slots[r->idx].diff, 0.0);
 	left = atomics_exchange_double(shm_grant_word(t, r->idx, SHM_GRANT_LEFT), 0.0);
 	atomics_store_double(shm_grant_word(t, r->idx, SHM_GRANT_SPENT), 0.0);
@@ -110,12 +110,13 @@ int shm_ack_diff(struct shm_table *t, const struct shm_entry *e, double d)
 	old = atomic_load(&s->diff);
 	for (;;) {
 		double left = atomics_bitsd(old) - d;
-		/* Below 0 when the diff went down during the push: a forget
-		 * (shm_sync_forget) zeroed it, or a hit was taken back
-		 * (rl_uncount). Stopping at 0 keeps a hit taken back in the
-		 * store (more, never less) and after a forget loses at most
-		 * what the push carried. */
-		if (left < 1e-9)
+		/* Below 0 when the diff went down during the push: a hit was
+		 * taken back (rl_uncount), which the next push takes back in
+		 * the store (each hit exactly once), or a forget
+		 * (shm_sync_forget) zeroed it: the next push then takes back
+		 * what the push in flight adds after the store's forget
+		 * (docs/CLUSTER.md, "Forgetting a key"). */
+		if (left < 1e-9 && left > -1e-9)
 			left = 0.0;
 		if (atomic_compare_exchange_weak(&s->diff, &old, atomics_dbits(left)))
 			break;
@@ -253,31 +254,15 @@ void shm_grant_add(struct shm_table *t, const struct shm_ref *r, double amount)
 		atomics_add_double(&t->slots[r->idx].count, back < amount ? -back : -amount);
 }
 
-/* *p += v, stopping at 0: what a push took off is never more than the
- * word held, unless a forget (shm_sync_forget) zeroed it meanwhile. */
-static void shm_add_floor0(_Atomic uint64_t *p, double v)
-{
-	uint64_t old = atomic_load_explicit(p, memory_order_relaxed);
-	double nv;
-
-	do {
-		nv = atomics_bitsd(old) + v;
-		if (nv < 1e-9)
-			nv = 0.0;
-	} while (!atomic_compare_exchange_weak_explicit(p, &old, atomics_dbits(nv),
-							memory_order_seq_cst,
-							memory_order_relaxed));
-}
-
 void shm_grant_unres_add(struct shm_table *t, const struct shm_entry *e, double spent,
 			 double returned)
 {
 	if (e->idx >= t->nslots || atomic_load(&t->slots[e->idx].meta) != e->meta)
 		return;
 	if (spent != 0)
-		shm_add_floor0(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
+		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_SPENT), spent);
 	if (returned != 0)
-		shm_add_floor0(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
+		atomics_add_double(shm_grant_word(t, e->idx, SHM_GRANT_RET), returned);
 }
 
 double shm_grant_return(struct shm_table *t, uint32_t idx)
