@@ -435,12 +435,26 @@ static double rl_share_cap(const struct shm_table *t, const struct shm_ref *cur,
 	return count - diff - spent + pw + *allow;
 }
 
+/* The slot key of a client key in window `win` of namespace n: a long
+ * key by its digest (copied into k: nothing points at the digest). */
+static inline int rl_slot_key(struct rl *rl, const struct rl_ns *n, int win, const char *key,
+			      size_t keylen, struct shm_key *k)
+{
+	char digest[RL_DIGEST_LEN + 1];
+
+	if (rl_needs_digest(key, keylen)) {
+		rl_digest(rl, key, keylen, digest);
+		key = digest;
+		keylen = RL_DIGEST_LEN;
+	}
+	return shm_key_init(rl->shm, k, n->sid, n->wid[win], key, keylen);
+}
+
 static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
 		     uint32_t window_size, double cost, double weight, double now, double limit,
 		     bool count_denied, enum rl_mode mode, unsigned nodes, struct rl_result *out)
 {
 	bool exact = mode == RL_MODE_EXACT;
-	char digest[RL_DIGEST_LEN + 1];
 	struct rl_result tmp;
 	const struct rl_ns *n;
 	struct shm_key k;
@@ -466,12 +480,7 @@ static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
 	if (!(weight < 0 || weight <= 1))
 		return rl_fail(rl, RL_ERR_VALUE);
 
-	if (rl_needs_digest(key, keylen)) {
-		rl_digest(rl, key, keylen, digest);
-		key = digest;
-		keylen = RL_DIGEST_LEN;
-	}
-	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
+	if (rl_slot_key(rl, n, win, key, keylen, &k) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 
 	start = window_start(now, window_size);
@@ -756,7 +765,6 @@ static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, u
 {
 	const struct rl_ns *n;
 	struct shm_key k;
-	char digest[RL_DIGEST_LEN + 1];
 	int win;
 
 	if (ns < 0 || (size_t)ns >= rl->n_ns)
@@ -766,12 +774,7 @@ static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, u
 		return rl_fail(rl, RL_ERR_WINDOW);
 	if (!key || keylen == 0)
 		return rl_fail(rl, RL_ERR_KEY);
-	if (rl_needs_digest(key, keylen)) {
-		rl_digest(rl, key, keylen, digest);
-		key = digest;
-		keylen = RL_DIGEST_LEN;
-	}
-	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
+	if (rl_slot_key(rl, n, win, key, keylen, &k) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 	int64_t start = window_start(now, size);
 	shm_find(rl->shm, &k, start, start - (int64_t)size, cur, prev);
