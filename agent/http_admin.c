@@ -26,22 +26,6 @@
 #define ADMIN_TOP_DEFAULT 10
 #define ADMIN_TOP_MAX     100
 
-/* Appends to a bounded buffer; *o stays <= cap - 1. */
-__attribute__((format(printf, 4, 5)))
-static void put(char *out, size_t cap, size_t *o, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (*o + 1 >= cap)
-		return;
-	va_start(ap, fmt);
-	n = vsnprintf(out + *o, cap - *o, fmt, ap);
-	va_end(ap);
-	if (n > 0)
-		*o += (size_t)n < cap - *o ? (size_t)n : cap - *o - 1;
-}
-
 /* The arguments of an admin request. */
 struct admin_args {
 	const char *ns, *key, *by;
@@ -111,7 +95,7 @@ static int admin_error(char *out, size_t cap, int status, const char *why)
 {
 	size_t o = 0;
 
-	put(out, cap, &o, "{\"error\":\"%s\"}\n", why);
+	http_put(out, cap, &o, "{\"error\":\"%s\"}\n", why);
 	return status;
 }
 
@@ -156,17 +140,17 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 	const struct ns_def *nsc = rl_namespace_def(rl, ns);
 	bool sliding = nsc->window_type == NS_WINDOW_SLIDING;
 
-	put(out, cap, &o, "{\"namespace\":\"");
+	http_put(out, cap, &o, "{\"namespace\":\"");
 	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
-	put(out, cap, &o, "\",\"key\":\"");
+	http_put(out, cap, &o, "\",\"key\":\"");
 	http_escape(out, cap, &o, a.key, a.key_len, HTTP_ESC_JSON_BYTES);
-	put(out, cap, &o, "\",\"windows\":[");
+	http_put(out, cap, &o, "\",\"windows\":[");
 	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
 		uint32_t w = nsc->window_sizes[i];
 		struct rl_key_info k;
 		if (rl_inspect(rl, ns, a.key, a.key_len, w, now, sliding, &k) < 0)
 			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
-		put(out, cap, &o, "%s{\"window\":%u,\"count\":%.17g,\"cluster\":%.17g,"
+		http_put(out, cap, &o, "%s{\"window\":%u,\"count\":%.17g,\"cluster\":%.17g,"
 		    "\"unpushed\":%.17g,\"grant\":%.17g,\"previous\":%.17g,\"rate\":%.17g,"
 		    "\"reset\":%lld", i ? "," : "", w, k.count - k.grant,
 		    k.count - k.diff - k.grant - k.spent, k.diff + k.spent, k.grant, k.previous,
@@ -175,12 +159,12 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 		int64_t limit = ns_limit_of(nsc, w);
 		if (limit != NS_LIMIT_NONE) {
 			double left = (double)limit - ceil(k.rate - 1e-9);
-			put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%.0f", (long long)limit,
+			http_put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%.0f", (long long)limit,
 			    left > 0 ? left : 0);
 		}
-		put(out, cap, &o, "}");
+		http_put(out, cap, &o, "}");
 	}
-	put(out, cap, &o, "]}\n");
+	http_put(out, cap, &o, "]}\n");
 	return 200;
 }
 
@@ -191,15 +175,15 @@ static int admin_forget_text(const struct ns_def *nsc, const char *key, size_t k
 {
 	size_t o = 0;
 
-	put(out, cap, &o, "{\"namespace\":\"");
+	http_put(out, cap, &o, "{\"namespace\":\"");
 	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
-	put(out, cap, &o, "\",\"key\":\"");
+	http_put(out, cap, &o, "\",\"key\":\"");
 	http_escape(out, cap, &o, key, key_len, HTTP_ESC_JSON_BYTES);
-	put(out, cap, &o, "\",\"removed\":%.17g,\"windows\":%zu,\"store\":\"%s\"", removed,
+	http_put(out, cap, &o, "\",\"removed\":%.17g,\"windows\":%zu,\"store\":\"%s\"", removed,
 	    nsc->n_window_sizes, store);
 	if (strcmp(store, "sent") == 0)
-		put(out, cap, &o, ",\"store_removed\":%.17g", store_removed);
-	put(out, cap, &o, "}\n");
+		http_put(out, cap, &o, ",\"store_removed\":%.17g", store_removed);
+	http_put(out, cap, &o, "}\n");
 	return 200;
 }
 
@@ -304,16 +288,16 @@ int admin_top(struct rl *rl, struct topk *t, const char *query, size_t qlen, dou
 	size_t got = topk_query(t, rl_shm_ns(rl, ns), rl_shm_win(rl, ns, w), start, kind, e, n,
 				&total, &bound);
 
-	put(out, cap, &o, "{\"namespace\":\"");
+	http_put(out, cap, &o, "{\"namespace\":\"");
 	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
-	put(out, cap, &o, "\",\"window\":%u,\"window_start\":%lld,\"by\":\"%s\",\"sample\":%u,"
+	http_put(out, cap, &o, "\",\"window\":%u,\"window_start\":%lld,\"by\":\"%s\",\"sample\":%u,"
 	    "\"entries\":%u,\"total\":%.17g,\"error_bound\":%.17g,\"keys\":[", w, (long long)start,
 	    kind == TOPK_HITS ? "hits" : "denied", topk_sample(t), topk_entries(t), total, bound);
 	for (size_t i = 0; i < got; i++) {
-		put(out, cap, &o, "%s{\"key\":\"", i ? "," : "");
+		http_put(out, cap, &o, "%s{\"key\":\"", i ? "," : "");
 		http_escape(out, cap, &o, e[i].key, e[i].keylen, HTTP_ESC_JSON_BYTES);
-		put(out, cap, &o, "\",\"count\":%.17g,\"error\":%.17g}", e[i].count, e[i].error);
+		http_put(out, cap, &o, "\",\"count\":%.17g,\"error\":%.17g}", e[i].count, e[i].error);
 	}
-	put(out, cap, &o, "]}\n");
+	http_put(out, cap, &o, "]}\n");
 	return 200;
 }

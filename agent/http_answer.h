@@ -53,4 +53,9 @@ enum http_esc {
  * cut; out stays NUL-terminated. */
 void http_escape(char *out, size_t cap, size_t *o, const char *s, size_t n, enum http_esc how);
 
+/* Appends printf-style to out[cap] at *o; *o stays <= cap - 1 (the
+ * text cut, never past the buffer). */
+__attribute__((format(printf, 4, 5)))
+void http_put(char *out, size_t cap, size_t *o, const char *fmt, ...);
+
 #endif /* HTTP_ANSWER_H */
