@@ -30,10 +30,37 @@
 static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
+/* How many NOTIFYs tell a connection of HAProxy 3.1+ from the others. */
+#define CONN_PEER_PROBE 8
+
+/* The connection's peer from the stream-id of its NOTIFYs, one at a time:
+ * HAProxy 3.1+'s multiplexer numbers the streams of each connection 1, 3,
+ * 5, ... (one stream per SPOE request, mux_spop.c), so the first
+ * CONN_PEER_PROBE NOTIFYs of one of its connections all carry odd numbers
+ * below 8 x CONN_PEER_PROBE (a few may come out of order); HAProxy 2.6
+ * numbers them with its process-wide stream counter (even and odd, and
+ * soon large), our nginx module and test clients with their slots (0, 1,
+ * 2, ...). A 2.6 connection could pass only among the first 64 streams of
+ * its process, with 8 odd numbers in a row; all it changes is the
+ * scheduling. The count of 3.1+ connections is env->mux_peers. */
+static void conn_peer_guess(struct conn *c, uint64_t stream_id)
+{
+	if ((stream_id & 1) == 0 || stream_id >= 8 * CONN_PEER_PROBE) {
+		c->peer = CONN_PEER_OTHER;
+		return;
+	}
+	if (++c->probed == CONN_PEER_PROBE) {
+		c->peer = CONN_PEER_MUX;
+		c->s.env->mux_peers++;
+	}
+}
+
 static void conn_close(struct conn *c)
 {
 	if (c->s.dead)
 		return;
+	if (c->peer == CONN_PEER_MUX)
+		c->s.env->mux_peers--;
 	/* ACKs still waiting for a store will not be written. */
 	decide_pending_detach_all(&c->pending);
 	stream_close(&c->s);
@@ -147,6 +174,8 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 	case SPOP_FRAME_NOTIFY:
 	{
 		c->last_notify = ev_now(c->s.env->loop);
+		if (c->peer == CONN_PEER_UNKNOWN)
+			conn_peer_guess(c, f->stream_id);
 		spop_writer_init(&w, c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen);
 		int rc = handler_notify(c->s.env->handler, f, now, &w, c->max_frame, &err, c,
 					&c->pending);

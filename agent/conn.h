@@ -30,6 +30,16 @@ enum conn_state {
 };
 
 /* An SPOP connection: the front `spop_front` (agent/stream.h) opens them. */
+/* Who is at the other end, as far as scheduling goes: HAProxy 3.1+
+ * (its multiplexer sends each NOTIFY on its own: the worker answers in
+ * batches, config_sched_batch()) or another peer (HAProxy 2.6, whose
+ * applet writes NOTIFYs in bursts, our nginx module, a test client). */
+enum conn_peer {
+	CONN_PEER_UNKNOWN,            /* too few NOTIFYs yet */
+	CONN_PEER_MUX,                /* HAProxy 3.1+ */
+	CONN_PEER_OTHER,
+};
+
 struct conn {
 	struct stream s;              /* first: socket, watchers, buffers */
 	enum conn_state state;
@@ -38,6 +48,8 @@ struct conn {
 	                                 what makes a connection busy */
 	struct decide_pending *pending;  /* NOTIFYs whose ACK waits for a store */
 	unsigned npending;                /* how many (reads pause at CONN_MAX_PENDING) */
+	enum conn_peer peer;              /* HAProxy 3.1+ or not (conn_peer_guess) */
+	uint8_t probed;                   /* NOTIFYs seen while it was unknown */
 };
 
 /* decide.deliver: writes the ACK of a NOTIFY that waited for its store

@@ -62,8 +62,12 @@ struct worker {
 	ev_io wake_w;                 /* another worker made it our turn */
 	ev_signal term_w, int_w, hup_w;
 	ev_timer reload_w;            /* a reload waits for the pushes in flight */
-	ev_prepare collect_w;         /* collect_us, off while decisions wait for a store */
-	double collect;               /* config_collect_us(), in seconds */
+	ev_prepare collect_w;         /* sched_batch and collect_us as the peers want them;
+	                                 collect_us off while decisions wait for a store */
+	bool batch[2];                /* config_sched_batch(): [mux], fixed at start */
+	double collect_at[2];         /* config_collect_us(), in seconds: [mux] */
+	bool mux;                     /* what is applied: for HAProxy 3.1+ peers */
+	double collect;               /* collect_at[mux] */
 	double reload_since;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */

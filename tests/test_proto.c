@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1514,6 +1515,113 @@ Test(notify, keys_with_nul)
 }
 
 /* ---------------------------------------------------------------- DISCONNECT */
+
+/* ---- peers: HAProxy 3.1+ told from the others (sched_batch, collect_us) ---- */
+
+TestSuite(peers, .fini = test_agent_stop, .timeout = 60);
+
+/* Sends NOTIFYs with these stream-ids on fd, each answered. */
+static void notify_sids(int fd, const uint64_t *sids, size_t n)
+{
+	static const struct rl r = { .key = "peers", .window = 60, .limit = 1000000 };
+	struct rawspop_actions acts;
+
+	for (size_t i = 0; i < n; i++) {
+		rawspop_buf_reset(&wb);
+		put_notify(sids[i], 1, &r, 1);
+		send_buf(fd);
+		read_ack(fd, sids[i], 1, &acts);
+	}
+}
+
+/* Waits (up to 3 s) until pid runs under policy want; returns whether. */
+static bool policy_becomes(pid_t pid, int want)
+{
+	for (int i = 0; i < 150; i++) {
+		if (sched_getscheduler(pid) == want)
+			return true;
+		sleep_ms(20);
+	}
+	return false;
+}
+
+static pid_t the_worker(void)
+{
+	pid_t worker;
+
+	cr_assert_eq(agentproc_children(test_agent.pid, &worker, 1), 1);
+	return worker;
+}
+
+/* HAProxy 3.1+ numbers the streams of a connection 1, 3, 5, ...: the
+ * worker serving one runs SCHED_BATCH (left to the agent), and goes back
+ * to SCHED_OTHER when the last one closes; HAProxy 2.6 (process-wide
+ * stream numbers) and slot-numbered clients (our nginx module: 0, 1, 2)
+ * leave it alone, also alongside. */
+Test(peers, haproxy3_connections_get_sched_batch)
+{
+	static const uint64_t v26[] = { 4711, 4712, 4714, 4717, 4719, 4720, 4723, 4725, 4726 };
+	static const uint64_t slots[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
+	static const uint64_t odd_late[] = { 1, 3, 5, 7, 9, 11, 13, 65 };
+	static const uint64_t v3[] = { 3, 1, 5, 7, 11, 9, 13, 15, 17, 19 };
+	pid_t worker;
+	int a, b, c, d;
+
+	test_agent_start1(NULL);
+	a = hello_conn();
+	worker = the_worker();
+	cr_assert_eq(sched_getscheduler(worker), SCHED_OTHER, "no peer yet: SCHED_OTHER");
+	notify_sids(a, v26, sizeof(v26) / sizeof(v26[0]));
+	b = hello_conn();
+	notify_sids(b, slots, sizeof(slots) / sizeof(slots[0]));
+	c = hello_conn();
+	notify_sids(c, odd_late, sizeof(odd_late) / sizeof(odd_late[0]));
+	cr_assert_not(policy_becomes(worker, SCHED_BATCH),
+		      "2.6-like, slot-numbered and 65-within-8 connections: not HAProxy 3.1+");
+	/* Seven 3.x-like NOTIFYs are not enough yet; the eighth is. */
+	d = hello_conn();
+	notify_sids(d, v3, 7);
+	cr_assert_not(policy_becomes(worker, SCHED_BATCH), "seven NOTIFYs: not decided yet");
+	notify_sids(d, v3 + 7, 3);
+	cr_assert(policy_becomes(worker, SCHED_BATCH), "a HAProxy 3.1+ connection: SCHED_BATCH");
+	close(d);
+	cr_assert(policy_becomes(worker, SCHED_OTHER), "its last one closed: SCHED_OTHER again");
+	/* The others still answered. */
+	notify_sids(a, v26 + 8, 1);
+	close(a);
+	close(b);
+	close(c);
+}
+
+/* Set in the file, sched_batch holds whatever the peers. */
+Test(peers, sched_batch_as_set)
+{
+	static const uint64_t v3[] = { 1, 3, 5, 7, 9, 11, 13, 15 };
+	static const uint64_t v26[] = { 1000, 1001, 1002 };
+	pid_t worker;
+	int fd;
+
+	test_agent_start1("{\"sched_batch\": false}");
+	fd = hello_conn();
+	worker = the_worker();
+	notify_sids(fd, v3, 8);
+	cr_assert_not(policy_becomes(worker, SCHED_BATCH), "sched_batch false: never");
+	close(fd);
+	test_agent_stop();
+
+	test_agent_start1("{\"sched_batch\": true}");
+	fd = hello_conn();
+	worker = the_worker();
+	cr_assert(policy_becomes(worker, SCHED_BATCH), "sched_batch true: from the start");
+	notify_sids(fd, v26, 3);
+	close(fd);
+	fd = hello_conn();
+	notify_sids(fd, v3, 8);
+	close(fd);
+	sleep_ms(100);
+	cr_assert(policy_becomes(worker, SCHED_BATCH), "sched_batch true: after a 3.1+ peer left");
+	close(hello_conn());
+}
 
 TestSuite(disconnect, .init = start_default, .fini = test_agent_stop, .timeout = 60);
 
