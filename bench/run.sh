@@ -168,7 +168,13 @@ free_port() {
   return 1
 }
 
-listening() { [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ]; }
+# listening PORT: something listens on it (a path: a unix socket is there).
+listening() {
+  case $1 in
+    /*) [ -S "$1" ] ;;
+    *) [ -n "$(ss -Htln "sport = :$1" 2>/dev/null)" ] ;;
+  esac
+}
 
 # Pinning: CPU 0 for the system under test, CPU 1 for the load generator,
 # when there are two CPUs and taskset.
@@ -188,12 +194,14 @@ start_agent() {
 }
 
 # agent_launch PORT PIN(0|1|none) [agent args...]: starts the agent in the
-# background (AGENT_PID, recorded), without waiting for it.
+# background (AGENT_PID, recorded), without waiting for it. PORT may be a
+# unix socket's path (/...).
 agent_launch() {
-  local port=$1 pin=$2 pin_cmd=()
+  local port=$1 pin=$2 pin_cmd=() addr=127.0.0.1:$1
   shift 2
   [ "$pin" = 0 ] && pin_cmd=("${PIN0[@]}")
-  "${pin_cmd[@]}" "$AGENT" -l "127.0.0.1:$port" "$@" > "$RAW/agent-$port.log" 2>&1 &
+  case $port in /*) addr=$port ;; esac
+  "${pin_cmd[@]}" "$AGENT" -l "$addr" "$@" > "$RAW/agent-${port##*/}.log" 2>&1 &
   AGENT_PID=$!
   PIDS+=("$AGENT_PID")
 }
@@ -212,8 +220,8 @@ agent_wait() {
     alive "$pid" || break
     sleep 0.1
   done
-  echo "bench: the agent did not start on port $port:" >&2
-  tail -5 "$RAW/agent-$port.log" >&2
+  echo "bench: the agent did not start on $port:" >&2
+  tail -5 "$RAW/agent-${port##*/}.log" >&2
   return 1
 }
 
@@ -635,6 +643,13 @@ e2e_run() {
     return 1
   fi
   free_port fe && free_port ag || return 1
+  local agent_addr=127.0.0.1:$ag
+  if [ -n "${E2E_UNIX:-}" ]; then
+    # The agent on a unix socket (part versions, U34).
+    ag=$RAW/agent-$v-$round.sock
+    rm -f "$ag"
+    agent_addr=unix@$ag
+  fi
   variant_setup "${E2E_SETUP:-$v}" "$ag" || return 1
   spoe=${E2E_SPOE:-$ROOT/bench/haproxy/spoe-bench.conf}
   if [ "$v" = F ]; then
@@ -643,7 +658,7 @@ e2e_run() {
     sed "s/window=int(60) limit=int(1000000000)/window=int(1) limit=int($F_LIMIT)/" \
       "$ROOT/bench/haproxy/spoe-bench.conf" > "$spoe"
   fi
-  BENCH_FE=127.0.0.1:$fe BENCH_AGENT=127.0.0.1:$ag BENCH_SPOE_CONF=$spoe \
+  BENCH_FE=127.0.0.1:$fe BENCH_AGENT=$agent_addr BENCH_SPOE_CONF=$spoe \
     "${PIN0[@]}" "$hbin" -db -f "$cfg" > "$RAW/haproxy-$v-$round.log" 2>&1 &
   hp=$!
   PIDS+=("$hp")
@@ -826,6 +841,9 @@ part_e2e() {
 #   AT34 3.x, plain with the recommended global settings (a3-direct-tuned.cfg)
 #   CR34 3.x, the default answer with the recommended settings
 #   R34  3.x, the lean answer and the recommended settings (c3-spoe-recommended.cfg)
+#   U... a variant with the agent on a unix socket (UC26, UC34, UCR34, UR34:
+#        HAProxy and the agent on one host, no TCP stack and no connection
+#        tracking between them)
 #   O26, O34  as C26 and C34 with the agent $BENCH_BASELINE (an older binary),
 #        added when it is set
 # Ratios are medians of the per-round ratios to the round's plain run (AT34
@@ -834,18 +852,20 @@ part_e2e() {
 VERSIONS_CONNS=${BENCH_VERSIONS_CONNS:-50}
 VERSIONS_SECONDS=${BENCH_VERSIONS_SECONDS:-8}
 VERSIONS_ROUNDS=${BENCH_VERSIONS_ROUNDS:-3}
-VERSIONS_VARIANTS=${BENCH_VERSIONS_VARIANTS:-A26 C26 L26 A34 C34 AT34 CR34 R34}
+VERSIONS_VARIANTS=${BENCH_VERSIONS_VARIANTS:-A26 C26 UC26 L26 A34 C34 UC34 AT34 CR34 UCR34 R34 UR34}
 VERSIONS_QUIET_WAIT=${BENCH_VERSIONS_QUIET_WAIT:-120}
 HAPROXY3=${BENCH_HAPROXY3:-$ROOT/../shared/peers/haproxy-3.4/haproxy}
 
 # versions_run V ROUND: one run of variant V (part versions).
 versions_run() {
   local v=$1 r=$2 hb cfg spoe=$ROOT/bench/haproxy/spoe-bench.conf setup=A save=$AGENT rc=0
+  local base=$1 unix=""
+  case $v in U?*) base=${v#U}; unix=1 ;; esac
   case $v in
     *26) hb=haproxy ;;
     *34) hb=$HAPROXY3 ;;
   esac
-  case $v in
+  case $base in
     A26|A34) cfg=$ROOT/bench/haproxy/a-direct.cfg ;;
     AT34) cfg=$ROOT/bench/haproxy/a3-direct-tuned.cfg ;;
     C26|C34) cfg=$ROOT/bench/haproxy/c-spoe-local.cfg; setup=C ;;
@@ -855,7 +875,7 @@ versions_run() {
     R34) cfg=$ROOT/bench/haproxy/c3-spoe-recommended.cfg; spoe=$ROOT/bench/haproxy/spoe-bench-lean.conf; setup=C ;;
     *) echo "bench: unknown versions variant $v" >&2; return 1 ;;
   esac
-  E2E_HAPROXY=$hb E2E_CFG=$cfg E2E_SPOE=$spoe E2E_SETUP=$setup E2E_WRK_CONNS=$VERSIONS_CONNS \
+  E2E_UNIX=$unix E2E_HAPROXY=$hb E2E_CFG=$cfg E2E_SPOE=$spoe E2E_SETUP=$setup E2E_WRK_CONNS=$VERSIONS_CONNS \
     E2E_WRK_SECONDS=$VERSIONS_SECONDS E2E_TXT=$RAW/versions.txt E2E_IDLE=2 e2e_run "$v" "$r" || rc=1
   AGENT=$save
   [ "$rc" = 0 ] && [ "$setup" = C ] && echo "$v $r $E2E_IDLE_TICKS" >> "$RAW/versions-idle.txt"
@@ -910,7 +930,8 @@ part_versions() {
   md "(1 worker, default configuration) on CPU 0; HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 { print $3 }') (\`haproxy\`) and ${h3v:-3.x} (\`$HAPROXY3\`)."
   md "$(echo "$vs" | tr -s ' ' | sed 's/^ //') × $VERSIONS_ROUNDS rounds, each variant started fresh; req/s, p99, CPU: medians over"
   md "the rounds; × plain: the median of the per-round ratios to the same round's plain run of the same"
-  md "HAProxy (CR34, R34: to A34, and in brackets to AT34, plain with the same global settings). Idle: the agent's"
+  md "HAProxy (CR34, R34, UCR34, UR34: to A34, and in brackets to AT34, plain with the same global settings);"
+  md "U...: the agent on a unix socket (HAProxy's server \`unix@PATH\`). Idle: the agent's"
   md "CPU over 2 s after the load stopped, HAProxy still connected. Each run waits (up to ${VERSIONS_QUIET_WAIT} s) until other"
   md "work keeps the CPUs under 10 % busy (1 s samples); the busiest sample of each round: $loads."
   [ -n "${BENCH_BASELINE:-}" ] && md "O26, O34: as C26, C34 with the agent \`$BENCH_BASELINE\` (the baseline)."
@@ -927,7 +948,7 @@ part_versions() {
     case $v in
       A26|A34) ratio=1.00 ;;
       AT34) ratio=$(versions_ratio AT34 A34) ;;
-      R34|CR34) ratio="$(versions_ratio "$v" A34) ($(versions_ratio "$v" AT34))" ;;
+      R34|CR34|UR34|UCR34) ratio="$(versions_ratio "$v" A34) ($(versions_ratio "$v" AT34))" ;;
       *) ratio=$(versions_ratio "$v" "$plain") ;;
     esac
     hc=$(awk -v v="$v" '$1 == v { print $7 }' "$RAW/versions.txt" | median)
@@ -940,8 +961,10 @@ part_versions() {
     case $v in
       C26) V_C26=$ratio; V_C26_AGENT=$ac ;;
       C34) V_C34=$ratio; V_C34_AGENT=$ac ;;
-      CR34) V_CR34=$(versions_ratio CR34 A34); V_CR34_AGENT=$ac ;;
+      CR34) V_CR34=$(versions_ratio CR34 A34) ;;
       R34) V_R34=$(versions_ratio R34 A34); V_R34T=$(versions_ratio R34 AT34) ;;
+      UCR34) V_UCR34=$(versions_ratio UCR34 A34) ;;
+      UR34) V_UR34=$(versions_ratio UR34 A34); V_UR34T=$(versions_ratio UR34 AT34) ;;
     esac
   done
   md ""
@@ -2047,6 +2070,8 @@ targets() {
     md "| HAProxy 3.x, default answer, recommended settings ≥ 0.42 × plain | ${V_CR34:-?} | $(awk -v x="${V_CR34:-0}" 'BEGIN { print (x >= 0.42) ? "met" : "missed" }') |"
     md "| HAProxy 3.x, agent CPU ≤ 3 µs per request | ${V_C34_AGENT:-?} µs | $(awk -v x="${V_C34_AGENT:-1e9}" 'BEGIN { print (x <= 3) ? "met" : "missed" }') |"
     md "| HAProxy 3.x, lean answer + recommended settings ≥ 0.5 × plain | ${V_R34:-?} (${V_R34T:-?} × plain tuned alike) | $(awk -v x="${V_R34:-0}" 'BEGIN { print (x >= 0.5) ? "met" : "missed" }') |"
+    [ -n "${V_UCR34:-}" ] && md "| HAProxy 3.x, default answer, recommended settings and a unix socket ≥ 0.42 × plain | $V_UCR34 | $(awk -v x="$V_UCR34" 'BEGIN { print (x >= 0.42) ? "met" : "missed" }') |"
+    [ -n "${V_UR34:-}" ] && md "| HAProxy 3.x, lean answer, recommended settings and a unix socket ≥ 0.5 × plain | $V_UR34 (${V_UR34T:-?} × plain tuned alike) | $(awk -v x="$V_UR34" 'BEGIN { print (x >= 0.5) ? "met" : "missed" }') |"
     md "| HAProxy 2.6 ≥ 0.67 × plain | ${V_C26:-?} | $(awk -v x="${V_C26:-0}" 'BEGIN { print (x >= 0.67) ? "met" : "missed" }') |"
     md "| HAProxy 2.6, agent CPU ≤ 1.5 µs per request | ${V_C26_AGENT:-?} µs | $(awk -v x="${V_C26_AGENT:-1e9}" 'BEGIN { print (x <= 1.5) ? "met" : "missed" }') |"
   fi
