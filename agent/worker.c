@@ -492,10 +492,13 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
  * its requests latency (p99 +15 %) for a CPU gain it hardly needs. */
 static void worker_sched(bool batch)
 {
+	static bool warned;         /* once per worker: it may switch often */
 	struct sched_param sp = { .sched_priority = 0 };
 
-	if (sched_setscheduler(0, batch ? SCHED_BATCH : SCHED_OTHER, &sp) < 0)
+	if (sched_setscheduler(0, batch ? SCHED_BATCH : SCHED_OTHER, &sp) < 0 && !warned) {
+		warned = true;
 		LOG(LOG_WARN, "sched_batch: sched_setscheduler: %s", strerror(errno));
+	}
 }
 
 /* Applies sched_batch and collect_us as the worker's peers want them:
