@@ -16,7 +16,8 @@
 #            default ../shared/peers/haproxy-3.4/haproxy; skipped when absent),
 #            each interleaved with plain, wrk -c50: req/s ratio, HAProxy and
 #            agent CPU per request, p99; the lean answer, 3.x's recommended
-#            settings (see part_versions)
+#            settings, the agent on a unix socket (see part_versions; about
+#            9 minutes)
 #   nginx    nginx alone, with limit_req, with auth_request to the HTTP front
 #            and with the module over SPOP (make nginx-module), interleaved
 #   sync     BUILD_DIR/bench/bench_sync_redis (one Redis, then a 3-master Redis
@@ -36,8 +37,9 @@
 #            $BENCH_BASELINE if given, interleaved (not in the default)
 #   top      the heavy-hitters summaries (GET /top) on the SPOP hit path:
 #            off, default, every hit recorded, interleaved (not in the default)
-# Default: $BENCH_PARTS, else core spop http e2e versions nginx sync (about 10
-# minutes on 2 cores); profile and alloc add about a minute more.
+# Default: $BENCH_PARTS, else core spop http e2e versions nginx sync (about 20
+# minutes on 2 cores, half of it part versions); profile and alloc add
+# about a minute more.
 #
 # Knobs (environment): BENCH_SPOP_SECONDS (5), BENCH_SPOP_ROUNDS (3),
 # BENCH_CONNS (8), BENCH_INFLIGHT (32), BENCH_KEYS (10000),
