@@ -29,7 +29,6 @@ enum conn_state {
 	CONN_STATE_COUNT
 };
 
-/* An SPOP connection: the front `spop_front` (agent/stream.h) opens them. */
 /* Who is at the other end, as far as scheduling goes: HAProxy 3.1+
  * (its multiplexer sends each NOTIFY on its own: the worker answers in
  * batches, config_sched_batch()) or another peer (HAProxy 2.6, whose
@@ -40,6 +39,7 @@ enum conn_peer {
 	CONN_PEER_OTHER,
 };
 
+/* An SPOP connection: the front `spop_front` (agent/stream.h) opens them. */
 struct conn {
 	struct stream s;              /* first: socket, watchers, buffers */
 	enum conn_state state;
