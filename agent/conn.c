@@ -35,17 +35,18 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
 /* The connection's peer from the stream-id of its NOTIFYs, one at a time:
  * HAProxy 3.1+'s multiplexer numbers the streams of each connection 1, 3,
- * 5, ... (one stream per SPOE request, mux_spop.c), so the first
- * CONN_PEER_PROBE NOTIFYs of one of its connections all carry odd numbers
- * below 8 x CONN_PEER_PROBE (a few may come out of order); HAProxy 2.6
- * numbers them with its process-wide stream counter (even and odd, and
- * soon large), our nginx module and test clients with their slots (0, 1,
- * 2, ...). A 2.6 connection could pass only among the first 64 streams of
- * its process, with 8 odd numbers in a row; all it changes is the
- * scheduling. The count of 3.1+ connections is env->mux_peers. */
+ * 5, ... (mux_spop.c: (max_id + 1) | 1), one stream per SPOE request, so
+ * the first CONN_PEER_PROBE NOTIFYs of one of its connections carry
+ * exactly 1, 3, 5, ... 15 (unless a stream ended before its NOTIFY, or
+ * two went out of order: the connection then counts as another peer,
+ * which only costs it the batching). HAProxy 2.6 numbers them with its
+ * process-wide stream counter, so only the connection whose first NOTIFY
+ * is its process's second stream could match, with the next seven on it
+ * odd and in a row; our nginx module and test clients number them by
+ * slot (0, 1, 2, ...). The count of 3.1+ connections is env->mux_peers. */
 static void conn_peer_guess(struct conn *c, uint64_t stream_id)
 {
-	if ((stream_id & 1) == 0 || stream_id >= 8 * CONN_PEER_PROBE) {
+	if (stream_id != 2u * c->probed + 1) {
 		c->peer = CONN_PEER_OTHER;
 		return;
 	}

@@ -110,7 +110,7 @@ esac
 # --- scheduling: left to the agent, sched_batch is for HAProxy 3.1+ ---
 # Its multiplexer numbers each connection's streams 1, 3, 5...: the worker
 # serving one runs SCHED_BATCH; behind 2.6 the workers keep SCHED_OTHER.
-for i in 1 2 3 4 5 6 7 8 9 10; do req "$E2E_PORT_OPEN" --interface "$(rand_ip)" > /dev/null; done
+for i in $(seq 1 30); do req "$E2E_PORT_OPEN" --interface "$(rand_ip)" > /dev/null; done
 policies=$(for p in $(agent_workers); do chrt -p "$p" | sed -n 's/.*scheduling policy: //p'; done | sort -u | tr '\n' ' ')
 diag "workers' scheduling policies: $policies"
 if haproxy_at_least 3 1; then
