@@ -37,20 +37,24 @@ static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
  * HAProxy 3.1+'s multiplexer numbers the streams of each connection 1, 3,
  * 5, ... (mux_spop.c: (max_id + 1) | 1), one stream per SPOE request, so
  * the first CONN_PEER_PROBE NOTIFYs of one of its connections carry
- * exactly 1, 3, 5, ... 15 (unless a stream ended before its NOTIFY, or
- * two went out of order: the connection then counts as another peer,
- * which only costs it the batching). HAProxy 2.6 numbers them with its
- * process-wide stream counter, so only the connection whose first NOTIFY
- * is its process's second stream could match, with the next seven on it
- * odd and in a row; our nginx module and test clients number them by
- * slot (0, 1, 2, ...). The count of 3.1+ connections is env->mux_peers. */
+ * 1, 3, 5, ... 15, in that order or close to it (c->probed: a bit per id
+ * seen). A stream that ended before its NOTIFY makes the connection count
+ * as another peer, which only costs it the batching. HAProxy 2.6 numbers
+ * them with its process-wide stream counter, so only a connection that
+ * carried every odd one of its process's first 16 streams, and nothing
+ * else first, could match; our nginx module and test clients number them
+ * by slot (0, 1, 2, ...). The count of 3.1+ connections is
+ * env->mux_peers. */
 static void conn_peer_guess(struct conn *c, uint64_t stream_id)
 {
-	if (stream_id != 2u * c->probed + 1) {
+	uint8_t bit = stream_id < 2 * CONN_PEER_PROBE ? (uint8_t)(1u << (stream_id >> 1)) : 0;
+
+	if ((stream_id & 1) == 0 || bit == 0 || (c->probed & bit)) {
 		c->peer = CONN_PEER_OTHER;
 		return;
 	}
-	if (++c->probed == CONN_PEER_PROBE) {
+	c->probed |= bit;
+	if (c->probed == (1u << CONN_PEER_PROBE) - 1) {
 		c->peer = CONN_PEER_MUX;
 		c->s.env->mux_peers++;
 	}

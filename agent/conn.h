@@ -49,7 +49,7 @@ struct conn {
 	struct decide_pending *pending;  /* NOTIFYs whose ACK waits for a store */
 	unsigned npending;                /* how many (reads pause at CONN_MAX_PENDING) */
 	enum conn_peer peer;              /* HAProxy 3.1+ or not (conn_peer_guess) */
-	uint8_t probed;                   /* NOTIFYs seen while it was unknown */
+	uint8_t probed;                   /* stream-ids 1, 3, ... 15 seen while unknown */
 };
 
 /* decide.deliver: writes the ACK of a NOTIFY that waited for its store

@@ -1553,8 +1553,9 @@ static pid_t the_worker(void)
 	return worker;
 }
 
-/* HAProxy 3.1+ numbers the streams of a connection 1, 3, 5, ...: the
- * worker serving one runs SCHED_BATCH (left to the agent), and goes back
+/* HAProxy 3.1+ numbers the streams of a connection 1, 3, 5, ... (their
+ * NOTIFYs may come a little out of order): the worker serving one runs
+ * SCHED_BATCH (left to the agent), and goes back
  * to SCHED_OTHER when the last one closes; HAProxy 2.6 (process-wide
  * stream numbers, also odd ones in a row, as a thread of two may see
  * them), slot-numbered clients (our nginx module: 0, 1, 2) and any other
@@ -1564,9 +1565,10 @@ Test(peers, haproxy3_connections_get_sched_batch)
 	static const uint64_t v26[] = { 4711, 4713, 4715, 4717, 4719, 4721, 4723, 4725, 4727 };
 	static const uint64_t slots[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 	static const uint64_t gap[] = { 1, 3, 5, 7, 9, 11, 13, 17 };
-	static const uint64_t v3[] = { 1, 3, 5, 7, 9, 11, 13, 15, 17, 19 };
+	static const uint64_t v3[] = { 3, 1, 5, 7, 11, 9, 13, 15, 17, 19 };
+	static const uint64_t twice[] = { 1, 3, 5, 7, 7, 9, 11, 13, 15 };
 	pid_t worker;
-	int a, b, c, d;
+	int a, b, c, d, e;
 
 	test_agent_start1(NULL);
 	a = hello_conn();
@@ -1577,8 +1579,10 @@ Test(peers, haproxy3_connections_get_sched_batch)
 	notify_sids(b, slots, sizeof(slots) / sizeof(slots[0]));
 	c = hello_conn();
 	notify_sids(c, gap, sizeof(gap) / sizeof(gap[0]));
+	e = hello_conn();
+	notify_sids(e, twice, sizeof(twice) / sizeof(twice[0]));
 	cr_assert_not(policy_becomes(worker, SCHED_BATCH),
-		      "2.6-like, slot-numbered and 1..13-then-17 connections: not HAProxy 3.1+");
+		      "2.6-like, slot-numbered, 1..13-then-17 and a repeated id: not HAProxy 3.1+");
 	/* Seven 3.x-like NOTIFYs are not enough yet; the eighth is. */
 	d = hello_conn();
 	notify_sids(d, v3, 7);
@@ -1592,6 +1596,7 @@ Test(peers, haproxy3_connections_get_sched_batch)
 	close(a);
 	close(b);
 	close(c);
+	close(e);
 }
 
 /* Set in the file, sched_batch holds whatever the peers. */
