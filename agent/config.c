@@ -169,16 +169,16 @@ static bool cfg_hits_wait(const struct config *c)
 	return false;
 }
 
-bool config_sched_batch(const struct config *c, bool mux)
+bool config_sched_batch(const struct config *c, bool bursts)
 {
-	return c->sched_batch == CONFIG_AUTO ? mux && !cfg_hits_wait(c) : c->sched_batch != 0;
+	return c->sched_batch == CONFIG_AUTO ? !bursts && !cfg_hits_wait(c) : c->sched_batch != 0;
 }
 
-uint32_t config_collect_us(const struct config *c, bool mux)
+uint32_t config_collect_us(const struct config *c, bool bursts)
 {
 	if (c->collect_us != CONFIG_AUTO)
 		return (uint32_t)c->collect_us;
-	return mux && !cfg_hits_wait(c) ? CFG_COLLECT_DEFAULT_US : 0;
+	return !bursts && !cfg_hits_wait(c) ? CFG_COLLECT_DEFAULT_US : 0;
 }
 
 /* Contract: exact, byte-for-byte match of name[0..len) (no NUL needed);

@@ -102,16 +102,16 @@ uint32_t config_http_max_connections(const struct config *c);
 size_t config_http_max_buffer_memory(const struct config *c);
 
 /* sched_batch and collect_us as the workers apply them, while a worker
- * serves a connection of HAProxy 3.1+ (mux: conn.c tells them by their
+ * serves HAProxy 2.x and no 3.1+ (bursts: conn.c tells them by their
  * stream numbers) or not: what the file says, else (CONFIG_AUTO, the
- * default) on (20 µs) for HAProxy 3.1+, which sends each NOTIFY on its
- * own, unless a namespace syncs at sync_rate 0: every hit of it waits for
- * the store's answer, whose wake-up must wait neither for the time slice
- * of what runs on the worker's CPU nor for a collect sleep; off for the
- * others (HAProxy 2.6 sends its NOTIFYs in bursts: the two would cost its
- * requests latency for little CPU). docs/CONFIG.md. */
-bool config_sched_batch(const struct config *c, bool mux);
-uint32_t config_collect_us(const struct config *c, bool mux);
+ * default) on (20 µs) unless a namespace syncs at sync_rate 0 (every hit
+ * of it waits for the store's answer, whose wake-up must wait neither for
+ * the time slice of what runs on the worker's CPU nor for a collect
+ * sleep), and off behind HAProxy 2.x alone, whose NOTIFYs come in bursts
+ * already: there the wait for its time slice costs its requests latency.
+ * docs/CONFIG.md. */
+bool config_sched_batch(const struct config *c, bool bursts);
+uint32_t config_collect_us(const struct config *c, bool bursts);
 
 /* Index of a namespace by name, or -1. */
 int config_ns_find(const struct config *c, const char *name, size_t len);

@@ -30,27 +30,28 @@
 static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void conn_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
 
-/* How many NOTIFYs tell a connection of HAProxy 3.1+ from the others. */
+/* How many NOTIFYs tell a connection of HAProxy 3.1+ from one of 2.x. */
 #define CONN_PEER_PROBE 8
 
-/* The connection's peer from the stream-id of its NOTIFYs, one at a time:
- * HAProxy 3.1+'s multiplexer numbers the streams of each connection 1, 3,
- * 5, ... (mux_spop.c: (max_id + 1) | 1), one stream per SPOE request, so
- * the first CONN_PEER_PROBE NOTIFYs of one of its connections carry
- * 1, 3, 5, ... 15, in that order or close to it (c->probed: a bit per id
- * seen). A stream that ended before its NOTIFY makes the connection count
- * as another peer, which only costs it the batching. HAProxy 2.6 numbers
- * them with its process-wide stream counter, so only a connection that
- * carried every odd one of its process's first 16 streams, and nothing
- * else first, could match; our nginx module and test clients number them
- * by slot (0, 1, 2, ...). The count of 3.1+ connections is
- * env->mux_peers. */
+/* A HAProxy connection's version from the stream-id of its NOTIFYs, one
+ * at a time: 3.1+'s multiplexer numbers the streams of each connection
+ * 1, 3, 5, ... (mux_spop.c: (max_id + 1) | 1), one stream per SPOE
+ * request, so the first CONN_PEER_PROBE NOTIFYs of one of its connections
+ * carry 1, 3, 5, ... 15, in that order or close to it (c->probed: a bit
+ * per id seen); 2.x numbers them with its process-wide stream counter, so
+ * the first NOTIFY of its connections is almost always another number
+ * already. A 2.x connection could pass for 3.1+ only if it carried every
+ * odd one of its process's first 16 streams, and nothing else first; a
+ * 3.1+ connection whose first streams ended before their NOTIFY passes
+ * for 2.x. Either only changes the scheduling (env->mux_peers,
+ * env->applet_peers: the worker). */
 static void conn_peer_guess(struct conn *c, uint64_t stream_id)
 {
 	uint8_t bit = stream_id < 2 * CONN_PEER_PROBE ? (uint8_t)(1u << (stream_id >> 1)) : 0;
 
 	if ((stream_id & 1) == 0 || bit == 0 || (c->probed & bit)) {
-		c->peer = CONN_PEER_OTHER;
+		c->peer = CONN_PEER_APPLET;
+		c->s.env->applet_peers++;
 		return;
 	}
 	c->probed |= bit;
@@ -66,6 +67,8 @@ static void conn_close(struct conn *c)
 		return;
 	if (c->peer == CONN_PEER_MUX)
 		c->s.env->mux_peers--;
+	else if (c->peer == CONN_PEER_APPLET)
+		c->s.env->applet_peers--;
 	/* ACKs still waiting for a store will not be written. */
 	decide_pending_detach_all(&c->pending);
 	stream_close(&c->s);
@@ -154,6 +157,9 @@ static void conn_hello(struct conn *c, const struct spop_frame *f)
 		c->state = CONN_CLOSING;
 		return;
 	}
+	/* HAProxy names its engine; our nginx module and test clients not. */
+	if (h.engine_id.len == 0)
+		c->peer = CONN_PEER_OTHER;
 	if (conn_grow(c, (size_t)c->max_frame + SPOP_LEN_SIZE, 2 * ((size_t)c->max_frame +
 								      SPOP_LEN_SIZE)) < 0) {
 		conn_fail(c, SPOP_ERR_RES);

@@ -29,13 +29,15 @@ enum conn_state {
 	CONN_STATE_COUNT
 };
 
-/* Who is at the other end, as far as scheduling goes: HAProxy 3.1+
- * (its multiplexer sends each NOTIFY on its own: the worker answers in
- * batches, config_sched_batch()) or another peer (HAProxy 2.6, whose
- * applet writes NOTIFYs in bursts, our nginx module, a test client). */
+/* Who is at the other end, as far as scheduling goes: HAProxy 2.x,
+ * whose applet writes NOTIFYs in bursts (a worker serving only such
+ * peers and others answers at once: config_sched_batch()), HAProxy 3.1+
+ * (its multiplexer sends each NOTIFY on its own), or another client (our
+ * nginx module, test clients: no engine-id in their HELLO). */
 enum conn_peer {
-	CONN_PEER_UNKNOWN,            /* too few NOTIFYs yet */
+	CONN_PEER_UNKNOWN,            /* HAProxy, too few NOTIFYs yet */
 	CONN_PEER_MUX,                /* HAProxy 3.1+ */
+	CONN_PEER_APPLET,             /* HAProxy 2.x */
 	CONN_PEER_OTHER,
 };
 

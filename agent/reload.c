@@ -92,15 +92,15 @@ static void reload_report_kept(const struct config *cur, const struct config *ne
 		LOG(LOG_WARN, "reload: key_secret %s", kept);
 	if (strcmp(cur->state_file, next->state_file) != 0)
 		LOG(LOG_WARN, "reload: state_file %s", kept);
-	/* As the workers apply them, for HAProxy 3.1+ (mux) and the others. */
-	for (int mux = 1; mux >= 0; mux--) {
-		const char *peers = mux ? "HAProxy 3.1+" : "other peers";
-		if (config_sched_batch(cur, mux) != config_sched_batch(next, mux))
-			LOG(LOG_WARN, "reload: sched_batch (%s for %s) %s",
-			    config_sched_batch(cur, mux) ? "on" : "off", peers, kept);
-		if (config_collect_us(cur, mux) != config_collect_us(next, mux))
-			LOG(LOG_WARN, "reload: collect_us (%u for %s) %s",
-			    config_collect_us(cur, mux), peers, kept);
+	/* As the workers apply them, behind HAProxy 2.x alone (bursts) or not. */
+	for (int bursts = 0; bursts < 2; bursts++) {
+		const char *peers = bursts ? "HAProxy 2.x alone" : "other peers";
+		if (config_sched_batch(cur, bursts) != config_sched_batch(next, bursts))
+			LOG(LOG_WARN, "reload: sched_batch (%s behind %s) %s",
+			    config_sched_batch(cur, bursts) ? "on" : "off", peers, kept);
+		if (config_collect_us(cur, bursts) != config_collect_us(next, bursts))
+			LOG(LOG_WARN, "reload: collect_us (%u behind %s) %s",
+			    config_collect_us(cur, bursts), peers, kept);
 	}
 }
 

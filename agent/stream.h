@@ -90,8 +90,8 @@ struct front_env {
 	struct handler *handler;          /* SPOP messages (the SPOP front's start) */
 	struct metrics *metrics;          /* every worker's counters (GET /metrics) */
 	struct topk *topk;                /* heavy hitters (GET /top); NULL: off */
-	unsigned mux_peers;               /* SPOP connections of HAProxy 3.1+ (conn.c):
-	                                     sched_batch, collect_us */
+	unsigned mux_peers;               /* SPOP connections of HAProxy 3.1+ and */
+	unsigned applet_peers;            /* ... 2.x (conn.c): sched_batch, collect_us */
 	size_t buf_bytes;                 /* all connection buffers (max_buffer_memory) */
 	size_t front_bytes[FRONT_COUNT]; /* ... of each front (its max_buffer_memory) */
 	struct log_limit budget_log, fail_log, disconnect_log, io_log;

@@ -487,9 +487,9 @@ static void worker_on_signal(struct ev_loop *loop, ev_signal *s, int revents)
  * instead of a wake-up (two context switches) per frame, as HAProxy 3.x
  * sends each NOTIFY on its own. On an idle CPU a wake-up runs the worker
  * at once, as before; an idle worker sleeps as before. Unprivileged.
- * Left to the agent, only while the worker serves HAProxy 3.1+: behind
- * 2.6, whose NOTIFYs come in bursts, the wait for HAProxy's slice costs
- * its requests latency (p99 +15 %) for a CPU gain it hardly needs. */
+ * Left to the agent, not while the worker serves HAProxy 2.x and no 3.1+:
+ * 2.x's NOTIFYs come in bursts, and the wait for its slice costs its
+ * requests latency (p99 +15 %) for a CPU gain it hardly needs. */
 static void worker_sched(bool batch)
 {
 	static bool warned;         /* once per worker: it may switch often */
@@ -501,18 +501,22 @@ static void worker_sched(bool batch)
 	}
 }
 
-/* Applies sched_batch and collect_us as the worker's peers want them:
- * those for HAProxy 3.1+ while it holds one of its connections. */
-static void worker_peers_apply(struct worker *w, bool mux)
+/* Whether the worker serves HAProxy 2.x and no 3.1+ (conn.c's guess). */
+static bool worker_bursts(const struct worker *w)
 {
-	if (w->batch[mux] != w->batch[w->mux])
-		worker_sched(w->batch[mux]);
-	if (mux != w->mux)
-		LOG(LOG_DEBUG, "%s: sched_batch %s, collect_us %.0f",
-		    mux ? "serving HAProxy 3.1+" : "no HAProxy 3.1+ connection left",
-		    w->batch[mux] ? "on" : "off", w->collect_at[mux] * 1e6);
-	w->mux = mux;
-	w->collect = w->collect_at[mux];
+	return w->env.applet_peers > 0 && w->env.mux_peers == 0;
+}
+
+/* Applies sched_batch and collect_us as the worker's peers want them. */
+static void worker_peers_apply(struct worker *w, bool bursts)
+{
+	if (w->batch[bursts] != w->batch[w->bursts])
+		worker_sched(w->batch[bursts]);
+	LOG(LOG_DEBUG, "%s: sched_batch %s, collect_us %.0f",
+	    bursts ? "serving HAProxy 2.x alone" : "not serving HAProxy 2.x alone",
+	    w->batch[bursts] ? "on" : "off", w->collect_at[bursts] * 1e6);
+	w->bursts = bursts;
+	w->collect = w->collect_at[bursts];
 }
 
 /* collect_us: after a turn of the loop that began less than collect_us
@@ -528,15 +532,14 @@ static void worker_peers_apply(struct worker *w, bool mux)
  * at the limit: -27 % req/s with it; at sync_rate 0, where every hit
  * waits, collect_us is 0 unless set: config_collect_us()). Set before each
  * poll (libev runs prepare watchers before it computes its sleep), with
- * sched_batch when the worker's first HAProxy 3.1+ connection came or its
- * last one went. */
+ * sched_batch when the worker began or stopped serving HAProxy 2.x alone. */
 static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 {
 	struct worker *w = container_of(p, struct worker, collect_w);
 	(void)revents;
 
-	if ((w->env.mux_peers > 0) != w->mux)
-		worker_peers_apply(w, w->env.mux_peers > 0);
+	if (worker_bursts(w) != w->bursts)
+		worker_peers_apply(w, worker_bursts(w));
 	ev_set_io_collect_interval(loop, w->decide.npending > 0 ? 0. : w->collect);
 }
 
@@ -573,9 +576,9 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 
 	/* sched_batch and collect_us, for each kind of peer, as configured
 	 * at start (a reload keeps them). */
-	for (int mux = 0; mux < 2; mux++) {
-		w.batch[mux] = config_sched_batch(cfg, mux);
-		w.collect_at[mux] = config_collect_us(cfg, mux) / 1e6;
+	for (int bursts = 0; bursts < 2; bursts++) {
+		w.batch[bursts] = config_sched_batch(cfg, bursts);
+		w.collect_at[bursts] = config_collect_us(cfg, bursts) / 1e6;
 	}
 	if (w.batch[0])
 		worker_sched(true);

@@ -64,10 +64,10 @@ struct worker {
 	ev_timer reload_w;            /* a reload waits for the pushes in flight */
 	ev_prepare collect_w;         /* sched_batch and collect_us as the peers want them;
 	                                 collect_us off while decisions wait for a store */
-	bool batch[2];                /* config_sched_batch(): [mux], fixed at start */
-	double collect_at[2];         /* config_collect_us(), in seconds: [mux] */
-	bool mux;                     /* what is applied: for HAProxy 3.1+ peers */
-	double collect;               /* collect_at[mux] */
+	bool batch[2];                /* config_sched_batch(): [bursts], fixed at start */
+	double collect_at[2];         /* config_collect_us(), in seconds: [bursts] */
+	bool bursts;                  /* what is applied: behind HAProxy 2.x alone */
+	double collect;               /* collect_at[bursts] */
 	double reload_since;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */

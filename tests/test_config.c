@@ -69,10 +69,10 @@ static void assert_defaults(const struct config *c)
 	cr_assert_eq(c->idle_timeout_ms, 60000);
 	cr_assert_eq(c->frame_timeout_ms, 5000);
 	cr_assert_eq(c->log_level, LOG_INFO);
-	cr_assert(config_sched_batch(c, true), "local counting: SCHED_BATCH for HAProxy 3.1+");
-	cr_assert_eq(config_collect_us(c, true), 20);
-	cr_assert_not(config_sched_batch(c, false), "and not for HAProxy 2.6 or others");
-	cr_assert_eq(config_collect_us(c, false), 0);
+	cr_assert(config_sched_batch(c, false), "local counting: workers run SCHED_BATCH");
+	cr_assert_eq(config_collect_us(c, false), 20);
+	cr_assert_not(config_sched_batch(c, true), "but not behind HAProxy 2.x alone");
+	cr_assert_eq(config_collect_us(c, true), 0);
 	cr_assert_eq(c->n_ns, 1);
 	cr_assert_str_eq(c->ns[0].name, "default");
 	cr_assert_eq(c->ns[0].n_window_sizes, 3);
@@ -1105,22 +1105,22 @@ Test(config, http_trust_keys)
 	config_free(&c);
 	cr_assert_eq(load(&c, &err, "{\"sched_batch\": false, \"collect_us\": 0}"), 0, "%s: %s",
 		     err.path, err.msg);
-	cr_assert_not(config_sched_batch(&c, true));
-	cr_assert_eq(config_collect_us(&c, true), 0);
+	cr_assert_not(config_sched_batch(&c, false));
+	cr_assert_eq(config_collect_us(&c, false), 0);
 	config_free(&c);
 	assert_no_leaks();
 }
 
-/* Left to the agent, sched_batch and collect_us are on for HAProxy 3.1+
- * peers (mux) unless a namespace syncs at sync_rate 0 (the store's
- * answer's wake-up must wait neither for HAProxy's time slice nor for a
- * collect sleep), off for the others; set, they are as set for all. */
+/* Left to the agent, sched_batch and collect_us are on unless a namespace
+ * syncs at sync_rate 0 (the store's answer's wake-up must wait neither
+ * for HAProxy's time slice nor for a collect sleep), and off while the
+ * worker serves HAProxy 2.x alone (bursts); set, they are as set. */
 Test(config, sched_batch_and_collect_us_follow_the_peers_and_the_store)
 {
 	static const struct {
 		const char *json;
-		bool batch_mux, batch_other;
-		uint32_t collect_mux, collect_other;
+		bool batch, batch_bursts;
+		uint32_t collect, collect_bursts;
 	} cases[] = {
 		{ "{}", true, false, 20, 0 },
 		{ "{\"namespaces\": [{\"name\": \"a\", \"window_sizes\": [1], \"sync_rate\": 1,"
@@ -1141,10 +1141,11 @@ Test(config, sched_batch_and_collect_us_follow_the_peers_and_the_store)
 		config_defaults(&c);
 		cr_assert_eq(load(&c, &err, cases[i].json), 0, "%s: %s: %s", cases[i].json, err.path,
 			     err.msg);
-		cr_expect_eq(config_sched_batch(&c, true), cases[i].batch_mux, "%s", cases[i].json);
-		cr_expect_eq(config_sched_batch(&c, false), cases[i].batch_other, "%s", cases[i].json);
-		cr_expect_eq(config_collect_us(&c, true), cases[i].collect_mux, "%s", cases[i].json);
-		cr_expect_eq(config_collect_us(&c, false), cases[i].collect_other, "%s",
+		cr_expect_eq(config_sched_batch(&c, false), cases[i].batch, "%s", cases[i].json);
+		cr_expect_eq(config_sched_batch(&c, true), cases[i].batch_bursts, "%s",
+			     cases[i].json);
+		cr_expect_eq(config_collect_us(&c, false), cases[i].collect, "%s", cases[i].json);
+		cr_expect_eq(config_collect_us(&c, true), cases[i].collect_bursts, "%s",
 			     cases[i].json);
 		config_free(&c);
 	}

@@ -1553,50 +1553,56 @@ static pid_t the_worker(void)
 	return worker;
 }
 
-/* HAProxy 3.1+ numbers the streams of a connection 1, 3, 5, ... (their
- * NOTIFYs may come a little out of order): the worker serving one runs
- * SCHED_BATCH (left to the agent), and goes back
- * to SCHED_OTHER when the last one closes; HAProxy 2.6 (process-wide
- * stream numbers, also odd ones in a row, as a thread of two may see
- * them), slot-numbered clients (our nginx module: 0, 1, 2) and any other
- * numbering leave it alone, also alongside. */
-Test(peers, haproxy3_connections_get_sched_batch)
+/* Left to the agent, a worker batches (SCHED_BATCH) unless it serves
+ * HAProxy 2.x and no 3.1+: 3.1+ numbers the streams of each connection 1,
+ * 3, 5, ... (their NOTIFYs may come a little out of order), 2.x with its
+ * process-wide counter (odd ones in a row too, as a thread of two may see
+ * them); clients without an engine-id in their HELLO (our nginx module,
+ * numbering by slot: 0, 1, 2) are neither. */
+Test(peers, haproxy2_alone_is_answered_at_once)
 {
 	static const uint64_t v26[] = { 4711, 4713, 4715, 4717, 4719, 4721, 4723, 4725, 4727 };
 	static const uint64_t slots[] = { 0, 1, 2, 3, 4, 5, 6, 7, 8, 9 };
 	static const uint64_t gap[] = { 1, 3, 5, 7, 9, 11, 13, 17 };
 	static const uint64_t v3[] = { 3, 1, 5, 7, 11, 9, 13, 15, 17, 19 };
 	static const uint64_t twice[] = { 1, 3, 5, 7, 7, 9, 11, 13, 15 };
+	struct rawspop_hello_opts anon = rawspop_hello_defaults();
 	pid_t worker;
 	int a, b, c, d, e;
 
+	anon.engine_id = NULL;
 	test_agent_start1(NULL);
-	a = hello_conn();
+	b = conn_open();
+	hello_on(b, &anon);
 	worker = the_worker();
-	cr_assert_eq(sched_getscheduler(worker), SCHED_OTHER, "no peer yet: SCHED_OTHER");
-	notify_sids(a, v26, sizeof(v26) / sizeof(v26[0]));
-	b = hello_conn();
+	cr_assert(policy_becomes(worker, SCHED_BATCH), "no HAProxy 2.x: SCHED_BATCH");
 	notify_sids(b, slots, sizeof(slots) / sizeof(slots[0]));
+	cr_assert_not(policy_becomes(worker, SCHED_OTHER),
+		      "a slot-numbered client without engine-id: still SCHED_BATCH");
+	a = hello_conn();
+	notify_sids(a, v26, sizeof(v26) / sizeof(v26[0]));
+	cr_assert(policy_becomes(worker, SCHED_OTHER), "HAProxy 2.x alone: SCHED_OTHER");
 	c = hello_conn();
 	notify_sids(c, gap, sizeof(gap) / sizeof(gap[0]));
 	e = hello_conn();
 	notify_sids(e, twice, sizeof(twice) / sizeof(twice[0]));
-	cr_assert_not(policy_becomes(worker, SCHED_BATCH),
-		      "2.6-like, slot-numbered, 1..13-then-17 and a repeated id: not HAProxy 3.1+");
 	/* Seven 3.x-like NOTIFYs are not enough yet; the eighth is. */
 	d = hello_conn();
 	notify_sids(d, v3, 7);
-	cr_assert_not(policy_becomes(worker, SCHED_BATCH), "seven NOTIFYs: not decided yet");
+	cr_assert_not(policy_becomes(worker, SCHED_BATCH),
+		      "1..13-then-17, a repeated id, seven 3.x-like NOTIFYs: still 2.x alone");
 	notify_sids(d, v3 + 7, 3);
 	cr_assert(policy_becomes(worker, SCHED_BATCH), "a HAProxy 3.1+ connection: SCHED_BATCH");
 	close(d);
-	cr_assert(policy_becomes(worker, SCHED_OTHER), "its last one closed: SCHED_OTHER again");
+	cr_assert(policy_becomes(worker, SCHED_OTHER), "3.1+ gone, 2.x left: SCHED_OTHER");
 	/* The others still answered. */
 	notify_sids(a, v26 + 8, 1);
 	close(a);
-	close(b);
 	close(c);
+	cr_assert_not(policy_becomes(worker, SCHED_BATCH), "one 2.x connection left: SCHED_OTHER");
 	close(e);
+	cr_assert(policy_becomes(worker, SCHED_BATCH), "no HAProxy 2.x left: SCHED_BATCH again");
+	close(b);
 }
 
 /* Set in the file, sched_batch holds whatever the peers. */
@@ -1620,12 +1626,8 @@ Test(peers, sched_batch_as_set)
 	worker = the_worker();
 	cr_assert(policy_becomes(worker, SCHED_BATCH), "sched_batch true: from the start");
 	notify_sids(fd, v26, 3);
+	cr_assert_not(policy_becomes(worker, SCHED_OTHER), "sched_batch true: behind 2.x too");
 	close(fd);
-	fd = hello_conn();
-	notify_sids(fd, v3, 8);
-	close(fd);
-	sleep_ms(100);
-	cr_assert(policy_becomes(worker, SCHED_BATCH), "sched_batch true: after a 3.1+ peer left");
 	close(hello_conn());
 }
 

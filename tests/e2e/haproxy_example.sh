@@ -15,7 +15,7 @@
 #     two keys from one address are counted apart;
 #   - an X-Api-Key over 1024 bytes (an SPOE error, passed uncounted by the
 #     open listener) or given twice: 400; one with a comma counted whole;
-#   - the workers serving HAProxy 3.1+ run SCHED_BATCH, behind 2.6 not;
+#   - the workers run SCHED_BATCH behind HAProxy 3.1+, not behind 2.6;
 #   - agent stopped: the "open" listener passes (200), the "strict"
 #     listener answers 503.
 # Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/haproxy_example.sh
@@ -107,17 +107,17 @@ case $(hdr "$E2E_TMP/comma" RateLimit) in
   *) not_ok "an X-Api-Key with a comma is counted as the whole value (its last part alone is another key)"; diag "RateLimit: $(hdr "$E2E_TMP/comma" RateLimit)" ;;
 esac
 
-# --- scheduling: left to the agent, sched_batch is for HAProxy 3.1+ ---
-# Its multiplexer numbers each connection's streams 1, 3, 5...: the worker
-# serving one runs SCHED_BATCH; behind 2.6 the workers keep SCHED_OTHER.
+# --- scheduling: left to the agent, no sched_batch behind HAProxy 2.x ---
+# 3.1+'s multiplexer numbers each connection's streams 1, 3, 5...: the
+# workers run SCHED_BATCH; a worker serving 2.6 alone runs SCHED_OTHER.
 for i in $(seq 1 30); do req "$E2E_PORT_OPEN" --interface "$(rand_ip)" > /dev/null; done
 policies=$(for p in $(agent_workers); do chrt -p "$p" | sed -n 's/.*scheduling policy: //p'; done | sort -u | tr '\n' ' ')
 diag "workers' scheduling policies: $policies"
 if haproxy_at_least 3 1; then
-  case $policies in *SCHED_BATCH*) ok "HAProxy $E2E_HAPROXY_VERSION: a worker serving it runs SCHED_BATCH" ;;
-    *) not_ok "HAProxy $E2E_HAPROXY_VERSION: a worker serving it runs SCHED_BATCH" ;; esac
+  is "$policies" "SCHED_BATCH " "HAProxy $E2E_HAPROXY_VERSION: every worker runs SCHED_BATCH"
 else
-  is "$policies" "SCHED_OTHER " "HAProxy $E2E_HAPROXY_VERSION: the workers keep SCHED_OTHER"
+  case $policies in *SCHED_OTHER*) ok "HAProxy $E2E_HAPROXY_VERSION: a worker serving it alone runs SCHED_OTHER" ;;
+    *) not_ok "HAProxy $E2E_HAPROXY_VERSION: a worker serving it alone runs SCHED_OTHER" ;; esac
 fi
 
 # --- fail-open / fail-closed ---

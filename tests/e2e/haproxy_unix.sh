@@ -6,8 +6,8 @@
 # on "unix:PATH":
 #   - the agent server is UP (3.1+: its spop-check HELLO over the socket);
 #   - per client IP, limit 5 per 60 s: exactly 5 pass, then 429;
-#   - 3.1+: a worker serving it runs SCHED_BATCH (its stream numbers are
-#     read as over TCP); 2.6: the workers keep SCHED_OTHER.
+#   - 3.1+: the workers run SCHED_BATCH (its stream numbers are read as
+#     over TCP); 2.6: a worker serving it runs SCHED_OTHER.
 # Usage: AGENT=/path/to/spoa-ratelimit bash tests/e2e/haproxy_unix.sh
 . "$(dirname "$0")/lib.sh"
 
@@ -50,10 +50,10 @@ done
 policies=$(for p in $(agent_workers); do chrt -p "$p" | sed -n 's/.*scheduling policy: //p'; done | sort -u | tr '\n' ' ')
 diag "workers' scheduling policies: $policies"
 if haproxy_at_least 3 1; then
-  case $policies in *SCHED_BATCH*) ok "HAProxy $E2E_HAPROXY_VERSION over the socket: a worker runs SCHED_BATCH" ;;
-    *) not_ok "HAProxy $E2E_HAPROXY_VERSION over the socket: a worker runs SCHED_BATCH" ;; esac
+  is "$policies" "SCHED_BATCH " "HAProxy $E2E_HAPROXY_VERSION over the socket: every worker runs SCHED_BATCH"
 else
-  is "$policies" "SCHED_OTHER " "HAProxy $E2E_HAPROXY_VERSION over the socket: the workers keep SCHED_OTHER"
+  case $policies in *SCHED_OTHER*) ok "HAProxy $E2E_HAPROXY_VERSION over the socket: a worker serving it alone runs SCHED_OTHER" ;;
+    *) not_ok "HAProxy $E2E_HAPROXY_VERSION over the socket: a worker serving it alone runs SCHED_OTHER" ;; esac
 fi
 
 stop_agent
