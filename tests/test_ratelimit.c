@@ -415,6 +415,22 @@ Test(ratelimit, shares_split_max_keys)
 
 /* The issue's attack: one client sends 60,000 distinct keys in "api"
  * (max_keys 20,000). Every namespace keeps counting and limiting. */
+#define REGULARS 40
+
+/* How many of key_flood_leaves_every_namespace_limiting's regular users
+ * still count their 3 hits. */
+static int regulars_kept(struct rl *rl, double now)
+{
+	char key[32];
+	int kept = 0;
+
+	for (int u = 0; u < REGULARS; u++) {
+		snprintf(key, sizeof(key), "regular-%d", u);
+		kept += count_of(rl, "api", key, now) == 3;
+	}
+	return kept;
+}
+
 Test(ratelimit, key_flood_leaves_every_namespace_limiting, .timeout = 120)
 {
 	static const struct nsdef d[] = {
@@ -425,11 +441,14 @@ Test(ratelimit, key_flood_leaves_every_namespace_limiting, .timeout = 120)
 	char key[32];
 	int allowed;
 
-	/* Before the flood: an attacker over its limit, a regular user under. */
+	/* Before the flood: an attacker over its limit, regular users under. */
 	for (int i = 0; i < 6; i++)
 		cr_assert_eq(try_hit(rl, "api", "attacker", 5, now), i < 5);
-	for (int i = 0; i < 3; i++)
-		cr_assert_eq(try_hit(rl, "api", "regular", 5, now), 1);
+	for (int u = 0; u < REGULARS; u++)
+		for (int i = 0; i < 3; i++) {
+			snprintf(key, sizeof(key), "regular-%d", u);
+			cr_assert_eq(try_hit(rl, "api", key, 5, now), 1);
+		}
 
 	for (int i = 0; i < 60000; i++) {
 		snprintf(key, sizeof(key), "flood-%d", i);
@@ -441,9 +460,12 @@ Test(ratelimit, key_flood_leaves_every_namespace_limiting, .timeout = 120)
 	cr_assert_geq(api.evicted, 60000 - (uint64_t)shm_nslots(rl_shm(rl)));
 	cr_assert_leq(api.live, (int64_t)shm_nslots(rl_shm(rl)));
 
-	/* The attacker is still denied; the regular user kept its count. */
+	/* The attacker is still denied (protected); the regular users kept
+	 * their counts (a sampled eviction takes the cheapest key of a few:
+	 * a flood key of 1 rather than a user of 3, unless none is in the
+	 * sample). */
 	cr_assert_eq(try_hit(rl, "api", "attacker", 5, now), 0);
-	EQ(count_of(rl, "api", "regular", now), 3);
+	cr_assert_geq(regulars_kept(rl, now), REGULARS - 1);
 	/* New keys in both namespaces: counted and limited exactly. */
 	allowed = 0;
 	for (int i = 0; i < 8; i++)
@@ -471,7 +493,12 @@ Test(ratelimit, key_flood_leaves_every_namespace_limiting, .timeout = 120)
 	cr_assert_eq(login.refused, 0);
 	EQ(count_of(rl, "login", "alice", now), 8);
 	cr_assert_eq(try_hit(rl, "api", "attacker", 5, now), 0);
-	EQ(count_of(rl, "api", "regular", now), 3);
+	/* Taking api's slots back for login, a regular user's key is the
+	 * cheapest api key of a sample now and then: 1.1 % of them over 300
+	 * runs, at most 4 of the 40 in one (all 40 kept after the api flood
+	 * in every run). With one regular user this check failed about once
+	 * in 100 runs. */
+	cr_assert_geq(regulars_kept(rl, now), REGULARS - 8);
 	rl_free(rl);
 }
 
