@@ -91,6 +91,17 @@ static const char *admin_parse(const char *query, size_t qlen, char *dec, size_t
 	return NULL;
 }
 
+/* Opens an answer about one key: {"namespace":"...","key":"... (the
+ * caller closes the key's string). */
+static void admin_key_head(char *out, size_t cap, size_t *o, const struct ns_def *nsc,
+			   const char *key, size_t key_len)
+{
+	http_put(out, cap, o, "{\"namespace\":\"");
+	http_escape(out, cap, o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
+	http_put(out, cap, o, "\",\"key\":\"");
+	http_escape(out, cap, o, key, key_len, HTTP_ESC_JSON_BYTES);
+}
+
 static int admin_error(char *out, size_t cap, int status, const char *why)
 {
 	size_t o = 0;
@@ -140,10 +151,7 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 	const struct ns_def *nsc = rl_namespace_def(rl, ns);
 	bool sliding = nsc->window_type == NS_WINDOW_SLIDING;
 
-	http_put(out, cap, &o, "{\"namespace\":\"");
-	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
-	http_put(out, cap, &o, "\",\"key\":\"");
-	http_escape(out, cap, &o, a.key, a.key_len, HTTP_ESC_JSON_BYTES);
+	admin_key_head(out, cap, &o, nsc, a.key, a.key_len);
 	http_put(out, cap, &o, "\",\"windows\":[");
 	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
 		uint32_t w = nsc->window_sizes[i];
@@ -175,10 +183,7 @@ static int admin_forget_text(const struct ns_def *nsc, const char *key, size_t k
 {
 	size_t o = 0;
 
-	http_put(out, cap, &o, "{\"namespace\":\"");
-	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
-	http_put(out, cap, &o, "\",\"key\":\"");
-	http_escape(out, cap, &o, key, key_len, HTTP_ESC_JSON_BYTES);
+	admin_key_head(out, cap, &o, nsc, key, key_len);
 	http_put(out, cap, &o, "\",\"removed\":%.17g,\"windows\":%zu,\"store\":\"%s\"", removed,
 	    nsc->n_window_sizes, store);
 	if (strcmp(store, "sent") == 0)

@@ -105,8 +105,6 @@ void http_escape(char *out, size_t cap, size_t *o, const char *s, size_t n, enum
 	out[*o] = '\0';
 }
 
-/* A part's policy name, inside an sf-string: the namespace's, and with
- * several limits in the decision its window too ("api-60"). */
 /* Appends to a bounded buffer; *o stays <= cap - 1, whatever is cut. */
 void http_put(char *out, size_t cap, size_t *o, const char *fmt, ...)
 {
@@ -122,6 +120,8 @@ void http_put(char *out, size_t cap, size_t *o, const char *fmt, ...)
 		*o += (size_t)n < cap - *o ? (size_t)n : cap - *o - 1;
 }
 
+/* A part's policy name, inside an sf-string: the namespace's, and with
+ * several limits in the decision its window too ("api-60"). */
 static const char *policy_name(const struct http_conn *c, const struct rl_decision *r,
 			       bool several, char *out)
 {
@@ -185,23 +185,23 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 		for (size_t k = 0, i = 0; k < np; k++)
 			if (parts[k].has_limit)
 				http_put(hdr, sizeof(hdr), &h, "%s\"%s\";q=%lld;w=%u",
-						      i++ ? ", " : "",
-						      policy_name(c, &parts[k], several, policy),
-						      (long long)parts[k].limit, parts[k].window);
+					 i++ ? ", " : "",
+					 policy_name(c, &parts[k], several, policy),
+					 (long long)parts[k].limit, parts[k].window);
 		http_put(hdr, sizeof(hdr), &h, "\r\nRateLimit: ");
 		for (size_t k = 0, i = 0; k < np; k++)
 			if (parts[k].has_limit)
 				http_put(hdr, sizeof(hdr), &h, "%s\"%s\";r=%lld;t=%lld",
-						      i++ ? ", " : "",
-						      policy_name(c, &parts[k], several, policy),
-						      (long long)parts[k].remaining,
-						      (long long)parts[k].reset);
+					 i++ ? ", " : "",
+					 policy_name(c, &parts[k], several, policy),
+					 (long long)parts[k].remaining,
+					 (long long)parts[k].reset);
 		http_put(hdr, sizeof(hdr), &h, "\r\n");
 	}
 	if (r->has_limit) {
 		if (r->exceeded)
 			http_put(hdr, sizeof(hdr), &h, "Retry-After: %lld\r\n",
-					      (long long)r->retry_after);
+				 (long long)r->retry_after);
 		if (r->shadow)
 			http_put(hdr, sizeof(hdr), &h, "X-RateLimit-Shadow: %s\r\n",
 				 r->shadow_exceeded ? "exceeded" : "ok");
@@ -209,39 +209,39 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 		if (problem) {
 			/* RFC 9457 with the ratelimit draft's problem type. */
 			http_put(body, sizeof(body), &b, "\"type\":\"https://iana.org/assignments/"
-					      "http-problem-types#quota-exceeded\","
-					      "\"title\":\"Request cannot be satisfied as assigned "
-					      "quota has been exceeded\",\"status\":%d,"
-					      "\"violated-policies\":[", cfg->http_deny_status);
+				 "http-problem-types#quota-exceeded\","
+				 "\"title\":\"Request cannot be satisfied as assigned "
+				 "quota has been exceeded\",\"status\":%d,"
+				 "\"violated-policies\":[", cfg->http_deny_status);
 			for (size_t k = 0, i = 0; k < np; k++)
 				if (parts[k].exceeded)
 					http_put(body, sizeof(body), &b, "%s\"%s\"", i++ ? "," : "",
-							      policy_name(c, &parts[k], several,
-									  policy));
+						 policy_name(c, &parts[k], several, policy));
 			http_put(body, sizeof(body), &b, "],");
 		}
 		http_put(body, sizeof(body), &b, "\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
-				      "\"reset\":%lld,\"limit\":%lld,\"window\":%u",
-				      r->exceeded ? "true" : "false", (long long)r->rate,
-				      (long long)r->remaining, (long long)r->reset, (long long)r->limit,
-				      r->window);
+			 "\"reset\":%lld,\"limit\":%lld,\"window\":%u",
+			 r->exceeded ? "true" : "false", (long long)r->rate,
+			 (long long)r->remaining, (long long)r->reset, (long long)r->limit,
+			 r->window);
 		if (r->exceeded)
 			http_put(body, sizeof(body), &b, ",\"retry_after\":%lld",
-					      (long long)r->retry_after);
+				 (long long)r->retry_after);
 	} else {
-		http_put(body, sizeof(body), &b, "{\"exceeded\":false,\"rate\":%lld,\"reset\":%lld,\"window\":%u",
-				      (long long)r->rate, (long long)r->reset, r->window);
+		http_put(body, sizeof(body), &b,
+			 "{\"exceeded\":false,\"rate\":%lld,\"reset\":%lld,\"window\":%u",
+			 (long long)r->rate, (long long)r->reset, r->window);
 	}
 	if (r->degraded)
 		http_put(body, sizeof(body), &b, ",\"degraded\":true");
 	if (r->delayed_ms > 0)
 		http_put(body, sizeof(body), &b, ",\"delayed_ms\":%lld",
-				      (long long)r->delayed_ms);
+			 (long long)r->delayed_ms);
 	if (error)      /* another limit of the decision found no room */
 		http_put(body, sizeof(body), &b, ",\"error\":\"%s\"", error);
 	if (r->shadow && r->has_limit)
 		http_put(body, sizeof(body), &b, ",\"shadow_exceeded\":%s",
-				      r->shadow_exceeded ? "true" : "false");
+			 r->shadow_exceeded ? "true" : "false");
 	http_escape(jname, sizeof(jname), &jlen, name, strlen(name), HTTP_ESC_JSON_UTF8);
 	http_put(body, sizeof(body), &b, ",\"namespace\":\"%s\"}\n", jname);
 	http_answer(c, x, r->exceeded ? cfg->http_deny_status : 200,
