@@ -516,7 +516,6 @@ static void worker_peers_apply(struct worker *w, bool bursts)
 	    bursts ? "serving HAProxy 2.x alone" : "not serving HAProxy 2.x alone",
 	    w->batch[bursts] ? "on" : "off", w->collect_at[bursts] * 1e6);
 	w->bursts = bursts;
-	w->collect = w->collect_at[bursts];
 }
 
 /* collect_us: after a turn of the loop that began less than collect_us
@@ -540,7 +539,7 @@ static void worker_on_prepare(struct ev_loop *loop, ev_prepare *p, int revents)
 
 	if (worker_bursts(w) != w->bursts)
 		worker_peers_apply(w, worker_bursts(w));
-	ev_set_io_collect_interval(loop, w->decide.npending > 0 ? 0. : w->collect);
+	ev_set_io_collect_interval(loop, w->decide.npending > 0 ? 0. : w->collect_at[w->bursts]);
 }
 
 /* The first n fronts' state of the worker freed (their stop). */
@@ -582,7 +581,6 @@ int worker_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 	}
 	if (w.batch[0])
 		worker_sched(true);
-	w.collect = w.collect_at[0];
 	decide_init(&w.decide, rl);
 	w.loop = ev_loop_new(EVFLAG_AUTO);
 	if (!w.loop) {

@@ -67,7 +67,6 @@ struct worker {
 	bool batch[2];                /* config_sched_batch(): [bursts], fixed at start */
 	double collect_at[2];         /* config_collect_us(), in seconds: [bursts] */
 	bool bursts;                  /* what is applied: behind HAProxy 2.x alone */
-	double collect;               /* collect_at[bursts] */
 	double reload_since;
 	ev_check reap_w;              /* frees connections closed during callbacks */
 	ev_timer drain_w;             /* bounds the shutdown */
