@@ -110,15 +110,7 @@ esac
 # --- scheduling: left to the agent, no sched_batch behind HAProxy 2.x ---
 # 3.1+'s multiplexer numbers each connection's streams 1, 3, 5...: the
 # workers run SCHED_BATCH; a worker serving 2.6 alone runs SCHED_OTHER.
-for i in $(seq 1 30); do req "$E2E_PORT_OPEN" --interface "$(rand_ip)" > /dev/null; done
-policies=$(for p in $(agent_workers); do chrt -p "$p" | sed -n 's/.*scheduling policy: //p'; done | sort -u | tr '\n' ' ')
-diag "workers' scheduling policies: $policies"
-if haproxy_at_least 3 1; then
-  is "$policies" "SCHED_BATCH " "HAProxy $E2E_HAPROXY_VERSION: every worker runs SCHED_BATCH"
-else
-  case $policies in *SCHED_OTHER*) ok "HAProxy $E2E_HAPROXY_VERSION: a worker serving it alone runs SCHED_OTHER" ;;
-    *) not_ok "HAProxy $E2E_HAPROXY_VERSION: a worker serving it alone runs SCHED_OTHER" ;; esac
-fi
+check_sched_policies ""
 
 # --- fail-open / fail-closed ---
 ip4=$(rand_ip)

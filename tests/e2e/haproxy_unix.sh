@@ -44,17 +44,7 @@ codes=""
 for i in 1 2 3 4 5 6 7; do codes="$codes $(req "$E2E_PORT_CLOSED" --interface "$ip")"; done
 is "$codes" " 200 200 200 200 200 429 429" "per IP ($ip) over the unix socket, strict listener: exactly 5 pass"
 
-for i in $(seq 1 30); do
-  req "$E2E_PORT_OPEN" --interface "127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))" > /dev/null
-done
-policies=$(for p in $(agent_workers); do chrt -p "$p" | sed -n 's/.*scheduling policy: //p'; done | sort -u | tr '\n' ' ')
-diag "workers' scheduling policies: $policies"
-if haproxy_at_least 3 1; then
-  is "$policies" "SCHED_BATCH " "HAProxy $E2E_HAPROXY_VERSION over the socket: every worker runs SCHED_BATCH"
-else
-  case $policies in *SCHED_OTHER*) ok "HAProxy $E2E_HAPROXY_VERSION over the socket: a worker serving it alone runs SCHED_OTHER" ;;
-    *) not_ok "HAProxy $E2E_HAPROXY_VERSION over the socket: a worker serving it alone runs SCHED_OTHER" ;; esac
-fi
+check_sched_policies " over the socket"
 
 stop_agent
 is "$?" "0" "agent exits with status 0 on SIGTERM"

@@ -359,6 +359,27 @@ start_haproxy() {
   die "haproxy answers on its stats port within 10s"
 }
 
+# check_sched_policies LABEL: after 30 requests to the open listener
+# (random source addresses), the agent's workers run SCHED_BATCH behind
+# HAProxy 3.1+ (every one of them), and a worker serving 2.x alone runs
+# SCHED_OTHER (docs/CONFIG.md, sched_batch). LABEL ends the checks' names.
+check_sched_policies() {
+  local label=$1 i policies
+  for i in $(seq 1 30); do
+    req "$E2E_PORT_OPEN" --interface "127.$((RANDOM % 200 + 20)).$((RANDOM % 250 + 1)).$((RANDOM % 250 + 1))" > /dev/null
+  done
+  policies=$(for p in $(agent_workers); do chrt -p "$p" | sed -n 's/.*scheduling policy: //p'; done | sort -u | tr '\n' ' ')
+  diag "workers' scheduling policies: $policies"
+  if haproxy_at_least 3 1; then
+    is "$policies" "SCHED_BATCH " "HAProxy $E2E_HAPROXY_VERSION$label: every worker runs SCHED_BATCH"
+  else
+    case $policies in
+      *SCHED_OTHER*) ok "HAProxy $E2E_HAPROXY_VERSION$label: a worker serving it alone runs SCHED_OTHER" ;;
+      *) not_ok "HAProxy $E2E_HAPROXY_VERSION$label: a worker serving it alone runs SCHED_OTHER" ;;
+    esac
+  fi
+}
+
 # stats_field BACKEND SERVER COLUMN: one column of HAProxy's stats CSV for
 # a server (status, check_status, check_desc, chkfail, ...).
 stats_field() {
