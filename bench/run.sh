@@ -67,6 +67,7 @@ esac
 AGENT=$BDIR/spoa-ratelimit
 LOAD=$BDIR/bench/spop_load
 OUT=${BENCH_OUT:-$ROOT/build/bench}
+case $OUT in /*) ;; *) OUT=$ROOT/$OUT ;; esac   # absolute: unix sockets live in RAW
 RAW=$OUT/raw
 MD=$OUT/results.md
 
@@ -647,7 +648,7 @@ e2e_run() {
   free_port fe && free_port ag || return 1
   local agent_addr=127.0.0.1:$ag
   if [ -n "${E2E_UNIX:-}" ]; then
-    # The agent on a unix socket (part versions, U34).
+    # The agent on a unix socket (part versions, the U... variants).
     ag=$RAW/agent-$v-$round.sock
     rm -f "$ag"
     agent_addr=unix@$ag
