@@ -19,8 +19,6 @@
 #include "agent/ratelimit.h"
 #include "spop/spop.h"
 
-#define CONN_MAX_PENDING     64     /* NOTIFYs waiting for a store per connection
-				       (HAProxy keeps at most 20 in flight) */
 #define CONN_CLOSE_GRACE     1.0    /* seconds to flush a final DISCONNECT */
 #define CONN_HELLO_FRAME_MAX 4096   /* largest frame before HELLO (a HELLO is
 				       about 150 bytes): the buffers of a peer
@@ -69,16 +67,18 @@ static void conn_close(struct conn *c)
 		c->s.env->mux_peers--;
 	else if (c->peer == CONN_PEER_APPLET)
 		c->s.env->applet_peers--;
-	/* ACKs still waiting for a store will not be written. */
-	decide_pending_detach_all(&c->pending);
+	/* ACKs still waiting will not be written. */
+	decide_pending_detach_all(&c->owner);
 	stream_close(&c->s);
 }
 
 /* Watch for reads while more frames may come, for writes while output is
- * queued. */
+ * queued. NOTIFYs whose answers wait (a store, a delay) never stop the
+ * reads: the decision layer bounds them (agent/decide.h); only a peer
+ * that does not read its answers does (conn_process). */
 static void conn_update_events(struct conn *c)
 {
-	stream_watch(&c->s, c->state != CONN_CLOSING && c->npending < CONN_MAX_PENDING);
+	stream_watch(&c->s, c->state != CONN_CLOSING);
 }
 
 /* Sends queued output; a CLOSING connection closes once all is sent.
@@ -188,15 +188,13 @@ static void conn_frame(struct conn *c, const struct spop_frame *f, double now)
 		if (c->peer == CONN_PEER_UNKNOWN)
 			conn_peer_guess(c, f->stream_id);
 		spop_writer_init(&w, c->s.wbuf + c->s.wlen, c->s.wcap - c->s.wlen);
-		int rc = handler_notify(c->s.env->handler, f, now, &w, c->max_frame, &err, c,
-					&c->pending);
+		int rc = handler_notify(c->s.env->handler, f, now, &w, c->max_frame, &err,
+					&c->owner);
 		if (rc < 0) {
 			conn_fail(c, err);
 			return;
 		}
-		c->s.wlen += w.len;	/* 0 when the ACK waits for a store */
-		if (rc == 1)
-			c->npending++;
+		c->s.wlen += w.len;	/* 0 when the ACK waits */
 		break;
 	}
 	case SPOP_FRAME_HAPROXY_DISCONNECT: {
@@ -232,7 +230,7 @@ static void conn_process(struct conn *c)
 	double now = rl_now();
 	double evnow = ev_now(c->s.env->loop);
 
-	while (c->state != CONN_CLOSING && off < c->s.rlen && c->npending < CONN_MAX_PENDING) {
+	while (c->state != CONN_CLOSING && off < c->s.rlen) {
 		struct spop_frame f;
 		enum spop_err err;
 		size_t limit = c->state == CONN_HELLO ? CONN_HELLO_FRAME_MAX : c->max_frame;
@@ -288,7 +286,7 @@ static void conn_read(struct conn *c)
 }
 
 /* Sends what is queued; frames left in the read buffer (held back for
- * want of output room or by the pending cap) are answered once it drains;
+ * want of output room) are answered once it drains;
  * then the watcher is set for what comes next. */
 static void conn_continue(struct conn *c)
 {
@@ -311,7 +309,7 @@ static void conn_on_io(struct ev_loop *loop, ev_io *io, int revents)
 		conn_read(c);
 	if (c->s.dead)
 		return;
-	if (c->s.draining && c->state != CONN_CLOSING && c->s.rlen == 0 && !c->pending)
+	if (c->s.draining && c->state != CONN_CLOSING && c->s.rlen == 0 && !c->owner.list)
 		conn_fail(c, SPOP_ERR_NONE);
 	conn_continue(c);
 }
@@ -371,6 +369,7 @@ static struct stream *conn_open(struct front_env *env, int fd)
 		return NULL;
 	}
 	c->state = CONN_HELLO;
+	c->owner.deliver = conn_deliver;
 	c->max_frame = CONN_HELLO_FRAME_MAX;
 	c->last_notify = c->s.created;
 	return &c->s;
@@ -387,7 +386,7 @@ static void conn_drain(struct stream *s)
 	conn_read(c);
 	if (c->s.dead)
 		return;
-	if (c->state != CONN_CLOSING && c->s.rlen == 0 && !c->pending)
+	if (c->state != CONN_CLOSING && c->s.rlen == 0 && !c->owner.list)
 		conn_fail(c, SPOP_ERR_NONE);
 	if (conn_flush(c) == 0)
 		conn_update_events(c);
@@ -395,14 +394,13 @@ static void conn_drain(struct stream *s)
 
 #define CONN_WBUF_MAX (4u << 20)    /* a peer that stops reading is dropped */
 
-void conn_deliver(void *owner, struct decide_pending *p)
+void conn_deliver(struct decide_owner *owner, struct decide_pending *p)
 {
-	struct conn *c = owner;
+	struct conn *c = container_of(owner, struct conn, owner);
 	struct handler *h = c->s.env->handler;
 	struct spop_writer w;
 	enum spop_err err;
 
-	c->npending--;
 	if (c->s.dead || c->state == CONN_CLOSING) {
 		decide_pending_release(h->dec, p);
 		return;
@@ -429,7 +427,7 @@ void conn_deliver(void *owner, struct decide_pending *p)
 		conn_fail(c, err);
 	} else {
 		c->s.wlen += w.len;
-		if (c->s.draining && !c->pending && c->s.rlen == 0)
+		if (c->s.draining && !c->owner.list && c->s.rlen == 0)
 			conn_fail(c, SPOP_ERR_NONE);
 	}
 	/* Not sent now: the ACKs of every hit the store answered together
@@ -476,7 +474,8 @@ static const char *conn_address(const struct config *cfg)
 }
 
 /* The worker's SPOP handler (agent/handler.h): its messages as the
- * configuration says, answers held for a store delivered by conn_deliver. */
+ * configuration says (held answers come back through each connection's
+ * owner: conn_deliver). */
 static int conn_start(struct front_env *env)
 {
 	struct handler *h = calloc(1, sizeof(*h));
@@ -485,7 +484,6 @@ static int conn_start(struct front_env *env)
 		free(h);
 		return -1;
 	}
-	h->deliver = conn_deliver;
 	env->handler = h;
 	return 0;
 }
@@ -496,7 +494,6 @@ static int conn_reload(struct front_env *env)
 	handler_free(env->handler);
 	if (handler_init(env->handler, env->cfg, env->decide, env->cfg->max_frame_size) < 0)
 		return -1;
-	env->handler->deliver = conn_deliver;
 	return 0;
 }
 

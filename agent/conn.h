@@ -18,9 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/decide.h"
 #include "agent/stream.h"
-
-struct decide_pending;
 
 enum conn_state {
 	CONN_HELLO = 0,
@@ -48,14 +47,14 @@ struct conn {
 	uint32_t max_frame;           /* negotiated (the configured bound before HELLO) */
 	double last_notify;           /* ev_now() of the last NOTIFY (or of accept):
 	                                 what makes a connection busy */
-	struct decide_pending *pending;  /* NOTIFYs whose ACK waits for a store */
-	unsigned npending;                /* how many (reads pause at CONN_MAX_PENDING) */
+	struct decide_owner owner;        /* NOTIFYs whose ACK waits (a store, a
+	                                     delay): reads go on meanwhile */
 	enum conn_peer peer;              /* HAProxy 3.1+ or not (conn_peer_guess) */
 	uint8_t probed;                   /* stream-ids 1, 3, ... 15 seen while unknown */
 };
 
-/* decide.deliver: writes the ACK of a NOTIFY that waited for its store
- * (pipelined ACKs may leave out of order). */
-void conn_deliver(void *owner, struct decide_pending *p);
+/* The owner's deliver: writes the ACK of a NOTIFY that waited (pipelined
+ * ACKs may leave out of order). */
+void conn_deliver(struct decide_owner *owner, struct decide_pending *p);
 
 #endif /* CONN_H */

@@ -570,7 +570,8 @@ struct decide_pending *pending_get(struct decide *d)
 	d->npending++;
 	p->d = d;
 	p->owner = NULL;
-	p->list = NULL;
+	p->linked = false;
+	p->delayed = false;
 	p->prev = p->next = NULL;
 	p->dq = NULL;
 	p->qnext = NULL;
@@ -596,15 +597,21 @@ void pending_put(struct decide *d, struct decide_pending *p)
 
 void pending_unlink(struct decide_pending *p)
 {
-	if (!p->list)
+	struct decide_owner *o = p->owner;
+
+	if (!p->linked)
 		return;
 	if (p->prev)
 		p->prev->next = p->next;
 	else
-		*p->list = p->next;
+		o->list = p->next;
 	if (p->next)
 		p->next->prev = p->prev;
-	p->list = NULL;
+	if (p->delayed)
+		o->held--;
+	else
+		o->waiting--;
+	p->linked = false;
 	p->prev = p->next = NULL;
 }
 
@@ -726,22 +733,26 @@ void pending_deliver(struct decide_pending *p)
 {
 	if (p->owner) {
 		/* The owner answers and releases p. */
-		p->deliver(p->owner, p);
+		p->owner->deliver(p->owner, p);
 		return;
 	}
 	pending_put(p->d, p);
 }
 
-void pending_link(struct decide_pending *p, void *owner, decide_deliver_fn deliver,
-		  struct decide_pending **owned)
+void pending_link(struct decide_pending *p, struct decide_owner *owner, bool delayed)
 {
 	p->owner = owner;
-	p->deliver = deliver;
-	p->list = owned;
-	p->next = *owned;
-	if (*owned)
-		(*owned)->prev = p;
-	*owned = p;
+	p->linked = true;
+	p->delayed = delayed;
+	p->prev = NULL;
+	p->next = owner->list;
+	if (owner->list)
+		owner->list->prev = p;
+	owner->list = p;
+	if (delayed)
+		owner->held++;
+	else
+		owner->waiting++;
 }
 
 static void pending_on_pushed(void *arg)
@@ -793,13 +804,17 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 }
 
 struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
-				   double now, void *owner, decide_deliver_fn deliver,
-				   struct decide_pending **owned)
+				   double now, struct decide_owner *owner)
 {
-	struct decide_pending *p = pending_get(d);
+	/* The pool keeps DECIDE_DELAY_MAX for delayed decisions: those
+	 * waiting for a store cannot take it. */
+	struct decide_pending *p = d->npending - d->nheld < DECIDE_MAX_PENDING - DECIDE_DELAY_MAX
+					   ? pending_get(d) : NULL;
 
 	if (!p) {
-		/* Too many batches waiting for the store: answer locally. */
+		/* Too many batches waiting for the store: answer locally, as
+		 * when the store does not confirm (counted as such). */
+		metrics_add(&metrics_me->errors[METRICS_ERR_STORE], 1);
 		for (size_t i = 0; i < n; i++) {
 			if (!res[i].sync0 || res[i].error)
 				continue;
@@ -831,7 +846,7 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 		pending_put(d, p);
 		return NULL;
 	}
-	pending_link(p, owner, deliver, owned);
+	pending_link(p, owner, false);
 	return p;
 }
 
@@ -857,11 +872,3 @@ void decide_pending_release(struct decide *d, struct decide_pending *p)
 	pending_put(d, p);
 }
 
-void decide_pending_detach_all(struct decide_pending **list)
-{
-	while (*list) {
-		struct decide_pending *p = *list;
-		pending_unlink(p);
-		p->owner = NULL;
-	}
-}

@@ -27,9 +27,12 @@ struct sync;
 struct topk;
 
 #define DECIDE_MAX_BATCH   32     /* requests decided together (one NOTIFY) */
-#define DECIDE_MAX_PENDING 4096   /* batches waiting for a store, per worker */
 #define DECIDE_DELAY_PER_KEY 64   /* decisions delayed per key, per worker */
-#define DECIDE_DELAY_MAX   1024   /* decisions delayed per worker */
+#define DECIDE_DELAY_PER_OWNER 256 /* ... per connection (a peer's share) */
+#define DECIDE_DELAY_MAX   1024   /* ... per worker, shared evenly by the
+				     namespaces that delay (a namespace's share) */
+#define DECIDE_MAX_PENDING (3072 + DECIDE_DELAY_MAX) /* decisions that wait, per
+				     worker: for a store, or delayed */
 #define DECIDE_COST_MAX    ((double)NS_LIMIT_MAX) /* largest cost and limit accepted */
 #define DECIDE_LABEL_MAX   16     /* characters of a front's label */
 
@@ -118,8 +121,25 @@ struct rl_decision {
 };
 
 struct decide_pending;
+struct decide_owner;
 
 struct delay_queue;
+
+/* A held decision is final: its owner answers it (decide_pending_results),
+ * then calls decide_pending_release(). */
+typedef void (*decide_deliver_fn)(struct decide_owner *o, struct decide_pending *p);
+
+/* What the decision layer knows of a front's connection: where its held
+ * decisions go and how many it has. Embedded in the connection (the front
+ * finds it back with container_of), zeroed but for deliver. Its counts
+ * bound what one peer may hold (DECIDE_DELAY_PER_OWNER); nothing here
+ * ever stops a connection from being read. */
+struct decide_owner {
+	decide_deliver_fn deliver;
+	struct decide_pending *list;  /* its decisions that wait, any order */
+	unsigned held;                /* ... of them delayed (delay_max_ms) */
+	unsigned waiting;             /* ... of them waiting for a store */
+};
 
 struct decide {
 	struct rl *rl;
@@ -129,6 +149,7 @@ struct decide {
 	struct delay_queue *dq_hash[64]; /* delayed decisions' keys (agent/delay.c) */
 	struct delay_queue *dq_free;
 	size_t nheld;                 /* decisions delayed now */
+	uint16_t nheld_ns[NS_MAX];    /* ... per namespace (library index) */
 	struct topk *topk;            /* heavy hitters (GET /top); NULL: off */
 	struct decide_pending *free_pending;
 	size_t npending;
@@ -172,28 +193,24 @@ bool decide_request_result(const struct rl_decision *parts, size_t np, size_t re
 /* Does a decision of res[0..n) wait for a store? */
 bool decide_needs_store(const struct rl_decision *res, size_t n);
 
-/* A held batch is complete: the owner answers it, then calls
- * decide_pending_release(). */
-typedef void (*decide_deliver_fn)(void *owner, struct decide_pending *p);
-
 /* What a front calls: decides rq[0..n) as one decision (decide_batch, into
  * parts[0..*np)) and sees it through. NULL: the parts are final, answer
  * them now. Else the decision waits (for its store, or delayed by its
  * namespace's delay_max_ms, or behind a delayed one of the same key), in
- * the pending returned, linked into *owned: the front tags it, and
- * deliver(owner, p) runs once it is final (decide_pending_results). */
+ * the pending returned, linked to owner: the front tags it, and
+ * owner->deliver(owner, p) runs once it is final (decide_pending_results).
+ * The front goes on reading meanwhile: what waits is bounded here (the
+ * pool, the delay bounds), never by the connection. */
 struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq, size_t n,
 				  double now, struct rl_decision *parts, size_t maxparts,
-				  size_t *np, void *owner, decide_deliver_fn deliver,
-				  struct decide_pending **owned);
+				  size_t *np, struct decide_owner *owner);
 
 /* Starts the store round trip of the synchronous decisions of res[0..n)
- * (n <= DECIDE_MAX_BATCH). Returns the pending batch, linked into *owned
- * (deliver(owner, p) runs later), or NULL when the answer is ready now
+ * (n <= DECIDE_MAX_BATCH). Returns the pending batch, linked to owner
+ * (owner->deliver runs later), or NULL when the answer is ready now
  * (store down, pool exhausted: res is final, local counts). */
 struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
-				   double now, void *owner, decide_deliver_fn deliver,
-				   struct decide_pending **owned);
+				   double now, struct decide_owner *owner);
 
 /* The decisions of a delivered batch. */
 const struct rl_decision *decide_pending_results(const struct decide_pending *p, size_t *n);
@@ -208,8 +225,9 @@ uint64_t *decide_pending_tag(struct decide_pending *p);
 /* Unlinks p from its owner's list and returns it to the pool. */
 void decide_pending_release(struct decide *d, struct decide_pending *p);
 
-/* The owner goes away: its batches complete without delivering. */
-void decide_pending_detach_all(struct decide_pending **list);
+/* The owner goes away: its batches complete without delivering (delayed
+ * ones leave their queues at once). */
+void decide_pending_detach_all(struct decide_owner *o);
 
 /* Is a more restrictive than b? Exceeded beats not exceeded (then the
  * longer retry_after), then less remaining; results without a limit and

@@ -19,9 +19,10 @@ struct delay_queue;
  * into its owner's list until delivered or released. */
 struct decide_pending {
 	struct decide *d;
-	void *owner;                             /* the front's; NULL once gone */
-	decide_deliver_fn deliver;
-	struct decide_pending **list;            /* owner's list head */
+	struct decide_owner *owner;              /* the front's; NULL once gone */
+	bool linked;                             /* in owner->list */
+	bool delayed;                            /* counted in owner->held, else in
+	                                            owner->waiting */
 	struct decide_pending *prev, *next;      /* owner's list, or the free list */
 	uint64_t tag[3];
 	double now;
@@ -45,9 +46,9 @@ void pending_free_all(struct decide *d);
 void pending_put(struct decide *d, struct decide_pending *p);
 void pending_unlink(struct decide_pending *p);
 
-/* Links p into its owner's list. */
-void pending_link(struct decide_pending *p, void *owner, decide_deliver_fn deliver,
-		  struct decide_pending **owned);
+/* Links p into its owner's list, counted as delayed or waiting for a
+ * store; pending_unlink() takes it out and uncounts it. */
+void pending_link(struct decide_pending *p, struct decide_owner *owner, bool delayed);
 
 /* p is final: its owner answers it (and releases it), or, gone, p goes
  * back to the pool. */
@@ -66,12 +67,16 @@ void decide_take_back(struct decide *d, const struct rl_request *rq, struct rl_d
  * waits for the same key: returns it held (linked to owner; the parts
  * taken back), or NULL: answer it now as it is. */
 struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq, size_t n,
-				  struct rl_decision *parts, size_t np, double now, void *owner,
-				  decide_deliver_fn deliver, struct decide_pending **owned);
+				  struct rl_decision *parts, size_t np, double now,
+				  struct decide_owner *owner);
 
 /* Would a decision of rq[0..n) wait behind a delayed one (the same key,
  * in this worker)? */
 bool delay_queued(struct decide *d, const struct rl_request *rq, size_t n);
+
+/* p, delayed, leaves its key's queue now, undecided (its owner went
+ * away): nothing of it was counted. */
+void delay_drop(struct decide_pending *p);
 
 /* Stops the queues' timers and frees them (decide_free). */
 void delay_free(struct decide *d);

@@ -19,10 +19,16 @@
  * A decision for a key that has held decisions (in this worker) waits
  * behind them, undecided, if the position it would take can still be
  * reached within its delay (the wait of the queue's limit with the hits
- * ahead counted); else it is decided as usual. Held decisions are bounded
- * per key (DECIDE_DELAY_PER_KEY) and per worker (DECIDE_DELAY_MAX): beyond,
- * denied as without delay. The order holds within a worker: another
- * worker's hits of the key are decided on their own.
+ * ahead counted); else it is decided as usual. The order holds within a
+ * worker: another worker's hits of the key are decided on their own.
+ *
+ * Bounds, so that no client takes delay from the others: held decisions
+ * per key (DECIDE_DELAY_PER_KEY), per connection (DECIDE_DELAY_PER_OWNER),
+ * and per namespace (its even part of DECIDE_DELAY_MAX among the
+ * namespaces that delay: the worker's bound, which the pool keeps for
+ * delayed decisions, apart from those waiting for a store). Beyond any,
+ * denied as without delay, counted in delay_refused_total{bound}. A held decision never
+ * stops its connection from being read: others' answers go out meanwhile.
  */
 #include "agent/decide_int.h"
 #include "strategies/container.h"
@@ -32,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/metrics.h"
 #include "agent/window.h"
 
 #define DELAY_SLACK 0.0005   /* seconds: a timer that fires this early is on time */
@@ -200,6 +207,26 @@ static void dq_note(struct delay_queue *q, const struct rl_decision *r)
 	q->sliding = r->sliding;
 }
 
+/* p leaves q (prev: the one before it, NULL for the head); the counts
+ * of held decisions follow. */
+static void dq_remove(struct delay_queue *q, struct decide_pending *prev,
+		      struct decide_pending *p)
+{
+	struct decide *d = q->d;
+
+	if (prev)
+		prev->qnext = p->qnext;
+	else
+		q->head = p->qnext;
+	if (q->tail == p)
+		q->tail = prev;
+	q->n--;
+	d->nheld--;
+	d->nheld_ns[q->ns]--;
+	p->dq = NULL;
+	p->qnext = NULL;
+}
+
 /* p leaves the head of its queue, final: its parts are parts[0..np). */
 static void dq_deliver(struct delay_queue *q, struct rl_decision *parts, size_t np, double now)
 {
@@ -207,20 +234,13 @@ static void dq_deliver(struct delay_queue *q, struct rl_decision *parts, size_t 
 	struct decide_pending *p = q->head;
 	int64_t waited = (int64_t)llround((now - p->since) * 1000.0);
 
-	q->head = p->qnext;
-	if (!q->head)
-		q->tail = NULL;
-	q->n--;
-	d->nheld--;
-	p->dq = NULL;
-	p->qnext = NULL;
+	dq_remove(q, NULL, p);
 	for (size_t k = 0; k < np; k++)
 		parts[k].delayed_ms = waited > 0 ? waited : 1;
 	if (decide_needs_store(parts, np) && p->owner) {
 		/* Room now, and a store decides it (exact admission): it waits
 		 * for the store like any other, in a pending of its own. */
-		struct decide_pending *s = decide_hold(d, parts, np, now, p->owner, p->deliver,
-						       p->list);
+		struct decide_pending *s = decide_hold(d, parts, np, now, p->owner);
 		if (s) {
 			memcpy(decide_pending_tag(s), p->tag, sizeof(p->tag));
 			pending_unlink(p);
@@ -246,16 +266,6 @@ static void dq_run(struct delay_queue *q)
 		double wait, budget;
 		size_t by;
 
-		if (!p->owner) {
-			/* Its peer went away: nothing to decide, nothing counted. */
-			q->head = p->qnext;
-			if (!q->head)
-				q->tail = NULL;
-			q->n--;
-			d->nheld--;
-			pending_put(d, p);
-			continue;
-		}
 		size_t np = decide_batch(d, p->rq, p->nrq, now, parts, DECIDE_MAX_BATCH);
 		if (!denial_wait(d, parts, np, now, &wait, &budget, &by) ||
 		    now + wait > p->deadline + DELAY_SLACK) {
@@ -308,11 +318,59 @@ static void dq_push(struct delay_queue *q, struct decide_pending *p, double now,
 	q->tail = p;
 	q->n++;
 	q->d->nheld++;
+	q->d->nheld_ns[q->ns]++;
+}
+
+void delay_drop(struct decide_pending *p)
+{
+	struct delay_queue *q = p->dq;
+	struct decide_pending *prev = NULL;
+
+	for (struct decide_pending *x = q->head; x && x != p; x = x->qnext)
+		prev = x;
+	dq_remove(q, prev, p);
+	pending_put(q->d, p);
+	/* The head's timer stays: it re-decides whoever is the head then. */
+	if (!q->head)
+		dq_drop(q);
+}
+
+/* The held decisions a namespace may have in this worker: its even part
+ * of DECIDE_DELAY_MAX among the namespaces that delay. */
+static size_t ns_share(const struct decide *d)
+{
+	size_t n = rl_namespace_count(d->rl), delaying = 0;
+
+	for (size_t i = 0; i < n; i++)
+		delaying += rl_namespace_def(d->rl, (int)i)->delay_max_ms > 0;
+	return DECIDE_DELAY_MAX / (delaying > 0 ? delaying : 1);
+}
+
+/* Is there room to hold one more decision of namespace ns (its queue q,
+ * if any) for owner? If not, which bound is full. count: a denial that
+ * would have waited, counted in delay_refused_total. */
+static bool room(struct decide *d, int ns, const struct delay_queue *q,
+		 const struct decide_owner *owner, bool count)
+{
+	int bound;
+
+	if (q && q->n >= DECIDE_DELAY_PER_KEY)
+		bound = METRICS_DELAY_KEY;
+	else if (owner->held >= DECIDE_DELAY_PER_OWNER)
+		bound = METRICS_DELAY_OWNER;
+	else if (d->nheld_ns[ns] >= ns_share(d))
+		bound = METRICS_DELAY_NAMESPACE;     /* the shares add up to DECIDE_DELAY_MAX */
+	else
+		return true;
+	unsigned sid = rl_shm_ns(d->rl, ns);
+	if (count && sid < METRICS_NS)
+		metrics_add(&metrics_me->delay_refused[sid][bound], 1);
+	return false;
 }
 
 struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq, size_t n,
-				  struct rl_decision *parts, size_t np, double now, void *owner,
-				  decide_deliver_fn deliver, struct decide_pending **owned)
+				  struct rl_decision *parts, size_t np, double now,
+				  struct decide_owner *owner)
 {
 	char key[RL_STORED_KEY_MAX];
 	struct delay_queue *q = NULL;
@@ -320,18 +378,20 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 	double wait, budget;
 	size_t len, by;
 
-	if (!d->loop || d->nheld >= DECIDE_DELAY_MAX)
+	if (!d->loop)
 		return NULL;
 	if (np == 0) {
 		/* Behind the held decisions of one of its keys: in line, if
-		 * its place there can be reached within that limit's delay. */
+		 * its place there can be reached within that limit's delay.
+		 * Refused by a bound, it is decided as usual (and counted in
+		 * the metric if that denies it and it could have waited). */
 		for (size_t i = 0; i < n && !q; i++) {
 			int ns = request_key(d, &rq[i], key, &len);
 			if (ns >= 0)
 				q = dq_find(d, ns, key, len);
 		}
 		const struct ns_def *nsc = q ? rl_namespace_def(d->rl, q->ns) : NULL;
-		if (!q || !nsc || q->n >= DECIDE_DELAY_PER_KEY)
+		if (!q || !nsc || !room(d, q->ns, q, owner, false))
 			return NULL;
 		budget = nsc->delay_max_ms / 1000.0;
 		wait = window_retry_after(q->cur + (double)(q->n + 1) * q->cost, q->prev, q->limit,
@@ -343,7 +403,7 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 			return NULL;
 		}
 		dq_push(q, p, now, now + budget);
-		pending_link(p, owner, deliver, owned);
+		pending_link(p, owner, true);
 		return p;
 	}
 	if (!denial_wait(d, parts, np, now, &wait, &budget, &by) || wait > budget)
@@ -352,7 +412,7 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 	if (ns < 0)
 		return NULL;
 	q = dq_find(d, ns, key, len);
-	if (q && q->n >= DECIDE_DELAY_PER_KEY)
+	if (!room(d, ns, q, owner, true))
 		return NULL;
 	if (!(p = pending_get(d)))
 		return NULL;
@@ -365,7 +425,7 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 	bool first = q->head == NULL;
 	dq_note(q, &parts[by]);
 	dq_push(q, p, now, now + budget);
-	pending_link(p, owner, deliver, owned);
+	pending_link(p, owner, true);
 	if (first) {
 		ev_timer_set(&q->timer, wait, 0.);
 		ev_timer_start(d->loop, &q->timer);
@@ -386,6 +446,7 @@ void delay_free(struct decide *d)
 			}
 			dq_drop(q);
 		}
+	memset(d->nheld_ns, 0, sizeof(d->nheld_ns));
 	while (d->dq_free) {
 		struct delay_queue *q = d->dq_free;
 		d->dq_free = q->next;

@@ -512,7 +512,7 @@ int handler_encode_pending(struct handler *h, struct decide_pending *p, struct s
 
 int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
-		   void *owner, struct decide_pending **owned)
+		   struct decide_owner *owner)
 {
 	struct spop_msg msgs[HANDLER_MAX_MSGS];
 	struct rl_request rqs[HANDLER_MAX_MSGS];
@@ -542,7 +542,7 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 	for (size_t i = 0; i < n; i++)
 		msg_request(h, &msgs[i], &rqs[i]);
 	struct decide_pending *p = decide_run(h->dec, rqs, n, now, res, DECIDE_MAX_BATCH, &np,
-					      owner, h->deliver, owned);
+					      owner);
 	if (p) {
 		/* It waits for a store, or is delayed: answered later. */
 		uint64_t *tag = decide_pending_tag(p);

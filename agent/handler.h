@@ -38,7 +38,6 @@ enum handler_var {
 struct handler {
 	const struct config *cfg;
 	struct decide *dec;
-	decide_deliver_fn deliver;  /* writes a held ACK to its connection */
 	size_t prefix_len;      /* strlen(cfg->message_prefix) */
 	uint8_t var_hdr[VAR_COUNT][20];   /* set-var action up to the value */
 	uint8_t var_hdr_len[VAR_COUNT];
@@ -56,13 +55,13 @@ void handler_free(struct handler *h);
 
 /* Appends to w the ACK of the NOTIFY f (same stream-id and frame-id), at
  * most max_frame_size bytes. `now` is the Unix time used for every message
- * of the frame. Returns 0 (ACK in w), 1 when the ACK waits for a store
- * (sync_rate 0: h->deliver(owner, p) is called later, and p is linked
- * into *owned meanwhile), or -1 with *err when the NOTIFY's payload is
+ * of the frame. Returns 0 (ACK in w), 1 when the ACK waits (for a store,
+ * or delayed: owner->deliver(owner, p) is called later, and p is linked
+ * to owner meanwhile), or -1 with *err when the NOTIFY's payload is
  * malformed (nothing is counted then) or the ACK cannot be encoded. */
 int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
-		   void *owner, struct decide_pending **owned);
+		   struct decide_owner *owner);
 
 /* Encodes the ACK of a NOTIFY that waited for its store (from deliver()).
  * The caller then calls decide_pending_release(). */

@@ -44,14 +44,14 @@ static int http_reserve(struct http_conn *c, size_t need);
 /* Does an answer wait for a store (a decision, a forget)? */
 static bool http_waits(const struct http_conn *c)
 {
-	return c->pending || c->forgetting;
+	return c->owner.list || c->forgetting;
 }
 
 static void http_close(struct http_conn *c)
 {
 	if (c->s.dead)
 		return;
-	decide_pending_detach_all(&c->pending);
+	decide_pending_detach_all(&c->owner);
 	if (c->forgetting) {
 		admin_forget_detach(&c->forget);
 		c->forgetting = false;
@@ -234,7 +234,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	rq.front = FRONT_HTTP;
 	size_t np;
 	struct decide_pending *p = decide_run(c->s.env->decide, &rq, 1, now, r, NS_MAX_WINDOWS,
-					      &np, c, http_deliver, &c->pending);
+					      &np, &c->owner);
 	if (p) {
 		/* It waits for a store, or is delayed: answered later. */
 		uint64_t *tag = decide_pending_tag(p);
@@ -246,9 +246,9 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	http_answer_decision(c, x, r, np);
 }
 
-void http_deliver(void *owner, struct decide_pending *p)
+void http_deliver(struct decide_owner *owner, struct decide_pending *p)
 {
-	struct http_conn *c = owner;
+	struct http_conn *c = container_of(owner, struct http_conn, owner);
 	const uint64_t *tag = decide_pending_tag(p);
 	struct http_ctx x = { .head = tag[0] != 0, .keep_alive = tag[1] != 0,
 			      .minor = (int)tag[2] };
@@ -582,6 +582,7 @@ static struct stream *http_open(struct front_env *env, int fd)
 		free(c);
 		return NULL;
 	}
+	c->owner.deliver = http_deliver;
 	return &c->s;
 }
 

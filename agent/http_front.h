@@ -23,18 +23,18 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/decide.h"
 #include "agent/http_admin.h"
 #include "agent/http_answer.h"
 #include "agent/stream.h"
-
-struct decide_pending;
 
 /* An HTTP connection: the front `http_front` (agent/stream.h) opens them. */
 struct http_conn {
 	struct stream s;                  /* first: socket, watchers, buffers */
 	size_t scanned;                   /* head scanned so far (http_head_end) */
 	size_t skip;                      /* body bytes still to discard */
-	struct decide_pending *pending;   /* the request waiting for a store (one) */
+	struct decide_owner owner;        /* the request waiting (a store, a delay):
+	                                     one, answers go in request order */
 	struct admin_forget forget;       /* a DELETE /keys waiting for its store */
 	struct http_ctx forget_x;         /* ... and how to answer it */
 	bool forgetting;                  /* forget is waiting */
@@ -42,7 +42,7 @@ struct http_conn {
 	bool grace;                       /* closing: the flush timer runs */
 };
 
-/* decide.deliver for HTTP owners: writes the held answer. */
-void http_deliver(void *owner, struct decide_pending *p);
+/* The owner's deliver: writes the held answer. */
+void http_deliver(struct decide_owner *owner, struct decide_pending *p);
 
 #endif /* HTTP_FRONT_H */

@@ -38,6 +38,12 @@ static const char *const metrics_adm_labels[METRICS_ADM_COUNT] = {
 #undef METRICS_ADM_LABEL
 };
 
+static const char *const metrics_delay_labels[METRICS_DELAY_COUNT] = {
+#define METRICS_DELAY_LABEL(e, l) [METRICS_DELAY_##e] = l,
+	METRICS_DELAY_BOUNDS(METRICS_DELAY_LABEL)
+#undef METRICS_DELAY_LABEL
+};
+
 static size_t metrics_bytes(int nworkers)
 {
 	return sizeof(struct metrics) + (size_t)nworkers * sizeof(struct metrics_worker);
@@ -292,6 +298,14 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 					put(o, "spoa_ratelimit_%s{namespace=\"%s\",by=\"%s\"} %llu\n",
 					    name, sc->label[ns], metrics_adm_labels[a],
 					    (unsigned long long)SUM(m, admissions[sc->sid[ns]][a]));
+		break;
+	case METRICS_FAM_DELAY_REFUSED:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			if (sc->ns[ns]->delay_max_ms > 0)
+				for (int b = 0; b < METRICS_DELAY_COUNT; b++)
+					put(o, "spoa_ratelimit_%s{namespace=\"%s\",bound=\"%s\"} %llu\n",
+					    name, sc->label[ns], metrics_delay_labels[b],
+					    (unsigned long long)SUM(m, delay_refused[sc->sid[ns]][b]));
 		break;
 	case METRICS_FAM_COUNT:
 		break;

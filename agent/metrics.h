@@ -56,7 +56,10 @@ struct rl;
 	X(ADMISSIONS, "admissions_total", "counter",                                     \
 	  "Hits with a limit under admission exact, by namespace and by what decided: "  \
 	  "grant (this node, from the store's grant), store (a round trip), view (denied " \
-	  "here, over the limit already), degraded (the store could not: this node).")
+	  "here, over the limit already), degraded (the store could not: this node).") \
+	X(DELAY_REFUSED, "delay_refused_total", "counter",                               \
+	  "Hits that delay_max_ms would have held, denied at once because a bound on "   \
+	  "held hits was reached, by namespace and bound (key, connection, namespace).")
 
 enum metrics_family {
 #define METRICS_FAM_ENUM(e, n, t, h) METRICS_FAM_##e,
@@ -94,6 +97,18 @@ enum metrics_admission {
 	METRICS_ADM_COUNT
 };
 
+/* delay_refused_total{bound}: X(enum suffix, label); the bounds of
+ * agent/delay.c, docs/CONFIG.md (delay_max_ms) */
+#define METRICS_DELAY_BOUNDS(X) \
+	X(KEY, "key") X(OWNER, "connection") X(NAMESPACE, "namespace")
+
+enum metrics_delay_bound {
+#define METRICS_DELAY_ENUM(e, l) METRICS_DELAY_##e,
+	METRICS_DELAY_BOUNDS(METRICS_DELAY_ENUM)
+#undef METRICS_DELAY_ENUM
+	METRICS_DELAY_COUNT
+};
+
 /* Upper bounds (seconds) of the sync_duration_seconds buckets. */
 #define METRICS_SYNC_BUCKETS(X) X(0.001) X(0.0025) X(0.005) X(0.01) X(0.025) \
 	X(0.05) X(0.1) X(0.25) X(0.5) X(1) X(2.5) X(5)
@@ -117,6 +132,7 @@ struct metrics_worker {
 	_Atomic uint64_t sync_sum_us;
 	_Atomic int store_up[METRICS_NS];   /* 1 up, 0 down, -1 no store here */
 	_Atomic uint64_t admissions[METRICS_NS][METRICS_ADM_COUNT];
+	_Atomic uint64_t delay_refused[METRICS_NS][METRICS_DELAY_COUNT];
 } __attribute__((aligned(64)));
 
 /* The slot this process writes: its worker's, or a private one (tests,

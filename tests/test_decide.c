@@ -9,25 +9,14 @@
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
-#include <ev.h>
-#include <malloc.h>
-#include <math.h>
-/* Bytes of the heap in use: ASan's allocator answers for itself (glibc's
- * mallinfo2 sees nothing under it). */
-#if defined(__SANITIZE_ADDRESS__)
-size_t __sanitizer_get_current_allocated_bytes(void);
-#define HEAP_BYTES() __sanitizer_get_current_allocated_bytes()
-#else
-#define HEAP_BYTES() mallinfo2().uordblks
-#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "agent/config.h"
 #include "agent/decide.h"
 #include "agent/ratelimit.h"
+#include "tests/lib/rltest.h"
 
 static struct config cfg;
 static struct rl *rl;
@@ -50,26 +39,11 @@ static const char cfg_json[] =
 	"{\"name\": \"stack\", \"window_sizes\": [1, 60], \"window_type\": \"fixed\","
 	" \"limit\": {\"1\": 3, \"60\": 5}, \"count_denied\": false},"
 	"{\"name\": \"perip\", \"window_sizes\": [60], \"count_denied\": false},"
-	"{\"name\": \"perkey\", \"window_sizes\": [60], \"count_denied\": false},"
-	"{\"name\": \"slow\", \"window_sizes\": [60], \"limit\": 10, \"delay_max_ms\": 60000,"
-	" \"max_keys\": 4}]}";
+	"{\"name\": \"perkey\", \"window_sizes\": [60], \"count_denied\": false}]}";
 
 static void setup(void)
 {
-	char path[] = "/tmp/test_decide-XXXXXX", err[256];
-	struct config_err cerr;
-	int fd = mkstemp(path);
-
-	cr_assert_geq(fd, 0);
-	cr_assert_eq(write(fd, cfg_json, strlen(cfg_json)), (ssize_t)strlen(cfg_json));
-	close(fd);
-	config_defaults(&cfg);
-	cr_assert_eq(config_load(&cfg, path, &cerr), 0, "%s: %s", cerr.path, cerr.msg);
-	unlink(path);
-	rl = rl_new("test_decide", cfg.max_keys, err, sizeof(err));
-	cr_assert_not_null(rl, "%s", err);
-	for (size_t i = 0; i < cfg.n_ns; i++)
-		cr_assert_eq(rl_new_namespace(rl, &cfg.ns[i], err, sizeof(err)), 0, "%s", err);
+	rl = rltest_new("test_decide", cfg_json, &cfg);
 	decide_init(&dec, rl);
 }
 
@@ -478,59 +452,4 @@ Test(decide, two_requests_one_decision)
 	}
 	struct rl_request read2 = req("api", "10.0.0.2", 60, 0);
 	cr_assert_eq(decide(&read2, T0 + 15).rate, 8);
-}
-
-static void delivered(void *owner, struct decide_pending *p)
-{
-	(*(int *)owner)++;
-	decide_pending_release(&dec, p);
-}
-
-/* 1,000 held hits (delay_max_ms) cost what the bound says: one pending
- * decision each, from the worker's pool, nothing else per hit; past
- * DECIDE_DELAY_PER_KEY on a key, or past what its window can admit in
- * time, a hit is answered at once. */
-Test(decide, held_hits_cost_what_the_bound_says)
-{
-	struct decide_pending *owned = NULL;
-	struct rl_decision parts[DECIDE_MAX_BATCH];
-	int done = 0, answered = 0, held = 0;
-	char key[32];
-
-	dec.loop = ev_loop_new(EVFLAG_AUTO);
-	cr_assert_not_null(dec.loop);
-	/* In a minute's first seconds the window ends more than 55 s away:
-	 * the 11th hit would wait past delay_max_ms (60 s) and none could be
-	 * held. Start 10 s or more before the window's end. */
-	double rem = 60.0 - fmod(rl_now(), 60.0);
-	if (rem > 50.0)
-		usleep((useconds_t)((rem - 50.0) * 1e6) + 1000);
-	double now = rl_now();
-	size_t before = HEAP_BYTES();
-	/* 40 keys, 10 admitted each, then up to 30 held each (their window
-	 * frees 10 a minute, sliding: within 60 s, about 2 x 10 fit). */
-	for (int k = 0; k < 40; k++)
-		for (int i = 0; i < 40; i++) {
-			snprintf(key, sizeof(key), "held-%d", k);
-			struct rl_request rq = req("slow", key, 60, 1);
-			size_t np;
-			if (decide_run(&dec, &rq, 1, now, parts, DECIDE_MAX_BATCH, &np, &done, delivered,
-				       &owned))
-				held++;
-			else
-				answered++;
-		}
-	size_t after = HEAP_BYTES();
-	size_t grown = after > before ? after - before : 0;
-	cr_log_info("%d held, %d answered at once; the heap grew %zu bytes, %zu per held hit "
-		    "(bound: one pending of %zu bytes each)", held, answered, grown,
-		    held ? grown / (size_t)held : 0, decide_pending_size());
-	cr_assert_geq(held, 400, "%d held", held);
-	cr_assert_eq(dec.nheld, (size_t)held);
-	cr_assert_leq(dec.nheld, DECIDE_DELAY_MAX);
-	cr_assert_leq(grown, (size_t)held * (decide_pending_size() + 256) + 64 * 1024,
-		      "the heap grew %zu bytes for %d held hits", grown, held);
-	decide_free(&dec);
-	ev_loop_destroy(dec.loop);
-	dec.loop = NULL;
 }

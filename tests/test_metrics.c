@@ -17,6 +17,7 @@
 #include "agent/metrics.h"
 #include "agent/ratelimit.h"
 #include "agent/shm.h"
+#include "tests/lib/rltest.h"
 
 static struct config cfg;
 static struct rl *rl;
@@ -26,24 +27,13 @@ static char text[1 << 18];
 static const char cfg_json[] =
 	"{\"max_keys\": 64, \"namespaces\": ["
 	"{\"name\": \"default\", \"window_sizes\": [60]},"
-	"{\"name\": \"we\\\"ird\", \"window_sizes\": [60], \"max_keys\": 16, \"on_table_full\": \"deny\"},"
+	"{\"name\": \"we\\\"ird\", \"window_sizes\": [60], \"max_keys\": 16, \"on_table_full\": \"deny\","
+	" \"delay_max_ms\": 1000},"
 	"{\"name\": \"synced\", \"window_sizes\": [60], \"sync_rate\": 1, \"strategy\": \"redis\"}]}";
 
 static void setup(void)
 {
-	char path[] = "/tmp/test_metrics-XXXXXX", err[256];
-	struct config_err cerr;
-	int fd = mkstemp(path);
-
-	cr_assert_eq(write(fd, cfg_json, strlen(cfg_json)), (ssize_t)strlen(cfg_json));
-	close(fd);
-	config_defaults(&cfg);
-	cr_assert_eq(config_load(&cfg, path, &cerr), 0, "%s: %s", cerr.path, cerr.msg);
-	unlink(path);
-	rl = rl_new("test_metrics", cfg.max_keys, err, sizeof(err));
-	cr_assert_not_null(rl, "%s", err);
-	for (size_t i = 0; i < cfg.n_ns; i++)
-		cr_assert_eq(rl_new_namespace(rl, &cfg.ns[i], err, sizeof(err)), 0, "%s", err);
+	rl = rltest_new("test_metrics", cfg_json, &cfg);
 	m = metrics_new(2);
 	cr_assert_not_null(m);
 }

@@ -24,6 +24,7 @@
 
 #include "tests/lib/agenttest.h"
 #include "tests/lib/rawspop.h"
+#include "tests/lib/redis_server.h"
 
 #define IO_MS       3000      /* waiting for an answer (sanitized agent) */
 #define CLOSE_MS    3000      /* waiting for a close after a DISCONNECT */
@@ -2457,6 +2458,136 @@ Test(config, delay_instead_of_deny, .timeout = 60)
 		cr_assert_gt(denied, 0, "30 more: some cannot wait 3 s");
 	}
 	close(fd);
+}
+
+/* ---- no answer waits behind another's (issue 28) ---- */
+
+/* Appends to wb a NOTIFY of stream 7 for key "victim" in namespace
+ * "other", sends wb, and reads ACKs until the probe's: how many came
+ * before it, and how many of those were held (delayed_ms > 0, or the
+ * stream-id at least held_from). The probe's answer is checked: admitted,
+ * no error. Returns the ms it took. */
+static int64_t probe(int fd, uint64_t held_from, int *before, int *held)
+{
+	static struct rawspop_actions acts;
+	struct rl victim = { .key = "victim", .ns = "other" };
+
+	put_notify(7, 1, &victim, 1);
+	int64_t t0 = rawspop_now_ms();
+	send_buf(fd);
+	*before = *held = 0;
+	for (;;) {
+		read_ok(fd, &fr, 10000);
+		cr_assert(fr.type == RAWSPOP_ACK, "%s", frame_hex(&fr));
+		cr_assert(rawspop_decode_actions(&fr, &acts, errbuf, sizeof(errbuf)) == 0, "%s",
+			  errbuf);
+		if (fr.stream_id == 7)
+			break;
+		const struct rawspop_action *v = rawspop_var_find(&acts, "delayed_ms");
+		*held += (v && var_int(&acts, "delayed_ms") > 0) || fr.stream_id >= held_from;
+		(*before)++;
+	}
+	int64_t took = rawspop_now_ms() - t0;
+	expect_no_error(&acts);
+	cr_assert_not(var_bool(&acts, "exceeded"));
+	return took;
+}
+
+/* 80 hits held on as many keys (delay_max_ms), over one connection,
+ * then a NOTIFY for another namespace: it is answered before any held
+ * one (which wait 2 s or more), not after them (reads once paused at 64
+ * held NOTIFYs, so the 65th and everything behind it waited for room in
+ * a window). */
+Test(coupling, held_hits_hold_up_no_one, .fini = test_agent_stop, .timeout = 120)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	/* A 4 s window, 2 per key: a third hit at offset f of the window
+	 * waits until the next window's middle, 6 - f s: 2 to 6 s. */
+	static const char json[] =
+		"{ \"namespaces\": ["
+		"  { \"name\": \"held\", \"window_sizes\": [4], \"limit\": 2,"
+		"    \"delay_max_ms\": 6000, \"count_denied\": false },"
+		"  { \"name\": \"other\", \"window_sizes\": [60], \"limit\": 100 } ] }";
+	static struct rawspop_actions acts;
+	char keys[80][64];
+	int before, held;
+
+	test_agent_start(json, args);
+	int fd = hello_conn();
+	rawspop_buf_reset(&wb);
+	for (int k = 0; k < 80; k++) {
+		make_key(keys[k], sizeof(keys[k]), "held");
+		struct rl r = { .key = keys[k], .ns = "held" };
+		put_notify(1000 + (uint64_t)k, 1, &r, 1);
+		put_notify(2000 + (uint64_t)k, 1, &r, 1);
+	}
+	for (int k = 0; k < 80; k++) {
+		struct rl r = { .key = keys[k], .ns = "held" };
+		put_notify(3000 + (uint64_t)k, 1, &r, 1);
+	}
+	int64_t took = probe(fd, 3000, &before, &held);
+	cr_log_info("80 held on one connection: the other namespace's NOTIFY answered after "
+		    "%lld ms, behind %d answers, %d of them held", (long long)took, before, held);
+	cr_assert_eq(held, 0, "the probe waited for %d held hits", held);
+	cr_assert_eq(before, 160, "every hit under its limit was answered first");
+	/* The held ones come later, each admitted. */
+	for (int n = 0; n < 80; n++) {
+		read_ok(fd, &fr, 10000);
+		cr_assert(fr.stream_id >= 3000 && fr.stream_id < 3080, "%s", frame_hex(&fr));
+		cr_assert(rawspop_decode_actions(&fr, &acts, errbuf, sizeof(errbuf)) == 0);
+		cr_assert_not(var_bool(&acts, "exceeded"), "held, then admitted");
+		cr_assert_gt(var_int(&acts, "delayed_ms"), 0);
+	}
+	close(fd);
+}
+
+/* sync_rate 0 with its store paused (SIGSTOP: the agent's connection stays
+ * open, nothing answers): 100 NOTIFYs wait for the store's timeout over one
+ * connection, then a NOTIFY for a local namespace: answered before them
+ * (reads once paused at 64 waiting). */
+Test(coupling, paused_store_holds_up_no_one, .fini = test_agent_stop, .timeout = 120)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	static struct redis_server redis;
+	char json[512], key[64];
+	int before, held;
+
+	if (!redis_server_available())
+		cr_skip_test("no redis-server");
+	cr_assert(redis_server_start(&redis, 10000) == 0, "%s", redis.err);
+	snprintf(json, sizeof(json),
+		 "{ \"namespaces\": ["
+		 "  { \"name\": \"sync0\", \"window_sizes\": [60], \"sync_rate\": 0,"
+		 "    \"strategy\": \"redis\", \"strategy_opts\": {\"host\": \"127.0.0.1\","
+		 "    \"port\": %d, \"timeout_ms\": 3000} },"
+		 "  { \"name\": \"other\", \"window_sizes\": [60], \"limit\": 100 } ] }",
+		 redis.port);
+	test_agent_start(json, args);
+	int fd = hello_conn();
+	make_key(key, sizeof(key), "sync0");
+	struct rl r = { .key = key, .ns = "sync0" };
+	/* Once through the store: connected. */
+	rawspop_buf_reset(&wb);
+	put_notify(1, 1, &r, 1);
+	send_buf(fd);
+	read_ok(fd, &fr, 10000);
+	cr_assert(redis_server_pause(&redis) == 0, "SIGSTOP redis-server");
+	rawspop_buf_reset(&wb);
+	for (int i = 0; i < 100; i++)
+		put_notify(1000 + (uint64_t)i, 1, &r, 1);
+	int64_t took = probe(fd, 1000, &before, &held);
+	cr_log_info("100 waiting for a paused store on one connection: a local NOTIFY answered "
+		    "after %lld ms, behind %d answers", (long long)took, before);
+	cr_assert_eq(before, 0, "the probe waited for %d answers of the store", before);
+	/* They are answered once the store's timeout passes (locally). */
+	for (int n = 0; n < 100; n++) {
+		read_ok(fd, &fr, 15000);
+		cr_assert(fr.stream_id >= 1000 && fr.stream_id < 1100, "%s", frame_hex(&fr));
+	}
+	cr_assert(redis_server_resume(&redis) == 0);
+	close(fd);
+	test_agent_stop();
+	redis_server_stop(&redis, 5000);
 }
 
 /* The agent's own max_frame_size below HAProxy's. */
