@@ -153,8 +153,8 @@ static const char *refusal(struct decide *d, const struct ns_def *nsc,
 	*has = ns_effective_limit(nsc, configured, rq->has_limit, rq->limit, limit);
 	if (rq->has_limit && !ns_caller_may_limit(nsc, configured, !rq->untrusted)) {
 		snprintf(d->refusal, sizeof(d->refusal), "namespace \"%s\" configures no limit for "
-			 "window %u: a caller's limit needs its caller_limit \"any\"", nsc->name,
-			 window);
+			 "window %u: an untrusted caller may not name one (unless its caller_limit "
+			 "is \"any\")", nsc->name, window);
 		return d->refusal;
 	}
 	if (rq->cost > ns_max_cost(nsc, *has, *limit, !rq->untrusted))
