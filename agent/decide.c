@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -137,6 +138,64 @@ static void count_final(const struct decide *d, struct rl_decision *r)
 static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
 			 double now);
 
+/* ---- what a caller may ask (docs/CONFIG.md: caller_limit, max_cost) ---- */
+
+/* Why rq may not be decided against window of namespace nsc as it asks,
+ * or NULL: an untrusted caller names a limit where none is configured
+ * (unless caller_limit "any"), or the cost is over ns_max_cost() of the
+ * limit it is decided against. Fills *limit and *has with that limit. A
+ * text that names the namespace is d->refusal's. */
+static const char *refusal(struct decide *d, const struct ns_def *nsc,
+			   const struct rl_request *rq, uint32_t window, int64_t *limit, bool *has)
+{
+	int64_t configured = ns_limit_of(nsc, window);
+
+	*has = ns_effective_limit(nsc, configured, rq->has_limit, rq->limit, limit);
+	if (rq->has_limit && !ns_caller_may_limit(nsc, configured, !rq->untrusted)) {
+		snprintf(d->refusal, sizeof(d->refusal), "namespace \"%s\" configures no limit for "
+			 "window %u: an untrusted caller may not name one (unless its caller_limit "
+			 "is \"any\")", nsc->name, window);
+		return d->refusal;
+	}
+	if (rq->cost > ns_max_cost(nsc, *has, *limit, !rq->untrusted))
+		return "cost over max_cost";
+	return NULL;
+}
+
+static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
+			    uint32_t *wins);
+
+/* Why the decision of rq[0..n) is refused whole, or NULL: the refusal()
+ * of one of its (request, window) parts, checked before anything is
+ * counted. Requests that fail for another reason (a bad argument, an
+ * unknown namespace or window, no key) are left to decide_count. */
+static const char *batch_refusal(struct decide *d, const struct rl_request *rq, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		uint32_t wins[NS_MAX_WINDOWS];
+		size_t nw = batch_windows(d, &rq[i], wins);
+		int ns = rl_namespace_index(d->rl, rq[i].ns, rq[i].ns_len);
+		const struct ns_def *nsc = rl_namespace_def(d->rl, ns);
+		int64_t limit;
+		bool has;
+
+		if (rq[i].arg_error || rq[i].key_error || !rq[i].key || rq[i].key_len == 0 || !nsc)
+			continue;
+		if (nw == 0) {
+			wins[0] = rq[i].window ? rq[i].window : rl_single_window(d->rl, ns);
+			if (wins[0] == 0 || ns_window_index(nsc, wins[0]) < 0)
+				continue;
+			nw = 1;
+		}
+		for (size_t k = 0; k < nw; k++) {
+			const char *why = refusal(d, nsc, &rq[i], wins[k], &limit, &has);
+			if (why)
+				return why;
+		}
+	}
+	return NULL;
+}
+
 void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		struct rl_decision *r)
 {
@@ -213,14 +272,12 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	}
 
 	/* The limit: the configuration's, lowered (or replaced) by the
-	 * caller's as the namespace allows (caller_limit). */
+	 * caller's as the namespace allows (caller_limit); the cost within
+	 * max_cost. */
 	int64_t limit = 0;
-	r->has_limit = ns_effective_limit(nsc, ns_limit_of(nsc, window), rq->has_limit, rq->limit,
-					  &limit);
-	if (rq->cost > ns_max_cost(nsc)) {
-		r->error = "cost over max_cost";
+	r->error = refusal(d, nsc, rq, window, &limit, &r->has_limit);
+	if (r->error)
 		return;
-	}
 
 	struct rl_result res;
 	double weight = sliding ? window_weight(now, window) : 0.0;
@@ -369,7 +426,16 @@ size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, dou
 		parts[0].req = 0;
 		return 1;
 	}
-	for (size_t i = 0; i < n && np < maxparts; i++) {
+	/* A part a caller may not ask for refuses the whole decision, before
+	 * anything is counted: each request answers the reason. */
+	const char *why = batch_refusal(d, rq, n);
+	for (size_t i = 0; why && i < n && np < maxparts; i++) {
+		struct rl_request bad = rq[i];
+		bad.arg_error = bad.arg_error ? bad.arg_error : why;
+		decide_one(d, &bad, now, &parts[np]);
+		parts[np++].req = (uint8_t)i;
+	}
+	for (size_t i = 0; !why && i < n && np < maxparts; i++) {
 		uint32_t wins[NS_MAX_WINDOWS];
 		size_t nw = batch_windows(d, &rq[i], wins);
 

@@ -63,8 +63,11 @@ struct rl_request {
 	int64_t limit;                /* 0..DECIDE_COST_MAX */
 	int window_type;              /* enum decide_window_type */
 	int admission;                /* enum decide_admission (0: the namespace's) */
-	bool untrusted;               /* a caller the namespace must let choose its
-	                                 admission (caller_admission): HTTP */
+	bool untrusted;               /* HTTP without http_admin_token: may name a
+	                                 limit only where one is configured (or
+	                                 caller_limit "any"), a cost of at most 1
+	                                 without a limit, and its admission only
+	                                 with caller_admission */
 	const char *arg_error;        /* the front found an argument invalid: why */
 	int front;                    /* enum front_id, for the metrics */
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's name for it (SPOP: the
@@ -158,6 +161,9 @@ struct decide {
 	uint64_t full_events;         /* new keys refused for room in this process */
 	uint64_t sync_failures;
 	double last_sync_log;
+	char refusal[NS_NAME_MAX + 128]; /* the text of a refused decision that
+	                                    names its namespace: answered before
+	                                    the next batch is decided */
 };
 
 void decide_init(struct decide *d, struct rl *rl);

@@ -69,9 +69,13 @@ void http_answer(struct http_conn *c, const struct http_ctx *x, int status, cons
 void http_answer_error(struct http_conn *c, const struct http_ctx *x, int status,
 		       const char *why)
 {
-	char body[160];
+	char body[512];
+	size_t o = 0;
 
-	snprintf(body, sizeof(body), "{\"error\":\"%s\"}\n", why);
+	/* A reason may quote a configured name: escaped as one. */
+	http_put(body, sizeof(body), &o, "{\"error\":\"");
+	http_escape(body, sizeof(body) - 3, &o, why, strlen(why), HTTP_ESC_JSON_UTF8);
+	http_put(body, sizeof(body), &o, "\"}\n");
 	http_answer(c, x, status, "application/json", "", body);
 }
 

@@ -167,6 +167,19 @@ int main(int argc, char **argv)
 			    "(auth_request) and spoa_ratelimit_timeout (the nginx module) must be "
 			    "longer, or they give up first (docs/CONFIG.md, delay_max_ms)",
 			    cfg.ns[i].name, cfg.ns[i].delay_max_ms);
+	/* Checks that name a limit where none is configured are refused over
+	 * HTTP now: say so before nginx's checks meet a 400. */
+	for (size_t i = 0; cfg.http_listen[0] && i < cfg.n_ns; i++) {
+		const struct ns_def *n = &cfg.ns[i];
+		for (size_t w = 0; n->caller_limit != NS_CALLER_ANY && w < n->n_window_sizes; w++)
+			if (ns_limit_of(n, n->window_sizes[w]) == NS_LIMIT_NONE) {
+				LOG(LOG_WARN, "namespace \"%s\" configures no limit for window %u: "
+				    "an HTTP check that names one is refused (400) unless it carries "
+				    "http_admin_token; configure \"limit\", or caller_limit \"any\" "
+				    "(docs/CONFIG.md)", n->name, n->window_sizes[w]);
+				break;
+			}
+	}
 	if (cfg.key_secret[0])
 		rl_set_key_secret(rl, cfg.key_secret, strlen(cfg.key_secret));
 	else if (rl_digest_key_is_public(rl))

@@ -57,12 +57,15 @@ enum ns_table_full {
 	NS_FULL_COUNT
 };
 
-/* What a request's own `limit` may do where the namespace configures one
- * (docs/CONFIG.md, "limit"). */
+/* What a request's own `limit` may do where the namespace configures one,
+ * and whether an untrusted caller may name one where it does not
+ * (docs/CONFIG.md, "caller_limit"; ns_caller_may_limit()). */
 enum ns_caller_limit {
-	NS_CALLER_LOWER = 0,  /* lower the configured limit, never raise it */
-	NS_CALLER_ANY,        /* replace it (HAProxy passing tiers from a map) */
-	NS_CALLER_NONE,       /* ignored */
+	NS_CALLER_LOWER = 0,  /* lower the configured limit, never raise it;
+	                         none configured: trusted callers only */
+	NS_CALLER_ANY,        /* replace it (HAProxy passing tiers from a map);
+	                         none configured: any caller's */
+	NS_CALLER_NONE,       /* ignored; none configured: as "lower" */
 	NS_CALLER_COUNT
 };
 
@@ -138,14 +141,34 @@ static inline int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
 /* Does the namespace configure any limit? */
 bool ns_has_limits(const struct ns_def *d);
 
-/* The largest cost a request may carry: max_cost, or by default the
- * largest configured limit (at least 1), or NS_LIMIT_MAX without one. */
-static inline double ns_max_cost(const struct ns_def *d)
+/* May a caller name its own limit for a window whose configured limit is
+ * configured (NS_LIMIT_NONE: none)? Where one is configured, always
+ * (caller_limit says what it does with it); where none is, a trusted
+ * caller (SPOP, HTTP with http_admin_token) may, others only with
+ * caller_limit "any": else a caller's limit of 0 would pin table entries
+ * (docs/CONFIG.md, caller_limit). */
+static inline bool ns_caller_may_limit(const struct ns_def *d, int64_t configured, bool trusted)
+{
+	return trusted || configured != NS_LIMIT_NONE || d->caller_limit == NS_CALLER_ANY;
+}
+
+/* The largest cost of a request decided against limit (has: there is
+ * one), by a trusted caller or not: max_cost where set, for everyone;
+ * by default max(1, floor(limit / 2)), so that one request never reaches
+ * a limit of 2 or more alone; without a limit, 1 for an untrusted caller
+ * (a huge cost would lock the key out for whoever checks it with a
+ * limit), and for a trusted one the largest configured limit (at least 1)
+ * or NS_LIMIT_MAX without any (docs/CONFIG.md, max_cost). */
+static inline double ns_max_cost(const struct ns_def *d, bool has, int64_t limit, bool trusted)
 {
 	int64_t most = NS_LIMIT_NONE;
 
 	if (d->max_cost != 0)
 		return d->max_cost;
+	if (has)
+		return limit < 2 ? 1.0 : (double)(limit / 2);   /* max(1, floor(limit / 2)) */
+	if (!trusted)
+		return 1.0;
 	for (size_t i = 0; i < d->n_limits; i++)
 		if (d->limits[i].limit > most)
 			most = d->limits[i].limit;
@@ -156,7 +179,8 @@ static inline double ns_max_cost(const struct ns_def *d)
 
 /* The limit a request is decided against, from the configured one
  * (NS_LIMIT_NONE: none) and the caller's (has: given), by caller_limit.
- * Returns false when there is none. */
+ * Returns false when there is none. Whether the caller may name one at
+ * all is ns_caller_may_limit(). */
 static inline bool ns_effective_limit(const struct ns_def *d, int64_t configured, bool has,
 				      int64_t caller, int64_t *out)
 {

@@ -1044,7 +1044,23 @@ Test(config, limits)
 	config_defaults(&c);
 	cr_assert_eq(ns_limit_of(&c.ns[0], 60), NS_LIMIT_NONE, "no limit by default");
 	cr_assert_eq(c.ns[0].caller_limit, NS_CALLER_LOWER);
-	cr_assert_eq(ns_max_cost(&c.ns[0]), (double)NS_LIMIT_MAX);
+	/* Without a limit: whatever a trusted caller asks, 1 for others; a
+	 * caller's limit there is a trusted caller's only (caller_limit
+	 * "lower"). */
+	cr_assert_eq(ns_max_cost(&c.ns[0], false, 0, true), (double)NS_LIMIT_MAX);
+	cr_assert_eq(ns_max_cost(&c.ns[0], false, 0, false), 1.0);
+	cr_assert(ns_caller_may_limit(&c.ns[0], NS_LIMIT_NONE, true));
+	cr_assert_not(ns_caller_may_limit(&c.ns[0], NS_LIMIT_NONE, false));
+	cr_assert(ns_caller_may_limit(&c.ns[0], 10, false), "where one is configured: lower it");
+	/* With a limit: max(1, floor(limit / 2)), trusted or not. */
+	static const int64_t lims[][2] = { { 0, 1 }, { 1, 1 }, { 2, 1 }, { 3, 1 }, { 4, 2 },
+					   { 5, 2 }, { 7, 3 }, { 100, 50 },
+					   { NS_LIMIT_MAX, NS_LIMIT_MAX / 2 } };
+	for (size_t i = 0; i < sizeof(lims) / sizeof(lims[0]); i++) {
+		cr_assert_eq(ns_max_cost(&c.ns[0], true, lims[i][0], false), (double)lims[i][1],
+			     "limit %lld", (long long)lims[i][0]);
+		cr_assert_eq(ns_max_cost(&c.ns[0], true, lims[i][0], true), (double)lims[i][1]);
+	}
 	cr_assert_not(c.ns[0].caller_admission);
 	cr_assert_eq(load(&c, &err, "{\"namespaces\": ["
 				    "{\"name\": \"a\", \"window_sizes\": [1, 60], \"limit\": 7},"
@@ -1056,15 +1072,22 @@ Test(config, limits)
 		     "%s: %s", err.path, err.msg);
 	cr_assert_eq(ns_limit_of(&c.ns[0], 1), 7);
 	cr_assert_eq(ns_limit_of(&c.ns[0], 60), 7);
-	cr_assert_eq(ns_max_cost(&c.ns[0]), 7.0);
+	cr_assert_eq(ns_max_cost(&c.ns[0], true, 7, true), 3.0, "half the limit");
 	cr_assert_eq(ns_limit_of(&c.ns[1], 1), 10);
 	cr_assert_eq(ns_limit_of(&c.ns[1], 60), 100);
 	cr_assert_eq(ns_limit_of(&c.ns[1], 3600), NS_LIMIT_NONE);
-	cr_assert_eq(ns_max_cost(&c.ns[1]), 100.0, "the largest configured limit");
+	cr_assert_eq(ns_max_cost(&c.ns[1], true, 100, false), 50.0);
+	cr_assert_eq(ns_max_cost(&c.ns[1], false, 0, true), 100.0,
+		     "no limit, trusted: the largest configured limit, as before");
+	cr_assert_eq(ns_max_cost(&c.ns[1], false, 0, false), 1.0);
+	cr_assert(ns_caller_may_limit(&c.ns[1], NS_LIMIT_NONE, false), "caller_limit \"any\"");
 	cr_assert_eq(c.ns[1].caller_limit, NS_CALLER_ANY);
 	cr_assert(c.ns[1].caller_admission);
 	cr_assert_eq(ns_limit_of(&c.ns[2], 1), 0);
-	cr_assert_eq(ns_max_cost(&c.ns[2]), 0.5);
+	/* max_cost set: for everyone, whatever the limit. */
+	cr_assert_eq(ns_max_cost(&c.ns[2], true, 0, true), 0.5);
+	cr_assert_eq(ns_max_cost(&c.ns[2], false, 0, false), 0.5);
+	cr_assert_eq(ns_max_cost(&c.ns[2], true, 1000, false), 0.5);
 	config_free(&c);
 	assert_no_leaks();
 }

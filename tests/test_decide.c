@@ -23,7 +23,9 @@ static struct rl *rl;
 static struct decide dec;
 
 /* "default" (1, 60, 3600), "api" (60 only), "login" (60, fixed, deny when
- * full, a share of 16 keys), "trial" (60, shadow, 8 keys), max_keys 64. */
+ * full, a share of 16 keys), "trial" (60, shadow, 8 keys), max_keys 64;
+ * then namespaces with configured limits, and "open" (none, but
+ * caller_limit "any"). */
 static const char cfg_json[] =
 	"{\"max_keys\": 64, \"namespaces\": ["
 	"{\"name\": \"default\", \"window_sizes\": [1, 60, 3600]},"
@@ -39,7 +41,8 @@ static const char cfg_json[] =
 	"{\"name\": \"stack\", \"window_sizes\": [1, 60], \"window_type\": \"fixed\","
 	" \"limit\": {\"1\": 3, \"60\": 5}, \"count_denied\": false},"
 	"{\"name\": \"perip\", \"window_sizes\": [60], \"count_denied\": false},"
-	"{\"name\": \"perkey\", \"window_sizes\": [60], \"count_denied\": false}]}";
+	"{\"name\": \"perkey\", \"window_sizes\": [60], \"count_denied\": false},"
+	"{\"name\": \"open\", \"window_sizes\": [60], \"caller_limit\": \"any\"}]}";
 
 static void setup(void)
 {
@@ -344,27 +347,129 @@ Test(decide, configured_limits)
 	cr_assert_not(hits("api", "z2", 60, -1, 1).has_limit);
 }
 
+/* The default max_cost: half of each limit a request is decided against
+ * (at least 1), so that no request reaches a limit of 2 or more alone;
+ * without a limit, 1 for an untrusted caller. An explicit max_cost wins. */
 Test(decide, max_cost)
 {
-	struct rl_request rq = req("conf", "big", 60, 6);
+	struct rl_request rq = req("conf", "big", 60, 3);
 
-	/* Default: the largest configured limit (5). */
+	/* Limit 5 (window 60): at most 2. */
 	struct rl_decision d = decide(&rq, T0 + 15);
 	cr_assert_str_eq(d.error, "cost over max_cost");
 	rq.cost = 0;
 	cr_assert_eq(decide(&rq, T0 + 15).rate, 0, "nothing was counted");
-	rq.cost = 5;
+	rq.cost = 2;
 	d = decide(&rq, T0 + 15);
 	cr_assert_null(d.error);
-	cr_assert_eq(d.rate, 5);
-	/* Set: 2.5 in "strict". */
+	cr_assert_eq(d.rate, 2);
+	/* Limit 2 (window 1): 1; a caller's lower limit is the one decided
+	 * against (10 in "tier" lowered to 2 by "any": 1). */
+	rq = req("conf", "big", 1, 2);
+	cr_assert_str_eq(decide(&rq, T0 + 15).error, "cost over max_cost");
+	rq = req("tier", "big", 60, 2);
+	rq.has_limit = true;
+	rq.limit = 2;
+	cr_assert_str_eq(decide(&rq, T0 + 15).error, "cost over max_cost");
+	rq.limit = 4;
+	cr_assert_null(decide(&rq, T0 + 15).error);
+	/* Set: 2.5 in "strict", above its default (1 for limit 3). */
 	rq = req("strict", "big", 60, 2.6);
 	cr_assert_str_eq(decide(&rq, T0 + 15).error, "cost over max_cost");
 	rq.cost = 2.5;
-	cr_assert_null(decide(&rq, T0 + 15).error);
-	/* Without a configured limit: anything up to the largest cost. */
+	rq.untrusted = true;
+	cr_assert_null(decide(&rq, T0 + 15).error, "max_cost set: for everyone");
+	/* Without any limit: a trusted caller's cost is its own, an
+	 * untrusted caller's at most 1. */
 	rq = req("api", "big", 60, 999999999999.0);
 	cr_assert_null(decide(&rq, T0 + 15).error);
+	rq = req("api", "lock", 60, 2);
+	rq.untrusted = true;
+	cr_assert_str_eq(decide(&rq, T0 + 15).error, "cost over max_cost");
+	rq.cost = 999999999999.0;
+	cr_assert_str_eq(decide(&rq, T0 + 15).error, "cost over max_cost");
+	rq.cost = 1;
+	cr_assert_eq(decide(&rq, T0 + 15).rate, 1, "the refused ones counted nothing");
+}
+
+/* An untrusted caller (HTTP) names a limit only where the namespace
+ * configures one, or where its caller_limit is "any": elsewhere the
+ * request is refused with the reason, nothing counted. Trusted callers
+ * (SPOP) name any. */
+Test(decide, untrusted_callers_name_no_limit_where_none_is_configured)
+{
+	struct rl_request rq = req("api", "pin", 60, 1);
+	struct rl_decision d;
+
+	rq.untrusted = true;
+	rq.has_limit = true;
+	rq.limit = 0;
+	d = decide(&rq, T0 + 15);
+	cr_assert_not_null(d.error);
+	cr_assert_not(d.refused, "the request's fault, not the table's");
+	cr_assert_not_null(strstr(d.error, "\"api\""), "%s", d.error);
+	cr_assert_not_null(strstr(d.error, "caller_limit"), "%s", d.error);
+	struct rl_request read = req("api", "pin", 60, 0);
+	cr_assert_eq(decide(&read, T0 + 15).rate, 0, "nothing counted");
+	/* Without a limit it is counted, as before. */
+	rq.has_limit = false;
+	d = decide(&rq, T0 + 15);
+	cr_assert_null(d.error);
+	cr_assert_not(d.has_limit);
+	/* Where one is configured, it may lower it ("conf", caller_limit
+	 * "lower"); caller_limit "any" lets it name one anywhere. */
+	rq = req("conf", "low", 60, 1);
+	rq.untrusted = rq.has_limit = true;
+	rq.limit = 1;
+	cr_assert_eq(decide(&rq, T0 + 15).limit, 1);
+	rq = req("open", "named", 60, 1);
+	rq.untrusted = rq.has_limit = true;
+	rq.limit = 7;
+	d = decide(&rq, T0 + 15);
+	cr_assert_null(d.error, "%s", d.error);
+	cr_assert_eq(d.limit, 7);
+	/* A trusted caller names any. */
+	rq = req("api", "pin", 60, 1);
+	rq.has_limit = true;
+	rq.limit = 0;
+	d = decide(&rq, T0 + 15);
+	cr_assert_null(d.error);
+	cr_assert(d.exceeded);
+}
+
+/* A part that is refused (caller_limit, max_cost) refuses the whole
+ * decision before anything is counted: the other windows of a request,
+ * the other requests of a NOTIFY. */
+Test(decide, a_refused_part_refuses_the_decision)
+{
+	struct rl_decision parts[DECIDE_MAX_BATCH], one;
+	const char *err;
+
+	/* "conf": limits 2 (1 s) and 5 (60 s); cost 2 fits 60 s, not 1 s. */
+	struct rl_request rq = req("conf", "whole", 0, 2);
+	size_t np = decide_batch(&dec, &rq, 1, T0 + 15, parts, DECIDE_MAX_BATCH);
+	cr_assert(decide_request_result(parts, np, 0, &one, &err));
+	cr_assert_str_eq(err, "cost over max_cost");
+	struct rl_request read = req("conf", "whole", 60, 0);
+	cr_assert_eq(decide(&read, T0 + 15).rate, 0, "not counted in the 60 s window");
+	/* Two requests: one refused, the other not counted either. */
+	struct rl_request two[2] = { req("api", "10.0.0.9", 60, 1), req("api", "bob", 60, 1) };
+	two[1].untrusted = two[1].has_limit = true;
+	np = decide_batch(&dec, two, 2, T0 + 15, parts, DECIDE_MAX_BATCH);
+	cr_assert_eq(np, 2);
+	for (size_t i = 0; i < 2; i++) {
+		cr_assert(decide_request_result(parts, np, i, &one, &err));
+		cr_assert_not_null(err, "request %zu", i);
+		cr_assert_not_null(strstr(err, "caller_limit"), "%s", err);
+	}
+	read = req("api", "10.0.0.9", 60, 0);
+	cr_assert_eq(decide(&read, T0 + 15).rate, 0, "the other request counted nothing");
+	/* Without the refused part, both count. */
+	two[1].has_limit = false;
+	np = decide_batch(&dec, two, 2, T0 + 15, parts, DECIDE_MAX_BATCH);
+	cr_assert(decide_request_result(parts, np, 0, &one, &err));
+	cr_assert_null(err);
+	cr_assert_eq(decide(&read, T0 + 15).rate, 1);
 }
 
 /* A request that names a lower limit must not protect its entry from

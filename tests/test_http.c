@@ -33,8 +33,8 @@ static void start_workers(const char *json, const char *workers)
 
 static const char default_json[] =
 	"{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"frame_timeout_ms\": 400,"
-	" \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [3600]},"
-	" {\"name\": \"api\", \"window_sizes\": [1, 3600]}]}";
+	" \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [3600], \"caller_limit\": \"any\"},"
+	" {\"name\": \"api\", \"window_sizes\": [1, 3600], \"caller_limit\": \"any\"}]}";
 
 static void start_default(void)
 {
@@ -155,9 +155,9 @@ Test(http, counts_limits_and_headers)
 		}
 	}
 	/* Without a limit: counted, no RateLimit headers. */
-	get("/ratelimit?key=nolimit&window=3600&cost=2.5", &r);
+	get("/ratelimit?key=nolimit&window=3600&cost=0.5", &r);
 	cr_assert_eq(r.status, 200);
-	cr_assert_eq(body_num(&r, "rate"), 3);
+	cr_assert_eq(body_num(&r, "rate"), 1);
 	cr_assert_str_empty(hdr(&r, "RateLimit-Policy", v, sizeof(v)));
 	/* Percent-decoding: "a b" and "a+b" are the same key. */
 	get("/ratelimit?key=a%20b&window=3600", &r);
@@ -398,8 +398,8 @@ Test(http_deny, status_from_config, .fini = test_agent_stop, .timeout = 60)
 	struct resp r;
 
 	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_deny_status\": 403,"
-		   " \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60]}]}");
-	get("/ratelimit?key=d&limit=0", &r);
+		   " \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60], \"limit\": 0}]}");
+	get("/ratelimit?key=d", &r);
 	cr_assert_eq(r.status, 403, "%s", r.body);
 	cr_assert_not_null(strstr(r.body, "\"exceeded\":true"));
 }
@@ -426,6 +426,7 @@ Test(http_store, synchronous_namespace_in_order, .fini = stop_all, .timeout = 60
 	snprintf(json, sizeof(json),
 		 "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": [{\"name\": "
 		 "\"default\", \"window_sizes\": [3600], \"sync_rate\": 0, \"strategy\": \"redis\","
+		 " \"caller_limit\": \"any\","
 		 " \"strategy_opts\": {\"host\": \"127.0.0.1\", \"port\": %d, \"timeout_ms\": 3000}}]}",
 		 redis.port);
 	test_agent_start1(json);
@@ -563,7 +564,7 @@ Test(http_names, escaped_in_headers_and_body, .fini = test_agent_stop, .timeout 
 	char v[256];
 
 	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
-		   "{\"name\": \"q\\\"t\\\\\u00e9\", \"window_sizes\": [60]}]}");
+		   "{\"name\": \"q\\\"t\\\\\u00e9\", \"window_sizes\": [60], \"caller_limit\": \"any\"}]}");
 	get("/ratelimit?namespace=q%22t%5C%C3%A9&key=k&window=60&limit=5", &r);
 	cr_assert_eq(r.status, 200, "%s", r.body);
 	cr_assert_str_eq(hdr(&r, "RateLimit-Policy", v, sizeof(v)), "\"q\\\"t\\\\%C3%A9\";q=5;w=60");
@@ -611,8 +612,9 @@ Test(http_shadow, never_denies, .fini = test_agent_stop, .timeout = 60)
 	int fd;
 
 	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
-		   "{\"name\": \"default\", \"window_sizes\": [3600]},"
-		   "{\"name\": \"trial\", \"window_sizes\": [3600], \"shadow\": true}]}");
+		   "{\"name\": \"default\", \"window_sizes\": [3600], \"caller_limit\": \"any\"},"
+		   "{\"name\": \"trial\", \"window_sizes\": [3600], \"shadow\": true,"
+		   " \"caller_limit\": \"any\"}]}");
 	for (int i = 1; i <= 4; i++) {
 		get("/ratelimit?key=s&limit=2&namespace=trial", &r);
 		cr_assert_eq(r.status, 200, "hit %d: %s", i, r.body);
@@ -740,7 +742,7 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = test_agent_stop, 
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
 
 	start_workers("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
-		      "{\"name\": \"api\", \"window_sizes\": [60]},"
+		      "{\"name\": \"api\", \"window_sizes\": [60], \"caller_limit\": \"any\"},"
 		      "{\"name\": \"old\", \"window_sizes\": [60]}]}", "2");
 	int keep = http_open();
 	int spop = rawspop_connect(test_agent.port, IO_MS);
@@ -755,7 +757,7 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = test_agent_stop, 
 	rewrite_config("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"log_level\": \"debug\","
 		       " \"http_deny_status\": 403, \"max_keys\": 100000, \"namespaces\": ["
 		       "{\"name\": \"new\", \"window_sizes\": [1]},"
-		       "{\"name\": \"api\", \"window_sizes\": [3600, 60]}]}");
+		       "{\"name\": \"api\", \"window_sizes\": [3600, 60], \"caller_limit\": \"any\"}]}");
 	cr_assert_eq(agentproc_signal(&test_agent, SIGHUP), 0);
 	for (int i = 0; i < 300 && log_count("reloaded: 2 namespace(s)") < 2; i++)
 		usleep(10000);

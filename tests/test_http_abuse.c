@@ -5,11 +5,15 @@
  * reproduced it, and each fails on that code.
  *
  *   auth       no http_token, a wrong one: 401, nothing counted, no count
- *              disclosed; /healthz open, /metrics behind the token on ask
+ *              disclosed; /healthz open, /metrics behind the token on ask;
+ *              http_admin_token: a trusted caller
  *   keys       X-RateLimit-Key / -Namespace taken as opaque bytes: "&",
  *              "%", "=" and spaces are part of the key, not arguments
  *   limits     the configured limit holds whatever limit a request names;
- *              limit=0 pins no table entry; a cost over max_cost is a 400
+ *              limit=0 pins no table entry; a cost over max_cost is a 400;
+ *              where no limit is configured a caller names none (issue
+ *              28: HAProxy's new keys then found the table full), and no
+ *              cost empties a key in one request (HTTP or SPOP)
  *   admission  an HTTP caller cannot switch exact cluster admission off
  *              unless the namespace lets it (caller_admission)
  *   starve     HTTP peers holding connections (idle, busy or sending their
@@ -42,6 +46,7 @@
 #define IO_MS    3000
 #define TOKEN    "t0k3n-for-the-checks"
 #define AUTH     "Authorization: Bearer " TOKEN "\r\n"
+#define ADMIN    "Authorization: Bearer adm1n-t0k3n\r\n"
 
 static double now_s(void)
 {
@@ -72,6 +77,67 @@ static long long rate_of(const char *ns, const char *key)
 	get(target, AUTH, &r);
 	cr_assert(r.status == 200 || r.status == 429, "%s: %s", target, r.body);
 	return httpc_body_num(&r, "rate");
+}
+
+/* GET target with headers: a 400 whose body holds want. */
+static void expect_400(const char *target, const char *headers, const char *want)
+{
+	struct httpc_resp r;
+
+	get(target, headers, &r);
+	cr_assert_eq(r.status, 400, "%s: %d %s", target, r.status, r.body);
+	cr_assert_not_null(strstr(r.body, want), "%s: %s", target, r.body);
+}
+
+/* An SPOP connection to the agent, its HELLO done (tests/lib/rawspop.h:
+ * HAProxy's side, written apart from the agent's codec). */
+static int spop_open(void)
+{
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	int fd = rawspop_connect(test_agent.port, IO_MS);
+
+	cr_assert(fd >= 0);
+	rawspop_hello(wb, &o);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	cr_assert_eq(f->type, RAWSPOP_AGENT_HELLO);
+	free(wb), free(f);
+	return fd;
+}
+
+/* A check as HAProxy sends it: NOTIFY ratelimit(namespace ns, key,
+ * window 60, limit unless < 0, cost unless < 0) on fd. Returns whether
+ * the ACK says exceeded; its error variable goes to err ("" without). */
+static bool spop_check(int fd, const char *ns, const char *key, int64_t limit, int64_t cost,
+		       char err[RAWSPOP_STR_MAX])
+{
+	static uint64_t sid = 1;
+	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
+	struct rawspop_frame *f = calloc(1, sizeof(*f));
+	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
+	char why[128];
+
+	size_t st = rawspop_notify_begin(wb, sid++, 1);
+	rawspop_msg(wb, "ratelimit", (uint8_t)(3 + (limit >= 0) + (cost >= 0)));
+	rawspop_arg_str(wb, "namespace", ns);
+	rawspop_arg_str(wb, "key", key);
+	rawspop_arg_int(wb, "window", 60);
+	if (limit >= 0)
+		rawspop_arg_int(wb, "limit", limit);
+	if (cost >= 0)
+		rawspop_arg_int(wb, "cost", cost);
+	rawspop_frame_end(wb, st);
+	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	cr_assert_eq(rawspop_decode_actions(f, acts, why, sizeof(why)), 0, "%s", why);
+	const struct rawspop_action *e = rawspop_var_find(acts, "error");
+	const struct rawspop_action *x = rawspop_var_find(acts, "exceeded");
+	snprintf(err, RAWSPOP_STR_MAX, "%s", e ? e->value.s : "");
+	bool exceeded = x && x->value.b;
+	free(wb), free(f), free(acts);
+	return exceeded;
 }
 
 /* ------------------------------------------------------------------ auth */
@@ -131,6 +197,31 @@ Test(auth, metrics_behind_the_token_on_ask, .fini = test_agent_stop, .timeout = 
 	cr_assert_eq(r.status, 200);
 	get("/healthz", NULL, &r);
 	cr_assert_eq(r.status, 200, "health checks stay open");
+}
+
+/* A check with http_admin_token is a trusted caller's (it was a 401):
+ * it names a limit and a cost where no limit is configured, as HAProxy
+ * does; the checks' token does not. */
+Test(auth, the_admin_token_is_a_trusted_caller, .fini = test_agent_stop, .timeout = 60)
+{
+	struct httpc_resp r;
+
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"" TOKEN "\","
+			  " \"http_admin_token\": \"adm1n-t0k3n\","
+			  " \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60]}]}");
+	/* The checks' token: untrusted. */
+	expect_400("/ratelimit?key=t&window=60&limit=2", AUTH, "caller_limit");
+	expect_400("/ratelimit?key=t&window=60&cost=2", AUTH, "cost over max_cost");
+	for (int n = 1; n <= 3; n++) {
+		get("/ratelimit?key=t&window=60&limit=2", ADMIN, &r);
+		cr_assert_eq(r.status, n <= 2 ? 200 : 429, "hit %d: %d %s", n, r.status, r.body);
+		cr_assert_eq(httpc_body_num(&r, "limit"), 2);
+	}
+	get("/ratelimit?key=u&window=60&cost=5", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "no limit: a trusted caller's cost: %s", r.body);
+	cr_assert_eq(httpc_body_num(&r, "rate"), 5);
+	get("/ratelimit?key=u&window=60", "Authorization: Bearer adm1n-t0k3\r\n", &r);
+	cr_assert_eq(r.status, 401, "%s", r.body);
 }
 
 /* ------------------------------------------------------------------ keys */
@@ -207,15 +298,102 @@ Test(limits, the_configured_limit_holds, .fini = test_agent_stop, .timeout = 60)
 	get("/ratelimit?key=v&window=60&limit=1", AUTH, &r);
 	cr_assert_eq(r.status, 429, "lowered to 1: %s", r.body);
 	/* A cost that would lock anyone out for a window: refused, nothing
-	 * counted (max_cost defaults to the largest configured limit). */
+	 * counted (max_cost defaults to half the limit, at least 1). */
 	get("/ratelimit?key=w&window=60&cost=999999999999", AUTH, &r);
 	cr_assert_eq(r.status, 400, "%s", r.body);
 	cr_assert_not_null(strstr(r.body, "max_cost"), "%s", r.body);
-	get("/ratelimit?key=w&window=60&cost=4", AUTH, &r);
+	get("/ratelimit?key=w&window=60&cost=2", AUTH, &r);
 	cr_assert_eq(r.status, 400, "%s", r.body);
 	cr_assert_eq(rate_of("default", "w"), 0);
-	get("/ratelimit?key=w&window=60&cost=3", AUTH, &r);
-	cr_assert_eq(r.status, 200, "a cost up to the limit: %s", r.body);
+	get("/ratelimit?key=w&window=60&cost=1", AUTH, &r);
+	cr_assert_eq(r.status, 200, "a cost up to half the limit (3: 1): %s", r.body);
+}
+
+/* Issue 28: in a namespace without a configured limit, 300 HTTP checks
+ * with limit=0 (anyone: no http_token), each a new key over the limit it
+ * named, pinned the namespace's share (such a key is never evicted), and
+ * HAProxy's new keys then found no room: error "counter table full",
+ * passed uncounted. Now each check is refused (400, the reason naming
+ * the namespace and caller_limit), nothing counted, and HAProxy's new
+ * key with limit 3 gets exactly 3. */
+Test(limits, no_callers_limit_where_none_is_configured, .fini = test_agent_stop, .timeout = 120)
+{
+	struct httpc_buf *b = calloc(1, sizeof(*b));
+	struct httpc_resp r;
+	char req[512], err[RAWSPOP_STR_MAX];
+	const char *why = "";
+	int fd, admitted = 0;
+
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"max_keys\": 64,"
+			  " \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60]}]}");
+	fd = rawspop_connect(test_agent.http_port, IO_MS);
+	cr_assert(fd >= 0);
+	for (int i = 0; i < 300; i++) {
+		int n = snprintf(req, sizeof(req), "GET /ratelimit?key=pin-%d&window=60&limit=0"
+				 " HTTP/1.1\r\nHost: t\r\n\r\n", i);
+		cr_assert_eq(httpc_send(fd, req, (size_t)n), 0);
+		cr_assert_eq(httpc_read(fd, b, &r, IO_MS, &why), 0, "%s", why);
+		cr_assert_eq(r.status, 400, "check %d: %d %s", i, r.status, r.body);
+		cr_assert_not_null(strstr(r.body, "\\\"default\\\""), "%s", r.body);
+		cr_assert_not_null(strstr(r.body, "caller_limit"), "%s", r.body);
+	}
+	close(fd);
+	cr_assert_eq(rate_of("default", "pin-0"), 0, "nothing counted");
+	fd = spop_open();
+	for (int i = 1; i <= 5; i++) {
+		bool exceeded = spop_check(fd, "default", "haproxy-new", 3, -1, err);
+		cr_assert_str_empty(err, "hit %d: %s", i, err);
+		cr_assert_eq(exceeded, i > 3, "hit %d", i);
+		admitted += !exceeded;
+	}
+	cr_assert_eq(admitted, 3);
+	close(fd);
+	free(b);
+}
+
+/* cost=1e12 over HTTP locked any key of a namespace without a limit out
+ * for a window; a cost up to the limit emptied a key in one request. The
+ * default max_cost is now max(1, floor(limit / 2)) for each limit (1
+ * for an untrusted caller without one), over HTTP and SPOP alike; a
+ * namespace's own max_cost still wins. */
+Test(limits, no_cost_empties_a_key, .fini = test_agent_stop, .timeout = 60)
+{
+	struct httpc_resp r;
+	char err[RAWSPOP_STR_MAX];
+	int fd;
+
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"" TOKEN "\","
+			  " \"namespaces\": [{\"name\": \"default\", \"window_sizes\": [60]},"
+			  " {\"name\": \"api\", \"window_sizes\": [60], \"limit\": 10},"
+			  " {\"name\": \"bulk\", \"window_sizes\": [60], \"limit\": 10,"
+			  " \"max_cost\": 10}]}");
+	/* No limit: an HTTP caller's cost is at most 1. */
+	expect_400("/ratelimit?key=victim&window=60&cost=999999999999", AUTH, "cost over max_cost");
+	expect_400("/ratelimit?key=victim&window=60&cost=2", AUTH, "cost over max_cost");
+	cr_assert_eq(rate_of("default", "victim"), 0, "nothing counted");
+	fd = spop_open();
+	for (int i = 1; i <= 3; i++) {
+		cr_assert_not(spop_check(fd, "default", "victim", 3, -1, err), "hit %d", i);
+		cr_assert_str_empty(err);
+	}
+	/* Limit 10: at most 5, over HTTP and over SPOP. */
+	expect_400("/ratelimit?namespace=api&key=a&window=60&cost=6", AUTH, "cost over max_cost");
+	cr_assert_not(spop_check(fd, "api", "a", -1, 6, err));
+	cr_assert_str_eq(err, "cost over max_cost");
+	cr_assert_not(spop_check(fd, "api", "a", 4, 3, err), "a lower limit (4): at most 2");
+	cr_assert_str_eq(err, "cost over max_cost");
+	cr_assert_eq(rate_of("api", "a"), 0, "nothing counted");
+	get("/ratelimit?namespace=api&key=a&window=60&cost=5", AUTH, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not(spop_check(fd, "api", "a", -1, 5, err), "5 + 5: at the limit");
+	cr_assert_str_empty(err);
+	cr_assert(spop_check(fd, "api", "a", -1, 1, err), "two requests at least to reach it");
+	/* max_cost set: for everyone. */
+	get("/ratelimit?namespace=bulk&key=b&window=60&cost=10", AUTH, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	get("/ratelimit?namespace=bulk&key=b&window=60", AUTH, &r);
+	cr_assert_eq(r.status, 429, "%s", r.body);
+	close(fd);
 }
 
 /* 3,000 requests with limit=0 filled a namespace's share with entries
@@ -441,7 +619,7 @@ static void served_under_attack(struct attack *a, const char *what)
 		int h = rawspop_connect(test_agent.http_port, IO_MS);
 		cr_assert(h >= 0);
 		t0 = now_s();
-		static const char check[] = "GET /ratelimit?key=fresh&window=60&limit=100 HTTP/1.1\r\n"
+		static const char check[] = "GET /ratelimit?key=fresh&window=60 HTTP/1.1\r\n"
 					    "Host: t\r\n\r\n";
 		cr_assert_eq(httpc_send(h, check, sizeof(check) - 1), 0);
 		took = wait_readable(a, h);

@@ -2,8 +2,9 @@
 # haproxy_example.sh - the shipped haproxy-examples/ configuration works.
 # Checks, running the example of $HAPROXY's version (haproxy.cfg before
 # 3.1, haproxy-3.cfg from 3.1) + spoe-ratelimit.conf as shipped (only the
-# RL_* environment variables set: free loopback ports, small limits)
-# against the agent:
+# RL_* environment variables set: free loopback ports, small limits, which
+# lower the limits of the agent's haproxy-examples/agent.json) against the
+# agent on that agent.json (its listen address overridden):
 #   - "haproxy -c" accepts it from any working directory (3.1+: the 2.6
 #     form as well, its "mode tcp" backend converted);
 #   - per client IP (key src, curl --interface 127.x.y.z): exactly
@@ -44,7 +45,7 @@ E2E_HAPROXY_CFG=$ex
 E2E_SERVER_BE=spoe-ratelimit
 E2E_SERVER_NAME=agent1
 
-start_agent -w 2
+start_agent -c "$E2E_ROOT/haproxy-examples/agent.json" -w 2
 start_haproxy
 wait_server_state UP 15 || die "agent server UP in HAProxy (example config)"
 

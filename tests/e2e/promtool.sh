@@ -31,7 +31,7 @@ cat > "$E2E_TMP/agent.json" <<JSON
 { "listen": "127.0.0.1:$port", "http_listen": "127.0.0.1:$http", "workers": 2,
   "namespaces": [ { "name": "default", "window_sizes": [60], "limit": 3 },
                   { "name": "we\"ird", "window_sizes": [60] },
-                  { "name": "synced", "window_sizes": [60], "sync_rate": 0.1, "strategy": "redis",
+                  { "name": "synced", "window_sizes": [60], "limit": 5, "sync_rate": 0.1, "strategy": "redis",
                     "strategy_opts": { "port": $dead, "timeout_ms": 50 } } ] }
 JSON
 "$AGENT" -c "$E2E_TMP/agent.json" >> "$E2E_TMP/agent.log" 2>&1 &
@@ -42,7 +42,7 @@ for i in $(seq 1 100); do port_listening "$http" && break; sleep 0.1; done
 check "the agent listens" port_listening "$http"
 for i in 1 2 3 4 5; do curl -s -o /dev/null "http://127.0.0.1:$http/ratelimit?key=k"; done
 curl -s -o /dev/null "http://127.0.0.1:$http/ratelimit?key=k&namespace=we%22ird"
-curl -s -o /dev/null "http://127.0.0.1:$http/ratelimit?key=k&namespace=synced&limit=5"
+curl -s -o /dev/null "http://127.0.0.1:$http/ratelimit?key=k&namespace=synced"
 curl -s -o /dev/null "http://127.0.0.1:$http/ratelimit?window=7&key=k"
 sleep 0.5
 curl -s "http://127.0.0.1:$http/metrics" > "$E2E_TMP/metrics.txt"

@@ -52,14 +52,14 @@ start_redis "$REDIS_PORT" "$E2E_TMP/redis"
 # when its worker is killed.
 cat > "$E2E_TMP/agent.json" <<EOF
 { "log_level": "info", "http_listen": "127.0.0.1:$HTTP_PORT",
-  "namespaces": [ { "name": "default", "window_sizes": [3600], "sync_rate": 0.2,
+  "namespaces": [ { "name": "default", "window_sizes": [3600], "limit": $LIMIT, "sync_rate": 0.2,
     "strategy": "redis", "admission": "exact",
     "strategy_opts": { "host": "127.0.0.1", "port": $REDIS_PORT, "timeout_ms": 5000 } } ] }
 EOF
 start_agent -c "$E2E_TMP/agent.json" -w 1
 for i in $(seq 1 100); do port_listening "$HTTP_PORT" && break; sleep 0.1; done
 
-url() { echo "http://127.0.0.1:$HTTP_PORT/ratelimit?key=$K&limit=$LIMIT&cost=${1:-1}"; }
+url() { echo "http://127.0.0.1:$HTTP_PORT/ratelimit?key=$K&cost=${1:-1}"; }
 
 # hits N: N hits of cost 1 over one kept-alive connection; prints how many
 # were admitted (200).
