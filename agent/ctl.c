@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/config.h"
@@ -156,15 +157,59 @@ static int ctl_request(const struct config *cfg, const char *method, const char 
 	return status;
 }
 
-/* A key as a person reads it: printable ASCII as is, other bytes \xNN. */
-static void ctl_show(const char *s, char *out, size_t cap)
+/* The bytes of a JSON string from the agent: its answers write a key's
+ * bytes outside printable ASCII as \u00XX (http_escape(), JSON_BYTES),
+ * which jansson hands over as the UTF-8 of U+00XX; each such code point
+ * is one byte again. Any other code point (not the agent's) is kept as
+ * its UTF-8 bytes. Returns the length; out holds at least the UTF-8's. */
+static size_t ctl_bytes(const json_t *str, char *out)
+{
+	const unsigned char *p = (const unsigned char *)json_string_value(str);
+	size_t n = json_string_length(str), o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] >= 0xc2 && p[i] <= 0xc3 && i + 1 < n && (p[i + 1] & 0xc0) == 0x80) {
+			out[o++] = (char)(((p[i] & 0x03) << 6) | (p[i + 1] & 0x3f));
+			i++;
+		} else {
+			out[o++] = (char)p[i];
+		}
+	}
+	return o;
+}
+
+/* A key (or a name) as a person reads it, unambiguously (docs/OPERATIONS.md,
+ * "Keys as ctl prints them"): as it is when it is printable ASCII
+ * without a space at either end, a quote or a backslash; else quoted,
+ * "...", with \" and \\ and every byte outside printable ASCII as \xNN
+ * (NUL included). A malloc'd string (NULL: out of memory). */
+static char *ctl_show(const json_t *str)
 {
 	static const char hex[] = "0123456789abcdef";
-	size_t o = 0;
+	size_t n = json_string_length(str);
+	char *b = malloc(n + 1), *out = malloc(4 * n + 3);
+	bool plain = n > 0;
 
-	for (; *s && o + 5 < cap; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c >= 0x20 && c < 0x7f) {
+	if (!b || !out) {
+		free(b), free(out);
+		return NULL;
+	}
+	n = ctl_bytes(str, b);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)b[i];
+		bool inner = i > 0 && i + 1 < n;
+		plain = plain && (c > ' ' || (c == ' ' && inner)) && c < 0x7f && c != '"' &&
+			c != '\\';
+	}
+	size_t o = 0;
+	if (!plain)
+		out[o++] = '"';
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)b[i];
+		if (plain || (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')) {
+			out[o++] = (char)c;
+		} else if (c == '"' || c == '\\') {
+			out[o++] = '\\';
 			out[o++] = (char)c;
 		} else {
 			out[o++] = '\\';
@@ -173,7 +218,21 @@ static void ctl_show(const char *s, char *out, size_t cap)
 			out[o++] = hex[c & 15];
 		}
 	}
+	if (!plain)
+		out[o++] = '"';
 	out[o] = '\0';
+	free(b);
+	return out;
+}
+
+/* Prints fmt with "%s" the key of o (ctl_show), "?" if it has none. */
+static void ctl_print_key(const char *fmt, const json_t *o, const char *name)
+{
+	const json_t *str = json_object_get(o, name);
+	char *k = json_is_string(str) ? ctl_show(str) : NULL;
+
+	printf(fmt, k ? k : "?");
+	free(k);
 }
 
 static double num(const json_t *o, const char *k)
@@ -181,62 +240,111 @@ static double num(const json_t *o, const char *k)
 	return json_number_value(json_object_get(o, k));
 }
 
+/* The store's error of window w, or NULL (read, or a local namespace). */
+static const char *ctl_store_error(const json_t *w)
+{
+	return json_string_value(json_object_get(json_object_get(w, "store"), "error"));
+}
+
+/* The store's part of a synced namespace's answer: each window as read
+ * from the store (when, once), or why the store could not say (once when
+ * every window failed alike). */
+static void ctl_print_store(const json_t *ws)
+{
+	const json_t *w, *st;
+	const char *err, *first = ctl_store_error(json_array_get(ws, 0));
+	size_t i;
+	bool head = false, alike = first != NULL;
+
+	json_array_foreach(ws, i, w)
+		alike = alike && (err = ctl_store_error(w)) && strcmp(err, first) == 0;
+	if (alike) {
+		printf("store: away (%s): the counts above are this node's only\n", first);
+		return;
+	}
+	json_array_foreach(ws, i, w) {
+		if (!(st = json_object_get(w, "store")))
+			return;
+		if ((err = ctl_store_error(w))) {
+			printf("store: away for the %.0fs window (%s)\n", num(w, "window"), err);
+			continue;
+		}
+		if (!head) {
+			time_t t = (time_t)num(st, "read_at");
+			struct tm tm;
+			char when[32] = "?";
+			if (gmtime_r(&t, &tm))
+				strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+			printf("store, read at %s (every node's pushed hits):\n", when);
+			printf("%8s %12s %12s %12s\n", "WINDOW", "CURRENT", "PREVIOUS", "RATE");
+			head = true;
+		}
+		printf("%7.0fs %12g %12g %12g\n", num(w, "window"), num(st, "current"),
+		       num(st, "previous"), num(st, "rate"));
+	}
+}
+
 static void ctl_print_keys(const json_t *root)
 {
-	char key[4 * 256];
 	const json_t *ws = json_object_get(root, "windows"), *w;
 	size_t i;
 
-	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
-	printf("namespace %s, key %s\n", json_string_value(json_object_get(root, "namespace")),
-	       key);
+	ctl_print_key("namespace %s, ", root, "namespace");
+	ctl_print_key("key %s\n", root, "key");
 	printf("%8s %12s %12s %10s %10s %12s %10s %10s %6s\n", "WINDOW", "COUNT", "CLUSTER",
 	       "UNPUSHED", "GRANT", "RATE", "LIMIT", "REMAINING", "RESET");
 	json_array_foreach(ws, i, w) {
-		char lim[24] = "-", rem[24] = "-";
+		char lim[24] = "-", rem[24] = "-", count[24] = "-", cluster[24] = "-";
 		if (json_object_get(w, "limit")) {
 			snprintf(lim, sizeof(lim), "%.0f", num(w, "limit"));
 			snprintf(rem, sizeof(rem), "%.0f", num(w, "remaining"));
 		}
-		printf("%7.0fs %12g %12g %10g %10g %12g %10s %10s %5.0fs\n", num(w, "window"),
-		       num(w, "count"), num(w, "cluster"), num(w, "unpushed"), num(w, "grant"),
-		       num(w, "rate"), lim, rem, num(w, "reset"));
+		/* "-": this node holds no counter of the key in the window. */
+		if (!json_is_false(json_object_get(w, "seen"))) {
+			snprintf(count, sizeof(count), "%g", num(w, "count"));
+			snprintf(cluster, sizeof(cluster), "%g", num(w, "cluster"));
+		}
+		printf("%7.0fs %12s %12s %10g %10g %12g %10s %10s %5.0fs\n", num(w, "window"),
+		       count, cluster, num(w, "unpushed"), num(w, "grant"), num(w, "rate"), lim,
+		       rem, num(w, "reset"));
 	}
+	ctl_print_store(ws);
 }
 
 static void ctl_print_top(const json_t *root)
 {
 	const json_t *keys = json_object_get(root, "keys"), *k;
-	char key[4 * 256];
-	size_t i, width = 3;
+	size_t i, width = 3, n = json_array_size(keys);
+	char **shown = calloc(n ? n : 1, sizeof(*shown));
 
-	printf("namespace %s, window %.0f s, by %s: %zu key(s); one hit in %.0f sampled, "
-	       "%.0f entries, error bound %g\n",
-	       json_string_value(json_object_get(root, "namespace")), num(root, "window"),
-	       json_string_value(json_object_get(root, "by")), json_array_size(keys),
+	ctl_print_key("namespace %s, ", root, "namespace");
+	printf("window %.0f s, by %s: %zu key(s); one hit in %.0f sampled, "
+	       "%.0f entries, error bound %g\n", num(root, "window"),
+	       json_string_value(json_object_get(root, "by")), n,
 	       num(root, "sample"), num(root, "entries"), num(root, "error_bound"));
 	json_array_foreach(keys, i, k) {
-		ctl_show(json_string_value(json_object_get(k, "key")), key, sizeof(key));
-		if (strlen(key) > width)
-			width = strlen(key);
+		const json_t *str = json_object_get(k, "key");
+		if (shown && json_is_string(str) && (shown[i] = ctl_show(str)) &&
+		    strlen(shown[i]) > width)
+			width = strlen(shown[i]);
 	}
 	printf("%4s  %-*s %12s %10s\n", "#", (int)width, "KEY", "COUNT", "ERROR");
 	json_array_foreach(keys, i, k) {
-		ctl_show(json_string_value(json_object_get(k, "key")), key, sizeof(key));
-		printf("%4zu  %-*s %12g %10g\n", i + 1, (int)width, key, num(k, "count"),
-		       num(k, "error"));
+		printf("%4zu  %-*s %12g %10g\n", i + 1, (int)width,
+		       shown && shown[i] ? shown[i] : "?", num(k, "count"), num(k, "error"));
+		if (shown)
+			free(shown[i]);
 	}
+	free(shown);
 }
 
 static void ctl_print_reset(const json_t *root)
 {
-	char key[4 * 256];
-
-	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
 	const char *store = json_string_value(json_object_get(root, "store"));
 
-	printf("namespace %s, key %s: forgotten on this node (%g hits in %.0f window(s))\n",
-	       json_string_value(json_object_get(root, "namespace")), key, num(root, "removed"),
+	ctl_print_key("namespace %s, ", root, "namespace");
+	ctl_print_key("key %s: ", root, "key");
+	printf("forgotten on this node (%g hits in %.0f window(s))\n", num(root, "removed"),
 	       num(root, "windows"));
 	if (store && strcmp(store, "sent") == 0)
 		printf("  store: forgotten (%g hits); every node forgets it within a sync period\n",
@@ -313,7 +421,7 @@ int ctl_main(int argc, char **argv)
 		return status == 200 ? 0 : 1;
 	}
 	json_error_t jerr;
-	json_t *root = json_loads(body, 0, &jerr);
+	json_t *root = json_loads(body, JSON_ALLOW_NUL, &jerr);
 	if (status != 200 || !root) {
 		const char *why = root ? json_string_value(json_object_get(root, "error")) : NULL;
 		fprintf(stderr, "spoa-ratelimit ctl: %d: %s\n", status, why ? why : body);

@@ -53,7 +53,7 @@ static void http_close(struct http_conn *c)
 		return;
 	decide_pending_detach_all(&c->pending);
 	if (c->forgetting) {
-		admin_forget_detach(&c->forget);
+		admin_wait_detach(&c->forget);
 		c->forgetting = false;
 	}
 	stream_close(&c->s);
@@ -333,19 +333,19 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 	if (top) {
 		st = admin_top(env->rl, env->topk, req->query, req->query_len, rl_now(), text,
 			       ADMIN_ANSWER_MAX);
-	} else if (req->method == HTTP_DELETE) {
-		c->forget = (struct admin_forget){ .done = admin_forgot, .owner = c };
-		st = admin_forget(env->rl, env->decide->sync, req->query, req->query_len, rl_now(),
-				  text, ADMIN_ANSWER_MAX, &c->forget);
+	} else {
+		/* /keys: a DELETE's forget, a GET's read of the store. */
+		c->forget = (struct admin_wait){ .done = admin_forgot, .owner = c };
+		st = (req->method == HTTP_DELETE ? admin_forget : admin_keys)(env->rl,
+		    env->decide->sync, req->query, req->query_len, rl_now(), text,
+		    ADMIN_ANSWER_MAX, &c->forget);
 		if (st == 0) {
 			/* It waits for the store: answered by admin_forgot. */
 			c->forgetting = true;
 			c->forget_x = *x;
 			return;
 		}
-	} else
-		st = admin_keys(env->rl, req->query, req->query_len, rl_now(), text,
-				ADMIN_ANSWER_MAX);
+	}
 	if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0) {
 		http_answer_error(c, x, 503, "no buffer memory for the answer");
 		return;
@@ -353,8 +353,8 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 	http_answer(c, x, st, "application/json", "", text);
 }
 
-/* The store answered a DELETE /keys (admin_forget): its answer, then
- * the connection's next requests. */
+/* The store answered a /keys request (admin_forget, admin_keys): its
+ * answer, then the connection's next requests. */
 static void admin_forgot(void *owner)
 {
 	static char *text;
@@ -365,10 +365,10 @@ static void admin_forgot(void *owner)
 	if (!text)
 		text = malloc(ADMIN_ANSWER_MAX);
 	if (!text) {
-		admin_forget_detach(&c->forget);
+		admin_wait_detach(&c->forget);
 		http_answer_error(c, &c->forget_x, 503, "out of memory");
 	} else {
-		st = admin_forget_answer(c->s.env->rl, &c->forget, text, ADMIN_ANSWER_MAX);
+		st = admin_wait_answer(c->s.env->rl, &c->forget, text, ADMIN_ANSWER_MAX);
 		if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0)
 			http_answer_error(c, &c->forget_x, 503, "no buffer memory for the answer");
 		else

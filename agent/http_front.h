@@ -35,7 +35,7 @@ struct http_conn {
 	size_t scanned;                   /* head scanned so far (http_head_end) */
 	size_t skip;                      /* body bytes still to discard */
 	struct decide_pending *pending;   /* the request waiting for a store (one) */
-	struct admin_forget forget;       /* a DELETE /keys waiting for its store */
+	struct admin_wait forget;         /* a /keys request waiting for its store */
 	struct http_ctx forget_x;         /* ... and how to answer it */
 	bool forgetting;                  /* forget is waiting */
 	bool closing;                     /* close once the output is sent */

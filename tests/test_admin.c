@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/lib/agenttest.h"
@@ -37,6 +38,24 @@ static void get(const char *target, const char *headers, struct httpc_resp *r)
 
 	cr_assert(httpc_get(test_agent.http_port, target, headers, r, IO_MS, &why) == 0,
 		  "GET %s: %s\n%s", target, why, test_agent_log_tail());
+}
+
+/* Runs `spoa-ratelimit ctl -c <the agent's config> args` (a shell's
+ * words), its output (stdout and stderr) into out. Returns its exit
+ * status. */
+static int ctl(const char *args, char *out, size_t cap)
+{
+	char cmd[2048];
+
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s %s 2>&1", agentproc_binary(),
+		 test_agent.cfg_path, args);
+	FILE *f = popen(cmd, "r");
+	cr_assert_not_null(f, "%s", cmd);
+	size_t n = fread(out, 1, cap - 1, f);
+	out[n] = '\0';
+	int st = pclose(f);
+	cr_log_info("ctl %s:\n%s", args, out);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
 static const char json[] =
@@ -88,24 +107,12 @@ Test(admin, keys_shows_what_the_node_holds)
 
 	/* The same from the command line, with the config file's address
 	 * and token. */
-	char cmd[2048], out[4096];
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys default alice 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	FILE *f = popen(cmd, "r");
-	cr_assert_not_null(f);
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_eq(pclose(f), 0, "%s", out);
-	cr_log_info("%s", out);
+	char out[4096];
+	cr_assert_eq(ctl("keys default alice", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace default, key alice\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "     60s            8            8"), "%s", out);
 	cr_assert_not_null(strstr(out, "          5          0"), "%s", out);
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys nope alice 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	f = popen(cmd, "r");
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_neq(pclose(f), 0, "%s", out);
+	cr_assert_neq(ctl("keys nope alice", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "404: unknown namespace"), "%s", out);
 	get("/keys?namespace=default", ADMIN, &r);
 	cr_assert_eq(r.status, 400, "%s", r.body);
@@ -215,7 +222,7 @@ Test(admin, top_by_denied)
 Test(admin, reset_forgets_a_key)
 {
 	struct httpc_resp r;
-	char cmd[2048], out[4096];
+	char out[4096];
 
 	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
 		   " \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
@@ -257,23 +264,105 @@ Test(admin, reset_forgets_a_key)
 	cr_assert_eq(r.status, 405);
 	/* The command line; a synced namespace whose store is away: queued. */
 	get("/ratelimit?key=bob&window=60", CHECK, &r);
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset default bob 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	FILE *f = popen(cmd, "r");
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_eq(pclose(f), 0, "%s", out);
+	cr_assert_eq(ctl("reset default bob", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace default, key bob: forgotten on this node (2 hits "
 				  "in 2 window(s))"), "%s", out);
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset synced bob 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	f = popen(cmd, "r");
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_eq(pclose(f), 0, "%s", out);
+	cr_assert_eq(ctl("reset synced bob", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace synced, key bob: forgotten on this node"), "%s",
 			   out);
 	cr_assert_not_null(strstr(out, "store: away; queued, sent once when it is back"), "%s",
 			   out);
 	free(b);
+}
+
+/* Issue 28, finding 3: ctl prints a key so that no two keys read alike:
+ * as it is when it is printable ASCII without a space at either end, a
+ * quote or a backslash; else quoted, with \" \\ and \xNN. Keys sent over
+ * the HTTP front, percent-encoded; a NUL neither cuts a key nor breaks the
+ * listing (before: `ctl top` failed on it, and "k " printed as "k"). */
+Test(admin, ctl_prints_keys_that_cannot_be_confused)
+{
+	static const struct {
+		const char *sent, *shown;
+	} keys[] = {
+		{ "k", "k" },
+		{ "k%20", "\"k \"" },
+		{ "%20k", "\" k\"" },
+		{ "a%20b", "a b" },
+		{ "k%00x", "\"k\\x00x\"" },
+		{ "q%22b", "\"q\\\"b\"" },
+		{ "b%5Cs", "\"b\\\\s\"" },
+		{ "t%09b", "\"t\\x09b\"" },
+		{ "caf%C3%A9", "\"caf\\xc3\\xa9\"" },
+		{ "%FF", "\"\\xff\"" },
+	};
+	const size_t n = sizeof(keys) / sizeof(keys[0]);
+	struct httpc_resp r;
+	char out[8192], target[256], line[256];
+	int width = 3;
+
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+		   " \"http_admin_token\": \"adm1n-t0ken\", \"top_sample\": 1, \"namespaces\": ["
+		   "{\"name\": \"esc\", \"window_sizes\": [60]}]}");
+	window_margin();
+	for (size_t i = 0; i < n; i++) {
+		snprintf(target, sizeof(target), "/ratelimit?namespace=esc&window=60&key=%s",
+			 keys[i].sent);
+		get(target, CHECK, &r);
+		cr_assert_eq(r.status, 200, "%s: %s", target, r.body);
+		if ((int)strlen(keys[i].shown) > width)
+			width = (int)strlen(keys[i].shown);
+	}
+	/* Every key on its own row, one hit each, in its column. */
+	cr_assert_eq(ctl("top esc 20", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "by hits: 10 key(s)"), "%s", out);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(line, sizeof(line), "  %-*s %12d %10d\n", width, keys[i].shown, 1, 0);
+		cr_assert_not_null(strstr(out, line), "no row [%s] in\n%s", line, out);
+	}
+	/* ctl keys: the key as given, shown the same way. */
+	cr_assert_eq(ctl("keys esc 'k '", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "namespace esc, key \"k \"\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "     60s            1            1"), "%s", out);
+	cr_assert_eq(ctl("keys esc k", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "namespace esc, key k\n"), "%s", out);
+	cr_assert_eq(ctl("reset esc ' k'", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "namespace esc, key \" k\": forgotten on this node (1 hits"),
+			   "%s", out);
+}
+
+/* Issue 28, finding 4: GET /keys of a namespace that syncs asks its store
+ * too; a store that is away is said so, per window ("store":{"error"}),
+ * next to the node's own view ("seen": whether this node holds a counter
+ * of the key). A local namespace answers as before. tests/test_cluster.c
+ * reads a store that answers, on Redis and PostgreSQL. */
+Test(admin, keys_says_when_the_store_is_away)
+{
+	struct httpc_resp r;
+	char out[4096];
+
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+		   " \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
+		   "{\"name\": \"default\", \"window_sizes\": [60], \"limit\": 3},"
+		   "{\"name\": \"synced\", \"window_sizes\": [60, 3600], \"sync_rate\": 1,"
+		   " \"strategy\": \"redis\", \"strategy_opts\": {\"port\": 1}}]}");
+	window_margin();
+	get("/ratelimit?namespace=synced&key=dave&window=60", CHECK, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	get("/keys?namespace=synced&key=dave", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "{\"window\":60,\"count\":1,\"cluster\":0,\"unpushed\":1,"),
+			   "the node's view: %s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"seen\":true,\"store\":{\"error\":\"not connected"),
+			   "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "{\"window\":3600,\"count\":0,"), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"seen\":false,\"store\":{\"error\":"), "%s", r.body);
+	get("/keys?key=dave", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_null(strstr(r.body, "store"), "a local namespace has no store: %s", r.body);
+	cr_assert_null(strstr(r.body, "seen"), "%s", r.body);
+	cr_assert_eq(ctl("keys synced dave", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "     60s            1            0          1"), "%s", out);
+	cr_assert_not_null(strstr(out, "   3600s            -            -          0"), "%s", out);
+	cr_assert_not_null(strstr(out, "store: away (not connected"), "%s", out);
 }
