@@ -3,6 +3,8 @@
  * from the command line, for an operator on the box: the HTTP front's
  * address and the admin token come from the configuration file (-c), the
  * answer is printed as an aligned table (or as it came, with --json).
+ * Keys are printed so that no two read alike (ctl_show), and read back in
+ * that form (ctl_key_arg).
  *
  *   spoa-ratelimit ctl [-c FILE] [--json] keys NAMESPACE KEY
  *   spoa-ratelimit ctl [-c FILE] [--json] reset NAMESPACE KEY
@@ -26,6 +28,7 @@
 
 #define CTL_ANSWER_MAX (256u << 10)
 #define CTL_TIMEOUT_MS 5000
+#define CTL_TARGET_MAX 8000      /* the request line within the agent's 8 KiB */
 
 static int ctl_usage(void)
 {
@@ -35,18 +38,22 @@ static int ctl_usage(void)
 		"       spoa-ratelimit ctl [-c FILE] [--json] top NAMESPACE [N] [hits|denied] "
 		"[WINDOW]\n"
 		"  reads http_listen and http_admin_token from FILE (default: the built-in\n"
-		"  configuration, which has neither)\n");
+		"  configuration, which has neither); a KEY in double quotes is read as ctl\n"
+		"  prints it (\\\" \\\\ \\xNN)\n");
 	return 2;
 }
 
-/* s percent-encoded into out (every byte but unreserved ones). */
-static void ctl_pct(const char *s, char *out, size_t cap)
+/* s[0..n) percent-encoded into out (every byte but unreserved ones).
+ * Returns 0, or -1 when it does not fit in cap bytes. */
+static int ctl_pct(const char *s, size_t n, char *out, size_t cap)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t o = 0;
 
-	for (; *s && o + 4 < cap; s++) {
-		unsigned char c = (unsigned char)*s;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (o + 4 > cap)
+			return -1;
 		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
 		    c == '-' || c == '_' || c == '.' || c == '~') {
 			out[o++] = (char)c;
@@ -57,6 +64,44 @@ static void ctl_pct(const char *s, char *out, size_t cap)
 		}
 	}
 	out[o] = '\0';
+	return 0;
+}
+
+static int ctl_hex(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		: c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* A key as given on the command line into out (as many bytes as arg):
+ * as it is, or, quoted as ctl prints it ("..." with \" \\ \xNN), its
+ * bytes, so that a key printed by `top` can be given back to `keys` or
+ * `reset`. Returns its length, or -1 (a quoted key with another escape,
+ * or a lone quote inside). */
+static long ctl_key_arg(const char *arg, char *out)
+{
+	size_t n = strlen(arg), o = 0;
+
+	if (n < 2 || arg[0] != '"' || arg[n - 1] != '"') {
+		memcpy(out, arg, n);
+		return (long)n;
+	}
+	for (size_t i = 1; i + 1 < n; i++) {
+		if (arg[i] == '"')
+			return -1;
+		if (arg[i] != '\\') {
+			out[o++] = arg[i];
+		} else if (i + 2 < n && (arg[i + 1] == '"' || arg[i + 1] == '\\')) {
+			out[o++] = arg[++i];
+		} else if (i + 4 < n && arg[i + 1] == 'x' && ctl_hex(arg[i + 2]) >= 0 &&
+			   ctl_hex(arg[i + 3]) >= 0) {
+			out[o++] = (char)(ctl_hex(arg[i + 2]) << 4 | ctl_hex(arg[i + 3]));
+			i += 3;
+		} else {
+			return -1;
+		}
+	}
+	return (long)o;
 }
 
 /* A connected socket to the HTTP front, or -1 with a message printed. */
@@ -373,7 +418,7 @@ int ctl_main(int argc, char **argv)
 	const char *cmd = argv[i], *ns = argv[i + 1];
 	struct config cfg;
 	struct config_err cerr;
-	char buf[1024], target[8192], pns[3 * 256], pkey[3 * 1024];
+	char buf[1024], target[CTL_TARGET_MAX], pns[3 * NS_NAME_MAX], pkey[CTL_TARGET_MAX - 64];
 
 	config_defaults(&cfg);
 	if (file && config_load(&cfg, file, &cerr) < 0) {
@@ -388,28 +433,41 @@ int ctl_main(int argc, char **argv)
 		config_free(&cfg);
 		return 2;
 	}
-	ctl_pct(ns, pns, sizeof(pns));
-	const char *method = "GET";
-	if ((strcmp(cmd, "keys") == 0 || strcmp(cmd, "reset") == 0) && argc - i == 3) {
-		ctl_pct(argv[i + 2], pkey, sizeof(pkey));
-		snprintf(target, sizeof(target), "/keys?namespace=%s&key=%s", pns, pkey);
+	const char *method = "GET", *bad = NULL;
+	if (ctl_pct(ns, strlen(ns), pns, sizeof(pns)) < 0) {
+		bad = "namespace too long";
+	} else if ((strcmp(cmd, "keys") == 0 || strcmp(cmd, "reset") == 0) && argc - i == 3) {
+		char *key = malloc(strlen(argv[i + 2]) + 1);
+		long kl = key ? ctl_key_arg(argv[i + 2], key) : -1;
+		if (kl < 0)
+			bad = key ? "bad quoted key (\\\", \\\\ and \\xNN only)" : "out of memory";
+		else if (ctl_pct(key, (size_t)kl, pkey, sizeof(pkey)) < 0 ||
+			 snprintf(target, sizeof(target), "/keys?namespace=%s&key=%s", pns,
+				  pkey) >= (int)sizeof(target))
+			bad = "key too long for a request";
+		free(key);
 		if (cmd[0] == 'r')
 			method = "DELETE";
 	} else if (strcmp(cmd, "top") == 0 && argc - i <= 5) {
 		const char *n = argc - i > 2 ? argv[i + 2] : "10";
 		const char *by = argc - i > 3 ? argv[i + 3] : "hits";
-		char pn[64], pby[64], pw[64] = "";
-		ctl_pct(n, pn, sizeof(pn));
-		ctl_pct(by, pby, sizeof(pby));
-		if (argc - i > 4) {
-			char w[32];
-			ctl_pct(argv[i + 4], w, sizeof(w));
-			snprintf(pw, sizeof(pw), "&window=%s", w);
-		}
-		snprintf(target, sizeof(target), "/top?namespace=%s&n=%s&by=%s%s", pns, pn, pby, pw);
+		const char *w = argc - i > 4 ? argv[i + 4] : "";
+		char pn[64], pby[64], pw[64];
+		if (ctl_pct(n, strlen(n), pn, sizeof(pn)) < 0 ||
+		    ctl_pct(by, strlen(by), pby, sizeof(pby)) < 0 ||
+		    ctl_pct(w, strlen(w), pw, sizeof(pw)) < 0)
+			bad = "N, hits|denied or WINDOW too long";
+		else
+			snprintf(target, sizeof(target), "/top?namespace=%s&n=%s&by=%s%s%s", pns, pn,
+				 pby, w[0] ? "&window=" : "", pw);
 	} else {
 		config_free(&cfg);
 		return ctl_usage();
+	}
+	if (bad) {
+		fprintf(stderr, "spoa-ratelimit ctl: %s\n", bad);
+		config_free(&cfg);
+		return 2;
 	}
 	static char body[CTL_ANSWER_MAX];
 	int status = ctl_request(&cfg, method, target, body, sizeof(body));

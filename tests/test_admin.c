@@ -45,7 +45,7 @@ static void get(const char *target, const char *headers, struct httpc_resp *r)
  * status. */
 static int ctl(const char *args, char *out, size_t cap)
 {
-	char cmd[2048];
+	char cmd[8192];
 
 	snprintf(cmd, sizeof(cmd), "%s ctl -c %s %s 2>&1", agentproc_binary(),
 		 test_agent.cfg_path, args);
@@ -329,6 +329,29 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 	cr_assert_eq(ctl("reset esc ' k'", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace esc, key \" k\": forgotten on this node (1 hits"),
 			   "%s", out);
+	/* A key as printed is a key to give back: the NUL one, the 0xff one. */
+	cr_assert_eq(ctl("reset esc '\"k\\x00x\"'", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "key \"k\\x00x\": forgotten on this node (1 hits"), "%s",
+			   out);
+	cr_assert_eq(ctl("keys esc '\"\\xff\"'", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "key \"\\xff\"\n"), "%s", out);
+	cr_assert_not_null(strstr(out, "     60s            1            1"), "%s", out);
+	cr_assert_eq(ctl("keys esc '\"q\\\"b\"'", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "     60s            1            1"), "%s", out);
+	cr_assert_eq(ctl("keys esc '\"k\\n\"'", out, sizeof(out)), 2, "%s", out);
+	cr_assert_not_null(strstr(out, "bad quoted key"), "%s", out);
+	/* A key too long for a request is refused, not cut. */
+	char args[6000];
+	memcpy(args, "keys esc ", 9);
+	memset(args + 9, 'a', 5000);
+	args[5009] = '\0';
+	cr_assert_eq(ctl(args, out, sizeof(out)), 0, "5,000 bytes fit: %s", out);
+	memset(args + 9, '.', 3000);
+	memset(args + 3009, '/', 2000);
+	cr_assert_eq(ctl(args, out, sizeof(out)), 2, "%s", out);
+	cr_assert_not_null(strstr(out, "key too long for a request"), "%s", out);
+	cr_assert_eq(ctl("keys esc '\"k\\x00x\"'", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "     60s            0            0"), "reset: %s", out);
 }
 
 /* Issue 28, finding 4: GET /keys of a namespace that syncs asks its store
