@@ -58,6 +58,15 @@ static int ctl(const char *args, char *out, size_t cap)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* ctl(args) exits with status and its output holds want. */
+static void ctl_expect(const char *args, int status, const char *want)
+{
+	char out[8192];
+
+	cr_assert_eq(ctl(args, out, sizeof(out)), status, "ctl %s:\n%s", args, out);
+	cr_assert_not_null(strstr(out, want), "ctl %s: no [%s] in\n%s", args, want, out);
+}
+
 static const char json[] =
 	"{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
 	" \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
@@ -298,7 +307,7 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 	};
 	const size_t n = sizeof(keys) / sizeof(keys[0]);
 	struct httpc_resp r;
-	char out[8192], target[256], line[256];
+	char out[8192], target[256], line[256], args[6000];
 	int width = 3;
 
 	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
@@ -321,37 +330,25 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 		cr_assert_not_null(strstr(out, line), "no row [%s] in\n%s", line, out);
 	}
 	/* ctl keys: the key as given, shown the same way. */
-	cr_assert_eq(ctl("keys esc 'k '", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "namespace esc, key \"k \"\n"), "%s", out);
-	cr_assert_not_null(strstr(out, "     60s            1            1"), "%s", out);
-	cr_assert_eq(ctl("keys esc k", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "namespace esc, key k\n"), "%s", out);
-	cr_assert_eq(ctl("reset esc ' k'", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "namespace esc, key \" k\": forgotten on this node (1 hits"),
-			   "%s", out);
+	ctl_expect("keys esc 'k '", 0, "namespace esc, key \"k \"\n");
+	ctl_expect("keys esc 'k '", 0, "     60s            1            1");
+	ctl_expect("keys esc k", 0, "namespace esc, key k\n");
+	ctl_expect("reset esc ' k'", 0, "namespace esc, key \" k\": forgotten on this node (1 hits");
 	/* A key as printed is a key to give back: the NUL one, the 0xff one. */
-	cr_assert_eq(ctl("reset esc '\"k\\x00x\"'", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "key \"k\\x00x\": forgotten on this node (1 hits"), "%s",
-			   out);
-	cr_assert_eq(ctl("keys esc '\"\\xff\"'", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "key \"\\xff\"\n"), "%s", out);
-	cr_assert_not_null(strstr(out, "     60s            1            1"), "%s", out);
-	cr_assert_eq(ctl("keys esc '\"q\\\"b\"'", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "     60s            1            1"), "%s", out);
-	cr_assert_eq(ctl("keys esc '\"k\\n\"'", out, sizeof(out)), 2, "%s", out);
-	cr_assert_not_null(strstr(out, "bad quoted key"), "%s", out);
+	ctl_expect("reset esc '\"k\\x00x\"'", 0, "key \"k\\x00x\": forgotten on this node (1 hits");
+	ctl_expect("keys esc '\"k\\x00x\"'", 0, "     60s            0            0");
+	ctl_expect("keys esc '\"\\xff\"'", 0, "key \"\\xff\"\n");
+	ctl_expect("keys esc '\"\\xff\"'", 0, "     60s            1            1");
+	ctl_expect("keys esc '\"q\\\"b\"'", 0, "     60s            1            1");
+	ctl_expect("keys esc '\"k\\n\"'", 2, "bad quoted key");
 	/* A key too long for a request is refused, not cut. */
-	char args[6000];
 	memcpy(args, "keys esc ", 9);
 	memset(args + 9, 'a', 5000);
 	args[5009] = '\0';
-	cr_assert_eq(ctl(args, out, sizeof(out)), 0, "5,000 bytes fit: %s", out);
+	ctl_expect(args, 0, "     60s            0            0");
 	memset(args + 9, '.', 3000);
 	memset(args + 3009, '/', 2000);
-	cr_assert_eq(ctl(args, out, sizeof(out)), 2, "%s", out);
-	cr_assert_not_null(strstr(out, "key too long for a request"), "%s", out);
-	cr_assert_eq(ctl("keys esc '\"k\\x00x\"'", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "     60s            0            0"), "reset: %s", out);
+	ctl_expect(args, 2, "key too long for a request");
 }
 
 /* Issue 28, finding 4: GET /keys of a namespace that syncs asks its store
@@ -362,7 +359,6 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 Test(admin, keys_says_when_the_store_is_away)
 {
 	struct httpc_resp r;
-	char out[4096];
 
 	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
 		   " \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
@@ -384,8 +380,7 @@ Test(admin, keys_says_when_the_store_is_away)
 	cr_assert_eq(r.status, 200, "%s", r.body);
 	cr_assert_null(strstr(r.body, "store"), "a local namespace has no store: %s", r.body);
 	cr_assert_null(strstr(r.body, "seen"), "%s", r.body);
-	cr_assert_eq(ctl("keys synced dave", out, sizeof(out)), 0, "%s", out);
-	cr_assert_not_null(strstr(out, "     60s            1            0          1"), "%s", out);
-	cr_assert_not_null(strstr(out, "   3600s            -            -          0"), "%s", out);
-	cr_assert_not_null(strstr(out, "store: away (not connected"), "%s", out);
+	ctl_expect("keys synced dave", 0, "     60s            1            0          1");
+	ctl_expect("keys synced dave", 0, "   3600s            -            -          0");
+	ctl_expect("keys synced dave", 0, "store: away (not connected");
 }
