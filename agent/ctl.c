@@ -27,7 +27,7 @@
 #include "agent/config.h"
 
 #define CTL_ANSWER_MAX (256u << 10)
-#define CTL_TIMEOUT_MS 5000
+#define CTL_TIMEOUT_MS 5000      /* plus the stores' timeout_ms: ctl_wait_ms */
 #define CTL_TARGET_MAX 8000      /* the request line within the agent's 8 KiB */
 
 static int ctl_usage(void)
@@ -157,6 +157,24 @@ static int ctl_connect(const char *addr)
 	return fd;
 }
 
+/* How long to wait for an answer: CTL_TIMEOUT_MS, plus the longest store
+ * timeout_ms of the configuration (GET /keys waits for its store that
+ * long at most). */
+static int ctl_wait_ms(const struct config *cfg)
+{
+	int most = 0;
+
+	for (size_t i = 0; i < cfg->n_ns; i++) {
+		json_t *o = cfg->ns[i].strategy_opts ? json_loads(cfg->ns[i].strategy_opts, 0, NULL)
+						      : NULL;
+		json_int_t t = json_integer_value(json_object_get(o, "timeout_ms"));
+		if (t > most && t < 24 * 3600 * 1000)
+			most = (int)t;
+		json_decref(o);
+	}
+	return CTL_TIMEOUT_MS + most;
+}
+
 /* One request; the answer's body into body (NUL-terminated). Returns the
  * status, or -1 (printed). */
 static int ctl_request(const struct config *cfg, const char *method, const char *target,
@@ -165,7 +183,7 @@ static int ctl_request(const struct config *cfg, const char *method, const char 
 	static char buf[CTL_ANSWER_MAX];
 	char req[10240];
 	size_t len = 0;
-	int fd = ctl_connect(cfg->http_listen), status = -1;
+	int fd = ctl_connect(cfg->http_listen), status = -1, wait_ms = ctl_wait_ms(cfg);
 
 	if (fd < 0)
 		return -1;
@@ -179,8 +197,8 @@ static int ctl_request(const struct config *cfg, const char *method, const char 
 	}
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		if (poll(&pfd, 1, CTL_TIMEOUT_MS) != 1) {
-			fprintf(stderr, "spoa-ratelimit ctl: no answer within %d ms\n", CTL_TIMEOUT_MS);
+		if (poll(&pfd, 1, wait_ms) != 1) {
+			fprintf(stderr, "spoa-ratelimit ctl: no answer within %d ms\n", wait_ms);
 			close(fd);
 			return -1;
 		}
