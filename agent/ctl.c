@@ -3,6 +3,8 @@
  * from the command line, for an operator on the box: the HTTP front's
  * address and the admin token come from the configuration file (-c), the
  * answer is printed as an aligned table (or as it came, with --json).
+ * Keys are printed so that no two read alike (ctl_show), and read back in
+ * that form (ctl_key_arg).
  *
  *   spoa-ratelimit ctl [-c FILE] [--json] keys NAMESPACE KEY
  *   spoa-ratelimit ctl [-c FILE] [--json] reset NAMESPACE KEY
@@ -19,12 +21,14 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "agent/config.h"
 
 #define CTL_ANSWER_MAX (256u << 10)
-#define CTL_TIMEOUT_MS 5000
+#define CTL_TIMEOUT_MS 5000      /* plus the stores' timeout_ms: ctl_wait_ms */
+#define CTL_TARGET_MAX 8000      /* the request line within the agent's 8 KiB */
 
 static int ctl_usage(void)
 {
@@ -34,18 +38,22 @@ static int ctl_usage(void)
 		"       spoa-ratelimit ctl [-c FILE] [--json] top NAMESPACE [N] [hits|denied] "
 		"[WINDOW]\n"
 		"  reads http_listen and http_admin_token from FILE (default: the built-in\n"
-		"  configuration, which has neither)\n");
+		"  configuration, which has neither); a KEY in double quotes is read as ctl\n"
+		"  prints it (\\\" \\\\ \\xNN)\n");
 	return 2;
 }
 
-/* s percent-encoded into out (every byte but unreserved ones). */
-static void ctl_pct(const char *s, char *out, size_t cap)
+/* s[0..n) percent-encoded into out (every byte but unreserved ones).
+ * Returns 0, or -1 when it does not fit in cap bytes. */
+static int ctl_pct(const char *s, size_t n, char *out, size_t cap)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t o = 0;
 
-	for (; *s && o + 4 < cap; s++) {
-		unsigned char c = (unsigned char)*s;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)s[i];
+		if (o + 4 > cap)
+			return -1;
 		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
 		    c == '-' || c == '_' || c == '.' || c == '~') {
 			out[o++] = (char)c;
@@ -56,6 +64,44 @@ static void ctl_pct(const char *s, char *out, size_t cap)
 		}
 	}
 	out[o] = '\0';
+	return 0;
+}
+
+static int ctl_hex(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+		: c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* A key as given on the command line into out (as many bytes as arg):
+ * as it is, or, quoted as ctl prints it ("..." with \" \\ \xNN), its
+ * bytes, so that a key printed by `top` can be given back to `keys` or
+ * `reset`. Returns its length, or -1 (a quoted key with another escape,
+ * or a lone quote inside). */
+static long ctl_key_arg(const char *arg, char *out)
+{
+	size_t n = strlen(arg), o = 0;
+
+	if (n < 2 || arg[0] != '"' || arg[n - 1] != '"') {
+		memcpy(out, arg, n);
+		return (long)n;
+	}
+	for (size_t i = 1; i + 1 < n; i++) {
+		if (arg[i] == '"')
+			return -1;
+		if (arg[i] != '\\') {
+			out[o++] = arg[i];
+		} else if (i + 2 < n && (arg[i + 1] == '"' || arg[i + 1] == '\\')) {
+			out[o++] = arg[++i];
+		} else if (i + 4 < n && arg[i + 1] == 'x' && ctl_hex(arg[i + 2]) >= 0 &&
+			   ctl_hex(arg[i + 3]) >= 0) {
+			out[o++] = (char)(ctl_hex(arg[i + 2]) << 4 | ctl_hex(arg[i + 3]));
+			i += 3;
+		} else {
+			return -1;
+		}
+	}
+	return (long)o;
 }
 
 /* A connected socket to the HTTP front, or -1 with a message printed. */
@@ -111,6 +157,24 @@ static int ctl_connect(const char *addr)
 	return fd;
 }
 
+/* How long to wait for an answer: CTL_TIMEOUT_MS, plus the longest store
+ * timeout_ms of the configuration (GET /keys waits for its store that
+ * long at most). */
+static int ctl_wait_ms(const struct config *cfg)
+{
+	int most = 0;
+
+	for (size_t i = 0; i < cfg->n_ns; i++) {
+		json_t *o = cfg->ns[i].strategy_opts ? json_loads(cfg->ns[i].strategy_opts, 0, NULL)
+						      : NULL;
+		json_int_t t = json_integer_value(json_object_get(o, "timeout_ms"));
+		if (t > most && t < 24 * 3600 * 1000)
+			most = (int)t;
+		json_decref(o);
+	}
+	return CTL_TIMEOUT_MS + most;
+}
+
 /* One request; the answer's body into body (NUL-terminated). Returns the
  * status, or -1 (printed). */
 static int ctl_request(const struct config *cfg, const char *method, const char *target,
@@ -119,7 +183,7 @@ static int ctl_request(const struct config *cfg, const char *method, const char 
 	static char buf[CTL_ANSWER_MAX];
 	char req[10240];
 	size_t len = 0;
-	int fd = ctl_connect(cfg->http_listen), status = -1;
+	int fd = ctl_connect(cfg->http_listen), status = -1, wait_ms = ctl_wait_ms(cfg);
 
 	if (fd < 0)
 		return -1;
@@ -133,8 +197,8 @@ static int ctl_request(const struct config *cfg, const char *method, const char 
 	}
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		if (poll(&pfd, 1, CTL_TIMEOUT_MS) != 1) {
-			fprintf(stderr, "spoa-ratelimit ctl: no answer within %d ms\n", CTL_TIMEOUT_MS);
+		if (poll(&pfd, 1, wait_ms) != 1) {
+			fprintf(stderr, "spoa-ratelimit ctl: no answer within %d ms\n", wait_ms);
 			close(fd);
 			return -1;
 		}
@@ -156,15 +220,59 @@ static int ctl_request(const struct config *cfg, const char *method, const char 
 	return status;
 }
 
-/* A key as a person reads it: printable ASCII as is, other bytes \xNN. */
-static void ctl_show(const char *s, char *out, size_t cap)
+/* The bytes of a JSON string from the agent: its answers write a key's
+ * bytes outside printable ASCII as \u00XX (http_escape(), JSON_BYTES),
+ * which jansson hands over as the UTF-8 of U+00XX; each such code point
+ * is one byte again. Any other code point (not the agent's) is kept as
+ * its UTF-8 bytes. Returns the length; out holds at least the UTF-8's. */
+static size_t ctl_bytes(const json_t *str, char *out)
+{
+	const unsigned char *p = (const unsigned char *)json_string_value(str);
+	size_t n = json_string_length(str), o = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (p[i] >= 0xc2 && p[i] <= 0xc3 && i + 1 < n && (p[i + 1] & 0xc0) == 0x80) {
+			out[o++] = (char)(((p[i] & 0x03) << 6) | (p[i + 1] & 0x3f));
+			i++;
+		} else {
+			out[o++] = (char)p[i];
+		}
+	}
+	return o;
+}
+
+/* A key (or a name) as a person reads it, unambiguously (docs/OPERATIONS.md,
+ * "Keys as ctl prints them"): as it is when it is printable ASCII
+ * without a space at either end, a quote or a backslash; else quoted,
+ * "...", with \" and \\ and every byte outside printable ASCII as \xNN
+ * (NUL included). A malloc'd string (NULL: out of memory). */
+static char *ctl_show(const json_t *str)
 {
 	static const char hex[] = "0123456789abcdef";
-	size_t o = 0;
+	size_t n = json_string_length(str);
+	char *b = malloc(n + 1), *out = malloc(4 * n + 3);
+	bool plain = n > 0;
 
-	for (; *s && o + 5 < cap; s++) {
-		unsigned char c = (unsigned char)*s;
-		if (c >= 0x20 && c < 0x7f) {
+	if (!b || !out) {
+		free(b), free(out);
+		return NULL;
+	}
+	n = ctl_bytes(str, b);
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)b[i];
+		bool inner = i > 0 && i + 1 < n;
+		plain = plain && (c > ' ' || (c == ' ' && inner)) && c < 0x7f && c != '"' &&
+			c != '\\';
+	}
+	size_t o = 0;
+	if (!plain)
+		out[o++] = '"';
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)b[i];
+		if (plain || (c >= 0x20 && c < 0x7f && c != '"' && c != '\\')) {
+			out[o++] = (char)c;
+		} else if (c == '"' || c == '\\') {
+			out[o++] = '\\';
 			out[o++] = (char)c;
 		} else {
 			out[o++] = '\\';
@@ -173,7 +281,21 @@ static void ctl_show(const char *s, char *out, size_t cap)
 			out[o++] = hex[c & 15];
 		}
 	}
+	if (!plain)
+		out[o++] = '"';
 	out[o] = '\0';
+	free(b);
+	return out;
+}
+
+/* Prints fmt with "%s" the key of o (ctl_show), "?" if it has none. */
+static void ctl_print_key(const char *fmt, const json_t *o, const char *name)
+{
+	const json_t *str = json_object_get(o, name);
+	char *k = json_is_string(str) ? ctl_show(str) : NULL;
+
+	printf(fmt, k ? k : "?");
+	free(k);
 }
 
 static double num(const json_t *o, const char *k)
@@ -181,62 +303,111 @@ static double num(const json_t *o, const char *k)
 	return json_number_value(json_object_get(o, k));
 }
 
+/* The store's error of window w, or NULL (read, or a local namespace). */
+static const char *ctl_store_error(const json_t *w)
+{
+	return json_string_value(json_object_get(json_object_get(w, "store"), "error"));
+}
+
+/* The store's part of a synced namespace's answer: each window as read
+ * from the store (when, once), or why the store could not say (once when
+ * every window failed alike). */
+static void ctl_print_store(const json_t *ws)
+{
+	const json_t *w, *st;
+	const char *err, *first = ctl_store_error(json_array_get(ws, 0));
+	size_t i;
+	bool head = false, alike = first != NULL;
+
+	json_array_foreach(ws, i, w)
+		alike = alike && (err = ctl_store_error(w)) && strcmp(err, first) == 0;
+	if (alike) {
+		printf("store: away (%s): the counts above are this node's only\n", first);
+		return;
+	}
+	json_array_foreach(ws, i, w) {
+		if (!(st = json_object_get(w, "store")))
+			return;
+		if ((err = ctl_store_error(w))) {
+			printf("store: away for the %.0fs window (%s)\n", num(w, "window"), err);
+			continue;
+		}
+		if (!head) {
+			time_t t = (time_t)num(st, "read_at");
+			struct tm tm;
+			char when[32] = "?";
+			if (gmtime_r(&t, &tm))
+				strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S UTC", &tm);
+			printf("store, read at %s (every node's pushed hits):\n", when);
+			printf("%8s %12s %12s %12s\n", "WINDOW", "CURRENT", "PREVIOUS", "RATE");
+			head = true;
+		}
+		printf("%7.0fs %12g %12g %12g\n", num(w, "window"), num(st, "current"),
+		       num(st, "previous"), num(st, "rate"));
+	}
+}
+
 static void ctl_print_keys(const json_t *root)
 {
-	char key[4 * 256];
 	const json_t *ws = json_object_get(root, "windows"), *w;
 	size_t i;
 
-	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
-	printf("namespace %s, key %s\n", json_string_value(json_object_get(root, "namespace")),
-	       key);
+	ctl_print_key("namespace %s, ", root, "namespace");
+	ctl_print_key("key %s\n", root, "key");
 	printf("%8s %12s %12s %10s %10s %12s %10s %10s %6s\n", "WINDOW", "COUNT", "CLUSTER",
 	       "UNPUSHED", "GRANT", "RATE", "LIMIT", "REMAINING", "RESET");
 	json_array_foreach(ws, i, w) {
-		char lim[24] = "-", rem[24] = "-";
+		char lim[24] = "-", rem[24] = "-", count[24] = "-", cluster[24] = "-";
 		if (json_object_get(w, "limit")) {
 			snprintf(lim, sizeof(lim), "%.0f", num(w, "limit"));
 			snprintf(rem, sizeof(rem), "%.0f", num(w, "remaining"));
 		}
-		printf("%7.0fs %12g %12g %10g %10g %12g %10s %10s %5.0fs\n", num(w, "window"),
-		       num(w, "count"), num(w, "cluster"), num(w, "unpushed"), num(w, "grant"),
-		       num(w, "rate"), lim, rem, num(w, "reset"));
+		/* "-": this node holds no counter of the key in the window. */
+		if (!json_is_false(json_object_get(w, "seen"))) {
+			snprintf(count, sizeof(count), "%g", num(w, "count"));
+			snprintf(cluster, sizeof(cluster), "%g", num(w, "cluster"));
+		}
+		printf("%7.0fs %12s %12s %10g %10g %12g %10s %10s %5.0fs\n", num(w, "window"),
+		       count, cluster, num(w, "unpushed"), num(w, "grant"), num(w, "rate"), lim,
+		       rem, num(w, "reset"));
 	}
+	ctl_print_store(ws);
 }
 
 static void ctl_print_top(const json_t *root)
 {
 	const json_t *keys = json_object_get(root, "keys"), *k;
-	char key[4 * 256];
-	size_t i, width = 3;
+	size_t i, width = 3, n = json_array_size(keys);
+	char **shown = calloc(n ? n : 1, sizeof(*shown));
 
-	printf("namespace %s, window %.0f s, by %s: %zu key(s); one hit in %.0f sampled, "
-	       "%.0f entries, error bound %g\n",
-	       json_string_value(json_object_get(root, "namespace")), num(root, "window"),
-	       json_string_value(json_object_get(root, "by")), json_array_size(keys),
+	ctl_print_key("namespace %s, ", root, "namespace");
+	printf("window %.0f s, by %s: %zu key(s); one hit in %.0f sampled, "
+	       "%.0f entries, error bound %g\n", num(root, "window"),
+	       json_string_value(json_object_get(root, "by")), n,
 	       num(root, "sample"), num(root, "entries"), num(root, "error_bound"));
 	json_array_foreach(keys, i, k) {
-		ctl_show(json_string_value(json_object_get(k, "key")), key, sizeof(key));
-		if (strlen(key) > width)
-			width = strlen(key);
+		const json_t *str = json_object_get(k, "key");
+		if (shown && json_is_string(str) && (shown[i] = ctl_show(str)) &&
+		    strlen(shown[i]) > width)
+			width = strlen(shown[i]);
 	}
 	printf("%4s  %-*s %12s %10s\n", "#", (int)width, "KEY", "COUNT", "ERROR");
 	json_array_foreach(keys, i, k) {
-		ctl_show(json_string_value(json_object_get(k, "key")), key, sizeof(key));
-		printf("%4zu  %-*s %12g %10g\n", i + 1, (int)width, key, num(k, "count"),
-		       num(k, "error"));
+		printf("%4zu  %-*s %12g %10g\n", i + 1, (int)width,
+		       shown && shown[i] ? shown[i] : "?", num(k, "count"), num(k, "error"));
+		if (shown)
+			free(shown[i]);
 	}
+	free(shown);
 }
 
 static void ctl_print_reset(const json_t *root)
 {
-	char key[4 * 256];
-
-	ctl_show(json_string_value(json_object_get(root, "key")), key, sizeof(key));
 	const char *store = json_string_value(json_object_get(root, "store"));
 
-	printf("namespace %s, key %s: forgotten on this node (%g hits in %.0f window(s))\n",
-	       json_string_value(json_object_get(root, "namespace")), key, num(root, "removed"),
+	ctl_print_key("namespace %s, ", root, "namespace");
+	ctl_print_key("key %s: ", root, "key");
+	printf("forgotten on this node (%g hits in %.0f window(s))\n", num(root, "removed"),
 	       num(root, "windows"));
 	if (store && strcmp(store, "sent") == 0)
 		printf("  store: forgotten (%g hits); every node forgets it within a sync period\n",
@@ -265,7 +436,7 @@ int ctl_main(int argc, char **argv)
 	const char *cmd = argv[i], *ns = argv[i + 1];
 	struct config cfg;
 	struct config_err cerr;
-	char buf[1024], target[8192], pns[3 * 256], pkey[3 * 1024];
+	char buf[1024], target[CTL_TARGET_MAX], pns[3 * NS_NAME_MAX], pkey[CTL_TARGET_MAX - 64];
 
 	config_defaults(&cfg);
 	if (file && config_load(&cfg, file, &cerr) < 0) {
@@ -280,28 +451,41 @@ int ctl_main(int argc, char **argv)
 		config_free(&cfg);
 		return 2;
 	}
-	ctl_pct(ns, pns, sizeof(pns));
-	const char *method = "GET";
-	if ((strcmp(cmd, "keys") == 0 || strcmp(cmd, "reset") == 0) && argc - i == 3) {
-		ctl_pct(argv[i + 2], pkey, sizeof(pkey));
-		snprintf(target, sizeof(target), "/keys?namespace=%s&key=%s", pns, pkey);
+	const char *method = "GET", *bad = NULL;
+	if (ctl_pct(ns, strlen(ns), pns, sizeof(pns)) < 0) {
+		bad = "namespace too long";
+	} else if ((strcmp(cmd, "keys") == 0 || strcmp(cmd, "reset") == 0) && argc - i == 3) {
+		char *key = malloc(strlen(argv[i + 2]) + 1);
+		long kl = key ? ctl_key_arg(argv[i + 2], key) : -1;
+		if (kl < 0)
+			bad = key ? "bad quoted key (\\\", \\\\ and \\xNN only)" : "out of memory";
+		else if (ctl_pct(key, (size_t)kl, pkey, sizeof(pkey)) < 0 ||
+			 snprintf(target, sizeof(target), "/keys?namespace=%s&key=%s", pns,
+				  pkey) >= (int)sizeof(target))
+			bad = "key too long for a request";
+		free(key);
 		if (cmd[0] == 'r')
 			method = "DELETE";
 	} else if (strcmp(cmd, "top") == 0 && argc - i <= 5) {
 		const char *n = argc - i > 2 ? argv[i + 2] : "10";
 		const char *by = argc - i > 3 ? argv[i + 3] : "hits";
-		char pn[64], pby[64], pw[64] = "";
-		ctl_pct(n, pn, sizeof(pn));
-		ctl_pct(by, pby, sizeof(pby));
-		if (argc - i > 4) {
-			char w[32];
-			ctl_pct(argv[i + 4], w, sizeof(w));
-			snprintf(pw, sizeof(pw), "&window=%s", w);
-		}
-		snprintf(target, sizeof(target), "/top?namespace=%s&n=%s&by=%s%s", pns, pn, pby, pw);
+		const char *w = argc - i > 4 ? argv[i + 4] : "";
+		char pn[64], pby[64], pw[64];
+		if (ctl_pct(n, strlen(n), pn, sizeof(pn)) < 0 ||
+		    ctl_pct(by, strlen(by), pby, sizeof(pby)) < 0 ||
+		    ctl_pct(w, strlen(w), pw, sizeof(pw)) < 0)
+			bad = "N, hits|denied or WINDOW too long";
+		else
+			snprintf(target, sizeof(target), "/top?namespace=%s&n=%s&by=%s%s%s", pns, pn,
+				 pby, w[0] ? "&window=" : "", pw);
 	} else {
 		config_free(&cfg);
 		return ctl_usage();
+	}
+	if (bad) {
+		fprintf(stderr, "spoa-ratelimit ctl: %s\n", bad);
+		config_free(&cfg);
+		return 2;
 	}
 	static char body[CTL_ANSWER_MAX];
 	int status = ctl_request(&cfg, method, target, body, sizeof(body));
@@ -313,7 +497,7 @@ int ctl_main(int argc, char **argv)
 		return status == 200 ? 0 : 1;
 	}
 	json_error_t jerr;
-	json_t *root = json_loads(body, 0, &jerr);
+	json_t *root = json_loads(body, JSON_ALLOW_NUL, &jerr);
 	if (status != 200 || !root) {
 		const char *why = root ? json_string_value(json_object_get(root, "error")) : NULL;
 		fprintf(stderr, "spoa-ratelimit ctl: %d: %s\n", status, why ? why : body);

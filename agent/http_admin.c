@@ -1,9 +1,10 @@
 /*
  * http_admin.c - the HTTP front's admin endpoints (docs/OPERATIONS.md),
- * behind http_admin_token: what this node holds of a key (GET /keys), a
- * key forgotten here and in its store (DELETE /keys: the store's part is
- * agent/sync_forget.c's), the heaviest keys of a namespace's window (GET
- * /top). Answers are JSON
+ * behind http_admin_token: what this node holds of a key (GET /keys), and
+ * for a synced namespace what its store holds (read when asked:
+ * agent/sync_read.c), a key forgotten here and in its store (DELETE /keys:
+ * the store's part is agent/sync_forget.c's), the heaviest keys of a
+ * namespace's window (GET /top). Answers are JSON
  * written into a caller's buffer; keys are escaped (any byte but
  * printable ASCII as \u00XX: http_escape(), agent/http_answer.h).
  */
@@ -139,32 +140,53 @@ static int admin_key_args(struct rl *rl, const char *query, size_t qlen, char *d
 	return admin_ns(rl, a, out, cap, status);
 }
 
-int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *out, size_t cap)
+/* The store's part of window i of a synced namespace at now: what it
+ * holds of the key (sv->counts[i]), or why it could not say (sv->why). */
+static void admin_store_part(char *out, size_t cap, size_t *o, const struct admin_wait *sv,
+			     size_t i, double now, bool sliding)
 {
-	char dec[HTTP_LINE_MAX];
-	struct admin_args a;
-	int status = 0, ns;
-	size_t o = 0;
+	const struct sync_read_count *c = &sv->counts[i];
 
-	if ((ns = admin_key_args(rl, query, qlen, dec, sizeof(dec), &a, out, cap, &status)) < 0)
-		return status;
+	if (!c->ok) {
+		const char *why = sv->why[0] ? sv->why : "the store did not answer";
+		http_put(out, cap, o, ",\"store\":{\"error\":\"");
+		http_escape(out, cap, o, why, strlen(why), HTTP_ESC_JSON_BYTES);
+		http_put(out, cap, o, "\"}");
+		return;
+	}
+	double weight = sliding ? window_weight(now, c->size) : 0;
+	http_put(out, cap, o, ",\"store\":{\"current\":%.17g,\"previous\":%.17g,\"rate\":%.17g,"
+	    "\"read_at\":%.3f}", c->current, c->previous,
+	    window_rate(c->current, c->previous, weight), sv->read_at);
+}
+
+/* The answer of a GET /keys: this node's view of key's windows at now,
+ * and for a synced namespace (sv not NULL) whether it holds a counter of
+ * the key and the store's part (sv->counts, or sv->why). */
+static int admin_keys_text(struct rl *rl, int ns, const char *key, size_t key_len, double now,
+			   const struct admin_wait *sv, char *out, size_t cap)
+{
 	const struct ns_def *nsc = rl_namespace_def(rl, ns);
 	bool sliding = nsc->window_type == NS_WINDOW_SLIDING;
+	size_t o = 0;
 
-	admin_key_head(out, cap, &o, nsc, a.key, a.key_len);
+	admin_key_head(out, cap, &o, nsc, key, key_len);
 	http_put(out, cap, &o, "\",\"windows\":[");
 	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
-		uint32_t w = nsc->window_sizes[i];
+		uint32_t size = nsc->window_sizes[i];
 		struct rl_key_info k;
-		if (rl_inspect(rl, ns, a.key, a.key_len, w, now, sliding, &k) < 0)
+		if (rl_inspect(rl, ns, key, key_len, size, now, sliding, &k) < 0)
 			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
 		http_put(out, cap, &o, "%s{\"window\":%u,\"count\":%.17g,\"cluster\":%.17g,"
 		    "\"unpushed\":%.17g,\"grant\":%.17g,\"previous\":%.17g,\"rate\":%.17g,"
-		    "\"reset\":%lld", i ? "," : "", w, k.count - k.grant,
+		    "\"reset\":%lld", i ? "," : "", size, k.count - k.grant,
 		    k.count - k.diff - k.grant - k.spent, k.diff + k.spent, k.grant, k.previous,
-		    k.rate,
-		    (long long)ceil(window_reset(now, w)));
-		int64_t limit = ns_limit_of(nsc, w);
+		    k.rate, (long long)ceil(window_reset(now, size)));
+		if (sv) {
+			http_put(out, cap, &o, ",\"seen\":%s", k.found ? "true" : "false");
+			admin_store_part(out, cap, &o, sv, i, now, sliding);
+		}
+		int64_t limit = ns_limit_of(nsc, size);
 		if (limit != NS_LIMIT_NONE) {
 			double left = (double)limit - ceil(k.rate - 1e-9);
 			http_put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%.0f", (long long)limit,
@@ -174,6 +196,56 @@ int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *
 	}
 	http_put(out, cap, &o, "]}\n");
 	return 200;
+}
+
+static void admin_on_read(void *arg, const struct sync_read_count *c, size_t n, const char *why)
+{
+	struct admin_wait *w = arg;
+
+	w->r = NULL;
+	w->read_at = rl_now();
+	memcpy(w->counts, c, n * sizeof(*c));
+	if (why)
+		snprintf(w->why, sizeof(w->why), "%s", why);
+	w->done(w->owner);
+}
+
+/* Keeps the key of a request whose answer waits (w->key). 0 or -1. */
+static int admin_keep_key(struct admin_wait *w, int ns, const char *key, size_t key_len,
+			  double now)
+{
+	if (!(w->key = malloc(key_len)))
+		return -1;
+	memcpy(w->key, key, key_len);
+	w->key_len = key_len;
+	w->ns = ns;
+	w->now = now;
+	return 0;
+}
+
+int admin_keys(struct rl *rl, struct sync *sy, const char *query, size_t qlen, double now,
+	       char *out, size_t cap, struct admin_wait *w)
+{
+	char dec[HTTP_LINE_MAX], stored[RL_STORED_KEY_MAX];
+	struct admin_args a;
+	int status = 0, ns;
+
+	if ((ns = admin_key_args(rl, query, qlen, dec, sizeof(dec), &a, out, cap, &status)) < 0)
+		return status;
+	if (rl_namespace_def(rl, ns)->sync_rate < 0)
+		return admin_keys_text(rl, ns, a.key, a.key_len, now, NULL, out, cap);
+	/* Answered at once when the store cannot be asked: w->why says why. */
+	size_t sl = rl_stored_key(rl, a.key, a.key_len, stored);
+	if (sync_read(sy, (unsigned)ns, stored, sl, now, admin_on_read, w, &w->r, w->why) < 0 ||
+	    admin_keep_key(w, ns, a.key, a.key_len, now) < 0) {
+		sync_read_detach(w->r);
+		w->r = NULL;
+		if (!w->why[0])
+			snprintf(w->why, sizeof(w->why), "out of memory");
+		return admin_keys_text(rl, ns, a.key, a.key_len, now, w, out, cap);
+	}
+	w->read = true;
+	return 0;
 }
 
 /* The answer of a DELETE: what this node removed and what the store did. */
@@ -194,7 +266,7 @@ static int admin_forget_text(const struct ns_def *nsc, const char *key, size_t k
 
 static void admin_on_forgot(void *arg, enum sync_forget_result r, double removed)
 {
-	struct admin_forget *w = arg;
+	struct admin_wait *w = arg;
 
 	w->f = NULL;
 	w->store = r;
@@ -203,7 +275,7 @@ static void admin_on_forgot(void *arg, enum sync_forget_result r, double removed
 }
 
 int admin_forget(struct rl *rl, struct sync *sy, const char *query, size_t qlen, double now,
-		 char *out, size_t cap, struct admin_forget *w)
+		 char *out, size_t cap, struct admin_wait *w)
 {
 	char dec[HTTP_LINE_MAX], stored[RL_STORED_KEY_MAX];
 	struct admin_args a;
@@ -230,34 +302,34 @@ int admin_forget(struct rl *rl, struct sync *sy, const char *query, size_t qlen,
 				   "of memory); try again");
 	if (r == 0)
 		return admin_forget_text(nsc, a.key, a.key_len, removed, "queued", 0, out, cap);
-	w->key = malloc(a.key_len);
-	if (!w->key) {
+	if (admin_keep_key(w, ns, a.key, a.key_len, now) < 0) {
 		sync_forget_detach(w->f);
 		w->f = NULL;
 		return admin_forget_text(nsc, a.key, a.key_len, removed, "queued", 0, out, cap);
 	}
-	memcpy(w->key, a.key, a.key_len);
-	w->key_len = a.key_len;
-	w->ns = ns;
 	w->removed = removed;
 	return 0;
 }
 
-int admin_forget_answer(struct rl *rl, struct admin_forget *w, char *out, size_t cap)
+int admin_wait_answer(struct rl *rl, struct admin_wait *w, char *out, size_t cap)
 {
-	int st = admin_forget_text(rl_namespace_def(rl, w->ns), w->key, w->key_len, w->removed,
-				   w->store == SYNC_FORGET_SENT ? "sent" : "queued",
-				   w->store_removed, out, cap);
+	int st = w->read ? admin_keys_text(rl, w->ns, w->key, w->key_len, w->now, w, out, cap)
+			 : admin_forget_text(rl_namespace_def(rl, w->ns), w->key, w->key_len,
+					     w->removed,
+					     w->store == SYNC_FORGET_SENT ? "sent" : "queued",
+					     w->store_removed, out, cap);
 
 	free(w->key);
 	w->key = NULL;
 	return st;
 }
 
-void admin_forget_detach(struct admin_forget *w)
+void admin_wait_detach(struct admin_wait *w)
 {
 	sync_forget_detach(w->f);
 	w->f = NULL;
+	sync_read_detach(w->r);
+	w->r = NULL;
 	free(w->key);
 	w->key = NULL;
 }

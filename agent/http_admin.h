@@ -1,7 +1,8 @@
 /*
  * http_admin.h - the admin endpoints of the HTTP front (docs/OPERATIONS.md):
  *
- *   GET /keys?namespace=NS&key=K   what this node holds of K, per window
+ *   GET /keys?namespace=NS&key=K   what this node holds of K, per window,
+ *                                  and what the store holds (synced)
  *   DELETE /keys?namespace=NS&key=K  forget K here and in the store
  *   GET /top?namespace=NS&n=N&by=hits|denied&window=W
  *                                  the heaviest keys of the current window
@@ -14,6 +15,7 @@
 
 #include <stddef.h>
 
+#include "agent/ns.h"
 #include "agent/sync.h"
 
 struct rl;
@@ -21,39 +23,58 @@ struct topk;
 
 #define ADMIN_ANSWER_MAX (96u << 10)   /* the largest answer (GET /top, 100 keys) */
 
-int admin_keys(struct rl *rl, const char *query, size_t qlen, double now, char *out, size_t cap);
-/* A DELETE /keys whose answer waits for the store (the owner's; zeroed
- * before admin_forget). */
-struct admin_forget {
+/* A /keys request whose answer waits for the store: a DELETE's forget, a
+ * GET's read (the owner's; zeroed but for done and owner before
+ * admin_forget or admin_keys). */
+struct admin_wait {
 	void (*done)(void *owner);        /* the owner's: the store answered */
 	void *owner;
-	/* admin_forget's */
-	struct sync_forget *f;            /* while waiting */
+	/* admin_forget's, admin_keys' */
+	bool read;                        /* a GET's read, else a DELETE's forget */
+	struct sync_forget *f;            /* while waiting: the forget */
+	struct sync_read *r;              /* ... or the read */
 	int ns;
 	char *key;                        /* as given, for the answer */
 	size_t key_len;
-	double removed;                   /* this node's hits */
+	double now;                       /* the request's time */
+	double removed;                   /* a forget: this node's hits */
 	enum sync_forget_result store;
 	double store_removed;
+	struct sync_read_count counts[NS_MAX_WINDOWS];   /* a read: the store's */
+	char why[STRATEGY_ERR_MAX];       /* ... or why not ("" = read) */
+	double read_at;                   /* when the store answered */
 };
+
+/* GET /keys: what this node holds of the key, each window (rl_inspect);
+ * for a namespace that syncs (sync_rate >= 0), what its store holds too,
+ * read now (sync_read: sy is the worker's sync), whatever this node has
+ * seen of the key. Returns the HTTP status with the answer in out, or 0:
+ * the answer waits for the store, w->done(w->owner) runs once it answered
+ * (within the store's timeout_ms), and admin_wait_answer writes it. Each
+ * window of a synced namespace says whether this node holds a counter of
+ * the key ("seen") and what the store said: "store":{"current","previous",
+ * "rate","read_at"}, or {"error":"..."} when it is away, refused or
+ * silent (the node's view is answered all the same). */
+int admin_keys(struct rl *rl, struct sync *sy, const char *query, size_t qlen, double now,
+	       char *out, size_t cap, struct admin_wait *w);
 
 /* DELETE /keys: forgets the key's counts on this node, every window
  * (rl_forget), and for a namespace that syncs in its store (sync_forget:
  * sy is the worker's sync). Returns the HTTP status with the answer in
  * out, or 0: the answer waits for the store, w->done(w->owner) runs once
- * it is known (within the store's timeout_ms), and admin_forget_answer
+ * it is known (within the store's timeout_ms), and admin_wait_answer
  * writes it. The answer says what was removed here ("removed"), and what
  * the store did: "store":"sent" (confirmed: "store_removed", the hits it
  * held), "queued" (away: sent once when it is back), "none" (a local
  * namespace). */
 int admin_forget(struct rl *rl, struct sync *sy, const char *query, size_t qlen, double now,
-		 char *out, size_t cap, struct admin_forget *w);
+		 char *out, size_t cap, struct admin_wait *w);
 
 /* After w->done: the answer into out; returns its HTTP status. */
-int admin_forget_answer(struct rl *rl, struct admin_forget *w, char *out, size_t cap);
+int admin_wait_answer(struct rl *rl, struct admin_wait *w, char *out, size_t cap);
 
 /* The owner no longer waits (its connection closed): done never runs. */
-void admin_forget_detach(struct admin_forget *w);
+void admin_wait_detach(struct admin_wait *w);
 
 int admin_top(struct rl *rl, struct topk *t, const char *query, size_t qlen, double now,
 	      char *out, size_t cap);

@@ -41,10 +41,10 @@ static void http_continue(struct http_conn *c);
 static void admin_forgot(void *owner);
 static int http_reserve(struct http_conn *c, size_t need);
 
-/* Does an answer wait for a store (a decision, a forget)? */
+/* Does an answer wait for a store (a decision, a /keys request)? */
 static bool http_waits(const struct http_conn *c)
 {
-	return c->owner.list || c->forgetting;
+	return c->owner.list || c->admin_waiting;
 }
 
 static void http_close(struct http_conn *c)
@@ -52,9 +52,9 @@ static void http_close(struct http_conn *c)
 	if (c->s.dead)
 		return;
 	decide_pending_detach_all(&c->owner);
-	if (c->forgetting) {
-		admin_forget_detach(&c->forget);
-		c->forgetting = false;
+	if (c->admin_waiting) {
+		admin_wait_detach(&c->admin);
+		c->admin_waiting = false;
 	}
 	stream_close(&c->s);
 }
@@ -337,19 +337,19 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 	if (top) {
 		st = admin_top(env->rl, env->topk, req->query, req->query_len, rl_now(), text,
 			       ADMIN_ANSWER_MAX);
-	} else if (req->method == HTTP_DELETE) {
-		c->forget = (struct admin_forget){ .done = admin_forgot, .owner = c };
-		st = admin_forget(env->rl, env->decide->sync, req->query, req->query_len, rl_now(),
-				  text, ADMIN_ANSWER_MAX, &c->forget);
+	} else {
+		/* /keys: a DELETE's forget, a GET's read of the store. */
+		c->admin = (struct admin_wait){ .done = admin_forgot, .owner = c };
+		st = (req->method == HTTP_DELETE ? admin_forget : admin_keys)(env->rl,
+		    env->decide->sync, req->query, req->query_len, rl_now(), text,
+		    ADMIN_ANSWER_MAX, &c->admin);
 		if (st == 0) {
 			/* It waits for the store: answered by admin_forgot. */
-			c->forgetting = true;
-			c->forget_x = *x;
+			c->admin_waiting = true;
+			c->admin_x = *x;
 			return;
 		}
-	} else
-		st = admin_keys(env->rl, req->query, req->query_len, rl_now(), text,
-				ADMIN_ANSWER_MAX);
+	}
 	if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0) {
 		http_answer_error(c, x, 503, "no buffer memory for the answer");
 		return;
@@ -357,26 +357,26 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 	http_answer(c, x, st, "application/json", "", text);
 }
 
-/* The store answered a DELETE /keys (admin_forget): its answer, then
- * the connection's next requests. */
+/* The store answered a /keys request (admin_forget, admin_keys): its
+ * answer, then the connection's next requests. */
 static void admin_forgot(void *owner)
 {
 	static char *text;
 	struct http_conn *c = owner;
 	int st;
 
-	c->forgetting = false;
+	c->admin_waiting = false;
 	if (!text)
 		text = malloc(ADMIN_ANSWER_MAX);
 	if (!text) {
-		admin_forget_detach(&c->forget);
-		http_answer_error(c, &c->forget_x, 503, "out of memory");
+		admin_wait_detach(&c->admin);
+		http_answer_error(c, &c->admin_x, 503, "out of memory");
 	} else {
-		st = admin_forget_answer(c->s.env->rl, &c->forget, text, ADMIN_ANSWER_MAX);
+		st = admin_wait_answer(c->s.env->rl, &c->admin, text, ADMIN_ANSWER_MAX);
 		if (http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0)
-			http_answer_error(c, &c->forget_x, 503, "no buffer memory for the answer");
+			http_answer_error(c, &c->admin_x, 503, "no buffer memory for the answer");
 		else
-			http_answer(c, &c->forget_x, st, "application/json", "", text);
+			http_answer(c, &c->admin_x, st, "application/json", "", text);
 	}
 	http_update_events(c);
 }

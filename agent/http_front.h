@@ -35,9 +35,9 @@ struct http_conn {
 	size_t skip;                      /* body bytes still to discard */
 	struct decide_owner owner;        /* the request waiting (a store, a delay):
 	                                     one, answers go in request order */
-	struct admin_forget forget;       /* a DELETE /keys waiting for its store */
-	struct http_ctx forget_x;         /* ... and how to answer it */
-	bool forgetting;                  /* forget is waiting */
+	struct admin_wait admin;          /* a /keys request waiting for its store */
+	struct http_ctx admin_x;          /* ... and how to answer it */
+	bool admin_waiting;               /* admin is waiting */
 	bool closing;                     /* close once the output is sent */
 	bool grace;                       /* closing: the flush timer runs */
 };

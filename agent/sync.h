@@ -14,8 +14,9 @@
  *
  * Files: sync.c (a sync's life, the cycle, seeding, the flush, rl_sync
  * and rl_fetch), sync_hits.c (sync_rate 0: gathering, parking, calls in
- * doubt and their handover), sync_int.h (what the two share). The table's
- * words they use: agent/shm_sync.h.
+ * doubt and their handover), sync_forget.c (a key forgotten in the store),
+ * sync_read.c (a key's counts read from the store), sync_int.h (what they
+ * share). The table's words they use: agent/shm_sync.h.
  */
 #ifndef SYNC_H
 #define SYNC_H
@@ -201,6 +202,42 @@ struct sync_forgets;
 struct sync_forgets *sync_forgets_take(struct sync *s);
 void sync_forgets_give(struct sync *s, struct sync_forgets *list);
 void sync_forgets_free(struct sync_forgets *list);
+
+/* ---- a key's counts read from the store (GET /keys): sync_read.c ---- */
+
+/* What the store holds of a key for one window size. */
+struct sync_read_count {
+	uint32_t size;           /* window size, seconds */
+	int64_t start;           /* the current window's start (Unix seconds) */
+	bool ok;                 /* both windows were read: the counts are valid */
+	double current;          /* the store's hits in the current window: every
+	                            node's, as pushed (not a node's unpushed hits,
+	                            not the grants it holds) */
+	double previous;         /* ... in the window before it */
+};
+
+/* c[0..n): one per window size of the namespace, in its order. why: NULL
+ * when every count is ok, else the first failure (the store's text, valid
+ * during the call only). */
+typedef void (*sync_read_cb)(void *arg, const struct sync_read_count *c, size_t n,
+			     const char *why);
+
+struct sync_read;
+
+/* Reads key (its stored form, rl_stored_key) of namespace ns (rl's index)
+ * from the store: its count in the current and previous window of each
+ * size of the namespace at now (strategy_ops.get_window), whatever this
+ * node holds of it. Writes nothing, here or in the store. Returns 0: sent,
+ * cb(arg, ...) runs once, later (within the store's timeout_ms; at once
+ * with a failure if the sync stops), unless detached, *out the handle;
+ * -1: refused, errstr says why (the store is away or not connected, this
+ * worker does not sync the namespace, out of memory), cb never runs. */
+int sync_read(struct sync *s, unsigned ns, const char *key, size_t keylen, double now,
+	      sync_read_cb cb, void *arg, struct sync_read **out, char errstr[STRATEGY_ERR_MAX]);
+
+/* The caller of a read no longer wants its outcome (its connection
+ * closed): cb never runs. NULL is fine. */
+void sync_read_detach(struct sync_read *r);
 
 /* Stops the timers and frees everything (pending pushes are failed; their
  * diffs stay in the table). NULL is fine. */

@@ -5,7 +5,7 @@
  * and parked, calls in doubt, their handover at a reload). sync.c calls
  * sync_hits.c (set up, stop); sync_hits.c calls nothing of sync.c: what
  * both need is inline here. sync_forget.c (keys forgotten in the stores)
- * likewise.
+ * and sync_read.c (keys' counts read from the stores) likewise.
  */
 #ifndef SYNC_INT_H
 #define SYNC_INT_H

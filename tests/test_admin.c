@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "tests/lib/agenttest.h"
@@ -31,12 +32,51 @@ static void window_margin(void)
 		usleep(200 * 1000);
 }
 
+/* A window size (seconds) whose current window has need seconds left,
+ * without waiting: 3600, or the first size above it that has. */
+static unsigned pick_window(unsigned need)
+{
+	time_t now = time(NULL);
+	unsigned w = 3600;
+
+	while (w - (unsigned)(now % w) < need)
+		w++;
+	return w;
+}
+
 static void get(const char *target, const char *headers, struct httpc_resp *r)
 {
 	const char *why = "";
 
 	cr_assert(httpc_get(test_agent.http_port, target, headers, r, IO_MS, &why) == 0,
 		  "GET %s: %s\n%s", target, why, test_agent_log_tail());
+}
+
+/* Runs `spoa-ratelimit ctl -c <the agent's config> args` (a shell's
+ * words), its output (stdout and stderr) into out. Returns its exit
+ * status. */
+static int ctl(const char *args, char *out, size_t cap)
+{
+	char cmd[8192];
+
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s %s 2>&1", agentproc_binary(),
+		 test_agent.cfg_path, args);
+	FILE *f = popen(cmd, "r");
+	cr_assert_not_null(f, "%s", cmd);
+	size_t n = fread(out, 1, cap - 1, f);
+	out[n] = '\0';
+	int st = pclose(f);
+	cr_log_info("ctl %s:\n%s", args, out);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ctl(args) exits with status and its output holds want. */
+static void ctl_expect(const char *args, int status, const char *want)
+{
+	char out[8192];
+
+	cr_assert_eq(ctl(args, out, sizeof(out)), status, "ctl %s:\n%s", args, out);
+	cr_assert_not_null(strstr(out, want), "ctl %s: no [%s] in\n%s", args, want, out);
 }
 
 static const char json[] =
@@ -88,24 +128,12 @@ Test(admin, keys_shows_what_the_node_holds)
 
 	/* The same from the command line, with the config file's address
 	 * and token. */
-	char cmd[2048], out[4096];
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys default alice 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	FILE *f = popen(cmd, "r");
-	cr_assert_not_null(f);
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_eq(pclose(f), 0, "%s", out);
-	cr_log_info("%s", out);
+	char out[4096];
+	cr_assert_eq(ctl("keys default alice", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace default, key alice\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "     60s            8            8"), "%s", out);
 	cr_assert_not_null(strstr(out, "          5          0"), "%s", out);
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys nope alice 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	f = popen(cmd, "r");
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_neq(pclose(f), 0, "%s", out);
+	cr_assert_neq(ctl("keys nope alice", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "404: unknown namespace"), "%s", out);
 	get("/keys?namespace=default", ADMIN, &r);
 	cr_assert_eq(r.status, 400, "%s", r.body);
@@ -215,7 +243,7 @@ Test(admin, top_by_denied)
 Test(admin, reset_forgets_a_key)
 {
 	struct httpc_resp r;
-	char cmd[2048], out[4096];
+	char out[4096];
 
 	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
 		   " \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
@@ -257,23 +285,117 @@ Test(admin, reset_forgets_a_key)
 	cr_assert_eq(r.status, 405);
 	/* The command line; a synced namespace whose store is away: queued. */
 	get("/ratelimit?key=bob&window=60", CHECK, &r);
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset default bob 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	FILE *f = popen(cmd, "r");
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_eq(pclose(f), 0, "%s", out);
+	cr_assert_eq(ctl("reset default bob", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace default, key bob: forgotten on this node (2 hits "
 				  "in 2 window(s))"), "%s", out);
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s reset synced bob 2>&1", agentproc_binary(),
-		 test_agent.cfg_path);
-	f = popen(cmd, "r");
-	n = fread(out, 1, sizeof(out) - 1, f);
-	out[n] = '\0';
-	cr_assert_eq(pclose(f), 0, "%s", out);
+	cr_assert_eq(ctl("reset synced bob", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace synced, key bob: forgotten on this node"), "%s",
 			   out);
 	cr_assert_not_null(strstr(out, "store: away; queued, sent once when it is back"), "%s",
 			   out);
 	free(b);
+}
+
+/* Issue 28, finding 3: ctl prints a key so that no two keys read alike:
+ * as it is when it is printable ASCII without a space at either end, a
+ * quote or a backslash; else quoted, with \" \\ and \xNN. Keys sent over
+ * the HTTP front, percent-encoded; a NUL neither cuts a key nor breaks the
+ * listing (before: `ctl top` failed on it, and "k " printed as "k"). */
+Test(admin, ctl_prints_keys_that_cannot_be_confused)
+{
+	static const struct {
+		const char *sent, *shown;
+	} keys[] = {
+		{ "k", "k" },
+		{ "k%20", "\"k \"" },
+		{ "%20k", "\" k\"" },
+		{ "a%20b", "a b" },
+		{ "k%00x", "\"k\\x00x\"" },
+		{ "q%22b", "\"q\\\"b\"" },
+		{ "b%5Cs", "\"b\\\\s\"" },
+		{ "t%09b", "\"t\\x09b\"" },
+		{ "caf%C3%A9", "\"caf\\xc3\\xa9\"" },
+		{ "%FF", "\"\\xff\"" },
+	};
+	const size_t n = sizeof(keys) / sizeof(keys[0]);
+	struct httpc_resp r;
+	char out[8192], target[256], line[256], args[6000], cfg[512], one[64], zero[64];
+	int width = 3;
+	/* About 20 runs of ctl, each a sanitized process: minutes to spare. */
+	unsigned w = pick_window(300);
+
+	snprintf(cfg, sizeof(cfg), "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\":"
+		 " \"ch3ck-t0ken\", \"http_admin_token\": \"adm1n-t0ken\", \"top_sample\": 1,"
+		 " \"namespaces\": [{\"name\": \"esc\", \"window_sizes\": [%u]}]}", w);
+	snprintf(one, sizeof(one), "%7us %12d %12d", w, 1, 1);
+	snprintf(zero, sizeof(zero), "%7us %12d %12d", w, 0, 0);
+	test_agent_start1(cfg);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(target, sizeof(target), "/ratelimit?namespace=esc&key=%s", keys[i].sent);
+		get(target, CHECK, &r);
+		cr_assert_eq(r.status, 200, "%s: %s", target, r.body);
+		if ((int)strlen(keys[i].shown) > width)
+			width = (int)strlen(keys[i].shown);
+	}
+	/* Every key on its own row, one hit each, in its column. */
+	cr_assert_eq(ctl("top esc 20", out, sizeof(out)), 0, "%s", out);
+	cr_assert_not_null(strstr(out, "by hits: 10 key(s)"), "%s", out);
+	for (size_t i = 0; i < n; i++) {
+		snprintf(line, sizeof(line), "  %-*s %12d %10d\n", width, keys[i].shown, 1, 0);
+		cr_assert_not_null(strstr(out, line), "no row [%s] in\n%s", line, out);
+	}
+	/* ctl keys: the key as given, shown the same way. */
+	ctl_expect("keys esc 'k '", 0, "namespace esc, key \"k \"\n");
+	ctl_expect("keys esc 'k '", 0, one);
+	ctl_expect("keys esc k", 0, "namespace esc, key k\n");
+	ctl_expect("reset esc ' k'", 0, "namespace esc, key \" k\": forgotten on this node (1 hits");
+	/* A key as printed is a key to give back: the NUL one, the 0xff one. */
+	ctl_expect("reset esc '\"k\\x00x\"'", 0, "key \"k\\x00x\": forgotten on this node (1 hits");
+	ctl_expect("keys esc '\"k\\x00x\"'", 0, zero);
+	ctl_expect("keys esc '\"\\xff\"'", 0, "key \"\\xff\"\n");
+	ctl_expect("keys esc '\"\\xff\"'", 0, one);
+	ctl_expect("keys esc '\"q\\\"b\"'", 0, one);
+	ctl_expect("keys esc '\"k\\n\"'", 2, "bad quoted key");
+	/* A key too long for a request is refused, not cut. */
+	memcpy(args, "keys esc ", 9);
+	memset(args + 9, 'a', 5000);
+	args[5009] = '\0';
+	ctl_expect(args, 0, zero);
+	memset(args + 9, '.', 3000);
+	memset(args + 3009, '/', 2000);
+	ctl_expect(args, 2, "key too long for a request");
+}
+
+/* Issue 28, finding 4: GET /keys of a namespace that syncs asks its store
+ * too; a store that is away is said so, per window ("store":{"error"}),
+ * next to the node's own view ("seen": whether this node holds a counter
+ * of the key). A local namespace answers as before. tests/test_cluster.c
+ * reads a store that answers, on Redis and PostgreSQL. */
+Test(admin, keys_says_when_the_store_is_away)
+{
+	struct httpc_resp r;
+
+	test_agent_start1("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\": \"ch3ck-t0ken\","
+		   " \"http_admin_token\": \"adm1n-t0ken\", \"namespaces\": ["
+		   "{\"name\": \"default\", \"window_sizes\": [60], \"limit\": 3},"
+		   "{\"name\": \"synced\", \"window_sizes\": [60, 3600], \"sync_rate\": 1,"
+		   " \"strategy\": \"redis\", \"strategy_opts\": {\"port\": 1}}]}");
+	window_margin();
+	get("/ratelimit?namespace=synced&key=dave&window=60", CHECK, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	get("/keys?namespace=synced&key=dave", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "{\"window\":60,\"count\":1,\"cluster\":0,\"unpushed\":1,"),
+			   "the node's view: %s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"seen\":true,\"store\":{\"error\":\"not connected"),
+			   "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "{\"window\":3600,\"count\":0,"), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"seen\":false,\"store\":{\"error\":"), "%s", r.body);
+	get("/keys?key=dave", ADMIN, &r);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_assert_null(strstr(r.body, "store"), "a local namespace has no store: %s", r.body);
+	cr_assert_null(strstr(r.body, "seen"), "%s", r.body);
+	ctl_expect("keys synced dave", 0, "     60s            1            0          1");
+	ctl_expect("keys synced dave", 0, "   3600s            -            -          0");
+	ctl_expect("keys synced dave", 0, "store: away (not connected");
 }

@@ -15,6 +15,8 @@
  *     the pushes that timed out (the resend carries the same token);
  *   - SIGTERM: the master pushes what is left before exiting, and gives up
  *     within its bound when the store answers nothing;
+ *   - an operator's view (GET /keys, ctl keys) holds the store's count of
+ *     a key on any node, read when asked, or says that the store is away;
  *   - every node exits 0 on SIGTERM, with no sanitizer report or worker
  *     respawn in its log (checked when each test stops its nodes).
  * Measured figures (convergence time, ACK latency quantiles, what was
@@ -50,6 +52,7 @@
 #include <unistd.h>
 
 #include "tests/lib/agentproc.h"
+#include "tests/lib/httpc.h"
 #include "tests/lib/pg_server.h"
 #include "tests/lib/rawspop.h"
 #include "tests/lib/redis_cluster.h"
@@ -2302,6 +2305,125 @@ Test(cluster, reload_restarts_the_sync_losing_nothing)
 		usleep(50000);
 	cr_assert_eq(total, 300, "Redis holds every hit once: %g\n%s", total, node_log(0));
 	cr_assert_not_null(strstr(node_log(0), "reloaded"), "%s", node_log(0));
+}
+
+/* ------------------------------------------------- GET /keys, ctl keys */
+
+/* Issue 28, finding 4: an operator's view does not depend on the node.
+ * Node 0 counts 8 hits of a key; once its sync has pushed them (the store
+ * holds 8: waited for, not slept), node 1, which never saw the key,
+ * answers GET /keys with the store's 8, read when asked and marked so
+ * ("store":{"current":8,...,"read_at"}), next to its own view
+ * ("seen":false, count and cluster 0); ctl keys prints it. With the store
+ * away (away_fn: Redis killed, PostgreSQL paused past its timeout_ms) the
+ * answer says so ("store":{"error"}) and still holds the node's view.
+ * Before: node 1 answered "cluster":0 and nothing else. */
+#define KEYS_ADMIN "Authorization: Bearer adm1n-t0ken\r\n"
+#define KEYS_IO_MS 10000          /* a far bound: a read ends within timeout_ms */
+
+static const char *with_admin(const char *cfg)
+{
+	static char out[2048 + 128];
+
+	snprintf(out, sizeof(out), "{\"http_listen\":\"127.0.0.1:@HTTP_PORT@\","
+		 "\"http_admin_token\":\"adm1n-t0ken\",%s", cfg + 1);
+	return out;
+}
+
+/* GET /keys?key=key on node n. */
+static void node_keys(size_t n, const char *key, struct httpc_resp *r)
+{
+	char target[128];
+	const char *why = "";
+
+	snprintf(target, sizeof(target), "/keys?key=%s", key);
+	cr_assert(httpc_get(nodes[n].a.http_port, target, KEYS_ADMIN, r, KEYS_IO_MS, &why) == 0,
+		  "GET %s on node %zu: %s", target, n, why);
+	cr_assert_eq(r->status, 200, "node %zu: %s", n, r->body);
+	cr_log_info("node %zu: %s", n, r->body);
+}
+
+/* `spoa-ratelimit ctl keys default key` against node n, its output in out. */
+static void node_ctl_keys(size_t n, const char *key, char *out, size_t cap)
+{
+	char cmd[1024];
+
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s keys default %s 2>&1", agentproc_binary(),
+		 nodes[n].a.cfg_path, key);
+	FILE *f = popen(cmd, "r");
+	cr_assert_not_null(f);
+	size_t len = fread(out, 1, cap - 1, f);
+	out[len] = '\0';
+	cr_assert_eq(pclose(f), 0, "%s", out);
+	cr_log_info("ctl keys on node %zu:\n%s", n, out);
+}
+
+static void keys_case(const char *store, const char *cfg, unsigned w, store_total_fn total_fn,
+		      store_event_fn away_fn)
+{
+	struct httpc_resp r;
+	char key[64], want[128], out[4096];
+	int64_t t0;
+	double total = -1;
+
+	node_start(0, with_admin(cfg));
+	node_start(1, with_admin(cfg));
+	rand_key(key, sizeof(key), "keys");
+	for (size_t i = 0; i < 8; i++)
+		hit(0, i % CONNS, key, w, &lat_all);
+	t0 = mono_ms();
+	while ((total = total_fn(key, w)) != 8 && mono_ms() - t0 < 10000)
+		sleep_ms(10);
+	cr_assert_eq(total, 8, "%s: node 0's sync did not push its 8 hits: the store holds %g",
+		     store, total);
+	time_t before = time(NULL);
+	node_keys(1, key, &r);
+	cr_log_info("%s: node 1 reads 8 from the store %lld ms after node 0's hits (sync_rate %g)",
+		    store, (long long)(mono_ms() - t0), SYNC_RATE);
+	snprintf(want, sizeof(want), "{\"window\":%u,\"count\":0,\"cluster\":0,", w);
+	cr_assert_not_null(strstr(r.body, want), "node 1's own view: %s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"seen\":false,\"store\":{\"current\":8,\"previous\":0,"
+				  "\"rate\":8,\"read_at\":"), "%s", r.body);
+	long long at = httpc_body_num(&r, "read_at");
+	cr_assert(at >= (long long)before - 1 && at <= (long long)time(NULL) + 1,
+		  "read_at %lld, asked at %lld", at, (long long)before);
+	/* Node 0, which counted them: its view and the store agree. */
+	node_keys(0, key, &r);
+	snprintf(want, sizeof(want), "{\"window\":%u,\"count\":8,\"cluster\":8,", w);
+	cr_assert_not_null(strstr(r.body, want), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"seen\":true,\"store\":{\"current\":8,"), "%s", r.body);
+	node_ctl_keys(1, key, out, sizeof(out));
+	snprintf(want, sizeof(want), "%7us %12s %12s", w, "-", "-");
+	cr_assert_not_null(strstr(out, want), "node 1 holds no counter: %s", out);
+	cr_assert_not_null(strstr(out, "store, read at "), "%s", out);
+	snprintf(want, sizeof(want), "%7us %12d %12d %12d\n", w, 8, 0, 8);
+	cr_assert_not_null(strstr(out, want), "%s", out);
+
+	/* The store away: said so, the node's view answered all the same. */
+	away_fn();
+	node_keys(1, key, &r);
+	snprintf(want, sizeof(want), "{\"window\":%u,\"count\":0,\"cluster\":0,", w);
+	cr_assert_not_null(strstr(r.body, want), "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "\"seen\":false,\"store\":{\"error\":\""), "%s", r.body);
+	node_ctl_keys(1, key, out, sizeof(out));
+	cr_assert_not_null(strstr(out, "store: away ("), "%s", out);
+}
+
+Test(cluster, redis_keys_read_the_store_on_any_node)
+{
+	unsigned w = pick_window();
+
+	redis_up(false);
+	keys_case("redis", cfg_redis_t(w, SYNC_RATE, 1000), w, redis_total, ev_redis_kill);
+}
+
+Test(cluster, postgres_keys_read_the_store_on_any_node)
+{
+	unsigned w = pick_window();
+
+	pg_up();
+	keys_case("postgres", cfg_pg_t(w, SYNC_RATE, 1000), w, pg_total, ev_pg_pause);
+	ev_pg_resume();
 }
 
 /* ------------------------------------------- Redis Cluster and Sentinel */

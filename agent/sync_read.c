@@ -1,0 +1,132 @@
+/*
+ * sync_read.c - a key's counts read from its namespace's store, for an
+ * operator (GET /keys, docs/OPERATIONS.md, "Who is limited"): what the
+ * store holds of the key in the current and previous window of each of
+ * its namespace's sizes, whatever this node has seen of it. The node's
+ * own view is the library's (rl_inspect); this file only asks the store.
+ *
+ *   sync_read   one strategy_ops.get_window per counter (2 per window
+ *               size), sent at once; the caller is answered once, when
+ *               the last one has answered (each within the store's
+ *               timeout_ms: the stores' contract), or at once when the
+ *               store refuses them all (away, not connected)
+ *
+ * Nothing is written: not the table, not the store. A read needs no list
+ * of the sync's: sync_stop destroys the stores, which fail every call in
+ * flight, so a read always ends, answered or not, before its sync is
+ * gone. sync.c calls nothing of this file and this file nothing of
+ * sync.c.
+ */
+#include "agent/sync_int.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "strategies/window_start.h"
+
+struct sync_read {
+	sync_read_cb cb;              /* the caller, until answered or detached */
+	void *arg;
+	char ns[NS_NAME_MAX];         /* the counters point to these copies */
+	char *key;                    /* stored form */
+	size_t keylen;
+	struct strategy_counter c[2 * NS_MAX_WINDOWS];   /* current, previous per size */
+	struct sync_read_count out[NS_MAX_WINDOWS];
+	size_t nsizes;
+	unsigned outstanding;         /* get_window calls not answered */
+	char why[STRATEGY_ERR_MAX];   /* the first failure ("" = none) */
+};
+
+static void sync_read_free(struct sync_read *r)
+{
+	free(r->key);
+	free(r);
+}
+
+/* The first failure is the one the caller hears of. */
+static void sync_read_fail(struct sync_read *r, const char *why)
+{
+	if (!r->why[0])
+		snprintf(r->why, sizeof(r->why), "%s", why && why[0] ? why : "the store failed");
+}
+
+static void sync_on_read(void *arg, int status, const char *errstr)
+{
+	struct sync_read *r = arg;
+
+	if (status != 0)
+		sync_read_fail(r, errstr);
+	if (--r->outstanding > 0)
+		return;
+	for (size_t i = 0; i < r->nsizes; i++) {
+		const struct strategy_counter *cur = &r->c[2 * i], *prev = &r->c[2 * i + 1];
+
+		r->out[i].ok = cur->ok && prev->ok;
+		r->out[i].current = cur->ok ? cur->total : 0;
+		r->out[i].previous = prev->ok ? prev->total : 0;
+		if (!r->out[i].ok)
+			sync_read_fail(r, NULL);
+	}
+	if (r->cb)
+		r->cb(r->arg, r->out, r->nsizes, r->why[0] ? r->why : NULL);
+	sync_read_free(r);
+}
+
+int sync_read(struct sync *sy, unsigned ns, const char *key, size_t keylen, double now,
+	      sync_read_cb cb, void *arg, struct sync_read **out, char errstr[STRATEGY_ERR_MAX])
+{
+	struct sync_ns *sn = sy && !sy->stopping ? sync_find_ns(sy, ns) : NULL;
+	struct sync_read *r;
+
+	*out = NULL;
+	if (!sn || !sn->ops->get_window || keylen == 0) {
+		snprintf(errstr, STRATEGY_ERR_MAX, "this worker does not sync the namespace");
+		return -1;
+	}
+	if (!(r = calloc(1, sizeof(*r))) || !(r->key = malloc(keylen))) {
+		free(r);
+		snprintf(errstr, STRATEGY_ERR_MAX, "out of memory");
+		return -1;
+	}
+	memcpy(r->key, key, keylen);
+	r->keylen = keylen;
+	snprintf(r->ns, sizeof(r->ns), "%s", sn->def->name);
+	r->nsizes = sn->def->n_window_sizes;
+	for (size_t i = 0; i < r->nsizes; i++) {
+		uint32_t size = sn->def->window_sizes[i];
+		int64_t start = strategy_window_start(now, size);
+
+		r->out[i] = (struct sync_read_count){ .size = size, .start = start };
+		for (size_t k = 0; k < 2; k++)
+			r->c[2 * i + k] = (struct strategy_counter){
+				.ns = r->ns, .ns_len = strlen(r->ns), .key = r->key,
+				.key_len = keylen, .size = size, .start = start - (int64_t)k * size };
+	}
+	/* Callbacks never run inside the call that starts them: the count
+	 * of calls out is complete before the first answer. */
+	for (size_t i = 0; i < 2 * r->nsizes; i++) {
+		char err[STRATEGY_ERR_MAX] = "";
+
+		if (sn->ops->get_window(sn->st, &r->c[i], sync_on_read, r, err) < 0)
+			sync_read_fail(r, err);
+		else
+			r->outstanding++;
+	}
+	if (r->outstanding == 0) {
+		snprintf(errstr, STRATEGY_ERR_MAX, "%s", r->why);
+		sync_read_free(r);
+		return -1;
+	}
+	r->cb = cb;
+	r->arg = arg;
+	*out = r;
+	return 0;
+}
+
+void sync_read_detach(struct sync_read *r)
+{
+	if (r) {
+		r->cb = NULL;
+		r->arg = NULL;
+	}
+}
