@@ -110,7 +110,8 @@ $(BUILD)/bench/bench_sync_redis: bench/bench_sync_redis.c $(BENCH_REDIS_OBJS) $(
 # nginx. Its SPOP client core is unit-tested under ASan (tests/test_ngx_core.c).
 NGX_OUT  := build/nginx
 NGX_MOD  := $(NGX_OUT)/ngx_http_spoa_ratelimit_module.so
-NGX_SRCS := $(wildcard agent/nginx/*.c agent/nginx/*.h) spop/spop.c spop/spop.h spop/spop-t.h
+NGX_SRCS := $(wildcard agent/nginx/*.c agent/nginx/*.h) spop/spop.c spop/spop.h spop/spop-t.h \
+            agent/hash.c agent/hash.h
 
 nginx-module:
 	@scripts/deps.sh nginx

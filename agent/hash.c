@@ -1,6 +1,7 @@
 /*
- * hash.c - the table hash (a folded-multiply hash) and SipHash-2-4 with
- * 64- and 128-bit output. See hash.h for the contracts.
+ * hash.c - the table hash (a folded-multiply hash), SipHash-2-4 with 64-
+ * and 128-bit output, and the digest of long keys built on it. See hash.h
+ * for the contracts.
  */
 #include "agent/hash.h"
 
@@ -192,4 +193,27 @@ void hash_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_
 	hash_wr64(out, hash_sip_out(&s));
 	s.v1 ^= 0xdd;
 	hash_wr64(out + 8, hash_sip_out(&s));
+}
+
+const uint8_t hash_digest_public_key[16] = {
+	's', 'p', 'o', 'a', '-', 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't', '-', 'k',
+};
+
+void hash_digest_key(const void *secret, size_t len, uint8_t key[16])
+{
+	/* The fixed key only spreads the bits; the secret is the input. */
+	hash_siphash128(hash_digest_public_key, secret, len, key);
+}
+
+void hash_digest(const uint8_t key[16], const void *data, size_t len, char out[HASH_DIGEST_LEN])
+{
+	static const char hex[] = "0123456789abcdef";
+	uint8_t h[16];
+
+	hash_siphash128(key, data, len, h);
+	out[0] = '#';
+	for (int i = 0; i < 16; i++) {
+		out[1 + 2 * i] = hex[h[i] >> 4];
+		out[2 + 2 * i] = hex[h[i] & 0xf];
+	}
 }

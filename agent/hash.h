@@ -7,12 +7,18 @@
  *   hash_siphash24()   SipHash-2-4, 64-bit output;
  *   hash_siphash128()  SipHash-2-4 with the 128-bit output, used for the
  *                      digest of over-long keys (same key on every node,
- *                      so every node maps a long key to the same digest).
+ *                      so every node maps a long key to the same digest);
+ *   hash_digest()      that digest as text, '#' and 32 hex digits: the
+ *                      agent's stored form of a long key (ratelimit.c) and
+ *                      the nginx module's key too long for a frame
+ *                      (agent/nginx/spoa_client.c), under a digest key
+ *                      hash_digest_key() derives from a secret.
  *
  * SipHash is written from the published description (Aumasson and
  * Bernstein, "SipHash: a fast short-input PRF", 2012, and its 128-bit
  * output variant); the tests check it against the reference vectors.
- * Nothing here allocates or fails.
+ * Nothing here allocates or fails, and nothing is included but <stddef.h>
+ * and <stdint.h>: the nginx module compiles this file too.
  */
 #ifndef HASH_H
 #define HASH_H
@@ -37,5 +43,23 @@ uint64_t hash_siphash24(const uint8_t key[16], const void *data, size_t len);
 /* SipHash-2-4 with 128-bit output; out gets the 16 bytes in the
  * reference's order (first half little-endian, then second half). */
 void hash_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_t out[16]);
+
+/* A digested key's text: '#' + 32 lowercase hex digits. */
+#define HASH_DIGEST_LEN 33
+
+/* The fixed SipHash key, ASCII "spoa-ratelimit-k": the public digest key
+ * (an agent that syncs without key_secret) and the key under which
+ * hash_digest_key() turns a secret into a digest key. */
+extern const uint8_t hash_digest_public_key[16];
+
+/* The digest key of a secret of len bytes (the agent's key_secret, the
+ * nginx module's spoa_ratelimit_key_secret): SipHash-2-4-128 of the secret
+ * under hash_digest_public_key. Any length in, 16 bytes out. */
+void hash_digest_key(const void *secret, size_t len, uint8_t key[16]);
+
+/* '#' and the 32 lowercase hex digits of SipHash-2-4-128(key, data), the
+ * 16 output bytes in the reference's order, into out (HASH_DIGEST_LEN
+ * bytes, no NUL). */
+void hash_digest(const uint8_t key[16], const void *data, size_t len, char out[HASH_DIGEST_LEN]);
 
 #endif /* HASH_H */

@@ -21,7 +21,8 @@
  * random per start for local-only instances (nobody outside can predict a
  * digest), derived from a configured secret (key_secret: the same on every
  * node), or, for an instance that syncs without a secret, the fixed public
- * RL_DIGEST_KEY below (every node must name a long key alike).
+ * key (hash_digest_public_key: every node must name a long key alike). The digest and the derivation of a key from a secret are
+ * hash.c's (hash_digest, hash_digest_key), shared with the nginx module.
  *
  * Shares: each namespace is guaranteed max_keys entries of the table (its
  * own option, or an even part of what explicit shares leave), given to
@@ -45,13 +46,11 @@
 #define RL_MAX_NAMESPACES SHM_MAX_NS   /* 32 */
 #define RL_MAX_WINDOWS    SHM_MAX_WIN  /* 8 per namespace */
 #define RL_NAME_MAX       64           /* the instance name, with NUL */
-#define RL_DIGEST_LEN     33           /* '#' + 32 hex digits */
+#define RL_DIGEST_LEN     HASH_DIGEST_LEN /* '#' + 32 hex digits */
 #define RL_NOW_MAX        4294967296.0 /* window starts are stored in 32 bits */
 
 /* The fixed SipHash key for long-key digests: ASCII "spoa-ratelimit-k". */
-static const uint8_t RL_DIGEST_KEY[16] = {
-	's', 'p', 'o', 'a', '-', 'r', 'a', 't', 'e', 'l', 'i', 'm', 'i', 't', '-', 'k',
-};
+#define RL_DIGEST_KEY     hash_digest_public_key
 
 #define RL_HIT_TRIES      3            /* recounts of a hit that raced an eviction */
 
@@ -341,9 +340,7 @@ void rl_set_key_secret(struct rl *rl, const char *secret, size_t len)
 {
 	uint8_t k[16];
 
-	/* Any length in, 16 bytes out; the fixed key only spreads the bits,
-	 * the secret is the input. */
-	hash_siphash128(RL_DIGEST_KEY, secret, len, k);
+	hash_digest_key(secret, len, k);
 	shm_set_digest_key(rl->shm, k);
 	rl->secret_set = true;
 	rl->public_key = false;
@@ -363,15 +360,7 @@ static inline bool rl_needs_digest(const char *key, size_t len)
  * terminated (RL_DIGEST_LEN + 1 bytes). */
 static void rl_digest(const struct rl *rl, const char *key, size_t len, char *out)
 {
-	static const char hex[] = "0123456789abcdef";
-	uint8_t h[16];
-
-	hash_siphash128(shm_digest_key(rl->shm), key, len, h);
-	out[0] = '#';
-	for (int i = 0; i < 16; i++) {
-		out[1 + 2 * i] = hex[h[i] >> 4];
-		out[2 + 2 * i] = hex[h[i] & 0xf];
-	}
+	hash_digest(shm_digest_key(rl->shm), key, len, out);
 	out[RL_DIGEST_LEN] = '\0';
 }
 

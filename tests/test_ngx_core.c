@@ -4,8 +4,11 @@
  * handshake, NOTIFYs as the agent decodes them (hostile keys stay one
  * argument), ACKs matched by stream and frame id (late ones dropped,
  * pipelined ones in any order, fed byte by byte), the bounds (frame size,
- * out buffer, streams), the agent's DISCONNECT and malformed input. Built
- * with the project's flags, run under ASan and UBSan by make test.
+ * out buffer, streams), the agent's DISCONNECT and malformed input; keys
+ * sized to the agent's max-frame-size (whole when the NOTIFY fits, the
+ * longest digested until it does, never over the frame) and their digest
+ * (the agent's own, under the secret's key). Built with the project's
+ * flags, run under ASan and UBSan by make test.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -13,6 +16,10 @@
 #include <string.h>
 
 #include "agent/nginx/spoa_client.h"
+#include "agent/ratelimit.h"
+
+/* The digest key of the test's connections. */
+static const uint8_t fx_key[16] = "0123456789abcdef";
 
 struct fx {
 	struct sc_conn c;
@@ -25,7 +32,7 @@ static struct fx *fx_new(uint32_t nslots)
 {
 	struct fx *f = calloc(1, sizeof(*f));
 	cr_assert(f);
-	sc_conn_init(&f->c, f->in, sizeof(f->in), f->out, sizeof(f->out), f->slots, nslots);
+	sc_conn_init(&f->c, f->in, sizeof(f->in), f->out, sizeof(f->out), f->slots, nslots, fx_key);
 	return f;
 }
 
@@ -72,15 +79,21 @@ static void agent_hello(struct fx *f, uint32_t max_frame, const char *caps)
 	cr_assert_eq(sc_next(&f->c, &ev), 0);
 }
 
-static struct fx *ready(void)
+/* A connection past its handshake, at the agent's max_frame. */
+static struct fx *ready_at(uint32_t max_frame)
 {
 	struct fx *f = fx_new(SC_SLOTS);
 	uint8_t buf[512];
 
 	sc_conn_start(&f->c);
 	drain_out(f, buf, sizeof(buf));
-	agent_hello(f, SC_FRAME_SIZE, "pipelining");
+	agent_hello(f, max_frame, "pipelining");
 	return f;
+}
+
+static struct fx *ready(void)
+{
+	return ready_at(SC_FRAME_SIZE);
 }
 
 /* An ACK frame: set-var txn for each (name, value) given. */
@@ -440,21 +453,19 @@ Test(notify, numbers_only_when_they_are_digits)
 
 Test(notify, too_big_for_the_frame_is_refused_not_cut)
 {
-	struct fx *f = fx_new(SC_SLOTS);
-	uint8_t buf[512];
-	static char key[2000];
-	struct sc_limit l = { .key = { key, sizeof(key) }, .window = S("1") };
+	struct fx *f = ready_at(1024);
+	static char ns[1100], key[2000];
+	struct sc_limit l = { .key = { key, sizeof(key) }, .window = S("1"), .ns = { ns, sizeof(ns) } };
 	uint32_t slot;
 	const uint8_t *p;
 
+	memset(ns, 'n', sizeof(ns));
 	memset(key, 'x', sizeof(key));
-	sc_conn_start(&f->c);
-	drain_out(f, buf, sizeof(buf));
-	agent_hello(f, 1024, "pipelining");
+	/* The operator's value alone is over the frame: no digest helps. */
 	cr_assert_eq(sc_send(&f->c, &l, 1, f, &slot), SC_TOO_BIG);
 	cr_assert_eq(sc_out_pending(&f->c, &p), 0, "nothing of it queued");
 	cr_assert_eq(f->c.inflight, 0);
-	l.key.len = 900;
+	l.ns.len = 900;
 	cr_assert_eq(sc_send(&f->c, &l, 1, f, &slot), SC_SENT);
 	free(f);
 }
@@ -833,13 +844,351 @@ Test(fail, random_input_is_survived)
 	}
 }
 
-Test(digest, hex_with_a_hash_sign)
-{
-	uint8_t d[20];
-	char out[SC_DIGEST_TEXT];
+/* ---- keys sized to the frame, their digest ---- */
 
-	for (int i = 0; i < 20; i++)
-		d[i] = (uint8_t)(i * 17);
-	cr_assert_eq(sc_digest_text(out, d, 20), SC_DIGEST_TEXT);
-	cr_assert_eq(memcmp(out, "#00112233445566778899aabbccddeeff10213243", SC_DIGEST_TEXT), 0);
+/* The keys of one NOTIFY in buf, as the agent reads them: views into buf. */
+struct sent {
+	size_t frame_len;            /* the frame's LENGTH */
+	size_t n;
+	struct spop_str key[SC_MAX_LIMITS];
+};
+
+static void sent_keys(const uint8_t *buf, size_t len, uint32_t max_frame, struct sent *out)
+{
+	struct spop_frame fr;
+	enum spop_err err;
+	struct spop_cursor c, a;
+	struct spop_msg m;
+	struct spop_kv kv;
+
+	cr_assert_eq(spop_frame_decode(buf, len, max_frame, &fr, &err), (int)len,
+		     "one whole frame within the agent's max-frame-size (%u)", max_frame);
+	out->frame_len = len - SPOP_LEN_SIZE;
+	out->n = 0;
+	spop_cursor_init(&c, fr.payload, fr.payload_len);
+	while (spop_msg_next(&c, &m) == 1) {
+		cr_assert_lt(out->n, SC_MAX_LIMITS);
+		spop_args_init(&a, &m);
+		while (spop_args_next(&a, &kv) == 1)
+			if (kv.name.len == 3 && memcmp(kv.name.ptr, "key", 3) == 0)
+				out->key[out->n] = kv.value.v.str;
+		out->n++;
+	}
+	cr_assert_eq(c.err, SPOP_ERR_NONE);
+}
+
+/* Sends l[0..n) on f, reads back its keys; the stream is given back. */
+static enum sc_send_rc send_keys(struct fx *f, const struct sc_limit *l, size_t n,
+				 uint8_t *buf, size_t cap, struct sent *out)
+{
+	uint32_t slot;
+	enum sc_send_rc rc = sc_send(&f->c, l, n, f, &slot);
+
+	if (rc == SC_SENT) {
+		sent_keys(buf, drain_out(f, buf, cap), f->c.max_frame, out);
+		sc_cancel(&f->c, slot);
+	}
+	return rc;
+}
+
+static bool key_is(struct spop_str k, const char *p, size_t len)
+{
+	return k.len == len && memcmp(k.ptr, p, len) == 0;
+}
+
+static bool key_is_digest_of(struct spop_str k, const uint8_t dkey[16], const char *p, size_t len)
+{
+	char d[SC_DIGEST_LEN];
+
+	hash_digest(dkey, p, len, d);
+	return key_is(k, d, sizeof(d));
+}
+
+Test(keys, whole_when_the_notify_fits)
+{
+	static char key[16370];
+	static uint8_t buf[SC_IN_SIZE];
+	struct sc_limit l = { .key = { key, 970 }, .window = S("60"), .limit = S("10") };
+	struct sent s;
+	struct fx *f = ready_at(1024);
+
+	memset(key, 'k', sizeof(key));
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert(key_is(s.key[0], key, 970), "970 bytes fit a 1024-byte frame: whole (%zu)",
+		  s.key[0].len);
+	free(f);
+	/* The agent's default frame: a key of 8000 bytes fits (nginx's
+	 * largest header line by default), one of 16370 does not. */
+	f = ready();
+	l.key.len = 8000;
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert(key_is(s.key[0], key, 8000));
+	l.key.len = 16370;
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert(key_is_digest_of(s.key[0], fx_key, key, 16370));
+	free(f);
+}
+
+/* The issue's case: a 1,000-byte key, the agent at max_frame_size 1024.
+ * Before, the module sent it whole, over the frame: no decision. */
+Test(keys, digested_when_the_notify_would_not_fit)
+{
+	static char key[1000];
+	static uint8_t buf[2048];
+	struct sc_limit l = { .key = { key, sizeof(key) }, .window = S("60"), .limit = S("10"),
+			      .ns = S("per-key") };
+	struct sent s;
+	struct fx *f = ready_at(1024);
+
+	memset(key, 'a', sizeof(key));
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert_eq(s.n, 1);
+	cr_assert(key_is_digest_of(s.key[0], fx_key, key, sizeof(key)), "sent as its digest");
+	cr_assert_eq(s.key[0].ptr[0], '#');
+	cr_assert_leq(s.frame_len, 1024);
+	free(f);
+}
+
+Test(keys, the_longest_are_digested_until_it_fits)
+{
+	static char a[600], b[500], c[600];
+	static uint8_t buf[2048];
+	struct sc_limit l[3] = {
+		{ .key = { a, sizeof(a) }, .window = S("1") },
+		{ .key = { b, sizeof(b) }, .window = S("1") },
+		{ .key = S("short"), .window = S("1") },
+	};
+	struct sent s;
+	struct fx *f = ready_at(1024);
+
+	memset(a, 'a', sizeof(a));
+	memset(b, 'b', sizeof(b));
+	memset(c, 'c', sizeof(c));
+	cr_assert_eq(send_keys(f, l, 3, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert(key_is_digest_of(s.key[0], fx_key, a, sizeof(a)), "the longest: digested");
+	cr_assert(key_is(s.key[1], b, sizeof(b)), "then it fits: the next stays whole");
+	cr_assert(key_is(s.key[2], "short", 5));
+	/* Two of 600 and one of 500: the two longest go (the first of equals
+	 * first), the 500 bytes fit beside their digests. */
+	l[1].key = (struct spop_str){ c, sizeof(c) };
+	l[2].key = (struct spop_str){ b, sizeof(b) };
+	cr_assert_eq(send_keys(f, l, 3, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert(key_is_digest_of(s.key[0], fx_key, a, sizeof(a)));
+	cr_assert(key_is_digest_of(s.key[1], fx_key, c, sizeof(c)));
+	cr_assert(key_is(s.key[2], b, sizeof(b)));
+	free(f);
+}
+
+/* Sizes of every kind against the agent's frame sizes, its smallest
+ * (256) included: a NOTIFY is never over the frame; its keys are whole
+ * when the whole NOTIFY fits, else every digested key is at least as long
+ * as every key left whole (longer than a digest); it is refused only when
+ * it cannot fit with every key digested (sc_notify_need over the frame),
+ * and always sent when sc_notify_need is within it. */
+Test(keys, never_over_the_negotiated_frame)
+{
+	static const uint32_t frames[] = { 256, 300, 512, 1024, 2500, 4096, 16380 };
+	static char key[SC_MAX_LIMITS][9000];
+	static uint8_t buf[SC_IN_SIZE];
+	struct sc_limit l[SC_MAX_LIMITS];
+	uint64_t seed = 42;
+	size_t sent = 0, refused = 0, digested = 0, whole_long = 0;
+
+	for (size_t i = 0; i < SC_MAX_LIMITS; i++)
+		memset(key[i], (int)('a' + i % 26), sizeof(key[i]));
+	for (size_t fi = 0; fi < sizeof(frames) / sizeof(frames[0]); fi++) {
+		struct fx *f = ready_at(frames[fi]);
+
+		for (int round = 0; round < 300; round++) {
+			size_t n;
+			uint32_t lens[SC_MAX_LIMITS];
+			struct sent s;
+
+			seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+			n = 1 + (seed >> 33) % (round < 150 ? 4 : SC_MAX_LIMITS);
+			for (size_t i = 0; i < n; i++) {
+				seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+				/* Short, near a digest's length, long, very long. */
+				switch ((seed >> 20) % 4) {
+				case 0: lens[i] = 1 + (seed >> 40) % 40; break;
+				case 1: lens[i] = 30 + (seed >> 40) % 8; break;
+				case 2: lens[i] = 40 + (seed >> 40) % 1200; break;
+				default: lens[i] = 1 + (seed >> 40) % 9000; break;
+				}
+				l[i] = (struct sc_limit){ .key = { key[i], lens[i] }, .window = S("3600"),
+							  .limit = S("1000") };
+				if (i % 3 == 1)
+					l[i].ns = S("per-key");
+				if (i % 5 == 2)
+					l[i].cost = S("0.5");
+			}
+			size_t need = sc_notify_need(l, n);
+			enum sc_send_rc rc = send_keys(f, l, n, buf, sizeof(buf), &s);
+
+			if (rc == SC_TOO_BIG) {
+				cr_assert_gt(need, frames[fi], "refused only when it cannot fit");
+				refused++;
+				continue;
+			}
+			cr_assert_eq(rc, SC_SENT, "frame %u, %zu limits: need %zu", frames[fi], n, need);
+			cr_assert_eq(s.n, n);
+			cr_assert_leq(s.frame_len, frames[fi]);
+			sent++;
+			size_t min_dig = SIZE_MAX, max_whole_long = 0, nd = 0;
+			for (size_t i = 0; i < n; i++) {
+				if (key_is(s.key[i], key[i], lens[i])) {
+					if (lens[i] > SC_DIGEST_LEN && lens[i] > max_whole_long)
+						max_whole_long = lens[i];
+					continue;
+				}
+				cr_assert(key_is_digest_of(s.key[i], fx_key, key[i], lens[i]),
+					  "a key goes whole or as its digest");
+				cr_assert_gt(lens[i], SC_DIGEST_LEN, "only a key longer than a digest");
+				if (lens[i] < min_dig)
+					min_dig = lens[i];
+				nd++;
+			}
+			cr_assert_geq(min_dig, max_whole_long, "the longest are digested first");
+			if (nd == 0)
+				whole_long += max_whole_long > 0;
+			digested += nd;
+		}
+		free(f);
+	}
+	cr_assert_gt(sent, 1000);
+	cr_assert_gt(refused, 0, "the smallest frames refuse many limits");
+	cr_assert_gt(digested, 100);
+	cr_assert_gt(whole_long, 100, "long keys go whole when they fit");
+}
+
+/* A key digested only when the whole NOTIFY is over the frame: the same
+ * request whole one byte below, digested one byte above. */
+Test(keys, whole_up_to_the_last_byte_of_the_frame)
+{
+	static char key[2000];
+	static uint8_t buf[4096];
+	struct sc_limit l = { .key = { key, 100 }, .window = S("60") };
+	struct sent s;
+	struct fx *f = ready_at(1024);
+	size_t len;
+
+	memset(key, 'z', sizeof(key));
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+	/* The frame without its key's bytes, then the longest whole key. */
+	len = 1024 - (s.frame_len - 100);
+	/* (a key's length prefix grows from 1 to 2 bytes at 240) */
+	len -= 1;
+	l.key.len = len;
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert(key_is(s.key[0], key, len), "%zu bytes: whole", len);
+	cr_assert_eq(s.frame_len, 1024, "the frame is full");
+	l.key.len = len + 1;
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+	cr_assert(key_is_digest_of(s.key[0], fx_key, key, len + 1), "one byte more: digested");
+	free(f);
+}
+
+/* What fits the agent's smallest max_frame_size (256, its configuration's
+ * lower bound) and what SC_MAX_LIMITS limits need, with every key digested
+ * (docs/NGINX.md quotes these). */
+Test(keys, the_worst_case_against_the_smallest_frame)
+{
+	static char key[5000];
+	static uint8_t buf[SC_IN_SIZE];
+	struct sc_limit l[SC_MAX_LIMITS];
+	struct sent s;
+	struct fx *f = ready_at(SPOP_MIN_FRAME_SIZE);
+
+	memset(key, 'w', sizeof(key));
+	for (size_t i = 0; i < SC_MAX_LIMITS; i++)
+		l[i] = (struct sc_limit){ .key = { key, sizeof(key) }, .window = S("3600"),
+					  .limit = S("1000") };
+	cr_assert_leq(sc_notify_need(l, 3), SPOP_MIN_FRAME_SIZE);
+	cr_assert_gt(sc_notify_need(l, 4), SPOP_MIN_FRAME_SIZE);
+	cr_assert_eq(send_keys(f, l, 3, buf, sizeof(buf), &s), SC_SENT,
+		     "3 limits of key, window and limit fit 256 bytes, every key digested");
+	cr_assert_eq(send_keys(f, l, 4, buf, sizeof(buf), &s), SC_TOO_BIG);
+	/* Each 70 bytes (name and NB-ARGS 11, key 39, window 11, limit 9),
+	 * the frame's metadata at most 15. */
+	cr_assert_eq(sc_notify_need(l, SC_MAX_LIMITS), 32 * 70 + 15,
+		     "32 such limits: %zu bytes", sc_notify_need(l, SC_MAX_LIMITS));
+	free(f);
+	f = ready_at((uint32_t)sc_notify_need(l, SC_MAX_LIMITS));
+	cr_assert_eq(send_keys(f, l, SC_MAX_LIMITS, buf, sizeof(buf), &s), SC_SENT);
+	for (size_t i = 0; i < SC_MAX_LIMITS; i++)
+		cr_assert(key_is_digest_of(s.key[i], fx_key, key, sizeof(key)));
+	free(f);
+}
+
+/* The module's digest under spoa_ratelimit_key_secret S is the agent's
+ * stored form of the same key under key_secret S (rl_stored_key: one
+ * function, agent/hash.c), and the agent digests it again when it comes
+ * as a key (it starts with '#'): a client sending that text, or the
+ * 41-byte '#' + SHA-1 literal the module used to send, names neither the
+ * key nor its digest. */
+Test(keys, the_digest_is_the_agents_under_the_same_secret)
+{
+	static const char secret[] = "a secret of the operator's, 32 b";
+	static char key[2000];
+	static uint8_t buf[2048];
+	/* 2000 x's through sha1sum: what the module sent for this key before */
+	static const char sha1_literal[] = "#8e894dd1aef94637f347af568e934075a69d1b79";
+	char err[256], stored[RL_STORED_KEY_MAX], again[RL_STORED_KEY_MAX];
+	uint8_t dkey[16];
+	struct sc_limit l = { .key = { key, sizeof(key) }, .window = S("60") };
+	struct sent s;
+	struct rl *rl = rl_new("test_ngx_core", 64, err, sizeof(err));
+	struct fx *f;
+
+	cr_assert(rl, "%s", err);
+	rl_set_key_secret(rl, secret, sizeof(secret) - 1);
+	memset(key, 'x', sizeof(key));
+	hash_digest_key(secret, sizeof(secret) - 1, dkey);
+	f = fx_new(SC_SLOTS);
+	sc_conn_init(&f->c, f->in, sizeof(f->in), f->out, sizeof(f->out), f->slots, SC_SLOTS, dkey);
+	sc_conn_start(&f->c);
+	drain_out(f, buf, sizeof(buf));
+	agent_hello(f, 1024, "pipelining");
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s), SC_SENT);
+
+	cr_assert_eq(rl_stored_key(rl, key, sizeof(key), stored), SC_DIGEST_LEN);
+	cr_assert(key_is(s.key[0], stored, SC_DIGEST_LEN),
+		  "the module's digest is the agent's for the same secret");
+	cr_assert_eq(rl_stored_key(rl, s.key[0].ptr, s.key[0].len, again), SC_DIGEST_LEN);
+	cr_assert_neq(memcmp(again, stored, SC_DIGEST_LEN), 0, "the agent digests it again");
+	cr_assert_not(key_is(s.key[0], sha1_literal, sizeof(sha1_literal) - 1),
+		      "not the old SHA-1 form");
+	cr_assert_eq(rl_stored_key(rl, sha1_literal, sizeof(sha1_literal) - 1, again), SC_DIGEST_LEN);
+	cr_assert_neq(memcmp(again, s.key[0].ptr, SC_DIGEST_LEN), 0);
+	cr_assert(s.key[0].ptr[0] == '#' && s.key[0].len == 33);
+	rl_free(rl);
+	free(f);
+}
+
+/* Another digest key (another secret, or the random one of another
+ * configuration), another digest; the same key, the same digest. */
+Test(keys, the_digest_depends_on_the_digest_key)
+{
+	static const uint8_t other[16] = "fedcba9876543210";
+	static char key[3000];
+	static uint8_t buf[2048];
+	struct sc_limit l = { .key = { key, sizeof(key) }, .window = S("60") };
+	struct sent s1, s2;
+	char d1[SC_DIGEST_LEN];
+	struct fx *f = ready_at(1024), *g = fx_new(SC_SLOTS);
+
+	memset(key, 'q', sizeof(key));
+	sc_conn_init(&g->c, g->in, sizeof(g->in), g->out, sizeof(g->out), g->slots, SC_SLOTS, other);
+	sc_conn_start(&g->c);
+	drain_out(g, buf, sizeof(buf));
+	agent_hello(g, 1024, "pipelining");
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s1), SC_SENT);
+	memcpy(d1, s1.key[0].ptr, sizeof(d1));
+	cr_assert_eq(send_keys(f, &l, 1, buf, sizeof(buf), &s1), SC_SENT);
+	cr_assert(key_is(s1.key[0], d1, sizeof(d1)), "the same key, the same digest");
+	cr_assert_eq(send_keys(g, &l, 1, buf, sizeof(buf), &s2), SC_SENT);
+	cr_assert(key_is_digest_of(s2.key[0], other, key, sizeof(key)));
+	cr_assert_not(key_is(s2.key[0], d1, sizeof(d1)), "another digest key, another digest");
+	free(f);
+	free(g);
 }

@@ -26,6 +26,8 @@
 #define SPOA_LIVED          1000    /* ms: a connection lost after this reconnects at once */
 #define SPOA_BACKOFF_MIN    100
 #define SPOA_BACKOFF_MAX    2000
+#define SPOA_SECRET_MIN     16      /* spoa_ratelimit_key_secret, bytes: as the */
+#define SPOA_SECRET_MAX     255     /* agent's key_secret (docs/CONFIG.md) */
 
 typedef struct spoa_agent_s spoa_agent_t;
 
@@ -56,6 +58,12 @@ struct spoa_agent_s {
     ngx_uint_t               ready;       /* connections ready */
     ngx_queue_t              waiting;     /* requests without a stream yet */
     ngx_log_t               *log;
+    size_t                   need;        /* the largest sc_notify_need() of its
+                                             locations (configuration) */
+    ngx_str_t                need_file;   /* where that location's limits are */
+    ngx_uint_t               need_line;
+    uint32_t                 frame_said;  /* the max-frame-size last logged as
+                                             too small for `need` (per worker) */
     unsigned                 down:1;
     unsigned                 started:1;
 };
@@ -71,6 +79,9 @@ typedef struct {
 typedef struct {
     ngx_array_t              agents;      /* spoa_agent_t * */
     ngx_uint_t               used;        /* some location has spoa_ratelimit */
+    ngx_uint_t               secret;      /* spoa_ratelimit_key_secret was set */
+    uint8_t                  digest_key[16]; /* from the secret, else random per
+                                             configuration (the master's) */
 } spoa_main_conf_t;
 
 typedef struct {
@@ -82,6 +93,10 @@ typedef struct {
 
 typedef struct {
     ngx_array_t             *limits;      /* spoa_limit_conf_t */
+    size_t                   need;        /* sc_notify_need() of the limits, each
+                                             value with a variable counted short */
+    ngx_str_t                file;        /* where the first limit is */
+    ngx_uint_t               line;
     ngx_uint_t               status;
     ngx_uint_t               fail;
     ngx_msec_t               timeout;

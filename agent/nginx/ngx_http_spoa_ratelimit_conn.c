@@ -186,6 +186,19 @@ conn_ready(spoa_conn_t *sc)
     sc->ready_at = ngx_current_msec;
     agent->ready++;
 
+    /* Some location's requests cannot fit what this agent allows, even
+     * with every key digested: said once (per worker and frame size). */
+    if (sc->core.max_frame < agent->need && agent->frame_said != sc->core.max_frame) {
+        agent->frame_said = sc->core.max_frame;
+        ngx_log_error(NGX_LOG_ERR, agent->log, 0,
+                      "spoa_ratelimit: agent %V allows frames of %uD bytes, the "
+                      "limits at %V:%ui need %uz with every key digested: "
+                      "requests there with long keys get no decision (\"request "
+                      "too big\"); raise the agent's max_frame_size to %uz",
+                      &agent->name, sc->core.max_frame, &agent->need_file,
+                      agent->need_line, agent->need, agent->need);
+    }
+
     if (agent->down) {
         agent->down = 0;
         ngx_log_error(NGX_LOG_NOTICE, agent->log, 0,
@@ -474,7 +487,7 @@ spoa_init_process(ngx_cycle_t *cycle)
             sc->mem = mem;
             sc_conn_init(&sc->core, mem, SC_IN_SIZE, mem + SC_IN_SIZE, SC_OUT_SIZE,
                          (struct sc_slot *) (void *) (mem + SC_IN_SIZE + SC_OUT_SIZE),
-                         SC_SLOTS);
+                         SC_SLOTS, mcf->digest_key);
             sc->agent = agent;
             sc->index = j;
 

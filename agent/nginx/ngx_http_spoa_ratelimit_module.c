@@ -9,6 +9,7 @@
  *   spoa_ratelimit_status  429;                                 http, server, location
  *   spoa_ratelimit_fail    open | closed;                       http, server, location
  *   spoa_ratelimit_timeout 50ms;                                http, server, location
+ *   spoa_ratelimit_key_secret SECRET;                           http
  *   $spoa_ratelimit_remaining, _reset, _retry_after, _exceeded, _error,
  *   _limit, _window
  *
@@ -23,6 +24,15 @@
  * requests then fail at once instead of waiting, until a connection is
  * ready again. A connection that got nothing back for a second while
  * requests wait on it is closed as stuck (an agent stopped or paused).
+ *
+ * Keys: sent whole when the NOTIFY fits the agent's max-frame-size, else
+ * the longest as a digest until it fits (spoa_client.h, "Keys"), keyed by
+ * spoa_ratelimit_key_secret as the agent keys its own by key_secret, or
+ * by a random key chosen here, in the master, once per configuration (all
+ * workers share it; a reload chooses another). Each location's NOTIFY with
+ * every key digested must fit the largest frame (16380 bytes: refused
+ * here otherwise); an agent that allows less than some location needs is
+ * logged once per worker when its AGENT-HELLO says so.
  *
  * Requests: the pre-access phase (where limit_req runs: `satisfy any`
  * cannot skip it) evaluates the limits, sends the NOTIFY (or queues the
@@ -45,15 +55,19 @@
  */
 #include "agent/nginx/ngx_http_spoa_ratelimit.h"
 
+#include <sys/random.h>
+
 
 static ngx_int_t spoa_init(ngx_conf_t *cf);
 static void *spoa_create_main_conf(ngx_conf_t *cf);
+static char *spoa_init_main_conf(ngx_conf_t *cf, void *conf);
 static void *spoa_create_srv_conf(ngx_conf_t *cf);
 static char *spoa_merge_srv_conf(ngx_conf_t *cf, void *parent, void *child);
 static void *spoa_create_loc_conf(ngx_conf_t *cf);
 static char *spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
 static char *spoa_set_agent(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
+static char *spoa_set_key_secret(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 
 
 static ngx_conf_enum_t  spoa_fail_modes[] = {
@@ -103,6 +117,13 @@ static ngx_command_t  spoa_commands[] = {
       offsetof(spoa_loc_conf_t, timeout),
       NULL },
 
+    { ngx_string("spoa_ratelimit_key_secret"),
+      NGX_HTTP_MAIN_CONF|NGX_CONF_TAKE1,
+      spoa_set_key_secret,
+      NGX_HTTP_MAIN_CONF_OFFSET,
+      0,
+      NULL },
+
       ngx_null_command
 };
 
@@ -110,7 +131,7 @@ static ngx_http_module_t  spoa_module_ctx = {
     spoa_add_variables,                    /* preconfiguration */
     spoa_init,                             /* postconfiguration */
     spoa_create_main_conf,                 /* create main configuration */
-    NULL,                                  /* init main configuration */
+    spoa_init_main_conf,                   /* init main configuration */
     spoa_create_srv_conf,                  /* create server configuration */
     spoa_merge_srv_conf,                   /* merge server configuration */
     spoa_create_loc_conf,                  /* create location configuration */
@@ -150,6 +171,53 @@ spoa_create_main_conf(ngx_conf_t *cf)
     }
 
     return mcf;
+}
+
+/* Without spoa_ratelimit_key_secret, a random digest key: chosen while
+ * the master reads the configuration, so every worker it forks digests a
+ * key alike; unknown outside this nginx. */
+static char *
+spoa_init_main_conf(ngx_conf_t *cf, void *conf)
+{
+    spoa_main_conf_t  *mcf = conf;
+
+    if (mcf->secret) {
+        return NGX_CONF_OK;
+    }
+
+    if (getrandom(mcf->digest_key, sizeof(mcf->digest_key), 0)
+        != (ssize_t) sizeof(mcf->digest_key))
+    {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, ngx_errno,
+                           "spoa_ratelimit: no random digest key (getrandom)");
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+/* spoa_ratelimit_key_secret SECRET: the digest key derived as the agent
+ * derives its own from key_secret (agent/hash.h, hash_digest_key). */
+static char *
+spoa_set_key_secret(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    spoa_main_conf_t  *mcf = conf;
+    ngx_str_t         *value = cf->args->elts;
+
+    if (mcf->secret) {
+        return "is duplicate";
+    }
+
+    if (value[1].len < SPOA_SECRET_MIN || value[1].len > SPOA_SECRET_MAX) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "spoa_ratelimit_key_secret must be %d to %d bytes long",
+                           SPOA_SECRET_MIN, SPOA_SECRET_MAX);
+        return NGX_CONF_ERROR;
+    }
+
+    hash_digest_key(value[1].data, value[1].len, mcf->digest_key);
+    mcf->secret = 1;
+    return NGX_CONF_OK;
 }
 
 static void *
@@ -203,6 +271,9 @@ spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     /* As limit_req: a level without spoa_ratelimit takes its parent's. */
     if (conf->limits == NULL) {
         conf->limits = prev->limits;
+        conf->need = prev->need;
+        conf->file = prev->file;
+        conf->line = prev->line;
     }
 
     /* Locations are merged within their server, after it: its agent is
@@ -213,6 +284,13 @@ spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
                            "spoa_ratelimit in a server without spoa_ratelimit_agent "
                            "(set it in the server or in http)");
         return NGX_CONF_ERROR;
+    }
+
+    /* What its agent must allow: said when an AGENT-HELLO allows less. */
+    if (conf->limits && scf && conf->need > scf->agent->need) {
+        scf->agent->need = conf->need;
+        scf->agent->need_file = conf->file;
+        scf->agent->need_line = conf->line;
     }
 
     ngx_conf_merge_uint_value(conf->status, prev->status, NGX_HTTP_TOO_MANY_REQUESTS);
@@ -292,6 +370,44 @@ spoa_set_agent(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     scf->agent = agent;
 
     return NGX_CONF_OK;
+}
+
+/* A value of a limit for spoa_limits_need(): a constant as it is, one
+ * with a variable as `var`. */
+static struct spop_str
+spoa_conf_value(ngx_http_complex_value_t *cv, const char *var, size_t len)
+{
+    struct spop_str  v = { NULL, 0 };
+
+    if (cv != NULL && cv->lengths == NULL) {
+        v.ptr = (const char *) cv->value.data;
+        v.len = cv->value.len;
+    } else if (cv != NULL) {
+        v.ptr = var;
+        v.len = len;
+    }
+    return v;
+}
+
+/* sc_notify_need() of a location's limits, a value with a variable
+ * counted as a digested key (a key: the longest it is once digested) or as
+ * one digit (the others: the shortest they can be). */
+static size_t
+spoa_limits_need(ngx_array_t *limits)
+{
+    static const char   digest[SC_DIGEST_LEN] = "#";
+    ngx_uint_t          i;
+    struct sc_limit     l[SC_MAX_LIMITS];
+    spoa_limit_conf_t  *lc = limits->elts;
+
+    for (i = 0; i < limits->nelts; i++) {
+        l[i].key = spoa_conf_value(lc[i].key, digest, sizeof(digest));
+        l[i].window = spoa_conf_value(lc[i].window, "0", 1);
+        l[i].limit = spoa_conf_value(lc[i].limit, "0", 1);
+        l[i].ns = spoa_conf_value(lc[i].ns, "0", 1);
+        l[i].cost = spoa_conf_value(lc[i].cost, "0", 1);
+    }
+    return sc_notify_need(l, limits->nelts);
 }
 
 /* spoa_ratelimit key=... window=... [limit=...] [namespace=...] [cost=...]; */
@@ -399,6 +515,22 @@ spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     if (lc->key == NULL || lc->window == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "spoa_ratelimit needs key= and window=");
+        return NGX_CONF_ERROR;
+    }
+
+    if (lcf->limits->nelts == 1) {
+        lcf->file = cf->conf_file->file.name;
+        lcf->line = cf->conf_file->line;
+    }
+
+    /* Whatever the keys, a request must fit some frame the agent may allow. */
+    lcf->need = spoa_limits_need(lcf->limits);
+    if (lcf->need > SC_FRAME_SIZE) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "the limits of this location need %uz bytes per "
+                           "request with every key digested, over the largest SPOP "
+                           "frame (%ui bytes): fewer limits or shorter values",
+                           lcf->need, (ngx_uint_t) SC_FRAME_SIZE);
         return NGX_CONF_ERROR;
     }
 

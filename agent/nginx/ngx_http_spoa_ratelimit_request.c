@@ -7,8 +7,6 @@
  */
 #include "agent/nginx/ngx_http_spoa_ratelimit.h"
 
-#include <ngx_sha1.h>
-
 static void spoa_cleanup(void *data);
 
 /* The request's context, also after an internal redirect (which clears
@@ -155,17 +153,15 @@ spoa_timeout(ngx_event_t *ev)
     }
 }
 
-/* Evaluates the location's limits into the request's pool; a key longer
- * than SC_KEY_MAX becomes "#" and its SHA-1, so that a client's header
- * cannot make a frame too big (the agent digests "#..." keys again). */
+/* Evaluates the location's limits into the request's pool, keys as they
+ * are: the connection sizes the NOTIFY to the agent's frame, digesting the
+ * longest keys when it must (spoa_client.h, "Keys"). */
 static ngx_int_t
 spoa_eval(ngx_http_request_t *r, spoa_loc_conf_t *lcf, struct sc_limit **out,
     ngx_uint_t *n)
 {
-    u_char              digest[20], *p;
     ngx_str_t           v;
     ngx_uint_t          i;
-    ngx_sha1_t          sha1;
     struct sc_limit    *l;
     spoa_limit_conf_t  *lc;
 
@@ -189,18 +185,6 @@ spoa_eval(ngx_http_request_t *r, spoa_loc_conf_t *lcf, struct sc_limit **out,
 
         if (l[i].key.len == 0) {
             continue;   /* an empty key: this limit does not apply */
-        }
-
-        if (l[i].key.len > SC_KEY_MAX) {
-            ngx_sha1_init(&sha1);
-            ngx_sha1_update(&sha1, l[i].key.ptr, l[i].key.len);
-            ngx_sha1_final(digest, &sha1);
-            p = ngx_pnalloc(r->pool, SC_DIGEST_TEXT);
-            if (p == NULL) {
-                return NGX_ERROR;
-            }
-            l[i].key.len = sc_digest_text((char *) p, digest, sizeof(digest));
-            l[i].key.ptr = (const char *) p;
         }
 
         SPOA_EVAL(window, l[i].window)

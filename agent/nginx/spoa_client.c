@@ -1,7 +1,9 @@
 /*
  * spoa_client.c - the SPOP client core of the nginx module (see
  * spoa_client.h): frames built into and parsed from the caller's buffers,
- * streams matched by stream-id and frame-id. Pure: no allocation, no I/O.
+ * each NOTIFY sized to the agent's max-frame-size (keys digested with the
+ * agent's own function, agent/hash.c, when it must), streams matched by
+ * stream-id and frame-id. Pure: no allocation, no I/O.
  */
 #include <string.h>
 
@@ -21,9 +23,10 @@ static void slots_reset(struct sc_conn *c)
 }
 
 void sc_conn_init(struct sc_conn *c, uint8_t *in, size_t in_cap, uint8_t *out, size_t out_cap,
-		  struct sc_slot *slots, uint32_t nslots)
+		  struct sc_slot *slots, uint32_t nslots, const uint8_t digest_key[16])
 {
 	memset(c, 0, sizeof(*c));
+	memcpy(c->digest_key, digest_key, sizeof(c->digest_key));
 	c->in = in;
 	c->in_cap = in_cap;
 	c->out = out;
@@ -307,13 +310,18 @@ int sc_next(struct sc_conn *c, struct sc_event *ev)
 	}
 }
 
+/* Is this limit sent (a non-empty key)? */
+static bool limit_sent(const struct sc_limit *m)
+{
+	return m->key.ptr && m->key.len > 0;
+}
+
 size_t sc_count(const struct sc_limit *l, size_t n)
 {
 	size_t k = 0;
 
 	for (size_t i = 0; i < n; i++)
-		if (l[i].key.ptr && l[i].key.len > 0)
-			k++;
+		k += limit_sent(&l[i]);
 	return k;
 }
 
@@ -338,29 +346,147 @@ static bool small_number(struct spop_str s, uint64_t *v)
 	return true;
 }
 
-static void put_arg(struct spop_writer *w, const char *name, struct spop_str v, bool numeric)
+/* One argument of a message: its name, its value, whether digits go as an
+ * integer. */
+struct arg_ref {
+	const char *name;
+	struct spop_str v;
+	bool numeric;
+};
+
+/* The arguments of limit m's message, its key given apart (whole or its
+ * digest), into a[]; returns how many. */
+static unsigned limit_args(const struct sc_limit *m, struct spop_str key, struct arg_ref a[5])
+{
+	unsigned n = 0;
+
+	a[n++] = (struct arg_ref){ "key", key, false };
+	if (m->window.ptr)
+		a[n++] = (struct arg_ref){ "window", m->window, true };
+	if (m->limit.ptr)
+		a[n++] = (struct arg_ref){ "limit", m->limit, true };
+	if (m->ns.ptr)
+		a[n++] = (struct arg_ref){ "namespace", m->ns, false };
+	if (m->cost.ptr)
+		a[n++] = (struct arg_ref){ "cost", m->cost, true };
+	return n;
+}
+
+/* Bytes of a value as put_arg writes it: type, then a varint or a string. */
+static size_t value_size(struct spop_str v, bool numeric)
+{
+	uint64_t x;
+
+	if (numeric && small_number(v, &x))
+		return 1 + spop_varint_size(x);
+	return 1 + spop_varint_size(v.len) + v.len;
+}
+
+static void put_arg(struct spop_writer *w, const struct arg_ref *a)
 {
 	struct spop_data d;
 	uint64_t x;
 
-	spop_put_str(w, name, strlen(name));
-	if (numeric && small_number(v, &x)) {
+	spop_put_str(w, a->name, strlen(a->name));
+	if (a->numeric && small_number(a->v, &x)) {
 		d.type = SPOP_DATA_UINT64;
 		d.v.u = x;
 	} else {
 		d.type = SPOP_DATA_STRING;
-		d.v.str = v;
+		d.v.str = a->v;
 	}
 	spop_put_data(w, &d);
+}
+
+/* Bytes of limit m's message with a key of klen bytes: name, NB-ARGS, the
+ * arguments. */
+static size_t msg_size(const struct sc_limit *m, size_t klen)
+{
+	struct arg_ref a[5];
+	struct spop_str key = { m->key.ptr, klen };
+	unsigned nargs = limit_args(m, key, a);
+	size_t n = spop_varint_size(sizeof(msg_name) - 1) + sizeof(msg_name) - 1 + 1;
+
+	for (unsigned i = 0; i < nargs; i++)
+		n += spop_varint_size(strlen(a[i].name)) + strlen(a[i].name) +
+		     value_size(a[i].v, a[i].numeric);
+	return n;
+}
+
+/* Bytes of a frame's metadata: type, flags, stream-id, frame-id. */
+static size_t head_size(uint64_t stream_id, uint64_t frame_id)
+{
+	return 1 + 4 + spop_varint_size(stream_id) + spop_varint_size(frame_id);
+}
+
+size_t sc_notify_need(const struct sc_limit *l, size_t n)
+{
+	size_t size = 0;
+
+	for (size_t j = 0; j < n; j++)
+		if (limit_sent(&l[j]))
+			size += msg_size(&l[j], l[j].key.len < SC_DIGEST_LEN ? l[j].key.len
+									      : SC_DIGEST_LEN);
+	return size ? size + head_size(UINT32_MAX, UINT32_MAX) : 0;
+}
+
+/* The longest key of l[0..n) still whole and longer than a digest: its
+ * index among the keys sent (bit of `digested`), or -1. Equal lengths: the
+ * first. */
+static int longest_whole(const struct sc_limit *l, size_t n, uint32_t digested, size_t *j_out)
+{
+	int best = -1, p = 0;
+
+	for (size_t j = 0; j < n; j++) {
+		if (!limit_sent(&l[j]))
+			continue;
+		if (!(digested & (1u << p)) && l[j].key.len > SC_DIGEST_LEN &&
+		    (best < 0 || l[j].key.len > l[*j_out].key.len)) {
+			best = p;
+			*j_out = j;
+		}
+		p++;
+	}
+	return best;
+}
+
+_Static_assert(SC_MAX_LIMITS <= 32, "a bit of a uint32_t per key sent");
+
+/* The size of the NOTIFY of l[0..n) (at most SC_MAX_LIMITS keys) at
+ * stream i, frame-id gen, within max_frame: keys whole if it fits, else
+ * the longest digested one at a time until it does (*digested: bit p for
+ * the p-th key sent). Returns the size, or 0 when even then it does not
+ * fit. */
+static size_t notify_fit(const struct sc_limit *l, size_t n, uint32_t i, uint32_t gen,
+			 uint32_t max_frame, uint32_t *digested)
+{
+	size_t size = head_size(i, gen), j = 0;
+	int p;
+
+	*digested = 0;
+	for (size_t m = 0; m < n; m++)
+		if (limit_sent(&l[m]))
+			size += msg_size(&l[m], l[m].key.len);
+	while (size > max_frame) {
+		p = longest_whole(l, n, *digested, &j);
+		if (p < 0)
+			return 0;
+		*digested |= 1u << p;
+		size -= msg_size(&l[j], l[j].key.len) - msg_size(&l[j], SC_DIGEST_LEN);
+	}
+	return size;
 }
 
 enum sc_send_rc sc_send(struct sc_conn *c, const struct sc_limit *l, size_t n, void *user,
 			uint32_t *slot)
 {
 	struct spop_writer w;
-	size_t k = sc_count(l, n), start, room;
-	uint32_t i;
+	struct arg_ref a[5];
+	size_t k = sc_count(l, n), start, size;
+	uint32_t i, gen, digested;
+	unsigned nargs;
 	struct sc_slot *s;
+	int p = 0;
 
 	if (c->state != SC_READY)
 		return SC_NOT_READY;
@@ -370,39 +496,40 @@ enum sc_send_rc sc_send(struct sc_conn *c, const struct sc_limit *l, size_t n, v
 		return SC_TOO_BIG;
 	if (!sc_can_send(c) || !user)
 		return SC_BUSY;
-	if (c->out_cap - c->out_len < (size_t)c->max_frame + SPOP_LEN_SIZE)
-		out_compact(c);
-	room = c->out_cap - c->out_len;
 
 	i = c->free_head;
 	s = &c->slots[i];
-	s->gen = s->gen + 1 ? s->gen + 1 : 1;
+	gen = s->gen + 1 ? s->gen + 1 : 1;
+	size = notify_fit(l, n, i, gen, c->max_frame, &digested);
+	if (size == 0)
+		return SC_TOO_BIG;
+	if (c->out_cap - c->out_len < size + SPOP_LEN_SIZE)
+		out_compact(c);
+	if (c->out_cap - c->out_len < size + SPOP_LEN_SIZE)
+		return SC_BUSY;
 
-	spop_writer_init(&w, c->out + c->out_len, room);
+	s->gen = gen;
+	spop_writer_init(&w, c->out + c->out_len, c->out_cap - c->out_len);
 	start = spop_frame_begin(&w, SPOP_FRAME_NOTIFY, SPOP_FL_FIN, i, s->gen);
 	for (size_t j = 0; j < n; j++) {
 		const struct sc_limit *m = &l[j];
-		unsigned nargs = 2;
+		char digest[SC_DIGEST_LEN];
+		struct spop_str key = m->key;
 
-		if (!m->key.ptr || m->key.len == 0)
+		if (!limit_sent(m))
 			continue;
-		if (!m->window.ptr)
-			nargs--;
-		nargs += (m->limit.ptr != NULL) + (m->ns.ptr != NULL) + (m->cost.ptr != NULL);
+		if (digested & (1u << p++)) {
+			hash_digest(c->digest_key, m->key.ptr, m->key.len, digest);
+			key = (struct spop_str){ digest, SC_DIGEST_LEN };
+		}
+		nargs = limit_args(m, key, a);
 		spop_put_msg(&w, msg_name, sizeof(msg_name) - 1, nargs);
-		put_arg(&w, "key", m->key, false);
-		if (m->window.ptr)
-			put_arg(&w, "window", m->window, true);
-		if (m->limit.ptr)
-			put_arg(&w, "limit", m->limit, true);
-		if (m->ns.ptr)
-			put_arg(&w, "namespace", m->ns, false);
-		if (m->cost.ptr)
-			put_arg(&w, "cost", m->cost, true);
+		for (unsigned q = 0; q < nargs; q++)
+			put_arg(&w, &a[q]);
 	}
+	/* Sized above: it fits the frame and the buffer. */
 	if (spop_frame_end(&w, start, c->max_frame) < 0)
-		/* With room for a whole frame it did not fit the frame: never will. */
-		return room >= (size_t)c->max_frame + SPOP_LEN_SIZE ? SC_TOO_BIG : SC_BUSY;
+		return SC_TOO_BIG;
 
 	c->out_len += w.len;
 	c->free_head = s->next_free;
@@ -428,18 +555,4 @@ void sc_fail_all(struct sc_conn *c, void (*fn)(void *user, void *arg), void *arg
 		slot_free(c, i);
 		fn(user, arg);
 	}
-}
-
-size_t sc_digest_text(char *out, const uint8_t *digest, size_t dlen)
-{
-	static const char hex[] = "0123456789abcdef";
-
-	if (dlen > 20)
-		dlen = 20;
-	out[0] = '#';
-	for (size_t i = 0; i < dlen; i++) {
-		out[1 + 2 * i] = hex[digest[i] >> 4];
-		out[2 + 2 * i] = hex[digest[i] & 15];
-	}
-	return 1 + 2 * dlen;
 }

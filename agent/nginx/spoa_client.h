@@ -25,6 +25,15 @@
  * by both, so an ACK that comes after its request gave up (sc_cancel: the
  * request timed out) is dropped, even when the slot serves another request
  * by then.
+ *
+ * Keys: sent whole whenever the whole NOTIFY fits the max-frame-size the
+ * agent announced (the agent digests a long key itself, as it does
+ * HAProxy's: one counter). When it would not fit, the longest keys are
+ * replaced by their digest, one at a time, until it fits: '#' and 32 hex
+ * digits of SipHash-2-4-128 under the connection's digest key
+ * (agent/hash.h, the agent's own digest function). The agent digests every
+ * key starting with '#' again, so no literal a client sends names a digest
+ * of the module's, and without the digest key nobody computes one.
  */
 #ifndef SPOA_CLIENT_H
 #define SPOA_CLIENT_H
@@ -33,6 +42,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/hash.h"
 #include "spop/spop.h"
 
 #define SC_FRAME_SIZE  SPOP_DEFAULT_FRAME_SIZE /* the max-frame-size we announce */
@@ -40,8 +50,7 @@
 #define SC_OUT_SIZE    (64u * 1024u)   /* NOTIFYs not yet written */
 #define SC_SLOTS       512u            /* streams in flight per connection */
 #define SC_MAX_LIMITS  32u             /* the agent counts 32 messages per NOTIFY */
-#define SC_KEY_MAX     1024u           /* longer keys are sent as a digest */
-#define SC_DIGEST_TEXT 41u             /* "#" + 40 hex digits (SHA-1) */
+#define SC_DIGEST_LEN  HASH_DIGEST_LEN /* a digested key: "#" + 32 hex digits */
 #define SC_ERROR_MAX   64u             /* the agent's error string, cut */
 #define SC_NONE        UINT32_MAX
 
@@ -95,6 +104,7 @@ struct sc_conn {
 	struct sc_slot *slots;
 	uint32_t nslots, free_head, inflight;
 	uint32_t max_frame;          /* negotiated by the AGENT-HELLO */
+	uint8_t digest_key[16];      /* SipHash key of the keys digested */
 	uint32_t max_inflight;       /* nslots with pipelining, else 1 */
 	enum spop_err err;           /* why sc_next() failed */
 	const char *why;             /* the same in words (static) */
@@ -122,9 +132,10 @@ enum sc_send_rc {
 };
 
 /* Buffers: in_cap >= SC_IN_SIZE, out_cap >= SC_IN_SIZE (a whole frame),
- * nslots >= 1. The connection starts SC_DOWN. */
+ * nslots >= 1; digest_key (copied): the SipHash key of the keys this
+ * connection digests. The connection starts SC_DOWN. */
 void sc_conn_init(struct sc_conn *c, uint8_t *in, size_t in_cap, uint8_t *out, size_t out_cap,
-		  struct sc_slot *slots, uint32_t nslots);
+		  struct sc_slot *slots, uint32_t nslots, const uint8_t digest_key[16]);
 
 /* A new socket: buffers emptied, every stream free (hand them back with
  * sc_fail_all() first), the HAPROXY-HELLO queued; state SC_HELLO. */
@@ -154,9 +165,12 @@ int sc_next(struct sc_conn *c, struct sc_event *ev);
 
 /* One decision request: the limits l[0..n) with a non-empty key, as one
  * NOTIFY of n messages "ratelimit" (docs/PROTOCOL.md), for `user` (not
- * NULL). Keys travel as length-prefixed strings whatever bytes they hold;
- * window, limit and cost made of 1 to 19 digits as integers, other values
- * as strings (the agent judges them). */
+ * NULL). Keys travel as length-prefixed strings whatever bytes they hold,
+ * whole when the NOTIFY fits c->max_frame, else the longest digested
+ * until it fits (the banner, "Keys"); window, limit and cost made of 1 to
+ * 19 digits as integers, other values as strings (the agent judges them).
+ * SC_TOO_BIG: more than SC_MAX_LIMITS keys, or over c->max_frame with
+ * every key longer than a digest digested (see sc_notify_need). */
 enum sc_send_rc sc_send(struct sc_conn *c, const struct sc_limit *l, size_t n, void *user,
 			uint32_t *slot);
 
@@ -174,10 +188,12 @@ void sc_fail_all(struct sc_conn *c, void (*fn)(void *user, void *arg), void *arg
 /* Number of limits of l[0..n) that would be sent (non-empty key). */
 size_t sc_count(const struct sc_limit *l, size_t n);
 
-/* The text sent for a key longer than SC_KEY_MAX: "#" and the hex of its
- * digest (dlen bytes, at most 20), into out (2 * dlen + 1 bytes). Returns
- * the length. The agent digests keys starting with "#" again, so such a
- * key can never name another key. */
-size_t sc_digest_text(char *out, const uint8_t *digest, size_t dlen);
+/* The most bytes (a frame's LENGTH, what max-frame-size bounds) the NOTIFY
+ * of l[0..n) takes once every key longer than SC_DIGEST_LEN is digested,
+ * with the longest stream-id and frame-id: a connection whose max_frame is
+ * at least this always takes it (sc_send never says SC_TOO_BIG for it
+ * whatever its keys, the other values being these). 0 when nothing would
+ * be sent (every key empty). */
+size_t sc_notify_need(const struct sc_limit *l, size_t n);
 
 #endif /* SPOA_CLIENT_H */

@@ -5,7 +5,9 @@
 # fails: two workers, requests on kept-alive connections from four
 # clients, the agent stopped and restarted twice and paused past the
 # stuck limit, clients giving up while their requests wait, 5000-byte
-# keys, an nginx reload, then nginx stopped. Passes when no sanitizer
+# keys (digested under spoa_ratelimit_key_secret: the agent allows frames
+# of 1024 bytes) beside short ones sent whole, an nginx reload, then nginx
+# stopped. Passes when no sanitizer
 # report was written, no worker crashed and the requests were answered.
 # Usage: AGENT=... NGINX_MODULE_SAN=/path/to/sanitized/module.so \
 #        bash tests/e2e/nginx_module_asan.sh
@@ -27,7 +29,7 @@ E2E_PORT_AGENT=$(free_port)
 PORT_NGINX=$(free_port)
 PORT_APP=$(free_port)
 cat > "$E2E_TMP/agent.json" <<EOF
-{ "namespaces": [ { "name": "default", "window_sizes": [1, 60] } ] }
+{ "max_frame_size": 1024, "namespaces": [ { "name": "default", "window_sizes": [1, 60] } ] }
 EOF
 cat > "$E2E_TMP/nginx.conf" <<EOF
 load_module $MODULE;
@@ -42,6 +44,7 @@ http {
     scgi_temp_path $E2E_TMP/scgi;
     spoa_ratelimit_agent 127.0.0.1:$E2E_PORT_AGENT;
     spoa_ratelimit_timeout 30ms;
+    spoa_ratelimit_key_secret "the sanitized module's secret";
     upstream app { server 127.0.0.1:$PORT_APP; keepalive 8; }
     proxy_http_version 1.1;
     proxy_set_header Connection "";
