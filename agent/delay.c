@@ -207,6 +207,19 @@ static void dq_note(struct delay_queue *q, const struct rl_decision *r)
 	q->sliding = r->sliding;
 }
 
+/* The held decisions of namespace ns in this worker change by delta
+ * (the gauge spoa_ratelimit_delay_held follows). */
+static void held_add(struct decide *d, int ns, int delta)
+{
+	unsigned sid = rl_shm_ns(d->rl, ns);
+
+	d->nheld = (size_t)((long)d->nheld + delta);
+	d->nheld_ns[ns] = (uint16_t)(d->nheld_ns[ns] + delta);
+	if (sid < METRICS_NS)
+		atomic_store_explicit(&metrics_me->delay_held[sid], d->nheld_ns[ns],
+				      memory_order_relaxed);
+}
+
 /* p leaves q (prev: the one before it, NULL for the head); the counts
  * of held decisions follow. */
 static void dq_remove(struct delay_queue *q, struct decide_pending *prev,
@@ -221,8 +234,7 @@ static void dq_remove(struct delay_queue *q, struct decide_pending *prev,
 	if (q->tail == p)
 		q->tail = prev;
 	q->n--;
-	d->nheld--;
-	d->nheld_ns[q->ns]--;
+	held_add(d, q->ns, -1);
 	p->dq = NULL;
 	p->qnext = NULL;
 }
@@ -317,8 +329,7 @@ static void dq_push(struct delay_queue *q, struct decide_pending *p, double now,
 		q->head = p;
 	q->tail = p;
 	q->n++;
-	q->d->nheld++;
-	q->d->nheld_ns[q->ns]++;
+	held_add(q->d, q->ns, 1);
 }
 
 void delay_drop(struct decide_pending *p)
@@ -440,17 +451,15 @@ void delay_free(struct decide *d)
 			struct delay_queue *q = d->dq_hash[b];
 			while (q->head) {
 				struct decide_pending *p = q->head;
-				q->head = p->qnext;
+				dq_remove(q, NULL, p);
 				pending_unlink(p);
 				pending_put(d, p);
 			}
 			dq_drop(q);
 		}
-	memset(d->nheld_ns, 0, sizeof(d->nheld_ns));
 	while (d->dq_free) {
 		struct delay_queue *q = d->dq_free;
 		d->dq_free = q->next;
 		free(q);
 	}
-	d->nheld = 0;
 }

@@ -299,6 +299,12 @@ static void family(struct out *o, const struct scrape *sc, enum metrics_family f
 					    name, sc->label[ns], metrics_adm_labels[a],
 					    (unsigned long long)SUM(m, admissions[sc->sid[ns]][a]));
 		break;
+	case METRICS_FAM_DELAY_HELD:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			if (sc->ns[ns]->delay_max_ms > 0)
+				put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %llu\n", name, sc->label[ns],
+				    (unsigned long long)SUM(m, delay_held[sc->sid[ns]]));
+		break;
 	case METRICS_FAM_DELAY_REFUSED:
 		for (size_t ns = 0; ns < sc->nns; ns++)
 			if (sc->ns[ns]->delay_max_ms > 0)

@@ -57,6 +57,8 @@ struct rl;
 	  "Hits with a limit under admission exact, by namespace and by what decided: "  \
 	  "grant (this node, from the store's grant), store (a round trip), view (denied " \
 	  "here, over the limit already), degraded (the store could not: this node).") \
+	X(DELAY_HELD, "delay_held", "gauge",                                              \
+	  "Hits held now (delay_max_ms), by namespace.")                                \
 	X(DELAY_REFUSED, "delay_refused_total", "counter",                               \
 	  "Hits that delay_max_ms would have held, denied at once because a bound on "   \
 	  "held hits was reached, by namespace and bound (key, connection, namespace).")
@@ -132,6 +134,7 @@ struct metrics_worker {
 	_Atomic uint64_t sync_sum_us;
 	_Atomic int store_up[METRICS_NS];   /* 1 up, 0 down, -1 no store here */
 	_Atomic uint64_t admissions[METRICS_NS][METRICS_ADM_COUNT];
+	_Atomic uint64_t delay_held[METRICS_NS];   /* a gauge: set, not added */
 	_Atomic uint64_t delay_refused[METRICS_NS][METRICS_DELAY_COUNT];
 } __attribute__((aligned(64)));
 

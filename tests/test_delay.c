@@ -205,9 +205,12 @@ Test(delay, a_closed_connection_holds_nothing)
 	cr_assert_eq(hold(a, "slow", "k", 40), 40);
 	cr_assert_eq(hold(b, "slow", "k", 10), 10, "behind a's, on the same key");
 	cr_assert_eq(dec.nheld, 50);
+	int sid = (int)rl_shm_ns(rl, rl_namespace_index(rl, "slow", 4));
+	cr_assert_eq(metrics_me->delay_held[sid], 50, "the gauge");
 	decide_pending_detach_all(&a->o);
 	cr_assert_eq(a->o.held, 0);
 	cr_assert_eq(dec.nheld, 10, "b's stay in line");
+	cr_assert_eq(metrics_me->delay_held[sid], 10);
 	cr_assert_eq(dec.npending, 10);
 	decide_pending_detach_all(&b->o);
 	cr_assert_eq(dec.nheld, 0);

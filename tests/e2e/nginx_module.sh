@@ -47,7 +47,7 @@ TOKEN=$(sed -n 's/.*"http_token": *"\([^"]*\)".*/\1/p' "$ex/agent.json")
 # The example's agent.json (HTTP front on its port), plus a namespace for
 # the test's own locations.
 sed -e "s/127\.0\.0\.1:8081/127.0.0.1:$PORT_HTTP/" \
-    -e 's/"namespaces": \[/"namespaces": [\n    { "name": "t", "window_sizes": [1, 60] },/' \
+    -e 's/"namespaces": \[/"namespaces": [\n    { "name": "t", "window_sizes": [1, 60] },\n    { "name": "held", "window_sizes": [8], "window_type": "fixed", "limit": 20, "delay_max_ms": 8000 },\n    { "name": "victim", "window_sizes": [60], "limit": 10 },/' \
     "$ex/agent.json" > "$E2E_TMP/agent.json"
 
 # nginx's scratch paths in the test directory, and an app that answers
@@ -107,6 +107,17 @@ cat >> "$E2E_TMP/main.conf" <<EOF
         location @over {
             spoa_ratelimit key=\$http_x_key namespace=t window=60 limit=1;
             proxy_pass http://app;
+        }
+        location /attack {
+            spoa_ratelimit_timeout 10s;
+            spoa_ratelimit key=\$arg_k namespace=held window=8;
+            root $E2E_TMP/www;
+        }
+        location /victim {
+            spoa_ratelimit_fail closed;
+            spoa_ratelimit_timeout 1s;
+            spoa_ratelimit key=victim-$E2E_RUN_ID namespace=victim window=60;
+            root $E2E_TMP/www;
         }
         location /cost {
             spoa_ratelimit key=\$http_x_key namespace=t window=60 limit=10 cost=\$http_x_cost;
@@ -449,6 +460,56 @@ kill -CONT "$AGENT_PID" $(agent_workers)
 check "nginx reconnects once the agent runs again" wait_agent_conns 2 6
 code=$(t /open "$E2E_TMP/h-cont" -H "X-Key: cont-$E2E_RUN_ID")
 is "$code $(hdr "$E2E_TMP/h-cont" X-RL-Remaining)" "200 2" "decided again"
+
+# ------------------------------------ held hits hold up no one else ---
+# One nginx worker carries every request over its 2 connections to the
+# agent. 640 requests at once to a location whose namespace delays (16
+# keys, 20 per fixed 8 s window each: 20 admitted at once, 20 held per key
+# until the next window, 5 s or more away), then, while they are held, 30
+# requests to another location with its own limit of 10 (fail closed,
+# timeout 1 s): exactly 10 served and 20 denied, none waiting for its
+# timeout (503). The agent used to stop reading a connection with 64
+# answers held: every request behind them waited for the next window.
+# (Static files: no upstream connection per request. nginx's workers run
+# as nobody: the files must be readable to them.)
+mkdir -p "$E2E_TMP/www"
+echo attack > "$E2E_TMP/www/attack"
+echo victim > "$E2E_TMP/www/victim"
+chmod o+x "$E2E_TMP"; chmod -R o+rX "$E2E_TMP/www"
+held_now() {
+  curl -s --max-time 5 "http://127.0.0.1:$PORT_HTTP/metrics" |
+    sed -n 's/^spoa_ratelimit_delay_held{namespace="held"} \([0-9]*\)$/\1/p'
+}
+: > "$E2E_TMP/attack.cfg"
+for i in $(seq 0 639); do
+  printf 'url = "http://127.0.0.1:%s/attack?k=atk%s-%s"\noutput = "/dev/null"\n' \
+    "$PORT_T" "$((i % 16))" "$E2E_RUN_ID" >> "$E2E_TMP/attack.cfg"
+done
+wait_window_margin 8 5
+curl -s --parallel --parallel-immediate --parallel-max 640 --max-time 20 -w '%{http_code}\n' \
+  -K "$E2E_TMP/attack.cfg" > "$E2E_TMP/attack.codes" 2>/dev/null &
+attack_pid=$!
+held=0
+for i in $(seq 1 40); do
+  held=$(held_now); int_ge "$held" 160 && break
+  sleep 0.05
+done
+check "the attack holds more than 2 x 64 hits in the agent ($held)" int_ge "$held" 160
+s0=$(date +%s%N)
+urls=()
+for i in $(seq 1 30); do urls+=(-o /dev/null "http://127.0.0.1:$PORT_T/victim"); done
+curl -s --max-time 60 -w '%{http_code}\n' "${urls[@]}" > "$E2E_TMP/victim.codes" || true
+ms=$(( ($(date +%s%N) - s0) / 1000000 ))
+held_after=$(held_now)
+is "$(count_codes "$E2E_TMP/victim.codes" 200) $(count_codes "$E2E_TMP/victim.codes" 429) $(count_codes "$E2E_TMP/victim.codes" 503)" \
+  "10 20 0" "during the attack the other location's limit holds: 10 served, 20 denied, none timed out"
+check "... while hits were still held ($held_after)" int_ge "$held_after" 1
+diag "30 requests to the victim location in $ms ms, $held_after attack hits held meanwhile"
+wait "$attack_pid"
+n200=$(count_codes "$E2E_TMP/attack.codes" 200)
+n429=$(count_codes "$E2E_TMP/attack.codes" 429)
+is "$((n200 + n429))" "640" "every attack request answered 200 or 429 ($n200 admitted, $n429 denied)"
+is "$n200" "640" "... the 320 held admitted in the next window"
 
 # --------------------------------------------- two workers, reload ---
 stop_nginx
