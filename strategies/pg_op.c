@@ -1,5 +1,5 @@
 /*
- * pg_op.c - an operation of the PostgreSQL strategy (strategies/postgres.h):
+ * pg_op.c - an operation of the PostgreSQL strategy (strategies/pg_int.h):
  * made, failed (the first reason kept), delivered to its callback (then
  * freed). Where it waits and runs is pg_queue.c's.
  */
@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "strategies/container.h"
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 struct pg_op *pg_op_new(struct pg *s, enum pg_op_kind kind)
 {

@@ -1,6 +1,6 @@
 /*
  * pg_opts.c - strategy_opts of the PostgreSQL strategy
- * (strategies/postgres.h), and the names derived from the table's.
+ * (strategies/pg_int.h), and the names derived from the table's.
  *
  * Options (strategy_opts, a JSON object): conninfo (libpq connection
  * string; hosts must be numeric addresses or socket directories, because
@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 #define PG_DEFAULT_CONNINFO  "host=127.0.0.1 dbname=postgres"
 #define PG_DEFAULT_TABLE     "rl_counters"

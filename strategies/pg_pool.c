@@ -1,6 +1,6 @@
 /*
  * pg_pool.c - the connections of the PostgreSQL strategy
- * (strategies/postgres.h): a connection set up (the tables probed, created
+ * (strategies/pg_int.h): a connection set up (the tables probed, created
  * if missing, every statement prepared), its results read and handed to
  * pg_result.c, lost (what it carried fails; it reconnects after a backoff).
  *
@@ -19,7 +19,7 @@
  */
 #include <stdio.h>
 
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 /* Starts a set-up step on c. No user callback runs. */
 static void pg_setup_start(struct pg_conn *c, enum pg_op_kind kind)

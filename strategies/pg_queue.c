@@ -1,6 +1,6 @@
 /*
  * pg_queue.c - where the operations of the PostgreSQL strategy wait and
- * run (strategies/postgres.h), and where every libev callback of the
+ * run (strategies/pg_int.h), and where every libev callback of the
  * strategy enters: a connection's socket, its reconnect and set-up timers,
  * an operation's silence timer, the kick, the periodic purge. Each ends
  * with the dispatch: what is complete finishes, what can start starts.
@@ -37,7 +37,7 @@
 #include <string.h>
 
 #include "strategies/container.h"
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 static void pg_dispatch(struct pg *s);
 static void pg_op_timeout(struct ev_loop *loop, ev_timer *w, int revents);

@@ -1,6 +1,6 @@
 /*
  * pg_result.c - what comes back to the PostgreSQL strategy
- * (strategies/postgres.h): each result checked for its shape and read
+ * (strategies/pg_int.h): each result checked for its shape and read
  * into its operation (a push chunk's rows matched back to the batch, a
  * fetch's rows kept for the callback, an admission's decision), failures
  * recorded. pg_pool.c reads the results off a connection and hands them
@@ -9,7 +9,7 @@
 #include <limits.h>
 #include <string.h>
 
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 /* Finds the group of a returned row among idx[lo..hi) (sorted): first at
  * position lo + row (rows come back in order in practice), else by binary

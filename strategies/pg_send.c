@@ -1,5 +1,5 @@
 /*
- * pg_send.c - what the PostgreSQL strategy sends (strategies/postgres.h):
+ * pg_send.c - what the PostgreSQL strategy sends (strategies/pg_int.h):
  * an operation's statements queued in a connection's pipeline, with their
  * binary parameters and their Syncs (one transaction each: a push chunk,
  * an admission, a whole other operation). The results come back through
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 /* Sends one prepared statement with s->par[0..n) as binary parameters,
  * binary results. */

@@ -1,5 +1,5 @@
 /*
- * pg_sql.c - the SQL text of the PostgreSQL strategy (strategies/postgres.h):
+ * pg_sql.c - the SQL text of the PostgreSQL strategy (strategies/pg_int.h):
  * the prepared statements, the set-up, and the templates' names filled in.
  * Only the validated table name (and the names derived from it) ever
  * enters SQL text; every value travels as a bound parameter (pg_value.c).
@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 #define PG_GUC_FRESH         "spoa_ratelimit.token_fresh" /* transaction-local */
 #define PG_STR_(x)           #x

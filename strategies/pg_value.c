@@ -1,16 +1,16 @@
 /*
- * pg_value.c - values of the PostgreSQL strategy (strategies/postgres.h):
+ * pg_value.c - values of the PostgreSQL strategy (strategies/pg_int.h):
  * every value travels as a bound parameter in binary format (arrays
  * included), so keys may hold any byte; results are requested in binary
  * too and their shape (column count, types, formats, lengths, NULLs) is
  * checked before anything is read. The writers and readers run per value:
- * they are static inline in postgres.h; here, the checks of a result's
+ * they are static inline in pg_int.h; here, the checks of a result's
  * shape, error messages as one line, and the hashes of the tokens.
  */
 #include <stdio.h>
 #include <string.h>
 
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 
 /* Copies the first line of msg (without a "ERROR:  " style severity,
  * trailing blanks trimmed) after prefix into dst[STRATEGY_ERR_MAX]. */

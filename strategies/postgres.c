@@ -4,7 +4,7 @@
  * per (namespace, key, window size, window start) (pg_sql.c draws it).
  * This file: the ops table, create / destroy, and the operations, checked
  * and planned before they join the queue (pg_queue.c). The files of the
- * strategy, and which way calls go between them: strategies/postgres.h.
+ * strategy, and which way calls go between them: strategies/pg_int.h.
  *
  * Design of the operations
  *   - Every chunk is sent with its own Sync: it is its own transaction, so
@@ -82,7 +82,7 @@
 #include <string.h>
 
 #include "strategies/container.h"
-#include "strategies/postgres.h"
+#include "strategies/pg_int.h"
 #include "strategies/window_start.h"
 
 #define PG_BACKOFF_MIN       0.05     /* s */

@@ -6,7 +6,7 @@
  * set of calls (heartbeat, get_counters, get_window, purge); push_diffs
  * and admit, which cut a batch into script calls, are redis_write.c's.
  * The files of the strategy, and which way calls go between them, are
- * drawn in strategies/redis.h.
+ * drawn in strategies/redis_int.h.
  *
  * get_counters: HGETALL over 64 buckets x sizes x {current, previous},
  * pipelined (the reset mark left out: no key's). get_window: one HMGET
@@ -15,7 +15,7 @@
  * forget: one call of the forget script (redis_script.c), every window
  * of the key in it.
  *
- * Servers. The mode (struct redis_mode_ops, redis.h) says where a call
+ * Servers. The mode (struct redis_mode_ops, redis_int.h) says where a call
  * goes: the one server (host/port or socket: redis_single.c), the master of
  * its slot (cluster_nodes: redis_cluster.c), the master a quorum of the
  * sentinels name (sentinel: redis_sentinel.c). Each server is one connection
@@ -37,7 +37,7 @@
 #include <string.h>
 
 #include "strategies/container.h"
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 #include "strategies/window_start.h"
 
 /* ===================================================================== */

@@ -1,6 +1,6 @@
 /*
  * redis_call.c - the call machinery of the Redis strategy
- * (strategies/redis.h), below the operations and the modes: an
+ * (strategies/redis_int.h), below the operations and the modes: an
  * operation's life (built by its operation, launched, finished, delivered),
  * each of its calls sent where the mode routes it, its reply taken back
  * (NOSCRIPT, then the mode's redirections, then the operation's kind),
@@ -50,7 +50,7 @@
 #include <string.h>
 
 #include "strategies/container.h"
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 /* ===================================================================== */
 /* Operations: lifetime and completion                                   */

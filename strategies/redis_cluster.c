@@ -1,5 +1,5 @@
 /*
- * redis_cluster.c - Redis Cluster for the Redis strategy (strategies/redis.h).
+ * redis_cluster.c - Redis Cluster for the Redis strategy (strategies/redis_int.h).
  *
  * strategy_opts.cluster_nodes lists seeds. The slot map comes from
  * CLUSTER SLOTS, asked of the known masters and then the seeds in turn
@@ -38,7 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 struct redis_cluster {
 	struct redis_probe probe;                   /* CLUSTER SLOTS */

@@ -1,5 +1,5 @@
 /*
- * redis_conn.c - connections of the Redis strategy (strategies/redis.h).
+ * redis_conn.c - connections of the Redis strategy (strategies/redis_int.h).
  *
  * A connection (struct redis_conn) is one server reached through hiredis's
  * async API on the strategy's loop. A data connection pipelines its
@@ -32,7 +32,7 @@
 #include <string.h>
 
 #include "strategies/container.h"
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 static void redis_conn_schedule_retry(struct redis_conn *c)
 {

@@ -1,5 +1,5 @@
 /*
- * redis_opts.c - strategy_opts of the Redis strategy (strategies/redis.h):
+ * redis_opts.c - strategy_opts of the Redis strategy (strategies/redis_int.h):
  * host, port, socket, password, db, timeout_ms, prefix, wait_replicas; or
  * cluster_nodes (Redis Cluster), or sentinel { master, nodes, quorum,
  * password, username }. Every message names the option and what was
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 #define REDIS_PASSWORD_MAX     1024
 #define REDIS_USERNAME_MAX     256

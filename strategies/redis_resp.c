@@ -1,9 +1,9 @@
 /*
- * redis_resp.c - the Redis strategy's text (strategies/redis.h): commands
+ * redis_resp.c - the Redis strategy's text (strategies/redis_int.h): commands
  * written in RESP straight into an operation's buffer, the key layout, the
  * cluster slot of a key, the numbers of replies. The writers a batch runs
  * per counter (decimal, RESP headers, bulk strings, a key's bucket, a
- * reply's number) are static inline in redis.h.
+ * reply's number) are static inline in redis_int.h.
  *
  * Key layout. One hash per (prefix, namespace, bucket, window size,
  * window start); field = the rate-limit key's bytes, value = the count:
@@ -44,7 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 /* Writes "<prefix>:{<ns>:<bucket>" of a hash or token key: the part up to
  * the end of the bucket, inside the Cluster hash tag (the caller closes it);
@@ -277,4 +277,26 @@ uint16_t redis_tag_slot(const char *ns, size_t ns_len, unsigned bucket)
 	*p++ = ':';
 	p += redis_u64_dec(p, bucket);
 	return (uint16_t)(redis_crc16(tag, (size_t)(p - tag)) & (REDIS_SLOTS - 1));
+}
+
+char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns, size_t ns_len,
+		     unsigned bucket, uint32_t size, int64_t start)
+{
+	return redis_put_hkey_of(p, s, ns, ns_len, bucket, size, start, false);
+}
+
+int redis_reply_number(const redisReply *r, double *out)
+{
+	switch (r->type) {
+	case REDIS_REPLY_INTEGER:
+		*out = (double)r->integer;
+		return 0;
+	case REDIS_REPLY_STRING:
+		return redis_parse_double(r->str, r->len, out);
+	case REDIS_REPLY_NIL:
+		*out = 0;
+		return 0;
+	default:
+		return -1;
+	}
 }

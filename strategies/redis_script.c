@@ -1,6 +1,6 @@
 /*
  * redis_script.c - the Lua scripts of the Redis strategy
- * (strategies/redis.h): pushes (push_diffs), admissions (admit) and the
+ * (strategies/redis_int.h): pushes (push_diffs), admissions (admit) and the
  * heartbeat, each loaded with SCRIPT LOAD in every data connection's
  * handshake (redis_conn.c) and called with EVALSHA, or EVAL after a
  * NOSCRIPT reply (redis_call.c); and the forget (an operator's DELETE, a
@@ -10,7 +10,7 @@
  * the scripts are given is redis_resp.c's. Their text is what the servers
  * hash: a change of a byte is a new script.
  */
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 #define REDIS_STR2(x) #x
 #define REDIS_STR(x)  REDIS_STR2(x)

@@ -1,6 +1,6 @@
 /*
  * redis_sentinel.c - Redis Sentinel for the Redis strategy
- * (strategies/redis.h).
+ * (strategies/redis_int.h).
  *
  * strategy_opts.sentinel = { "master": NAME, "nodes": ["HOST:PORT", ...],
  * "quorum": Q, "password": P, "username": U }. The master's address comes
@@ -41,7 +41,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 struct redis_sentinel {
 	struct redis_probe probe;       /* SENTINEL get-master-addr-by-name */

@@ -1,11 +1,11 @@
 /*
  * redis_single.c - one Redis server (host/port, or a unix socket) for the
- * Redis strategy (strategies/redis.h): one data connection (redis_conn.c),
+ * Redis strategy (strategies/redis_int.h): one data connection (redis_conn.c),
  * every call routed to it, ready when it is.
  */
 #include <stdio.h>
 
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 static int redis_single_start(struct redis_strategy *s, char *err, size_t errlen)
 {

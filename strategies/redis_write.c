@@ -1,6 +1,6 @@
 /*
  * redis_write.c - push_diffs and admit of the Redis strategy
- * (strategies/redis.h): a batch cut into script calls, grouped by hash and
+ * (strategies/redis_int.h): a batch cut into script calls, grouped by hash and
  * by cluster slot, with their tokens; the replies read back into the
  * batch. The scripts are redis_script.c's, the key layout redis_resp.c's;
  * the calls leave and come back through redis_call.c.
@@ -58,7 +58,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 
 #define REDIS_CHUNK_MAX        2000    /* counters per script call: Lua's unpack()
 					* stops at ~8000 values, and one call

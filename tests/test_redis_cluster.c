@@ -22,7 +22,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "strategies/redis.h"
+#include "strategies/redis_int.h"
 #include "tests/lib/clock.h"
 #include "tests/lib/evtest.h"
 #include "tests/lib/pusher.h"

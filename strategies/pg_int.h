@@ -1,5 +1,5 @@
 /*
- * postgres.h - what the files of the PostgreSQL strategy share, and nobody
+ * pg_int.h - what the files of the PostgreSQL strategy share, and nobody
  * else (the sync loop knows strategy.h only). One job per file, in levels:
  *
  *   1  postgres.c     the ops table, create / destroy, the operations
@@ -20,8 +20,8 @@
  * A file calls only files of the levels below its own: no circle (the
  * libev callbacks, which start everything, live on level 2).
  */
-#ifndef POSTGRES_H
-#define POSTGRES_H
+#ifndef PG_INT_H
+#define PG_INT_H
 
 #include <ev.h>
 #include <jansson.h>
@@ -574,4 +574,4 @@ static inline int pg_cmp_ident(const char *ns, size_t ns_len, uint32_t size, int
 	return pg_cmp_bytes(key, key_len, b->key, b->key_len);
 }
 
-#endif /* POSTGRES_H */
+#endif /* PG_INT_H */

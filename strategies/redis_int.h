@@ -1,5 +1,5 @@
 /*
- * redis.h - what the files of the Redis strategy share, and nobody else
+ * redis_int.h - what the files of the Redis strategy share, and nobody else
  * (the sync loop knows strategy.h only). One job per file, in levels:
  *
  *   1  redis.c           the ops table, create / destroy, and the
@@ -34,8 +34,8 @@
  * comes back through redis_call.c, which follows redirections and
  * NOSCRIPT before the operation's kind sees it.
  */
-#ifndef REDIS_H
-#define REDIS_H
+#ifndef REDIS_INT_H
+#define REDIS_INT_H
 
 #include <arpa/inet.h>
 #include <hiredis/async.h>
@@ -627,33 +627,18 @@ static inline size_t redis_tag_mark(const char *ns, size_t ns_len)
 	return ns_len > 0 && ns[0] == '}';
 }
 
-static inline char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns,
-				   size_t ns_len, unsigned bucket, uint32_t size, int64_t start)
-{
-	return redis_put_hkey_of(p, s, ns, ns_len, bucket, size, start, false);
-}
+/* redis_put_hkey_of() of a window's hash itself (not its previous). */
+char *redis_put_hkey(char *p, const struct redis_strategy *s, const char *ns, size_t ns_len,
+		     unsigned bucket, uint32_t size, int64_t start);
 
 static inline uint64_t redis_ttl(uint32_t size)
 {
 	return 2 * (uint64_t)size + REDIS_TTL_SLACK;
 }
 
-/* A total from a script or HGET reply: integer, number string, or nil (0). */
-static inline int redis_reply_number(const redisReply *r, double *out)
-{
-	switch (r->type) {
-	case REDIS_REPLY_INTEGER:
-		*out = (double)r->integer;
-		return 0;
-	case REDIS_REPLY_STRING:
-		return redis_parse_double(r->str, r->len, out);
-	case REDIS_REPLY_NIL:
-		*out = 0;
-		return 0;
-	default:
-		return -1;
-	}
-}
+/* A total from a script or HGET reply: integer, number string, or nil
+ * (0). Returns 0, or -1 for another reply. */
+int redis_reply_number(const redisReply *r, double *out);
 
 /* ---- redis_script.c ---- */
 
@@ -663,4 +648,4 @@ extern const char redis_admit_script[];
 extern const char redis_nodes_script[];
 extern const char redis_forget_script[];
 
-#endif /* REDIS_H */
+#endif /* REDIS_INT_H */
