@@ -47,6 +47,8 @@ e2e() {
   echo "== $t$label"
   out=$(bash "$t" 2>&1); rc=$?
   echo "$out" | grep -E '^(ok|not ok)|^#' | head -60
+  # Failures past the first 60 lines too, each with the comment lines after it.
+  echo "$out" | grep -E '^(ok|not ok)|^#' | tail -n +61 | awk '/^not ok/ { p = 1; print; next } /^ok/ { p = 0 } p'
   p=$(echo "$out" | grep -c '^ok ')
   f=$(echo "$out" | grep -c '^not ok')
   passed=$((passed + p)); failed=$((failed + f))
