@@ -865,8 +865,8 @@ Test(http_reload, long_keys_keep_their_digest_key, .fini = stop_all, .timeout = 
 #define HEAD_ADMIN "Authorization: Bearer admin-token-0123456789\r\n"
 
 /* One kind of answer: a target (its "%s", if any, takes a fresh key each
- * time), a header line or "", the GETs that bring the key to the state
- * under test (before), the status expected. */
+ * time: hk1, hk2, ...), a header line or "", the GETs of the target that
+ * bring the key to the state under test (before), the status expected. */
 struct head_case {
 	const char *target, *auth;
 	int before, status;
@@ -957,7 +957,7 @@ Test(http_head, same_headers_as_get, .fini = test_agent_stop, .timeout = 120)
 		{ "/nowhere", HEAD_CHECK, 0, 404 },
 		{ "/healthz", "", 0, 200 },
 		{ "/metrics", "", 0, 200 },
-		{ "/keys?namespace=default&key=%s", HEAD_ADMIN, 1, 200 },
+		{ "/keys?namespace=default&key=hk1", HEAD_ADMIN, 0, 200 },  /* the first check's */
 		{ "/keys?namespace=default&key=%s", "", 0, 401 },
 		{ "/keys?namespace=default&key=%s", HEAD_CHECK, 0, 403 },
 		{ "/keys?namespace=nope&key=%s", HEAD_ADMIN, 0, 404 },
