@@ -141,8 +141,10 @@ static const char *policy_name(const struct http_conn *c, const struct rl_decisi
 
 /* The body speaks for the most restrictive; the
  * RateLimit fields list every limit (draft-ietf-httpapi-ratelimit-headers);
- * a denied GET is a problem+json document (quota-exceeded) naming the
- * policies it violated. */
+ * a denied check is a problem+json document (quota-exceeded) naming the
+ * policies it violated. A HEAD gets the same status and headers as the
+ * GET would, Content-Type and Content-Length included (RFC 9110 9.3.2):
+ * the body is built alike and only left unsent (http_answer). */
 void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 			  const struct rl_decision *parts, size_t np)
 {
@@ -179,7 +181,7 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 	}
 	const char *name = rl_namespace_def(c->s.env->rl, r->ns)->name;
 	char policy[3 * (NS_NAME_MAX + 16)], jname[2 * NS_NAME_MAX];
-	bool several = np > 1, problem = r->exceeded && !x->head;
+	bool several = np > 1, problem = r->exceeded;
 	size_t nlim = 0, jlen = 0;
 
 	for (size_t k = 0; k < np; k++)

@@ -27,8 +27,9 @@ struct http_ctx {
 };
 
 /* The status line, the common headers, extra headers (already formatted,
- * each ending with CRLF), the body. Without keep-alive the connection is
- * marked closing. */
+ * each ending with CRLF), the body. A HEAD (x->head) gets every header of
+ * the GET, Content-Length the body's, and no body: callers build the same
+ * answer for both. Without keep-alive the connection is marked closing. */
 void http_answer(struct http_conn *c, const struct http_ctx *x, int status, const char *ctype,
 		 const char *extra, const char *body);
 /* {"error":"<why>"} with the status (why: our own text, nothing to escape). */

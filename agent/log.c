@@ -128,7 +128,8 @@ void log_format_time(char *buf, int64_t unix_ms)
  * dropped here too (LOG() already checks before evaluating arguments). A
  * message too long for the line ends in "..."; newlines and tabs inside it
  * become spaces and a trailing newline is dropped, so a line is always one
- * line; other control characters are written as \xNN. */
+ * line; other control characters and every byte >= 0x80 are written as
+ * \xNN, so a line is printable ASCII whatever the message held. */
 void log_write(int level, const char *fmt, ...)
 {
 	static const char hex[] = "0123456789abcdef";
@@ -175,14 +176,17 @@ void log_write(int level, const char *fmt, ...)
 		n--;
 	/* Text from peers and stores (a Redis error, a PostgreSQL message)
 	 * may hold terminal controls: ESC, BEL, ... become \xNN here, whatever
-	 * the caller formatted, so no log line can drive a terminal. */
+	 * the caller formatted, so no log line can drive a terminal. Bytes
+	 * >= 0x80 too: invalid UTF-8 would break a reader expecting text, and
+	 * valid UTF-8 can still carry C1 controls (U+009B is CSI) and
+	 * direction overrides; the line is ASCII, as nginx's and HAProxy's. */
 	memcpy(out, line, msg);
 	for (i = msg, o = msg; i < n && o + 5 < sizeof(out); i++) {
 		unsigned char ch = (unsigned char)line[i];
 
 		if (ch == '\n' || ch == '\r' || ch == '\t') {
 			out[o++] = ' ';
-		} else if (ch < 0x20 || ch == 0x7f) {
+		} else if (ch < 0x20 || ch >= 0x7f) {
 			out[o++] = '\\';
 			out[o++] = 'x';
 			out[o++] = hex[ch >> 4];

@@ -21,6 +21,9 @@ enum log_level {
 extern int log_level;       /* messages above this level are dropped */
 extern int log_worker_id;   /* -1 in the master */
 
+/* Writes one line of printable ASCII: the message's newlines and tabs as
+ * spaces, its other control bytes and every byte >= 0x80 as \xNN (log.c
+ * says why). Call through LOG(). */
 void log_write(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Parses "err", "warn", "info", "debug"; returns the level or -1. */

@@ -2,7 +2,8 @@
  * test_log.c - the logging module: level parsing and filtering (arguments
  * are not evaluated below the level), the exact line format, one write per
  * line (lines from several processes on one pipe never interleave), long
- * and multi-line messages, errno preservation, and the hand-made UTC
+ * and multi-line messages, control and non-ASCII bytes escaped (a line is
+ * printable ASCII), errno preservation, and the hand-made UTC
  * timestamp against gmtime_r.
  */
 #include "agent/log.h"
@@ -221,6 +222,31 @@ Test(log, control_characters_are_escaped)
 	cr_assert_null(strchr(out, '\x1b'), "%s", out);
 	cr_assert_null(strchr(out, '\x07'), "%s", out);
 	/* A line of escapes is cut, still one line within the limit. */
+	const char *second = strchr(out, '\n') + 1;
+	size_t n = strcspn(second, "\n");
+	cr_assert_leq(n + 1, 2048);
+	cr_assert_eq(strncmp(second + n - 3, "...", 3), 0, "%.*s", (int)n, second);
+}
+
+/* Bytes >= 0x80 reach no line raw: invalid UTF-8 (a Redis error of any
+ * bytes), valid UTF-8 (a namespace's name) and a C1 control encoded as
+ * UTF-8 (U+009B, CSI) alike are \xNN; a line is printable ASCII. */
+Test(log, bytes_from_0x80_are_escaped)
+{
+	const char *out;
+	static char big[4000];
+
+	capture_start();
+	LOG(LOG_WARN, "redis store: %s", "caf\xc3\xa9 \xff\xfe \xc2\x9b" "31m \x80" "end");
+	memset(big, '\xff', sizeof(big) - 1);
+	LOG(LOG_WARN, "%s", big);
+	out = capture_end();
+	cr_assert_not_null(strstr(out, "warn: redis store: caf\\xc3\\xa9 \\xff\\xfe "
+				  "\\xc2\\x9b31m \\x80end\n"), "%s", out);
+	for (const char *p = out; *p; p++)
+		cr_assert((*p >= 0x20 && *p < 0x7f) || *p == '\n', "byte 0x%02x at %zu",
+			  (unsigned char)*p, (size_t)(p - out));
+	/* A line of them is cut, still one line within the limit. */
 	const char *second = strchr(out, '\n') + 1;
 	size_t n = strcspn(second, "\n");
 	cr_assert_leq(n + 1, 2048);

@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "tests/lib/agenttest.h"
+#include "tests/lib/clock.h"
 #include "tests/lib/rawspop.h"
 #include "tests/lib/redis_server.h"
 
@@ -1329,14 +1330,22 @@ Test(notify, pipelining_backpressure, .timeout = 120)
 	static bool got[N];
 	static struct rawspop_actions acts;
 	size_t inlen = 0, sent = 0, acks = 0;
-	char key[64];
+	char key[64], json[128];
+	/* The rate of 5,000 hits is read at the end: in a window with two
+	 * minutes left (an hour's end inside the run weighted them down). */
+	uint32_t win = test_window_pick(3600, 120);
+
+	test_agent_stop();
+	snprintf(json, sizeof(json), "{ \"namespaces\": [{ \"name\": \"default\","
+		 " \"window_sizes\": [%u] }] }", win);
+	test_agent_start1(json);
 	int fd = hello_conn();
 	int64_t deadline = rawspop_now_ms() + 60000;
 
 	make_key(key, sizeof(key), "bp");
 	rawspop_buf_reset(&wb);
 	for (int i = 0; i < N; i++) {
-		struct rl r = { .key = key, .window = 3600 };
+		struct rl r = { .key = key, .window = win };
 
 		put_notify((uint64_t)i * 2 + 1, (uint64_t)i + 7, &r, 1);
 	}
@@ -1391,7 +1400,7 @@ Test(notify, pipelining_backpressure, .timeout = 120)
 			acks++;
 		}
 	}
-	cr_assert(read_rate(fd, key, 3600) == N);
+	cr_assert(read_rate(fd, key, win) == N);
 	close(fd);
 }
 
@@ -2099,19 +2108,24 @@ Test(timeouts, half_frame)
 Test(timeouts, busy_writes_ending_mid_frame)
 {
 	static const char *const args[] = { "-w", "1", NULL };
-	static const char json[] = "{ \"frame_timeout_ms\": 1000, \"idle_timeout_ms\": 60000 }";
 	static struct rawspop_actions acts;
 	static uint8_t prev[4096];
 	size_t prev_len = 0, half = 0;
 	uint64_t sid = 101, fid = 1;
 	int64_t t0;
 	int fd, frames = 0;
+	/* A window with a minute left: the rate read at the end holds every
+	 * hit (a window's end inside the run weighted the first ones down). */
+	uint32_t win = test_window_pick(3600, 60);
+	char json[256];
 
+	snprintf(json, sizeof(json), "{ \"frame_timeout_ms\": 1000, \"idle_timeout_ms\": 60000,"
+		 " \"namespaces\": [{ \"name\": \"default\", \"window_sizes\": [%u] }] }", win);
 	test_agent_start(json, args);
 	fd = hello_conn();
 	t0 = rawspop_now_ms();
 	while (rawspop_now_ms() - t0 < 3500) {
-		struct rl r = { .key = "busy", .window = 60 };
+		struct rl r = { .key = "busy", .window = win };
 		static uint8_t out[8192];
 		size_t n = 0;
 
@@ -2369,8 +2383,13 @@ Test(config, several_limits_one_decision)
 		cr_assert(var_int(&acts, "rate") == 5, "per-IP count %lld after 8 NOTIFYs, 3 denied "
 			  "by the per-key limit", (long long)var_int(&acts, "rate"));
 	}
-	/* No window named: both limits of "both" decide. */
+	/* No window named: both limits of "both" decide. Its fixed windows
+	 * restart at a second's and a minute's end: the 10 hits go at the
+	 * start of a second with 5 s left in the minute (a second's end among
+	 * them let 2 more in, and the minute's limit decide the 10th). */
 	make_key(key, sizeof(key), "both");
+	test_window_room(60, 5000);
+	test_window_room(1, 900);
 	for (int i = 1; i <= 10; i++) {
 		struct rl r = { .key = key, .ns = "both" };
 
@@ -2382,7 +2401,7 @@ Test(config, several_limits_one_decision)
 			cr_assert(var_int(&acts, "window") == 1);
 		}
 	}
-	cr_assert(admitted >= 3 && admitted <= 5, "%d admitted of 10 (3 per second, 5 a minute)",
+	cr_assert(admitted == 3, "%d admitted of 10 in one second (3 per second, 5 a minute)",
 		  admitted);
 	close(fd);
 }
@@ -2616,15 +2635,29 @@ Test(config, max_frame_size)
 
 /* A full table never turns limiting off (docs/CONFIG.md, "max_keys"):
  * "api" and "login" share max_keys evenly after "strict" (deny) and "lax"
- * (allow) took 100 each. */
+ * (allow) took 100 each. Their window (flood_win) has five minutes left
+ * when the agent starts: a flood lasts seconds to a minute, and a count
+ * read after it (the attacker's 7) must not come out weighted down by a
+ * window's end. */
 static const char flood_json[] =
 	"{ \"max_keys\": 20000, \"namespaces\": ["
-	"  { \"name\": \"api\", \"window_sizes\": [60] },"
-	"  { \"name\": \"login\", \"window_sizes\": [60] },"
-	"  { \"name\": \"strict\", \"window_sizes\": [60], \"max_keys\": 100,"
+	"  { \"name\": \"api\", \"window_sizes\": [%u] },"
+	"  { \"name\": \"login\", \"window_sizes\": [%u] },"
+	"  { \"name\": \"strict\", \"window_sizes\": [%u], \"max_keys\": 100,"
 	"    \"on_table_full\": \"deny\" },"
-	"  { \"name\": \"lax\", \"window_sizes\": [60], \"max_keys\": 100,"
+	"  { \"name\": \"lax\", \"window_sizes\": [%u], \"max_keys\": 100,"
 	"    \"on_table_full\": \"allow\" } ] }";
+static uint32_t flood_win;
+
+static void flood_start(void)
+{
+	static const char *const args[] = { "-w", "1", NULL };
+	char json[sizeof(flood_json) + 64];
+
+	flood_win = test_window_pick(3600, 300);
+	snprintf(json, sizeof(json), flood_json, flood_win, flood_win, flood_win, flood_win);
+	test_agent_start(json, args);
+}
 
 #define FLOOD_KEYS  60000
 #define FLOOD_BATCH 200       /* NOTIFYs per write */
@@ -2643,7 +2676,7 @@ static void flood(int fd, const char *ns, const char *tag, int n)
 		rawspop_buf_reset(&wb);
 		for (int j = 0; j < m; j++) {
 			snprintf(key, sizeof(key), "%s-%d", tag, i + j);
-			struct rl r = { .key = key, .ns = ns, .window = 60, .limit = 5 };
+			struct rl r = { .key = key, .ns = ns, .window = flood_win, .limit = 5 };
 			put_notify(sid + 2 * (uint64_t)j, fid + (uint64_t)j, &r, 1);
 		}
 		send_buf(fd);
@@ -2666,7 +2699,7 @@ static int allowed_of(int fd, const char *ns, const char *key, int n)
 	int allowed = 0;
 
 	for (int i = 0; i < n; i++) {
-		struct rl r = { .key = key, .ns = ns, .window = 60, .limit = 5 };
+		struct rl r = { .key = key, .ns = ns, .window = flood_win, .limit = 5 };
 
 		notify1(fd, &r, &acts);
 		expect_no_error(&acts);
@@ -2694,11 +2727,10 @@ static int log_count(const char *needle)
  * login are counted and limited exactly. */
 Test(flood, key_flood_leaves_every_namespace_limiting, .fini = test_agent_stop, .timeout = 300)
 {
-	static const char *const args[] = { "-w", "1", NULL };
 	struct timespec t0, t1;
 	int fd;
 
-	test_agent_start(flood_json, args);
+	flood_start();
 	fd = hello_conn();
 	cr_assert_eq(allowed_of(fd, "api", "attacker", 6), 5);
 	clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -2707,7 +2739,7 @@ Test(flood, key_flood_leaves_every_namespace_limiting, .fini = test_agent_stop, 
 
 	/* still denied (its count was kept: protected), rate 7 */
 	static struct rawspop_actions acts;
-	struct rl r = { .key = "attacker", .ns = "api", .window = 60, .limit = 5 };
+	struct rl r = { .key = "attacker", .ns = "api", .window = flood_win, .limit = 5 };
 	notify1(fd, &r, &acts);
 	expect_no_error(&acts);
 	cr_assert(var_bool(&acts, "exceeded"));
@@ -2728,13 +2760,12 @@ Test(flood, key_flood_leaves_every_namespace_limiting, .fini = test_agent_stop, 
  * both keep counting the keys they hold. */
 Test(flood, deny_and_allow_when_no_room, .fini = test_agent_stop, .timeout = 300)
 {
-	static const char *const args[] = { "-w", "1", NULL };
 	static struct rawspop_actions acts;
 	const char *const modes[] = { "strict", "lax" };
 	char key[64];
 	int fd;
 
-	test_agent_start(flood_json, args);
+	flood_start();
 	fd = hello_conn();
 	flood(fd, "api", "fill", 25000);	/* the table is at max_keys */
 	for (int m = 0; m < 2; m++) {
@@ -2742,7 +2773,7 @@ Test(flood, deny_and_allow_when_no_room, .fini = test_agent_stop, .timeout = 300
 
 		for (int i = 0; i < 300; i++) {
 			snprintf(key, sizeof(key), "%s-%d", modes[m], i);
-			struct rl r = { .key = key, .ns = modes[m], .window = 60, .limit = 5 };
+			struct rl r = { .key = key, .ns = modes[m], .window = flood_win, .limit = 5 };
 			notify1(fd, &r, &acts);
 			if (!var(&acts, "error")) {
 				cr_assert_eq(refused, 0, "%s: counted after a refusal", key);
@@ -2764,7 +2795,7 @@ Test(flood, deny_and_allow_when_no_room, .fini = test_agent_stop, .timeout = 300
 		cr_assert_eq(counted, 100, "%s: %d counted", modes[m], counted);
 		cr_assert_eq(refused, 200);
 		snprintf(key, sizeof(key), "%s-0", modes[m]);
-		struct rl r = { .key = key, .ns = modes[m], .window = 60, .limit = 5 };
+		struct rl r = { .key = key, .ns = modes[m], .window = flood_win, .limit = 5 };
 		notify1(fd, &r, &acts);
 		expect_no_error(&acts);
 		cr_assert_eq(var_int(&acts, "rate"), 2);

@@ -10,12 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "agent/ratelimit.h"
 #include "agent/shm.h"
 #include "agent/sync.h"
-#include "agent/window.h"
+#include "tests/lib/clock.h"
 #include "tests/lib/redis_server.h"
 
 static struct redis_server srv;
@@ -31,17 +30,24 @@ static void stop_redis(void)
 	redis_server_stop(&srv, 2000);
 }
 
-/* A node: its own table, namespace "api" (window 60) synced to srv. */
+/* The window of "api": one with two minutes left when the test made its
+ * first node (test_window_pick), longer than any test here, so none sees
+ * a window's end: current() is every hit of the test, and a diff or a
+ * call is for the window it was counted in. */
+static uint32_t win;
+
+/* A node: its own table, namespace "api" (window win) synced to srv. */
 static struct rl *node(double sync_rate)
 {
 	char err[256], opts[128];
-	static const uint32_t sizes[] = { 60 };
 	struct rl *rl = rl_new("test", 1024, err, sizeof(err));
 
 	cr_assert(rl, "rl_new: %s", err);
 	snprintf(opts, sizeof(opts), "{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":500}",
 		 srv.port);
-	struct ns_def o = { .name = "api", .window_sizes = { sizes[0] }, .n_window_sizes = 1,
+	if (win == 0)
+		win = test_window_pick(3600, 120);
+	struct ns_def o = { .name = "api", .window_sizes = { win }, .n_window_sizes = 1,
 			    .sync_rate = sync_rate, .strategy = "redis", .strategy_opts = opts };
 	cr_assert(rl_new_namespace(rl, &o, err, sizeof(err)) == 0, "%s", err);
 	return rl;
@@ -52,29 +58,19 @@ static double current(struct rl *rl, const char *key)
 {
 	double rate;
 	/* weight 0: the current window alone */
-	cr_assert(rl_sliding_window(rl, key, strlen(key), 60, NULL, "api", 0, &rate) == 0);
+	cr_assert(rl_sliding_window(rl, key, strlen(key), win, NULL, "api", 0, &rate) == 0);
 	return rate;
-}
-
-/* The tests must not straddle a minute boundary. */
-static void away_from_boundary(void)
-{
-	double now = rl_now();
-	double left = window_reset(now, 60);
-	if (left < 5)
-		usleep((useconds_t)((left + 0.2) * 1e6));
 }
 
 Test(sync, two_nodes_converge, .init = start_redis, .fini = stop_redis, .timeout = 30)
 {
-	away_from_boundary();
 	struct rl *a = node(1), *b = node(1);
 	double rate;
 
 	for (int i = 0; i < 3; i++)
-		cr_assert(rl_increment(a, "alice", 5, 60, 1, "api", 0, &rate) == 0);
+		cr_assert(rl_increment(a, "alice", 5, win, 1, "api", 0, &rate) == 0);
 	for (int i = 0; i < 4; i++)
-		cr_assert(rl_increment(b, "alice", 5, 60, 0.5, "api", 0, &rate) == 0);
+		cr_assert(rl_increment(b, "alice", 5, win, 0.5, "api", 0, &rate) == 0);
 	cr_assert_float_eq(current(a, "alice"), 3, 1e-9);
 	cr_assert_float_eq(current(b, "alice"), 2, 1e-9);
 
@@ -96,13 +92,12 @@ Test(sync, two_nodes_converge, .init = start_redis, .fini = stop_redis, .timeout
 
 Test(sync, fetch_loads_a_namespace, .init = start_redis, .fini = stop_redis, .timeout = 30)
 {
-	away_from_boundary();
 	struct rl *a = node(1), *c = node(1);
 	double rate;
 
 	for (int i = 0; i < 7; i++)
-		cr_assert(rl_increment(a, "bob", 3, 60, 1, "api", 0, &rate) == 0);
-	cr_assert(rl_increment(a, "carol", 5, 60, 2, "api", 0, &rate) == 0);
+		cr_assert(rl_increment(a, "bob", 3, win, 1, "api", 0, &rate) == 0);
+	cr_assert(rl_increment(a, "carol", 5, win, 2, "api", 0, &rate) == 0);
 	cr_assert(rl_sync(a, "api", 3) == 0);
 
 	/* c never counted: fetch() brings the namespace in. */
@@ -116,17 +111,16 @@ Test(sync, fetch_loads_a_namespace, .init = start_redis, .fini = stop_redis, .ti
 
 Test(sync, store_down_keeps_diffs, .init = start_redis, .fini = stop_redis, .timeout = 40)
 {
-	away_from_boundary();
 	struct rl *a = node(1);
 	double rate;
 
 	for (int i = 0; i < 5; i++)
-		cr_assert(rl_increment(a, "dave", 4, 60, 1, "api", 0, &rate) == 0);
+		cr_assert(rl_increment(a, "dave", 4, win, 1, "api", 0, &rate) == 0);
 	cr_assert(redis_server_kill(&srv) == 0);
 	/* The push fails; nothing is lost locally. */
 	cr_assert(rl_sync(a, "api", 1) != 0, "sync succeeded with the store down");
 	cr_assert_float_eq(current(a, "dave"), 5, 1e-9);
-	cr_assert(rl_increment(a, "dave", 4, 60, 1, "api", 0, &rate) == 0);
+	cr_assert(rl_increment(a, "dave", 4, win, 1, "api", 0, &rate) == 0);
 
 	cr_assert(redis_server_restart(&srv, 5000) == 0, "%s", srv.err);
 	/* Back: every hit of the outage reaches the store exactly once. */
@@ -176,7 +170,7 @@ Test(sync, stop_with_a_seed_read_in_flight, .init = start_redis, .fini = stop_re
 	cr_assert_eq(redis_server_pause(&srv), 0);
 	for (int i = 0; i < 4; i++) {
 		snprintf(key, sizeof(key), "seed-%d", i);
-		cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, -1, rl_now(), -1, true, &r), 0);
+		cr_assert_eq(rl_hit(rl, 0, key, strlen(key), win, 1, -1, rl_now(), -1, true, &r), 0);
 		cr_assert(r.inserted);
 		sync_seed(sy, 0, r.cur_idx);
 		if (i == 1)   /* the first two leave (and wait), the others queue */
@@ -193,7 +187,7 @@ Test(sync, stop_with_a_seed_read_in_flight, .init = start_redis, .fini = stop_re
 
 /* ---- tokens of sync_rate 0 calls and admissions, calls in doubt ---- */
 
-/* The total in srv of key (stored form) in namespace "api", window 60,
+/* The total in srv of key (stored form) in namespace "api", window win,
  * whatever its window start. */
 static double store_total(const char *key)
 {
@@ -201,8 +195,8 @@ static double store_total(const char *key)
 	double sum = 0;
 
 	do {
-		redisReply *rep = redis_server_command(&srv, "SCAN %s MATCH rl:{api:*}:60:* COUNT 1000",
-						       cursor);
+		redisReply *rep = redis_server_command(&srv, "SCAN %s MATCH rl:{api:*}:%u:* COUNT 1000",
+						       cursor, win);
 
 		cr_assert(rep && rep->type == REDIS_REPLY_ARRAY && rep->elements == 2, "SCAN");
 		snprintf(cursor, sizeof(cursor), "%s", rep->element[0]->str);
@@ -248,14 +242,14 @@ static bool call_one(struct ev_loop *loop, struct rl *rl, struct sync *sy, const
 	hits.n = 1;
 	hits.h[0] = (struct sync_hit){ .ns = 0, .idx = UINT32_MAX, .key = skey,
 				       .keylen = rl_stored_key(rl, key, strlen(key), skey),
-				       .size = 60 };
+				       .size = win };
 	skey[hits.h[0].keylen] = '\0';         /* for store_total() */
 	if (admit) {
 		hits.h[0].admit = true;
 		hits.h[0].cost = 1;
 		hits.h[0].limit = 100;
 	} else {
-		cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, 0, now, -1, true, &r), 0);
+		cr_assert_eq(rl_hit(rl, 0, key, strlen(key), win, 1, 0, now, -1, true, &r), 0);
 		hits.h[0].idx = r.cur_idx;
 		hits.h[0].diff = 1;
 	}
@@ -279,7 +273,6 @@ static void restart_case(bool admit)
 	struct ev_loop *loop = ev_loop_new(EVFLAG_AUTO);
 	struct sync *sy = NULL;
 
-	away_from_boundary();
 	sync_set_node_seed(0x1234);
 	for (int gen = 0; gen < 2; gen++) {
 		cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
@@ -315,9 +308,8 @@ Test(sync, library_sync_calls_do_not_share_tokens, .init = start_redis, .fini = 
 	double rate;
 	char sk[64];
 
-	away_from_boundary();
 	for (int i = 0; i < 3; i++) {
-		cr_assert(rl_increment(a, "lib", 3, 60, 1, "api", 0, &rate) == 0);
+		cr_assert(rl_increment(a, "lib", 3, win, 1, "api", 0, &rate) == 0);
 		cr_assert(rl_sync(a, "api", 3) == 0);
 	}
 	sk[rl_stored_key(a, "lib", 3, sk)] = '\0';
@@ -341,10 +333,10 @@ static void calls_into_paused_store(struct ev_loop *loop, struct rl *rl, struct 
 		struct rl_result r;
 		double now = rl_now();
 
-		cr_assert_eq(rl_hit(rl, 0, sk, strlen(sk), 60, 1, 0, now, -1, true, &r), 0);
+		cr_assert_eq(rl_hit(rl, 0, sk, strlen(sk), win, 1, 0, now, -1, true, &r), 0);
 		many[i].n = 1;
 		many[i].h[0] = (struct sync_hit){ .ns = 0, .idx = r.cur_idx, .key = sk,
-						  .keylen = strlen(sk), .size = 60, .diff = 1 };
+						  .keylen = strlen(sk), .size = win, .diff = 1 };
 		cr_assert_eq(sync_hits_push(sy, &many[i], now, on_done, &done[i]), 1);
 		ev_run(loop, EVRUN_ONCE | EVRUN_NOWAIT);
 	}
@@ -371,7 +363,6 @@ Test(sync, calls_in_doubt_settle_exactly, .init = start_redis, .fini = stop_redi
 	char sk[64];
 	double t0;
 
-	away_from_boundary();
 	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
 	spin(loop, 0.2);
 	cr_assert(call_one(loop, rl, sy, "doubt", false));
@@ -416,9 +407,6 @@ static void reload_case(double sync_rate)
 	char sk[64];
 	double want;
 
-	away_from_boundary();
-	if (window_reset(rl_now(), 60) < 20)
-		usleep((useconds_t)((window_reset(rl_now(), 60) + 0.2) * 1e6));
 	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
 	spin(loop, 0.2);
 	sk[rl_stored_key(rl, key, strlen(key), sk)] = '\0';
@@ -426,14 +414,14 @@ static void reload_case(double sync_rate)
 		struct rl_result r;
 
 		for (int i = 0; i < 5; i++, hits_sent++)
-			cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, 0, rl_now(), -1, false,
+			cr_assert_eq(rl_hit(rl, 0, key, strlen(key), win, 1, 0, rl_now(), -1, false,
 					    &r), 0);
 		for (double end = ev_time() + 5; store_total(sk) != 5 && ev_time() < end;)
 			spin(loop, 0.1);
 		cr_assert_float_eq(store_total(sk), 5, 1e-9, "the first cycle pushed");
 		cr_assert_eq(redis_server_pause(&srv), 0);
 		for (int i = 0; i < 5; i++, hits_sent++)
-			cr_assert_eq(rl_hit(rl, 0, key, strlen(key), 60, 1, 0, rl_now(), -1, false,
+			cr_assert_eq(rl_hit(rl, 0, key, strlen(key), win, 1, 0, rl_now(), -1, false,
 					    &r), 0);
 		/* a cycle pushes into the paused store and times out (500 ms) */
 		for (double end = ev_time() + 5; sync_settled(sy) && ev_time() < end;)

@@ -104,11 +104,14 @@ tally() {
 # spoe_errors: HAProxy's SPOE log lines of failed events (timings).
 spoe_errors() { grep 'SPOE:' "$E2E_TMP/haproxy.log" | tail -n "${1:-3}" | sed 's/^/#   /'; }
 
+# Every burst below counts exactly within one 60 s window (in_one_window:
+# across its end, the sliding rate is weighted down and more pass).
+
 # --- 1. one key, 16 concurrent clients (pipelined engine) ---
-wait_window_margin 60 8
 spop_idle 10 || diag "SPOP connections still held before the first burst: $(held_by "$(worker_pid 0)") / $(held_by "$(worker_pid 1)")"
 spread_mark
-burst "$E2E_PORT_OPEN" "$K-one" 50 200 > "$out"
+burst_one() { burst "$E2E_PORT_OPEN" "$K-one$1" 50 200 > "$out"; }
+in_one_window 60 8 burst_one || diag "every burst crossed a window's end"
 tally "$out"
 diag "one key: $n200 x 200, $n429 x 429, $nerr SPOE errors, $(wc -l < "$out") answers"
 is "$n200" "50" "16 concurrent clients, limit 50: exactly 50 of 200 pass"
@@ -117,15 +120,18 @@ is "$n429" "150" "16 concurrent clients: the other 150 get 429"
 spread_check "pipelining"
 
 # --- 2. four keys interleaved ---
-wait_window_margin 60 8
-: > "$out"
-for i in $(seq 1 40); do for k in a b c d; do echo "$K-$k"; done; done |
-  xargs -P 16 -I{} curl -s -o /dev/null --max-time 10 -w '{} %{http_code}\n' \
-    -H "X-Api-Key: {}" -H "X-Limit: 15" "$url" >> "$out"
+burst_four() {
+  K4="$K-$1"
+  : > "$out"
+  for i in $(seq 1 40); do for k in a b c d; do echo "$K4$k"; done; done |
+    xargs -P 16 -I{} curl -s -o /dev/null --max-time 10 -w '{} %{http_code}\n' \
+      -H "X-Api-Key: {}" -H "X-Limit: 15" "$url" >> "$out"
+}
+in_one_window 60 8 burst_four || diag "every burst crossed a window's end"
 bad=""
 for k in a b c d; do
-  p=$(grep -cx "$K-$k 200" "$out")
-  d=$(grep -cx "$K-$k 429" "$out")
+  p=$(grep -cx "$K4$k 200" "$out")
+  d=$(grep -cx "$K4$k 429" "$out")
   if [ "$p" != 15 ] || [ "$d" != 25 ]; then bad="$bad $k:$p/$d"; fi
 done
 if [ -z "$bad" ]; then ok "4 keys x 40 concurrent requests, limit 15: exactly 15 pass per key"
@@ -147,12 +153,15 @@ spread_mark
 # A warm-up burst creates the applets first.
 burst "$E2E_PORT_NOPIPE" "$K-warm" 1000 64 > /dev/null
 spread_check "no pipelining"
-wait_window_margin 60 8
-burst "$E2E_PORT_NOPIPE" "$K-np" 40 160 > "$out"
+# The count read in the burst's window too.
+burst_np() {
+  burst "$E2E_PORT_NOPIPE" "$K-np$1" 40 160 > "$out"
+  req_h "$E2E_PORT_OPEN" "$E2E_TMP/hnp" -H "X-Api-Key: $K-np$1" -H "X-Limit: 40" -H "X-Cost: 0" > /dev/null
+}
+in_one_window 60 8 burst_np || diag "every burst crossed a window's end"
 tally "$out"
 diag "no pipelining: $n200 x 200, $n429 x 429, $nerr SPOE errors"
 [ "$nerr" -gt 0 ] && spoe_errors "$nerr"
-req_h "$E2E_PORT_OPEN" "$E2E_TMP/hnp" -H "X-Api-Key: $K-np" -H "X-Limit: 40" -H "X-Cost: 0" > /dev/null
 counted=$(hdr "$E2E_TMP/hnp" X-RL-Rate)
 is "$n200/$n429" "40/$((120 - nerr))" "no pipelining, 16 concurrent clients, limit 40: the agent allows exactly 40 of 160 (less $nerr HAProxy SPOE errors)"
 is "$counted" "$((160 - nerr))" "no pipelining: every hit that reached the agent was counted"
@@ -164,17 +173,20 @@ cfgf="$E2E_TMP/curl.cfg"
 for i in $(seq 1 2000); do
   printf 'url = "%s"\noutput = "/dev/null"\n' "$url" >> "$cfgf"
 done
-wait_window_margin 60 5
-t0=$(date +%s%N)
-curl -s -Z --parallel-max 16 --max-time 20 -K "$cfgf" -w '%{http_code}\n' \
-  -H "X-Api-Key: $K-tput" -H "X-Limit: 1000000" > "$out" 2>/dev/null
-t1=$(date +%s%N)
+# The 2000 hits and their count in one window.
+burst_tput() {
+  t0=$(date +%s%N)
+  curl -s -Z --parallel-max 16 --max-time 20 -K "$cfgf" -w '%{http_code}\n' \
+    -H "X-Api-Key: $K-tput$1" -H "X-Limit: 1000000" > "$out" 2>/dev/null
+  t1=$(date +%s%N)
+  req_h "$E2E_PORT_OPEN" "$E2E_TMP/hr" -H "X-Api-Key: $K-tput$1" -H "X-Limit: 1000000" -H "X-Cost: 0" > /dev/null
+}
+in_one_window 60 5 burst_tput || diag "every burst crossed a window's end"
 ms=$(( (t1 - t0) / 1000000 ))
 n=$(count_codes "$out" 200)
 [ "$ms" -gt 0 ] || ms=1
 diag "throughput: $n x 200 of 2000 in ${ms} ms = $(( n * 1000 / ms )) req/s (curl -Z, 16 parallel, HAProxy + SPOE + agent)"
 is "$n" "2000" "2000 parallel requests under the limit all pass"
-req_h "$E2E_PORT_OPEN" "$E2E_TMP/hr" -H "X-Api-Key: $K-tput" -H "X-Limit: 1000000" -H "X-Cost: 0" > /dev/null
 is "$(hdr "$E2E_TMP/hr" X-RL-Rate)" "2000" "all 2000 parallel hits were counted (cost-0 read gives rate 2000)"
 
 # --- the workers are the same processes (none crashed) ---

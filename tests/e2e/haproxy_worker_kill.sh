@@ -70,32 +70,37 @@ kill_one_and_check "first kill" "$K-a"
 kill_one_and_check "second kill" "$K-b"
 
 # --- under load: 4 client loops of 60 requests, a worker killed mid-way ---
-wait_window_margin 60 8
-loaders=""
-for l in 1 2 3 4; do
-  (
-    for i in $(seq 1 60); do
-      curl -s -o /dev/null -D "$E2E_TMP/lh.$l" --max-time 5 -w '%{http_code}' \
-        -H "X-Api-Key: $K-load" -H "X-Limit: 100000" "http://127.0.0.1:$E2E_PORT_OPEN/"
-      printf ' %s\n' "$(hdr "$E2E_TMP/lh.$l" X-RL-Err)"
-    done > "$E2E_TMP/load.$l"
-  ) &
-  loaders="$loaders $!"
-done
-sleep 0.4
-victim=$(agent_workers | head -n 1)
-AGENT_WORKERS_SEEN="$AGENT_WORKERS_SEEN $(agent_workers | tr '\n' ' ')"
-[ -n "$victim" ] && kill -KILL "$victim"
-wait_replaced "${victim:-none}" || diag "no replacement under load"
-AGENT_WORKERS_SEEN="$AGENT_WORKERS_SEEN $(agent_workers | tr '\n' ' ')"
-for p in $loaders; do wait "$p"; done
+# (the 240 hits and their count in one window: across its end the sliding
+# count is weighted down)
+load_and_kill() {
+  local l p
+  loaders=""
+  for l in 1 2 3 4; do
+    (
+      for i in $(seq 1 60); do
+        curl -s -o /dev/null -D "$E2E_TMP/lh.$l" --max-time 5 -w '%{http_code}' \
+          -H "X-Api-Key: $K-load$1" -H "X-Limit: 100000" "http://127.0.0.1:$E2E_PORT_OPEN/"
+        printf ' %s\n' "$(hdr "$E2E_TMP/lh.$l" X-RL-Err)"
+      done > "$E2E_TMP/load.$l"
+    ) &
+    loaders="$loaders $!"
+  done
+  sleep 0.4
+  victim=$(agent_workers | head -n 1)
+  AGENT_WORKERS_SEEN="$AGENT_WORKERS_SEEN $(agent_workers | tr '\n' ' ')"
+  [ -n "$victim" ] && kill -KILL "$victim"
+  wait_replaced "${victim:-none}" || diag "no replacement under load"
+  AGENT_WORKERS_SEEN="$AGENT_WORKERS_SEEN $(agent_workers | tr '\n' ' ')"
+  for p in $loaders; do wait "$p"; done
+  req_h "$E2E_PORT_OPEN" "$E2E_TMP/hl" -H "X-Api-Key: $K-load$1" -H "X-Limit: 100000" -H "X-Cost: 0" > /dev/null
+}
+in_one_window 60 8 load_and_kill || diag "every run crossed a window's end"
 cat "$E2E_TMP"/load.[1-4] > "$E2E_TMP/load"
 total=$(wc -l < "$E2E_TMP/load")
 answered=$(grep -c -E '^(200|429) ' "$E2E_TMP/load")
 errors=$(grep -c -E '^[0-9]+ [0-9]+$' "$E2E_TMP/load")
 is "$answered/$total" "240/240" "under load: every request answered 200/429 across the kill"
 diag "under load: $errors of 240 requests saw an SPOE error (passed uncounted, fail-open)"
-req_h "$E2E_PORT_OPEN" "$E2E_TMP/hl" -H "X-Api-Key: $K-load" -H "X-Limit: 100000" -H "X-Cost: 0" > /dev/null
 counted=$(hdr "$E2E_TMP/hl" X-RL-Rate)
 diag "under load: the agent counted $counted hits (240 sent, $errors errors)"
 # A hit counted by the killed worker just before it died has no answer, so

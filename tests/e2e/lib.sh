@@ -467,3 +467,26 @@ align_second() {
   rem=$((1020000000 - 10#$ns))
   sleep "$((rem / 1000000000)).$(printf '%09d' $((rem % 1000000000)))"
 }
+
+# in_one_window SIZE MARGIN FN [PAUSE]: a burst whose counts a window's end
+# would change (a sliding rate weighted down, a fixed or a 1 s window
+# started afresh) at a usable moment. Waits until MARGIN seconds are left
+# in the SIZE-second window (SIZE 1: for the start of a second), runs
+# FN TRY, and runs it again when the window changed meanwhile (the clock
+# read before and after it), at most 3 times: FN counts on keys of its own
+# for each TRY (1, 2, 3), or on the same ones when PAUSE seconds before a
+# try again let their counts go (two windows' time); it leaves its results
+# where the checks after it look. Returns 0, or 1 when every try crossed a
+# window's end.
+in_one_window() {
+  local size=$1 margin=$2 fn=$3 pause=${4:-0} try w0
+  for try in 1 2 3; do
+    [ "$try" -gt 1 ] && [ "$pause" != 0 ] && sleep "$pause"
+    if [ "$size" -le 1 ]; then align_second; else wait_window_margin "$size" "$margin"; fi
+    w0=$(( $(date +%s) / size ))
+    "$fn" "$try"
+    [ $(( $(date +%s) / size )) = "$w0" ] && return 0
+    diag "a ${size} s window ended during $fn (try $try): once more, on new keys"
+  done
+  return 1
+}

@@ -159,6 +159,11 @@ int agentproc_start(struct agentproc *a, const char *json, const char *const *ar
 	}
 	close(fd);
 
+	/* The master listens on SPOP, then on HTTP: a test that connects to
+	 * the HTTP front as soon as SPOP accepts was refused now and then on
+	 * a busy machine. Both must accept. */
+	bool http = json && strstr(json, "127.0.0.1:@HTTP_PORT@");
+
 	for (int attempt = 0; attempt < 4; attempt++) {
 		int64_t deadline = test_now_ms() + timeout_ms;
 		bool exited = false;
@@ -192,14 +197,15 @@ int agentproc_start(struct agentproc *a, const char *json, const char *const *ar
 				exited = true;
 				break;
 			}
-			if (can_connect(a->port))
+			if (can_connect(a->port) && (!http || can_connect(a->http_port)))
 				return 0;
 			test_sleep_ms(20);
 		}
 		if (!exited) {
 			snprintf(a->err, sizeof(a->err),
-				 "agent pid %d not accepting on port %d after %d ms (log %s)",
-				 (int)a->pid, a->port, timeout_ms, a->log_path);
+				 "agent pid %d not accepting on port %d%s after %d ms (log %s)",
+				 (int)a->pid, a->port, http ? " and its HTTP port" : "", timeout_ms,
+				 a->log_path);
 			agentproc_stop(a, 2000, false);
 			return -1;
 		}

@@ -42,7 +42,8 @@ bool agentproc_available(void);
  * file's text or NULL; the token "@PORT@" in it is replaced by the port,
  * "@HTTP_PORT@" by a second free port (a->http_port).
  * args: extra arguments, NULL-terminated (may be NULL). Waits up to
- * timeout_ms for a TCP connect to succeed. Retries a few ports if the
+ * timeout_ms for a TCP connect to succeed, on both ports when json has
+ * "http_listen" on 127.0.0.1:@HTTP_PORT@. Retries a few ports if the
  * agent exits early (another process may have taken the port). Returns 0,
  * or -1 with a->err set (the child, if any, is killed and reaped). */
 int agentproc_start(struct agentproc *a, const char *json, const char *const *args,
