@@ -102,7 +102,7 @@ uint32_t config_http_max_connections(const struct config *c);
 size_t config_http_max_buffer_memory(const struct config *c);
 
 /* sched_batch and collect_us as the workers apply them, while a worker
- * serves HAProxy 2.x and no 3.1+ (bursts: conn.c tells them by their
+ * serves HAProxy 2.x and no 3.1+ (bursts: spop_front.c tells them by their
  * stream numbers) or not: what the file says, else (CONFIG_AUTO, the
  * default) on (20 µs) unless a namespace syncs at sync_rate 0 (every hit
  * of it waits for the store's answer, whose wake-up must wait neither for

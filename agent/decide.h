@@ -2,7 +2,7 @@
  * decide.h - the protocol-neutral decision: a rate-limit request in (what
  * to count, in which namespace and window, against which limit), a
  * decision out (rate, remaining, reset, retry_after, exceeded, error).
- * The fronts (SPOP in agent/handler.c, HTTP in agent/http_front.c) turn
+ * The fronts (SPOP in agent/spop_handler.c, HTTP in agent/http_front.c) turn
  * their messages into requests and decisions into their answers; nothing
  * here knows a protocol.
  *

@@ -9,7 +9,7 @@
 #define FRONTS_H
 
 #define FRONTS(X)                                                                        \
-	X(SPOP, "spop", spop_front)   /* HAProxy's SPOE (agent/conn.c) */                 \
+	X(SPOP, "spop", spop_front)   /* HAProxy's SPOE (agent/spop_front.c) */           \
 	X(HTTP, "http", http_front)   /* nginx's auth_request, callers (agent/http_front.c) */
 
 /* A front's number: its metrics' label and its listener's place. */

@@ -479,7 +479,7 @@ static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
 		weight = ((double)window_size - (now - (double)start)) / (double)window_size;
 	/* Periodic sync keeps a diff of every hit; synchronous namespaces
 	 * (sync_rate 0) push each hit themselves and keep a diff only for
-	 * hits the store did not confirm (agent/handler.c). */
+	 * hits the store did not confirm (agent/spop_handler.c). */
 	with_diff = n->def.sync_rate > 0 || mode == RL_MODE_DEGRADED;
 	out->evicted = false;
 	out->need_store = out->granted = false;

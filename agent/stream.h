@@ -2,7 +2,7 @@
  * stream.h - fronts and their connections, as the worker sees them.
  *
  * A front is what a listener speaks: a const ops table (spop_front in
- * agent/conn.c, http_front in agent/http_front.c), listed in
+ * agent/spop_front.c, http_front in agent/http_front.c), listed in
  * agent/fronts.h (the registry: fronts[] below). Its connections embed a
  * struct stream: a non-blocking socket with its watchers and its read and
  * write buffers, counted against the worker's max_buffer_memory. A
@@ -10,7 +10,7 @@
  * callback: fronts never include the worker, the worker knows fronts only
  * by their ops.
  *
- *   worker --accept--> ops->open(env, fd) --> struct conn / http_conn
+ *   worker --accept--> ops->open(env, fd) --> struct spop_conn / http_conn
  *      ^                                          |  (struct stream inside)
  *      '------------- env->closed(env, s) <-------'
  */
@@ -27,7 +27,6 @@
 
 struct config;
 struct decide;
-struct handler;
 struct rl;
 struct stream;
 struct front_env;
@@ -87,11 +86,12 @@ struct front_env {
 	const struct config *cfg;
 	struct rl *rl;
 	struct decide *decide;            /* the decisions of every front */
-	struct handler *handler;          /* SPOP messages (the SPOP front's start) */
+	void *state[FRONT_COUNT];         /* each front's own state of the worker
+	                                     (its start sets it; NULL: none) */
 	struct metrics *metrics;          /* every worker's counters (GET /metrics) */
 	struct topk *topk;                /* heavy hitters (GET /top); NULL: off */
 	unsigned mux_peers;               /* SPOP connections of HAProxy 3.1+ and */
-	unsigned applet_peers;            /* ... 2.x (conn.c): sched_batch, collect_us */
+	unsigned applet_peers;            /* ... 2.x (spop_front.c): sched_batch, collect_us */
 	size_t buf_bytes;                 /* all connection buffers (max_buffer_memory) */
 	size_t front_bytes[FRONT_COUNT]; /* ... of each front (its max_buffer_memory) */
 	struct log_limit budget_log, fail_log, disconnect_log, io_log;

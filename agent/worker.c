@@ -501,7 +501,7 @@ static void worker_sched(bool batch)
 	}
 }
 
-/* Whether the worker serves HAProxy 2.x and no 3.1+ (conn.c's guess). */
+/* Whether the worker serves HAProxy 2.x and no 3.1+ (spop_front.c's guess). */
 static bool worker_bursts(const struct worker *w)
 {
 	return w->env.applet_peers > 0 && w->env.mux_peers == 0;

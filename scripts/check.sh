@@ -22,10 +22,10 @@ out=$(grep -n '#include "agent/' spop/*.[ch] strategies/*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "spop/ or strategies/ include agent/:"$'\n'"$out"
 out=$(grep -n '#include "strategies/' spop/*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "spop/ includes strategies/:"$'\n'"$out"
-out=$(grep -nE '#include "agent/(conn|handler|http_[a-z]+|stream|worker)' \
+out=$(grep -nE '#include "agent/(spop_front|spop_handler|http_[a-z]+|stream|worker)' \
   agent/decide*.[ch] agent/delay.c agent/sync*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "decisions or sync include a front or the worker:"$'\n'"$out"
-out=$(grep -ln '#include "agent/worker.h"' agent/conn.c agent/http_*.c agent/handler.c \
+out=$(grep -ln '#include "agent/worker.h"' agent/spop_front.c agent/http_*.c agent/spop_handler.c \
   agent/stream.c 2>/dev/null)
 [ -z "$out" ] || bad "a front includes the worker: $out"
 

@@ -1,5 +1,5 @@
 /*
- * handler.c - NOTIFY in, ACK out. The contract with HAProxy configs is
+ * spop_handler.c - NOTIFY in, ACK out. The contract with HAProxy configs is
  * docs/PROTOCOL.md; this file is its implementation.
  *
  * A NOTIFY is read in two passes: the first validates every message and
@@ -9,7 +9,7 @@
  * carries the plain variables of the most restrictive message, followed
  * by each message's own suffixed variables.
  */
-#include "agent/handler.h"
+#include "agent/spop_handler.h"
 
 #include <arpa/inet.h>
 #include <math.h>
@@ -22,9 +22,9 @@
 #include "agent/decide.h"
 #include "agent/metrics.h"
 
-static void var_headers_init(struct handler *h);
+static void var_headers_init(struct spop_handler *h);
 
-int handler_init(struct handler *h, const struct config *cfg, struct decide *dec,
+int spop_handler_init(struct spop_handler *h, const struct config *cfg, struct decide *dec,
 		 size_t max_frame_size)
 {
 	memset(h, 0, sizeof(*h));
@@ -34,12 +34,12 @@ int handler_init(struct handler *h, const struct config *cfg, struct decide *dec
 	var_headers_init(h);
 	/* The keys of one NOTIFY, as text: binary keys (at most a frame in
 	 * all) twice as long as hex, and up to 64 bytes each for the others. */
-	h->scratch_len = 2 * max_frame_size + 64 * HANDLER_MAX_MSGS;
+	h->scratch_len = 2 * max_frame_size + 64 * SPOP_HANDLER_MAX_MSGS;
 	h->scratch = malloc(h->scratch_len);
 	return h->scratch ? 0 : -1;
 }
 
-void handler_free(struct handler *h)
+void spop_handler_free(struct spop_handler *h)
 {
 	free(h->scratch);
 	h->scratch = NULL;
@@ -105,7 +105,7 @@ static size_t put_ipv4(char *out, const uint8_t a[4])
 
 /* Writes the canonical text of a key into the scratch buffer; returns its
  * length, 0 if the value cannot be a key (*why says why). */
-static size_t key_text(struct handler *h, const struct spop_data *d, const char **text,
+static size_t key_text(struct spop_handler *h, const struct spop_data *d, const char **text,
 		       const char **why)
 {
 	char *out = h->scratch + h->scratch_used;
@@ -167,7 +167,7 @@ static void msg_suffix(struct spop_str name, size_t prefix_len, struct rl_reques
 		p++;
 		len--;
 	}
-	for (size_t i = 0; i < len && n < HANDLER_SUFFIX_MAX; i++) {
+	for (size_t i = 0; i < len && n < SPOP_HANDLER_SUFFIX_MAX; i++) {
 		char c = p[i];
 		bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
 			  (c >= '0' && c <= '9') || c == '_';
@@ -176,7 +176,7 @@ static void msg_suffix(struct spop_str name, size_t prefix_len, struct rl_reques
 	r->label[n] = '\0';
 }
 
-static bool is_ratelimit_msg(const struct handler *h, struct spop_str name)
+static bool is_ratelimit_msg(const struct spop_handler *h, struct spop_str name)
 {
 	return name.len >= h->prefix_len &&
 	       memcmp(name.ptr, h->cfg->message_prefix, h->prefix_len) == 0;
@@ -227,7 +227,7 @@ static uint32_t parse_vars(struct spop_str v, const char *label)
 
 /* Parses one message's arguments into a request (its key's text, when
  * it needs one, appended to the scratch buffer). */
-static void msg_request(struct handler *h, const struct spop_msg *m, struct rl_request *out)
+static void msg_request(struct spop_handler *h, const struct spop_msg *m, struct rl_request *out)
 {
 	struct spop_data key = { .type = SPOP_DATA_NULL };
 	bool has_key = false;
@@ -310,7 +310,7 @@ decide:
 
 /* The set-var actions of the plain variables are the same in every ACK up
  * to their value: their first bytes (action, nb-args, scope, name) are
- * encoded once by handler_init. Suffixed names are built per message. */
+ * encoded once by spop_handler_init. Suffixed names are built per message. */
 static const char *const var_names[VAR_COUNT] = {
 	[VAR_EXCEEDED] = "exceeded", [VAR_RATE] = "rate", [VAR_REMAINING] = "remaining",
 	[VAR_RESET] = "reset", [VAR_LIMIT] = "limit", [VAR_WINDOW] = "window",
@@ -326,7 +326,7 @@ static int var_id(const char *s, size_t n)
 	return -1;
 }
 
-static void var_headers_init(struct handler *h)
+static void var_headers_init(struct spop_handler *h)
 {
 	for (int i = 0; i < VAR_COUNT; i++) {
 		struct spop_writer w;
@@ -343,10 +343,10 @@ static void var_headers_init(struct handler *h)
  * of line, so that the plain names' path (put_var_head) keeps no buffer
  * on its stack. */
 static __attribute__((noinline)) void put_var_head_sfx(struct spop_writer *w,
-							const struct handler *h, int id,
+							const struct spop_handler *h, int id,
 							const char *sfx)
 {
-	char buf[16 + HANDLER_SUFFIX_MAX + 2];
+	char buf[16 + SPOP_HANDLER_SUFFIX_MAX + 2];
 	size_t n = strlen(var_names[id]), m = strlen(sfx);
 	memcpy(buf, var_names[id], n);
 	buf[n] = '_';
@@ -359,7 +359,7 @@ static __attribute__((noinline)) void put_var_head_sfx(struct spop_writer *w,
 
 /* Appends the start of a set-var action for variable id (with a suffix:
  * "<name>_<sfx>"); the caller appends the value. */
-static void put_var_head(struct spop_writer *w, const struct handler *h, int id, const char *sfx)
+static void put_var_head(struct spop_writer *w, const struct spop_handler *h, int id, const char *sfx)
 {
 	if (sfx)
 		put_var_head_sfx(w, h, id, sfx);
@@ -367,7 +367,7 @@ static void put_var_head(struct spop_writer *w, const struct handler *h, int id,
 		spop_put_bytes(w, h->var_hdr[id], h->var_hdr_len[id]);
 }
 
-static void put_var_int(struct spop_writer *w, const struct handler *h, int id, const char *sfx,
+static void put_var_int(struct spop_writer *w, const struct spop_handler *h, int id, const char *sfx,
 			int64_t v)
 {
 	put_var_head(w, h, id, sfx);
@@ -375,14 +375,14 @@ static void put_var_int(struct spop_writer *w, const struct handler *h, int id, 
 	spop_put_varint(w, (uint64_t)v);
 }
 
-static void put_var_bool(struct spop_writer *w, const struct handler *h, int id,
+static void put_var_bool(struct spop_writer *w, const struct spop_handler *h, int id,
 			 const char *sfx, bool v)
 {
 	put_var_head(w, h, id, sfx);
 	spop_put_u8(w, SPOP_DATA_BOOL | (v ? SPOP_DATA_FL_TRUE : 0));
 }
 
-static void put_var_str(struct spop_writer *w, const struct handler *h, int id, const char *sfx,
+static void put_var_str(struct spop_writer *w, const struct spop_handler *h, int id, const char *sfx,
 			const char *v)
 {
 	put_var_head(w, h, id, sfx);
@@ -394,7 +394,7 @@ static void put_var_str(struct spop_writer *w, const struct handler *h, int id, 
  * handler_var); sfx NULL for the plain names. An error is always said.
  * The decision variable goes first: HAProxy stops at the first action it
  * cannot use. */
-static void put_result(struct spop_writer *w, const struct handler *h, const struct rl_decision *r,
+static void put_result(struct spop_writer *w, const struct spop_handler *h, const struct rl_decision *r,
 		       const char *sfx, uint32_t want)
 {
 #define WANT(id) (want & (1u << (id)))
@@ -435,14 +435,14 @@ static void put_result(struct spop_writer *w, const struct handler *h, const str
 }
 
 /* Encodes the ACK of the parts[0..np) of a batch of nmsg messages (extra:
- * rate-limit messages beyond HANDLER_MAX_MSGS, not counted). */
-static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
+ * rate-limit messages beyond SPOP_HANDLER_MAX_MSGS, not counted). */
+static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 		      const struct rl_decision *parts, size_t np, size_t nmsg, size_t extra,
 		      struct spop_writer *w, size_t max_frame_size, enum spop_err *err)
 {
 	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, sid, fid);
 	const struct rl_decision *res = parts;
-	struct rl_decision msg[HANDLER_MAX_MSGS];
+	struct rl_decision msg[SPOP_HANDLER_MAX_MSGS];
 	size_t n = np;
 
 	/* A message checked against several windows: its parts folded. */
@@ -498,7 +498,7 @@ static int encode_ack(const struct handler *h, uint64_t sid, uint64_t fid,
 	return 0;
 }
 
-int handler_encode_pending(struct handler *h, struct decide_pending *p, struct spop_writer *w,
+int spop_handler_encode_pending(struct spop_handler *h, struct decide_pending *p, struct spop_writer *w,
 			   size_t max_frame_size, enum spop_err *err)
 {
 	const uint64_t *tag = decide_pending_tag(p);
@@ -510,12 +510,12 @@ int handler_encode_pending(struct handler *h, struct decide_pending *p, struct s
 			  (size_t)(tag[2] >> 32), w, max_frame_size, err);
 }
 
-int handler_notify(struct handler *h, const struct spop_frame *f, double now,
+int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, double now,
 		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
 		   struct decide_owner *owner)
 {
-	struct spop_msg msgs[HANDLER_MAX_MSGS];
-	struct rl_request rqs[HANDLER_MAX_MSGS];
+	struct spop_msg msgs[SPOP_HANDLER_MAX_MSGS];
+	struct rl_request rqs[SPOP_HANDLER_MAX_MSGS];
 	struct rl_decision res[DECIDE_MAX_BATCH];
 	size_t n = 0, extra = 0, np;
 	struct spop_cursor c;
@@ -527,7 +527,7 @@ int handler_notify(struct handler *h, const struct spop_frame *f, double now,
 	while ((rc = spop_msg_next(&c, &m)) == 1) {
 		if (!is_ratelimit_msg(h, m.name))
 			continue;
-		if (n < HANDLER_MAX_MSGS)
+		if (n < SPOP_HANDLER_MAX_MSGS)
 			msgs[n++] = m;
 		else
 			extra++;

@@ -1,12 +1,12 @@
 /*
- * handler.h - the SPOP front's messages: turns one NOTIFY frame into one
- * ACK frame: finds the rate-limit messages, makes each a request for the
+ * spop_handler.h - the SPOP front's messages: turns one NOTIFY frame into
+ * one ACK frame: finds the rate-limit messages, makes each a request for the
  * decision layer (agent/decide.h), and encodes the decisions as the
  * variables HAProxy's ACLs read (docs/PROTOCOL.md). No I/O; the only
  * memory it uses is the scratch buffer given at init.
  */
-#ifndef HANDLER_H
-#define HANDLER_H
+#ifndef SPOP_HANDLER_H
+#define SPOP_HANDLER_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -16,11 +16,11 @@
 
 struct config;
 
-#define HANDLER_MAX_MSGS   DECIDE_MAX_BATCH  /* rate-limit messages per NOTIFY */
-#define HANDLER_SUFFIX_MAX DECIDE_LABEL_MAX  /* characters of a message's variable suffix */
+#define SPOP_HANDLER_MAX_MSGS   DECIDE_MAX_BATCH  /* rate-limit messages per NOTIFY */
+#define SPOP_HANDLER_SUFFIX_MAX DECIDE_LABEL_MAX  /* characters of a message's variable suffix */
 
 /* The variables an ACK sets (docs/PROTOCOL.md). */
-enum handler_var {
+enum spop_handler_var {
 	VAR_EXCEEDED = 0,
 	VAR_RATE,
 	VAR_REMAINING,
@@ -35,7 +35,7 @@ enum handler_var {
 	VAR_COUNT
 };
 
-struct handler {
+struct spop_handler {
 	const struct config *cfg;
 	struct decide *dec;
 	size_t prefix_len;      /* strlen(cfg->message_prefix) */
@@ -48,10 +48,10 @@ struct handler {
 
 /* Prepares a handler for frames of at most max_frame_size bytes; allocates
  * the scratch buffer once. Returns 0 or -1 (out of memory). */
-int handler_init(struct handler *h, const struct config *cfg, struct decide *dec,
+int spop_handler_init(struct spop_handler *h, const struct config *cfg, struct decide *dec,
 		 size_t max_frame_size);
 
-void handler_free(struct handler *h);
+void spop_handler_free(struct spop_handler *h);
 
 /* Appends to w the ACK of the NOTIFY f (same stream-id and frame-id), at
  * most max_frame_size bytes. `now` is the Unix time used for every message
@@ -59,13 +59,13 @@ void handler_free(struct handler *h);
  * or delayed: owner->deliver(owner, p) is called later, and p is linked
  * to owner meanwhile), or -1 with *err when the NOTIFY's payload is
  * malformed (nothing is counted then) or the ACK cannot be encoded. */
-int handler_notify(struct handler *h, const struct spop_frame *f, double now,
+int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, double now,
 		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
 		   struct decide_owner *owner);
 
 /* Encodes the ACK of a NOTIFY that waited for its store (from deliver()).
  * The caller then calls decide_pending_release(). */
-int handler_encode_pending(struct handler *h, struct decide_pending *p, struct spop_writer *w,
+int spop_handler_encode_pending(struct spop_handler *h, struct decide_pending *p, struct spop_writer *w,
 			   size_t max_frame_size, enum spop_err *err);
 
-#endif /* HANDLER_H */
+#endif /* SPOP_HANDLER_H */
