@@ -24,6 +24,7 @@
 #include "agent/http_parse.h"
 #include "agent/log.h"
 #include "agent/metrics.h"
+#include "agent/metrics_page.h"
 
 /* Buffers start small (an nginx check is a head of a few hundred bytes
  * and one answer) and grow, within the front's budget, for a long head or

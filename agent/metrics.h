@@ -1,6 +1,7 @@
 /*
- * metrics.h - what the agent counts about itself, for GET /metrics
- * (Prometheus text format, docs/METRICS.md).
+ * metrics.h - what the agent counts about itself: the families of GET
+ * /metrics (Prometheus text format, docs/METRICS.md; the page is
+ * agent/metrics_page.h's) and the counters behind them.
  *
  * Each worker writes only its own slot of a shared anonymous mapping the
  * master creates before fork (relaxed atomic adds on its own cache lines:
@@ -70,9 +71,6 @@ enum metrics_family {
 	METRICS_FAM_COUNT
 };
 
-/* The name of a family (without the prefix), for tests and docs. */
-const char *metrics_family_name(enum metrics_family f);
-
 /* errors_total{reason}: X(enum suffix, label) */
 #define METRICS_ERRORS(X)                                                     \
 	X(BAD_REQUEST, "bad_request")       /* an argument missing or invalid */ \
@@ -116,6 +114,7 @@ enum metrics_delay_bound {
 	X(0.05) X(0.1) X(0.25) X(0.5) X(1) X(2.5) X(5)
 #define METRICS_COUNT_ONE(x) +1
 #define METRICS_NBUCKETS (0 METRICS_SYNC_BUCKETS(METRICS_COUNT_ONE))
+extern const double metrics_sync_bounds[METRICS_NBUCKETS];
 
 #define METRICS_NS NS_MAX       /* namespaces, by index (rl_namespace_index) */
 
@@ -142,7 +141,12 @@ struct metrics_worker {
  * the master) until metrics_attach(). */
 extern struct metrics_worker *metrics_me;
 
-struct metrics;
+/* Every worker's slot, in one shared mapping (its page reads them all:
+ * agent/metrics_page.h). */
+struct metrics {
+	int nworkers;
+	struct metrics_worker w[];
+};
 
 /* The shared counters of nworkers workers (mmap, before fork). NULL when
  * out of memory. */
@@ -174,10 +178,5 @@ void metrics_sync_cycle(int ns, bool ok, double seconds);
 
 /* A sync cycle was due but not sent: the store away. */
 void metrics_sync_skipped(int ns);
-
-/* Writes the Prometheus text of every family (the workers' counters of m,
- * the namespaces and table of rl) into buf (at most cap bytes,
- * NUL-terminated). Returns the length, or -1 when it does not fit. */
-long metrics_render(const struct metrics *m, const struct rl *rl, char *buf, size_t cap);
 
 #endif /* METRICS_H */

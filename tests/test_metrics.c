@@ -15,6 +15,7 @@
 #include "agent/config.h"
 #include "agent/decide.h"
 #include "agent/metrics.h"
+#include "agent/metrics_page.h"
 #include "agent/ratelimit.h"
 #include "agent/shm.h"
 #include "tests/lib/rltest.h"
