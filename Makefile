@@ -48,11 +48,11 @@ else
 BUILD   ?= build/rel
 endif
 
-# agent/nginx/spoa_client.c: the nginx module's SPOP client core (pure C, no
+# agent/nginx_module/spoa_client.c: the nginx module's SPOP client core (pure C, no
 # nginx), in the library for its unit test; the module itself is built by
 # nginx's build system (make nginx-module).
 LIB_SRCS  := $(wildcard spop/*.c strategies/*.c) $(filter-out agent/main.c,$(wildcard agent/*.c)) \
-             agent/nginx/spoa_client.c
+             agent/nginx_module/spoa_client.c
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/%.o)
 LIB       := $(BUILD)/libspoarl.a
 AGENT     := $(BUILD)/spoa-ratelimit
@@ -110,14 +110,14 @@ $(BUILD)/bench/bench_sync_redis: bench/bench_sync_redis.c $(BENCH_REDIS_OBJS) $(
 # nginx. Its SPOP client core is unit-tested under ASan (tests/test_ngx_core.c).
 NGX_OUT  := build/nginx
 NGX_MOD  := $(NGX_OUT)/ngx_http_spoa_ratelimit_module.so
-NGX_SRCS := $(wildcard agent/nginx/*.c agent/nginx/*.h) spop/spop.c spop/spop.h spop/spop-t.h \
+NGX_SRCS := $(wildcard agent/nginx_module/*.c agent/nginx_module/*.h) spop/spop.c spop/spop.h spop/spop-t.h \
             agent/hash.c agent/hash.h
 
 nginx-module:
 	@scripts/deps.sh nginx
 	$(MAKE) $(NGX_MOD)
 
-$(NGX_OUT)/objs/Makefile: agent/nginx/config scripts/nginx-module.sh
+$(NGX_OUT)/objs/Makefile: agent/nginx_module/config scripts/nginx-module.sh
 	scripts/nginx-module.sh configure $(NGX_OUT)
 
 $(NGX_MOD): $(NGX_OUT)/objs/Makefile $(NGX_SRCS)
@@ -128,7 +128,7 @@ $(NGX_MOD): $(NGX_OUT)/objs/Makefile $(NGX_SRCS)
 NGX_SAN_OUT := build/nginx-san
 NGX_SAN_MOD := $(NGX_SAN_OUT)/ngx_http_spoa_ratelimit_module.so
 
-$(NGX_SAN_OUT)/objs/Makefile: agent/nginx/config scripts/nginx-module.sh
+$(NGX_SAN_OUT)/objs/Makefile: agent/nginx_module/config scripts/nginx-module.sh
 	NGX_SANITIZE=address,undefined scripts/nginx-module.sh configure $(NGX_SAN_OUT)
 
 $(NGX_SAN_MOD): $(NGX_SAN_OUT)/objs/Makefile $(NGX_SRCS)
@@ -231,7 +231,7 @@ install-nginx-module: nginx-module
 
 install-nginx-module-files:
 	install -D -m 0644 $(NGX_MOD) $(DESTDIR)$(NGINX_MODDIR)/ngx_http_spoa_ratelimit_module.so
-	install -D -m 0644 agent/nginx/$(NGX_SNIPPET) $(DESTDIR)$(NGINX_MODAVAILDIR)/$(NGX_SNIPPET)
+	install -D -m 0644 agent/nginx_module/$(NGX_SNIPPET) $(DESTDIR)$(NGINX_MODAVAILDIR)/$(NGX_SNIPPET)
 	install -d -m 0755 $(DESTDIR)$(NGINX_MODENABLEDIR)
 	ln -sf $(NGINX_MODAVAILDIR)/$(NGX_SNIPPET) $(DESTDIR)$(NGINX_MODENABLEDIR)/50-$(NGX_SNIPPET)
 

@@ -11,7 +11,7 @@
  *   hash_digest()      that digest as text, '#' and 32 hex digits: the
  *                      agent's stored form of a long key (ratelimit.c) and
  *                      the nginx module's key too long for a frame
- *                      (agent/nginx/spoa_client.c), under a digest key
+ *                      (agent/nginx_module/spoa_client.c), under a digest key
  *                      hash_digest_key() derives from a secret.
  *
  * SipHash is written from the published description (Aumasson and

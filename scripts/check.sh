@@ -35,7 +35,7 @@ cycles=$(awk '
   /^#include "(agent|spop|strategies)\// {
     h = $2; gsub(/"/, "", h)
     if (f != h) print f, h
-  }' agent/*.h agent/nginx/*.h spop/*.h strategies/*.h | sort -u |
+  }' agent/*.h agent/nginx_module/*.h spop/*.h strategies/*.h | sort -u |
   awk '
   { adj[$1] = adj[$1] " " $2; nodes[$1] = 1; nodes[$2] = 1 }
   function visit(n,    m, i, k, parts) {
@@ -50,7 +50,7 @@ cycles=$(awk '
 [ -z "$cycles" ] || bad "include cycle:"$'\n'"$cycles"
 
 # ---- file sizes ----
-for f in agent/*.[ch] agent/nginx/*.[ch] spop/*.[ch] strategies/*.[ch]; do
+for f in agent/*.[ch] agent/nginx_module/*.[ch] spop/*.[ch] strategies/*.[ch]; do
   [ -f "$f" ] || continue
   n=$(wc -l < "$f")
   [ "$n" -le 1500 ] || bad "$f: $n lines (at most 1,500: docs/STYLE.md, rule 13)"

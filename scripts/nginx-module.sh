@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the nginx module (agent/nginx/) with nginx's own build system
+# Builds the nginx module (agent/nginx_module/) with nginx's own build system
 # against Debian's nginx-dev, as Debian builds its libnginx-mod-* packages
 # (dh's nginx_mod build system): nginx's configure with the flags of the
 # distribution's nginx (/usr/share/nginx/src/conf_flags, --with-compat) and
@@ -42,7 +42,7 @@ case $what in
       ldflags="$ldflags -fsanitize=$NGX_SANITIZE"
     fi
     (cd "$src" && ./configure --with-cc-opt="$cflags" --with-ld-opt="$ldflags" \
-        "${NGX_CONF_FLAGS[@]}" --add-dynamic-module="$root/agent/nginx" \
+        "${NGX_CONF_FLAGS[@]}" --add-dynamic-module="$root/agent/nginx_module" \
         --builddir="$out/objs") > "$out/configure.log" 2>&1 || {
       tail -20 "$out/configure.log" >&2
       echo "nginx-module: nginx's configure failed (whole log: $out/configure.log)" >&2

@@ -1,6 +1,6 @@
 /*
  * test_ngx_core.c - unit tests of the nginx module's SPOP client core
- * (agent/nginx/spoa_client.c), outside nginx: the HELLO it sends, the
+ * (agent/nginx_module/spoa_client.c), outside nginx: the HELLO it sends, the
  * handshake, NOTIFYs as the agent decodes them (hostile keys stay one
  * argument), ACKs matched by stream and frame id (late ones dropped,
  * pipelined ones in any order, fed byte by byte), the bounds (frame size,
@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "agent/nginx/spoa_client.h"
+#include "agent/nginx_module/spoa_client.h"
 #include "agent/ratelimit.h"
 
 /* The digest key of the test's connections. */

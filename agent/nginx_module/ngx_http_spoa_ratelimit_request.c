@@ -5,7 +5,7 @@
  * the decision once the ACK, the timeout or the loss of the connection
  * made it; the $spoa_ratelimit_* variables read it.
  */
-#include "agent/nginx/ngx_http_spoa_ratelimit.h"
+#include "agent/nginx_module/ngx_http_spoa_ratelimit.h"
 
 static void spoa_cleanup(void *data);
 

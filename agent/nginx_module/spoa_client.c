@@ -7,7 +7,7 @@
  */
 #include <string.h>
 
-#include "agent/nginx/spoa_client.h"
+#include "agent/nginx_module/spoa_client.h"
 
 static const char msg_name[] = "ratelimit";
 

@@ -53,7 +53,7 @@
  * connections, ngx_http_spoa_ratelimit_request.c the requests and the
  * variables.
  */
-#include "agent/nginx/ngx_http_spoa_ratelimit.h"
+#include "agent/nginx_module/ngx_http_spoa_ratelimit.h"
 
 #include <sys/random.h>
 

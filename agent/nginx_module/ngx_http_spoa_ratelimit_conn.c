@@ -6,7 +6,7 @@
  * requests follow as room comes back; a lost connection fails its
  * requests and is opened again, after a backoff when it did not live.
  */
-#include "agent/nginx/ngx_http_spoa_ratelimit.h"
+#include "agent/nginx_module/ngx_http_spoa_ratelimit.h"
 
 #include <netinet/tcp.h>
 

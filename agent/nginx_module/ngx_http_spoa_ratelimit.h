@@ -1,6 +1,6 @@
 /*
  * ngx_http_spoa_ratelimit.h - what the nginx module's files share (nginx's
- * side of agent/nginx/; the SPOP client core is spoa_client.h):
+ * side of agent/nginx_module/; the SPOP client core is spoa_client.h):
  *
  *   ngx_http_spoa_ratelimit_module.c    the module, its directives and
  *                                       configuration
@@ -18,7 +18,7 @@
 #include <ngx_event_connect.h>
 #include <ngx_http.h>
 
-#include "agent/nginx/spoa_client.h"
+#include "agent/nginx_module/spoa_client.h"
 
 #define SPOA_CONNS          2       /* connections per agent and worker */
 #define SPOA_HELLO_TIMEOUT  1000    /* ms: connect + AGENT-HELLO */
