@@ -20,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/fronts.h"
 #include "agent/ns.h"
 
 #define CONFIG_AUTO (-1)   /* sched_batch, collect_us: decided by the namespaces */
@@ -31,10 +32,14 @@
 #define CONFIG_TOKEN_MAX       256   /* http_token, with the NUL */
 
 struct config {
-	char listen[CONFIG_ADDR_MAX];      /* "127.0.0.1:12345", "[::1]:12345", "unix:/path" */
+	/* Each front's listen address, under its key (agent/fronts.h: listen,
+	 * http_listen, ...): "127.0.0.1:12345", "[::1]:12345", "unix:/path";
+	 * "" = the front is off (listen always has one). */
+#define CONFIG_FRONT_ADDR(id, name, ops, key) char key[CONFIG_ADDR_MAX];
+	FRONTS(CONFIG_FRONT_ADDR)
+#undef CONFIG_FRONT_ADDR
 	int listen_mode;                   /* unix socket permissions 0..0777; -1 = umask's */
 	char listen_owner[CONFIG_OWNER_MAX]; /* unix socket "user[:group]"; "" = ours */
-	char http_listen[CONFIG_ADDR_MAX]; /* the HTTP front, as listen; "" = off */
 	int http_deny_status;              /* status of a denied HTTP check, 400..599 */
 	char http_token[CONFIG_TOKEN_MAX]; /* Bearer token of /ratelimit; "" = open */
 	bool http_metrics_token;           /* /metrics needs it too */
@@ -73,6 +78,18 @@ struct config_err {
 
 /* The socket path of a "unix:/path" or "/path" listen address, else NULL. */
 const char *config_unix_path(const char *listen);
+
+/* A front's listen address (its key's field, agent/fronts.h); "" = off. */
+static inline const char *config_front_address(const struct config *c, enum front_id f)
+{
+	switch (f) {
+#define CONFIG_FRONT_CASE(id, name, ops, key) case FRONT_##id: return c->key;
+	FRONTS(CONFIG_FRONT_CASE)
+#undef CONFIG_FRONT_CASE
+	default:
+		return "";
+	}
+}
 
 /* Built-in defaults: listen 127.0.0.1:12345, workers = CPUs, max_keys 65536,
  * one namespace "default" with windows 1, 60, 3600, sync_rate -1, local. */

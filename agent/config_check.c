@@ -222,6 +222,37 @@ static int cfg_check_range(struct cfg_parser *p, const char *key, long long v, l
 /* Contract: every field of *c in range, the same rules as the file, with
  * workers >= 1 (0 has been resolved by then). Paths are those of the
  * file's keys; err->file is left empty. */
+/* Each front's listen address (agent/fronts.h), under its key: a valid
+ * address, listen's always, the others' when set, no two alike. */
+static int cfg_check_addresses(struct cfg_parser *p, const struct config *c)
+{
+	for (int f = 0; f < FRONT_COUNT; f++) {
+		const char *a = config_front_address(c, (enum front_id)f);
+		size_t mark = cfg_path_key(p, front_address_key((enum front_id)f)), n;
+
+		if ((n = strnlen(a, CONFIG_ADDR_MAX)) == CONFIG_ADDR_MAX)
+			return cfg_fail(p, "not NUL-terminated");
+		if ((f == FRONT_SPOP || n > 0) && cfg_check_listen(p, a) < 0)
+			return -1;
+		for (int g = 0; g < f && n > 0; g++)
+			if (strcmp(a, config_front_address(c, (enum front_id)g)) == 0)
+				return cfg_fail(p, "the same address as %s",
+						front_address_key((enum front_id)g));
+		cfg_path_pop(p, mark);
+	}
+	return 0;
+}
+
+/* Does a front listen on a unix socket (what listen_mode and listen_owner
+ * apply to)? */
+static bool cfg_any_unix_socket(const struct config *c)
+{
+	for (int f = 0; f < FRONT_COUNT; f++)
+		if (config_unix_path(config_front_address(c, (enum front_id)f)))
+			return true;
+	return false;
+}
+
 int config_check(const struct config *c, struct config_err *err)
 {
 	struct cfg_parser p;
@@ -231,21 +262,8 @@ int config_check(const struct config *c, struct config_err *err)
 	memset(err, 0, sizeof(*err));
 	cfg_parser_init(&p, err);
 
-	mark = cfg_path_key(&p, "listen");
-	if (strnlen(c->listen, sizeof(c->listen)) == sizeof(c->listen))
-		return cfg_fail(&p, "not NUL-terminated");
-	if (cfg_check_listen(&p, c->listen) < 0)
+	if (cfg_check_addresses(&p, c) < 0)
 		return -1;
-	cfg_path_pop(&p, mark);
-	mark = cfg_path_key(&p, "http_listen");
-	n = strnlen(c->http_listen, sizeof(c->http_listen));
-	if (n == sizeof(c->http_listen))
-		return cfg_fail(&p, "not NUL-terminated");
-	if (n > 0 && cfg_check_listen(&p, c->http_listen) < 0)
-		return -1;
-	if (n > 0 && strcmp(c->http_listen, c->listen) == 0)
-		return cfg_fail(&p, "the same address as listen");
-	cfg_path_pop(&p, mark);
 	if (cfg_check_range(&p, "http_deny_status", c->http_deny_status, 400, 599) < 0)
 		return -1;
 	if (c->listen_mode < -1 || c->listen_mode > 0777) {
@@ -261,8 +279,7 @@ int config_check(const struct config *c, struct config_err *err)
 		return cfg_fail(&p, "expected \"USER\", \"USER:GROUP\" or \":GROUP\", got %s", q);
 	}
 	cfg_path_pop(&p, mark);
-	if ((c->listen_mode >= 0 || n > 0) && !config_unix_path(c->listen) &&
-	    !(c->http_listen[0] && config_unix_path(c->http_listen))) {
+	if ((c->listen_mode >= 0 || n > 0) && !cfg_any_unix_socket(c)) {
 		cfg_path_key(&p, c->listen_mode >= 0 ? "listen_mode" : "listen_owner");
 		cfg_quote(c->listen, strlen(c->listen), q, sizeof(q));
 		return cfg_fail(&p, "applies to a unix socket only, but listen is %s%s", q,

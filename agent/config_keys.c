@@ -23,10 +23,15 @@ static int cfg_set_addr(struct cfg_parser *p, json_t *v, char *dst)
 	return 0;
 }
 
-static int cfg_set_listen(struct cfg_parser *p, json_t *v, void *obj)
-{
-	return cfg_set_addr(p, v, ((struct config *)obj)->listen);
-}
+/* Each front's listen address: cfg_set_listen, cfg_set_http_listen, ...
+ * (agent/fronts.h). */
+#define CFG_FRONT_SETTER(id, name, ops, key)                                             \
+	static int cfg_set_##key(struct cfg_parser *p, json_t *v, void *obj)             \
+	{                                                                                \
+		return cfg_set_addr(p, v, ((struct config *)obj)->key);                  \
+	}
+FRONTS(CFG_FRONT_SETTER)
+#undef CFG_FRONT_SETTER
 
 /* listen_mode: a string of octal digits such as "0660" (JSON has no octal
  * numbers, and 660 read as decimal would be a surprise). Only permission
@@ -137,11 +142,6 @@ static int cfg_set_state_file(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
-static int cfg_set_http_listen(struct cfg_parser *p, json_t *v, void *obj)
-{
-	return cfg_set_addr(p, v, ((struct config *)obj)->http_listen);
-}
-
 /* Visible ASCII, no space: it travels in "Authorization: Bearer <token>". */
 static int cfg_set_token(struct cfg_parser *p, json_t *v, char *dst)
 {
@@ -182,7 +182,10 @@ static int cfg_set_sched_batch(struct cfg_parser *p, json_t *v, void *obj)
 }
 
 static const struct cfg_key cfg_top_keys[] = {
-	{ .name = "listen",           .set = cfg_set_listen },
+	/* Each front's listen address: listen, http_listen (agent/fronts.h). */
+#define CFG_FRONT_KEY(id, label, ops, key) { .name = #key, .set = cfg_set_##key },
+	FRONTS(CFG_FRONT_KEY)
+#undef CFG_FRONT_KEY
 	{ .name = "workers",          .set = cfg_set_workers },
 	CFG_INT(struct config, max_keys, CFG_MAX_KEYS_MIN, CFG_MAX_KEYS_MAX),
 	{ .name = "namespaces",       .set = cfg_set_namespaces },
@@ -198,7 +201,6 @@ static const struct cfg_key cfg_top_keys[] = {
 		(long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX),
 	{ .name = "listen_mode",      .set = cfg_set_listen_mode },
 	{ .name = "listen_owner",     .set = cfg_set_listen_owner },
-	{ .name = "http_listen",      .set = cfg_set_http_listen },
 	CFG_INT(struct config, http_deny_status, 400, 599),
 	{ .name = "http_token",       .set = cfg_set_http_token },
 	CFG_FLAG(struct config, http_metrics_token),

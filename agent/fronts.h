@@ -1,7 +1,11 @@
 /*
  * fronts.h - the list of the agent's fronts: what a listener speaks
- * (agent/stream.h). One line each: X(ID, name, ops table). The metrics,
- * the shared balance, the master's listeners and the worker iterate over
+ * (agent/stream.h). One line each: X(ID, name, ops table, address key):
+ * the key is both the configuration's key of its listen address and the
+ * field of struct config that holds it (agent/config.h). The
+ * configuration (its keys, checks, the reload's "kept" warning), the
+ * start-up line, the metrics, the shared balance, the master's listeners
+ * and the worker (each front's own state: front_env.state) iterate over
  * this list; adding a front is its file (a struct front_ops) and one line
  * here.
  */
@@ -9,12 +13,13 @@
 #define FRONTS_H
 
 #define FRONTS(X)                                                                        \
-	X(SPOP, "spop", spop_front)   /* HAProxy's SPOE (agent/spop_front.c) */           \
-	X(HTTP, "http", http_front)   /* nginx's auth_request, callers (agent/http_front.c) */
+	X(SPOP, "spop", spop_front, listen)      /* HAProxy's SPOE (agent/spop_front.c) */ \
+	X(HTTP, "http", http_front, http_listen) /* nginx's auth_request, callers         \
+	                                            (agent/http_front.c) */
 
 /* A front's number: its metrics' label and its listener's place. */
 enum front_id {
-#define FRONT_ID(id, name, ops) FRONT_##id,
+#define FRONT_ID(id, name, ops, key) FRONT_##id,
 	FRONTS(FRONT_ID)
 #undef FRONT_ID
 	FRONT_COUNT
@@ -23,12 +28,24 @@ enum front_id {
 static inline const char *front_name(enum front_id f)
 {
 	static const char *const names[FRONT_COUNT] = {
-#define FRONT_NAME(id, name, ops) [FRONT_##id] = name,
+#define FRONT_NAME(id, name, ops, key) [FRONT_##id] = name,
 		FRONTS(FRONT_NAME)
 #undef FRONT_NAME
 	};
 
 	return (unsigned)f < FRONT_COUNT ? names[f] : "?";
+}
+
+/* The configuration key of a front's listen address ("listen"). */
+static inline const char *front_address_key(enum front_id f)
+{
+	static const char *const keys[FRONT_COUNT] = {
+#define FRONT_KEY(id, name, ops, key) [FRONT_##id] = #key,
+		FRONTS(FRONT_KEY)
+#undef FRONT_KEY
+	};
+
+	return (unsigned)f < FRONT_COUNT ? keys[f] : "?";
 }
 
 #endif /* FRONTS_H */

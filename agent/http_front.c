@@ -621,14 +621,8 @@ static double http_idle_since(const struct stream *s)
 	return c->s.partial_since != 0 ? c->s.partial_since : c->s.last_rx;
 }
 
-static const char *http_address(const struct config *cfg)
-{
-	return cfg->http_listen;
-}
-
 const struct front_ops http_front = {
 	.id = FRONT_HTTP,
-	.address = http_address,
 	.open = http_open,
 	.idle_since = http_idle_since,
 	.evict_after = 0,

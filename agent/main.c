@@ -200,7 +200,7 @@ int main(int argc, char **argv)
 	}
 	bool cannot = false;
 	for (int f = 0; check_only && !cannot && f < FRONT_COUNT; f++) {
-		const char *addr = fronts[f]->address(&cfg);
+		const char *addr = config_front_address(&cfg, (enum front_id)f);
 		cannot = addr[0] && master_check_listen(addr, err, sizeof(err)) < 0;
 	}
 	if (cannot) {
@@ -223,7 +223,7 @@ int main(int argc, char **argv)
 				       .master_pid = getpid() };
 	int f = 0;
 	for (; f < FRONT_COUNT; f++) {
-		const char *addr = fronts[f]->address(&cfg);
+		const char *addr = config_front_address(&cfg, (enum front_id)f);
 		ls.fd[f] = addr[0] ? master_listen(&cfg, addr, err, sizeof(err)) : -1;
 		if (addr[0] && ls.fd[f] < 0)
 			break;
@@ -243,9 +243,19 @@ int main(int argc, char **argv)
 		config_free(&cfg);
 		return 1;
 	}
-	LOG(LOG_INFO, "listening on %s%s%s with %d worker(s), max_keys %zu, %zu namespace(s)",
-	    cfg.listen, cfg.http_listen[0] ? ", HTTP on " : "", cfg.http_listen, cfg.workers,
-	    cfg.max_keys, cfg.n_ns);
+	/* "listening on 127.0.0.1:12345 (spop), 127.0.0.1:8081 (http)": every
+	 * front that has an address. */
+	char on[FRONT_COUNT * (CONFIG_ADDR_MAX + 16)];
+	size_t used = 0;
+	on[0] = '\0';
+	for (int g = 0; g < FRONT_COUNT; g++) {
+		const char *addr = config_front_address(&cfg, (enum front_id)g);
+		if (addr[0])
+			used += (size_t)snprintf(on + used, sizeof(on) - used, "%s%s (%s)",
+						 used ? ", " : "", addr, front_name((enum front_id)g));
+	}
+	LOG(LOG_INFO, "listening on %s with %d worker(s), max_keys %zu, %zu namespace(s)", on,
+	    cfg.workers, cfg.max_keys, cfg.n_ns);
 	for (size_t i = 0; i < cfg.n_ns; i++)
 		if (cfg.ns[i].sync_rate > 0)
 			LOG(LOG_INFO, "namespace %s: %s store every %g s, admission %s",

@@ -406,7 +406,7 @@ int master_run(struct config *cfg, struct rl *rl, const struct worker_listeners 
 	for (int f = 0; f < FRONT_COUNT; f++)
 		if (ls->fd[f] >= 0) {
 			close(ls->fd[f]);
-			master_unlink_own(fronts[f]->address(cfg));
+			master_unlink_own(config_front_address(cfg, (enum front_id)f));
 		}
 	for (int i = 0; i < n; i++)
 		if (ws[i].pid > 0)

@@ -76,12 +76,12 @@ static void reload_report_kept(const struct config *cur, const struct config *ne
 {
 	static const char kept[] = "changed in the file: kept until the agent restarts";
 
-	if (strcmp(cur->listen, next->listen) != 0)
-		LOG(LOG_WARN, "reload: listen %s", kept);
+	for (int f = 0; f < FRONT_COUNT; f++)
+		if (strcmp(config_front_address(cur, (enum front_id)f),
+			   config_front_address(next, (enum front_id)f)) != 0)
+			LOG(LOG_WARN, "reload: %s %s", front_address_key((enum front_id)f), kept);
 	if (cur->listen_mode != next->listen_mode || strcmp(cur->listen_owner, next->listen_owner))
 		LOG(LOG_WARN, "reload: listen_mode / listen_owner %s", kept);
-	if (strcmp(cur->http_listen, next->http_listen) != 0)
-		LOG(LOG_WARN, "reload: http_listen %s", kept);
 	if (cur->workers != next->workers)
 		LOG(LOG_WARN, "reload: workers %s", kept);
 	if (cur->max_keys != next->max_keys)

@@ -477,11 +477,6 @@ static double spop_conn_idle_since(const struct stream *s)
 	return c->state == SPOP_CONN_CLOSING ? -1 : c->last_notify;
 }
 
-static const char *spop_conn_address(const struct config *cfg)
-{
-	return cfg->listen;
-}
-
 static int spop_conn_start(struct front_env *env)
 {
 	struct spop_handler *h = calloc(1, sizeof(*h));
@@ -515,7 +510,6 @@ static void spop_conn_stop(struct front_env *env)
 
 const struct front_ops spop_front = {
 	.id = FRONT_SPOP,
-	.address = spop_conn_address,
 	.start = spop_conn_start,
 	.reload = spop_conn_reload,
 	.stop = spop_conn_stop,

@@ -33,10 +33,9 @@ struct front_env;
 struct topk;
 
 struct front_ops {
-	enum front_id id;                 /* its line in agent/fronts.h: name, metrics */
-	/* The address its listener binds (from the configuration); "" = the
-	 * front is off. */
-	const char *(*address)(const struct config *cfg);
+	enum front_id id;                 /* its line in agent/fronts.h: name, metrics,
+	                                     the address its listener binds
+	                                     (config_front_address) */
 	/* A worker starts (its loop made, before it runs), applies a
 	 * reload, stops: the front's own state of the worker, in env (NULL:
 	 * none). start and reload return 0, or -1 when out of memory. */
@@ -73,7 +72,7 @@ struct front_ops {
 	void (*free)(struct stream *s);
 };
 
-#define FRONT_OPS_DECL(id, name, ops) extern const struct front_ops ops;
+#define FRONT_OPS_DECL(id, name, ops, key) extern const struct front_ops ops;
 FRONTS(FRONT_OPS_DECL)
 #undef FRONT_OPS_DECL
 

@@ -519,7 +519,7 @@ Test(config, unknown_keys)
 	static const struct bad_case cases[] = {
 		{ "{\"listn\": \"127.0.0.1:1\"}", "listn", "unknown key \"listn\" (did you mean \"listen\"?)" },
 		{ "{\"namespace\": []}", "namespace", "unknown key \"namespace\" (did you mean \"namespaces\"?)" },
-		{ "{\"colour\": 1}", "colour", "unknown key \"colour\"; known keys: listen, workers," },
+		{ "{\"colour\": 1}", "colour", "unknown key \"colour\"; known keys: listen, http_listen, workers," },
 		{ "{\"colour\": 1}", "colour", ", max_buffer_memory, listen_mode, listen_owner" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"windw_sizes\": [2]}]}",
 		  "namespaces[0].windw_sizes", "unknown key \"windw_sizes\" (did you mean \"window_sizes\"?)" },
@@ -680,6 +680,43 @@ Test(config, http_front_keys)
 		     err.msg);
 	config_free(&c);
 	EXPECT_ERRORS(cases);
+	assert_no_leaks();
+}
+
+/* Every front of agent/fronts.h has its address key, read and checked
+ * as listen is: set, it is the front's address (config_front_address); a
+ * bad one or one another front has is refused at its own key. Adding a
+ * front's line gives it all this. */
+Test(config, every_front_has_its_address_key)
+{
+	struct config c;
+	struct config_err err;
+	char json[CONFIG_ADDR_MAX + 64];
+
+	for (int f = 0; f < FRONT_COUNT; f++) {
+		const char *key = front_address_key((enum front_id)f);
+		config_defaults(&c);
+		snprintf(json, sizeof(json), "{\"%s\": \"127.0.0.1:%d\"}", key,
+			 f == FRONT_SPOP ? 1 : 20000 + f);
+		cr_assert_eq(load(&c, &err, json), 0, "%s: %s: %s", key, err.path, err.msg);
+		char want[32];
+		snprintf(want, sizeof(want), "127.0.0.1:%d", f == FRONT_SPOP ? 1 : 20000 + f);
+		cr_assert_str_eq(config_front_address(&c, (enum front_id)f), want, "%s", key);
+		config_free(&c);
+		config_defaults(&c);
+		snprintf(json, sizeof(json), "{\"%s\": \"127.0.0.1\"}", key);
+		cr_assert_eq(load(&c, &err, json), -1, "%s", key);
+		cr_assert_str_eq(err.path, key);
+		config_free(&c);
+		if (f == FRONT_SPOP)
+			continue;
+		config_defaults(&c);
+		snprintf(json, sizeof(json), "{\"%s\": \"%s\"}", key, c.listen);
+		cr_assert_eq(load(&c, &err, json), -1, "%s", key);
+		cr_assert_str_eq(err.path, key);
+		cr_assert_str_eq(err.msg, "the same address as listen");
+		config_free(&c);
+	}
 	assert_no_leaks();
 }
 
