@@ -219,8 +219,7 @@ int main(int argc, char **argv)
 	}
 
 	raise_nofile(&cfg);
-	struct worker_listeners ls = { .metrics = metrics_new(cfg.workers),
-				       .master_pid = getpid() };
+	struct worker_listeners ls = { .master_pid = getpid() };
 	int f = 0;
 	for (; f < FRONT_COUNT; f++) {
 		const char *addr = config_front_address(&cfg, (enum front_id)f);
@@ -228,11 +227,8 @@ int main(int argc, char **argv)
 		if (addr[0] && ls.fd[f] < 0)
 			break;
 	}
-	if (f == FRONT_COUNT && !ls.metrics) {
-		snprintf(err, sizeof(err), "out of memory for the metrics");
-	} else if (f == FRONT_COUNT) {
+	if (f == FRONT_COUNT && (ls.metrics = metrics_new(cfg.workers, err, sizeof(err))))
 		ls.balance = balance_new(cfg.workers, err, sizeof(err));
-	}
 	if (f < FRONT_COUNT || !ls.balance) {
 		for (int g = 0; g < f && g < FRONT_COUNT; g++)
 			if (ls.fd[g] >= 0)

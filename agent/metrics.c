@@ -4,6 +4,8 @@
  */
 #include "agent/metrics.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "agent/segment.h"
@@ -22,12 +24,15 @@ static size_t metrics_bytes(int nworkers)
 	return sizeof(struct metrics) + (size_t)nworkers * sizeof(struct metrics_worker);
 }
 
-struct metrics *metrics_new(int nworkers)
+struct metrics *metrics_new(int nworkers, char *err, size_t errlen)
 {
 	struct metrics *m = segment_new(metrics_bytes(nworkers));
 
-	if (!m)
+	if (!m) {
+		snprintf(err, errlen, "cannot map the metrics of %d workers (%zu bytes): %s",
+			 nworkers, metrics_bytes(nworkers), strerror(errno));
 		return NULL;
+	}
 	m->nworkers = nworkers;
 	for (int i = 0; i < nworkers; i++)
 		for (int ns = 0; ns < METRICS_NS; ns++)

@@ -148,9 +148,9 @@ struct metrics {
 	struct metrics_worker w[];
 };
 
-/* The shared counters of nworkers workers (mmap, before fork). NULL when
- * out of memory. */
-struct metrics *metrics_new(int nworkers);
+/* The shared counters of nworkers workers (mmap, before fork). NULL with
+ * the reason in err (errlen bytes). */
+struct metrics *metrics_new(int nworkers, char *err, size_t errlen);
 void metrics_free(struct metrics *m);
 
 /* Makes worker id's slot this process's. */

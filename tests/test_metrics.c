@@ -34,9 +34,11 @@ static const char cfg_json[] =
 
 static void setup(void)
 {
+	char err[256];
+
 	rl = rltest_new("test_metrics", cfg_json, &cfg);
-	m = metrics_new(2);
-	cr_assert_not_null(m);
+	m = metrics_new(2, err, sizeof(err));
+	cr_assert_not_null(m, "%s", err);
 }
 
 static void teardown(void)
