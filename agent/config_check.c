@@ -253,133 +253,160 @@ static bool cfg_any_unix_socket(const struct config *c)
 	return false;
 }
 
-int config_check(const struct config *c, struct config_err *err)
+/* listen_mode and listen_owner: valid, and only with a unix socket. */
+static int cfg_check_socket_owner(struct cfg_parser *p, const struct config *c)
 {
-	struct cfg_parser p;
-	size_t i, mark, n, shares = 0;
-	char q[CFG_SHOW_MAX], names[128];
+	char q[CFG_SHOW_MAX];
+	size_t mark, n;
 
-	memset(err, 0, sizeof(*err));
-	cfg_parser_init(&p, err);
-
-	if (cfg_check_addresses(&p, c) < 0)
-		return -1;
-	if (cfg_check_range(&p, "http_deny_status", c->http_deny_status, 400, 599) < 0)
-		return -1;
 	if (c->listen_mode < -1 || c->listen_mode > 0777) {
-		cfg_path_key(&p, "listen_mode");
-		return cfg_fail(&p, "expected 0..0777, got %d", c->listen_mode);
+		cfg_path_key(p, "listen_mode");
+		return cfg_fail(p, "expected 0..0777, got %d", c->listen_mode);
 	}
-	mark = cfg_path_key(&p, "listen_owner");
+	mark = cfg_path_key(p, "listen_owner");
 	n = strnlen(c->listen_owner, sizeof(c->listen_owner));
 	if (n == sizeof(c->listen_owner))
-		return cfg_fail(&p, "not NUL-terminated");
+		return cfg_fail(p, "not NUL-terminated");
 	if (n > 0 && !cfg_owner_ok(c->listen_owner, n)) {
 		cfg_quote(c->listen_owner, n, q, sizeof(q));
-		return cfg_fail(&p, "expected \"USER\", \"USER:GROUP\" or \":GROUP\", got %s", q);
+		return cfg_fail(p, "expected \"USER\", \"USER:GROUP\" or \":GROUP\", got %s", q);
 	}
-	cfg_path_pop(&p, mark);
+	cfg_path_pop(p, mark);
 	if ((c->listen_mode >= 0 || n > 0) && !cfg_any_unix_socket(c)) {
-		cfg_path_key(&p, c->listen_mode >= 0 ? "listen_mode" : "listen_owner");
+		cfg_path_key(p, c->listen_mode >= 0 ? "listen_mode" : "listen_owner");
 		cfg_quote(c->listen, strlen(c->listen), q, sizeof(q));
-		return cfg_fail(&p, "applies to a unix socket only, but listen is %s%s", q,
+		return cfg_fail(p, "applies to a unix socket only, but listen is %s%s", q,
 				c->http_listen[0] ? ", and http_listen is not one either" : "");
 	}
+	return 0;
+}
 
-	if (cfg_check_range(&p, "workers", c->workers, 1, CFG_WORKERS_MAX) < 0 ||
-	    cfg_check_range(&p, "max_keys", (long long)c->max_keys, CFG_MAX_KEYS_MIN,
+/* The SPOP messages and the limits of a worker: prefix, scope, frames,
+ * connections, timeouts, buffers. */
+static int cfg_check_limits(struct cfg_parser *p, const struct config *c)
+{
+	char q[CFG_SHOW_MAX], names[128];
+	size_t mark, n;
+
+	if (cfg_check_range(p, "workers", c->workers, 1, CFG_WORKERS_MAX) < 0 ||
+	    cfg_check_range(p, "max_keys", (long long)c->max_keys, CFG_MAX_KEYS_MIN,
 			    CFG_MAX_KEYS_MAX) < 0)
 		return -1;
-
-	mark = cfg_path_key(&p, "message_prefix");
+	mark = cfg_path_key(p, "message_prefix");
 	n = strnlen(c->message_prefix, sizeof(c->message_prefix));
 	if (!cfg_prefix_ok(c->message_prefix, n)) {
 		cfg_quote(c->message_prefix, n, q, sizeof(q));
-		return cfg_fail(&p, "expected 1..31 characters of [A-Za-z0-9_.-], got %s", q);
+		return cfg_fail(p, "expected 1..31 characters of [A-Za-z0-9_.-], got %s", q);
 	}
-	cfg_path_pop(&p, mark);
-
+	cfg_path_pop(p, mark);
 	if (c->var_scope < 0 || c->var_scope >= SPOP_SCOPE_COUNT) {
-		cfg_path_key(&p, "var_scope");
+		cfg_path_key(p, "var_scope");
 		cfg_list_names(cfg_scope_names, SPOP_SCOPE_COUNT, names, sizeof(names));
-		return cfg_fail(&p, "expected one of %s, got %d", names, c->var_scope);
+		return cfg_fail(p, "expected one of %s, got %d", names, c->var_scope);
 	}
-	if (cfg_check_range(&p, "max_frame_size", c->max_frame_size, SPOP_MIN_FRAME_SIZE,
+	if (cfg_check_range(p, "max_frame_size", c->max_frame_size, SPOP_MIN_FRAME_SIZE,
 			    CFG_FRAME_MAX) < 0 ||
-	    cfg_check_range(&p, "max_connections", c->max_connections, 1, CFG_CONN_MAX) < 0 ||
-	    cfg_check_range(&p, "idle_timeout_ms", c->idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
-	    cfg_check_range(&p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
+	    cfg_check_range(p, "max_connections", c->max_connections, 1, CFG_CONN_MAX) < 0 ||
+	    cfg_check_range(p, "idle_timeout_ms", c->idle_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
+	    cfg_check_range(p, "frame_timeout_ms", c->frame_timeout_ms, 1, CFG_TIMEOUT_MAX_MS) < 0 ||
 	    (c->collect_us != CONFIG_AUTO &&
-	     cfg_check_range(&p, "collect_us", c->collect_us, 0, CFG_COLLECT_MAX_US) < 0) ||
-	    cfg_check_range(&p, "max_buffer_memory", (long long)c->max_buffer_memory,
+	     cfg_check_range(p, "collect_us", c->collect_us, 0, CFG_COLLECT_MAX_US) < 0) ||
+	    cfg_check_range(p, "max_buffer_memory", (long long)c->max_buffer_memory,
 			    (long long)CFG_BUFMEM_MIN, (long long)CFG_BUFMEM_MAX) < 0)
 		return -1;
 	if (c->http_max_connections > c->max_connections) {
-		cfg_path_key(&p, "http_max_connections");
-		return cfg_fail(&p, "expected at most max_connections (%u), got %u",
+		cfg_path_key(p, "http_max_connections");
+		return cfg_fail(p, "expected at most max_connections (%u), got %u",
 				c->max_connections, c->http_max_connections);
 	}
 	if (c->http_max_buffer_memory > c->max_buffer_memory) {
-		cfg_path_key(&p, "http_max_buffer_memory");
-		return cfg_fail(&p, "expected at most max_buffer_memory (%zu), got %zu",
+		cfg_path_key(p, "http_max_buffer_memory");
+		return cfg_fail(p, "expected at most max_buffer_memory (%zu), got %zu",
 				c->max_buffer_memory, c->http_max_buffer_memory);
 	}
+	return 0;
+}
+
+/* The HTTP front's tokens, the heavy hitters, the log level, the secret. */
+static int cfg_check_http_and_log(struct cfg_parser *p, const struct config *c)
+{
+	char names[128];
+
 	if (strnlen(c->http_token, sizeof(c->http_token)) == sizeof(c->http_token)) {
-		cfg_path_key(&p, "http_token");
-		return cfg_fail(&p, "not NUL-terminated");
+		cfg_path_key(p, "http_token");
+		return cfg_fail(p, "not NUL-terminated");
 	}
 	if (c->http_admin_token[0] && strcmp(c->http_admin_token, c->http_token) == 0) {
-		cfg_path_key(&p, "http_admin_token");
-		return cfg_fail(&p, "the same as http_token: the checks' token must not open the "
+		cfg_path_key(p, "http_admin_token");
+		return cfg_fail(p, "the same as http_token: the checks' token must not open the "
 				"admin endpoints");
 	}
 	if (c->top_keys > 1024 || c->top_sample < 1 || c->top_sample > 1024) {
-		cfg_path_key(&p, "top_keys");
-		return cfg_fail(&p, "expected top_keys 0..1024 and top_sample 1..1024");
+		cfg_path_key(p, "top_keys");
+		return cfg_fail(p, "expected top_keys 0..1024 and top_sample 1..1024");
 	}
 	if (c->http_metrics_token && !c->http_token[0]) {
-		cfg_path_key(&p, "http_metrics_token");
-		return cfg_fail(&p, "true needs http_token (the token /metrics would ask for)");
+		cfg_path_key(p, "http_metrics_token");
+		return cfg_fail(p, "true needs http_token (the token /metrics would ask for)");
 	}
 	if (c->log_level < 0 || c->log_level >= LOG_LEVEL_COUNT) {
-		cfg_path_key(&p, "log_level");
+		cfg_path_key(p, "log_level");
 		cfg_list_names(cfg_log_level_names, LOG_LEVEL_COUNT, names, sizeof(names));
-		return cfg_fail(&p, "expected one of %s, got %d", names, c->log_level);
+		return cfg_fail(p, "expected one of %s, got %d", names, c->log_level);
 	}
-
 	if (strnlen(c->key_secret, sizeof(c->key_secret)) == sizeof(c->key_secret)) {
-		cfg_path_key(&p, "key_secret");
-		return cfg_fail(&p, "not NUL-terminated");
+		cfg_path_key(p, "key_secret");
+		return cfg_fail(p, "not NUL-terminated");
 	}
+	return 0;
+}
 
-	mark = cfg_path_key(&p, "namespaces");
+/* Every namespace (ns_check and what only the whole list tells: unique
+ * names, a strategy, shares within max_keys). */
+static int cfg_check_namespaces(struct cfg_parser *p, const struct config *c)
+{
+	size_t mark = cfg_path_key(p, "namespaces"), shares = 0;
+
 	if (c->n_ns < 1 || c->n_ns > NS_MAX)
-		return cfg_fail(&p, "expected 1..%d namespaces, got %zu", NS_MAX,
-				c->n_ns);
-	for (i = 0; i < c->n_ns; i++) {
+		return cfg_fail(p, "expected 1..%d namespaces, got %zu", NS_MAX, c->n_ns);
+	for (size_t i = 0; i < c->n_ns; i++) {
 		const struct ns_def *ns = &c->ns[i];
-		size_t nsmark = cfg_path_push(&p, "[%zu]", i), kmark;
+		size_t nsmark = cfg_path_push(p, "[%zu]", i), kmark;
 
-		if (cfg_check_ns(&p, ns) < 0)
+		if (cfg_check_ns(p, ns) < 0)
 			return -1;
-		kmark = cfg_path_key(&p, "name");
-		if (cfg_check_ns_name(&p, c, i) < 0)
+		kmark = cfg_path_key(p, "name");
+		if (cfg_check_ns_name(p, c, i) < 0)
 			return -1;
-		cfg_path_pop(&p, kmark);
+		cfg_path_pop(p, kmark);
 		if (ns->strategy[0] == '\0') {
-			cfg_path_key(&p, "strategy");
-			return cfg_fail(&p, "missing");
+			cfg_path_key(p, "strategy");
+			return cfg_fail(p, "missing");
 		}
 		if (ns->max_keys) {
 			shares += ns->max_keys;
 			if (shares > c->max_keys) {
-				cfg_path_key(&p, "max_keys");
-				return cfg_fail(&p, "the namespaces' max_keys add up to more than the "
+				cfg_path_key(p, "max_keys");
+				return cfg_fail(p, "the namespaces' max_keys add up to more than the "
 						"top-level max_keys (%zu)", c->max_keys);
 			}
 		}
-		cfg_path_pop(&p, nsmark);
+		cfg_path_pop(p, nsmark);
 	}
-	cfg_path_pop(&p, mark);
+	cfg_path_pop(p, mark);
+	return 0;
+}
+
+int config_check(const struct config *c, struct config_err *err)
+{
+	struct cfg_parser p;
+
+	memset(err, 0, sizeof(*err));
+	cfg_parser_init(&p, err);
+	if (cfg_check_addresses(&p, c) < 0 ||
+	    cfg_check_range(&p, "http_deny_status", c->http_deny_status, 400, 599) < 0 ||
+	    cfg_check_socket_owner(&p, c) < 0 || cfg_check_limits(&p, c) < 0 ||
+	    cfg_check_http_and_log(&p, c) < 0 || cfg_check_namespaces(&p, c) < 0)
+		return -1;
 	return 0;
 }

@@ -66,21 +66,25 @@ static int fail_config(const struct config_err *err)
 	return 2;
 }
 
-int main(int argc, char **argv)
-{
-	const char *file = NULL, *listen_addr = NULL;
-	int workers = -1, verbose = 0, check_only = 0, opt;
-	struct config cfg;
-	struct config_err cerr;
-	char err[256];
+/* The command line: -c FILE, -l ADDR, -w N, -t, -v..., -h. */
+struct args {
+	const char *file, *listen;
+	int workers;                 /* -1: the configuration's */
+	int verbose;
+	bool check_only;
+};
 
-	/* The operators' command line (docs/OPERATIONS.md). */
-	if (argc > 1 && strcmp(argv[1], "ctl") == 0)
-		return ctl_main(argc - 1, argv + 1);
+/* Reads the options into *a. Returns -1 to go on, else the exit status
+ * (-h, or a bad option: usage printed). */
+static int parse_args(int argc, char **argv, struct args *a)
+{
+	int opt;
+
+	*a = (struct args){ .workers = -1 };
 	while ((opt = getopt(argc, argv, "c:l:w:tvh")) != -1) {
 		switch (opt) {
-		case 'c': file = optarg; break;
-		case 'l': listen_addr = optarg; break;
+		case 'c': a->file = optarg; break;
+		case 'l': a->listen = optarg; break;
 		case 'w': {
 			char *end;
 			long v = strtol(optarg, &end, 10);
@@ -89,11 +93,11 @@ int main(int argc, char **argv)
 					"workers, got '%s'\n", optarg);
 				return 2;
 			}
-			workers = v == 0 ? config_default_workers() : (int)v;
+			a->workers = v == 0 ? config_default_workers() : (int)v;
 			break;
 		}
-		case 't': check_only = 1; break;
-		case 'v': verbose++; break;
+		case 't': a->check_only = true; break;
+		case 'v': a->verbose++; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -102,48 +106,60 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	return -1;
+}
 
-	config_defaults(&cfg);
-	if (file && config_load(&cfg, file, &cerr) < 0)
+/* The configuration: the file over the defaults, the command line over
+ * both, checked; the log level set. Returns -1 to go on (*cfg loaded),
+ * else the exit status (the reason printed). */
+static int load_config(const struct args *a, struct config *cfg)
+{
+	struct config_err cerr;
+
+	config_defaults(cfg);
+	if (a->file && config_load(cfg, a->file, &cerr) < 0)
 		return fail_config(&cerr);
-	if (listen_addr) {
-		if (strlen(listen_addr) >= sizeof(cfg.listen)) {
+	if (a->listen) {
+		if (strlen(a->listen) >= sizeof(cfg->listen)) {
 			fprintf(stderr, "spoa-ratelimit: -l: address too long\n");
+			config_free(cfg);
 			return 2;
 		}
-		snprintf(cfg.listen, sizeof(cfg.listen), "%s", listen_addr);
+		snprintf(cfg->listen, sizeof(cfg->listen), "%s", a->listen);
 	}
-	if (workers > 0)
-		cfg.workers = workers;
-	if (config_check(&cfg, &cerr) < 0) {
+	if (a->workers > 0)
+		cfg->workers = a->workers;
+	if (config_check(cfg, &cerr) < 0) {
 		if (!cerr.file[0])
-			snprintf(cerr.file, sizeof(cerr.file), "%s", file ? file : "command line");
-		config_free(&cfg);
+			snprintf(cerr.file, sizeof(cerr.file), "%s", a->file ? a->file : "command line");
+		config_free(cfg);
 		return fail_config(&cerr);
 	}
-	log_level = cfg.log_level + verbose;
+	log_level = cfg->log_level + a->verbose;
 	if (log_level >= LOG_LEVEL_COUNT)
 		log_level = LOG_LEVEL_COUNT - 1;
+	return -1;
+}
 
-	uint64_t seed;
-	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
-		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)rl_now();
-	sync_set_node_seed(seed);
-
-	/* -t checks the config without mapping (and touching) the whole table,
-	 * nor opening the state file (a running agent holds it). */
-	struct rl *rl = check_only ? rl_new("spoa-ratelimit", cfg.max_keys > 1024 ? 1024
-									: cfg.max_keys, err, sizeof(err))
-				   : rl_open("spoa-ratelimit", cfg.max_keys,
-					     cfg.state_file[0] ? cfg.state_file : NULL, err,
+/* The library with every namespace: the whole table (and the state file),
+ * or for -t a small one (nothing mapped for real, the running agent's
+ * state file untouched). NULL with the reason printed; *status the exit
+ * status then. */
+static struct rl *open_library(const struct config *cfg, bool check_only, int *status)
+{
+	char err[256];
+	struct rl *rl = check_only ? rl_new("spoa-ratelimit", cfg->max_keys > 1024 ? 1024
+									 : cfg->max_keys, err, sizeof(err))
+				   : rl_open("spoa-ratelimit", cfg->max_keys,
+					     cfg->state_file[0] ? cfg->state_file : NULL, err,
 					     sizeof(err));
 	if (!rl) {
 		fprintf(stderr, "spoa-ratelimit: %s\n", err);
-		config_free(&cfg);
-		return 1;
+		*status = 1;
+		return NULL;
 	}
-	for (size_t i = 0; i < cfg.n_ns; i++) {
-		struct ns_def o = cfg.ns[i];
+	for (size_t i = 0; i < cfg->n_ns; i++) {
+		struct ns_def o = cfg->ns[i];
 
 		/* -t maps a small table: the shares were checked against
 		 * max_keys by config_check(). */
@@ -154,23 +170,33 @@ int main(int argc, char **argv)
 		    rl_namespace_index(rl, o.name, strlen(o.name)) != (int)i) {
 			fprintf(stderr, "spoa-ratelimit: namespaces[%zu]: %s\n", i, err);
 			rl_free(rl);
-			config_free(&cfg);
-			return 2;
+			*status = 2;
+			return NULL;
 		}
 	}
-	/* What the agent cannot see: the peers' own timeouts must outlast a
-	 * delayed answer, or they give up first and pass the request. */
-	for (size_t i = 0; i < cfg.n_ns; i++)
-		if (cfg.ns[i].delay_max_ms > 0)
+	if (cfg->key_secret[0])
+		rl_set_key_secret(rl, cfg->key_secret, strlen(cfg->key_secret));
+	return rl;
+}
+
+/* What the agent cannot see or enforce itself, said at start (and by
+ * -t): the peers' timeouts against delay_max_ms, the HTTP callers'
+ * limits, the digest key. */
+static void warn_config(const struct config *cfg, const struct rl *rl)
+{
+	/* The peers' own timeouts must outlast a delayed answer, or they
+	 * give up first and pass the request. */
+	for (size_t i = 0; i < cfg->n_ns; i++)
+		if (cfg->ns[i].delay_max_ms > 0)
 			LOG(LOG_WARN, "namespace \"%s\" delays hits up to %u ms: HAProxy's "
 			    "\"timeout processing\" (spoe-agent), nginx's proxy_read_timeout "
 			    "(auth_request) and spoa_ratelimit_timeout (the nginx module) must be "
 			    "longer, or they give up first (docs/CONFIG.md, delay_max_ms)",
-			    cfg.ns[i].name, cfg.ns[i].delay_max_ms);
+			    cfg->ns[i].name, cfg->ns[i].delay_max_ms);
 	/* Checks that name a limit where none is configured are refused over
 	 * HTTP now: say so before nginx's checks meet a 400. */
-	for (size_t i = 0; cfg.http_listen[0] && i < cfg.n_ns; i++) {
-		const struct ns_def *n = &cfg.ns[i];
+	for (size_t i = 0; cfg->http_listen[0] && i < cfg->n_ns; i++) {
+		const struct ns_def *n = &cfg->ns[i];
 		for (size_t w = 0; n->caller_limit != NS_CALLER_ANY && w < n->n_window_sizes; w++)
 			if (ns_limit_of(n, n->window_sizes[w]) == NS_LIMIT_NONE) {
 				LOG(LOG_WARN, "namespace \"%s\" configures no limit for window %u: "
@@ -180,84 +206,130 @@ int main(int argc, char **argv)
 				break;
 			}
 	}
-	if (cfg.key_secret[0])
-		rl_set_key_secret(rl, cfg.key_secret, strlen(cfg.key_secret));
-	else if (rl_digest_key_is_public(rl))
+	if (!cfg->key_secret[0] && rl_digest_key_is_public(rl))
 		LOG(LOG_WARN, "no key_secret: keys over %d bytes are stored as a digest under a "
 		    "public key, which anyone can compute; set key_secret (the same on every "
 		    "node) to keep digests secret (docs/CONFIG.md)", RL_STORED_KEY_MAX);
-	if (cfg.state_file[0] && !check_only)
+}
+
+/* For -t: could each front listen on its address? Returns 0, or -1 with
+ * the reason in err. */
+static int check_listeners(const struct config *cfg, char *err, size_t errlen)
+{
+	for (int f = 0; f < FRONT_COUNT; f++) {
+		const char *addr = config_front_address(cfg, (enum front_id)f);
+		if (addr[0] && master_check_listen(addr, err, errlen) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Each front's listener, the metrics and the balance, made before fork
+ * into *ls. Returns 0, or -1 with the reason in err (nothing left open). */
+static int open_listeners(const struct config *cfg, struct worker_listeners *ls, char *err,
+			  size_t errlen)
+{
+	int f = 0;
+
+	for (; f < FRONT_COUNT; f++) {
+		const char *addr = config_front_address(cfg, (enum front_id)f);
+		ls->fd[f] = addr[0] ? master_listen(cfg, addr, err, errlen) : -1;
+		if (addr[0] && ls->fd[f] < 0)
+			break;
+	}
+	if (f == FRONT_COUNT && (ls->metrics = metrics_new(cfg->workers, err, errlen)))
+		ls->balance = balance_new(cfg->workers, err, errlen);
+	if (f == FRONT_COUNT && ls->balance)
+		return 0;
+	for (int g = 0; g < f && g < FRONT_COUNT; g++)
+		if (ls->fd[g] >= 0)
+			close(ls->fd[g]);
+	metrics_free(ls->metrics);
+	return -1;
+}
+
+/* "listening on 127.0.0.1:12345 (spop), 127.0.0.1:8081 (http) with ...":
+ * every front that has an address; the stores of synced namespaces. */
+static void log_start(const struct config *cfg)
+{
+	char on[FRONT_COUNT * (CONFIG_ADDR_MAX + 16)];
+	size_t used = 0;
+
+	on[0] = '\0';
+	for (int f = 0; f < FRONT_COUNT; f++) {
+		const char *addr = config_front_address(cfg, (enum front_id)f);
+		if (addr[0])
+			used += (size_t)snprintf(on + used, sizeof(on) - used, "%s%s (%s)",
+						 used ? ", " : "", addr, front_name((enum front_id)f));
+	}
+	LOG(LOG_INFO, "listening on %s with %d worker(s), max_keys %zu, %zu namespace(s)", on,
+	    cfg->workers, cfg->max_keys, cfg->n_ns);
+	for (size_t i = 0; i < cfg->n_ns; i++)
+		if (cfg->ns[i].sync_rate > 0)
+			LOG(LOG_INFO, "namespace %s: %s store every %g s, admission %s",
+			    cfg->ns[i].name, cfg->ns[i].strategy, cfg->ns[i].sync_rate,
+			    ns_admission_names[ns_admission_of(&cfg->ns[i])]);
+}
+
+int main(int argc, char **argv)
+{
+	struct args a;
+	struct config cfg;
+	char err[256];
+	int status;
+
+	/* The operators' command line (docs/OPERATIONS.md). */
+	if (argc > 1 && strcmp(argv[1], "ctl") == 0)
+		return ctl_main(argc - 1, argv + 1);
+	if ((status = parse_args(argc, argv, &a)) >= 0 || (status = load_config(&a, &cfg)) >= 0)
+		return status;
+
+	uint64_t seed;
+	if (getrandom(&seed, sizeof(seed), 0) != sizeof(seed))
+		seed = (uint64_t)getpid() * 0x9e3779b97f4a7c15ULL ^ (uint64_t)rl_now();
+	sync_set_node_seed(seed);
+
+	struct rl *rl = open_library(&cfg, a.check_only, &status);
+	if (!rl) {
+		config_free(&cfg);
+		return status;
+	}
+	warn_config(&cfg, rl);
+	if (cfg.state_file[0] && !a.check_only)
 		LOG(LOG_INFO, "state_file %s: %s", cfg.state_file,
 		    rl_state_reused(rl) ? "counts of the last run kept" : "new");
+	status = -1;
 	uid_t uid;
 	gid_t gid;
 	if (master_owner_ids(cfg.listen_owner, &uid, &gid, err, sizeof(err)) < 0) {
 		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: %s\n",
-			file ? file : "built-in", err);
-		rl_free(rl);
-		config_free(&cfg);
-		return 2;
-	}
-	bool cannot = false;
-	for (int f = 0; check_only && !cannot && f < FRONT_COUNT; f++) {
-		const char *addr = config_front_address(&cfg, (enum front_id)f);
-		cannot = addr[0] && master_check_listen(addr, err, sizeof(err)) < 0;
-	}
-	if (cannot) {
+			a.file ? a.file : "built-in", err);
+		status = 2;
+	} else if (a.check_only && check_listeners(&cfg, err, sizeof(err)) < 0) {
 		fprintf(stderr, "spoa-ratelimit: bad configuration: %s: cannot listen: %s\n",
-			file ? file : "built-in", err);
-		rl_free(rl);
-		config_free(&cfg);
-		return 2;
-	}
-	if (check_only) {
+			a.file ? a.file : "built-in", err);
+		status = 2;
+	} else if (a.check_only) {
 		printf("configuration OK: %zu namespace(s), listen %s, %d worker(s), max_keys %zu\n",
 		       cfg.n_ns, cfg.listen, cfg.workers, cfg.max_keys);
+		status = 0;
+	}
+	if (status >= 0) {
 		rl_free(rl);
 		config_free(&cfg);
-		return 0;
+		return status;
 	}
 
 	raise_nofile(&cfg);
 	struct worker_listeners ls = { .master_pid = getpid() };
-	int f = 0;
-	for (; f < FRONT_COUNT; f++) {
-		const char *addr = config_front_address(&cfg, (enum front_id)f);
-		ls.fd[f] = addr[0] ? master_listen(&cfg, addr, err, sizeof(err)) : -1;
-		if (addr[0] && ls.fd[f] < 0)
-			break;
-	}
-	if (f == FRONT_COUNT && (ls.metrics = metrics_new(cfg.workers, err, sizeof(err))))
-		ls.balance = balance_new(cfg.workers, err, sizeof(err));
-	if (f < FRONT_COUNT || !ls.balance) {
-		for (int g = 0; g < f && g < FRONT_COUNT; g++)
-			if (ls.fd[g] >= 0)
-				close(ls.fd[g]);
-		metrics_free(ls.metrics);
+	if (open_listeners(&cfg, &ls, err, sizeof(err)) < 0) {
 		fprintf(stderr, "spoa-ratelimit: cannot listen: %s\n", err);
 		rl_free(rl);
 		config_free(&cfg);
 		return 1;
 	}
-	/* "listening on 127.0.0.1:12345 (spop), 127.0.0.1:8081 (http)": every
-	 * front that has an address. */
-	char on[FRONT_COUNT * (CONFIG_ADDR_MAX + 16)];
-	size_t used = 0;
-	on[0] = '\0';
-	for (int g = 0; g < FRONT_COUNT; g++) {
-		const char *addr = config_front_address(&cfg, (enum front_id)g);
-		if (addr[0])
-			used += (size_t)snprintf(on + used, sizeof(on) - used, "%s%s (%s)",
-						 used ? ", " : "", addr, front_name((enum front_id)g));
-	}
-	LOG(LOG_INFO, "listening on %s with %d worker(s), max_keys %zu, %zu namespace(s)", on,
-	    cfg.workers, cfg.max_keys, cfg.n_ns);
-	for (size_t i = 0; i < cfg.n_ns; i++)
-		if (cfg.ns[i].sync_rate > 0)
-			LOG(LOG_INFO, "namespace %s: %s store every %g s, admission %s",
-			    cfg.ns[i].name, cfg.ns[i].strategy, cfg.ns[i].sync_rate,
-			    ns_admission_names[ns_admission_of(&cfg.ns[i])]);
-	if (reload_setup(file, verbose) < 0)
+	log_start(&cfg);
+	if (reload_setup(a.file, a.verbose) < 0)
 		LOG(LOG_WARN, "cannot map the reload area: SIGHUP will not reload");
 	/* Heavy hitters (GET /top): without memory for them, the agent runs
 	 * without (the endpoint says so). */
