@@ -410,18 +410,16 @@ spoa_limits_need(ngx_array_t *limits)
     return sc_notify_need(l, limits->nelts);
 }
 
-/* spoa_ratelimit key=... window=... [limit=...] [namespace=...] [cost=...]; */
+/* One "name=value" parameter of spoa_ratelimit into lc: key, window,
+ * limit, namespace or cost, once each, compiled as a complex value. */
 static char *
-spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+spoa_limit_param(ngx_conf_t *cf, spoa_limit_conf_t *lc, ngx_str_t *param)
 {
-    spoa_loc_conf_t  *lcf = conf;
-
-    ngx_str_t                          *value, name, val;
-    ngx_uint_t                          i, j;
-    spoa_limit_conf_t                  *lc;
-    spoa_main_conf_t                   *mcf;
+    ngx_str_t                           name, val;
+    ngx_uint_t                          j;
     ngx_http_complex_value_t          **field;
     ngx_http_compile_complex_value_t    ccv;
+    u_char                             *eq;
 
     static const struct {
         ngx_str_t  name;
@@ -433,6 +431,72 @@ spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
         { ngx_string("namespace"), offsetof(spoa_limit_conf_t, ns) },
         { ngx_string("cost"), offsetof(spoa_limit_conf_t, cost) },
     };
+
+    eq = ngx_strlchr(param->data, param->data + param->len, '=');
+    if (eq == NULL) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "invalid parameter \"%V\": name=value expected", param);
+        return NGX_CONF_ERROR;
+    }
+
+    name.data = param->data;
+    name.len = eq - param->data;
+    val.data = eq + 1;
+    val.len = param->data + param->len - val.data;
+
+    for (j = 0; j < sizeof(fields) / sizeof(fields[0]); j++) {
+        if (fields[j].name.len == name.len
+            && ngx_strncmp(fields[j].name.data, name.data, name.len) == 0)
+        {
+            break;
+        }
+    }
+
+    if (j == sizeof(fields) / sizeof(fields[0])) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
+                           "unknown parameter \"%V\" (key, window, limit, "
+                           "namespace, cost)", &name);
+        return NGX_CONF_ERROR;
+    }
+
+    field = (ngx_http_complex_value_t **) ((char *) lc + fields[j].off);
+    if (*field) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate parameter \"%V\"", &name);
+        return NGX_CONF_ERROR;
+    }
+
+    if (val.len == 0) {
+        ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "empty parameter \"%V\"", &name);
+        return NGX_CONF_ERROR;
+    }
+
+    *field = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
+    if (*field == NULL) {
+        return NGX_CONF_ERROR;
+    }
+
+    ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
+    ccv.cf = cf;
+    ccv.value = &val;
+    ccv.complex_value = *field;
+
+    if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        return NGX_CONF_ERROR;
+    }
+
+    return NGX_CONF_OK;
+}
+
+/* spoa_ratelimit key=... window=... [limit=...] [namespace=...] [cost=...]; */
+static char *
+spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
+{
+    spoa_loc_conf_t  *lcf = conf;
+
+    ngx_str_t          *value;
+    ngx_uint_t          i;
+    spoa_limit_conf_t  *lc;
+    spoa_main_conf_t   *mcf;
 
     if (lcf->limits == NULL) {
         lcf->limits = ngx_array_create(cf->pool, 2, sizeof(spoa_limit_conf_t));
@@ -458,60 +522,10 @@ spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     value = cf->args->elts;
 
     for (i = 1; i < cf->args->nelts; i++) {
-        u_char *eq = ngx_strlchr(value[i].data, value[i].data + value[i].len, '=');
-
-        if (eq == NULL) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "invalid parameter \"%V\": name=value expected", &value[i]);
-            return NGX_CONF_ERROR;
-        }
-
-        name.data = value[i].data;
-        name.len = eq - value[i].data;
-        val.data = eq + 1;
-        val.len = value[i].data + value[i].len - val.data;
-
-        for (j = 0; j < sizeof(fields) / sizeof(fields[0]); j++) {
-            if (fields[j].name.len == name.len
-                && ngx_strncmp(fields[j].name.data, name.data, name.len) == 0)
-            {
-                break;
-            }
-        }
-
-        if (j == sizeof(fields) / sizeof(fields[0])) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
-                               "unknown parameter \"%V\" (key, window, limit, "
-                               "namespace, cost)", &name);
-            return NGX_CONF_ERROR;
-        }
-
-        field = (ngx_http_complex_value_t **) ((char *) lc + fields[j].off);
-        if (*field) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "duplicate parameter \"%V\"", &name);
-            return NGX_CONF_ERROR;
-        }
-
-        if (val.len == 0) {
-            ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "empty parameter \"%V\"", &name);
-            return NGX_CONF_ERROR;
-        }
-
-        *field = ngx_palloc(cf->pool, sizeof(ngx_http_complex_value_t));
-        if (*field == NULL) {
-            return NGX_CONF_ERROR;
-        }
-
-        ngx_memzero(&ccv, sizeof(ngx_http_compile_complex_value_t));
-        ccv.cf = cf;
-        ccv.value = &val;
-        ccv.complex_value = *field;
-
-        if (ngx_http_compile_complex_value(&ccv) != NGX_OK) {
+        if (spoa_limit_param(cf, lc, &value[i]) != NGX_CONF_OK) {
             return NGX_CONF_ERROR;
         }
     }
-
     if (lc->key == NULL || lc->window == NULL) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "spoa_ratelimit needs key= and window=");
