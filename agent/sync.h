@@ -52,12 +52,13 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
  * table. Does nothing when the queue is full or the store is away. */
 void sync_seed(struct sync *s, unsigned ns, uint32_t idx);
 
-/* ---- sync_rate 0: hits that wait for the store ---- */
+/* ---- sync_rate 0 and exact admission: hits that wait for the store ---- */
 
 #define SYNC_HITS_MAX 32
 
-/* One hit of a synchronous namespace, already counted (or read) in the
- * table by the library: what the store must add and confirm. */
+/* One hit of a sync_rate 0 namespace, or one the store must admit, already
+ * counted (or read) in the table by the library: what the store must add
+ * and confirm, or decide. */
 struct sync_hit {
 	int ns;
 	uint32_t idx;            /* its slot (rl_result.cur_idx); UINT32_MAX: none */
@@ -104,9 +105,11 @@ struct sync_hits {
 	char why[STRATEGY_ERR_MAX];  /* the first failure, for logs ("" = none) */
 };
 
-/* Pushes the hits (one push per namespace, each to its store) and calls
- * done(arg) once, later, when every push has answered. Returns 1 when done
- * will run, 0 when no push started (no store connected): apply at once.
+/* Sends the hits: per namespace one push and one call of admissions,
+ * gathered with the others of the loop iteration (agent/sync_gather.c),
+ * and calls done(arg) once, later, when every call has answered. Returns
+ * 1 when done will run, 0 when no call started (no store connected):
+ * apply at once.
  * While a store is connecting (a worker's first connection, a reconnect),
  * its push waits for the attempt, polled every 2 ms: the attempt ends
  * within the store's timeout_ms. */

@@ -190,9 +190,9 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 			(c->reset ? shm_follow_total : shm_sync_total)(t, &sn->ents[i], c->total);
 	}
 	sn->unpushed = sn->n - ok;
-	/* Unconfirmed counters may still be applied by the store (a timeout):
-	 * keep them, with their diffs and token, to resend as they are; the
-	 * store adds nothing twice for the same token. */
+	/* The counters the store did not confirm are in doubt: it may still
+	 * apply them (a timeout). They are kept, with their diffs and token,
+	 * to resend as they are; the store adds nothing twice for a token. */
 	sn->retry = false;
 	if (ok < sn->n && !sn->sy->flush_mode) {
 		size_t k = 0;
@@ -338,7 +338,7 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 	}
 	sn->cycle_ms = ms;
 	if (sn->retry) {
-		/* First the unconfirmed push, unchanged and with its token: the
+		/* First the push in doubt, unchanged and with its token: the
 		 * next cycle collects what came since. */
 		if (sync_push(sn) < 0) {
 			if (!sy->flush_mode)
@@ -349,7 +349,8 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		}
 		return;
 	}
-	/* sync_rate 0: hits refresh themselves; only unconfirmed ones are left. */
+	/* sync_rate 0 (the retry cycle): hits refresh themselves; only the
+	 * diffs the store did not confirm are left. */
 	if (sync_collect(sn, rl_now(), sn->def->sync_rate == 0) < 0) {
 		LOG(LOG_ERR, "namespace %s: out of memory for a sync batch", sn->def->name);
 		sync_release(sn, false);
