@@ -287,9 +287,9 @@ struct rl_ns_stats {
 /* Returns 0, or -1 for an unknown index. */
 int rl_ns_stats(const struct rl *rl, int ns, struct rl_ns_stats *out);
 
-/* The reference's sync(namespace) and fetch(namespace, time, timeout),
- * rl_sync() and rl_fetch(), talk to the namespace's store: they are the
- * sync layer's, declared in agent/sync.h. */
+/* The reference's sync(namespace) and fetch(namespace, time, timeout)
+ * talk to the namespace's store: the agent's sync (agent/sync.h) runs on
+ * its own; the tests call one on demand (tests/lib/syncnow.h). */
 
 /* The settings of namespace ns (the instance's copy), or NULL for an
  * unknown index. */

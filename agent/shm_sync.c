@@ -1,11 +1,24 @@
 /*
  * shm_sync.c - the sync words of the shared counter table (see
- * shm_sync.h): diffs acknowledged and totals written back, sync leases,
- * heartbeat turns and node counts, grants. The slot states and the
- * segment's layout are shm.h's; this file only reads and writes words
- * there, with the same atomics (agent/atomics.h).
+ * shm_sync.h): the slots as the sync reads them, diffs acknowledged and
+ * totals written back, leases, heartbeat turns and node counts, grants.
+ * The slot states and the segment's layout are shm.h's; this file only
+ * reads and writes words there, with the same atomics (agent/atomics.h),
+ * and is the sync's one way into the table.
  */
 #include "agent/shm_sync.h"
+
+/* ---- slots, as the sync reads them ---- */
+
+uint32_t shm_sync_next(const struct shm_table *t, uint32_t from)
+{
+	return shm_next_used(t, from);
+}
+
+int shm_sync_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e)
+{
+	return shm_read(t, idx, e);
+}
 
 /* ---- diffs and totals ---- */
 
@@ -351,4 +364,25 @@ bool shm_grant_any(const struct shm_table *t, uint32_t idx)
 							memory_order_relaxed) != 0 ||
 				   atomic_load_explicit(shm_grant_word(t, idx, SHM_GRANT_RET),
 							memory_order_relaxed) != 0);
+}
+
+double shm_grant_give_back(struct shm_table *t, struct shm_entry *e, bool all)
+{
+	struct shm_ref r = { .idx = e->idx, .meta = e->meta };
+	double left;
+
+	if (shm_grant_cycle(t, e->idx) > 0 && !all)
+		return 0;
+	left = shm_grant_return(t, e->idx);
+	if (!(left > 0))
+		return 0;
+	/* The count, then what is returned: count - left - spent never rises
+	 * for a moment (shm_sync_total). */
+	shm_add(t, &r, -left, false);
+	if (!shm_still(t, &r))
+		return 0;       /* re-keyed: a window no longer counted anyway */
+	shm_grant_unres_add(t, e, 0, left);
+	e->count -= left;
+	e->ret += left;
+	return left;
 }

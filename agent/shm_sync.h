@@ -1,14 +1,19 @@
 /*
  * shm_sync.h - the sync words of the shared counter table (agent/shm.h):
- * what the sync layer (agent/sync*.c) and the library's exact decisions
- * (agent/ratelimit.c) read and write besides counting. Per slot, the diff
- * on its way to the store (taken, put back, acknowledged) and the store's
- * total written back; per slot, the grant the store reserved for this
- * node (docs/CLUSTER.md, "Exact at the limit"); per namespace, the sync
- * lease (one worker per node runs a cycle), the heartbeat's turn and the
- * count of nodes. The words live in the segment shm.h lays out; the
- * table proper (mapping, lookup, insert, eviction, counting) stays in
- * shm.{h,c}, which never calls in here.
+ * what the sync (agent/sync*.c) and the library's exact decisions
+ * (agent/ratelimit.c) read and write besides counting, in the words of
+ * docs/CLUSTER.md, "Words". Per slot, the diff on its way to the store
+ * (acknowledged once the store confirms it) and the store's total written
+ * back; per slot, the grant the store reserved for this node
+ * (docs/CLUSTER.md, "Exact at the limit"); per namespace, the lease (one
+ * worker per node runs a sync cycle), the heartbeat's turn and the count
+ * of nodes; and the slots as the sync reads them. The words live in the
+ * segment shm.h lays out; the table proper (mapping, lookup, insert,
+ * eviction, counting) stays in shm.{h,c}, which never calls in here.
+ *
+ * The sync reaches the table through this header only (make check: no
+ * sync file includes agent/shm.h, no sync object calls a function of the
+ * table's other files).
  *
  * Same rules as the table's: lock-free, no allocation, no syscall, no
  * wait; every word is a C11 atomic, a double kept as its bits.
@@ -19,7 +24,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* For its types and constants only (struct shm_entry, the copy of a slot
+ * the sync works on, with struct shm_table, struct shm_ref, SHM_NONE,
+ * SHM_MAX_NS): they are the table's and defined there; the sync calls
+ * none of shm.h's functions (make check reads the objects). */
 #include "agent/shm.h"
+
+/* ---- slots, as the sync reads them ---- */
+
+/* The first slot at index from or after it that was ever written;
+ * SHM_NONE past the last. A sync cycle walks the table with it, so a
+ * cycle costs what the node has used, not what the table could hold. */
+uint32_t shm_sync_next(const struct shm_table *t, uint32_t from);
+
+/* Copies slot idx (key, namespace, window, count, diff, grant hits spent
+ * and returned not pushed yet) into *e. Returns 0, or -1 when the slot
+ * holds no window (free, being written, or idx out of the table). */
+int shm_sync_read(const struct shm_table *t, uint32_t idx, struct shm_entry *e);
 
 /* ---- diffs and totals ---- */
 
@@ -160,5 +181,16 @@ int64_t shm_grant_flight(struct shm_table *t, uint32_t idx, int64_t delta);
 /* Has slot idx a grant left, demand this cycle, or grant hits spent or
  * returned not pushed yet? */
 bool shm_grant_any(const struct shm_table *t, uint32_t idx);
+
+/* A sync cycle's turn of slot e (read by shm_sync_read, with a grant or
+ * demand: shm_grant_any): this cycle's demand becomes the last one, and
+ * what is left of a grant that saw no hit for the whole cycle (all: of
+ * any grant, the final flush) is given back: taken out of the slot's
+ * count and noted returned, for the push to take from the store's
+ * reservation. A grant in use is kept: given back while hits still come,
+ * its room could be taken by hits denied (and counted) meanwhile. e's
+ * count and ret follow, so that the cycle pushes what it gave back.
+ * Returns what was given back (0: nothing). */
+double shm_grant_give_back(struct shm_table *t, struct shm_entry *e, bool all);
 
 #endif /* SHM_SYNC_H */

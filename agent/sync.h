@@ -1,22 +1,28 @@
 /*
- * sync.h - the sync loop (sync_rate > 0): every sync_rate seconds, at a
- * random phase per node, one worker of the node (the holder of the
- * namespace's lease in the shared segment) pushes the diffs of every
- * counter this node has active and writes the returned cluster totals back
- * into the table. Diffs leave a slot only once the store has confirmed
- * them, so a failed push loses nothing: the next cycle pushes them again.
+ * sync.h - the sync: a worker's namespaces kept in step with their store,
+ * in the words of docs/CLUSTER.md, "Words".
+ *
+ * sync_rate > 0: every sync period, at a random phase per node, one worker
+ * of the node (the holder of the namespace's lease in the table) pushes
+ * the diffs of every counter the node has active and writes the store's
+ * totals back into the table. Diffs leave a slot only once the store has
+ * confirmed them, so a failed push loses nothing: the next sync cycle
+ * pushes them again, with the same token.
+ *
+ * sync_rate 0 (and exact admission near a limit): each hit waits for the
+ * store (sync_hits_push); the retry cycle pushes only what the store did
+ * not confirm.
  *
  * The master calls sync_flush() after its workers have exited, so hits
  * counted up to the end reach the store (bounded wait).
  *
- * sync_rate 0 namespaces push each hit themselves (sync_hits_push); their
- * cycle only retries what the store did not confirm.
- *
- * Files: sync.c (a sync's life, the cycle, seeding, the flush, rl_sync
- * and rl_fetch), sync_hits.c (sync_rate 0: gathering, parking, calls in
- * doubt and their handover), sync_forget.c (a key forgotten in the store),
- * sync_read.c (a key's counts read from the store), sync_int.h (what they
- * share). The table's words they use: agent/shm_sync.h.
+ * Files, one job each (agent/sync_int.h draws how they call): sync.c (a
+ * sync's life, the final flush), sync_cycle.c (the sync cycle, its lease,
+ * the heartbeat), sync_seed.c (first-seen keys seeded), sync_hits.c and
+ * sync_gather.c (sync_rate 0 and exact admission), sync_doubt.c (calls in
+ * doubt, their handover at a reload), sync_forget.c (a key forgotten in
+ * the store), sync_read.c (a key's counts read from the store). The table
+ * is reached through agent/shm_sync.h only.
  */
 #ifndef SYNC_H
 #define SYNC_H
@@ -25,7 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "agent/shm.h"
+#include "agent/shm_sync.h"
 #include "strategies/strategy.h"
 
 struct rl;
@@ -36,8 +42,8 @@ struct sync;
 void sync_set_node_seed(uint64_t seed);
 
 /* Starts the sync of every namespace with sync_rate >= 0 on loop; *out is
- * NULL when there is none. Returns 0, or -1 when a strategy cannot be set
- * up (logged). */
+ * NULL when there is none. Returns 0, or -1 when the instance of a
+ * namespace's strategy cannot be set up (logged). */
 int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync **out);
 
 /* Queues a read of the cluster's counts for the slot idx, which a hit of
@@ -46,12 +52,13 @@ int sync_start(struct ev_loop *loop, struct rl *rl, int worker_id, struct sync *
  * table. Does nothing when the queue is full or the store is away. */
 void sync_seed(struct sync *s, unsigned ns, uint32_t idx);
 
-/* ---- sync_rate 0: hits that wait for the store ---- */
+/* ---- sync_rate 0 and exact admission: hits that wait for the store ---- */
 
 #define SYNC_HITS_MAX 32
 
-/* One hit of a synchronous namespace, already counted (or read) in the
- * table by the library: what the store must add and confirm. */
+/* One hit of a sync_rate 0 namespace, or one the store must admit, already
+ * counted (or read) in the table by the library: what the store must add
+ * and confirm, or decide. */
 struct sync_hit {
 	int ns;
 	uint32_t idx;            /* its slot (rl_result.cur_idx); UINT32_MAX: none */
@@ -98,9 +105,11 @@ struct sync_hits {
 	char why[STRATEGY_ERR_MAX];  /* the first failure, for logs ("" = none) */
 };
 
-/* Pushes the hits (one push per namespace, each to its store) and calls
- * done(arg) once, later, when every push has answered. Returns 1 when done
- * will run, 0 when no push started (no store connected): apply at once.
+/* Sends the hits: per namespace one push and one call of admissions,
+ * gathered with the others of the loop iteration (agent/sync_gather.c),
+ * and calls done(arg) once, later, when every call has answered. Returns
+ * 1 when done will run, 0 when no call started (no store connected):
+ * apply at once.
  * While a store is connecting (a worker's first connection, a reconnect),
  * its push waits for the attempt, polled every 2 ms: the attempt ends
  * within the store's timeout_ms. */
@@ -121,38 +130,37 @@ void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
 bool sync_can_admit(struct sync *s, unsigned ns);
 
 /* Is namespace ns's store away for this worker: not connected (and not
- * connecting), a call left in doubt (sent, never answered), or the last
- * sync cycle's push failed? Its hits with a limit are then decided on the
- * node's share (rl_hit_degraded) until it answers again. */
+ * connecting), a call of hits in doubt (sent, never answered), or the
+ * last sync cycle's push failed? Its hits with a limit are then decided
+ * on the node's share, degraded (rl_hit_degraded), until it answers
+ * again. */
 bool sync_store_away(struct sync *s, unsigned ns);
 
-/* Is a cycle waiting for its store, or a call in doubt for its resend
- * (its store being up)? A stopping worker waits for it. */
+/* Is a sync cycle's push or a seeding read waiting for its store, a call
+ * parked, or a call of hits in doubt waiting for its resend (its store
+ * being ready)? A stopping worker waits for it. */
 bool sync_busy(const struct sync *s);
 
-/* Nothing in flight and no push or call in doubt kept to resend with its
- * token: stopping now loses no token (a reload waits for this). */
+/* Nothing in flight (sync_busy) and no push or call of hits in doubt
+ * kept to resend with its token: stopping now loses no token (a reload
+ * waits for this). Forgets in doubt do not count: a reload hands them
+ * over, and no hit of theirs can count twice. */
 bool sync_settled(const struct sync *s);
 
-/* A reload (sync_reload does all of it): what sync s leaves in doubt (its
- * sync cycle's unconfirmed push, its calls in doubt) is taken out before
- * sync_stop(s) and given to the sync that replaces it, which sends each
- * again with its token and takes back from the diffs what the store
- * counted for it. Not taken: a call in flight at that moment (sync_stop
- * fails it: its hits stay in the diffs, and may count twice if the store
- * applies it late). Namespaces whose name, store or options changed drop
- * theirs (logged). take returns a list, maybe empty, or NULL (s NULL, out
- * of memory); give frees it. */
-struct sync_doubts;
-struct sync_doubts *sync_doubts_take(struct sync *s);
-void sync_doubts_give(struct sync *s, struct sync_doubts *list);
-
 /* A reload, once sync_settled() (or the wait for it is over): *sp hands
- * over what it leaves in doubt and stops (*sp NULL), apply(arg) (if not
- * NULL) applies the new configuration to rl's namespaces, and a sync of
- * them starts on loop, as sync_start, and takes the doubts over. Returns
- * 0 with *sp the new sync (NULL when no namespace syncs), or -1 when it
- * cannot start (logged; *sp NULL, the doubts dropped). */
+ * over what it leaves in doubt (its sync cycles' pushes in doubt and its
+ * calls in doubt, forgets included) and stops (*sp NULL), apply(arg) (if
+ * not NULL) applies the new configuration to rl's namespaces, and a sync
+ * of them starts on loop, as sync_start, and takes them over: each is
+ * sent again with its token, and what the store counted for a call of
+ * hits is taken back from the diffs. Calls of hits go to the namespace of
+ * the same name, store and options, forgets to the namespace of the same
+ * name; the others are dropped (logged). Not handed over: a gathered call
+ * or a sync cycle's push in flight at that moment (sync_stop fails it:
+ * its hits stay in the diffs, and may count twice if the store applies it
+ * late). Returns 0 with *sp the new sync (NULL when no namespace syncs),
+ * or -1 when it cannot start (logged; *sp NULL, what was in doubt
+ * dropped). */
 int sync_reload(struct sync **sp, struct ev_loop *loop, struct rl *rl, int worker_id,
 		void (*apply)(void *arg), void *arg);
 
@@ -180,28 +188,16 @@ struct sync_forget;
  * (within the store's timeout_ms) unless detached, *out the handle; 0: the
  * store is away, queued (cb never runs); -1: refused (the namespace does
  * not sync, its store cannot forget, SYNC_FORGET_MAX are queued, out of
- * memory). A queued forget is sent by this worker's sync, every period of
- * its namespace while the store is ready, until it is confirmed; a reload
- * hands it over; a worker that stops drops it (logged). */
+ * memory). Until the store confirms it, the forget is in doubt: this
+ * worker's sync sends it again, with its token, whenever the store is
+ * ready (agent/sync_doubt.c); a reload hands it over; a worker that stops
+ * drops it (logged). */
 int sync_forget(struct sync *s, unsigned ns, const char *key, size_t keylen, double now,
 		sync_forget_cb cb, void *arg, struct sync_forget **out);
 
 /* The caller of a sent forget no longer wants its outcome (its connection
  * closed). NULL is fine. */
 void sync_forget_detach(struct sync_forget *f);
-
-/* Forgets sent and not confirmed yet, or queued. */
-size_t sync_forgets_queued(const struct sync *s);
-
-/* A reload (sync_reload): the forgets not confirmed are taken from s
- * before sync_stop(s) (their callers are answered "queued") and given to
- * the next sync, which sends them with their tokens (by namespace name;
- * those of a namespace that no longer syncs are dropped, logged). take:
- * NULL when there are none; give and free take NULL. */
-struct sync_forgets;
-struct sync_forgets *sync_forgets_take(struct sync *s);
-void sync_forgets_give(struct sync *s, struct sync_forgets *list);
-void sync_forgets_free(struct sync_forgets *list);
 
 /* ---- a key's counts read from the store (GET /keys): sync_read.c ---- */
 
@@ -247,23 +243,5 @@ void sync_stop(struct sync *s);
  * timeout_s. Returns the number of counters whose diff could not be
  * pushed (0 = all flushed). */
 size_t sync_flush(struct rl *rl, double timeout_s);
-
-/* ---- the library's calls to a store (agent/ratelimit.h's API) ---- */
-
-/* The reference's sync(namespace): pushes this node's pending diffs of the
- * namespace to its store and writes back the totals of its active
- * counters, as one cycle of the sync loop (under the namespace's lease, so
- * never at the same time as another process of the node), waiting at most
- * timeout_s on a private event loop. Returns 0, or -1 (local namespace,
- * store away, timeout: the diffs stay for the next cycle). */
-int rl_sync(struct rl *rl, const char *ns, double timeout_s);
-
-/* The reference's fetch(namespace, time, timeout): reads every counter of
- * the namespace's current and previous windows at `time` from the store
- * and writes them into the table. One process per node fetches: if
- * timeout_s > 0 the namespace's lease is kept until it expires (at most one
- * fetch per timeout_s), else it is released at once. Returns 0 (also when
- * another process holds the lease), or -1. */
-int rl_fetch(struct rl *rl, const char *ns, double time, double timeout_s);
 
 #endif /* SYNC_H */

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # scripts/check.sh - the structure, checked (make check; make test runs it):
 #   - the layer rules of docs/ARCHITECTURE.md: nothing below includes
-#     anything above;
+#     anything above; the sync reaches the table through agent/shm_sync.h
+#     only (no agent/shm.h included; with a build directory, no function
+#     of the table's other files called);
 #   - no include cycle among agent/, spop/, strategies/;
 #   - no source file of agent/, spop/, strategies/ over 1,500 lines
 #     (docs/STYLE.md, rule 13);
@@ -28,6 +30,10 @@ out=$(grep -nE '#include "agent/(spop_front|spop_handler|http_[a-z]+|stream|work
 out=$(grep -ln '#include "agent/worker.h"' agent/spop_front.c agent/http_*.c agent/spop_handler.c \
   agent/stream.c 2>/dev/null)
 [ -z "$out" ] || bad "a front includes the worker: $out"
+# The sync reaches the table through agent/shm_sync.h only (the objects'
+# side of it is checked with the call circles below).
+out=$(grep -n '#include "agent/shm.h"' agent/sync*.[ch] 2>/dev/null)
+[ -z "$out" ] || bad "the sync includes agent/shm.h (its way to the table is agent/shm_sync.h):"$'\n'"$out"
 
 # ---- include cycles among headers (depth-first) ----
 cycles=$(awk '
@@ -100,7 +106,20 @@ if [ -n "$build" ] && [ -d "$build" ]; then
       for (n in nodes) visit(n, "")
     }' | sort -u)
   [ -z "$circles" ] || bad "$circles"
-  calls=", call circles"
+  # The sync calls no function of the table's files but shm_sync.c's.
+  # shellcheck disable=SC2086 # a list of paths without spaces
+  table=$(for o in $objs; do
+      case "$(basename "$o")" in shm_sync.o) ;; shm*.o) nm "$o" 2>/dev/null | awk '$2 == "T" { print $3 }' ;; esac
+    done | sort -u)
+  # shellcheck disable=SC2086
+  out=$(for o in $objs; do
+      case "$(basename "$o")" in
+        sync*.o) nm "$o" 2>/dev/null | awk -v f="$(basename "$o")" '$1 == "U" { print f ": " $2 }' ;;
+      esac
+    done | awk -v t="$table" 'BEGIN { n = split(t, a, "\n"); for (i = 1; i <= n; i++) def[a[i]] = 1 }
+      ($2 in def) { print }')
+  [ -z "$out" ] || bad "the sync calls the table other than through agent/shm_sync.h:"$'\n'"$out"
+  calls=", call circles, the sync's way to the table"
 fi
 
 [ "$fail" -eq 0 ] && echo "check: ok (layers, include cycles, file sizes, cited documents$calls)"

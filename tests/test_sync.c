@@ -1,8 +1,10 @@
 /*
- * test_sync.c - the library's sync() and fetch() (agent/sync.c) against a
- * real redis-server: two instances stand for two nodes (two tables), each
- * counts its own hits, sync() makes both see the cluster total, fetch()
- * loads a namespace into a third instance that never counted anything.
+ * test_sync.c - the sync (agent/sync*.c) against a real redis-server: two
+ * instances of the library stand for two nodes (two tables), each counts
+ * its own hits, a sync cycle (tests/lib/syncnow.h) makes both see the
+ * cluster total, a fetch loads a namespace into a third instance that
+ * never counted anything; tokens of sync_rate 0 calls and admissions,
+ * calls in doubt settled exactly, and handed over at a reload.
  */
 #include <criterion/criterion.h>
 #include <ev.h>
@@ -12,10 +14,10 @@
 #include <string.h>
 
 #include "agent/ratelimit.h"
-#include "agent/shm.h"
 #include "agent/sync.h"
 #include "tests/lib/clock.h"
 #include "tests/lib/redis_server.h"
+#include "tests/lib/syncnow.h"
 
 static struct redis_server srv;
 
@@ -74,16 +76,16 @@ Test(sync, two_nodes_converge, .init = start_redis, .fini = stop_redis, .timeout
 	cr_assert_float_eq(current(a, "alice"), 3, 1e-9);
 	cr_assert_float_eq(current(b, "alice"), 2, 1e-9);
 
-	cr_assert(rl_sync(a, "api", 3) == 0, "sync a");
-	cr_assert(rl_sync(b, "api", 3) == 0, "sync b");
+	cr_assert(syncnow(a, "api", 3) == 0, "sync a");
+	cr_assert(syncnow(b, "api", 3) == 0, "sync b");
 	/* b pushed after a: it already sees both; a needs one more cycle. */
 	cr_assert_float_eq(current(b, "alice"), 5, 1e-9);
-	cr_assert(rl_sync(a, "api", 3) == 0, "sync a again");
+	cr_assert(syncnow(a, "api", 3) == 0, "sync a again");
 	cr_assert_float_eq(current(a, "alice"), 5, 1e-9);
 
 	/* Diffs were pushed once: syncing again changes nothing in the store. */
-	cr_assert(rl_sync(a, "api", 3) == 0);
-	cr_assert(rl_sync(b, "api", 3) == 0);
+	cr_assert(syncnow(a, "api", 3) == 0);
+	cr_assert(syncnow(b, "api", 3) == 0);
 	cr_assert_float_eq(current(a, "alice"), 5, 1e-9);
 	cr_assert_float_eq(current(b, "alice"), 5, 1e-9);
 	rl_free(a);
@@ -98,11 +100,11 @@ Test(sync, fetch_loads_a_namespace, .init = start_redis, .fini = stop_redis, .ti
 	for (int i = 0; i < 7; i++)
 		cr_assert(rl_increment(a, "bob", 3, win, 1, "api", 0, &rate) == 0);
 	cr_assert(rl_increment(a, "carol", 5, win, 2, "api", 0, &rate) == 0);
-	cr_assert(rl_sync(a, "api", 3) == 0);
+	cr_assert(syncnow(a, "api", 3) == 0);
 
 	/* c never counted: fetch() brings the namespace in. */
 	cr_assert_float_eq(current(c, "bob"), 0, 1e-9);
-	cr_assert(rl_fetch(c, "api", rl_now(), 0) == 0);
+	cr_assert(syncnow_fetch(c, "api", rl_now(), 0) == 0);
 	cr_assert_float_eq(current(c, "bob"), 7, 1e-9);
 	cr_assert_float_eq(current(c, "carol"), 2, 1e-9);
 	rl_free(a);
@@ -118,18 +120,18 @@ Test(sync, store_down_keeps_diffs, .init = start_redis, .fini = stop_redis, .tim
 		cr_assert(rl_increment(a, "dave", 4, win, 1, "api", 0, &rate) == 0);
 	cr_assert(redis_server_kill(&srv) == 0);
 	/* The push fails; nothing is lost locally. */
-	cr_assert(rl_sync(a, "api", 1) != 0, "sync succeeded with the store down");
+	cr_assert(syncnow(a, "api", 1) != 0, "sync succeeded with the store down");
 	cr_assert_float_eq(current(a, "dave"), 5, 1e-9);
 	cr_assert(rl_increment(a, "dave", 4, win, 1, "api", 0, &rate) == 0);
 
 	cr_assert(redis_server_restart(&srv, 5000) == 0, "%s", srv.err);
 	/* Back: every hit of the outage reaches the store exactly once. */
-	cr_assert(rl_sync(a, "api", 5) == 0, "sync after the restart");
+	cr_assert(syncnow(a, "api", 5) == 0, "sync after the restart");
 	struct rl *c = node(1);
-	cr_assert(rl_fetch(c, "api", rl_now(), 0) == 0);
+	cr_assert(syncnow_fetch(c, "api", rl_now(), 0) == 0);
 	cr_assert_float_eq(current(c, "dave"), 6, 1e-9);
-	cr_assert(rl_sync(a, "api", 3) == 0);
-	cr_assert(rl_fetch(c, "api", rl_now(), 0) == 0);
+	cr_assert(syncnow(a, "api", 3) == 0);
+	cr_assert(syncnow_fetch(c, "api", rl_now(), 0) == 0);
 	cr_assert_float_eq(current(c, "dave"), 6, 1e-9, "pushed twice");
 	rl_free(a);
 	rl_free(c);
@@ -144,9 +146,9 @@ Test(sync, local_namespace_refuses, .timeout = 10)
 			    .sync_rate = -1 };
 
 	cr_assert(rl && rl_new_namespace(rl, &o, err, sizeof(err)) == 0);
-	cr_assert(rl_sync(rl, "loc", 1) == -1);
-	cr_assert(rl_fetch(rl, "loc", rl_now(), 0) == -1);
-	cr_assert(rl_sync(rl, "nope", 1) == -1);
+	cr_assert(syncnow(rl, "loc", 1) == -1);
+	cr_assert(syncnow_fetch(rl, "loc", rl_now(), 0) == -1);
+	cr_assert(syncnow(rl, "nope", 1) == -1);
 	rl_free(rl);
 }
 
@@ -300,7 +302,7 @@ Test(sync, tokens_differ_after_a_restart_admit, .init = start_redis, .fini = sto
 	restart_case(true);
 }
 
-/* The library's rl_sync() makes a sync instance per call: the same. */
+/* syncnow() makes a sync per call: the same. */
 Test(sync, library_sync_calls_do_not_share_tokens, .init = start_redis, .fini = stop_redis,
      .timeout = 30)
 {
@@ -310,7 +312,7 @@ Test(sync, library_sync_calls_do_not_share_tokens, .init = start_redis, .fini = 
 
 	for (int i = 0; i < 3; i++) {
 		cr_assert(rl_increment(a, "lib", 3, win, 1, "api", 0, &rate) == 0);
-		cr_assert(rl_sync(a, "api", 3) == 0);
+		cr_assert(syncnow(a, "api", 3) == 0);
 	}
 	sk[rl_stored_key(a, "lib", 3, sk)] = '\0';
 	cr_assert_float_eq(store_total(sk), 3, 1e-9, "3 hits, 3 syncs: the store holds %g",
@@ -393,8 +395,8 @@ Test(sync, calls_in_doubt_settle_exactly, .init = start_redis, .fini = stop_redi
 
 /* A reload while the store is away: what the sync leaves in doubt (calls
  * of sync_rate 0, or the sync cycle's unconfirmed push) is handed to the
- * sync that replaces it (sync_doubts_take / _give, as worker_on_reload
- * does), which resends it with its token once the store is back: the
+ * sync that replaces it (sync_reload, as the worker's reload does),
+ * which resends it with its token once the store is back: the
  * store ends at exactly the hits. Without the handover it held 21 for 11
  * (calls) and 15 for 10 (push): the late-applied calls counted twice. */
 static void reload_case(double sync_rate)
@@ -435,11 +437,7 @@ static void reload_case(double sync_rate)
 		hits_sent = 11;
 	}
 	cr_assert(!sync_settled(sy), "nothing in doubt before the reload");
-	struct sync_doubts *doubts = sync_doubts_take(sy);
-
-	sync_stop(sy);
-	cr_assert_eq(sync_start(loop, rl, 0, &sy), 0);
-	sync_doubts_give(sy, doubts);
+	cr_assert_eq(sync_reload(&sy, loop, rl, 0, NULL, NULL), 0);
 	cr_assert_eq(redis_server_resume(&srv), 0);
 	want = (double)hits_sent;
 	for (double end = ev_time() + 15; store_total(sk) != want && ev_time() < end;)
