@@ -128,7 +128,7 @@ static inline double atomics_exchange_double(_Atomic uint64_t *p, double v)
 }
 
 /* Raises *p to at least v (never lowers it), seq_cst so that it is ordered
- * before the caller's next seq_cst store (see shm.c's insert protocol). */
+ * before the caller's next seq_cst store (see shm_insert.c's insert protocol). */
 static inline void atomics_raise_u16(_Atomic uint16_t *p, uint16_t v)
 {
 	uint16_t old = atomic_load(p);

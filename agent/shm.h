@@ -9,7 +9,10 @@
  * not yet pushed to the cluster store). This header is the table proper:
  * the mapping, lookup, insert, eviction and counting; what the sync layer
  * writes besides (diffs acknowledged, totals, leases, heartbeats, node
- * counts, grants) is agent/shm_sync.h's, in the same segment.
+ * counts, grants) is agent/shm_sync.h's, in the same segment. The code
+ * is cut by job: shm.c (the segment, the header), shm_find.c (lookup),
+ * shm_insert.c (insert), shm_evict.c (room at max_keys), shm_count.c
+ * (counting, reads); agent/shm_int.h, their private header, says more.
  *
  * Everything in the segment is addressed by index (slot number), never by
  * pointer; every field that more than one process writes is a C11 atomic
@@ -231,8 +234,8 @@ static inline int64_t shm_meta_busy_time(uint64_t m)
 	return (int64_t)((m >> SHM_META_BUSY_TIME_SHIFT) & 0xffffffffULL);
 }
 
-/* One counter. Written only through shm.c and shm_sync.c; tests may set meta by hand to
- * simulate a process killed mid-insert. */
+/* One counter. Written only through the table's files (shm.c, shm_*.c); tests may set meta
+ * by hand to simulate a process killed mid-insert. */
 struct shm_slot {
 	_Alignas(64) _Atomic uint64_t meta;
 	_Atomic uint64_t count;                  /* double bits */

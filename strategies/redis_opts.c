@@ -162,6 +162,60 @@ void redis_opts_free(struct redis_opts *o)
 	o->password = o->sentinel_password = o->sentinel_username = NULL;
 }
 
+/* "host": an IPv4 or IPv6 address, or "localhost" (127.0.0.1), into
+ * o->addr.host. Returns 0, or -1 with err. */
+static int redis_opt_host(const char *k, const json_t *v, struct redis_opts *o, char *err,
+			  size_t errlen)
+{
+	unsigned char addr[sizeof(struct in6_addr)];
+	const char *str;
+	size_t len;
+
+	if (store_opt_str(k, v, INET6_ADDRSTRLEN - 1, &str, &len, err, errlen) < 0)
+		return -1;
+	if (strcmp(str, "localhost") == 0)
+		str = "127.0.0.1";
+	if (strlen(str) != len || (inet_pton(AF_INET, str, addr) != 1 &&
+				   inet_pton(AF_INET6, str, addr) != 1)) {
+		snprintf(err, errlen,
+			 "host: expected an IPv4 or IPv6 address or "
+			 "\"localhost\" (names are not resolved: it would block "
+			 "the loop)");
+		return -1;
+	}
+	snprintf(o->addr.host, sizeof(o->addr.host), "%s", str);
+	return 0;
+}
+
+/* The options o was given (root; has_*: the keys seen) taken together:
+ * one way to reach the servers, db 0 with a cluster. Returns 0, or -1
+ * with err naming the option. */
+static int redis_opts_combined(const struct redis_opts *o, const json_t *root, bool has_host,
+			       bool has_port, bool has_socket, char *err, size_t errlen)
+{
+	if (has_socket && (has_host || has_port)) {
+		snprintf(err, errlen, "socket: cannot be combined with host or port");
+		return -1;
+	}
+	if (json_object_get(root, "cluster_nodes") && json_object_get(root, "sentinel")) {
+		snprintf(err, errlen, "cluster_nodes: cannot be combined with sentinel");
+		return -1;
+	}
+	if (o->mode != REDIS_MODE_SINGLE && (has_host || has_port || has_socket)) {
+		snprintf(err, errlen, "%s: cannot be combined with host, port or socket (the "
+			 "servers come from the %s)", o->mode == REDIS_MODE_CLUSTER ?
+			 "cluster_nodes" : "sentinel", o->mode == REDIS_MODE_CLUSTER ?
+			 "cluster's slot map" : "sentinels");
+		return -1;
+	}
+	if (o->mode == REDIS_MODE_CLUSTER && o->db != 0) {
+		snprintf(err, errlen, "db: must be 0 with cluster_nodes (Redis Cluster has one "
+			 "database)");
+		return -1;
+	}
+	return 0;
+}
+
 /* Fills o from the JSON text (NULL = defaults). Returns 0, or -1 with a
  * message naming the option and what was expected. What o owns (the
  * passwords) is its on success and on failure (redis_opts_free() it
@@ -189,21 +243,8 @@ int redis_opts_parse(struct redis_opts *o, const char *text, char *err, size_t e
 		size_t len;
 
 		if (strcmp(k, "host") == 0) {
-			unsigned char addr[sizeof(struct in6_addr)];
-
-			if (store_opt_str(k, v, INET6_ADDRSTRLEN - 1, &str, &len, err, errlen) < 0)
+			if (redis_opt_host(k, v, o, err, errlen) < 0)
 				goto out;
-			if (strcmp(str, "localhost") == 0)
-				str = "127.0.0.1";
-			if (strlen(str) != len || (inet_pton(AF_INET, str, addr) != 1 &&
-						   inet_pton(AF_INET6, str, addr) != 1)) {
-				snprintf(err, errlen,
-					 "host: expected an IPv4 or IPv6 address or "
-					 "\"localhost\" (names are not resolved: it would block "
-					 "the loop)");
-				goto out;
-			}
-			snprintf(o->addr.host, sizeof(o->addr.host), "%s", str);
 			has_host = true;
 		} else if (strcmp(k, "port") == 0) {
 			if (store_opt_int(k, v, 1, 65535, &x, err, errlen) < 0)
@@ -262,27 +303,7 @@ int redis_opts_parse(struct redis_opts *o, const char *text, char *err, size_t e
 			goto out;
 		}
 	}
-	if (has_socket && (has_host || has_port)) {
-		snprintf(err, errlen, "socket: cannot be combined with host or port");
-		goto out;
-	}
-	if (json_object_get(root, "cluster_nodes") && json_object_get(root, "sentinel")) {
-		snprintf(err, errlen, "cluster_nodes: cannot be combined with sentinel");
-		goto out;
-	}
-	if (o->mode != REDIS_MODE_SINGLE && (has_host || has_port || has_socket)) {
-		snprintf(err, errlen, "%s: cannot be combined with host, port or socket (the "
-			 "servers come from the %s)", o->mode == REDIS_MODE_CLUSTER ?
-			 "cluster_nodes" : "sentinel", o->mode == REDIS_MODE_CLUSTER ?
-			 "cluster's slot map" : "sentinels");
-		goto out;
-	}
-	if (o->mode == REDIS_MODE_CLUSTER && o->db != 0) {
-		snprintf(err, errlen, "db: must be 0 with cluster_nodes (Redis Cluster has one "
-			 "database)");
-		goto out;
-	}
-	rc = 0;
+	rc = redis_opts_combined(o, root, has_host, has_port, has_socket, err, errlen);
 out:
 	json_decref(root);
 	return rc;

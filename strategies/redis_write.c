@@ -250,23 +250,28 @@ static const struct redis_kind redis_push_kind = {
 	.script = redis_push_script,
 };
 
-int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
-		     const char *token, strategy_done_cb cb, void *arg,
-		     char errstr[STRATEGY_ERR_MAX])
+/* op's arena, one block: order[] (n batch or admission indexes), calls[]
+ * (at most ncalls), then cmd_max bytes of commands. Returns 0, or -1 out
+ * of memory. */
+static int redis_arena(struct redis_op *op, size_t n, size_t ncalls, size_t cmd_max)
 {
-	struct redis_strategy *s = redis_of(st);
-	struct redis_grouping gr = { 0 };
-	struct redis_op *op;
-	uint32_t *gid = NULL;
-	size_t ncalls = 0, cmd_max = 0, calls_off, cmd_off, total;
-	const char *last_ns = NULL;
-	size_t last_ns_len = 0;
-	uint64_t nh = 0;
-	size_t token_len = 0;
-	char *p, *key;
+	size_t calls_off = (n * sizeof(uint32_t) + 15) & ~(size_t)15;
+	size_t cmd_off = calls_off + ncalls * sizeof(struct redis_call);
 
-	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
+	op->arena = malloc(cmd_off + cmd_max);
+	if (op->arena == NULL)
 		return -1;
+	op->order = op->arena;
+	op->calls = (struct redis_call *)(void *)((char *)op->arena + calls_off);
+	op->cmd = (char *)op->arena + cmd_off;
+	return 0;
+}
+
+/* A batch push_diffs can send: every window sized, every number finite.
+ * Clears each counter's ok and reset. Returns 0, or -1 with errstr. */
+static int redis_push_check(struct strategy_counter *batch, size_t n,
+			    char errstr[STRATEGY_ERR_MAX])
+{
 	if (n > UINT32_MAX / 2) {
 		redis_seterr(errstr, "batch of %zu counters is too large", n);
 		return -1;
@@ -284,20 +289,18 @@ int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t
 		batch[i].ok = false;
 		batch[i].reset = false;
 	}
-	op = redis_op_new(s, &redis_push_kind, cb, NULL, arg);
-	if (op == NULL)
-		goto oom;
-	op->batch = batch;
-	op->n = n;
-	if (n == 0) {
-		redis_op_finish(op);
-		return 0;
-	}
+	return 0;
+}
 
-	/* 1. group: counter -> hash */
-	gid = malloc(n * sizeof(*gid));
-	if (gid == NULL)
-		goto oom;
+/* 1. Groups the batch by hash: gid[i] is counter i's group in gr, whose
+ * counts are the counters of each. Returns 0, or -1 out of memory. */
+static int redis_push_group(struct redis_grouping *gr, const struct strategy_counter *batch,
+			    size_t n, uint32_t *gid)
+{
+	const char *last_ns = NULL;
+	size_t last_ns_len = 0;
+	uint64_t nh = 0;
+
 	for (size_t i = 0; i < n; i++) {
 		const struct strategy_counter *c = &batch[i];
 		long g;
@@ -307,171 +310,245 @@ int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t
 			last_ns_len = c->ns_len;
 			nh = redis_fnv1a(c->ns, c->ns_len, REDIS_FNV_BASIS);
 		}
-		g = redis_group_of(&gr, c, redis_bucket(c->key, c->key_len), nh);
+		g = redis_group_of(gr, c, redis_bucket(c->key, c->key_len), nh);
 		if (g < 0)
-			goto oom;
+			return -1;
 		gid[i] = (uint32_t)g;
-		gr.g[g].count++;
+		gr->g[g].count++;
 	}
+	return 0;
+}
 
-	/* 2. size the arena: order[], calls[], the commands */
-	for (size_t g = 0; g < gr.ng; g++) {
-		size_t chunks = (gr.g[g].count + REDIS_CHUNK_MAX - 1) / REDIS_CHUNK_MAX;
+/* 2. The arena of a push: order[], a call per chunk of each group, the
+ * longest commands they can make. Returns 0, or -1 out of memory. */
+static int redis_push_arena(const struct redis_strategy *s, struct redis_op *op,
+			    const struct redis_grouping *gr, const struct strategy_counter *batch,
+			    size_t n, bool token, size_t token_len)
+{
+	size_t ncalls = 0, cmd_max = 0;
+
+	for (size_t g = 0; g < gr->ng; g++) {
+		size_t chunks = (gr->g[g].count + REDIS_CHUNK_MAX - 1) / REDIS_CHUNK_MAX;
 
 		ncalls += chunks;
 		cmd_max += chunks * (REDIS_CALL_OVERHEAD + REDIS_BULK_MAX(1) +
 				     REDIS_BULK_MAX(REDIS_RESET_LEN) +
-				     2 * redis_hkey_max(s, gr.g[g].ns_len));
+				     2 * redis_hkey_max(s, gr->g[g].ns_len));
 		if (token)
-			cmd_max += chunks * redis_tkey_max(s, gr.g[g].ns_len, token_len);
+			cmd_max += chunks * redis_tkey_max(s, gr->g[g].ns_len, token_len);
 	}
 	for (size_t i = 0; i < n; i++)
 		cmd_max += REDIS_BULK_MAX(batch[i].key_len) + 3 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
-	calls_off = (n * sizeof(uint32_t) + 15) & ~(size_t)15;
-	cmd_off = calls_off + ncalls * sizeof(struct redis_call);
-	total = cmd_off + cmd_max;
-	op->arena = malloc(total);
-	if (op->arena == NULL)
-		goto oom;
-	op->order = op->arena;
-	op->calls = (struct redis_call *)(void *)((char *)op->arena + calls_off);
-	op->cmd = (char *)op->arena + cmd_off;
+	return redis_arena(op, n, ncalls, cmd_max);
+}
 
-	/* 3. order[]: the batch indexes, grouped (stable within a group) */
-	for (size_t g = 0, pos = 0; g < gr.ng; g++) {
-		gr.g[g].pos = (uint32_t)pos;
-		pos += gr.g[g].count;
+/* 3. order[]: the batch indexes, grouped (stable within a group); each
+ * group's pos is left at its end. */
+static void redis_push_order(struct redis_op *op, struct redis_grouping *gr,
+			     const uint32_t *gid, size_t n)
+{
+	for (size_t g = 0, pos = 0; g < gr->ng; g++) {
+		gr->g[g].pos = (uint32_t)pos;
+		pos += gr->g[g].count;
 	}
 	for (size_t i = 0; i < n; i++)
-		op->order[gr.g[gid[i]].pos++] = (uint32_t)i;
+		op->order[gr->g[gid[i]].pos++] = (uint32_t)i;
+}
+
+/* What the calls of one group share while they are written. */
+struct redis_push_ctx {
+	const struct redis_strategy *s;
+	struct redis_op *op;
+	const struct redis_group *grp;
+	const char *token;              /* NULL: none */
+	size_t token_len;
+	char ttl[REDIS_U64_MAX_LEN];    /* the hash's EXPIRE, in decimal */
+	size_t ttl_len;
+};
+
+/* The counter at position i of order[]. */
+static const struct strategy_counter *redis_push_at(const struct redis_op *op, size_t i)
+{
+	return &op->batch[op->order[i]];
+}
+
+/* Call c of the k counters from order[first]: their reads only,
+ *   HMGET <hash> <field 1..k> <reset mark>
+ * no script, no token (nothing to apply twice), no WAIT. Written at p;
+ * returns the end. */
+static char *redis_push_hmget(const struct redis_push_ctx *x, struct redis_call *c,
+			      size_t first, uint32_t k, char *p)
+{
+	struct redis_op *op = x->op;
+	const struct redis_group *grp = x->grp;
+	char *key;
+
+	*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k, .ro = true,
+				  .begin = (size_t)(p - op->cmd) };
+	p = redis_put_array(p, 3 + k);
+	p = redis_put_bulk(p, "HMGET", 5);
+	key = p;
+	p = redis_put_hkey(p, x->s, grp->ns, grp->ns_len, grp->bucket, grp->size, grp->start);
+	c->slot = redis_bulk_slot(key);
+	for (uint32_t i = 0; i < k; i++) {
+		const struct strategy_counter *ctr = redis_push_at(op, first + i);
+
+		p = redis_put_bulk(p, ctr->key, ctr->key_len);
+	}
+	p = redis_put_bulk(p, REDIS_RESET_FIELD, REDIS_RESET_LEN);
+	c->end = (size_t)(p - op->cmd);
+	return p;
+}
+
+/* Call c of the k counters from order[first]: the push script (drawn
+ * above redis_push_calls), with the reservations' hash when un (a grant
+ * spent or returned is not 0). Written at p; returns the end. */
+static char *redis_push_eval(const struct redis_push_ctx *x, struct redis_call *c, size_t first,
+			     uint32_t k, bool un, char *p)
+{
+	struct redis_op *op = x->op;
+	const struct redis_group *grp = x->grp;
+	bool token = x->token != NULL;
+	char kbuf[REDIS_U64_MAX_LEN];
+	size_t body;
+	char *key;
+
+	*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
+				  .nargs = 7 + (token ? 1 : 0) + (un ? 1 : 0) + (un ? 4 : 2) * k,
+				  .begin = (size_t)(p - op->cmd) };
+	p = redis_put_array(p, c->nargs);
+	p = redis_put_bulk(p, "EVALSHA", 7);
+	p = redis_put_bulk(p, x->s->sha, 40);
+	c->tail = (size_t)(p - op->cmd);
+	p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, 1 + (token ? 1 : 0) + (un ? 1 : 0)));
+	key = p;
+	p = redis_put_hkey(p, x->s, grp->ns, grp->ns_len, grp->bucket, grp->size, grp->start);
+	c->slot = redis_bulk_slot(key);
+	if (un)
+		p = redis_put_hkey_of(p, x->s, grp->ns, grp->ns_len, grp->bucket, grp->size,
+				      grp->start, true);
+	if (token)
+		p = redis_put_tkey(p, op->cmd, x->s, grp->ns, grp->ns_len, grp->bucket, grp->size,
+				   grp->start, x->token, x->token_len, &c->tok_id);
+	p = redis_put_bulk(p, x->ttl, x->ttl_len);
+	p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, k));
+	body = (size_t)(p - op->cmd);
+	p = redis_put_bulk(p, un ? "1" : "0", 1);
+	for (uint32_t i = 0; i < k; i++) {
+		const struct strategy_counter *ctr = redis_push_at(op, first + i);
+
+		p = redis_put_bulk(p, ctr->key, ctr->key_len);
+	}
+	for (uint32_t i = 0; i < k; i++) {
+		char d[REDIS_DBL_MAX_LEN];
+
+		p = redis_put_bulk(p, d, redis_dbl_dec(d, redis_push_at(op, first + i)->diff));
+	}
+	for (uint32_t i = 0; un && i < 2 * k; i++) {
+		const struct strategy_counter *ctr = redis_push_at(op, first + i % k);
+		char d[REDIS_DBL_MAX_LEN];
+
+		p = redis_put_bulk(p, d, redis_dbl_dec(d, i < k ? ctr->spent : ctr->returned));
+	}
+	c->end = (size_t)(p - op->cmd);
+	if (token)
+		c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body);
+	return p;
+}
+
+/*
+ * 4. The calls of group grp, whose counters start at order[first]: one
+ * per chunk of up to REDIS_CHUNK_MAX counters, written at p (returns the
+ * end):
+ *   EVALSHA <sha> 1 <hash> <ttl> <k> "0" <field 1..k> <diff 1..k>
+ *   EVALSHA <sha> 2 <hash> <rhash> <ttl> <k> "1" <field 1..k> <diff 1..k>
+ *           <spent 1..k> <returned 1..k>
+ *   EVALSHA <sha> 2|3 <hash> [<rhash>] <token key> <ttl> <k> ...
+ *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
+ * or, when the chunk only reads (every diff, spent and returned 0), an
+ * HMGET (redis_push_hmget).
+ * <rhash>: the hash of the reservations, named only when one of the
+ * chunk's grants spent or returned is not 0 (a call of one key is
+ * served by the importing master of a slot being migrated, one of
+ * several missing keys is not: TRYAGAIN).
+ *
+ * With a token, each call gets its own token key, whose id must come
+ * out the same when the caller resends only the counters of calls that
+ * were not confirmed (whole calls, in the same order: they regroup and
+ * rechunk into the same calls, only without the confirmed ones). The
+ * chunk's index in its hash would not (a confirmed first chunk shifts
+ * the others), so the id is a hash of the call's fields and diffs -
+ * plus, to tell apart calls of one hash with the very same fields and
+ * diffs (duplicates in a batch), how many such calls follow it in the
+ * hash: replies arrive in order, so the calls that may have been
+ * applied without being confirmed are the last ones of the push, and
+ * every call that follows one of them is resent too.
+ */
+static char *redis_push_calls(const struct redis_strategy *s, struct redis_op *op,
+			      const struct redis_group *grp, size_t first, const char *token,
+			      size_t token_len, char *p)
+{
+	struct redis_push_ctx x = { .s = s, .op = op, .grp = grp, .token = token,
+				    .token_len = token_len };
+	size_t c0 = op->ncalls;
+
+	x.ttl_len = redis_u64_dec(x.ttl, redis_ttl(grp->size));
+	for (uint32_t done = 0; done < grp->count;) {
+		struct redis_call *c = &op->calls[op->ncalls++];
+		uint32_t k = grp->count - done > REDIS_CHUNK_MAX ? REDIS_CHUNK_MAX
+								 : grp->count - done;
+		bool ro = true, un = false;
+
+		for (uint32_t i = 0; i < k; i++)
+			un = un || redis_push_at(op, first + i)->spent != 0 ||
+			     redis_push_at(op, first + i)->returned != 0;
+		for (uint32_t i = 0; i < k && ro && !un; i++)
+			ro = redis_push_at(op, first + i)->diff == 0;
+		if (ro && !un)
+			p = redis_push_hmget(&x, c, first, k, p);
+		else
+			p = redis_push_eval(&x, c, first, k, un, p);
+		done += k;
+		first += k;
+	}
+	if (token)
+		redis_put_tok_ids(op, c0, op->ncalls);
+	return p;
+}
+
+int redis_push_diffs(struct strategy *st, struct strategy_counter *batch, size_t n,
+		     const char *token, strategy_done_cb cb, void *arg,
+		     char errstr[STRATEGY_ERR_MAX])
+{
+	struct redis_strategy *s = redis_of(st);
+	struct redis_grouping gr = { 0 };
+	struct redis_op *op;
+	uint32_t *gid = NULL;
+	size_t token_len = 0;
+	char *p;
+
+	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0 ||
+	    redis_push_check(batch, n, errstr) < 0)
+		return -1;
+	op = redis_op_new(s, &redis_push_kind, cb, NULL, arg);
+	if (op == NULL)
+		goto oom;
+	op->batch = batch;
+	op->n = n;
+	if (n == 0) {
+		redis_op_finish(op);
+		return 0;
+	}
+	gid = malloc(n * sizeof(*gid));
+	if (gid == NULL || redis_push_group(&gr, batch, n, gid) < 0 ||
+	    redis_push_arena(s, op, &gr, batch, n, token != NULL, token_len) < 0)
+		goto oom;
+	redis_push_order(op, &gr, gid, n);
 	free(gid);
 	gid = NULL;
-
-	/*
-	 * 4. one script call per chunk of a group:
-	 *   EVALSHA <sha> 1 <hash> <ttl> <k> "0" <field 1..k> <diff 1..k>
-	 *   EVALSHA <sha> 2 <hash> <rhash> <ttl> <k> "1" <field 1..k> <diff 1..k>
-	 *           <spent 1..k> <returned 1..k>
-	 *   EVALSHA <sha> 2|3 <hash> [<rhash>] <token key> <ttl> <k> ...
-	 *                 ^ tail (kept for a NOSCRIPT resend as EVAL)
-	 * <rhash>: the hash of the reservations, named only when one of the
-	 * chunk's grants spent or returned is not 0 (a call of one key is
-	 * served by the importing master of a slot being migrated, one of
-	 * several missing keys is not: TRYAGAIN).
-	 *
-	 * With a token, each call gets its own token key, whose id must come
-	 * out the same when the caller resends only the counters of calls that
-	 * were not confirmed (whole calls, in the same order: they regroup and
-	 * rechunk into the same calls, only without the confirmed ones). The
-	 * chunk's index in its hash would not (a confirmed first chunk shifts
-	 * the others), so the id is a hash of the call's fields and diffs -
-	 * plus, to tell apart calls of one hash with the very same fields and
-	 * diffs (duplicates in a batch), how many such calls follow it in the
-	 * hash: replies arrive in order, so the calls that may have been
-	 * applied without being confirmed are the last ones of the push, and
-	 * every call that follows one of them is resent too.
-	 */
 	p = op->cmd;
-	for (size_t g = 0, first = 0; g < gr.ng; g++) {
-		const struct redis_group *grp = &gr.g[g];
-		char ttl[REDIS_U64_MAX_LEN];
-		size_t ttl_len = redis_u64_dec(ttl, redis_ttl(grp->size));
-		size_t c0 = op->ncalls;
-
-		for (uint32_t done = 0; done < grp->count;) {
-			struct redis_call *c = &op->calls[op->ncalls++];
-			uint32_t k = grp->count - done > REDIS_CHUNK_MAX ? REDIS_CHUNK_MAX
-									 : grp->count - done;
-			char kbuf[REDIS_U64_MAX_LEN];
-			size_t body;
-			bool ro = true;
-
-			bool un = false;
-
-			for (uint32_t i = 0; i < k; i++)
-				un = un || batch[op->order[first + i]].spent != 0 ||
-				     batch[op->order[first + i]].returned != 0;
-			for (uint32_t i = 0; i < k && ro && !un; i++)
-				ro = batch[op->order[first + i]].diff == 0;
-			ro = ro && !un;
-			if (ro) {
-				/* Reads only: HMGET <hash> <field 1..k> <reset mark>,
-				 * no script, no token (nothing to apply twice), no
-				 * WAIT. */
-				*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-							  .ro = true,
-							  .begin = (size_t)(p - op->cmd) };
-				p = redis_put_array(p, 3 + k);
-				p = redis_put_bulk(p, "HMGET", 5);
-				key = p;
-				p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket,
-						   grp->size, grp->start);
-				c->slot = redis_bulk_slot(key);
-				for (uint32_t i = 0; i < k; i++) {
-					const struct strategy_counter *ctr =
-						&batch[op->order[first + i]];
-
-					p = redis_put_bulk(p, ctr->key, ctr->key_len);
-				}
-				p = redis_put_bulk(p, REDIS_RESET_FIELD, REDIS_RESET_LEN);
-				c->end = (size_t)(p - op->cmd);
-				done += k;
-				first += k;
-				continue;
-			}
-			*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-						  .nargs = 7 + (token ? 1 : 0) + (un ? 1 : 0) +
-							   (un ? 4 : 2) * k,
-						  .begin = (size_t)(p - op->cmd) };
-			p = redis_put_array(p, c->nargs);
-			p = redis_put_bulk(p, "EVALSHA", 7);
-			p = redis_put_bulk(p, s->sha, 40);
-			c->tail = (size_t)(p - op->cmd);
-			p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, 1 + (token ? 1 : 0) +
-									  (un ? 1 : 0)));
-			key = p;
-			p = redis_put_hkey(p, s, grp->ns, grp->ns_len, grp->bucket, grp->size,
-					   grp->start);
-			c->slot = redis_bulk_slot(key);
-			if (un)
-				p = redis_put_hkey_of(p, s, grp->ns, grp->ns_len, grp->bucket,
-						      grp->size, grp->start, true);
-			if (token)
-				p = redis_put_tkey(p, op->cmd, s, grp->ns, grp->ns_len, grp->bucket,
-						   grp->size, grp->start, token, token_len,
-						   &c->tok_id);
-			p = redis_put_bulk(p, ttl, ttl_len);
-			p = redis_put_bulk(p, kbuf, redis_u64_dec(kbuf, k));
-			body = (size_t)(p - op->cmd);
-			p = redis_put_bulk(p, un ? "1" : "0", 1);
-			for (uint32_t i = 0; i < k; i++) {
-				const struct strategy_counter *ctr = &batch[op->order[first + i]];
-
-				p = redis_put_bulk(p, ctr->key, ctr->key_len);
-			}
-			for (uint32_t i = 0; i < k; i++) {
-				char d[REDIS_DBL_MAX_LEN];
-
-				double diff = batch[op->order[first + i]].diff;
-
-				p = redis_put_bulk(p, d, redis_dbl_dec(d, diff));
-			}
-			for (uint32_t i = 0; un && i < 2 * k; i++) {
-				const struct strategy_counter *ctr = &batch[op->order[first + i % k]];
-				char d[REDIS_DBL_MAX_LEN];
-
-				p = redis_put_bulk(p, d, redis_dbl_dec(d, i < k ? ctr->spent
-										 : ctr->returned));
-			}
-			c->end = (size_t)(p - op->cmd);
-			if (token)
-				c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body);
-			done += k;
-			first += k;
-		}
-		if (token)
-			redis_put_tok_ids(op, c0, op->ncalls);
-	}
+	for (size_t g = 0, first = 0; g < gr.ng; first += gr.g[g].count, g++)
+		p = redis_push_calls(s, op, &gr.g[g], first, token, token_len, p);
 	free(gr.g);
 	free(gr.table);
 	return redis_op_launch(op, errstr);
@@ -569,6 +646,147 @@ static uint32_t redis_ahash_index(struct redis_ahash *hs, uint32_t *nh, const st
 	return (*nh)++;
 }
 
+
+/* A batch admit can send: store_admit_check() (which clears the
+ * outputs), and with Redis Cluster namespaces short enough for a hash
+ * tag. Returns 0, or -1 with errstr. */
+static int redis_admit_check(struct strategy_admit *a, size_t n, bool cluster,
+			     char errstr[STRATEGY_ERR_MAX])
+{
+	if (n > UINT32_MAX / 4) {
+		redis_seterr(errstr, "batch of %zu admissions is too large", n);
+		return -1;
+	}
+	if (store_admit_check(a, n, errstr) < 0)
+		return -1;
+	for (size_t i = 0; cluster && i < n; i++) {
+		if (a[i].ns_len > REDIS_NS_TAG_MAX) {
+			redis_seterr(errstr, "admission %zu: namespace of %zu bytes, at most %d", i,
+				     a[i].ns_len, REDIS_NS_TAG_MAX);
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* 2. The arena of an admit: order[], at most one call per admission, the
+ * longest commands they can make. Returns 0, or -1 out of memory. */
+static int redis_admit_arena(const struct redis_strategy *s, struct redis_op *op,
+			     const struct strategy_admit *a, size_t n, bool token,
+			     size_t token_len)
+{
+	size_t cmd_max = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		cmd_max += 4 * redis_hkey_max(s, a[i].ns_len) + REDIS_BULK_MAX(a[i].key_len) +
+			   12 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+		cmd_max += REDIS_CALL_OVERHEAD + 3 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN);
+		if (token)
+			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
+	}
+	return redis_arena(op, n, n, cmd_max);
+}
+
+/* 3. order[]: admissions grouped by slot (slot[i]: admission i's), in
+ * their order within it (one pass per distinct slot: one pass for a
+ * single server). placed[]: n flags, all false, used up. */
+static void redis_admit_order(struct redis_op *op, const uint16_t *slot, bool *placed, size_t n)
+{
+	for (size_t i = 0, np = 0; i < n; i++) {
+		if (placed[i])
+			continue;
+		for (size_t j = i; j < n; j++) {
+			if (!placed[j] && slot[j] == slot[i]) {
+				placed[j] = true;
+				op->order[np++] = (uint32_t)j;
+			}
+		}
+	}
+}
+
+/* The hashes the k admissions from order[first] name, in hs[0 .. return):
+ * per admission its current and previous windows' and their
+ * reservations', aidx[4 * j + w] the index in hs of admission j's hash w. */
+static uint32_t redis_admit_hashes(const struct redis_op *op, const struct strategy_admit *a,
+				   size_t first, uint32_t k, struct redis_ahash *hs,
+				   uint32_t *aidx)
+{
+	uint32_t nh = 0;
+
+	for (uint32_t j = 0; j < k; j++) {
+		const struct strategy_admit *ad = &a[op->order[first + j]];
+		struct redis_ahash h = { .ns = ad->ns, .ns_len = ad->ns_len,
+					 .bucket = redis_bucket(ad->key, ad->key_len),
+					 .size = ad->size, .start = ad->start };
+
+		/* current, previous; their reservations */
+		for (unsigned w = 0; w < 4; w++) {
+			h.start = ad->start - (w & 1 ? (int64_t)ad->size : 0);
+			h.reserved = w >= 2;
+			aidx[4 * j + w] = redis_ahash_index(hs, &nh, &h);
+		}
+	}
+	return nh;
+}
+
+/* 4. Call c of the k admissions from order[first] (one slot's), drawn
+ * above redis_admit, written at p; returns the end. */
+static char *redis_admit_call(const struct redis_strategy *s, struct redis_op *op,
+			      struct redis_call *c, size_t first, uint32_t k, const char *token,
+			      size_t token_len, char *p)
+{
+	const struct strategy_admit *a = op->admits;
+	struct redis_ahash hs[4 * REDIS_ADMIT_CHUNK];
+	uint32_t aidx[4 * REDIS_ADMIT_CHUNK];
+	uint32_t nh = redis_admit_hashes(op, a, first, k, hs, aidx), base = token ? 2 : 1;
+	char num[REDIS_DBL_MAX_LEN];
+	char *key = NULL;
+	size_t body;
+
+	*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
+				  .nargs = 3 + (token ? 1 : 0) + nh + 2 + 13 * k,
+				  .begin = (size_t)(p - op->cmd) };
+	p = redis_put_array(p, c->nargs);
+	p = redis_put_bulk(p, "EVALSHA", 7);
+	p = redis_put_bulk(p, s->sha_admit, 40);
+	c->tail = (size_t)(p - op->cmd);
+	p = redis_put_bulk(p, num, redis_u64_dec(num, nh + (token ? 1 : 0)));
+	if (token)
+		p = redis_put_tkey(p, op->cmd, s, hs[0].ns, hs[0].ns_len, hs[0].bucket,
+				   hs[0].size, hs[0].start, token, token_len, &c->tok_id);
+	body = (size_t)(p - op->cmd);
+	for (uint32_t h = 0; h < nh; h++) {
+		char *hk = p;
+
+		p = redis_put_hkey_of(p, s, hs[h].ns, hs[h].ns_len, hs[h].bucket, hs[h].size,
+				      hs[h].start, hs[h].reserved);
+		if (h == 0)
+			key = hk;
+	}
+	c->slot = redis_bulk_slot(key);
+	p = redis_put_bulk(p, token ? "1" : "0", 1);
+	p = redis_put_bulk(p, num, redis_u64_dec(num, k));
+	for (uint32_t j = 0; j < k; j++) {
+		const struct strategy_admit *ad = &a[op->order[first + j]];
+
+		for (unsigned w = 0; w < 4; w++)
+			p = redis_put_bulk(p, num, redis_u64_dec(num, base + aidx[4 * j + w]));
+		p = redis_put_bulk(p, num, redis_u64_dec(num, redis_ttl(ad->size)));
+		p = redis_put_bulk(p, ad->key, ad->key_len);
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->limit));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->weight));
+		p = redis_put_bulk(p, ad->count_denied ? "1" : "0", 1);
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->want));
+		p = redis_put_bulk(p, num, redis_u64_dec(num, ad->nodes));
+	}
+	c->end = (size_t)(p - op->cmd);
+	if (token)
+		c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body);
+	return p;
+}
+
 /*
  * The admissions of one loop iteration in as few script calls as the
  * servers allow: one (per REDIS_ADMIT_CHUNK admissions) for a single
@@ -590,28 +808,14 @@ int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n, const c
 	struct redis_strategy *s = redis_of(st);
 	bool cluster = s->o.mode == REDIS_MODE_CLUSTER;
 	struct redis_op *op;
-	struct redis_ahash hs[4 * REDIS_ADMIT_CHUNK];
-	uint32_t aidx[4 * REDIS_ADMIT_CHUNK];
 	uint16_t *slot = NULL;
 	bool *placed = NULL;
-	size_t token_len = 0, cmd_max = 0, ncalls_max, calls_off, cmd_off;
-	char *p, *key = NULL;
+	size_t token_len = 0;
+	char *p;
 
-	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0)
+	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0 ||
+	    redis_admit_check(a, n, cluster, errstr) < 0)
 		return -1;
-	if (n > UINT32_MAX / 4) {
-		redis_seterr(errstr, "batch of %zu admissions is too large", n);
-		return -1;
-	}
-	if (store_admit_check(a, n, errstr) < 0)
-		return -1;
-	for (size_t i = 0; cluster && i < n; i++) {
-		if (a[i].ns_len > REDIS_NS_TAG_MAX) {
-			redis_seterr(errstr, "admission %zu: namespace of %zu bytes, at most %d", i,
-				     a[i].ns_len, REDIS_NS_TAG_MAX);
-			return -1;
-		}
-	}
 	op = redis_op_new(s, &redis_admit_kind, cb, NULL, arg);
 	if (op == NULL)
 		goto oom;
@@ -631,101 +835,19 @@ int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n, const c
 						   redis_bucket(a[i].key, a[i].key_len)) : 0;
 		placed[i] = false;
 	}
-	/* 2. the arena: order[], calls[], the commands (at most one call per
-	 * admission) */
-	ncalls_max = n;
-	for (size_t i = 0; i < n; i++) {
-		cmd_max += 4 * redis_hkey_max(s, a[i].ns_len) + REDIS_BULK_MAX(a[i].key_len) +
-			   12 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
-		cmd_max += REDIS_CALL_OVERHEAD + 3 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN);
-		if (token)
-			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
-	}
-	calls_off = (n * sizeof(uint32_t) + 15) & ~(size_t)15;
-	cmd_off = calls_off + ncalls_max * sizeof(struct redis_call);
-	op->arena = malloc(cmd_off + cmd_max);
-	if (op->arena == NULL)
+	if (redis_admit_arena(s, op, a, n, token != NULL, token_len) < 0)
 		goto oom;
-	op->order = op->arena;
-	op->calls = (struct redis_call *)(void *)((char *)op->arena + calls_off);
-	op->cmd = (char *)op->arena + cmd_off;
-	/* 3. order[]: admissions grouped by slot, in their order within it
-	 * (one pass per distinct slot: one pass for a single server) */
-	for (size_t i = 0, np = 0; i < n; i++) {
-		if (placed[i])
-			continue;
-		for (size_t j = i; j < n; j++) {
-			if (!placed[j] && slot[j] == slot[i]) {
-				placed[j] = true;
-				op->order[np++] = (uint32_t)j;
-			}
-		}
-	}
+	redis_admit_order(op, slot, placed, n);
 	/* 4. one call per chunk of a slot's run in order[] */
 	p = op->cmd;
 	for (size_t first = 0, c0 = 0; first < n;) {
 		struct redis_call *c = &op->calls[op->ncalls++];
 		uint16_t sl = slot[op->order[first]];
-		uint32_t k = 0, nh = 0, base = token ? 2 : 1;
-		char num[REDIS_DBL_MAX_LEN];
-		size_t body;
+		uint32_t k = 0;
 
 		while (first + k < n && k < REDIS_ADMIT_CHUNK && slot[op->order[first + k]] == sl)
 			k++;
-		for (uint32_t j = 0; j < k; j++) {
-			const struct strategy_admit *ad = &a[op->order[first + j]];
-			struct redis_ahash h = { .ns = ad->ns, .ns_len = ad->ns_len,
-						 .bucket = redis_bucket(ad->key, ad->key_len),
-						 .size = ad->size, .start = ad->start };
-
-			/* current, previous; their reservations */
-			for (unsigned w = 0; w < 4; w++) {
-				h.start = ad->start - (w & 1 ? (int64_t)ad->size : 0);
-				h.reserved = w >= 2;
-				aidx[4 * j + w] = redis_ahash_index(hs, &nh, &h);
-			}
-		}
-		*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
-					  .nargs = 3 + (token ? 1 : 0) + nh + 2 + 13 * k,
-					  .begin = (size_t)(p - op->cmd) };
-		p = redis_put_array(p, c->nargs);
-		p = redis_put_bulk(p, "EVALSHA", 7);
-		p = redis_put_bulk(p, s->sha_admit, 40);
-		c->tail = (size_t)(p - op->cmd);
-		p = redis_put_bulk(p, num, redis_u64_dec(num, nh + (token ? 1 : 0)));
-		if (token)
-			p = redis_put_tkey(p, op->cmd, s, hs[0].ns, hs[0].ns_len, hs[0].bucket,
-					   hs[0].size, hs[0].start, token, token_len, &c->tok_id);
-		body = (size_t)(p - op->cmd);
-		for (uint32_t h = 0; h < nh; h++) {
-			char *hk = p;
-
-			p = redis_put_hkey_of(p, s, hs[h].ns, hs[h].ns_len, hs[h].bucket,
-					      hs[h].size, hs[h].start, hs[h].reserved);
-			if (h == 0)
-				key = hk;
-		}
-		c->slot = redis_bulk_slot(key);
-		p = redis_put_bulk(p, token ? "1" : "0", 1);
-		p = redis_put_bulk(p, num, redis_u64_dec(num, k));
-		for (uint32_t j = 0; j < k; j++) {
-			const struct strategy_admit *ad = &a[op->order[first + j]];
-
-			for (unsigned w = 0; w < 4; w++)
-				p = redis_put_bulk(p, num, redis_u64_dec(num, base + aidx[4 * j + w]));
-			p = redis_put_bulk(p, num, redis_u64_dec(num, redis_ttl(ad->size)));
-			p = redis_put_bulk(p, ad->key, ad->key_len);
-			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));
-			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
-			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->limit));
-			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->weight));
-			p = redis_put_bulk(p, ad->count_denied ? "1" : "0", 1);
-			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->want));
-			p = redis_put_bulk(p, num, redis_u64_dec(num, ad->nodes));
-		}
-		c->end = (size_t)(p - op->cmd);
-		if (token)
-			c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body);
+		p = redis_admit_call(s, op, c, first, k, token, token_len, p);
 		first += k;
 		if (first == n || slot[op->order[first]] != sl) {
 			if (token)
