@@ -72,7 +72,7 @@ static inline double atomics_add_double(_Atomic uint64_t *p, double v)
 
 	/* seq_cst on success (the same instruction as relaxed on x86): a
 	 * caller's later seq_cst load of the slot's meta is ordered after the
-	 * addition, which is how shm.c tells a hit that raced an eviction. */
+	 * addition, which is how shm_count.c tells a hit that raced an eviction. */
 	do {
 		nv = atomics_bitsd(old) + v;
 	} while (!atomic_compare_exchange_weak_explicit(p, &old, atomics_dbits(nv),

@@ -267,11 +267,11 @@ struct shm_hdr {
 	_Alignas(64) _Atomic int64_t live[SHM_MAX_NS];     /* LIVE slots per namespace */
 	_Alignas(64) _Atomic uint64_t evicted[SHM_MAX_NS]; /* its entries evicted */
 	_Atomic uint64_t refused[SHM_MAX_NS];              /* its inserts refused: full */
-	/* Sync leases, one per namespace (agent/sync.c): until_ms:48 |
+	/* Sync leases, one per namespace (agent/sync_cycle.c): until_ms:48 |
 	 * holder:16 (worker id + 1; 0 = free, until_ms = next cycle due). */
 	_Alignas(64) _Atomic uint64_t lease[SHM_MAX_NS];
 	/* Nodes of the cluster that use each namespace, as its store last
-	 * counted them (agent/sync.c heartbeats); 0 = not known yet. */
+	 * counted them (agent/sync_cycle.c heartbeats); 0 = not known yet. */
 	_Atomic uint32_t nodes[SHM_MAX_NS];
 	/* When this node last sent each namespace's heartbeat (CLOCK_MONOTONIC
 	 * ms; 0 = never): one worker per node beats per period. */

@@ -9,7 +9,8 @@
  * worker per node runs a sync cycle), the heartbeat's turn and the count
  * of nodes; and the slots as the sync reads them. The words live in the
  * segment shm.h lays out; the table proper (mapping, lookup, insert,
- * eviction, counting) stays in shm.{h,c}, which never calls in here.
+ * eviction, counting) stays in shm.h and the files its banner lists,
+ * which never call in here.
  *
  * The sync reaches the table through this header only (make check: no
  * sync file includes agent/shm.h, no sync object calls a function of the

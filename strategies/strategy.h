@@ -1,5 +1,5 @@
 /*
- * strategy.h - the interface between the sync loop (agent/sync.c) and a
+ * strategy.h - the interface between the sync (agent/sync*.c) and a
  * central store. One const ops table per store, chosen by name:
  *
  *   const struct strategy_ops redis_strategy = { .name = "redis", ... };
