@@ -7,9 +7,10 @@
  *   decide_run --denied--> delay_hold: the wait until every limit it is
  *      over admits it (window_retry_after), within the smallest
  *      delay_max_ms of those limits and the bounds? --no--> answered now
- *          | yes: its counts taken back, the requests copied, queued
- *          v      behind its key's earlier held decisions
- *   the key's queue: one timer, for its head: decided again (decide_batch)
+ *          | yes: its counts taken back, the requests copied (with
+ *          |      their stored keys), queued behind its key's earlier
+ *          v      held decisions
+ *   the key's queue: one timer, for its head: decided again (decide_parts)
  *      admitted --> delivered with delayed_ms; the next one is tried
  *      denied, the wait still within its deadline --> counts taken back,
  *          the timer re-armed
