@@ -135,8 +135,8 @@ static void count_final(const struct decide *d, struct rl_decision *r)
 		metrics_add(&metrics_me->exceeded[sid], 1);
 }
 
-static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
-			 double now);
+static void decide_count(struct decide *d, const struct rl_request *rq, const struct rl_skey *sk,
+			 struct rl_decision *r, double now);
 
 /* ---- what a caller may ask (docs/CONFIG.md: caller_limit, max_cost) ---- */
 
@@ -196,10 +196,11 @@ static const char *batch_refusal(struct decide *d, const struct rl_request *rq, 
 	return NULL;
 }
 
-void decide_one(struct decide *d, const struct rl_request *rq, double now,
-		struct rl_decision *r)
+/* decide_one on a request whose key's stored form is sk. */
+static void decide_part(struct decide *d, const struct rl_request *rq, const struct rl_skey *sk,
+			double now, struct rl_decision *r)
 {
-	decide_count(d, rq, r, now);
+	decide_count(d, rq, sk, r, now);
 	memcpy(r->label, rq->label, sizeof(r->label));
 	r->answer = rq->answer;
 	if (r->error) {
@@ -211,66 +212,165 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 	unsigned sid = msid(d, r->ns);
 	if (sid < METRICS_NS && rq->front >= 0 && rq->front < FRONT_COUNT)
 		metrics_add(&metrics_me->hits[sid][rq->front], 1);
-	/* Heavy hitters: one hit in top_sample pays for its stored key. */
+	/* Heavy hitters: one hit in top_sample is recorded, under its stored key. */
 	unsigned due = rq->cost > 0 ? topk_due(d->topk, r->exceeded) : 0;
-	if (__builtin_expect(due != 0, 0)) {
-		char skey[RL_STORED_KEY_MAX];
-		size_t sl = rl_stored_key(d->rl, rq->key, rq->key_len, skey);
+	if (__builtin_expect(due != 0, 0))
 		topk_record(d->topk, sid, rl_shm_win(d->rl, r->ns, r->window),
-			    window_start(now, r->window), skey, sl, rq->cost, due);
-	}
+			    window_start(now, r->window), rl_skey_bytes(sk), sk->len, rq->cost, due);
 	if (!r->sync0)
 		count_final(d, r);
 }
 
-static void decide_count(struct decide *d, const struct rl_request *rq, struct rl_decision *r,
-			 double now)
+void decide_one(struct decide *d, const struct rl_request *rq, double now,
+		struct rl_decision *r)
 {
-	uint32_t window = rq->window;
+	struct rl_skey sk;
+
+	rl_skey_make(d->rl, rq->key, rq->key_len, &sk);
+	decide_part(d, rq, &sk, now, r);
+}
+
+/* The namespace (*ns, *nsc) and window (*window) rq is decided in, and
+ * its key, checked: false, with r->error, when it cannot be decided. */
+static bool decide_where(const struct decide *d, const struct rl_request *rq,
+			 struct rl_decision *r, int *ns, const struct ns_def **nsc,
+			 uint32_t *window)
+{
+	if (rq->arg_error) {
+		r->error = rq->arg_error;
+		return false;
+	}
+	/* No name: "default", by the index the library keeps for it. */
+	*ns = rl_namespace_index(d->rl, rq->ns, rq->ns_len);
+	if (*ns < 0) {
+		r->error = "unknown namespace";
+		return false;
+	}
+	*nsc = rl_namespace_def(d->rl, *ns);
+	r->shadow = (*nsc)->shadow;
+	*window = rq->window;
+	if (*window == 0) {
+		*window = rl_single_window(d->rl, *ns);
+		if (*window == 0) {
+			r->error = "missing window";
+			return false;
+		}
+	} else if (ns_window_index(*nsc, *window) < 0) {
+		r->error = "bad window";
+		return false;
+	}
+	if (rq->key_error)
+		r->error = rq->key_error;
+	else if (!rq->key)
+		r->error = "missing key";
+	else if (rq->key_len == 0)
+		r->error = "empty key";
+	return !r->error;
+}
+
+/* How a hit of rq in namespace ns, with a limit or not, is decided
+ * (docs/CLUSTER.md). A read (cost 0) and a hit without a limit stay
+ * local. While the store is away, on this node's share of what the
+ * cluster had left ("While the store is away"): counted locally, pushed
+ * once it is back. Under admission "exact" ("auto" is exact where the
+ * store can decide), admitted here from the store's grant, denied here
+ * when the node's view is already over the limit (it never overstates
+ * the cluster's count), and decided by the store otherwise. */
+static enum rl_admit decide_admit(const struct decide *d, const struct rl_request *rq,
+				  const struct ns_def *nsc, int ns, bool has_limit)
+{
+	if (!d->sync || nsc->sync_rate < 0 || !has_limit || !(rq->cost > 0))
+		return RL_ADMIT_LOCAL;
+	if (sync_store_away(d->sync, (unsigned)ns))
+		return RL_ADMIT_DEGRADED;
+	int admission = rq->untrusted && !nsc->caller_admission ? DECIDE_ADMIT_DEFAULT
+								: rq->admission;
+	bool want = admission == DECIDE_ADMIT_DEFAULT ? nsc->admission != NS_ADMIT_LOCAL
+						      : admission == DECIDE_ADMIT_EXACT;
+	return want && nsc->sync_rate > 0 && sync_can_admit(d->sync, (unsigned)ns)
+		       ? RL_ADMIT_EXACT : RL_ADMIT_LOCAL;
+}
+
+/* The library could not count the hit: why, in r. */
+static void decide_failed(struct decide *d, struct rl_decision *r, const struct ns_def *nsc,
+			  int ns, double now)
+{
+	enum rl_status st = rl_errno(d->rl);
+
+	r->error = rl_status_str(st);
+	if (st == RL_ERR_FULL) {
+		r->refused = true;
+		table_full(d, r, nsc, ns, now);
+	}
+}
+
+/* The hit res, decided as admit said, into r: the admissions counted,
+ * what the decision waits for (the store's answer: sync_rate 0, or an
+ * admission the store decides, with the stored key it is pushed under),
+ * a first sight seeded. */
+static void decide_record(struct decide *d, const struct rl_request *rq,
+			  const struct rl_skey *sk, struct rl_decision *r,
+			  const struct ns_def *nsc, int ns, enum rl_admit admit,
+			  const struct rl_result *res, double now)
+{
+	bool away = admit == RL_ADMIT_DEGRADED;
+	/* Admissions the store decides are counted when it answers. */
+	bool exact = admit == RL_ADMIT_EXACT && res->need_store;
+	unsigned sid = admit != RL_ADMIT_LOCAL ? msid(d, ns) : METRICS_NS;
+
+	if (admit == RL_ADMIT_EXACT && !exact && sid < METRICS_NS)
+		metrics_add(&metrics_me->admissions[sid][res->granted ? METRICS_ADM_GRANT
+								       : METRICS_ADM_VIEW], 1);
+	if (away && sid < METRICS_NS)
+		metrics_add(&metrics_me->admissions[sid][res->granted ? METRICS_ADM_GRANT
+								       : METRICS_ADM_DEGRADED], 1);
+	r->degraded = away && !res->granted;
+	r->cap = res->cap;
+	if (res->evicted)
+		table_evicted(d, ns, now);
+
+	r->cost = rq->cost;
+	r->counted = res->counted;
+	r->granted = res->granted;
+	r->current = res->current;
+	r->previous = res->previous;
+	r->weight = res->weight;
+	r->cur_idx = res->cur_idx;
+	r->prev_idx = res->prev_idx;
+	r->count_denied = nsc->count_denied;
+	r->admit0 = exact;
+	r->sync0 = (nsc->sync_rate == 0 && d->sync && !away) || exact;
+	if (r->sync0) {
+		memcpy(r->skey, rl_skey_bytes(sk), sk->len);
+		r->skeylen = sk->len;
+	}
+	/* First sight of this key's window on this node: fetch what the
+	 * cluster already counted, without waiting for it (an admission by
+	 * the store brings it back anyway). */
+	if (res->inserted && nsc->sync_rate > 0 && d->sync && !exact && !away)
+		sync_seed(d->sync, (unsigned)ns, res->cur_idx);
+	finish(r, now);
+}
+
+/* One request (its key's stored form sk) into r: where it is decided,
+ * its limit and cost allowed, the hit counted by the library as the
+ * admission says, recorded. */
+static void decide_count(struct decide *d, const struct rl_request *rq, const struct rl_skey *sk,
+			 struct rl_decision *r, double now)
+{
+	const struct ns_def *nsc = NULL;
+	uint32_t window = 0;
+	int ns = -1;
+
 	/* Everything but the label (the front's) and the stored key (set
 	 * below when needed): no need to clear them for every request. */
 	memset(r, 0, offsetof(struct rl_decision, label));
 	r->has_limit = rq->has_limit;
 	r->ns = -1;
-	if (rq->arg_error) {
-		r->error = rq->arg_error;
+	if (!decide_where(d, rq, r, &ns, &nsc, &window))
 		return;
-	}
-
-	/* No name: "default", by the index the library keeps for it. */
-	int ns = rl_namespace_index(d->rl, rq->ns, rq->ns_len);
-	if (ns < 0) {
-		r->error = "unknown namespace";
-		return;
-	}
-	const struct ns_def *nsc = rl_namespace_def(d->rl, ns);
-	r->shadow = nsc->shadow;
-	bool sliding = rq->window_type == DECIDE_WT_DEFAULT
-			       ? nsc->window_type == NS_WINDOW_SLIDING
-			       : rq->window_type == DECIDE_WT_SLIDING;
-	if (window == 0) {
-		window = rl_single_window(d->rl, ns);
-		if (window == 0) {
-			r->error = "missing window";
-			return;
-		}
-	} else if (ns_window_index(nsc, window) < 0) {
-		r->error = "bad window";
-		return;
-	}
-	if (rq->key_error) {
-		r->error = rq->key_error;
-		return;
-	}
-	if (!rq->key) {
-		r->error = "missing key";
-		return;
-	}
-	if (rq->key_len == 0) {
-		r->error = "empty key";
-		return;
-	}
-
+	bool sliding = rq->window_type == DECIDE_WT_DEFAULT ? nsc->window_type == NS_WINDOW_SLIDING
+							    : rq->window_type == DECIDE_WT_SLIDING;
 	/* The limit: the configuration's, lowered (or replaced) by the
 	 * caller's as the namespace allows (caller_limit); the cost within
 	 * max_cost. */
@@ -280,82 +380,20 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 		return;
 
 	struct rl_result res;
-	double weight = sliding ? window_weight(now, window) : 0.0;
-	double lim = r->has_limit ? (double)limit : -1.0;
-	/* Admission "exact": a hit is admitted here from the store's grant
-	 * (rl_hit_exact), denied here when the node's view is already over
-	 * the limit (it never overstates the cluster's count), and decided
-	 * by the store otherwise. A read (cost 0) admits nothing: it stays
-	 * local. */
-	/* ("auto" is exact where the store can decide: checked below.) */
-	int admission = rq->untrusted && !nsc->caller_admission ? DECIDE_ADMIT_DEFAULT
-								: rq->admission;
-	bool want = admission == DECIDE_ADMIT_DEFAULT ? nsc->admission != NS_ADMIT_LOCAL
-						      : admission == DECIDE_ADMIT_EXACT;
-	bool exact = r->has_limit && rq->cost > 0 && want && nsc->sync_rate > 0 &&
-		     d->sync && sync_can_admit(d->sync, (unsigned)ns);
-	/* The store is away: a hit with a limit is decided on this node's
-	 * share of what the cluster had left (docs/CLUSTER.md, "While the
-	 * store is away"), counted locally and pushed once it is back. */
-	bool away = r->has_limit && rq->cost > 0 && nsc->sync_rate >= 0 && d->sync &&
-		    sync_store_away(d->sync, (unsigned)ns);
-	int rc;
-	if (away) {
-		exact = false;
-		rc = rl_hit_degraded(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now,
-				     lim, nsc->count_denied, rl_active_nodes(d->rl, ns), &res);
-	} else if (exact) {
-		rc = rl_hit_exact(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now,
-				  lim, nsc->count_denied, &res);
-	} else {
-		rc = rl_hit(d->rl, ns, rq->key, rq->key_len, window, rq->cost, weight, now, lim,
-			    nsc->count_denied, &res);
-	}
+	enum rl_admit admit = decide_admit(d, rq, nsc, ns, r->has_limit);
+	int rc = rl_hit_skey(d->rl, ns, sk, window, rq->cost,
+			     sliding ? window_weight(now, window) : 0.0, now,
+			     r->has_limit ? (double)limit : -1.0, nsc->count_denied, admit,
+			     admit == RL_ADMIT_DEGRADED ? rl_active_nodes(d->rl, ns) : 0, &res);
 	r->ns = ns;
 	if (rc < 0) {
-		enum rl_status st = rl_errno(d->rl);
-		r->error = rl_status_str(st);
-		if (st == RL_ERR_FULL) {
-			r->refused = true;
-			table_full(d, r, nsc, ns, now);
-		}
+		decide_failed(d, r, nsc, ns, now);
 		return;
 	}
-	/* Admissions the store decides are counted when it answers. */
-	if (exact && !res.need_store && msid(d, ns) < METRICS_NS)
-		metrics_add(&metrics_me->admissions[msid(d, ns)][res.granted ? METRICS_ADM_GRANT
-									     : METRICS_ADM_VIEW], 1);
-	exact = exact && res.need_store;
-	if (away && msid(d, ns) < METRICS_NS)
-		metrics_add(&metrics_me->admissions[msid(d, ns)][res.granted ? METRICS_ADM_GRANT
-									     : METRICS_ADM_DEGRADED], 1);
-	r->degraded = away && !res.granted;
-	r->cap = res.cap;
-	if (res.evicted)
-		table_evicted(d, ns, now);
-
 	r->window = window;
 	r->limit = limit;
 	r->sliding = sliding;
-	r->cost = rq->cost;
-	r->counted = res.counted;
-	r->granted = res.granted;
-	r->current = res.current;
-	r->previous = res.previous;
-	r->weight = res.weight;
-	r->cur_idx = res.cur_idx;
-	r->prev_idx = res.prev_idx;
-	r->count_denied = nsc->count_denied;
-	r->admit0 = exact;
-	r->sync0 = (nsc->sync_rate == 0 && d->sync && !away) || exact;
-	if (r->sync0)
-		r->skeylen = (uint8_t)rl_stored_key(d->rl, rq->key, rq->key_len, r->skey);
-	/* First sight of this key's window on this node: fetch what the
-	 * cluster already counted, without waiting for it (an admission by
-	 * the store brings it back anyway). */
-	if (res.inserted && nsc->sync_rate > 0 && d->sync && !exact && !away)
-		sync_seed(d->sync, (unsigned)ns, res.cur_idx);
-	finish(r, now);
+	decide_record(d, rq, sk, r, nsc, ns, admit, &res, now);
 }
 
 /* The windows a request that names none is checked against: every
@@ -383,10 +421,10 @@ static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
  * for the store to admit it is not sent (the store never counts it); one
  * the store has counted already (a sync_rate 0 push, an admission), or
  * that waits for a push (degraded), gets a negative diff, pushed exactly
- * once with the next sync. rq: its request (for its key), or NULL when
- * the part carries its stored key. */
-static void batch_take_back(struct decide *d, const struct rl_request *rq,
-			    struct rl_decision *r, double now, bool all)
+ * once with the next sync. sk: its request's stored key, or NULL when
+ * the part carries it (r->skey). */
+static void batch_take_back(struct decide *d, const struct rl_skey *sk, struct rl_decision *r,
+			    double now, bool all)
 {
 	if (r->error || (r->count_denied && !all))
 		return;
@@ -398,13 +436,8 @@ static void batch_take_back(struct decide *d, const struct rl_request *rq,
 	if (!r->counted)
 		return;
 	const struct ns_def *nsc = rl_namespace_def(d->rl, r->ns);
-	char buf[RL_STORED_KEY_MAX];
-	const char *skey = r->skey;
-	size_t sl = r->skeylen;
-	if (rq && sl == 0) {
-		sl = rl_stored_key(d->rl, rq->key, rq->key_len, buf);
-		skey = buf;
-	}
+	const char *skey = r->skeylen || !sk ? r->skey : rl_skey_bytes(sk);
+	size_t sl = r->skeylen || !sk ? r->skeylen : sk->len;
 	int64_t start = window_start(now, r->window);
 	int rc = r->store_counted ? rl_unkeep(d->rl, r->ns, skey, sl, r->window, start, r->cost, now)
 		 : rl_uncount(d->rl, r->ns, skey, sl, r->window, start, r->cost,
@@ -413,8 +446,8 @@ static void batch_take_back(struct decide *d, const struct rl_request *rq,
 		r->counted = false;
 }
 
-size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, double now,
-		    struct rl_decision *parts, size_t maxparts)
+size_t decide_parts(struct decide *d, const struct rl_request *rq, const struct rl_skey *sk,
+		    size_t n, double now, struct rl_decision *parts, size_t maxparts)
 {
 	size_t np = 0;
 	bool denied = false;
@@ -422,7 +455,7 @@ size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, dou
 	/* The usual request: one message, one window, one part (nothing to
 	 * take back or to key for the store across parts). */
 	if (n == 1 && maxparts > 0 && (rq->window != 0 || rq->arg_error)) {
-		decide_one(d, rq, now, &parts[0]);
+		decide_part(d, rq, sk, now, &parts[0]);
 		parts[0].req = 0;
 		return 1;
 	}
@@ -432,7 +465,7 @@ size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, dou
 	for (size_t i = 0; why && i < n && np < maxparts; i++) {
 		struct rl_request bad = rq[i];
 		bad.arg_error = bad.arg_error ? bad.arg_error : why;
-		decide_one(d, &bad, now, &parts[np]);
+		decide_part(d, &bad, &sk[i], now, &parts[np]);
 		parts[np++].req = (uint8_t)i;
 	}
 	for (size_t i = 0; !why && i < n && np < maxparts; i++) {
@@ -442,43 +475,54 @@ size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, dou
 		if (nw > 0 && np + nw + (n - i - 1) > maxparts) {
 			struct rl_request bad = rq[i];
 			bad.arg_error = "too many limits";
-			decide_one(d, &bad, now, &parts[np]);
+			decide_part(d, &bad, &sk[i], now, &parts[np]);
 			parts[np++].req = (uint8_t)i;
 			continue;
 		}
 		if (nw == 0) {
-			decide_one(d, &rq[i], now, &parts[np]);
+			decide_part(d, &rq[i], &sk[i], now, &parts[np]);
 			parts[np++].req = (uint8_t)i;
 			continue;
 		}
 		for (size_t k = 0; k < nw; k++) {
 			struct rl_request part = rq[i];
 			part.window = wins[k];
-			decide_one(d, &part, now, &parts[np]);
+			decide_part(d, &part, &sk[i], now, &parts[np]);
 			parts[np++].req = (uint8_t)i;
 		}
 	}
 	for (size_t k = 0; k < np; k++)
 		denied = denied || (parts[k].exceeded && !parts[k].sync0);
 	if (denied && np > 1)
-		decide_take_back(d, rq, parts, np, now, false);
+		decide_take_back(d, sk, parts, np, now, false);
 	/* A decision that waits for its store may be denied by it: every
 	 * part then carries its stored key, to be taken back without its
 	 * request (pending_take_back). */
 	if (np > 1 && decide_needs_store(parts, np))
 		for (size_t k = 0; k < np; k++)
-			if (!parts[k].error && parts[k].skeylen == 0)
-				parts[k].skeylen = (uint8_t)rl_stored_key(d->rl, rq[parts[k].req].key,
-									rq[parts[k].req].key_len,
-									parts[k].skey);
+			if (!parts[k].error && parts[k].skeylen == 0) {
+				const struct rl_skey *s = &sk[parts[k].req];
+				memcpy(parts[k].skey, rl_skey_bytes(s), s->len);
+				parts[k].skeylen = s->len;
+			}
 	return np;
 }
 
-void decide_take_back(struct decide *d, const struct rl_request *rq, struct rl_decision *parts,
+size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, double now,
+		    struct rl_decision *parts, size_t maxparts)
+{
+	struct rl_skey sk[DECIDE_MAX_BATCH];
+
+	n = n < DECIDE_MAX_BATCH ? n : DECIDE_MAX_BATCH;
+	decide_keys(d, rq, n, sk);
+	return decide_parts(d, rq, sk, n, now, parts, maxparts);
+}
+
+void decide_take_back(struct decide *d, const struct rl_skey *sk, struct rl_decision *parts,
 		      size_t np, double now, bool all)
 {
 	for (size_t k = 0; k < np; k++)
-		batch_take_back(d, &rq[parts[k].req], &parts[k], now, all);
+		batch_take_back(d, &sk[parts[k].req], &parts[k], now, all);
 }
 
 bool decide_request_result(const struct rl_decision *parts, size_t np, size_t req,

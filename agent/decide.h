@@ -176,8 +176,9 @@ void decide_free(struct decide *d);
 void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		struct rl_decision *out);
 
-/* Decides requests rq[0..n) as one decision (the messages of one NOTIFY,
- * one HTTP check; docs/PROTOCOL.md, "Several limits, one decision"): a
+/* Decides requests rq[0..n) (n <= DECIDE_MAX_BATCH: the first
+ * DECIDE_MAX_BATCH) as one decision (the messages of one NOTIFY, one
+ * HTTP check; docs/PROTOCOL.md, "Several limits, one decision"): a
  * request that names no window, in a namespace with several windows,
  * is checked against every window that has a configured limit. Each
  * (request, window) is a part, written to parts[] (at most maxparts >= n;
@@ -200,7 +201,8 @@ bool decide_request_result(const struct rl_decision *parts, size_t np, size_t re
 bool decide_needs_store(const struct rl_decision *res, size_t n);
 
 /* What a front calls: decides rq[0..n) as one decision (decide_batch, into
- * parts[0..*np)) and sees it through. NULL: the parts are final, answer
+ * parts[0..*np)) and sees it through, each request's key made stored once
+ * (agent/decide_int.h). NULL: the parts are final, answer
  * them now. Else the decision waits (for its store, or delayed by its
  * namespace's delay_max_ms, or behind a delayed one of the same key), in
  * the pending returned, linked to owner: the front tags it, and

@@ -1,8 +1,15 @@
 /*
  * decide_int.h - what the decision layer's own files share, not the
- * fronts: a held decision and its pool. Calls go one way:
- * decide_run.c (the entry) -> delay.c (delay instead of deny) -> decide.c
- * (a batch decided, held for its store).
+ * fronts: a held decision and its pool, and the requests' stored keys.
+ * Calls go one way: decide_run.c (the entry) -> delay.c (delay instead of
+ * deny) -> decide.c (a batch decided, held for its store).
+ *
+ * A request's key is made stored once (decide_keys: rl_skey_make, a long
+ * key digested), where the layer first sees the request (decide_run, or
+ * decide_batch and decide_one called alone), and handed down with it:
+ * to the delay queues' lookup, to the library (rl_hit_skey), to the parts
+ * that wait for a store (rl_decision.skey), to a delayed decision (kept
+ * with its requests). Nothing below makes it again.
  */
 #ifndef DECIDE_INT_H
 #define DECIDE_INT_H
@@ -37,8 +44,23 @@ struct decide_pending {
 	double since, deadline;
 	size_t nrq;
 	struct rl_request rq[DECIDE_MAX_BATCH];
+	struct rl_skey sk[DECIDE_MAX_BATCH];     /* their keys' stored forms (a
+	                                            verbatim one points into keys) */
 	char keys[DECIDE_DELAY_KEYS];
 };
+
+/* The stored form of each request's key, sk[i] of rq[i] (len 0: no key).
+ * Inline: every request passes here. */
+static inline void decide_keys(const struct decide *d, const struct rl_request *rq, size_t n,
+			       struct rl_skey *sk)
+{
+	for (size_t i = 0; i < n; i++)
+		rl_skey_make(d->rl, rq[i].key, rq[i].key_len, &sk[i]);
+}
+
+/* decide_batch() on requests whose keys' stored forms are sk[0..n). */
+size_t decide_parts(struct decide *d, const struct rl_request *rq, const struct rl_skey *sk,
+		    size_t n, double now, struct rl_decision *parts, size_t maxparts);
 
 struct decide_pending *pending_get(struct decide *d);
 /* Frees the pool's decisions (decide_free, once none is held). */
@@ -56,23 +78,26 @@ void pending_deliver(struct decide_pending *p);
 
 /* The parts of a decision that takes them back (agent/decide.c):
  * counted parts of count_denied false namespaces, or every counted part
- * (all: the decision is held, not final). */
-void decide_take_back(struct decide *d, const struct rl_request *rq, struct rl_decision *parts,
+ * (all: the decision is held, not final). sk: the stored keys of the
+ * parts' requests. */
+void decide_take_back(struct decide *d, const struct rl_skey *sk, struct rl_decision *parts,
 		      size_t np, double now, bool all);
 
 /* ---- agent/delay.c ---- */
 
-/* A denied decision of rq[0..n) (its parts[0..np), counted as
- * decide_batch left them) that may wait, or a decision behind one that
- * waits for the same key: returns it held (linked to owner; the parts
- * taken back), or NULL: answer it now as it is. */
-struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq, size_t n,
-				  struct rl_decision *parts, size_t np, double now,
-				  struct decide_owner *owner);
+/* A denied decision of rq[0..n) (their keys' stored forms sk; its
+ * parts[0..np), counted as decide_batch left them) that may wait, or a
+ * decision behind one that waits for the same key: returns it held
+ * (linked to owner; the parts taken back), or NULL: answer it now as it
+ * is. */
+struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
+				  const struct rl_skey *sk, size_t n, struct rl_decision *parts,
+				  size_t np, double now, struct decide_owner *owner);
 
-/* Would a decision of rq[0..n) wait behind a delayed one (the same key,
- * in this worker)? */
-bool delay_queued(struct decide *d, const struct rl_request *rq, size_t n);
+/* Would a decision of rq[0..n) (stored keys sk) wait behind a delayed one
+ * (the same key, in this worker)? */
+bool delay_queued(struct decide *d, const struct rl_request *rq, const struct rl_skey *sk,
+		  size_t n);
 
 /* p, delayed, leaves its key's queue now, undecided (its owner went
  * away): nothing of it was counted. */

@@ -11,14 +11,18 @@ struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq,
 				  double now, struct rl_decision *parts, size_t maxparts,
 				  size_t *np, struct decide_owner *owner)
 {
+	struct rl_skey sk[DECIDE_MAX_BATCH];
 	struct decide_pending *p;
 
 	*np = 0;
+	/* Each key made stored once, for all that follows. */
+	n = n < DECIDE_MAX_BATCH ? n : DECIDE_MAX_BATCH;
+	decide_keys(d, rq, n, sk);
 	/* Behind a delayed decision of the same key: in line, undecided. */
-	if (d->nheld > 0 && delay_queued(d, rq, n) &&
-	    (p = delay_hold(d, rq, n, parts, 0, now, owner)))
+	if (d->nheld > 0 && delay_queued(d, rq, sk, n) &&
+	    (p = delay_hold(d, rq, sk, n, parts, 0, now, owner)))
 		return p;
-	*np = decide_batch(d, rq, n, now, parts, maxparts);
+	*np = decide_parts(d, rq, sk, n, now, parts, maxparts);
 	if (decide_needs_store(parts, *np))
 		return decide_hold(d, parts, *np, now, owner);
 	/* Only a decision with a part over its limit may be delayed (the
@@ -26,7 +30,7 @@ struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq,
 	bool over = *np == 0;
 	for (size_t k = 0; k < *np && !over; k++)
 		over = parts[k].exceeded;
-	return over ? delay_hold(d, rq, n, parts, *np, now, owner) : NULL;
+	return over ? delay_hold(d, rq, sk, n, parts, *np, now, owner) : NULL;
 }
 
 void decide_pending_detach_all(struct decide_owner *o)

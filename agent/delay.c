@@ -7,9 +7,10 @@
  *   decide_run --denied--> delay_hold: the wait until every limit it is
  *      over admits it (window_retry_after), within the smallest
  *      delay_max_ms of those limits and the bounds? --no--> answered now
- *          | yes: its counts taken back, the requests copied, queued
- *          v      behind its key's earlier held decisions
- *   the key's queue: one timer, for its head: decided again (decide_batch)
+ *          | yes: its counts taken back, the requests copied (with
+ *          |      their stored keys), queued behind its key's earlier
+ *          v      held decisions
+ *   the key's queue: one timer, for its head: decided again (decide_parts)
  *      admitted --> delivered with delayed_ms; the next one is tried
  *      denied, the wait still within its deadline --> counts taken back,
  *          the timer re-armed
@@ -114,17 +115,14 @@ static void dq_drop(struct delay_queue *q)
 	d->dq_free = q;
 }
 
-/* The (namespace, stored key) a request is queued under. */
-static int request_key(const struct decide *d, const struct rl_request *rq, char *key,
-		       size_t *len)
+/* The namespace a request (its key's stored form sk) is queued in, or -1
+ * (no key, no such namespace). */
+static int request_ns(const struct decide *d, const struct rl_request *rq,
+		      const struct rl_skey *sk)
 {
-	int ns;
-
-	if (!rq->key || rq->key_len == 0 ||
-	    (ns = rl_namespace_index(d->rl, rq->ns ? rq->ns : "default", rq->ns ? rq->ns_len : 7)) < 0)
+	if (sk->len == 0)
 		return -1;
-	*len = rl_stored_key(d->rl, rq->key, rq->key_len, key);
-	return ns;
+	return rl_namespace_index(d->rl, rq->ns ? rq->ns : "default", rq->ns ? rq->ns_len : 7);
 }
 
 /* Copies s[0..n) into p->keys at *used; *out points at the copy. */
@@ -140,8 +138,10 @@ static bool copy_string(struct decide_pending *p, size_t *used, const char **out
 	return true;
 }
 
-/* Copies the requests into p, their strings into p->keys. */
-static bool copy_requests(struct decide_pending *p, const struct rl_request *rq, size_t n)
+/* Copies the requests and their keys' stored forms into p, their strings
+ * into p->keys (a verbatim stored key points at its request's copy). */
+static bool copy_requests(struct decide_pending *p, const struct rl_request *rq,
+			  const struct rl_skey *sk, size_t n)
 {
 	size_t used = 0;
 
@@ -151,6 +151,8 @@ static bool copy_requests(struct decide_pending *p, const struct rl_request *rq,
 		if (!copy_string(p, &used, &c->ns, c->ns_len) ||
 		    !copy_string(p, &used, &c->key, c->key_len))
 			return false;
+		p->sk[i] = sk[i];
+		p->sk[i].text = c->key;
 	}
 	p->nrq = n;
 	return true;
@@ -278,7 +280,7 @@ static void dq_run(struct delay_queue *q)
 		double wait, budget;
 		size_t by;
 
-		size_t np = decide_batch(d, p->rq, p->nrq, now, parts, DECIDE_MAX_BATCH);
+		size_t np = decide_parts(d, p->rq, p->sk, p->nrq, now, parts, DECIDE_MAX_BATCH);
 		if (!denial_wait(d, parts, np, now, &wait, &budget, &by) ||
 		    now + wait > p->deadline + DELAY_SLACK) {
 			/* Admitted, or it cannot be within its delay: final. */
@@ -286,7 +288,7 @@ static void dq_run(struct delay_queue *q)
 			continue;
 		}
 		/* Still over, and room comes in time: wait on, uncounted. */
-		decide_take_back(d, p->rq, parts, np, now, true);
+		decide_take_back(d, p->sk, parts, np, now, true);
 		dq_note(q, &parts[by]);
 		double at = wait < p->deadline - now ? wait : p->deadline - now;
 		ev_timer_set(&q->timer, at > 0 ? at : 0, 0.);
@@ -302,14 +304,12 @@ static void dq_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 	dq_run(container_of(t, struct delay_queue, timer));
 }
 
-bool delay_queued(struct decide *d, const struct rl_request *rq, size_t n)
+bool delay_queued(struct decide *d, const struct rl_request *rq, const struct rl_skey *sk,
+		  size_t n)
 {
-	char key[RL_STORED_KEY_MAX];
-	size_t len;
-
 	for (size_t i = 0; i < n; i++) {
-		int ns = request_key(d, &rq[i], key, &len);
-		if (ns >= 0 && dq_find(d, ns, key, len))
+		int ns = request_ns(d, &rq[i], &sk[i]);
+		if (ns >= 0 && dq_find(d, ns, rl_skey_bytes(&sk[i]), sk[i].len))
 			return true;
 	}
 	return false;
@@ -379,15 +379,14 @@ static bool room(struct decide *d, int ns, const struct delay_queue *q,
 	return false;
 }
 
-struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq, size_t n,
-				  struct rl_decision *parts, size_t np, double now,
-				  struct decide_owner *owner)
+struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
+				  const struct rl_skey *sk, size_t n, struct rl_decision *parts,
+				  size_t np, double now, struct decide_owner *owner)
 {
-	char key[RL_STORED_KEY_MAX];
 	struct delay_queue *q = NULL;
 	struct decide_pending *p;
 	double wait, budget;
-	size_t len, by;
+	size_t by;
 
 	if (!d->loop)
 		return NULL;
@@ -397,9 +396,9 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 		 * Refused by a bound, it is decided as usual (and counted in
 		 * the metric if that denies it and it could have waited). */
 		for (size_t i = 0; i < n && !q; i++) {
-			int ns = request_key(d, &rq[i], key, &len);
+			int ns = request_ns(d, &rq[i], &sk[i]);
 			if (ns >= 0)
-				q = dq_find(d, ns, key, len);
+				q = dq_find(d, ns, rl_skey_bytes(&sk[i]), sk[i].len);
 		}
 		const struct ns_def *nsc = q ? rl_namespace_def(d->rl, q->ns) : NULL;
 		if (!q || !nsc || !room(d, q->ns, q, owner, false))
@@ -409,7 +408,7 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 					  now, q->window, q->sliding);
 		if (wait > budget || !(p = pending_get(d)))
 			return NULL;
-		if (!copy_requests(p, rq, n)) {
+		if (!copy_requests(p, rq, sk, n)) {
 			pending_put(d, p);
 			return NULL;
 		}
@@ -419,20 +418,22 @@ struct decide_pending *delay_hold(struct decide *d, const struct rl_request *rq,
 	}
 	if (!denial_wait(d, parts, np, now, &wait, &budget, &by) || wait > budget)
 		return NULL;
-	int ns = request_key(d, &rq[parts[by].req], key, &len);
+	const struct rl_skey *key = &sk[parts[by].req];
+	int ns = request_ns(d, &rq[parts[by].req], key);
 	if (ns < 0)
 		return NULL;
-	q = dq_find(d, ns, key, len);
+	q = dq_find(d, ns, rl_skey_bytes(key), key->len);
 	if (!room(d, ns, q, owner, true))
 		return NULL;
 	if (!(p = pending_get(d)))
 		return NULL;
-	if (!copy_requests(p, rq, n) || (!q && !(q = dq_new(d, ns, key, len)))) {
+	if (!copy_requests(p, rq, sk, n) ||
+	    (!q && !(q = dq_new(d, ns, rl_skey_bytes(key), key->len)))) {
 		pending_put(d, p);
 		return NULL;
 	}
 	/* Held, not decided: nothing of it stays counted meanwhile. */
-	decide_take_back(d, rq, parts, np, now, true);
+	decide_take_back(d, sk, parts, np, now, true);
 	bool first = q->head == NULL;
 	dq_note(q, &parts[by]);
 	dq_push(q, p, now, now + budget);

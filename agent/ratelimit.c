@@ -8,21 +8,25 @@
  * (ns, win) indexes stored in each shared slot, which is why namespaces
  * must not change after fork.
  *
- * Hot path (rl_hit): validate, canonicalise the key, one scan of the key's
- * probe chain for the current and previous window, at most one insert,
- * one CAS loop on the count (plus one on the diff for namespaces that
- * sync). No allocation, no syscall, no lock.
+ * Hot path (rl_hit_skey, the engine): validate, one scan of the
+ * key's probe chain for the current and previous window, at most one
+ * insert, one CAS loop on the count (plus one on the diff for namespaces
+ * that sync). No allocation, no syscall, no lock.
  *
  * Stored keys: a key longer than SHM_KEY_MAX (104) bytes, or one starting
  * with '#', is replaced by '#' followed by the 32 lowercase hex digits of
  * SipHash-2-4-128 of the key text (the 16 output bytes in the reference
  * order). No key kept verbatim starts with '#', so a chosen short key can
- * never name a digest. The SipHash key is kept in the shared table:
- * random per start for local-only instances (nobody outside can predict a
- * digest), derived from a configured secret (key_secret: the same on every
- * node), or, for an instance that syncs without a secret, the fixed public
- * key (hash_digest_public_key: every node must name a long key alike). The digest and the derivation of a key from a secret are
- * hash.c's (hash_digest, hash_digest_key), shared with the nginx module.
+ * never name a digest: the calls on a key's text make its stored form
+ * (rl_skey_make), and those given one (rl_hit_skey) refuse a verbatim
+ * form that should have been digested; neither digests what it is given
+ * stored. The SipHash key is kept in the shared table: random per start
+ * for local-only instances (nobody outside can predict a digest), derived
+ * from a configured secret (key_secret: the same on every node), or, for
+ * an instance that syncs without a secret, the fixed public key
+ * (hash_digest_public_key: every node must name a long key alike). The
+ * digest and the derivation of a key from a secret are hash.c's
+ * (hash_digest, hash_digest_key), shared with the nginx module.
  *
  * Shares: each namespace is guaranteed max_keys entries of the table (its
  * own option, or an even part of what explicit shares leave), given to
@@ -46,7 +50,6 @@
 #define RL_MAX_NAMESPACES SHM_MAX_NS   /* 32 */
 #define RL_MAX_WINDOWS    SHM_MAX_WIN  /* 8 per namespace */
 #define RL_NAME_MAX       64           /* the instance name, with NUL */
-#define RL_DIGEST_LEN     HASH_DIGEST_LEN /* '#' + 32 hex digits */
 #define RL_NOW_MAX        4294967296.0 /* window starts are stored in 32 bits */
 
 /* The fixed SipHash key for long-key digests: ASCII "spoa-ratelimit-k". */
@@ -351,17 +354,28 @@ bool rl_digest_key_is_public(const struct rl *rl)
 	return rl->public_key;
 }
 
+_Static_assert(RL_DIGEST_LEN == HASH_DIGEST_LEN, "a stored key's digest is hash.c's");
+
 static inline bool rl_needs_digest(const char *key, size_t len)
 {
 	return len > SHM_KEY_MAX || key[0] == '#';
 }
 
-/* out = '#' + 32 lowercase hex digits of SipHash-2-4-128(key), NUL
- * terminated (RL_DIGEST_LEN + 1 bytes). */
-static void rl_digest(const struct rl *rl, const char *key, size_t len, char *out)
+static uint64_t rl_ndigests;           /* rl_digests() */
+
+uint64_t rl_digests(void)
 {
-	hash_digest(shm_digest_key(rl->shm), key, len, out);
-	out[RL_DIGEST_LEN] = '\0';
+	return rl_ndigests;
+}
+
+size_t rl_skey_digest(const struct rl *rl, const char *key, size_t len, struct rl_skey *k)
+{
+	k->text = key;
+	k->digested = true;
+	k->len = RL_DIGEST_LEN;
+	hash_digest(shm_digest_key(rl->shm), key, len, k->digest);
+	rl_ndigests++;
+	return RL_DIGEST_LEN;
 }
 
 /* A found slot's count as hits: what is left of its grant is the store's
@@ -387,13 +401,6 @@ static int rl_slot_make(struct rl *rl, const struct shm_key *k, int64_t start, d
 	out->evicted |= how == SHM_INS_EVICTED;
 	return 0;
 }
-
-/* How rl_hit_do decides a hit with a limit. */
-enum rl_mode {
-	RL_MODE_LOCAL = 0,            /* from the node's view (rl_hit) */
-	RL_MODE_EXACT,                /* a grant, the view's denial, or the store */
-	RL_MODE_DEGRADED,             /* a grant, or this node's share (rl_hit_degraded) */
-};
 
 /* While the store is away (docs/CLUSTER.md, "When the store is down"):
  * what this node may still admit on a key's window, and the cap that
@@ -424,133 +431,165 @@ static double rl_share_cap(const struct shm_table *t, const struct shm_ref *cur,
 	return count - diff - spent + pw + *allow;
 }
 
-/* The slot key of a client key in window `win` of namespace n: a long
- * key by its digest (copied into k: nothing points at the digest). */
-static inline int rl_slot_key(struct rl *rl, const struct rl_ns *n, int win, const char *key,
-			      size_t keylen, struct shm_key *k)
+/* The hit's arguments checked: the namespace, the window, the stored key
+ * (a verbatim one that should have been digested names no slot: no key
+ * given verbatim can be a digest), the numbers. Returns the window's
+ * index in the namespace, or -1 (rl_errno()). */
+static int rl_hit_check(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+			double cost, double weight, double now, double limit, enum rl_admit admit)
 {
-	char digest[RL_DIGEST_LEN + 1];
+	int win;
 
-	if (rl_needs_digest(key, keylen)) {
-		rl_digest(rl, key, keylen, digest);
-		key = digest;
-		keylen = RL_DIGEST_LEN;
-	}
-	return shm_key_init(rl->shm, k, n->sid, n->wid[win], key, keylen);
-}
+	/* Exact and degraded decide against a limit. */
+	if (admit != RL_ADMIT_LOCAL && !(limit >= 0))
+		return rl_fail(rl, RL_ERR_VALUE);
 
-static int rl_hit_do(struct rl *rl, int ns, const char *key, size_t keylen,
-		     uint32_t window_size, double cost, double weight, double now, double limit,
-		     bool count_denied, enum rl_mode mode, unsigned nodes, struct rl_result *out)
-{
-	bool exact = mode == RL_MODE_EXACT;
-	struct rl_result tmp;
-	const struct rl_ns *n;
-	struct shm_key k;
-	struct shm_ref cur, prev;
-	double p, pw, c;
-	bool with_diff, counted, inserted;
-	int64_t start;
-	int win, tries;
-
-	if (!out)
-		out = &tmp;
 	if (ns < 0 || (size_t)ns >= rl->n_ns)
 		return rl_fail(rl, RL_ERR_NAMESPACE);
-	n = &rl->ns[ns];
-	win = rl_win_index(n, window_size);
+	win = rl_win_index(&rl->ns[ns], window_size);
 	if (win < 0)
 		return rl_fail(rl, RL_ERR_WINDOW);
-	if (!key || keylen == 0)
+	if (key->len == 0 || (!key->digested && rl_needs_digest(key->text, key->len)))
 		return rl_fail(rl, RL_ERR_KEY);
 	/* The negated comparisons also reject NaN. */
 	if (!(cost >= 0) || !isfinite(cost) || !(now >= 0 && now < RL_NOW_MAX) || isnan(limit))
 		return rl_fail(rl, RL_ERR_VALUE);
 	if (!(weight < 0 || weight <= 1))
 		return rl_fail(rl, RL_ERR_VALUE);
+	return win;
+}
 
-	if (rl_slot_key(rl, n, win, key, keylen, &k) < 0)
+/* One try at counting a hit of cost on k's window `start`, whose slot
+ * shm_find() found as cur (pw: the previous window's weighted count).
+ * Sets out->counted, inserted, granted, need_store and cap (degraded),
+ * *c to the count after the hit (as if counted when it was not). Returns
+ * 0, 1 when the hit raced an eviction and must be counted again, or -1
+ * (RL_ERR_FULL). */
+static int rl_hit_count(struct rl *rl, const struct shm_key *k, int64_t start, double now,
+			double cost, double pw, double limit, bool count_denied,
+			enum rl_admit admit, unsigned nodes, bool with_diff, struct shm_ref *cur,
+			struct rl_result *out, double *c)
+{
+	bool exact = admit == RL_ADMIT_EXACT;
+	double allow = 0, used = 0;
+
+	out->counted = false;
+	out->inserted = false;
+	if (admit == RL_ADMIT_DEGRADED)
+		out->cap = rl_share_cap(rl->shm, cur, pw, limit, nodes, &allow, &used);
+
+	if (cost == 0) {
+		/* Read only: never inserts. */
+		*c = shm_read_count(rl->shm, cur);
+		return 0;
+	}
+	if (admit != RL_ADMIT_LOCAL && (exact || used + cost <= allow) &&
+	    shm_grant_take(rl->shm, cur, cost)) {
+		/* Admitted from the store's grant: the store counted it. */
+		*c = rl_view(rl->shm, cur);
+		out->counted = true;
+		out->granted = true;
+		return 0;
+	}
+	if (exact && (*c = rl_view(rl->shm, cur)) + pw + cost <= limit) {
+		/* The node's view admits it: the store decides. The slot is
+		 * made now: it keeps the demand and will hold the grant. */
+		if (rl_slot_make(rl, k, start, now, cur, out, &out->inserted) < 0)
+			return -1;
+		shm_grant_note(rl->shm, cur, cost);
+		out->need_store = true;
+		return 0;
+	}
+	if (out->cap >= 0 && !count_denied && cost + pw > out->cap) {
+		/* Denied whatever the current count (counts are >= 0): no
+		 * CAS, and no slot taken for a key that is only refused. */
+		*c = shm_read_count(rl->shm, cur) + cost;
+		return 0;
+	}
+	if (rl_slot_make(rl, k, start, now, cur, out, &out->inserted) < 0)
+		return -1;
+	if (out->cap < 0 || count_denied) {
+		*c = shm_add(rl->shm, cur, cost, with_diff);
+		out->counted = true;
+	} else {
+		out->counted = shm_add_if(rl->shm, cur, cost, pw, out->cap, with_diff, c);
+		if (!out->counted)
+			*c += cost;	/* report what the hit would have made */
+	}
+	/* The slot was evicted between our look and our add (shm.h): the hit
+	 * went to the newcomer. A diff must reach the store under our key:
+	 * count it again. A local count went away with the evicted entry, as
+	 * if the eviction had come after it (no re-read on the local hot
+	 * path). */
+	return __builtin_expect(with_diff && out->counted && !shm_still(rl->shm, cur), 0);
+}
+
+/* A key over its limit is never evicted: its count is what keeps it
+ * denied. The limit is the configured one where there is one, never a
+ * lower one a caller chose (else one request with limit 0 would pin an
+ * entry). */
+static void rl_hit_protect(struct rl *rl, const struct rl_ns *n, uint32_t window_size,
+			   double limit, double rate, double pw, const struct shm_ref *cur,
+			   const struct shm_ref *prev)
+{
+	double keep = limit;
+	int64_t configured = ns_limit_of(&n->def, window_size);
+
+	if (configured != NS_LIMIT_NONE && (double)configured > keep)
+		keep = (double)configured;
+	if (keep >= 0 && rate > keep) {
+		shm_protect(rl->shm, cur);
+		if (pw > 0)
+			shm_protect(rl->shm, prev);
+	}
+}
+
+/* The engine under rl_hit, rl_hit_exact and rl_hit_degraded: checked,
+ * the slots found, counted (again if the hit raced an eviction), the key
+ * protected if over its limit, reported. */
+int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+		double cost, double weight, double now, double limit, bool count_denied,
+		enum rl_admit admit, unsigned nodes, struct rl_result *out)
+{
+	struct rl_result tmp;
+	struct shm_key k;
+	struct shm_ref cur, prev;
+	double p, pw, c;
+	int win = rl_hit_check(rl, ns, key, window_size, cost, weight, now, limit, admit);
+
+	if (win < 0)
+		return -1;
+	if (!out)
+		out = &tmp;
+	const struct rl_ns *n = &rl->ns[ns];
+	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(key), key->len) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 
-	start = window_start(now, window_size);
+	int64_t start = window_start(now, window_size);
 	/* RL_WEIGHT_AUTO: window_weight(now, size), computed from start to
 	 * save a division; now - start is exactly now mod size (window.c). */
 	if (weight < 0)
 		weight = ((double)window_size - (now - (double)start)) / (double)window_size;
 	/* Periodic sync keeps a diff of every hit; synchronous namespaces
 	 * (sync_rate 0) push each hit themselves and keep a diff only for
-	 * hits the store did not confirm (agent/spop_handler.c). */
-	with_diff = n->def.sync_rate > 0 || mode == RL_MODE_DEGRADED;
+	 * hits the store did not confirm (agent/decide.c). */
+	bool with_diff = n->def.sync_rate > 0 || admit == RL_ADMIT_DEGRADED;
 	out->evicted = false;
 	out->need_store = out->granted = false;
 	out->cap = limit;
-	tries = 0;
-again:
-	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur, &prev);
-	p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
-	pw = p * weight;
-	counted = false;
-	inserted = false;
-	double allow = 0, used = 0;
-	if (mode == RL_MODE_DEGRADED)
-		out->cap = rl_share_cap(rl->shm, &cur, pw, limit, nodes, &allow, &used);
-
-	if (cost == 0) {
-		/* Read only: never inserts. */
-		c = shm_read_count(rl->shm, &cur);
-	} else if (mode != RL_MODE_LOCAL &&
-		   (mode == RL_MODE_EXACT || used + cost <= allow) &&
-		   shm_grant_take(rl->shm, &cur, cost)) {
-		/* Admitted from the store's grant: the store counted it. */
-		c = rl_view(rl->shm, &cur);
-		counted = true;
-		out->granted = true;
-	} else if (exact && (c = rl_view(rl->shm, &cur)) + pw + cost <= limit) {
-		/* The node's view admits it: the store decides. The slot is
-		 * made now: it keeps the demand and will hold the grant. */
-		if (rl_slot_make(rl, &k, start, now, &cur, out, &inserted) < 0)
+	for (int tries = 0;;) {
+		shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur,
+			 &prev);
+		p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
+		pw = p * weight;
+		int rc = rl_hit_count(rl, &k, start, now, cost, pw, limit, count_denied, admit, nodes,
+				      with_diff, &cur, out, &c);
+		if (rc < 0)
 			return -1;
-		shm_grant_note(rl->shm, &cur, cost);
-		out->need_store = true;
-	} else if (out->cap >= 0 && !count_denied && cost + pw > out->cap) {
-		/* Denied whatever the current count (counts are >= 0): no
-		 * CAS, and no slot taken for a key that is only refused. */
-		c = shm_read_count(rl->shm, &cur) + cost;
-	} else {
-		if (rl_slot_make(rl, &k, start, now, &cur, out, &inserted) < 0)
-			return -1;
-		if (out->cap < 0 || count_denied) {
-			c = shm_add(rl->shm, &cur, cost, with_diff);
-			counted = true;
-		} else {
-			counted = shm_add_if(rl->shm, &cur, cost, pw, out->cap, with_diff, &c);
-			if (!counted)
-				c += cost;	/* report what the hit would have made */
-		}
-		/* The slot was evicted between our look and our add (shm.h):
-		 * the hit went to the newcomer. A diff must reach the store
-		 * under our key: count it again. A local count went away with
-		 * the evicted entry, as if the eviction had come after it
-		 * (no re-read on the local hot path). */
-		if (__builtin_expect(with_diff && counted && !shm_still(rl->shm, &cur), 0) &&
-		    ++tries < RL_HIT_TRIES)
-			goto again;
+		if (rc == 0 || ++tries >= RL_HIT_TRIES)
+			break;
 	}
-	out->counted = counted;
-	out->inserted = inserted;
-	/* A key over its limit is never evicted: its count is what keeps it
-	 * denied. The limit is the configured one where there is one, never
-	 * a lower one a caller chose (else one request with limit 0 would
-	 * pin an entry). */
-	double keep = limit;
-	int64_t configured = ns_limit_of(&n->def, window_size);
-	if (configured != NS_LIMIT_NONE && (double)configured > keep)
-		keep = (double)configured;
-	if (keep >= 0 && window_rate(c, p, weight) > keep) {
-		shm_protect(rl->shm, &cur);
-		if (pw > 0)
-			shm_protect(rl->shm, &prev);
-	}
+	rl_hit_protect(rl, n, window_size, limit, window_rate(c, p, weight), pw, &cur, &prev);
 
 	out->cur_idx = cur.idx;
 	out->prev_idx = prev.idx;
@@ -567,28 +606,33 @@ int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t windo
 	   double cost, double weight, double now, double limit, bool count_denied,
 	   struct rl_result *out)
 {
-	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
-			 RL_MODE_LOCAL, 0, out);
+	struct rl_skey k;
+
+	rl_skey_make(rl, key, keylen, &k);
+	return rl_hit_skey(rl, ns, &k, window_size, cost, weight, now, limit, count_denied,
+			 RL_ADMIT_LOCAL, 0, out);
 }
 
 int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
 		 double cost, double weight, double now, double limit, bool count_denied,
 		 struct rl_result *out)
 {
-	if (!(limit >= 0))
-		return rl_fail(rl, RL_ERR_VALUE);
-	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
-			 RL_MODE_EXACT, 0, out);
+	struct rl_skey k;
+
+	rl_skey_make(rl, key, keylen, &k);
+	return rl_hit_skey(rl, ns, &k, window_size, cost, weight, now, limit, count_denied,
+			 RL_ADMIT_EXACT, 0, out);
 }
 
 int rl_hit_degraded(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
 		    double cost, double weight, double now, double limit, bool count_denied,
 		    unsigned nodes, struct rl_result *out)
 {
-	if (!(limit >= 0))
-		return rl_fail(rl, RL_ERR_VALUE);
-	return rl_hit_do(rl, ns, key, keylen, window_size, cost, weight, now, limit, count_denied,
-			 RL_MODE_DEGRADED, nodes, out);
+	struct rl_skey k;
+
+	rl_skey_make(rl, key, keylen, &k);
+	return rl_hit_skey(rl, ns, &k, window_size, cost, weight, now, limit, count_denied,
+			 RL_ADMIT_DEGRADED, nodes, out);
 }
 
 double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
@@ -615,14 +659,11 @@ _Static_assert(NS_MAX == SHM_MAX_NS && NS_NAME_MAX <= SHM_NAME_MAX,
 
 size_t rl_stored_key(const struct rl *rl, const char *key, size_t len, char *out)
 {
-	if (len > 0 && rl_needs_digest(key, len)) {
-		char digest[RL_DIGEST_LEN + 1];
-		rl_digest(rl, key, len, digest);
-		memcpy(out, digest, RL_DIGEST_LEN);
-		return RL_DIGEST_LEN;
-	}
-	memcpy(out, key, len);
-	return len;
+	struct rl_skey k;
+
+	rl_skey_make(rl, key, len, &k);
+	memcpy(out, rl_skey_bytes(&k), k.len);
+	return k.len;
 }
 
 /* The shm key of a stored key's window (ns, size, start), with v (a total
@@ -753,6 +794,7 @@ static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, u
 			double now, struct shm_ref *cur, struct shm_ref *prev)
 {
 	const struct rl_ns *n;
+	struct rl_skey sk;
 	struct shm_key k;
 	int win;
 
@@ -763,7 +805,8 @@ static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, u
 		return rl_fail(rl, RL_ERR_WINDOW);
 	if (!key || keylen == 0)
 		return rl_fail(rl, RL_ERR_KEY);
-	if (rl_slot_key(rl, n, win, key, keylen, &k) < 0)
+	rl_skey_make(rl, key, keylen, &sk);
+	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(&sk), sk.len) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 	int64_t start = window_start(now, size);
 	shm_find(rl->shm, &k, start, start - (int64_t)size, cur, prev);

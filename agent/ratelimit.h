@@ -143,6 +143,68 @@ int rl_namespace_index(const struct rl *rl, const char *name, size_t len);
 /* Current Unix time, sub-second (CLOCK_REALTIME). */
 double rl_now(void);
 
+/* ---- stored keys ----
+ *
+ * The form a key takes in the table and the stores: the key itself, or,
+ * for a key longer than RL_STORED_KEY_MAX bytes or starting with '#', '#'
+ * + 32 hex digits of its SipHash-128 under the instance's digest key (so
+ * no key given verbatim can be a digest). A caller with a client's text
+ * makes it with rl_skey_make() (or rl_stored_key()) once, and hands it to
+ * the calls that take a stored key, which never digest it again; the
+ * calls that take a key's text (rl_hit, rl_inspect, ...) make it
+ * themselves. */
+
+/* Largest stored key: longer keys are stored as a 33-byte digest. */
+#define RL_STORED_KEY_MAX 104
+#define RL_DIGEST_LEN     33          /* '#' + 32 hex digits */
+
+/* A key's stored form, as rl_skey_make() made it. The text given is not
+ * copied: a key stored as itself points at it and lives as long as it; a
+ * digest is held here. Copying the struct copies the digest. */
+struct rl_skey {
+	const char *text;             /* the key given (NULL: none) */
+	uint8_t len;                  /* bytes of the stored form; 0: no key */
+	bool digested;                /* the stored form is digest[], not text */
+	char digest[RL_DIGEST_LEN];
+};
+
+/* The stored form's bytes (len of them). */
+static inline const char *rl_skey_bytes(const struct rl_skey *k)
+{
+	return k->digested ? k->digest : k->text;
+}
+
+/* The digest half of rl_skey_make(), for a key that needs one. */
+size_t rl_skey_digest(const struct rl *rl, const char *key, size_t len, struct rl_skey *k);
+
+/* Makes k the stored form of key[0..len); a NULL or empty key makes one
+ * of len 0, which every call refuses (RL_ERR_KEY). Returns k->len. */
+static inline size_t rl_skey_make(const struct rl *rl, const char *key, size_t len,
+				  struct rl_skey *k)
+{
+	k->text = key;
+	k->digested = false;
+	if (!key || len == 0) {
+		k->len = 0;
+		return 0;
+	}
+	if (len > RL_STORED_KEY_MAX || key[0] == '#')
+		return rl_skey_digest(rl, key, len, k);
+	k->len = (uint8_t)len;
+	return len;
+}
+
+/* The stored form of key[0..len), written to out (RL_STORED_KEY_MAX
+ * bytes); returns its length. */
+size_t rl_stored_key(const struct rl *rl, const char *key, size_t len, char *out);
+
+/* Keys digested in this process so far (every instance: rl_skey_make and
+ * the calls on a key's text), for the tests: a request's way digests its
+ * key once. */
+uint64_t rl_digests(void);
+
+/* ---- calls on a key's text: each makes its stored form (rl_skey_make) ---- */
+
 /* Adds value to key's current window and returns in *rate the rate after
  * the increment (the reference's increment()). namespace NULL = "default".
  * Returns 0 or -1 (rl_errno()). */
@@ -187,6 +249,26 @@ int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t
 int rl_hit_degraded(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
 		    double cost, double weight, double now, double limit, bool count_denied,
 		    unsigned nodes, struct rl_result *out);
+
+/* ---- calls on a stored key (rl_skey_make, rl_stored_key) ---- */
+
+/* How a hit with a limit is decided: rl_hit, rl_hit_exact or
+ * rl_hit_degraded. */
+enum rl_admit {
+	RL_ADMIT_LOCAL = 0,           /* from the node's view (rl_hit) */
+	RL_ADMIT_EXACT,               /* a grant, the view's denial, or the store */
+	RL_ADMIT_DEGRADED,            /* a grant, or this node's share */
+};
+
+/* rl_hit, rl_hit_exact or rl_hit_degraded as admit says (nodes: the
+ * namespace's active nodes, for RL_ADMIT_DEGRADED), on a stored key
+ * (rl_skey_make), which it never digests again: what the decision layer
+ * calls, a request's key made once. A verbatim stored form that should
+ * have been digested (over RL_STORED_KEY_MAX bytes, or starting with '#')
+ * is refused (RL_ERR_KEY). Never allocates. */
+int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+		double cost, double weight, double now, double limit, bool count_denied,
+		enum rl_admit admit, unsigned nodes, struct rl_result *out);
 
 /* The cap rl_hit_degraded would decide a hit of the stored key against
  * now, for a hit already handed to a store that then failed. */
@@ -248,16 +330,6 @@ int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t siz
  * (rl_errno()). */
 int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 		 int64_t start, double spent, double returned);
-
-/* Largest stored key: longer keys are stored as a 33-byte digest. */
-#define RL_STORED_KEY_MAX 104
-
-/* The form a key takes in the table and the stores: the key itself, or,
- * for a key longer than RL_STORED_KEY_MAX bytes or starting with '#', '#'
- * + 32 hex digits of its SipHash-128 under the instance's digest key (so
- * no key given verbatim can be a digest). Writes it to out
- * (RL_STORED_KEY_MAX bytes) and returns its length. */
-size_t rl_stored_key(const struct rl *rl, const char *key, size_t len, char *out);
 
 /* The digest key. By default it is random, chosen when the table is
  * created (kept in the shared table, so every worker uses it), until a

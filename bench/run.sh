@@ -1289,7 +1289,11 @@ part_profile() {
     profile_e2e
     return 0
   fi
-  for mode in ratelimit noop; do
+  # long: ratelimit with keys of 120 bytes (-K), each kept by its digest.
+  local margs
+  for mode in ratelimit noop long; do
+    margs=(-m "$mode")
+    [ "$mode" = long ] && margs=(-m ratelimit -K 120)
     free_port port || return 1
     # Only what runs inside worker_run() is counted: not the master's
     # start-up, which the forked worker would otherwise inherit.
@@ -1305,13 +1309,13 @@ part_profile() {
     sleep 0.5
     w=$(pgrep -P "$AGENT_PID" | head -n 1)
     timeout 300 "$LOAD" -q -p "$port" -c "$CONNS" -k "$INFLIGHT" -n "$KEYS" -w 0 -d 600 -N "$n" \
-      -m "$mode" > /dev/null 2>&1
+      "${margs[@]}" > /dev/null 2>&1
     stop_agent
     cg=$RAW/cg-$mode-$w.out
     [ -s "$cg" ] || { md "callgrind, mode $mode: no output"; continue; }
     total=$(callgrind_annotate "$cg" 2>/dev/null | sed -n 's/^ *\([0-9,]*\) .*PROGRAM TOTALS.*/\1/p' | tr -d ,)
     md "callgrind, mode $mode: the worker executed $(awk -v t="$total" -v n="$n" 'BEGIN { printf "%.0f", t / n }') instructions per message in user space"
-    md "($n messages, \`spop_load -c $CONNS -k $INFLIGHT -N $n -m $mode\`). Top functions, self (exclusive) then inclusive:"
+    md "($n messages, \`spop_load -c $CONNS -k $INFLIGHT -N $n ${margs[*]}\`). Top functions, self (exclusive) then inclusive:"
     md ""
     md "| self: function | % | instr/msg |"
     md "|---|---|---|"
@@ -1320,7 +1324,7 @@ part_profile() {
     md "| inclusive: function | % | instr/msg |"
     md "|---|---|---|"
     callgrind_annotate --auto=no --inclusive=yes "$cg" 2>/dev/null |
-      cg_rows "$n" 40 | grep -E '\| (handler_notify|put_result[^ ]*|snprintf|spop_put_set_var|rl_hit|shm_find|spop_msg_next|spop_args_next|spop_frame_decode|spop_frame_begin|window_weight|key_text|msg_suffix) \(' >> "$MD"
+      cg_rows "$n" 40 | grep -E '\| (handler_notify|put_result[^ ]*|snprintf|spop_put_set_var|rl_hit|rl_hit_skey|hash_digest|shm_find|spop_msg_next|spop_args_next|spop_frame_decode|spop_frame_begin|window_weight|key_text|msg_suffix) \(' >> "$MD"
     md ""
     say "callgrind $mode: $cg"
   done

@@ -6,7 +6,7 @@
  *   spop_load [-h host] [-p port | -P port,port,...] [-c conns] [-k inflight]
  *             [-d seconds] [-w warmup_seconds] [-m ratelimit|noop] [-n keys]
  *             [-W window] [-r rate] [-N messages] [-t tick_us]
- *             [-H every:window:limit] [-q]
+ *             [-H every:window:limit] [-K keylen] [-q]
  *
  * One thread, one epoll loop, nothing allocated after start-up: every
  * connection gets its buffers and its K slots once; latencies go into a
@@ -16,7 +16,8 @@
  * over -n keys), window=60 (-W), limit=1000000 (ints); `noop` sends the same
  * arguments in a message named "noop", which the agent parses and answers
  * with one variable without counting: the difference between the two is
- * the price of rate limiting itself.
+ * the price of rate limiting itself. -K L pads each key with '.' to L bytes
+ * (up to LOAD_KEY_MAX): over 104 the agent keeps a key by its digest.
  *
  * Load. With -r 0 (the default) the loop is closed: each ACK immediately
  * frees its slot for the next NOTIFY, so K x C messages are always in
@@ -94,7 +95,8 @@
 #define LOAD_MAX_PORTS      1024
 #define LOAD_MAX_INFLIGHT   4096
 #define LOAD_MAX_FRAME      16380u      /* what we offer in the HELLO */
-#define LOAD_NOTIFY_MAX     128u        /* one NOTIFY, key "k<u64>" included */
+#define LOAD_KEY_MAX        256u        /* -K: longest key */
+#define LOAD_NOTIFY_MAX     (128u + LOAD_KEY_MAX) /* one NOTIFY, its key included */
 #define LOAD_DRAIN_NS       2000000000ull
 #define LOAD_CLOSE_NS       1000000000ull
 #define LOAD_SPIN_NS        2000ull     /* closer than this to a due send: poll */
@@ -232,6 +234,7 @@ struct load {
 	double warmup;
 	enum load_mode mode;
 	uint64_t nkeys;
+	size_t keylen;               /* -K: keys padded to this length (0: not) */
 	uint32_t window;             /* -W */
 	double rate;                 /* msgs/s, 0 = closed loop */
 	uint64_t max_msgs;           /* stop sending after this many (0: no cap) */
@@ -350,7 +353,8 @@ static void encode_args_tail(void)
 					     (int64_t)L.hot_limit);
 }
 
-/* Writes "k<i>" into buf (at least 21 bytes); returns its length. */
+/* Writes "k<i>" into buf (LOAD_KEY_MAX bytes), padded with '.' to -K's
+ * length; returns its length. */
 static size_t key_text(char *buf, uint64_t i)
 {
 	char tmp[20];
@@ -363,6 +367,10 @@ static size_t key_text(char *buf, uint64_t i)
 	buf[0] = 'k';
 	while (n)
 		buf[len++] = tmp[--n];
+	if (L.keylen > len) {
+		memset(buf + len, '.', L.keylen - len);
+		len = L.keylen;
+	}
 	return len;
 }
 
@@ -371,7 +379,7 @@ static size_t key_text(char *buf, uint64_t i)
 static void queue_notify(struct lconn *c, uint64_t t)
 {
 	struct spop_writer w;
-	char key[24];
+	char key[LOAD_KEY_MAX];
 	uint32_t s = c->free_slots[--c->nfree];
 	struct slot *sl = &c->slots[s];
 	struct port *p = &L.ports[c->port];
@@ -1033,7 +1041,7 @@ static void usage(void)
 		"usage: spop_load [-h host] [-p port | -P port,port,...] [-c conns] [-k inflight]\n"
 		"                 [-d seconds] [-w warmup_seconds] [-m ratelimit|noop] [-n keys]\n"
 		"                 [-W window] [-r rate] [-N messages] [-t tick_us]\n"
-		"                 [-H every:window:limit] [-q]\n"
+		"                 [-H every:window:limit] [-K keylen] [-q]\n"
 		"  -h host      agent address (127.0.0.1)\n"
 		"  -p port      agent port (12345)\n"
 		"  -P ports     several agents, one per port (comma-separated): -c and -r per port\n"
@@ -1049,6 +1057,7 @@ static void usage(void)
 		"  -t tick_us   open loop: sleep at least this long between batches (10)\n"
 		"  -H e:w:l     every e-th message of a port for key \"hot\", window w, limit l;\n"
 		"               its answers counted per window (HOT lines)\n"
+		"  -K keylen    keys padded with '.' to this many bytes (at most 256)\n"
 		"  -q           quieter\n");
 	exit(2);
 }
@@ -1137,7 +1146,7 @@ int main(int argc, char **argv)
 	L.nkeys = 10000;
 	L.window = LOAD_WINDOW;
 	L.tick_ns = LOAD_TICK_US * 1000ull;
-	while ((opt = getopt(argc, argv, "h:p:P:c:k:d:w:m:n:W:r:N:t:H:q")) != -1) {
+	while ((opt = getopt(argc, argv, "h:p:P:c:k:d:w:m:n:W:r:N:t:H:K:q")) != -1) {
 		switch (opt) {
 		case 'h': L.host = optarg; break;
 		case 'p': port = optarg; break;
@@ -1148,6 +1157,7 @@ int main(int argc, char **argv)
 		case 'd': L.duration = num_arg(optarg, 0.01, 86400, 'd'); break;
 		case 'w': L.warmup = num_arg(optarg, 0, 3600, 'w'); break;
 		case 'n': L.nkeys = (uint64_t)num_arg(optarg, 1, 1e12, 'n'); break;
+		case 'K': L.keylen = (size_t)num_arg(optarg, 1, LOAD_KEY_MAX, 'K'); break;
 		case 'W': L.window = (uint32_t)num_arg(optarg, 1, 31536000, 'W'); break;
 		case 'r': L.rate = num_arg(optarg, 0, 1e9, 'r'); break;
 		case 'N': L.max_msgs = (uint64_t)num_arg(optarg, 0, 1e15, 'N'); break;

@@ -526,6 +526,36 @@ Test(decide, several_windows_one_decision)
 	cr_assert_eq(decide(&read, T0 + 1.5).rate, 5, "only admitted requests counted");
 }
 
+/* A long key is digested once on a decision's way, whatever the parts:
+ * checked against two windows (two hits), and denied by one of them
+ * (both parts taken back, count_denied false), or as one part. */
+Test(decide, a_long_key_is_digested_once_per_decision)
+{
+	struct rl_decision parts[DECIDE_MAX_BATCH], one;
+	const char *err;
+	char key[150];
+	int admitted = 0;
+
+	memset(key, 'k', sizeof(key) - 1);
+	key[sizeof(key) - 1] = '\0';
+	for (int i = 0; i < 5; i++) {
+		struct rl_request rq = req("stack", key, 0, 1);
+		uint64_t before = rl_digests();
+		size_t np = decide_batch(&dec, &rq, 1, T0 + 0.5, parts, DECIDE_MAX_BATCH);
+
+		cr_assert_eq(rl_digests() - before, 1, "decision %d: digested %llu times", i,
+			     (unsigned long long)(rl_digests() - before));
+		cr_assert_eq(np, 2);
+		cr_assert(decide_request_result(parts, np, 0, &one, &err));
+		admitted += !one.exceeded;
+	}
+	cr_assert_eq(admitted, 3, "the 1 s limit, then denied and taken back");
+	struct rl_request read = req("stack", key, 60, 0);
+	uint64_t before = rl_digests();
+	cr_assert_eq(decide(&read, T0 + 0.5).rate, 3, "the denied ones were taken back");
+	cr_assert_eq(rl_digests() - before, 1);
+}
+
 /* Two requests of one NOTIFY (per IP limit 100, per key limit 5),
  * count_denied false: 8 decisions leave 5 per IP. */
 Test(decide, two_requests_one_decision)

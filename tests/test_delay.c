@@ -233,6 +233,28 @@ Test(delay, no_delay_no_hold)
 	free(p);
 }
 
+/* A long key's decision is digested once from its arrival to its answer:
+ * not again to find its key's queue, to hold it, nor when the queue's
+ * timer decides it again (on the loop's clock, a window with room). */
+Test(delay, a_held_long_key_is_digested_once)
+{
+	struct peer *p = peer_new();
+	char key[150];
+
+	memset(key, 'k', sizeof(key) - 1);
+	key[sizeof(key) - 1] = '\0';
+	fill(p, "slow", key);
+	uint64_t before = rl_digests();
+	cr_assert(hit(p, "slow", key), "over the limit, room within delay_max_ms: held");
+	cr_assert_eq(rl_digests() - before, 1, "held: digested %llu times",
+		     (unsigned long long)(rl_digests() - before));
+	ev_run(dec.loop, 0);
+	cr_assert_eq(p->delivered, 1);
+	cr_assert_eq(rl_digests() - before, 1, "answered: digested %llu times",
+		     (unsigned long long)(rl_digests() - before));
+	free(p);
+}
+
 /* Held hits cost what the bound says: one pending decision each, from
  * the worker's pool, nothing else per hit (a namespace's 512, filled from
  * four connections). */

@@ -719,6 +719,46 @@ Test(ratelimit, chosen_short_key_never_shares_a_long_keys_counter)
 	rl_free(rl);
 }
 
+/* A stored key made once (rl_skey_make) is never digested again by the
+ * hits given it (rl_hit_skey), under any admission, and counts where its
+ * text does; one made by hand that should have been a digest (a long
+ * text, or one starting with '#') names no counter: refused. */
+Test(ratelimit, a_stored_key_is_not_digested_again)
+{
+	struct rl *rl = mk(64);
+	char a[200];
+	struct rl_skey k, forged;
+	struct rl_result r;
+	int ns = ns_of(rl, NULL);
+
+	memset(a, 'x', sizeof(a) - 1);
+	a[sizeof(a) - 1] = '\0';
+	uint64_t before = rl_digests();
+	cr_assert_eq(rl_skey_make(rl, a, strlen(a), &k), 33);
+	cr_assert_eq(rl_digests(), before + 1);
+	for (int i = 0; i < 3; i++)
+		cr_assert_eq(rl_hit_skey(rl, ns, &k, 60, 1, 0, 1000, -1, true, RL_ADMIT_LOCAL, 0, &r),
+			     0);
+	cr_assert_eq(rl_hit_skey(rl, ns, &k, 60, 1, 0, 1000, 10, true, RL_ADMIT_DEGRADED, 2, &r), 0);
+	cr_assert_eq(rl_hit_skey(rl, ns, &k, 60, 1, 0, 1000, 10, true, RL_ADMIT_EXACT, 0, &r), 0);
+	cr_assert_eq(rl_digests(), before + 1, "the hits digested their stored key again");
+	EQ(hit(rl, NULL, a, 60, 0, 1000).current, 4);
+
+	forged = (struct rl_skey){ .text = a, .len = 150 };
+	cr_assert_eq(rl_hit_skey(rl, ns, &forged, 60, 1, 0, 1000, -1, true, RL_ADMIT_LOCAL, 0, &r),
+		     -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_KEY);
+	forged = (struct rl_skey){ .text = "#abc", .len = 4 };
+	cr_assert_eq(rl_hit_skey(rl, ns, &forged, 60, 1, 0, 1000, -1, true, RL_ADMIT_LOCAL, 0, &r),
+		     -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_KEY);
+	forged = (struct rl_skey){ .text = "", .len = 0 };
+	cr_assert_eq(rl_hit_skey(rl, ns, &forged, 60, 1, 0, 1000, -1, true, RL_ADMIT_LOCAL, 0, &r),
+		     -1);
+	cr_assert_eq(rl_errno(rl), RL_ERR_KEY);
+	rl_free(rl);
+}
+
 /* The digest key: random per instance when nothing syncs (no outsider can
  * compute a digest), public when a namespace syncs without a secret
  * (every node names a long key alike), derived from key_secret when set. */
