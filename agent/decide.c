@@ -659,7 +659,7 @@ void decide_fold(const struct rl_decision *res, size_t n, struct rl_decision *ou
  * batch waiting for its store is a `pending`; pendings come from a
  * per-worker pool (no allocation per request once warm). If the store
  * fails or times out, the answer uses the local count (fail-open) and the
- * hit goes into the slot's diff, which the retry cycle of agent/sync.c
+ * hit goes into the slot's diff, which the retry cycle of agent/sync_cycle.c
  * pushes later. */
 
 _Static_assert(DECIDE_MAX_BATCH <= SYNC_HITS_MAX, "a batch of hits holds a whole batch");

@@ -1,6 +1,6 @@
 /*
  * ratelimit.c - the library API of ratelimit.h over the shared counter
- * table (shm.c) and the window arithmetic (window.c).
+ * table (shm.h and its files) and the window arithmetic (window.c).
  *
  * An instance (struct rl) is per process: it holds the namespaces, which
  * are defined before fork() and so are identical in every worker, and the

@@ -304,7 +304,7 @@ int rl_keep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size
 /* Takes v (>= 0) back from the count and the diff of that window, the
  * slot made if missing (its diff then goes negative, pushed as such): a
  * hit the node counted itself that the store turns out to have counted
- * too (agent/sync_hits.c, admissions in doubt). Returns 0 or -1 (rl_errno()). */
+ * too (agent/sync_doubt.c, admissions in doubt). Returns 0 or -1 (rl_errno()). */
 int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 	      int64_t start, double v, double now);
 
@@ -325,7 +325,7 @@ int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t siz
 
 /* Takes spent and returned back from what the window (ns, key, size,
  * start) has spent and returned of its grants not pushed yet: a push in
- * doubt that the store turns out to have applied (agent/sync_hits.c); either
+ * doubt that the store turns out to have applied (agent/sync_doubt.c); either
  * may be negative. Nothing if the window has no slot. Returns 0 or -1
  * (rl_errno()). */
 int rl_unreserve(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
