@@ -30,6 +30,9 @@ void test_agent_start(const char *json, const char *const *args);
 /* The same with one worker ("-w 1"). */
 void test_agent_start1(const char *json);
 
+/* One worker, the built-in configuration: a suite's .init. */
+void test_agent_start_plain(void);
+
 /* Stops it if it was started, and expects no sanitizer report (or dead
  * worker) in its log: the log is removed, or kept when it holds one. */
 void test_agent_stop(void);
