@@ -1,7 +1,7 @@
 /*
  * agenttest.h - the agent of a test (tests/lib/agentproc.h) as the tests
  * of the agent's fronts start and stop it (test_http.c, test_http_abuse.c,
- * test_admin.c, test_proto.c, test_balance.c): one agent per test
+ * test_admin.c, test_proto_*.c, test_balance.c): one agent per test
  * process, started with a config and arguments (the test is skipped when
  * the binary is not built, fails with the log's tail when it does not
  * start), stopped at the end with its log checked for a sanitizer report
