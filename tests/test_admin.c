@@ -345,7 +345,7 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 /* Issue 28, finding 4: GET /keys of a namespace that syncs asks its store
  * too; a store that is away is said so, per window ("store":{"error"}),
  * next to the node's own view ("seen": whether this node holds a counter
- * of the key). A local namespace answers as before. tests/test_cluster.c
+ * of the key). A local namespace answers as before. tests/test_cluster_nodes.c
  * reads a store that answers, on Redis and PostgreSQL. */
 Test(admin, keys_says_when_the_store_is_away)
 {
