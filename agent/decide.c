@@ -295,8 +295,8 @@ static void decide_count(struct decide *d, const struct rl_request *rq, struct r
 	bool exact = r->has_limit && rq->cost > 0 && want && nsc->sync_rate > 0 &&
 		     d->sync && sync_can_admit(d->sync, (unsigned)ns);
 	/* The store is away: a hit with a limit is decided on this node's
-	 * share of what the cluster had left (docs/CLUSTER.md, "While the
-	 * store is away"), counted locally and pushed once it is back. */
+	 * share of what the cluster had left (docs/CLUSTER.md, "When the
+	 * store is down"), counted locally and pushed once it is back. */
 	bool away = r->has_limit && rq->cost > 0 && nsc->sync_rate >= 0 && d->sync &&
 		    sync_store_away(d->sync, (unsigned)ns);
 	int rc;

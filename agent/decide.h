@@ -177,7 +177,7 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 		struct rl_decision *out);
 
 /* Decides requests rq[0..n) as one decision (the messages of one NOTIFY,
- * one HTTP check; docs/PROTOCOL.md, "Several limits, one decision"): a
+ * one HTTP check; docs/PROTOCOL.md, "Several messages in one NOTIFY"): a
  * request that names no window, in a namespace with several windows,
  * is checked against every window that has a configured limit. Each
  * (request, window) is a part, written to parts[] (at most maxparts >= n;
