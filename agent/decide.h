@@ -178,7 +178,7 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 
 /* Decides requests rq[0..n) (n <= DECIDE_MAX_BATCH: the first
  * DECIDE_MAX_BATCH) as one decision (the messages of one NOTIFY, one
- * HTTP check; docs/PROTOCOL.md, "Several limits, one decision"): a
+ * HTTP check; docs/PROTOCOL.md, "Several messages in one NOTIFY"): a
  * request that names no window, in a namespace with several windows,
  * is checked against every window that has a configured limit. Each
  * (request, window) is a part, written to parts[] (at most maxparts >= n;

@@ -237,8 +237,8 @@ int rl_hit_exact(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t
 		 double cost, double weight, double now, double limit, bool count_denied,
 		 struct rl_result *out);
 
-/* A hit while the store is away (docs/CLUSTER.md, "While the store is
- * away"), limit >= 0: admitted from a grant of the store that covers it,
+/* A hit while the store is away (docs/CLUSTER.md, "When the store is
+ * down"), limit >= 0: admitted from a grant of the store that covers it,
  * else against this node's share of what the cluster had left when the
  * node last heard from the store: the rate (as the node sees it) may
  * reach out->cap = known + (limit - known) / nodes, where known is the

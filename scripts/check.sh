@@ -6,8 +6,15 @@
 #     of the table's other files called);
 #   - no include cycle among agent/, spop/, strategies/;
 #   - no source file of agent/, spop/, strategies/ over 1,500 lines
-#     (docs/STYLE.md, rule 13);
-#   - every document a comment or a doc cites (docs/*.md, STYLE.md) exists;
+#     (docs/STYLE.md, rule 13), no test file (tests/*.c, tests/lib/) either
+#     (rule 14);
+#   - every document a comment or a doc cites (docs/*.md, STYLE.md) exists,
+#     and every section cited by name exists in its document: in a
+#     citation 'docs/<document>.md, "Name"' (a comma or not; it may run
+#     over a comment's lines) Name is the start of one of the document's
+#     headings, of a paragraph's or a list item's bold lead (**Name.**),
+#     or a table row's first cell (`name`: the keys of CONFIG.md),
+#     backquotes aside;
 #   - with a build directory (scripts/check.sh BUILD_DIR; make check passes
 #     its own): no call circle between files, read from the objects' symbols
 #     (nm: a file calling a function another file defines; data, such as
@@ -61,12 +68,66 @@ for f in agent/*.[ch] agent/nginx_module/*.[ch] spop/*.[ch] strategies/*.[ch]; d
   n=$(wc -l < "$f")
   [ "$n" -le 1500 ] || bad "$f: $n lines (at most 1,500: docs/STYLE.md, rule 13)"
 done
+for f in tests/*.c tests/lib/*.[ch]; do
+  [ -f "$f" ] || continue
+  n=$(wc -l < "$f")
+  [ "$n" -le 1500 ] || bad "$f: $n lines (at most 1,500: split it by what it tests," \
+    "docs/STYLE.md, rule 14)"
+done
 
 # ---- cited documents exist ----
 for doc in $(grep -rhoE 'docs/[A-Za-z_]+\.(md|8)' agent spop strategies tests bench scripts \
   Makefile README.md docs haproxy-examples nginx-examples 2>/dev/null | sort -u); do
   [ -e "$doc" ] || bad "cited but missing: $doc"
 done
+# ---- cited sections exist ----
+# shellcheck disable=SC2016 # the Perl program is single-quoted on purpose
+out=$(find agent spop strategies tests bench scripts docs haproxy-examples nginx-examples \
+  Makefile README.md -type f 2>/dev/null | sort | perl -e '
+  my %sec;
+  sub norm { my $t = shift; $t =~ s/`//g; $t =~ s/\s+/ /g; $t =~ s/^\s+|\s+$//g; return $t }
+  for my $d (glob "docs/*.md") {
+    open my $h, "<", $d or next;
+    while (<$h>) {
+      push @{$sec{$d}}, norm($1) if /^#+\s+(.*?)\s*#*\s*$/;      # a heading
+      push @{$sec{$d}}, norm($1) if /^\s*(?:[-*]\s+)?\*\*(.+?)\*\*/; # a bold lead
+      push @{$sec{$d}}, norm($1) if /^\|\s*`([^`|]+)`\s*\|/;        # a table row
+    }
+  }
+  sub found {
+    my ($d, $name) = @_;
+    $name = norm($name);
+    for my $t (@{$sec{$d} || []}) {
+      return 1 if $t eq $name;
+      return 1 if index($t, $name) == 0 && substr($t, length $name, 1) =~ /[\s:,.;(]/;
+    }
+    return 0;
+  }
+  while (my $f = <STDIN>) {
+    chomp $f;
+    next unless -f $f;
+    open my $h, "<", $f or next;
+    local $/;
+    my $text = <$h>;
+    my @lines = split /\n/, $text, -1;
+    # Join a comment or a paragraph that runs over lines, keeping where
+    # each line starts (for the line number).
+    my ($joined, @at) = ("");
+    for my $i (0 .. $#lines) {
+      my $l = $lines[$i];
+      $l =~ s{^[ \t]*(?:\*(?!\*)|#|//|--)?[ \t]*}{} if $i;
+      push @at, [length $joined, $i + 1];
+      $joined .= ($i ? " " : "") . $l;
+    }
+    while ($joined =~ m{(docs/[A-Za-z_]+\.md),?\s+"([^"\\]+)"}g) {
+      my ($d, $name, $pos) = ($1, $2, $-[0]);
+      next if !-e $d || found($d, $name);
+      my $line = 1;
+      for (@at) { last if $_->[0] > $pos; $line = $_->[1] }
+      print "$f:$line: cites $d, \"$name\": no such section\n";
+    }
+  }')
+[ -z "$out" ] || bad "cited section missing:"$'\n'"$out"
 if grep -rnE '(^|[^/])STYLE\.md' agent spop strategies 2>/dev/null | grep -v 'docs/STYLE.md' | grep -q .; then
   bad "a comment cites STYLE.md without docs/: $(grep -rlE '(^|[^/])STYLE\.md' agent spop strategies | tr '\n' ' ')"
 fi
@@ -122,5 +183,5 @@ if [ -n "$build" ] && [ -d "$build" ]; then
   calls=", call circles, the sync's way to the table"
 fi
 
-[ "$fail" -eq 0 ] && echo "check: ok (layers, include cycles, file sizes, cited documents$calls)"
+[ "$fail" -eq 0 ] && echo "check: ok (layers, include cycles, file sizes, test sizes, cited documents and sections$calls)"
 exit "$fail"

@@ -17,8 +17,10 @@
 #include <unistd.h>
 
 #include "tests/lib/agenttest.h"
+#include "tests/lib/clock.h"
 #include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
+#include "tests/lib/spoptest.h"
 
 #define IO_MS    5000
 #define ADMIN    "Authorization: Bearer adm1n-t0ken\r\n"
@@ -28,20 +30,7 @@
  * (the summaries start afresh with each). */
 static void window_margin(void)
 {
-	while (time(NULL) % 60 > 50)
-		usleep(200 * 1000);
-}
-
-/* A window size (seconds) whose current window has need seconds left,
- * without waiting: 3600, or the first size above it that has. */
-static unsigned pick_window(unsigned need)
-{
-	time_t now = time(NULL);
-	unsigned w = 3600;
-
-	while (w - (unsigned)(now % w) < need)
-		w++;
-	return w;
+	test_window_room(60, 10000);
 }
 
 static void get(const char *target, const char *headers, struct httpc_resp *r)
@@ -143,47 +132,35 @@ Test(admin, keys_shows_what_the_node_holds)
  * in batches, reads every ACK. */
 static void spop_hits(int fd, const char *keyf, int from, int n, int every)
 {
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
 	char key[64];
 	uint64_t sid = 1;
 
 	for (int done = 0; done < n;) {
 		int batch = n - done < 200 ? n - done : 200;
-		rawspop_buf_reset(wb);
+
+		rawspop_buf_reset(&sp_wb);
 		for (int i = 0; i < batch; i++) {
+			struct sp_msg m = { .key = key, .window = 60, .ns = "flood" };
+
 			snprintf(key, sizeof(key), keyf, (from + done + i) % every);
-			size_t st = rawspop_notify_begin(wb, sid++, 1);
-			rawspop_msg(wb, "ratelimit", 3);
-			rawspop_arg_str(wb, "key", key);
-			rawspop_arg_int(wb, "window", 60);
-			rawspop_arg_str(wb, "namespace", "flood");
-			rawspop_frame_end(wb, st);
+			sp_put_notify(sid++, 1, &m, 1);
 		}
-		cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+		sp_send(fd);
 		for (int i = 0; i < batch; i++)
-			cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+			sp_read(fd, &sp_fr, IO_MS);
 		done += batch;
 	}
-	free(wb), free(f);
 }
 
 /* 20,000 distinct keys hit once, 10 heavy ones 1,000 times each (in
  * between): the 10 heavy ones are listed first. */
 Test(admin, top_lists_the_heavy_keys_first)
 {
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	struct rawspop_hello_opts o = rawspop_hello_defaults();
 	struct httpc_resp r;
 
 	test_agent_start1(json);
 	window_margin();
-	int fd = rawspop_connect(test_agent.port, IO_MS);
-	cr_assert(fd >= 0);
-	rawspop_hello(wb, &o);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
+	int fd = sp_open(test_agent.port);
 	for (int round = 0; round < 10; round++) {
 		spop_hits(fd, "flood-%d", round * 2000, 2000, 1 << 30);
 		spop_hits(fd, "heavy-%d", 0, 1000, 10);
@@ -211,7 +188,6 @@ Test(admin, top_lists_the_heavy_keys_first)
 	cr_assert_eq(r.status, 404);
 	get("/top?namespace=flood&by=most", ADMIN, &r);
 	cr_assert_eq(r.status, 400);
-	free(wb), free(f);
 }
 
 /* by=denied: the keys over their limit. */
@@ -322,7 +298,7 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 	char out[8192], target[256], line[256], args[6000], cfg[512], one[64], zero[64];
 	int width = 3;
 	/* About 20 runs of ctl, each a sanitized process: minutes to spare. */
-	unsigned w = pick_window(300);
+	unsigned w = test_window_pick(3600, 300);
 
 	snprintf(cfg, sizeof(cfg), "{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_token\":"
 		 " \"ch3ck-t0ken\", \"http_admin_token\": \"adm1n-t0ken\", \"top_sample\": 1,"
@@ -369,7 +345,7 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 /* Issue 28, finding 4: GET /keys of a namespace that syncs asks its store
  * too; a store that is away is said so, per window ("store":{"error"}),
  * next to the node's own view ("seen": whether this node holds a counter
- * of the key). A local namespace answers as before. tests/test_cluster.c
+ * of the key). A local namespace answers as before. tests/test_cluster_nodes.c
  * reads a store that answers, on Redis and PostgreSQL. */
 Test(admin, keys_says_when_the_store_is_away)
 {

@@ -27,7 +27,9 @@
 #include <unistd.h>
 
 #include "tests/lib/agenttest.h"
+#include "tests/lib/clock.h"
 #include "tests/lib/rawspop.h"
+#include "tests/lib/spoptest.h"
 
 #define START_MS  15000
 #define IO_MS     3000
@@ -179,34 +181,10 @@ Test(missed, passed_over_until_it_shows_life, .init = setup3, .fini = teardown)
 static pid_t wpid[2];
 static bool stopped;
 
-/* Does the agent's log hold s? */
-static bool log_has(const char *s)
-{
-	static char all[1 << 20];
-	FILE *f = fopen(test_agent.log_path, "r");
-	size_t n;
-
-	if (!f)
-		return false;
-	n = fread(all, 1, sizeof(all) - 1, f);
-	fclose(f);
-	all[n] = '\0';
-	return strstr(all, s) != NULL;
-}
-
 /* The number of lines of the agent's log that hold a and a2. */
 static int log_lines(const char *a, const char *a2)
 {
-	char line[1024];
-	FILE *f = fopen(test_agent.log_path, "r");
-	int n = 0;
-
-	if (!f)
-		return 0;
-	while (fgets(line, sizeof(line), f))
-		n += strstr(line, a) && strstr(line, a2);
-	fclose(f);
-	return n;
+	return (int)agentproc_log_lines(&test_agent, a, a2);
 }
 
 /* The connections worker id accepted (its debug lines, -v). */
@@ -247,7 +225,7 @@ static void start_two(const char *json)
 		wpid[1] = log_worker_pid(1);
 		if (wpid[0] && wpid[1])
 			return;
-		usleep(10000);
+		test_sleep_ms(10);
 	}
 	cr_assert_fail("both workers serving\n%s", test_agent_log_tail());
 }
@@ -272,14 +250,14 @@ static unsigned probe(const int *fd, int n, void (*send_one)(int fd))
 {
 	struct pollfd p[16];
 	unsigned answered = 0;
-	int64_t end = rawspop_now_ms() + PROBE_MS;
+	int64_t end = test_now_ms() + PROBE_MS;
 	char sink[65536];
 
 	for (int i = 0; i < n; i++) {
 		send_one(fd[i]);
 		p[i] = (struct pollfd){ .fd = fd[i], .events = POLLIN };
 	}
-	for (int64_t now; (now = rawspop_now_ms()) < end;) {
+	for (int64_t now; (now = test_now_ms()) < end;) {
 		if (poll(p, (nfds_t)n, (int)(end - now)) <= 0)
 			continue;
 		for (int i = 0; i < n; i++) {
@@ -299,42 +277,30 @@ static unsigned probe(const int *fd, int n, void (*send_one)(int fd))
 
 /* --- SPOP over TCP --- */
 
-static struct rawspop_buf wb;
-static struct rawspop_frame fr;
-
+/* A HELLO, not waiting for its answer. */
 static void send_hello(int fd)
 {
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
 
-	rawspop_buf_reset(&wb);
-	rawspop_hello(&wb, &o);
-	cr_assert(rawspop_send_buf(fd, &wb) == 0);
+	rawspop_buf_reset(&sp_wb);
+	rawspop_hello(&sp_wb, &o);
+	sp_send(fd);
 }
 
 /* A connection that said HELLO and got the AGENT-HELLO: accepted. */
 static int spop_open(void)
 {
-	int fd = rawspop_connect(test_agent.port, IO_MS);
-
-	cr_assert(fd >= 0, "connect: %s", strerror(errno));
-	send_hello(fd);
-	cr_assert_eq(rawspop_read_frame(fd, &fr, IO_MS), RAWSPOP_READ_FRAME, "%s", test_agent_log_tail());
-	cr_assert_eq(fr.type, RAWSPOP_AGENT_HELLO);
-	return fd;
+	return sp_open(test_agent.port);
 }
 
 static void send_notify(int fd)
 {
+	static const struct sp_msg m = { .key = "balance", .window = 60 };
 	static uint64_t sid = 1;
-	size_t start;
 
-	rawspop_buf_reset(&wb);
-	start = rawspop_notify_begin(&wb, sid++, 1);
-	rawspop_msg(&wb, "ratelimit", 2);
-	rawspop_arg_str(&wb, "key", "balance");
-	rawspop_arg_int(&wb, "window", 60);
-	rawspop_frame_end(&wb, start);
-	cr_assert(rawspop_send_buf(fd, &wb) == 0);
+	rawspop_buf_reset(&sp_wb);
+	sp_put_notify(sid++, 1, &m, 1);
+	sp_send(fd);
 }
 
 Test(agent, spop_connections_alternate_and_a_stuck_turn_passes, .fini = stop_agent,
@@ -356,28 +322,28 @@ Test(agent, spop_connections_alternate_and_a_stuck_turn_passes, .fini = stop_age
 
 	/* Three each: worker 0's turn, and it is stopped. Worker 1 takes the
 	 * connection once BALANCE_STALL has passed with no accept. */
-	int64_t t0 = rawspop_now_ms();
+	int64_t t0 = test_now_ms();
 	fd[NCONN] = rawspop_connect(test_agent.port, IO_MS);
 	cr_assert(fd[NCONN] >= 0);
 	send_hello(fd[NCONN]);
-	cr_assert_eq(rawspop_read_frame(fd[NCONN], &fr, 5000), RAWSPOP_READ_FRAME,
+	cr_assert_eq(rawspop_read_frame(fd[NCONN], &sp_fr, 5000), RAWSPOP_READ_FRAME,
 		     "the stopped worker's turn was not taken\n%s", test_agent_log_tail());
-	int64_t ms = rawspop_now_ms() - t0;
+	int64_t ms = test_now_ms() - t0;
 	cr_log_info("worker 0 stopped: a new connection answered after %lld ms\n", (long long)ms);
 	cr_expect_geq(ms, (int64_t)(BALANCE_STALL * 1000 / 2),
 		      "answered after %lld ms: worker 1 took it before the stall", (long long)ms);
-	cr_expect(log_has("out of turn"), "%s", test_agent_log_tail());
+	cr_expect(log_lines("out of turn", NULL) > 0, "%s", test_agent_log_tail());
 	int out_of_turn = log_lines(" accepted (", ", out of turn)");
 	cr_expect_eq(out_of_turn, 1, "one connection taken out of turn\n%s", test_agent_log_tail());
 
 	/* Worker 0 missed its turn: it is passed over while it is stopped.
 	 * The next connections are worker 1's, in turn: none waits for a
 	 * stall, none is taken out of turn. */
-	t0 = rawspop_now_ms();
+	t0 = test_now_ms();
 	for (int i = 0; i < NFOLLOW; i++)
 		fd[NCONN + 1 + i] = spop_open();
 	cr_log_info("worker 0 passed over: %d more connections answered in %lld ms\n", NFOLLOW,
-		    (long long)(rawspop_now_ms() - t0));
+		    (long long)(test_now_ms() - t0));
 	cr_expect_eq(log_lines(" accepted (", ", out of turn)"), out_of_turn, "the connections "
 		     "after the first one waited for worker 0's turn\n%s", test_agent_log_tail());
 

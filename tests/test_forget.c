@@ -15,8 +15,9 @@
  *   - PostgreSQL: a table of the version before (no reset column) gets it;
  *   - an unknown namespace is 404.
  *
- * One store per test, started on a free port by tests/lib and stopped by
- * pid; nodes of one worker each but the target's (two workers each).
+ * One store per test and the nodes, started on free ports and stopped by
+ * pid by tests/lib/clustertest.h; nodes of one worker each but the
+ * target's (two workers each).
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -26,20 +27,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "tests/lib/agentproc.h"
 #include "tests/lib/clock.h"
+#include "tests/lib/clustertest.h"
 #include "tests/lib/httpc.h"
-#include "tests/lib/pg_server.h"
-#include "tests/lib/rawspop.h"
-#include "tests/lib/redis_server.h"
 
-#define START_MS  15000
-#define STORE_MS  10000
 #define IO_MS     5000
 #define DEADLINE_MS 5000        /* failure bound of every wait (expected: ~0.2 s) */
 #define SYNC_RATE 0.1
@@ -48,47 +43,10 @@
 #define ADMIN     "Authorization: Bearer adm1n-t0ken\r\n"
 #define CHECK     "Authorization: Bearer ch3ck-t0ken\r\n"
 
-static struct agentproc nodes[2];
-static bool started[2];
-static struct redis_server redis;
-static bool redis_up;
-static struct pg_server pg;
-static bool pg_up;
 static char json[2048];
 static unsigned win;
 
-#define now_ms   test_now_ms
-#define sleep_ms test_sleep_ms
-
-/* A window size whose current window has two minutes left. */
-static unsigned pick_window(void)
-{
-	time_t now = time(NULL);
-	unsigned w = 3600;
-
-	while (w - (unsigned)(now % w) < 120)
-		w++;
-	return w;
-}
-
-static void rand_key(char *out, size_t len, const char *prefix)
-{
-	uint64_t r = 0;
-
-	if (getrandom(&r, sizeof(r), 0) != sizeof(r))
-		r = (uint64_t)now_ms() ^ ((uint64_t)getpid() << 32);
-	snprintf(out, len, "%s-%016llx", prefix, (unsigned long long)r);
-}
-
-static const char *node_log(size_t n)
-{
-	static char tail[3000];
-
-	agentproc_log_tail(&nodes[n], tail, sizeof(tail));
-	return tail;
-}
-
-/* ---- nodes and stores ---- */
+/* ---- nodes ---- */
 
 static const char *cfg(const char *strategy, const char *opts)
 {
@@ -106,7 +64,7 @@ static const char *cfg_redis(int timeout_ms)
 	char opts[256];
 
 	snprintf(opts, sizeof(opts), "{\"host\":\"127.0.0.1\",\"port\":%d,\"timeout_ms\":%d}",
-		 redis.port, timeout_ms);
+		 ct_redis_srv.port, timeout_ms);
 	return cfg("redis", opts);
 }
 
@@ -116,59 +74,14 @@ static const char *cfg_pg(void)
 
 	snprintf(opts, sizeof(opts),
 		 "{\"conninfo\":\"host=127.0.0.1 port=%d dbname=postgres user=postgres\","
-		 "\"table\":\"" PG_TABLE "\",\"timeout_ms\":1000}", pg.port);
+		 "\"table\":\"" PG_TABLE "\",\"timeout_ms\":1000}", ct_pg_srv.port);
 	return cfg("postgres", opts);
 }
 
+/* Node n with `workers` workers, on the HTTP front only. */
 static void node_start(size_t n, const char *config, const char *workers)
 {
-	const char *const args[] = { "-w", workers, NULL };
-
-	if (!agentproc_available())
-		cr_skip_test("agent binary %s not built ($AGENT)", agentproc_binary());
-	cr_assert(agentproc_start(&nodes[n], config, args, START_MS) == 0,
-		  "starting node %zu: %s\n--- log ---\n%s", n, nodes[n].err, node_log(n));
-	started[n] = true;
-}
-
-static void start_redis(void)
-{
-	if (!redis_server_available())
-		cr_skip_test("redis-server is not installed");
-	cr_assert(redis_server_start(&redis, STORE_MS) == 0, "redis-server: %s", redis.err);
-	redis_up = true;
-}
-
-static void start_pg(void)
-{
-	if (!pg_server_available())
-		cr_skip_test("PostgreSQL is not installed (%s)", pg_server_bindir());
-	cr_assert(pg_server_create(&pg, NULL) == 0, "initdb: %s", pg.err);
-	pg_up = true;
-	cr_assert(pg_server_start(&pg, STORE_MS) == 0, "postgres: %s", pg.err);
-}
-
-static void fini(void)
-{
-	for (size_t n = 0; n < 2; n++) {
-		if (!started[n])
-			continue;
-		started[n] = false;
-		int st = agentproc_stop(&nodes[n], 10000, false);
-		bool crash = agentproc_log_has_crash(&nodes[n]);
-		cr_expect(!crash, "node %zu's log holds a sanitizer report or a respawn:\n%s", n,
-			  node_log(n));
-		cr_expect(WIFEXITED(st) && WEXITSTATUS(st) == 0, "node %zu: exit status %#x (log %s)",
-			  n, (unsigned)st, nodes[n].log_path);
-		if (!crash && WIFEXITED(st) && WEXITSTATUS(st) == 0)
-			agentproc_stop(&nodes[n], 0, true);
-	}
-	if (redis_up)
-		redis_server_stop(&redis, 3000);
-	redis_up = false;
-	if (pg_up)
-		pg_server_destroy(&pg);
-	pg_up = false;
+	ct_node_start_with(n, config, workers, 0);
 }
 
 /* ---- HTTP ---- */
@@ -180,7 +93,7 @@ static void req(size_t n, const char *method, const char *target, const char *he
 	static struct httpc_buf b;
 	char text[1024];
 	const char *why = "";
-	int fd = rawspop_connect(nodes[n].http_port, IO_MS);
+	int fd = rawspop_connect(ct_nodes[n].a.http_port, IO_MS);
 
 	cr_assert(fd >= 0, "connect to node %zu: %s", n, strerror(errno));
 	int len = snprintf(text, sizeof(text), "%s %s HTTP/1.1\r\nHost: t\r\n%sConnection: close"
@@ -188,7 +101,7 @@ static void req(size_t n, const char *method, const char *target, const char *he
 	b.len = 0;
 	cr_assert_eq(httpc_send(fd, text, (size_t)len), 0);
 	cr_assert_eq(httpc_read(fd, &b, r, IO_MS, &why), 0, "%s %s on node %zu: %s\n%s", method,
-		     target, n, why, node_log(n));
+		     target, n, why, ct_node_log(n));
 	close(fd);
 }
 
@@ -221,29 +134,29 @@ static long long keys_num(size_t n, const char *key, const char *name)
  * took, fails past DEADLINE_MS. */
 static int64_t wait_keys(size_t n, const char *key, const char *name, long long want)
 {
-	int64_t t0 = now_ms();
+	int64_t t0 = test_now_ms();
 	long long got;
 
 	while ((got = keys_num(n, key, name)) != want) {
-		cr_assert(now_ms() - t0 < DEADLINE_MS, "node %zu: %s of %s is %lld, not %lld after "
-			  "%d ms\n%s", n, name, key, got, want, DEADLINE_MS, node_log(n));
-		sleep_ms(20);
+		cr_assert(test_now_ms() - t0 < DEADLINE_MS, "node %zu: %s of %s is %lld, not %lld after "
+			  "%d ms\n%s", n, name, key, got, want, DEADLINE_MS, ct_node_log(n));
+		test_sleep_ms(20);
 	}
-	return now_ms() - t0;
+	return test_now_ms() - t0;
 }
 
 /* The same until name >= want. */
 static int64_t wait_keys_geq(size_t n, const char *key, const char *name, long long want)
 {
-	int64_t t0 = now_ms();
+	int64_t t0 = test_now_ms();
 	long long got;
 
 	while ((got = keys_num(n, key, name)) < want) {
-		cr_assert(now_ms() - t0 < DEADLINE_MS, "node %zu: %s of %s is %lld, not %lld after "
-			  "%d ms\n%s", n, name, key, got, want, DEADLINE_MS, node_log(n));
-		sleep_ms(20);
+		cr_assert(test_now_ms() - t0 < DEADLINE_MS, "node %zu: %s of %s is %lld, not %lld after "
+			  "%d ms\n%s", n, name, key, got, want, DEADLINE_MS, ct_node_log(n));
+		test_sleep_ms(20);
 	}
-	return now_ms() - t0;
+	return test_now_ms() - t0;
 }
 
 static void forget(size_t n, const char *key, struct httpc_resp *r)
@@ -271,14 +184,14 @@ static double redis_field(const char *key, const char *field, bool previous)
 	char h[128];
 
 	redis_hash(h, sizeof(h), key, previous);
-	return redis_server_hget(&redis, h, strlen(h), field, strlen(field));
+	return redis_server_hget(&ct_redis_srv, h, strlen(h), field, strlen(field));
 }
 
 static double pg_num(const char *sql)
 {
 	char out[64] = "";
 
-	cr_assert_geq(pg_server_query(pg.conninfo, sql, out, sizeof(out)), 0, "%s: %s", sql, out);
+	cr_assert_geq(pg_server_query(ct_pg_srv.conninfo, sql, out, sizeof(out)), 0, "%s: %s", sql, out);
 	return out[0] ? atof(out) : NAN;
 }
 
@@ -291,8 +204,8 @@ static void two_nodes_forget(void)
 	char key[64], other[64];
 	struct httpc_resp r;
 
-	rand_key(key, sizeof(key), "a");
-	rand_key(other, sizeof(other), "o");
+	sp_key(key, sizeof(key), "a");
+	sp_key(other, sizeof(other), "o");
 	for (int i = 0; i < LIMIT; i++)
 		cr_assert_eq(hit(0, key, 1), 200, "hit %d of %d", i + 1, LIMIT);
 	cr_assert_eq(hit(0, other, 1), 200);
@@ -308,14 +221,14 @@ static void two_nodes_forget(void)
 	 * after the forget would count them again. */
 	wait_keys(1, key, "unpushed", 0);
 
-	int64_t t0 = now_ms();
+	int64_t t0 = test_now_ms();
 	forget(0, key, &r);
 	cr_assert_not_null(strstr(r.body, "\"store\":\"sent\""), "%s", r.body);
 	cr_assert_geq(httpc_body_num(&r, "removed"), LIMIT, "%s", r.body);
 	cr_assert_geq(httpc_body_num(&r, "store_removed"), LIMIT, "%s", r.body);
 	/* Node 2 follows the store's count down, then admits A. */
 	wait_keys(1, key, "count", 0);
-	int64_t took = now_ms() - t0;
+	int64_t took = test_now_ms() - t0;
 	cr_assert_eq(hit(1, key, 1), 200, "node 2 admits A again");
 	cr_log_info("node 2 forgot A %lld ms after the DELETE was sent (sync_rate %g s)",
 		    (long long)took, SYNC_RATE);
@@ -324,16 +237,16 @@ static void two_nodes_forget(void)
 	cr_assert_eq(hit(0, key, 1), 200, "node 1 admits A again");
 	/* Another key is left alone, on both nodes. */
 	wait_keys(0, other, "cluster", 2);
-	sleep_ms(3 * (int)(SYNC_RATE * 1000));
+	test_sleep_ms(3 * (int)(SYNC_RATE * 1000));
 	cr_assert_eq(keys_num(1, other, "count"), 2);
 }
 
-TestSuite(forget, .fini = fini, .timeout = 180);
+TestSuite(forget, .init = ct_init, .fini = ct_teardown, .timeout = 180);
 
 Test(forget, redis_two_nodes)
 {
-	win = pick_window();
-	start_redis();
+	win = ct_window();
+	ct_redis.up(0);
 	node_start(0, cfg_redis(1000), "2");
 	node_start(1, cfg_redis(1000), "2");
 	two_nodes_forget();
@@ -345,9 +258,9 @@ Test(forget, postgres_two_nodes_on_a_table_of_the_version_before)
 {
 	char out[128];
 
-	win = pick_window();
-	start_pg();
-	cr_assert_geq(pg_server_query(pg.conninfo,
+	win = ct_window();
+	ct_postgres.up(0);
+	cr_assert_geq(pg_server_query(ct_pg_srv.conninfo,
 				      "CREATE TABLE " PG_TABLE " (namespace text NOT NULL, key bytea "
 				      "NOT NULL, window_start bigint NOT NULL, window_size integer "
 				      "NOT NULL, count double precision NOT NULL, reserved double "
@@ -370,28 +283,29 @@ Test(forget, redis_gone_queued_then_sent_once)
 	char key[64];
 	struct httpc_resp r;
 
-	win = pick_window();
-	start_redis();
+	win = ct_window();
+	ct_redis.up(0);
 	node_start(0, cfg_redis(200), "1");
-	rand_key(key, sizeof(key), "q");
+	sp_key(key, sizeof(key), "q");
 	for (int i = 0; i < 3; i++)
 		hit(0, key, 1);
 	wait_keys(0, key, "unpushed", 0);
-	cr_assert(redis_server_kill(&redis) == 0, "kill redis-server");
+	cr_assert(redis_server_kill(&ct_redis_srv) == 0, "kill redis-server");
 	/* Until the node knows: at most one timeout_ms. */
-	int64_t t0 = now_ms();
+	int64_t t0 = test_now_ms();
 	forget(0, key, &r);
 	cr_assert_not_null(strstr(r.body, "\"store\":\"queued\""), "%s", r.body);
 	cr_assert_eq(httpc_body_num(&r, "removed"), 3, "%s", r.body);
-	cr_log_info("answered queued in %lld ms", (long long)(now_ms() - t0));
-	cr_assert(redis_server_restart(&redis, STORE_MS) == 0, "restart: %s", redis.err);
-	t0 = now_ms();
+	cr_log_info("answered queued in %lld ms", (long long)(test_now_ms() - t0));
+	cr_assert(redis_server_restart(&ct_redis_srv, CT_STORE_MS) == 0, "restart: %s",
+		  ct_redis_srv.err);
+	t0 = test_now_ms();
 	while (redis_field(key, "#reset", false) != 1) {
-		cr_assert(now_ms() - t0 < DEADLINE_MS, "the forget never landed\n%s", node_log(0));
-		sleep_ms(50);
+		cr_assert(test_now_ms() - t0 < DEADLINE_MS, "the forget never landed\n%s", ct_node_log(0));
+		test_sleep_ms(50);
 	}
-	cr_log_info("landed %lld ms after the restart", (long long)(now_ms() - t0));
-	sleep_ms(10 * (int)(SYNC_RATE * 1000));
+	cr_log_info("landed %lld ms after the restart", (long long)(test_now_ms() - t0));
+	test_sleep_ms(10 * (int)(SYNC_RATE * 1000));
 	cr_assert_eq(redis_field(key, "#reset", false), 1, "applied once");
 	cr_assert_eq(redis_field(key, "#reset", true), 1, "the previous window too, once");
 	cr_assert_eq(redis_field(key, key, false), 0);
@@ -407,36 +321,36 @@ Test(forget, redis_paused_applied_once_by_its_token)
 	char key[64];
 	struct httpc_resp r;
 
-	win = pick_window();
-	start_redis();
+	win = ct_window();
+	ct_redis.up(0);
 	node_start(0, cfg_redis(200), "1");
-	rand_key(key, sizeof(key), "t");
+	sp_key(key, sizeof(key), "t");
 	for (int i = 0; i < 5; i++)
 		hit(0, key, 1);
 	wait_keys(0, key, "unpushed", 0);
 	cr_assert_eq(redis_field(key, key, false), 5);
-	cr_assert(redis_server_pause(&redis) == 0, "SIGSTOP redis-server");
+	cr_assert(redis_server_pause(&ct_redis_srv) == 0, "SIGSTOP redis-server");
 	forget(0, key, &r);
 	cr_assert_not_null(strstr(r.body, "\"store\":\"queued\""), "%s", r.body);
 	/* Resent at the ticks while paused: refused (not ready) or timed out. */
-	sleep_ms(5 * (int)(SYNC_RATE * 1000));
-	cr_assert(redis_server_resume(&redis) == 0, "SIGCONT redis-server");
-	int64_t t0 = now_ms();
+	test_sleep_ms(5 * (int)(SYNC_RATE * 1000));
+	cr_assert(redis_server_resume(&ct_redis_srv) == 0, "SIGCONT redis-server");
+	int64_t t0 = test_now_ms();
 	while (redis_field(key, "#reset", false) != 1) {
-		cr_assert(now_ms() - t0 < DEADLINE_MS, "the forget never landed\n%s", node_log(0));
-		sleep_ms(50);
+		cr_assert(test_now_ms() - t0 < DEADLINE_MS, "the forget never landed\n%s", ct_node_log(0));
+		test_sleep_ms(50);
 	}
 	/* Sent again at every tick until confirmed: give it many. */
-	sleep_ms(2000);
+	test_sleep_ms(2000);
 	cr_assert_eq(redis_field(key, "#reset", false), 1, "applied once, however often sent");
 	cr_assert_eq(redis_field(key, key, false), 0);
 	for (int i = 0; i < 2; i++)
 		cr_assert_eq(hit(0, key, 1), 200);
-	t0 = now_ms();
+	t0 = test_now_ms();
 	while (redis_field(key, key, false) != 2) {
-		cr_assert(now_ms() - t0 < DEADLINE_MS, "hits after the forget: %g in the store",
+		cr_assert(test_now_ms() - t0 < DEADLINE_MS, "hits after the forget: %g in the store",
 			  redis_field(key, key, false));
-		sleep_ms(50);
+		test_sleep_ms(50);
 	}
 	cr_assert_eq(keys_num(0, key, "count"), 2);
 }
@@ -448,29 +362,29 @@ Test(forget, postgres_stopped_queued_then_sent_once)
 	char key[64], sql[512];
 	struct httpc_resp r;
 
-	win = pick_window();
-	start_pg();
+	win = ct_window();
+	ct_postgres.up(0);
 	node_start(0, cfg_pg(), "1");
-	rand_key(key, sizeof(key), "p");
+	sp_key(key, sizeof(key), "p");
 	for (int i = 0; i < 4; i++)
 		hit(0, key, 1);
 	wait_keys(0, key, "unpushed", 0);
 	snprintf(sql, sizeof(sql), "SELECT count FROM " PG_TABLE " WHERE key = '%s'::bytea "
 		 "AND window_size = %u ORDER BY window_start DESC LIMIT 1", key, win);
 	cr_assert_eq(pg_num(sql), 4);
-	cr_assert_eq(pg_server_stop(&pg, 10000), 0);
+	cr_assert_eq(pg_server_stop(&ct_pg_srv, 10000), 0);
 	forget(0, key, &r);
 	cr_assert_not_null(strstr(r.body, "\"store\":\"queued\""), "%s", r.body);
-	cr_assert_eq(pg_server_start(&pg, STORE_MS), 0, "%s", pg.err);
-	int64_t t0 = now_ms();
+	cr_assert_eq(pg_server_start(&ct_pg_srv, CT_STORE_MS), 0, "%s", ct_pg_srv.err);
+	int64_t t0 = test_now_ms();
 	for (;;) {
 		char out[64] = "";
-		int rows = pg_server_query(pg.conninfo, sql, out, sizeof(out));
+		int rows = pg_server_query(ct_pg_srv.conninfo, sql, out, sizeof(out));
 		if (rows > 0 && atof(out) == 0)
 			break;
-		cr_assert(now_ms() - t0 < 3 * DEADLINE_MS, "the forget never landed (%s)\n%s", out,
-			  node_log(0));
-		sleep_ms(100);
+		cr_assert(test_now_ms() - t0 < 3 * DEADLINE_MS, "the forget never landed (%s)\n%s", out,
+			  ct_node_log(0));
+		test_sleep_ms(100);
 	}
 	snprintf(sql, sizeof(sql), "SELECT count(*) FROM " PG_TABLE " WHERE key = '%s'::bytea "
 		 "AND reset", key);
@@ -482,12 +396,17 @@ Test(forget, unknown_namespace_is_404)
 {
 	struct httpc_resp r;
 
-	win = pick_window();
-	start_redis();
+	win = ct_window();
+	ct_redis.up(0);
 	node_start(0, cfg_redis(200), "1");
 	req(0, "DELETE", "/keys?namespace=nope&key=a", ADMIN, &r);
 	cr_assert_eq(r.status, 404, "%s", r.body);
 	cr_assert_not_null(strstr(r.body, "unknown namespace"), "%s", r.body);
 	req(0, "DELETE", "/keys?namespace=default&key=a", CHECK, &r);
 	cr_assert_eq(r.status, 403, "the checks' token does not open it");
+}
+
+int main(int argc, char *argv[])
+{
+	return ct_main(argc, argv);
 }

@@ -23,6 +23,7 @@
 #include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
 #include "tests/lib/redis_server.h"
+#include "tests/lib/spoptest.h"
 
 #define IO_MS    3000
 
@@ -173,46 +174,20 @@ Test(http, counts_limits_and_headers)
 
 Test(http, counts_shared_with_spop)
 {
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
-	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	static struct rawspop_actions acts;
+	struct sp_msg hit = { .key = "shared", .window = 3600 };
+	struct sp_msg read = { .key = "shared", .window = 3600, .has_cost = true, .cost = 0 };
 	struct resp r;
-	char err[256];
-	int fd = rawspop_connect(test_agent.port, IO_MS);
+	int fd = sp_open(test_agent.port);
 
-	cr_assert(fd >= 0);
-	rawspop_hello(wb, &o);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	for (int i = 0; i < 2; i++) {
-		rawspop_buf_reset(wb);
-		size_t st = rawspop_notify_begin(wb, 1 + (uint64_t)i, 1);
-		rawspop_msg(wb, "ratelimit", 2);
-		rawspop_arg_str(wb, "key", "shared");
-		rawspop_arg_int(wb, "window", 3600);
-		rawspop_frame_end(wb, st);
-		cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-		cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	}
+	for (int i = 0; i < 2; i++)
+		sp_notify1(fd, &hit, &acts);
 	get("/ratelimit?key=shared&window=3600", &r);
 	cr_assert_eq(body_num(&r, "rate"), 3, "two SPOP hits and this one: %s", r.body);
 
-	rawspop_buf_reset(wb);
-	size_t st = rawspop_notify_begin(wb, 9, 1);
-	rawspop_msg(wb, "ratelimit", 3);
-	rawspop_arg_str(wb, "key", "shared");
-	rawspop_arg_int(wb, "window", 3600);
-	rawspop_arg_int(wb, "cost", 0);
-	rawspop_frame_end(wb, st);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	cr_assert_eq(rawspop_decode_actions(f, acts, err, sizeof(err)), 0, "%s", err);
-	const struct rawspop_action *v = rawspop_var_find(acts, "rate");
-	cr_assert_not_null(v);
-	cr_assert_eq(v->value.i, 3, "SPOP reads the HTTP hit too");
+	sp_notify1(fd, &read, &acts);
+	cr_assert_eq(sp_var_int(&acts, "rate"), 3, "SPOP reads the HTTP hit too");
 	close(fd);
-	free(wb), free(f), free(acts);
 }
 
 Test(http, keep_alive_pipelined_in_order)
@@ -260,7 +235,7 @@ Test(http, byte_by_byte)
 	rlen = 0;
 	for (size_t i = 0; i < strlen(req); i++) {
 		cr_assert_eq(rawspop_send(fd, req + i, 1), 0);
-		usleep(2000);
+		test_sleep_ms(2);
 	}
 	read_resp(fd, &r);
 	cr_assert_eq(r.status, 200);
@@ -361,12 +336,12 @@ Test(http, head_timeout_and_busy_connections)
 	int64_t t0 = test_now_ms();
 	for (int i = 0; test_now_ms() - t0 < 1500; i++) {
 		send_str(fd, "GET /ratelimit?key=busy&window=3600 HTT");
-		usleep(10000);
+		test_sleep_ms(10);
 		send_str(fd, "P/1.1\r\nHost: t\r\n\r\n");
 		read_resp(fd, &r);
 		cr_assert_eq(r.status, 200, "request %d: %d", i, r.status);
 		cr_assert_eq(body_num(&r, "rate"), i + 1);
-		usleep(10000);
+		test_sleep_ms(10);
 	}
 	close(fd);
 }
@@ -472,31 +447,16 @@ Test(http_store, synchronous_namespace_in_order, .fini = stop_all, .timeout = 60
  * open connections. */
 Test(http_metrics, aggregated_over_workers, .fini = test_agent_stop, .timeout = 60)
 {
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	static struct rawspop_actions acts;
+	struct sp_msg hit = { .key = "m", .window = 3600, .limit = 10 };
 	struct resp r;
 	int fds[6];
 
 	start_workers(default_json, "2");
 	for (int c = 0; c < 6; c++) {
-		fds[c] = rawspop_connect(test_agent.port, IO_MS);
-		cr_assert(fds[c] >= 0);
-		rawspop_buf_reset(wb);
-		rawspop_hello(wb, &o);
-		cr_assert_eq(rawspop_send_buf(fds[c], wb), 0);
-		cr_assert_eq(rawspop_read_frame(fds[c], f, IO_MS), RAWSPOP_READ_FRAME);
-		for (int i = 0; i < 3; i++) {
-			rawspop_buf_reset(wb);
-			size_t st = rawspop_notify_begin(wb, 1 + (uint64_t)i, 1);
-			rawspop_msg(wb, "ratelimit", 3);
-			rawspop_arg_str(wb, "key", "m");
-			rawspop_arg_int(wb, "window", 3600);
-			rawspop_arg_int(wb, "limit", 10);
-			rawspop_frame_end(wb, st);
-			cr_assert_eq(rawspop_send_buf(fds[c], wb), 0);
-			cr_assert_eq(rawspop_read_frame(fds[c], f, IO_MS), RAWSPOP_READ_FRAME);
-		}
+		fds[c] = sp_open(test_agent.port);
+		for (int i = 0; i < 3; i++)
+			sp_notify1(fds[c], &hit, &acts);
 	}
 	for (int i = 0; i < 4; i++)
 		get("/ratelimit?key=m&limit=10", &r);   /* hits 19..22: all over 10 */
@@ -521,7 +481,6 @@ Test(http_metrics, aggregated_over_workers, .fini = test_agent_stop, .timeout = 
 	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_table_capacity 65536\n"), "%s", rbuf);
 	for (int c = 0; c < 6; c++)
 		close(fds[c]);
-	free(wb), free(f);
 }
 
 /* max_connections counts both fronts, and at the cap the longest idle
@@ -529,8 +488,6 @@ Test(http_metrics, aggregated_over_workers, .fini = test_agent_stop, .timeout = 
  * idle for over a second cannot keep an SPOP peer (HAProxy) out. */
 Test(http_cap, idle_http_gives_way_to_spop, .fini = test_agent_stop, .timeout = 60)
 {
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
 	struct resp r;
 	int h[4], fd, closed = 0;
@@ -546,13 +503,13 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = test_agent_stop, .timeout = 
 	}
 	/* No second of idleness needed: HTTP callers give way to HAProxy at
 	 * once. */
-	fd = rawspop_connect(test_agent.port, IO_MS);
-	cr_assert(fd >= 0);
-	rawspop_hello(wb, &o);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME,
+	fd = sp_connect(test_agent.port);
+	rawspop_buf_reset(&sp_wb);
+	rawspop_hello(&sp_wb, &o);
+	sp_send(fd);
+	cr_assert_eq(rawspop_read_frame(fd, &sp_fr, IO_MS), RAWSPOP_READ_FRAME,
 		     "the SPOP peer is served at the cap\n%s", test_agent_log_tail());
-	cr_assert_eq(f->type, RAWSPOP_AGENT_HELLO);
+	sp_check_agent_hello(&sp_fr, o.max_frame_size);
 	for (int i = 0; i < 4; i++) {
 		struct pollfd pfd = { .fd = h[i], .events = POLLIN };
 		char c;
@@ -563,7 +520,6 @@ Test(http_cap, idle_http_gives_way_to_spop, .fini = test_agent_stop, .timeout = 
 	}
 	cr_assert_eq(closed, 1, "%d idle HTTP connections closed for one SPOP peer", closed);
 	close(fd);
-	free(wb), free(f);
 }
 
 /* A namespace name is escaped where it is quoted: in the structured-field
@@ -584,29 +540,6 @@ Test(http_names, escaped_in_headers_and_body, .fini = test_agent_stop, .timeout 
 	cr_assert_not_null(strstr(r.body, ",\"namespace\":\"q\\\"t\\\\\u00e9\"}"), "%s", r.body);
 }
 
-/* One NOTIFY ratelimit(key, window, [limit >= 0], namespace) on an SPOP
- * connection that said HELLO; its ACK's actions into acts. */
-static void spop_check(int fd, const char *key, int window, int limit, const char *ns,
-		       struct rawspop_actions *acts)
-{
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	char err[256];
-
-	size_t st = rawspop_notify_begin(wb, 1, 1);
-	rawspop_msg(wb, "ratelimit", limit >= 0 ? 4 : 3);
-	rawspop_arg_str(wb, "key", key);
-	rawspop_arg_int(wb, "window", window);
-	if (limit >= 0)
-		rawspop_arg_int(wb, "limit", limit);
-	rawspop_arg_str(wb, "namespace", ns);
-	rawspop_frame_end(wb, st);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	cr_assert_eq(rawspop_decode_actions(f, acts, err, sizeof(err)), 0, "%s", err);
-	free(wb), free(f);
-}
-
 /* Shadow mode through both fronts of a real agent: a shadow namespace
  * counts and decides as usual, never denies (HTTP 200 with
  * X-RateLimit-Shadow: exceeded, SPOP exceeded=false with
@@ -614,10 +547,7 @@ static void spop_check(int fd, const char *key, int window, int limit, const cha
  * apart from the denials. */
 Test(http_shadow, never_denies, .fini = test_agent_stop, .timeout = 60)
 {
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
-	struct rawspop_hello_opts o = rawspop_hello_defaults();
+	static struct rawspop_actions acts_buf, *acts = &acts_buf;
 	char v[64];
 	struct resp r;
 	int fd;
@@ -637,12 +567,9 @@ Test(http_shadow, never_denies, .fini = test_agent_stop, .timeout = 60)
 		cr_assert_str_empty(hdr(&r, "Retry-After", v, sizeof(v)));
 	}
 	/* The same key over SPOP: hit 5, still allowed, shadow_exceeded. */
-	fd = rawspop_connect(test_agent.port, IO_MS);
-	cr_assert(fd >= 0);
-	rawspop_hello(wb, &o);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	spop_check(fd, "s", 3600, 2, "trial", acts);
+	fd = sp_open(test_agent.port);
+	sp_notify1(fd, &(struct sp_msg){ .key = "s", .window = 3600, .limit = 2, .ns = "trial" },
+		   acts);
 	const struct rawspop_action *a = rawspop_var_find(acts, "exceeded");
 	cr_assert(a && a->value.type == RAWSPOP_T_BOOL && !a->value.b, "exceeded=false");
 	a = rawspop_var_find(acts, "shadow_exceeded");
@@ -661,7 +588,6 @@ Test(http_shadow, never_denies, .fini = test_agent_stop, .timeout = 60)
 			   "%s", rbuf);
 	cr_assert_not_null(strstr(rbuf, "\nspoa_ratelimit_exceeded_total{namespace=\"default\"} 1\n"),
 			   "%s", rbuf);
-	free(wb), free(f), free(acts);
 }
 
 /* state_file: a local-only agent stopped and started again counts on from
@@ -710,16 +636,10 @@ Test(http_state, counts_survive_a_restart, .fini = test_agent_stop, .timeout = 6
 	rmdir(dir);
 }
 
-/* The number of times s occurs in the agent's log. */
+/* The lines of the agent's log that hold s. */
 static int log_count(const char *s)
 {
-	char buf[65536];
-	int n = 0;
-
-	agentproc_log_tail(&test_agent, buf, sizeof(buf));
-	for (const char *p = buf; (p = strstr(p, s)); p += strlen(s))
-		n++;
-	return n;
+	return (int)agentproc_log_lines(&test_agent, s, NULL);
 }
 
 /* Writes the agent's configuration file anew (its @HTTP_PORT@ filled). */
@@ -746,21 +666,14 @@ static void rewrite_config(const char *json)
  * what cannot change live is reported. */
 Test(http_reload, sighup_keeps_counts_and_connections, .fini = test_agent_stop, .timeout = 60)
 {
+	static struct rawspop_actions acts_buf, *acts = &acts_buf;
 	struct resp r;
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
-	struct rawspop_hello_opts o = rawspop_hello_defaults();
 
 	start_workers("{\"http_listen\": \"127.0.0.1:@HTTP_PORT@\", \"namespaces\": ["
 		      "{\"name\": \"api\", \"window_sizes\": [60], \"caller_limit\": \"any\"},"
 		      "{\"name\": \"old\", \"window_sizes\": [60]}]}", "2");
 	int keep = http_open();
-	int spop = rawspop_connect(test_agent.port, IO_MS);
-	cr_assert(spop >= 0);
-	rawspop_hello(wb, &o);
-	cr_assert_eq(rawspop_send_buf(spop, wb), 0);
-	cr_assert_eq(rawspop_read_frame(spop, f, IO_MS), RAWSPOP_READ_FRAME);
+	int spop = sp_open(test_agent.port);
 	for (int i = 1; i <= 4; i++) {
 		get("/ratelimit?key=k&namespace=api&limit=10", &r);
 		cr_assert_eq(body_num(&r, "rate"), i);
@@ -771,7 +684,7 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = test_agent_stop, 
 		       "{\"name\": \"api\", \"window_sizes\": [3600, 60], \"caller_limit\": \"any\"}]}");
 	cr_assert_eq(agentproc_signal(&test_agent, SIGHUP), 0);
 	for (int i = 0; i < 300 && log_count("reloaded: 2 namespace(s)") < 2; i++)
-		usleep(10000);
+		test_sleep_ms(10);
 	cr_assert_eq(log_count("reloaded: 2 namespace(s)"), 2, "both workers reloaded:\n%s",
 		     test_agent_log_tail());
 	cr_assert_geq(log_count("max_keys changed in the file: kept until the agent restarts"), 1,
@@ -797,7 +710,7 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = test_agent_stop, 
 	rewrite_config("{\"namespaces\": [{\"name\": \"api\", \"window_sizes\": [0]}]}");
 	cr_assert_eq(agentproc_signal(&test_agent, SIGHUP), 0);
 	for (int i = 0; i < 300 && log_count("reload refused") < 1; i++)
-		usleep(10000);
+		test_sleep_ms(10);
 	cr_assert_eq(log_count("reload refused"), 1, "%s", test_agent_log_tail());
 	cr_assert_eq(log_count("namespaces[0].window_sizes"), 1, "field named:\n%s", test_agent_log_tail());
 	get("/ratelimit?key=k&namespace=api&window=60&limit=10", &r);
@@ -805,11 +718,10 @@ Test(http_reload, sighup_keeps_counts_and_connections, .fini = test_agent_stop, 
 	get("/ratelimit?key=k&namespace=new", &r);
 	cr_assert_eq(r.status, 200);
 	/* The SPOP connection opened before both reloads still counts. */
-	spop_check(spop, "k", 60, -1, "api", acts);
+	sp_notify1(spop, &(struct sp_msg){ .key = "k", .window = 60, .ns = "api" }, acts);
 	const struct rawspop_action *a = rawspop_var_find(acts, "rate");
 	cr_assert(a && a->value.i == 8, "SPOP over the same connection");
 	close(spop);
-	free(wb), free(f), free(acts);
 }
 
 /* The digest key of long keys (docs/CONFIG.md, "Long keys") does not
@@ -847,7 +759,7 @@ Test(http_reload, long_keys_keep_their_digest_key, .fini = stop_all, .timeout = 
 		cr_assert_eq(agentproc_signal(&test_agent, SIGHUP), 0);
 		if (!with_secret) {
 			for (int i = 0; i < 300 && log_count("reload refused") < 1; i++)
-				usleep(10000);
+				test_sleep_ms(10);
 			cr_assert_eq(log_count("reload refused"), 1, "%s", test_agent_log_tail());
 			cr_assert_eq(log_count("namespaces[1] (\"shared\") syncs with a store and "
 					       "no key_secret is set"), 1, "the reason:\n%s", test_agent_log_tail());
@@ -858,7 +770,7 @@ Test(http_reload, long_keys_keep_their_digest_key, .fini = stop_all, .timeout = 
 				get("/ratelimit?key=k&namespace=shared", &r);
 				if (r.status == 200)
 					break;
-				usleep(10000);
+				test_sleep_ms(10);
 			}
 			cr_assert_eq(r.status, 200, "with key_secret the reload applies: %s\n%s",
 				     r.body, test_agent_log_tail());

@@ -39,9 +39,11 @@
 #include <unistd.h>
 
 #include "tests/lib/agenttest.h"
+#include "tests/lib/clock.h"
 #include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
 #include "tests/lib/redis_server.h"
+#include "tests/lib/spoptest.h"
 
 #define IO_MS    3000
 #define TOKEN    "t0k3n-for-the-checks"
@@ -50,10 +52,7 @@
 
 static double now_s(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	return (double)test_now_us() / 1e6;
 }
 
 /* GET target with extra header lines (each ending with CRLF), on a new
@@ -89,55 +88,22 @@ static void expect_400(const char *target, const char *headers, const char *want
 	cr_assert_not_null(strstr(r.body, want), "%s: %s", target, r.body);
 }
 
-/* An SPOP connection to the agent, its HELLO done (tests/lib/rawspop.h:
- * HAProxy's side, written apart from the agent's codec). */
-static int spop_open(void)
-{
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	struct rawspop_hello_opts o = rawspop_hello_defaults();
-	int fd = rawspop_connect(test_agent.port, IO_MS);
-
-	cr_assert(fd >= 0);
-	rawspop_hello(wb, &o);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	cr_assert_eq(f->type, RAWSPOP_AGENT_HELLO);
-	free(wb), free(f);
-	return fd;
-}
-
 /* A check as HAProxy sends it: NOTIFY ratelimit(namespace ns, key,
  * window 60, limit unless < 0, cost unless < 0) on fd. Returns whether
  * the ACK says exceeded; its error variable goes to err ("" without). */
 static bool spop_check(int fd, const char *ns, const char *key, int64_t limit, int64_t cost,
 		       char err[RAWSPOP_STR_MAX])
 {
-	static uint64_t sid = 1;
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
-	struct rawspop_actions *acts = calloc(1, sizeof(*acts));
-	char why[128];
+	static struct rawspop_actions acts;
+	struct sp_msg m = { .ns = ns, .key = key, .window = 60, .limit = limit >= 0 ? limit : 0,
+			    .has_cost = cost >= 0, .cost = cost };
+	const struct rawspop_action *e;
 
-	size_t st = rawspop_notify_begin(wb, sid++, 1);
-	rawspop_msg(wb, "ratelimit", (uint8_t)(3 + (limit >= 0) + (cost >= 0)));
-	rawspop_arg_str(wb, "namespace", ns);
-	rawspop_arg_str(wb, "key", key);
-	rawspop_arg_int(wb, "window", 60);
-	if (limit >= 0)
-		rawspop_arg_int(wb, "limit", limit);
-	if (cost >= 0)
-		rawspop_arg_int(wb, "cost", cost);
-	rawspop_frame_end(wb, st);
-	cr_assert_eq(rawspop_send_buf(fd, wb), 0);
-	cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-	cr_assert_eq(rawspop_decode_actions(f, acts, why, sizeof(why)), 0, "%s", why);
-	const struct rawspop_action *e = rawspop_var_find(acts, "error");
-	const struct rawspop_action *x = rawspop_var_find(acts, "exceeded");
+	cr_assert(limit != 0, "limit 0 is left out of the message: say -1");
+	sp_notify1(fd, &m, &acts);
+	e = sp_var(&acts, "error");
 	snprintf(err, RAWSPOP_STR_MAX, "%s", e ? e->value.s : "");
-	bool exceeded = x && x->value.b;
-	free(wb), free(f), free(acts);
-	return exceeded;
+	return sp_var(&acts, "exceeded") && sp_var_bool(&acts, "exceeded");
 }
 
 /* ------------------------------------------------------------------ auth */
@@ -339,7 +305,7 @@ Test(limits, no_callers_limit_where_none_is_configured, .fini = test_agent_stop,
 	}
 	close(fd);
 	cr_assert_eq(rate_of("default", "pin-0"), 0, "nothing counted");
-	fd = spop_open();
+	fd = sp_open(test_agent.port);
 	for (int i = 1; i <= 5; i++) {
 		bool exceeded = spop_check(fd, "default", "haproxy-new", 3, -1, err);
 		cr_assert_str_empty(err, "hit %d: %s", i, err);
@@ -371,7 +337,7 @@ Test(limits, no_cost_empties_a_key, .fini = test_agent_stop, .timeout = 60)
 	expect_400("/ratelimit?key=victim&window=60&cost=999999999999", AUTH, "cost over max_cost");
 	expect_400("/ratelimit?key=victim&window=60&cost=2", AUTH, "cost over max_cost");
 	cr_assert_eq(rate_of("default", "victim"), 0, "nothing counted");
-	fd = spop_open();
+	fd = sp_open(test_agent.port);
 	for (int i = 1; i <= 3; i++) {
 		cr_assert_not(spop_check(fd, "default", "victim", 3, -1, err), "hit %d", i);
 		cr_assert_str_empty(err);
@@ -563,7 +529,7 @@ static void attack_start(struct attack *a, int n, bool slow, double period)
 	/* A second of attack: every connection made, the agent at its caps. */
 	for (double end = now_s() + 1.0; now_s() < end;) {
 		attack_tick(a);
-		usleep(20 * 1000);
+		test_sleep_ms(20);
 	}
 	a->reconnects = 0;
 }
@@ -594,8 +560,6 @@ static double wait_readable(struct attack *a, int fd)
  * answered (the failure bound is IO_MS; what they took is printed). */
 static void served_under_attack(struct attack *a, const char *what)
 {
-	struct rawspop_buf *wb = calloc(1, sizeof(*wb));
-	struct rawspop_frame *f = calloc(1, sizeof(*f));
 	struct rawspop_hello_opts o = rawspop_hello_defaults();
 	struct httpc_buf *b = calloc(1, sizeof(*b));
 	struct httpc_resp r;
@@ -603,16 +567,15 @@ static void served_under_attack(struct attack *a, const char *what)
 	double t0 = now_s();
 
 	for (int round = 0; round < 3; round++) {
-		int fd = rawspop_connect(test_agent.port, IO_MS);
-		cr_assert(fd >= 0);
-		rawspop_buf_reset(wb);
-		rawspop_hello(wb, &o);
+		int fd = sp_connect(test_agent.port);
+		rawspop_buf_reset(&sp_wb);
+		rawspop_hello(&sp_wb, &o);
 		t0 = now_s();
-		cr_assert_eq(rawspop_send_buf(fd, wb), 0);
+		sp_send(fd);
 		double took = wait_readable(a, fd);
 		cr_assert(took >= 0, "%s: no AGENT-HELLO within %d ms\n%s", what, IO_MS, test_agent_log_tail());
-		cr_assert_eq(rawspop_read_frame(fd, f, IO_MS), RAWSPOP_READ_FRAME);
-		cr_assert_eq(f->type, RAWSPOP_AGENT_HELLO);
+		sp_read(fd, &sp_fr, IO_MS);
+		sp_check_agent_hello(&sp_fr, o.max_frame_size);
 		cr_log_info("%s: SPOP HELLO answered in %.1f ms", what, (now_s() - t0) * 1000);
 		close(fd);
 
@@ -631,7 +594,7 @@ static void served_under_attack(struct attack *a, const char *what)
 		cr_log_info("%s: new HTTP check answered in %.1f ms", what, (now_s() - t0) * 1000);
 		close(h);
 	}
-	free(wb), free(f), free(b);
+	free(b);
 }
 
 /* Only keys 1c87543 knew: the same file shows the old code failing. */
@@ -695,7 +658,7 @@ Test(starve, a_trickling_request_is_cut, .fini = test_agent_stop, .timeout = 60)
 	double t0 = now_s();
 	bool closed = false;
 	while (!closed && now_s() - t0 < IO_MS / 1000.0) {
-		usleep(50 * 1000);
+		test_sleep_ms(50);
 		if (send(fd, "X: 1\r\n", 6, MSG_NOSIGNAL) < 0)
 			closed = true;
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
@@ -719,7 +682,7 @@ Test(starve, a_trickling_request_is_cut, .fini = test_agent_stop, .timeout = 60)
 	t0 = now_s();
 	closed = false;
 	while (!closed && now_s() - t0 < IO_MS / 1000.0) {
-		usleep(50 * 1000);
+		test_sleep_ms(50);
 		if (send(fd, "x", 1, MSG_NOSIGNAL) < 0)
 			closed = true;
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };

@@ -14,16 +14,18 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "agent/hash.h"
 #include "agent/ratelimit.h"
+#include "agent/segment.h"
 #include "agent/shm.h"
 #include "agent/shm_sync.h"
 #include "agent/window.h"
+
+#include "tests/lib/clock.h"
 
 /* cr_assert_float_eq evaluates its arguments twice: evaluate once. */
 #define EQ(x, want)                                                          \
@@ -1015,13 +1017,12 @@ static void *limit_thread(void *p)
 Test(ratelimit, limit_never_exceeded_under_concurrency, .timeout = 120)
 {
 	struct rl *rl = mk(64);
-	struct limit_shared *ls = mmap(NULL, sizeof(*ls), PROT_READ | PROT_WRITE,
-				       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct limit_shared *ls = segment_new(sizeof(*ls));
 	struct limit_arg la = { rl, ls };
 	pthread_t th[2];
 	pid_t pid[2];
 
-	cr_assert_neq(ls, MAP_FAILED);
+	cr_assert_not_null(ls);
 	for (int i = 0; i < 2; i++) {
 		pid[i] = fork();
 		if (pid[i] == 0) {
@@ -1038,7 +1039,7 @@ Test(ratelimit, limit_never_exceeded_under_concurrency, .timeout = 120)
 	cr_assert_eq(atomic_load(&ls->counted), LIMIT);
 	cr_assert_eq(atomic_load(&ls->over), 0);
 	EQ(hit(rl, NULL, "capped", 60, 0, NOW_FIXED).current, LIMIT);
-	munmap(ls, sizeof(*ls));
+	segment_free(ls, sizeof(*ls));
 	rl_free(rl);
 }
 
@@ -1075,26 +1076,17 @@ static void kill_child(struct rl *rl, struct fake_clock *fc, int seed)
 	}
 }
 
-static double mono_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
 Test(ratelimit, sigkilled_workers_never_wedge_the_table, .timeout = 120)
 {
 	struct rl *rl = mk(256);
-	struct fake_clock *fc = mmap(NULL, sizeof(*fc), PROT_READ | PROT_WRITE,
-				     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct fake_clock *fc = segment_new(sizeof(*fc));
 	int ns = ns_of(rl, NULL);
 	struct rl_result r;
 	struct shm_stats st;
 	char key[32];
 	double worst = 0;
 
-	cr_assert_neq(fc, MAP_FAILED);
+	cr_assert_not_null(fc);
 	srand(12345);
 	for (int round = 0; round < KILL_ROUNDS; round++) {
 		pid_t pid[2];
@@ -1105,13 +1097,13 @@ Test(ratelimit, sigkilled_workers_never_wedge_the_table, .timeout = 120)
 			if (pid[c] == 0)
 				kill_child(rl, fc, round * 7 + c * 13);
 		}
-		usleep(200 + (useconds_t)(rand() % 5000));
+		test_sleep_us(200 + rand() % 5000);
 		for (int c = 0; c < 2; c++) {
 			kill(pid[c], SIGKILL);
 			waitpid(pid[c], NULL, 0);
 		}
 		/* every key served and counted, each within a bounded time */
-		double t0 = mono_ms();
+		double t0 = (double)test_now_us() / 1e3;
 		double now = fake_now(fc) + 0.01;
 
 		for (int k = 0; k < KILL_KEYS; k++) {
@@ -1128,7 +1120,7 @@ Test(ratelimit, sigkilled_workers_never_wedge_the_table, .timeout = 120)
 				     0);
 			EQ(r.current, before);
 		}
-		double ms = mono_ms() - t0;
+		double ms = (double)test_now_us() / 1e3 - t0;
 		if (ms > worst)
 			worst = ms;
 		atomic_fetch_add(&fc->tick, 60);	/* a few seconds on */
@@ -1140,7 +1132,7 @@ Test(ratelimit, sigkilled_workers_never_wedge_the_table, .timeout = 120)
 	cr_log_info("worst sweep after a kill: %.2f ms; reclaimed %lu, recovered %lu, full %lu",
 		    worst, (unsigned long)st.reclaimed, (unsigned long)st.recovered,
 		    (unsigned long)st.full_events);
-	munmap(fc, sizeof(*fc));
+	segment_free(fc, sizeof(*fc));
 	rl_free(rl);
 }
 
@@ -1219,12 +1211,11 @@ static void churn_child(struct rl *rl, struct churn_sync *cs, int id)
 Test(ratelimit, window_churn_exact_counts, .timeout = 120)
 {
 	struct rl *rl = mk(3 * CHURN_KEYS);
-	struct churn_sync *cs = mmap(NULL, sizeof(*cs), PROT_READ | PROT_WRITE,
-				     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct churn_sync *cs = segment_new(sizeof(*cs));
 	pid_t pid[CHURN_PROCS];
 	struct shm_stats st;
 
-	cr_assert_neq(cs, MAP_FAILED);
+	cr_assert_not_null(cs);
 	for (int i = 0; i < CHURN_PROCS; i++) {
 		pid[i] = fork();
 		cr_assert_geq(pid[i], 0);
@@ -1241,7 +1232,7 @@ Test(ratelimit, window_churn_exact_counts, .timeout = 120)
 		     atomic_load(&cs->bad));
 	shm_stats(rl_shm(rl), &st);
 	cr_assert_gt(st.reclaimed, (CHURN_ROUNDS - 3) * CHURN_KEYS / 2);
-	munmap(cs, sizeof(*cs));
+	segment_free(cs, sizeof(*cs));
 	rl_free(rl);
 }
 
@@ -1296,13 +1287,12 @@ Test(ratelimit, hits_racing_evictions_lose_nothing, .timeout = 120)
 {
 	static const struct nsdef d[] = { { "api", 0, NS_FULL_EVICT, 1 } };
 	struct rl *rl = mk_shares(64, d, 1);
-	struct race_shared *rs = mmap(NULL, sizeof(*rs), PROT_READ | PROT_WRITE,
-				      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	struct race_shared *rs = segment_new(sizeof(*rs));
 	struct shm_stats st;
 	struct shm_entry e;
 	pid_t pid[3];
 
-	cr_assert_neq(rs, MAP_FAILED);
+	cr_assert_not_null(rs);
 	for (int p = 0; p < 3; p++) {
 		pid[p] = fork();
 		cr_assert_geq(pid[p], 0);
@@ -1357,7 +1347,7 @@ Test(ratelimit, hits_racing_evictions_lose_nothing, .timeout = 120)
 	shm_stats(rl_shm(rl), &st);
 	cr_assert_gt(stats_of(rl, "api").evicted, 100, "the flood evicted: %llu",
 		     (unsigned long long)stats_of(rl, "api").evicted);
-	munmap(rs, sizeof(*rs));
+	segment_free(rs, sizeof(*rs));
 	rl_free(rl);
 }
 

@@ -307,7 +307,7 @@ else not_ok "postgres holds the cluster's counters (rows in rl_counters: '$n')";
 
 # Redis down: each agent decides on its share of the limit (the two nodes
 # counted each other: LIMIT / 2 each for a new key; docs/CLUSTER.md,
-# "While the store is away"), nothing is refused, and the cluster still
+# "When the store is down"), nothing is refused, and the cluster still
 # stops at LIMIT: the agents decide without waiting for the store once
 # they know it is away (and at most cluster-redis.json's timeout_ms,
 # 50 ms, before), less than HAProxy waits for the agent (timeout

@@ -7,7 +7,7 @@
 #   - "default", admission "auto" (exact: the store's grants far from the
 #     limit, the store at it): N - 5 % <= admitted <= N + 1 % in every
 #     pattern (below N only by a grant a node got and did not use before
-#     the burst ended: docs/CLUSTER.md, "The bound"; as test_cluster);
+#     the burst ended: docs/CLUSTER.md, "The bound"; as test_cluster_admission);
 #   - "local" (admission "local", each node decides from its view): the
 #     cluster admits at least N (the limit is not undercounted) and at
 #     most N + (nodes - 1) x ceil(r x sync_rate) + slack, where r is the

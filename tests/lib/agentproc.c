@@ -416,6 +416,20 @@ size_t agentproc_children(pid_t pid, pid_t *out, size_t max)
 	return n;
 }
 
+size_t agentproc_log_lines(const struct agentproc *a, const char *needle, const char *needle2)
+{
+	char line[4096];
+	size_t n = 0;
+	FILE *f;
+
+	if (!a->log_path[0] || !(f = fopen(a->log_path, "r")))
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n += strstr(line, needle) && (!needle2 || strstr(line, needle2));
+	fclose(f);
+	return n;
+}
+
 void agentproc_log_tail(const struct agentproc *a, char *out, size_t max)
 {
 	FILE *f;

@@ -75,6 +75,10 @@ size_t agentproc_children(pid_t pid, pid_t *out, size_t max);
 /* The last max bytes of the agent's log, NUL-terminated, into out. */
 void agentproc_log_tail(const struct agentproc *a, char *out, size_t max);
 
+/* The lines of the agent's log that hold needle, and needle2 too unless
+ * it is NULL (0 without a log). */
+size_t agentproc_log_lines(const struct agentproc *a, const char *needle, const char *needle2);
+
 /* true if the log holds a sanitizer report or the master's report of a
  * worker that died ("... respawning"). */
 bool agentproc_log_has_crash(const struct agentproc *a);

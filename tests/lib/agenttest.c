@@ -31,6 +31,11 @@ void test_agent_start1(const char *json)
 	test_agent_start(json, args);
 }
 
+void test_agent_start_plain(void)
+{
+	test_agent_start1(NULL);
+}
+
 void test_agent_stop(void)
 {
 	if (!test_agent.log_path[0])

@@ -1,7 +1,7 @@
 /*
  * agenttest.h - the agent of a test (tests/lib/agentproc.h) as the tests
  * of the agent's fronts start and stop it (test_http.c, test_http_abuse.c,
- * test_admin.c, test_proto.c, test_balance.c): one agent per test
+ * test_admin.c, test_proto_*.c, test_balance.c): one agent per test
  * process, started with a config and arguments (the test is skipped when
  * the binary is not built, fails with the log's tail when it does not
  * start), stopped at the end with its log checked for a sanitizer report
@@ -29,6 +29,9 @@ void test_agent_start(const char *json, const char *const *args);
 
 /* The same with one worker ("-w 1"). */
 void test_agent_start1(const char *json);
+
+/* One worker, the built-in configuration: a suite's .init. */
+void test_agent_start_plain(void);
 
 /* Stops it if it was started, and expects no sanitizer report (or dead
  * worker) in its log: the log is removed, or kept when it holds one. */

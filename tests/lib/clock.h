@@ -1,7 +1,8 @@
 /*
- * clock.h - the monotonic milliseconds and the EINTR-proof sleep that the
- * test helpers (agentproc, redis_server, pg_server) wait with; and the
- * usable moments of a test that reads a rate, a remaining or a count: the
+ * clock.h - the one clock of the tests: the monotonic milliseconds (and
+ * microseconds, for latencies) and the EINTR-proof sleep that every test
+ * and helper (agentproc, rawspop, redis_server, pg_server) waits with;
+ * and the usable moments of a test that reads a rate, a remaining or a count: the
  * agent's windows start at multiples of their size in Unix time
  * (strategies/window_start.h), so what a test counts across a window's
  * end comes out weighted (sliding) or restarted (fixed). A test either
@@ -23,12 +24,27 @@ static inline int64_t test_now_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static inline void test_sleep_ms(int ms)
+/* Monotonic microseconds: a round trip's latency. */
+static inline int64_t test_now_us(void)
 {
-	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static inline void test_sleep_us(int64_t us)
+{
+	struct timespec ts = { .tv_sec = (time_t)(us / 1000000),
+			       .tv_nsec = (long)(us % 1000000) * 1000L };
 
 	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
 		;
+}
+
+static inline void test_sleep_ms(int ms)
+{
+	test_sleep_us((int64_t)ms * 1000);
 }
 
 /* Unix time in milliseconds: the clock the agent places its windows on. */

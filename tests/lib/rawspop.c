@@ -3,6 +3,7 @@
  * rawspop.h). Written from doc/SPOE.txt; shares no code with spop/.
  */
 #include "tests/lib/rawspop.h"
+#include "tests/lib/clock.h"
 #include "tests/lib/port.h"
 
 #include <errno.h>
@@ -514,14 +515,6 @@ void rawspop_hex(const uint8_t *p, size_t n, char *out, size_t outlen)
 
 /* ---------------------------------------------------------------- sockets */
 
-int64_t rawspop_now_ms(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 int rawspop_connect(int port, int timeout_ms)
 {
 	struct sockaddr_in sa;
@@ -589,7 +582,7 @@ static ssize_t read_exact(int fd, uint8_t *p, size_t n, int64_t deadline)
 
 	while (got < n) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		int64_t left = deadline - rawspop_now_ms();
+		int64_t left = deadline - test_now_ms();
 		ssize_t r;
 		int pr;
 
@@ -617,7 +610,7 @@ static ssize_t read_exact(int fd, uint8_t *p, size_t n, int64_t deadline)
 
 enum rawspop_read_res rawspop_read_frame(int fd, struct rawspop_frame *f, int timeout_ms)
 {
-	int64_t deadline = rawspop_now_ms() + timeout_ms;
+	int64_t deadline = test_now_ms() + timeout_ms;
 	ssize_t r;
 	uint32_t len;
 
@@ -652,11 +645,11 @@ enum rawspop_read_res rawspop_read_frame(int fd, struct rawspop_frame *f, int ti
 
 int rawspop_wait_close(int fd, int timeout_ms)
 {
-	int64_t deadline = rawspop_now_ms() + timeout_ms;
+	int64_t deadline = test_now_ms() + timeout_ms;
 
 	for (;;) {
 		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		int64_t left = deadline - rawspop_now_ms();
+		int64_t left = deadline - test_now_ms();
 		uint8_t b[512];
 		ssize_t r;
 		int pr;

@@ -231,7 +231,4 @@ enum rawspop_read_res rawspop_read_frame(int fd, struct rawspop_frame *f, int ti
  * arrived instead (it is consumed), -1 on timeout. */
 int rawspop_wait_close(int fd, int timeout_ms);
 
-/* Monotonic milliseconds. */
-int64_t rawspop_now_ms(void);
-
 #endif /* RAWSPOP_H */
