@@ -409,7 +409,8 @@ int peers_wire_update_decode(uint8_t type, const uint8_t *p, size_t len,
 			     const struct peers_wire_table *t, struct peers_wire_update *u,
 			     enum peers_wire_err *err);
 
-/* SWITCH: a varint table id. */
+/* SWITCH: a varint table id (HAProxy 2.6 and 3.4 never send one, and
+ * accept it: the updates that follow are of that table). */
 int peers_wire_switch_decode(const uint8_t *p, size_t len, uint64_t *table_id,
 			     enum peers_wire_err *err);
 
@@ -444,15 +445,19 @@ int peers_wire_encode_ctrl(struct peers_wire_writer *w, enum peers_wire_msg_kind
  * PEERS_WIRE_ARRAY_MAX elements, an array without has_expire. */
 int peers_wire_encode_define(struct peers_wire_writer *w, const struct peers_wire_table *t);
 
+/* SWITCH to the table the sender defined with id table_id. */
 int peers_wire_encode_switch(struct peers_wire_writer *w, uint64_t table_id);
 
+/* ACK of the peer's updates of its table table_id (the id of its DEFINE)
+ * up to update_id. */
 int peers_wire_encode_ack(struct peers_wire_writer *w, uint64_t table_id, uint32_t update_id);
 
 /* An update of t from u: its type from u->has_id and u->timed, the key
  * from u->key (a string longer than key_len - 1 goes whole: HAProxy cuts
  * it; binary shorter than key_len is zero-padded, longer is refused), then
- * a value per data type of t->data. Refused as encode_define refuses t,
- * and a server_key id out of 1..PEERS_WIRE_DICT_MAX. */
+ * a value per data type of t->data. Refused as encode_define refuses t
+ * (its name aside: updates do not carry it), an IPv4 or IPv6 key of
+ * another size, and a server_key id out of 1..PEERS_WIRE_DICT_MAX. */
 int peers_wire_encode_update(struct peers_wire_writer *w, const struct peers_wire_table *t,
 			     const struct peers_wire_update *u);
 
