@@ -1295,6 +1295,9 @@ Test(encode, a_long_payload_gets_a_longer_length_and_the_limit_holds)
 
 #define FAR_MS 20000   /* a failure bound: nothing here should take a second */
 
+/* HAProxy's log, named by the failures (a test that fails leaves it). */
+static const char *hap_log = "";
+
 static const char peer_cfg[] =
 	"global\n"
 	"    nbthread 1\n"
@@ -1535,7 +1538,7 @@ static void sess_pump(struct peer_sess *s, int wait_ms)
 			sess_consume(s, (size_t)r);
 		}
 		cr_assert_geq(r, 0, "from HAProxy: %s", peers_wire_err_str(err));
-		cr_assert(sess_read(s, 20), "HAProxy closed the peer session");
+		cr_assert(sess_read(s, 20), "HAProxy closed the peer session (%s)", hap_log);
 	} while (test_now_ms() < end);
 }
 
@@ -1551,7 +1554,7 @@ static void sess_open(struct peer_sess *s, int lfd)
 
 	memset(s, 0, sizeof(*s));
 	s->cur = -1;
-	cr_assert_eq(poll(&pfd, 1, FAR_MS), 1, "HAProxy never called");
+	cr_assert_eq(poll(&pfd, 1, FAR_MS), 1, "HAProxy never called (%s)", hap_log);
 	s->fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 	cr_assert_geq(s->fd, 0);
 	while ((r = peers_wire_hello_decode(s->in, s->len, &h, &err)) == 0)
@@ -1590,8 +1593,8 @@ static const struct peers_wire_update *sess_wait(struct peer_sess *s, const char
 			    e->u.u[dt] == want)
 				return &e->u;
 		}
-		cr_assert_lt(test_now_ms(), end, "no update of %s with %s = %llu", table,
-			     peers_wire_dt_str(dt), (unsigned long long)want);
+		cr_assert_lt(test_now_ms(), end, "no update of %s with %s = %llu (%s)", table,
+			     peers_wire_dt_str(dt), (unsigned long long)want, hap_log);
 		sess_pump(s, 50);
 	}
 }
@@ -1689,6 +1692,7 @@ static void exchange_tables_with(int major)
 	lfd = listen_loopback(&lport);
 	snprintf(agg, sizeof(agg), "%d", lport);
 	cr_assert_eq(haproxyproc_start(&h, bin, peer_cfg, vars, args, FAR_MS), 0, "%s", h.err);
+	hap_log = h.log_path;
 	sess_open(&s, lfd);
 	cr_assert_str_eq(s.hello_callee, "agg");
 	cr_assert_str_eq(s.hello_caller, "hap");
@@ -1742,9 +1746,9 @@ static void exchange_tables_with(int major)
 	     (struct peers_wire_key){ (const uint8_t *)"beta", 4, 0 }, 10, 45);
 	for (int64_t end = test_now_ms() + FAR_MS;
 	     !(s.acked[1] == 1 && s.acked[2] == 1 && s.acked[3] == 1 && s.acked[4] == 1);) {
-		cr_assert_lt(test_now_ms(), end, "HAProxy did not ack our updates: %llu %llu %llu %llu",
+		cr_assert_lt(test_now_ms(), end, "HAProxy did not ack our updates: %llu %llu %llu %llu (%s)",
 			     (unsigned long long)s.acked[1], (unsigned long long)s.acked[2],
-			     (unsigned long long)s.acked[3], (unsigned long long)s.acked[4]);
+			     (unsigned long long)s.acked[3], (unsigned long long)s.acked[4], hap_log);
 		sess_pump(&s, 50);
 	}
 	request(&s, h.port[0], "/read", "x-v6: 2001:db8::2\r\nx-int: 7\r\nx-str: beta\r\n", &r);

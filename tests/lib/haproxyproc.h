@@ -2,8 +2,10 @@
  * haproxyproc.h - runs HAProxy as a child process for tests: Debian's 2.6
  * or a 3.x binary, on a configuration written from a template into a
  * temporary directory of its own, with free loopback ports; waits until
- * it accepts; talks to its stats socket; stops it by pid. Its output goes
- * to a log file in that directory, kept when a test asks for it.
+ * it accepts; talks to its stats socket; stops it by pid (and the kernel
+ * kills it if the test's process ends first). Its output goes to a log
+ * file in that directory, kept when a test asks for it or ends before
+ * haproxyproc_stop() (a failed assertion): name h->log_path in failures.
  *
  * Template tokens, replaced at each start: "@PORT0@" .. "@PORT3@" (free
  * loopback ports: HAproxy must listen on @PORT0@, the one waited for),
