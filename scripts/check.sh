@@ -3,7 +3,9 @@
 #   - the layer rules of docs/ARCHITECTURE.md: nothing below includes
 #     anything above; the sync reaches the table through agent/shm_sync.h
 #     only (no agent/shm.h included; with a build directory, no function
-#     of the table's other files called);
+#     of the table's other files called); the peers codec
+#     (agent/peers_wire.[ch]) is pure: C headers only, and with a build
+#     directory no call but memchr/memcpy/memmove/memset;
 #   - no include cycle among agent/, spop/, strategies/;
 #   - no source file of agent/, spop/, strategies/ over 1,500 lines
 #     (docs/STYLE.md, rule 13), no test file (tests/*.c, tests/lib/) either
@@ -41,6 +43,10 @@ out=$(grep -ln '#include "agent/worker.h"' agent/spop_front.c agent/http_*.c age
 # side of it is checked with the call circles below).
 out=$(grep -n '#include "agent/shm.h"' agent/sync*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "the sync includes agent/shm.h (its way to the table is agent/shm_sync.h):"$'\n'"$out"
+# The peers codec is pure, as spop/ (docs/STYLE.md, rule 2): nothing of ours.
+out=$(grep -n '#include' agent/peers_wire.[ch] 2>/dev/null |
+  grep -vE '<(limits|stdbool|stddef|stdint|string)\.h>|"agent/peers_wire\.h"')
+[ -z "$out" ] || bad "the peers codec includes more than C headers:"$'\n'"$out"
 
 # ---- include cycles among headers (depth-first) ----
 cycles=$(awk '
@@ -180,7 +186,14 @@ if [ -n "$build" ] && [ -d "$build" ]; then
     done | awk -v t="$table" 'BEGIN { n = split(t, a, "\n"); for (i = 1; i <= n; i++) def[a[i]] = 1 }
       ($2 in def) { print }')
   [ -z "$out" ] || bad "the sync calls the table other than through agent/shm_sync.h:"$'\n'"$out"
-  calls=", call circles, the sync's way to the table"
+  # The peers codec allocates, reads, writes, logs and looks at no clock:
+  # it calls nothing but mem*() (the sanitizers' hooks aside).
+  if [ -f "$build/agent/peers_wire.o" ]; then
+    out=$(nm -u "$build/agent/peers_wire.o" 2>/dev/null | awk '{ print $2 }' |
+      grep -vE '^(memchr|memcpy|memmove|memset|__(asan|ubsan|sanitizer)_.*|__stack_chk_fail|_GLOBAL_OFFSET_TABLE_)$')
+    [ -z "$out" ] || bad "the peers codec calls more than mem*():"$'\n'"$out"
+  fi
+  calls=", call circles, the sync's way to the table, the peers codec's calls"
 fi
 
 [ "$fail" -eq 0 ] && echo "check: ok (layers, include cycles, file sizes, test sizes, cited documents and sections$calls)"
