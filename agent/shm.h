@@ -10,7 +10,7 @@
  * the mapping, lookup, insert, eviction and counting; what the sync layer
  * writes besides (diffs acknowledged, totals, leases, heartbeats, node
  * counts, grants) is agent/shm_sync.h's, in the same segment. The code
- * is cut by job: shm.c (the segment, the header), shm_find.c (lookup),
+ * is cut by job: shm_segment.c (the segment, the header), shm_find.c (lookup),
  * shm_insert.c (insert), shm_evict.c (room at max_keys), shm_count.c
  * (counting, reads); agent/shm_int.h, their private header, says more.
  *
@@ -234,7 +234,7 @@ static inline int64_t shm_meta_busy_time(uint64_t m)
 	return (int64_t)((m >> SHM_META_BUSY_TIME_SHIFT) & 0xffffffffULL);
 }
 
-/* One counter. Written only through the table's files (shm.c, shm_*.c); tests may set meta
+/* One counter. Written only through the table's files (shm_*.c); tests may set meta
  * by hand to simulate a process killed mid-insert. */
 struct shm_slot {
 	_Alignas(64) _Atomic uint64_t meta;

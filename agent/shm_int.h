@@ -4,7 +4,7 @@
  * which draws the segment, the slot states and the protocols; its code
  * is cut by job:
  *
- *   shm.c         the segment: made, mapped from a state file, unmapped;
+ *   shm_segment.c the segment: made, mapped from a state file, unmapped;
  *                 the header's settings (namespaces, windows, shares,
  *                 digest key) and counters (stats)
  *   shm_find.c    a key prepared and its slots found: the lookup every hit
@@ -17,7 +17,7 @@
  *                 for the sync loop
  *
  * Between them calls go one way: shm_insert.c calls shm_evict.c, and
- * shm_count.c asks shm.c for a window's size; nothing else. Inline here:
+ * shm_count.c asks shm_segment.c for a window's size; nothing else. Inline here:
  * what a probe asks of every slot it passes (a call per probed slot would
  * cost the insert path), the key comparison the lookup and the insert
  * share, and the claim and grant words both the insert and the eviction

@@ -1,6 +1,6 @@
 /*
  * bench_core.c - microbenchmark of the counting core (agent/ratelimit.c
- * over agent/shm.c): nanoseconds per rl_hit() - one increment plus the
+ * over agent/shm.h): nanoseconds per rl_hit() - one increment plus the
  * sliding or fixed rate it returns - for a hot key, for 1k / 100k / 1M
  * distinct keys, for two processes on one hot key (checking that no update
  * was lost), and the shared memory used per (key, window).

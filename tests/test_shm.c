@@ -1,5 +1,5 @@
 /*
- * test_shm.c - the shared counter table (agent/shm.c) and its hashes
+ * test_shm.c - the shared counter table (agent/shm.h and its files) and its hashes
  * (agent/hash.c): SipHash against the reference vectors, lookups and
  * inserts, counters and the sync-loop primitives, stale-slot reclaiming,
  * recovery of claims left by killed processes, and racing inserts of the

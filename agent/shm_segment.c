@@ -1,8 +1,9 @@
 /*
- * shm.c - the shared counter table's segment: made (shm_create) or mapped
- * from a state file (shm_open_file), unmapped; the header's settings
- * (namespace and window indexes, shares, the digest key) and its counters
- * (shm_stats); what dead processes leave in it (shm_grant_unstick). The
+ * shm_segment.c - the shared counter table's segment: made (shm_create)
+ * or mapped from a state file (shm_open_file), unmapped; the header's
+ * settings (namespace and window indexes, shares, the digest key) and its
+ * counters (shm_stats); what dead processes leave in it
+ * (shm_grant_unstick). The
  * segment and the slot states are drawn in shm.h; the table's other jobs
  * are in the files agent/shm_int.h lists.
  */
