@@ -244,6 +244,12 @@ conn_flush_handler(ngx_event_t *ev)
 
     sc->agent->next = (sc->index + 1) % SPOA_CONNS;
     conn_flush(sc);
+
+    /* Posted too when a stream is freed (spoa_detach): requests queued
+     * for one go now. */
+    if (!ngx_queue_empty(&sc->agent->waiting)) {
+        agent_drain(sc->agent);
+    }
 }
 
 /* The first event of a connection in progress: did connect() succeed?

@@ -91,8 +91,18 @@ spoa_detach(spoa_ctx_t *ctx)
     }
 
     if (ctx->conn) {
-        sc_cancel(&ctx->conn->core, ctx->slot);
+        spoa_conn_t  *sc = ctx->conn;
+
+        sc_cancel(&sc->core, ctx->slot);
         ctx->conn = NULL;
+
+        /* A stream is free (a request that timed out or went away): a
+         * request queued for one goes in this turn of the loop, not at
+         * the connection's next read, which a stuck agent may never
+         * bring. */
+        if (!ngx_queue_empty(&sc->agent->waiting) && !sc->flush.posted) {
+            ngx_post_event(&sc->flush, &ngx_posted_events);
+        }
     }
 }
 
