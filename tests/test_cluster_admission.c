@@ -39,6 +39,11 @@ TestSuite(cluster, .init = ct_setup, .fini = ct_teardown, .timeout = 60);
 #define ADMIT_LIMIT   100
 #define ADMIT_HITS    600
 #define ADMIT_SYNC    0.1
+/* The store's timeout_ms: a failure bound. "No answer degraded" means the
+ * store decided every hit; with 1 s, a loaded machine (make test beside a
+ * build) had PostgreSQL answer 36 of 600 later than that and the agent
+ * decide them itself, as it should: the store was not away, only slow. */
+#define ADMIT_TIMEOUT_MS 5000
 
 static void admission_case(const char *store, unsigned w, bool exact)
 {
@@ -74,7 +79,7 @@ CT_STORE_TEST(admission_measured)
 	unsigned w = ct_window();
 
 	st->up(0);
-	ct_nodes_start(CT_NODES, ct_with_admission(st->cfg(w, ADMIT_SYNC, 1000), "local"));
+	ct_nodes_start(CT_NODES, ct_with_admission(st->cfg(w, ADMIT_SYNC, ADMIT_TIMEOUT_MS), "local"));
 	admission_case(st->name, w, false);
 }
 
@@ -83,7 +88,7 @@ CT_STORE_TEST(admission_exact)
 	unsigned w = ct_window();
 
 	st->up(0);
-	ct_nodes_start(CT_NODES, ct_with_admission(st->cfg(w, ADMIT_SYNC, 1000), "exact"));
+	ct_nodes_start(CT_NODES, ct_with_admission(st->cfg(w, ADMIT_SYNC, ADMIT_TIMEOUT_MS), "exact"));
 	admission_case(st->name, w, true);
 }
 
@@ -94,7 +99,7 @@ Test(cluster, redis_admission_exact_per_request)
 	unsigned w = ct_window();
 
 	ct_redis.up(0);
-	ct_nodes_start(CT_NODES, ct_with_admission(ct_redis.cfg(w, ADMIT_SYNC, 1000), "local"));
+	ct_nodes_start(CT_NODES, ct_with_admission(ct_redis.cfg(w, ADMIT_SYNC, ADMIT_TIMEOUT_MS), "local"));
 	ct_admission_exact = true;
 	admission_case("redis", w, true);
 }
