@@ -184,6 +184,11 @@ static int peers_count_rate(struct rl *rl, const struct peers_what *w, const str
 	peers_rec_find(t, k, ms, period, &cur, &prev);
 	bool has_cur = cur.ref.idx != SHM_NONE, has_prev = prev.ref.idx != SHM_NONE;
 	double dc = c, dp = 0;
+	out->fresh = !has_cur && !has_prev;
+	if (out->fresh && st->known_only) {
+		out->refused = true;
+		return 0;
+	}
 	if (has_cur && c >= cur.events)
 		dc = c - cur.events;
 	else if (has_cur)
@@ -231,6 +236,11 @@ static int peers_count_counter(struct rl *rl, const struct peers_what *w, const 
 	else if (old.idx != SHM_NONE)
 		had = shm_read_count(t, &old);
 	bool known = cur.idx != SHM_NONE || old.idx != SHM_NONE;
+	out->fresh = !known;
+	if (out->fresh && st->known_only) {
+		out->refused = true;
+		return 0;
+	}
 	d = known && v >= had ? v - had : v;
 	out->reset = known && v < had;
 	if (peers_hit(rl, w, key, klen, d, now, &start) < 0)

@@ -56,6 +56,8 @@ struct peers_what {
 struct peers_state {
 	uint64_t age, curr, prev;
 	uint64_t value;
+	bool known_only;                 /* count only a key the node has a record of
+	                                    (its session is at its bound of new keys) */
 };
 
 /* What peers_count() did. */
@@ -63,6 +65,8 @@ struct peers_count_res {
 	double counted;                  /* hits added to the key's window */
 	bool stale;                      /* the state weighs nothing any more (age >= 2 periods) */
 	bool reset;                      /* the node counts afresh (its count went down) */
+	bool fresh;                      /* the node had no record of the key */
+	bool refused;                    /* fresh, and known_only: nothing counted */
 };
 
 /* Counts node's state st of key[0..klen) (its text: peers_count_key())
