@@ -33,27 +33,6 @@ static struct peers_worker *peers_worker_of(const struct front_env *env)
  * Output.
  */
 
-void peers_sess_queued(struct peers_sess *ps, size_t n)
-{
-	ps->s.wlen += n;
-	ps->last_tx = ev_now(ps->s.env->loop);
-}
-
-bool peers_sess_room(struct peers_sess *ps, size_t need)
-{
-	struct stream *s = &ps->s;
-
-	if (s->wcap - s->wlen >= need)
-		return true;
-	stream_compact(s);
-	if (s->wcap - s->wlen >= need)
-		return true;
-	size_t want = s->wcap;
-	while (want - s->wlen < need && want < PEERS_WBUF_MAX)
-		want *= 2;
-	return want - s->wlen >= need && stream_grow(s, 0, want) == 0;
-}
-
 /* A control or error message (no payload). */
 static void peers_ctrl(struct peers_sess *ps, enum peers_wire_msg_kind kind)
 {

@@ -137,17 +137,16 @@ struct peers_worker {
 	struct log_limit err_log, info_log;
 };
 
-/* ---- peers_front.c, for peers_push.c ---- */
+/* ---- peers_push.c, for peers_front.c (which calls it, never the
+ * reverse: docs/STYLE.md, rule 13) ---- */
 
-/* Queues bytes a writer made (w->len) as sent at ev_now: heartbeats
- * count from it. */
+/* Queues n bytes a writer made at the end of the write buffer, as sent at
+ * ev_now: heartbeats count from it. */
 void peers_sess_queued(struct peers_sess *ps, size_t n);
 
 /* Room for `need` more bytes of output (the buffer grown within
  * PEERS_WBUF_MAX and the budgets): true, or false (nothing changed). */
 bool peers_sess_room(struct peers_sess *ps, size_t need);
-
-/* ---- peers_push.c, for peers_front.c ---- */
 
 /* The worker's pushes: starts the tick (0, or -1 out of memory), stops it
  * and frees the walks. */

@@ -36,6 +36,27 @@ struct peers_seen {
 	double pushed_at;               /* when */
 };
 
+void peers_sess_queued(struct peers_sess *ps, size_t n)
+{
+	ps->s.wlen += n;
+	ps->last_tx = ev_now(ps->s.env->loop);
+}
+
+bool peers_sess_room(struct peers_sess *ps, size_t need)
+{
+	struct stream *s = &ps->s;
+
+	if (s->wcap - s->wlen >= need)
+		return true;
+	stream_compact(s);
+	if (s->wcap - s->wlen >= need)
+		return true;
+	size_t want = s->wcap;
+	while (want - s->wlen < need && want < PEERS_WBUF_MAX)
+		want *= 2;
+	return want - s->wlen >= need && stream_grow(s, 0, want) == 0;
+}
+
 /* The namespaces whose into table our DEFINE opened on this session. */
 static uint64_t peers_push_mask(const struct peers_sess *ps)
 {
