@@ -77,36 +77,62 @@ static void peers_rec_read(const struct shm_table *t, const struct shm_ref *r, i
 	out->start_ms = (start - 1) * 1000 + (int64_t)llround((c - ev) * PEERS_FRAC);
 }
 
-/* The records of the node periods starting at ms (cur) and ms - P (prev),
- * within half a period: a period's start is known to the transit delay
- * (a second on either side is looked at), and two periods of one key are
- * a whole period apart. Not found: ref.idx SHM_NONE. */
+/* Keeps r (a record found at start) as cur or prev when it is of the node
+ * period beginning at ms or at ms - period (within half a period: two
+ * periods of a key are a whole period apart), the nearer one when two
+ * are (a start once estimated more than a second off). */
+static void peers_rec_keep(const struct shm_table *t, const struct shm_ref *r, int64_t start,
+			   int64_t ms, int64_t period, struct peers_rec *cur, struct peers_rec *prev)
+{
+	struct peers_rec rec;
+
+	if (r->idx == SHM_NONE)
+		return;
+	peers_rec_read(t, r, start, &rec);
+	int64_t dc = llabs(rec.start_ms - ms), dp = llabs(rec.start_ms - (ms - period));
+	if (dc * 2 < period && (cur->ref.idx == SHM_NONE || dc < llabs(cur->start_ms - ms)))
+		*cur = rec;
+	else if (dp * 2 < period &&
+		 (prev->ref.idx == SHM_NONE || dp < llabs(prev->start_ms - (ms - period))))
+		*prev = rec;
+}
+
+#define PEERS_REC_SLACK 2       /* seconds either side a period's record is looked for */
+
+/* The records of the node periods beginning at ms (cur) and ms - period
+ * (prev); not found: ref.idx SHM_NONE. A period's start is estimated as
+ * the time of receipt minus the age, late by the transit (and whatever
+ * queued the message): its record is where its first update put it, a
+ * second or two either side. Most updates find it in one scan of the two
+ * seconds at and before the estimate, and need nothing more: the period
+ * before was counted with the record's first update (prev is frozen once
+ * a period ends). The first update of a period looks further, and for
+ * the period before. */
 static void peers_rec_find(const struct shm_table *t, const struct shm_key *k, int64_t ms,
 			   int64_t period, struct peers_rec *cur, struct peers_rec *prev)
 {
-	int64_t starts[6], n = 0;
 	int64_t sc = peers_rec_start(ms), sp = peers_rec_start(ms - period);
+	int64_t starts[4 * PEERS_REC_SLACK + 2];
+	size_t n = 0;
+	struct shm_ref a, b;
 
 	cur->ref.idx = prev->ref.idx = SHM_NONE;
-	for (int64_t d = -1; d <= 1; d++) {
-		starts[n++] = sc + d;
-		if (sp + d < sc - 1 || sp + d > sc + 1)
-			starts[n++] = sp + d;
-	}
-	for (int64_t i = 0; i < n; i += 2) {
-		struct shm_ref a, b;
+	shm_find(t, k, sc, sc - 1, &a, &b);
+	peers_rec_keep(t, &a, sc, ms, period, cur, prev);
+	peers_rec_keep(t, &b, sc - 1, ms, period, cur, prev);
+	if (cur->ref.idx != SHM_NONE)
+		return;
+	for (int64_t s = sc - PEERS_REC_SLACK; s <= sc + PEERS_REC_SLACK; s++)
+		if (s != sc && s != sc - 1)
+			starts[n++] = s;
+	for (int64_t s = sp - PEERS_REC_SLACK; s <= sp + PEERS_REC_SLACK; s++)
+		if (s < sc - PEERS_REC_SLACK || s > sc + PEERS_REC_SLACK)
+			starts[n++] = s;
+	for (size_t i = 0; i < n; i += 2) {
 		shm_find(t, k, starts[i], i + 1 < n ? starts[i + 1] : -1, &a, &b);
-		for (int j = 0; j < 2; j++) {
-			const struct shm_ref *r = j ? &b : &a;
-			struct peers_rec rec;
-			if (r->idx == SHM_NONE)
-				continue;
-			peers_rec_read(t, r, starts[i + j], &rec);
-			if (llabs(rec.start_ms - ms) * 2 < period)
-				*cur = rec;
-			else if (llabs(rec.start_ms - (ms - period)) * 2 < period)
-				*prev = rec;
-		}
+		peers_rec_keep(t, &a, starts[i], ms, period, cur, prev);
+		if (i + 1 < n)
+			peers_rec_keep(t, &b, starts[i + 1], ms, period, cur, prev);
 	}
 }
 
@@ -193,11 +219,11 @@ static int peers_count_rate(struct rl *rl, const struct peers_what *w, const str
 		dc = c - cur.events;
 	else if (has_cur)
 		out->reset = true;                  /* fewer than counted: it counts afresh */
-	bool prev_weighs = age < period && p > 0;
-	if (prev_weighs && has_prev)
-		dp = p > prev.events ? p - prev.events : 0;
-	else if (prev_weighs && !has_cur)
-		dp = p;                             /* a period never seen */
+	/* The period before: with the first update of this one only (then
+	 * frozen), while it still weighs on the node's reading. */
+	bool prev_weighs = !has_cur && age < period && p > 0;
+	if (prev_weighs)
+		dp = has_prev ? (p > prev.events ? p - prev.events : 0) : p;
 	if (peers_hit(rl, w, key, klen, dc + dp, now, &start) < 0)
 		return -1;
 	if (((has_cur || c > 0) && peers_rec_set(t, k, &cur, ms, c, now) < 0) ||

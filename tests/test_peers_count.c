@@ -167,6 +167,21 @@ Test(peers_count, resends_and_dumps_count_once)
 	cr_assert_eq(feed("A", "k", 50, 1, 7, t + 10.05), 1 + 3);
 }
 
+/* A period's start is estimated late by whatever held its update (a
+ * node's queue, a busy agent): an estimate up to two seconds off finds
+ * the period's record, in either order. */
+Test(peers_count, a_start_estimated_two_seconds_off)
+{
+	double t = T0 + 3.5;
+
+	cr_assert_eq(feed("A", "k", 0, 1, 0, t), 1, "its first update held 1.8 s");
+	cr_assert_eq(feed("A", "k", 2000, 2, 0, t + 0.2), 1);
+	cr_assert_eq(feed("A", "k", 2100, 3, 0, t + 2.1 - 1.8), 1, "and one that was not");
+	cr_assert_eq(feed("B", "k", 100, 1, 0, t), 1, "B's first update on time");
+	cr_assert_eq(feed("B", "k", 100, 2, 0, t + 1.9), 1, "its next held 1.9 s");
+	cr_assert_eq(current_of("k", t + 2), 5);
+}
+
 /* With a 1 s window, successive periods are told apart although each
  * period's start is known to the transit delay only. */
 Test(peers_count, short_periods_told_apart)
