@@ -198,6 +198,18 @@ print("%.1f %.1f %.1f%s" % (lags[len(lags) // 2], lags[min(len(lags) - 1, int(le
 PY
 }
 
+# The example (haproxy-examples/haproxy-peers.cfg, agent-peers.json) is
+# valid for both versions and for the agent.
+ex="$E2E_ROOT/haproxy-examples"
+for b in "$H26" ${H34:+"$H34"}; do
+  v=$("$b" -v | head -1 | cut -d' ' -f3)
+  if out=$("$b" -c -f "$ex/haproxy-peers.cfg" 2>&1); then ok "haproxy-peers.cfg is valid for $v"
+  else not_ok "haproxy-peers.cfg is valid for $v"; diag "$out"; fi
+done
+sed "s#/var/lib/spoa-ratelimit/state#$E2E_TMP/example.state#" "$ex/agent-peers.json" > "$E2E_TMP/example.json"
+agent_check() { "$AGENT" -t -c "$1" > /dev/null 2>&1; }
+check "agent-peers.json is valid (-t)" agent_check "$E2E_TMP/example.json"
+
 start_agent -c "$E2E_TMP/agent.json" -w 2
 m=0
 for mix in "${MIXES[@]}"; do
@@ -242,8 +254,9 @@ for mix in "${MIXES[@]}"; do
 
   # ---- restarts: a node, then the agent on its state file
   restart_node1() {
+    local k
     kill_wait "${NODE_PIDS[1]}" 3
-    for n in $(seq 1 50); do [ "$(up_count)" -le 2 ] && break; sleep 0.1; done
+    for k in $(seq 1 50); do [ "$(up_count)" -le 2 ] && break; sleep 0.1; done
     start_node 1 "$b1"
     wait_up 3 15 || diag "node 1 not up again on the agent within 15 s"
   }
