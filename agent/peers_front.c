@@ -419,12 +419,8 @@ static bool peers_state_of(const struct peers_wire_update *u, const struct peers
 static bool peers_over_budget(struct peers_sess *ps, double now)
 {
 	const struct config *cfg = ps->s.env->cfg;
-	uint32_t longest = 1;
 
-	for (int ns = 0; ns < NS_MAX; ns++)
-		if ((ps->pw->nsmask >> ns & 1) && ps->pw->windows[ns] > longest)
-			longest = ps->pw->windows[ns];
-	if (now - ps->fresh_since >= longest) {
+	if (now - ps->fresh_since >= ps->pw->longest) {
 		ps->fresh_since = now;
 		ps->fresh = 0;
 	}
@@ -761,12 +757,16 @@ static double peers_idle_since(const struct stream *s)
 static void peers_namespaces(struct peers_worker *pw, struct rl *rl)
 {
 	pw->nsmask = 0;
+	pw->longest = 1;
 	memset(pw->what_known, 0, sizeof(pw->what_known));
 	for (size_t ns = 0; ns < rl_namespace_count(rl) && ns < NS_MAX; ns++) {
 		const struct ns_def *d = rl_namespace_def(rl, (int)ns);
 		pw->windows[ns] = d->window_sizes[0];
-		if (d->haproxy.from[0])
-			pw->nsmask |= UINT64_C(1) << ns;
+		if (!d->haproxy.from[0])
+			continue;
+		pw->nsmask |= UINT64_C(1) << ns;
+		if (d->window_sizes[0] > pw->longest)
+			pw->longest = d->window_sizes[0];
 	}
 }
 

@@ -127,6 +127,7 @@ struct peers_worker {
 	ev_timer tick;                      /* every peers.push_ms */
 	uint64_t nsmask;                    /* namespaces with haproxy_tables */
 	uint32_t windows[NS_MAX];           /* their window */
+	uint32_t longest;                   /* the longest: the node_keys budget's */
 	struct peers_what what[NS_MAX];     /* what each pushes (its data type once known) */
 	bool what_known[NS_MAX];
 	struct peers_seen *seen, *next;     /* the last walk, and the one being made */
