@@ -14,6 +14,8 @@
 #     would admit 300); every node reads the cluster's count after;
 #   - the lag from a node's hit to the others' req_cluster, p50 / p99
 #     (reported, not asserted);
+#   - string, ipv6 and integer keys, a counter (http_req_cnt) and an
+#     array's element (gpc_rate(1)): every node reads the cluster's sum;
 #   - a node restarted mid-test: it is taught the sums at once, and its
 #     counts are not counted twice (90 requests, node 1 restarted: every
 #     node reads 90, then 100 after 10 more through node 1);
@@ -46,7 +48,7 @@ PEERS_PORT=$(free_port)
 HTTP_PORT=$(free_port)
 E2E_PORT_AGENT=$(free_port)
 for i in 1 2 3; do
-  eval "PEER_$i=\$(free_port) FE_$i=\$(free_port) RD_$i=\$(free_port)"
+  eval "PEER_$i=\$(free_port) FE_$i=\$(free_port) RD_$i=\$(free_port) MT_$i=\$(free_port)"
 done
 NODE_PIDS=("" "" "" "")
 stop_nodes() {
@@ -65,14 +67,20 @@ cat > "$E2E_TMP/agent.json" <<EOF
     { "name": "api", "window_sizes": [10],
       "haproxy_tables": { "from": "req_local", "into": "req_cluster" } },
     { "name": "long", "window_sizes": [$LONG],
-      "haproxy_tables": { "from": "rl/long_local", "into": "rl/long_cluster" } } ] }
+      "haproxy_tables": { "from": "rl/long_local", "into": "rl/long_cluster" } },
+    { "name": "str", "window_sizes": [$LONG],
+      "haproxy_tables": { "from": "s_local", "into": "s_cluster", "data_type": "http_req_cnt" } },
+    { "name": "v6", "window_sizes": [$LONG],
+      "haproxy_tables": { "from": "v6_local", "into": "v6_cluster" } },
+    { "name": "int", "window_sizes": [$LONG],
+      "haproxy_tables": { "from": "i_local", "into": "i_cluster", "data_type": "gpc_rate(1)" } } ] }
 EOF
 
 # node_cfg I: node I's configuration (its peers section: itself and the
 # agent, nothing else: nodes must not share their counting tables).
 node_cfg() {
-  local i=$1 peer fe rd
-  eval "peer=\$PEER_$i fe=\$FE_$i rd=\$RD_$i"
+  local i=$1 peer fe rd mt
+  eval "peer=\$PEER_$i fe=\$FE_$i rd=\$RD_$i mt=\$MT_$i"
   cat > "$E2E_TMP/node$i.cfg" <<EOF
 global
     stats socket $E2E_TMP/node$i.sock level admin
@@ -88,6 +96,12 @@ peers rl
     table req_cluster type ip size 100k expire 60s store http_req_rate(10s)
     table long_local type ip size 100k expire ${LONG}s store http_req_rate(${LONG}s)
     table long_cluster type ip size 100k expire $((2 * LONG))s store http_req_rate(${LONG}s)
+    table s_local type string len 32 size 1k expire ${LONG}s store http_req_cnt
+    table s_cluster type string len 32 size 1k expire ${LONG}s store http_req_cnt
+    table v6_local type ipv6 size 1k expire ${LONG}s store http_req_rate(${LONG}s)
+    table v6_cluster type ipv6 size 1k expire ${LONG}s store http_req_rate(${LONG}s)
+    table i_local type integer size 1k expire ${LONG}s store gpc_rate(2,${LONG}s)
+    table i_cluster type integer size 1k expire ${LONG}s store gpc_rate(2,${LONG}s)
 frontend fe
     bind 127.0.0.1:$fe
     http-request track-sc0 src table rl/req_local
@@ -97,6 +111,15 @@ frontend fe
 frontend rd
     bind 127.0.0.1:$rd
     http-request return status 200 content-type text/plain lf-string "%[src,table_http_req_rate(rl/req_cluster)] %[src,table_http_req_rate(rl/long_cluster)]\n"
+frontend mt
+    bind 127.0.0.1:$mt
+    acl read path /read
+    http-request track-sc0 req.hdr(x-key) table rl/s_local unless read
+    http-request track-sc1 req.hdr_ip(x-v6) table rl/v6_local unless read
+    http-request track-sc2 req.hdr_val(x-int) table rl/i_local unless read
+    http-request sc-inc-gpc(1,2) unless read
+    http-request return status 200 content-type text/plain lf-string "%[req.hdr(x-key),table_http_req_cnt(rl/s_cluster)] %[req.hdr_ip(x-v6),table_http_req_rate(rl/v6_cluster)] %[req.hdr_val(x-int),table_gpc_rate(1,rl/i_cluster)]\n" if read
+    http-request return status 200 content-type text/plain string ok
 EOF
 }
 
@@ -285,6 +308,21 @@ for mix in "${MIXES[@]}"; do
   }
   node_restart() { survive 90 restart_node1 1 "node 1 restarted (taught the sums)" $((30 + $1)); }
   agent_restart() { survive 60 restart_the_agent 2 "the agent restarted on its state file" $((40 + $1)); }
+  # ---- string, ipv6 and integer keys; a counter and an array's element
+  types() {
+    local h=(-H "x-key: #k$m" -H "x-v6: 2001:db8::$m" -H "x-int: $((40 + m))") i k mt got=""
+    for k in 1 2 3 4 5; do
+      for i in 1 2 3; do eval "mt=\$MT_$i"; curl -s -o /dev/null "${h[@]}" "http://127.0.0.1:$mt/"; done
+    done
+    for k in $(seq 1 50); do
+      got=""
+      for i in 1 2 3; do eval "mt=\$MT_$i"; got="$got$(curl -s "${h[@]}" "http://127.0.0.1:$mt/read");"; done
+      [ "$got" = "15 15 15;15 15 15;15 15 15;" ] && break
+      sleep 0.1
+    done
+    is "$got" "15 15 15;15 15 15;15 15 15;" "$label: string (http_req_cnt), ipv6 and integer (gpc_rate(1)) keys: every node reads the cluster's 15"
+  }
+  in_one_window "$LONG" 20 types || not_ok "$label: the key types inside one window"
   in_one_window "$LONG" 40 node_restart || not_ok "$label: the node restart inside one window"
   in_one_window "$LONG" 40 agent_restart || not_ok "$label: the agent restart inside one window"
   stop_nodes
