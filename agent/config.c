@@ -35,6 +35,9 @@ void config_defaults(struct config *c)
 
 	memset(c, 0, sizeof(*c));
 	snprintf(c->listen, sizeof(c->listen), "%s", CFG_LISTEN_DEFAULT);
+	snprintf(c->peers_name, sizeof(c->peers_name), "%s", CFG_PEER_NAME_DEFAULT);
+	c->peers_push_ms = CFG_PUSH_DEFAULT_MS;
+	c->peers_node_keys = CFG_NODE_KEYS_DEFAULT;
 	c->listen_mode = -1;
 	c->http_deny_status = 429;
 	c->top_keys = 64;

@@ -30,14 +30,22 @@
 #define CONFIG_OWNER_MAX       72    /* listen_owner "user:group", with the NUL */
 #define CONFIG_PATH_MAX        1024  /* state_file, with the NUL */
 #define CONFIG_TOKEN_MAX       256   /* http_token, with the NUL */
+#define CONFIG_PEER_NAME_MAX   64    /* peers.name, with the NUL */
 
 struct config {
 	/* Each front's listen address, under its key (agent/fronts.h: listen,
-	 * http_listen, ...): "127.0.0.1:12345", "[::1]:12345", "unix:/path";
-	 * "" = the front is off (listen always has one). */
-#define CONFIG_FRONT_ADDR(id, name, ops, key) char key[CONFIG_ADDR_MAX];
+	 * http_listen, peers.listen in peers_listen): "127.0.0.1:12345",
+	 * "[::1]:12345", "unix:/path"; "" = the front is off (listen always
+	 * has one). */
+#define CONFIG_FRONT_ADDR(id, name, ops, field, key) char field[CONFIG_ADDR_MAX];
 	FRONTS(CONFIG_FRONT_ADDR)
 #undef CONFIG_FRONT_ADDR
+	/* The peers front (docs/PEERS.md): the agent's name in the nodes'
+	 * peers sections, how often it pushes the sums, how many keys one
+	 * node's session may count per namespace and window. */
+	char peers_name[CONFIG_PEER_NAME_MAX];
+	uint32_t peers_push_ms;
+	uint32_t peers_node_keys;
 	int listen_mode;                   /* unix socket permissions 0..0777; -1 = umask's */
 	char listen_owner[CONFIG_OWNER_MAX]; /* unix socket "user[:group]"; "" = ours */
 	int http_deny_status;              /* status of a denied HTTP check, 400..599 */
@@ -83,7 +91,7 @@ const char *config_unix_path(const char *listen);
 static inline const char *config_front_address(const struct config *c, enum front_id f)
 {
 	switch (f) {
-#define CONFIG_FRONT_CASE(id, name, ops, key) case FRONT_##id: return c->key;
+#define CONFIG_FRONT_CASE(id, name, ops, field, key) case FRONT_##id: return c->field;
 	FRONTS(CONFIG_FRONT_CASE)
 #undef CONFIG_FRONT_CASE
 	default:

@@ -153,6 +153,16 @@ int cfg_check_listen(struct cfg_parser *p, const char *s)
 	return cfg_fail(p, "expected %s, got %s: %s", CFG_LISTEN_WHAT, q, why);
 }
 
+bool cfg_peer_name_ok(const char *s, size_t n)
+{
+	if (n < 1 || n >= CONFIG_PEER_NAME_MAX)
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] <= 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
 bool cfg_prefix_ok(const char *s, size_t n)
 {
 	size_t i;
@@ -361,6 +371,44 @@ static int cfg_check_http_and_log(struct cfg_parser *p, const struct config *c)
 	return 0;
 }
 
+/* The peers front's keys, and the namespaces' haproxy_tables that need it:
+ * the front on, each into table pushed by one namespace (a node takes one
+ * definition of a table from a peer: two namespaces would overwrite each
+ * other's sums). */
+static int cfg_check_peers(struct cfg_parser *p, const struct config *c)
+{
+	size_t n = strnlen(c->peers_name, sizeof(c->peers_name)), mark;
+
+	if (!cfg_peer_name_ok(c->peers_name, n)) {
+		cfg_path_key(p, "peers.name");
+		return cfg_fail(p, "expected a peer name of 1..63 bytes without space or control "
+				"character");
+	}
+	if (cfg_check_range(p, "peers.push_ms", c->peers_push_ms, CFG_PUSH_MIN_MS,
+			    CFG_PUSH_MAX_MS) < 0 ||
+	    cfg_check_range(p, "peers.node_keys", c->peers_node_keys, CFG_MAX_KEYS_MIN,
+			    CFG_MAX_KEYS_MAX) < 0)
+		return -1;
+	for (size_t i = 0; i < c->n_ns; i++) {
+		const struct ns_haproxy_tables *h = &c->ns[i].haproxy;
+
+		if (!h->from[0])
+			continue;
+		mark = cfg_path_push(p, "namespaces[%zu].haproxy_tables", i);
+		if (!c->peers_listen[0])
+			return cfg_fail(p, "needs the peers front: set peers.listen");
+		for (size_t j = 0; j < i; j++)
+			if (c->ns[j].haproxy.from[0] &&
+			    strcmp(ns_table_leaf(c->ns[j].haproxy.into), ns_table_leaf(h->into)) == 0) {
+				cfg_path_key(p, "into");
+				return cfg_fail(p, "the same into table as namespaces[%zu]: one namespace "
+						"pushes into a table", j);
+			}
+		cfg_path_pop(p, mark);
+	}
+	return 0;
+}
+
 /* Every namespace (ns_check and what only the whole list tells: unique
  * names, a strategy, shares within max_keys). */
 static int cfg_check_namespaces(struct cfg_parser *p, const struct config *c)
@@ -406,7 +454,8 @@ int config_check(const struct config *c, struct config_err *err)
 	if (cfg_check_addresses(&p, c) < 0 ||
 	    cfg_check_range(&p, "http_deny_status", c->http_deny_status, 400, 599) < 0 ||
 	    cfg_check_socket_owner(&p, c) < 0 || cfg_check_limits(&p, c) < 0 ||
-	    cfg_check_http_and_log(&p, c) < 0 || cfg_check_namespaces(&p, c) < 0)
+	    cfg_check_http_and_log(&p, c) < 0 || cfg_check_namespaces(&p, c) < 0 ||
+	    cfg_check_peers(&p, c) < 0)
 		return -1;
 	return 0;
 }

@@ -52,6 +52,11 @@
 #define CFG_BUFMEM_MAX         (64ull << 30)
 #define CFG_HTTP_BUFMEM_MIN    (64ull << 10)    /* http_max_buffer_memory */
 #define CFG_SHOW_MAX           64               /* a value quoted in a message */
+#define CFG_PEER_NAME_DEFAULT  "spoa-ratelimit" /* peers.name */
+#define CFG_PUSH_DEFAULT_MS    50               /* peers.push_ms */
+#define CFG_PUSH_MIN_MS        5
+#define CFG_PUSH_MAX_MS        10000
+#define CFG_NODE_KEYS_DEFAULT  65536            /* peers.node_keys */
 #define CFG_SUN_PATH_MAX       (sizeof(((struct sockaddr_un *)0)->sun_path) - 1)
 
 #define CFG_LISTEN_WHAT "\"HOST:PORT\", \"[IPV6]:PORT\" or \"unix:/PATH\""
@@ -148,6 +153,9 @@ int cfg_check_ns_name(struct cfg_parser *p, const struct config *c, size_t i);
 
 /* A listen address (CFG_LISTEN_WHAT), else a message at the current path. */
 int cfg_check_listen(struct cfg_parser *p, const char *s);
+/* peers.name: 1..63 bytes, no space or control character (it travels as
+ * a line of HAProxy's hello, which ends a name at its first space). */
+bool cfg_peer_name_ok(const char *s, size_t n);
 /* message_prefix: 1..31 characters of [A-Za-z0-9_.-]. */
 bool cfg_prefix_ok(const char *s, size_t n);
 /* listen_owner: "user", "user:group" or ":group". */

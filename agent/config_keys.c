@@ -23,15 +23,62 @@ static int cfg_set_addr(struct cfg_parser *p, json_t *v, char *dst)
 	return 0;
 }
 
-/* Each front's listen address: cfg_set_listen, cfg_set_http_listen, ...
- * (agent/fronts.h). */
-#define CFG_FRONT_SETTER(id, name, ops, key)                                             \
-	static int cfg_set_##key(struct cfg_parser *p, json_t *v, void *obj)             \
+/* Each front's listen address: cfg_set_listen, cfg_set_http_listen,
+ * cfg_set_peers_listen, ... (agent/fronts.h), by the field it fills. */
+#define CFG_FRONT_SETTER(id, name, ops, field, key)                                      \
+	static int cfg_set_##field(struct cfg_parser *p, json_t *v, void *obj)           \
 	{                                                                                \
-		return cfg_set_addr(p, v, ((struct config *)obj)->key);                  \
+		return cfg_set_addr(p, v, ((struct config *)obj)->field);                \
 	}
 FRONTS(CFG_FRONT_SETTER)
 #undef CFG_FRONT_SETTER
+
+/* The fronts' address keys, by their JSON path (agent/fronts.h): a
+ * top-level key, or "peers.listen", which cfg_parse_object() matches
+ * inside "peers" only. Both tables below take them. */
+#define CFG_FRONT_KEY(id, label, ops, field, key) { .name = key, .set = cfg_set_##field },
+
+/* peers.name: HAProxy's line 2 of a hello names the peer called. */
+static int cfg_set_peers_name(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct config *c = obj;
+
+	if (!json_is_string(v) || !cfg_peer_name_ok(json_string_value(v), json_string_length(v)))
+		return cfg_fail_type(p, v, "a peer name of 1..63 bytes without space or control "
+				     "character");
+	memcpy(c->peers_name, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static const struct cfg_key cfg_front_keys[] = {
+	FRONTS(CFG_FRONT_KEY)
+};
+
+static const struct cfg_key cfg_peers_keys[] = {
+	{ .name = "name",             .set = cfg_set_peers_name },
+	{ .name = "push_ms", .kind = CFG_KEY_INT, .off = offsetof(struct config, peers_push_ms),
+	  .size = sizeof(uint32_t), .lo = CFG_PUSH_MIN_MS, .hi = CFG_PUSH_MAX_MS },
+	{ .name = "node_keys", .kind = CFG_KEY_INT, .off = offsetof(struct config, peers_node_keys),
+	  .size = sizeof(uint32_t), .lo = CFG_MAX_KEYS_MIN, .hi = CFG_MAX_KEYS_MAX },
+};
+
+/* "peers": { "listen": ADDR, "name": NAME, "push_ms": N, "node_keys": N }
+ * (docs/PEERS.md). */
+static int cfg_set_peers(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct cfg_key keys[CFG_N_KEYS(cfg_front_keys) + CFG_N_KEYS(cfg_peers_keys)];
+	size_t n = 0;
+
+	if (!json_is_object(v))
+		return cfg_fail_type(p, v, "an object { \"listen\": ADDR, \"name\": NAME }");
+	/* Its keys, and the fronts' whose path is "peers.<key>". */
+	for (size_t i = 0; i < CFG_N_KEYS(cfg_front_keys); i++)
+		if (strncmp(cfg_front_keys[i].name, "peers.", 6) == 0)
+			keys[n++] = cfg_front_keys[i];
+	for (size_t i = 0; i < CFG_N_KEYS(cfg_peers_keys); i++)
+		keys[n++] = cfg_peers_keys[i];
+	return cfg_parse_object(p, v, keys, n, obj);
+}
 
 /* listen_mode: a string of octal digits such as "0660" (JSON has no octal
  * numbers, and 660 read as decimal would be a surprise). Only permission
@@ -183,9 +230,7 @@ static int cfg_set_sched_batch(struct cfg_parser *p, json_t *v, void *obj)
 
 static const struct cfg_key cfg_top_keys[] = {
 	/* Each front's listen address: listen, http_listen (agent/fronts.h). */
-#define CFG_FRONT_KEY(id, label, ops, key) { .name = #key, .set = cfg_set_##key },
 	FRONTS(CFG_FRONT_KEY)
-#undef CFG_FRONT_KEY
 	{ .name = "workers",          .set = cfg_set_workers },
 	CFG_INT(struct config, max_keys, CFG_MAX_KEYS_MIN, CFG_MAX_KEYS_MAX),
 	{ .name = "namespaces",       .set = cfg_set_namespaces },
@@ -213,7 +258,10 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "state_file",       .set = cfg_set_state_file },
 	{ .name = "sched_batch",      .set = cfg_set_sched_batch },
 	CFG_INT(struct config, collect_us, 0, CFG_COLLECT_MAX_US),
+	{ .name = "peers",            .set = cfg_set_peers },
 };
+
+#undef CFG_FRONT_KEY
 
 int cfg_parse_top(struct cfg_parser *p, json_t *root, struct config *c)
 {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/peers_wire.h"
 #include "strategies/strategy.h"
 
 /* ns_check() of namespace ns, at path namespaces[i]: a message at the
@@ -241,6 +242,94 @@ static int cfg_set_ns_max_cost(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+/* A table name into dst (NS_TABLE_NAME_MAX bytes), checked by ns_check. */
+static int cfg_set_table(struct cfg_parser *p, json_t *v, char *dst)
+{
+	if (!json_is_string(v) || json_string_length(v) == 0 ||
+	    json_string_length(v) >= NS_TABLE_NAME_MAX ||
+	    strlen(json_string_value(v)) != json_string_length(v))
+		return cfg_fail_type(p, v, "a table name of 1..63 bytes (\"t\", \"/t\" or "
+				     "\"section/t\")");
+	memcpy(dst, json_string_value(v), json_string_length(v) + 1);
+	return 0;
+}
+
+static int cfg_set_ht_from(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_table(p, v, ((struct ns_haproxy_tables *)obj)->from);
+}
+
+static int cfg_set_ht_into(struct cfg_parser *p, json_t *v, void *obj)
+{
+	return cfg_set_table(p, v, ((struct ns_haproxy_tables *)obj)->into);
+}
+
+/* "auto", a data type HAProxy adds up by its name ("http_req_rate",
+ * "conn_cnt", "gpc0", ...), or an element of an array ("gpc_rate(2)",
+ * "gpc(0)"); ns_check() says which are summed. */
+static int cfg_set_ht_data_type(struct cfg_parser *p, json_t *v, void *obj)
+{
+	static const char what[] = "\"auto\", a data type such as \"http_req_rate\", "
+				   "\"conn_cnt\" or \"gpc_rate(0)\"";
+	struct ns_haproxy_tables *h = obj;
+	const char *s = json_is_string(v) ? json_string_value(v) : NULL;
+	size_t n, name;
+	unsigned idx = 0;
+
+	if (!s)
+		return cfg_fail_type(p, v, what);
+	if (strcmp(s, "auto") == 0) {
+		h->data_type = NS_HAPROXY_DT_AUTO;
+		h->data_index = 0;
+		return 0;
+	}
+	n = strlen(s);
+	name = strcspn(s, "(");
+	if (name < n) {
+		char *end;
+		unsigned long x = strtoul(s + name + 1, &end, 10);
+		if (s[name + 1] < '0' || s[name + 1] > '9' || strcmp(end, ")") != 0 ||
+		    x > NS_HAPROXY_INDEX_MAX)
+			return cfg_fail_type(p, v, what);
+		idx = (unsigned)x;
+	}
+	for (unsigned dt = 0; dt < PEERS_WIRE_DT_COUNT; dt++) {
+		const char *t = peers_wire_dt_str(dt);
+		enum peers_wire_enc enc = peers_wire_dt_enc(dt);
+		bool array = enc == PEERS_WIRE_ENC_ARRAY_UINT || enc == PEERS_WIRE_ENC_ARRAY_FREQ;
+		if (strlen(t) != name || memcmp(t, s, name) != 0 || array != (name < n))
+			continue;
+		h->data_type = (int)dt;
+		h->data_index = idx;
+		return 0;
+	}
+	return cfg_fail_type(p, v, what);
+}
+
+static const struct cfg_key cfg_ht_keys[] = {
+	{ .name = "from",      .set = cfg_set_ht_from },
+	{ .name = "into",      .set = cfg_set_ht_into },
+	{ .name = "data_type", .set = cfg_set_ht_data_type },
+};
+
+/* "haproxy_tables": { "from": TABLE, "into": TABLE, "data_type": TYPE }
+ * (docs/PEERS.md): both tables are needed. */
+static int cfg_set_ns_haproxy_tables(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_haproxy_tables *h = &((struct ns_def *)obj)->haproxy;
+
+	if (!json_is_object(v))
+		return cfg_fail_type(p, v, "an object { \"from\": TABLE, \"into\": TABLE }");
+	if (cfg_parse_object(p, v, cfg_ht_keys, CFG_N_KEYS(cfg_ht_keys), h) < 0)
+		return -1;
+	if (!h->from[0] || !h->into[0]) {
+		cfg_path_key(p, h->from[0] ? "into" : "from");
+		return cfg_fail(p, "missing: expected the table the nodes count in (from) and the "
+				"one they read the sums from (into)");
+	}
+	return 0;
+}
+
 static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "name",          .set = cfg_set_ns_name },
 	{ .name = "window_sizes",  .set = cfg_set_ns_window_sizes },
@@ -258,6 +347,7 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "max_cost",      .set = cfg_set_ns_max_cost },
 	CFG_FLAG(struct ns_def, caller_admission),
 	CFG_INT(struct ns_def, delay_max_ms, 0, NS_DELAY_MAX_MS),
+	{ .name = "haproxy_tables", .set = cfg_set_ns_haproxy_tables },
 };
 
 /* namespaces[i], an object, into c->ns[i]. */

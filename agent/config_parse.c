@@ -222,27 +222,46 @@ static size_t cfg_distance(const char *a, const char *b)
 	return row[lb];
 }
 
-static int cfg_unknown_key(struct cfg_parser *p, const struct cfg_key *keys, size_t n,
+/* The name key k has in the object at path[0..at): its own, or for
+ * "obj.name" (agent/fronts.h: a front's address inside an object) "name"
+ * inside the top-level obj only; NULL elsewhere. */
+static const char *cfg_key_here(const struct cfg_parser *p, size_t at, const struct cfg_key *k)
+{
+	const char *dot = strchr(k->name, '.');
+	size_t n;
+
+	if (!dot)
+		return k->name;
+	n = (size_t)(dot - k->name);
+	return at == n && memcmp(p->path, k->name, n) == 0 ? dot + 1 : NULL;
+}
+
+/* key is not one of keys[0..n) in the object at path[0..at). */
+static int cfg_unknown_key(struct cfg_parser *p, size_t at, const struct cfg_key *keys, size_t n,
 			   const char *key)
 {
-	const char *best = NULL;
+	const char *best = NULL, *name;
 	size_t best_d = SIZE_MAX, i, o = 0;
 	char q[CFG_SHOW_MAX], known[400];
 
 	cfg_quote(key, strlen(key), q, sizeof(q));
 	for (i = 0; i < n; i++) {
-		size_t d = cfg_distance(key, keys[i].name);
+		if (!(name = cfg_key_here(p, at, &keys[i])))
+			continue;
+		size_t d = cfg_distance(key, name);
 
 		if (d < best_d) {
 			best_d = d;
-			best = keys[i].name;
+			best = name;
 		}
 	}
 	if (best && best_d <= 2 && best_d < strlen(key))
 		return cfg_fail(p, "unknown key %s (did you mean \"%s\"?)", q, best);
 	known[0] = '\0';
 	for (i = 0; i < n && o < sizeof(known); i++) {
-		int k = snprintf(known + o, sizeof(known) - o, "%s%s", i ? ", " : "", keys[i].name);
+		if (!(name = cfg_key_here(p, at, &keys[i])))
+			continue;
+		int k = snprintf(known + o, sizeof(known) - o, "%s%s", o ? ", " : "", name);
 
 		if (k < 0)
 			break;
@@ -294,13 +313,14 @@ int cfg_parse_object(struct cfg_parser *p, json_t *obj, const struct cfg_key *ke
 	json_t *v;
 
 	json_object_foreach(obj, key, v) {
-		size_t mark = cfg_path_key(p, key), i;
+		size_t at = p->len, mark = cfg_path_key(p, key), i;
+		const char *name;
 
 		for (i = 0; i < n; i++)
-			if (strcmp(key, keys[i].name) == 0)
+			if ((name = cfg_key_here(p, at, &keys[i])) && strcmp(key, name) == 0)
 				break;
 		if (i == n)
-			return cfg_unknown_key(p, keys, n, key);
+			return cfg_unknown_key(p, at, keys, n, key);
 		if (cfg_set_key(p, &keys[i], v, target) < 0)
 			return -1;
 		cfg_path_pop(p, mark);

@@ -5,7 +5,7 @@
 #include "agent/stream.h"
 
 const struct front_ops *const fronts[FRONT_COUNT] = {
-#define FRONT_OPS_ENTRY(id, name, ops, key) [FRONT_##id] = &ops,
+#define FRONT_OPS_ENTRY(id, name, ops, field, key) [FRONT_##id] = &ops,
 	FRONTS(FRONT_OPS_ENTRY)
 #undef FRONT_OPS_ENTRY
 };

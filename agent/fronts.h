@@ -13,13 +13,16 @@
 #define FRONTS_H
 
 #define FRONTS(X)                                                                        \
-	X(SPOP, "spop", spop_front, listen)      /* HAProxy's SPOE (agent/spop_front.c) */ \
-	X(HTTP, "http", http_front, http_listen) /* nginx's auth_request, callers         \
-	                                            (agent/http_front.c) */
+	/* HAProxy's SPOE (agent/spop_front.c) */                                        \
+	X(SPOP, "spop", spop_front, listen, "listen")                                    \
+	/* nginx's auth_request, callers (agent/http_front.c) */                         \
+	X(HTTP, "http", http_front, http_listen, "http_listen")                          \
+	/* HAProxy's peers: the nodes' stick tables summed (agent/peers_front.c) */     \
+	X(PEERS, "peers", peers_front, peers_listen, "peers.listen")
 
 /* A front's number: its metrics' label and its listener's place. */
 enum front_id {
-#define FRONT_ID(id, name, ops, key) FRONT_##id,
+#define FRONT_ID(id, name, ops, field, key) FRONT_##id,
 	FRONTS(FRONT_ID)
 #undef FRONT_ID
 	FRONT_COUNT
@@ -28,7 +31,7 @@ enum front_id {
 static inline const char *front_name(enum front_id f)
 {
 	static const char *const names[FRONT_COUNT] = {
-#define FRONT_NAME(id, name, ops, key) [FRONT_##id] = name,
+#define FRONT_NAME(id, name, ops, field, key) [FRONT_##id] = name,
 		FRONTS(FRONT_NAME)
 #undef FRONT_NAME
 	};
@@ -36,11 +39,12 @@ static inline const char *front_name(enum front_id f)
 	return (unsigned)f < FRONT_COUNT ? names[f] : "?";
 }
 
-/* The configuration key of a front's listen address ("listen"). */
+/* The configuration key of a front's listen address, its JSON path
+ * ("listen", "peers.listen"). */
 static inline const char *front_address_key(enum front_id f)
 {
 	static const char *const keys[FRONT_COUNT] = {
-#define FRONT_KEY(id, name, ops, key) [FRONT_##id] = #key,
+#define FRONT_KEY(id, name, ops, field, key) [FRONT_##id] = key,
 		FRONTS(FRONT_KEY)
 #undef FRONT_KEY
 	};

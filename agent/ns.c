@@ -4,6 +4,7 @@
  * the library under the namespace's name.
  */
 #include "agent/ns.h"
+#include "agent/peers_wire.h"
 #include "strategies/strategy.h"
 
 #include <math.h>
@@ -44,6 +45,7 @@ void ns_def_init(struct ns_def *d)
 	d->count_denied = true;
 	d->on_table_full = NS_FULL_EVICT;
 	d->caller_limit = NS_CALLER_LOWER;
+	d->haproxy.data_type = NS_HAPROXY_DT_AUTO;
 }
 
 bool ns_has_limits(const struct ns_def *d)
@@ -182,6 +184,57 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 	return 0;
 }
 
+/* A table name as the configuration gives it: 1..63 visible bytes. */
+static bool ns_table_name_ok(const char *s)
+{
+	size_t n = strnlen(s, NS_TABLE_NAME_MAX);
+
+	if (n == 0 || n == NS_TABLE_NAME_MAX || *ns_table_leaf(s) == '\0')
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if ((unsigned char)s[i] <= 0x20 || s[i] == 0x7f)
+			return false;
+	return true;
+}
+
+/* haproxy_tables: both names, apart, a data type the peers front sums
+ * (a frequency counter or a counter, an element of an array within
+ * its bounds), and the one window the tables' period must be. */
+static int ns_check_haproxy(const struct ns_def *d, struct ns_err *e)
+{
+	const struct ns_haproxy_tables *h = &d->haproxy;
+	int dt = h->data_type;
+
+	if (!h->from[0] && !h->into[0])
+		return 0;
+	if (!ns_table_name_ok(h->from))
+		return ns_fail(e, "haproxy_tables.from", "expected a table name of 1..63 visible "
+			       "bytes (\"t\", \"/t\" or \"section/t\")");
+	if (!ns_table_name_ok(h->into))
+		return ns_fail(e, "haproxy_tables.into", "expected a table name of 1..63 visible "
+			       "bytes (\"t\", \"/t\" or \"section/t\")");
+	if (strcmp(ns_table_leaf(h->from), ns_table_leaf(h->into)) == 0)
+		return ns_fail(e, "haproxy_tables.into", "the same table as from: the nodes count "
+			       "in one, read the sums in the other");
+	if (dt != NS_HAPROXY_DT_AUTO) {
+		enum peers_wire_enc enc = dt >= 0 && dt < PEERS_WIRE_DT_COUNT ? peers_wire_dt_enc((unsigned)dt)
+									     : PEERS_WIRE_ENC_DICT;
+		bool array = enc == PEERS_WIRE_ENC_ARRAY_UINT || enc == PEERS_WIRE_ENC_ARRAY_FREQ;
+		if (enc == PEERS_WIRE_ENC_DICT || enc == PEERS_WIRE_ENC_SINT ||
+		    dt == PEERS_WIRE_DT_GPT0 || dt == PEERS_WIRE_DT_CONN_CUR || dt == PEERS_WIRE_DT_GPT)
+			return ns_fail(e, "haproxy_tables.data_type", "not a counter or a rate HAProxy "
+				       "adds up (data type %d)", dt);
+		if (h->data_index > (array ? NS_HAPROXY_INDEX_MAX : 0))
+			return ns_fail(e, "haproxy_tables.data_type", "element %u out of range",
+				       h->data_index);
+	}
+	if (d->n_window_sizes != 1)
+		return ns_fail(e, "window_sizes", "a namespace with haproxy_tables has one window "
+			       "size, the tables' period (the rate's, or how long a counter's "
+			       "increases count), got %zu", d->n_window_sizes);
+	return 0;
+}
+
 int ns_check(const struct ns_def *d, struct ns_err *e)
 {
 	size_t n = strnlen(d->name, sizeof(d->name));
@@ -226,7 +279,7 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->admission >= NS_ADMIT_COUNT)
 		return ns_fail(e, "admission", "expected one of \"auto\", \"local\" or \"exact\", got %d",
 			       (int)d->admission);
-	if (ns_check_limits(d, e) < 0)
+	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0)
 		return -1;
 	if (d->admission == NS_ADMIT_EXACT) {
 		const struct strategy_ops *ops = strategy_find(d->strategy);

@@ -69,6 +69,34 @@ enum ns_caller_limit {
 	NS_CALLER_COUNT
 };
 
+/* haproxy_tables (docs/PEERS.md): the HAProxy stick table whose nodes'
+ * counts the namespace sums (from) and the one it pushes the sums into
+ * (into), as the nodes' peers sections name them: "t" (a peers section's
+ * "table t", "/t" on the wire, or a backend "t"), "/t", or "section/t". */
+#define NS_TABLE_NAME_MAX  64          /* with the NUL */
+#define NS_HAPROXY_DT_AUTO (-1)        /* data_type "auto" */
+#define NS_HAPROXY_INDEX_MAX 99        /* gpc(N), gpc_rate(N): N */
+struct ns_haproxy_tables {
+	char from[NS_TABLE_NAME_MAX];            /* "" = none: not a peers namespace */
+	char into[NS_TABLE_NAME_MAX];
+	int data_type;                           /* a data type's bit (agent/peers_wire.h,
+	                                            a rate or a counter), or
+	                                            NS_HAPROXY_DT_AUTO */
+	unsigned data_index;                     /* the element of gpc(N), gpc_rate(N) */
+};
+
+/* The part of a table name the nodes' wire names end with: from the last
+ * '/' ("/t" of "section/t"), or the name alone for a bare "t". */
+static inline const char *ns_table_leaf(const char *name)
+{
+	const char *slash = NULL;
+
+	for (const char *q = name; *q; q++)
+		if (*q == '/')
+			slash = q;
+	return slash ? slash + 1 : name;
+}
+
 /* A configured limit of one window size (or of every one). */
 #define NS_EVERY_WINDOW 0
 struct ns_limit {
@@ -102,6 +130,7 @@ struct ns_def {
 	bool caller_admission;                   /* HTTP callers may choose `admission` */
 	uint32_t delay_max_ms;                   /* hold a hit this long rather than deny
 	                                            it (0: never; <= NS_DELAY_MAX_MS) */
+	struct ns_haproxy_tables haproxy;        /* the peers front's tables (from "" = none) */
 };
 
 /* Where a namespace is wrong: the key ("sync_rate", "window_sizes[2]") and
@@ -113,7 +142,8 @@ struct ns_err {
 
 /* The defaults of a namespace the configuration lists: no name, no
  * window, sync_rate -1 (local), sliding, count_denied, share 0, evict, no
- * configured limit (callers may lower one), max_cost by default. */
+ * configured limit (callers may lower one), max_cost by default, no
+ * haproxy_tables (data_type "auto"). */
 void ns_def_init(struct ns_def *d);
 
 /* The admission a namespace uses: its `admission`, "auto" resolved. */
@@ -201,7 +231,9 @@ bool ns_name_ok(const char *name, size_t len);
 /* Validates one namespace: name, window sizes, sync_rate (finite; > 0 within
  * NS_SYNC_RATE_MIN..MAX), a strategy known to strategy_find() that fits
  * sync_rate, its strategy_opts (the store's check_opts), window type,
- * on_table_full. Returns 0, or -1 with *e. */
+ * on_table_full, haproxy_tables (two table names of 1..63 visible bytes
+ * that differ, a data type HAProxy sums, one window size: the tables'
+ * period). Returns 0, or -1 with *e. */
 int ns_check(const struct ns_def *d, struct ns_err *e);
 
 /* Names of the enums' values, for the parser and messages. */

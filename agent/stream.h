@@ -72,7 +72,7 @@ struct front_ops {
 	void (*free)(struct stream *s);
 };
 
-#define FRONT_OPS_DECL(id, name, ops, key) extern const struct front_ops ops;
+#define FRONT_OPS_DECL(id, name, ops, field, key) extern const struct front_ops ops;
 FRONTS(FRONT_OPS_DECL)
 #undef FRONT_OPS_DECL
 

@@ -683,35 +683,60 @@ Test(config, http_front_keys)
 	assert_no_leaks();
 }
 
+/* A document setting the JSON path key ("listen", or "peers.listen":
+ * "listen" inside "peers") to the string value. */
+static void address_json(char *json, size_t cap, const char *key, const char *value)
+{
+	const char *dot = strchr(key, '.');
+
+	if (!dot)
+		snprintf(json, cap, "{\"%s\": \"%s\"}", key, value);
+	else
+		snprintf(json, cap, "{\"%.*s\": {\"%s\": \"%s\"}}", (int)(dot - key), key, dot + 1,
+			 value);
+}
+
 /* Every front of agent/fronts.h has its address key, read and checked
  * as listen is: set, it is the front's address (config_front_address); a
- * bad one or one another front has is refused at its own key. Adding a
- * front's line gives it all this. */
+ * bad one or one another front has is refused at its own key (a JSON
+ * path: "peers.listen" is "listen" inside "peers", and nowhere else).
+ * Adding a front's line gives it all this. */
 Test(config, every_front_has_its_address_key)
 {
 	struct config c;
 	struct config_err err;
-	char json[CONFIG_ADDR_MAX + 64];
+	char json[CONFIG_ADDR_MAX + 64], addr[32];
 
 	for (int f = 0; f < FRONT_COUNT; f++) {
 		const char *key = front_address_key((enum front_id)f);
 		config_defaults(&c);
-		snprintf(json, sizeof(json), "{\"%s\": \"127.0.0.1:%d\"}", key,
-			 f == FRONT_SPOP ? 1 : 20000 + f);
+		cr_assert_str_empty(f == FRONT_SPOP ? "" : config_front_address(&c, (enum front_id)f),
+				    "%s: off by default", key);
+		snprintf(addr, sizeof(addr), "127.0.0.1:%d", f == FRONT_SPOP ? 1 : 20000 + f);
+		address_json(json, sizeof(json), key, addr);
 		cr_assert_eq(load(&c, &err, json), 0, "%s: %s: %s", key, err.path, err.msg);
-		char want[32];
-		snprintf(want, sizeof(want), "127.0.0.1:%d", f == FRONT_SPOP ? 1 : 20000 + f);
-		cr_assert_str_eq(config_front_address(&c, (enum front_id)f), want, "%s", key);
+		cr_assert_str_eq(config_front_address(&c, (enum front_id)f), addr, "%s", key);
 		config_free(&c);
 		config_defaults(&c);
-		snprintf(json, sizeof(json), "{\"%s\": \"127.0.0.1\"}", key);
+		address_json(json, sizeof(json), key, "127.0.0.1");
 		cr_assert_eq(load(&c, &err, json), -1, "%s", key);
 		cr_assert_str_eq(err.path, key);
 		config_free(&c);
+		if (strchr(key, '.')) {
+			/* Only where its path says: not a top-level key. */
+			config_defaults(&c);
+			snprintf(json, sizeof(json), "{\"%s\": \"%s\"}", key, addr);
+			cr_assert_eq(load(&c, &err, json), -1, "%s", key);
+			const char *known = strstr(err.msg, "known keys: ");
+			cr_assert_not_null(known, "%s", err.msg);
+			cr_assert_null(strstr(known, key), "%s: not offered at the top: %s", key,
+				       err.msg);
+			config_free(&c);
+		}
 		if (f == FRONT_SPOP)
 			continue;
 		config_defaults(&c);
-		snprintf(json, sizeof(json), "{\"%s\": \"%s\"}", key, c.listen);
+		address_json(json, sizeof(json), key, c.listen);
 		cr_assert_eq(load(&c, &err, json), -1, "%s", key);
 		cr_assert_str_eq(err.path, key);
 		cr_assert_str_eq(err.msg, "the same address as listen");
@@ -1207,6 +1232,88 @@ Test(config, sched_batch_and_collect_us_follow_the_peers_and_the_store)
 		cr_expect_eq(config_collect_us(&c, false), cases[i].collect, "%s", cases[i].json);
 		cr_expect_eq(config_collect_us(&c, true), cases[i].collect_bursts, "%s",
 			     cases[i].json);
+		config_free(&c);
+	}
+	assert_no_leaks();
+}
+
+/* The peers front (docs/PEERS.md): its object's keys and defaults, and a
+ * namespace's haproxy_tables, read and refused at their paths. */
+Test(config, peers_and_haproxy_tables)
+{
+	struct config c;
+	struct config_err err;
+
+	config_defaults(&c);
+	cr_assert_str_eq(c.peers_name, "spoa-ratelimit");
+	cr_assert_eq(c.peers_push_ms, 50);
+	cr_assert_eq(c.peers_node_keys, 65536);
+	cr_assert_eq(c.ns[0].haproxy.from[0], '\0');
+	cr_assert_eq(load(&c, &err,
+			  "{\"peers\": {\"listen\": \"127.0.0.1:10000\", \"name\": \"agg\", "
+			  "\"push_ms\": 20, \"node_keys\": 1000},"
+			  " \"namespaces\": [{\"name\": \"api\", \"window_sizes\": [10],"
+			  " \"haproxy_tables\": {\"from\": \"rl/req_local\", \"into\": \"/req_cluster\"}},"
+			  " {\"name\": \"conn\", \"window_sizes\": [5], \"haproxy_tables\":"
+			  " {\"from\": \"req_local\", \"into\": \"conn_cluster\","
+			  " \"data_type\": \"gpc_rate(3)\"}}]}"), 0, "%s: %s", err.path, err.msg);
+	cr_assert_str_eq(c.peers_listen, "127.0.0.1:10000");
+	cr_assert_str_eq(c.peers_name, "agg");
+	cr_assert_eq(c.peers_push_ms, 20);
+	cr_assert_eq(c.peers_node_keys, 1000);
+	cr_assert_str_eq(c.ns[0].haproxy.from, "rl/req_local");
+	cr_assert_str_eq(c.ns[0].haproxy.into, "/req_cluster");
+	cr_assert_eq(c.ns[0].haproxy.data_type, NS_HAPROXY_DT_AUTO);
+	cr_assert_eq(c.ns[1].haproxy.data_type, 24, "gpc_rate");
+	cr_assert_eq(c.ns[1].haproxy.data_index, 3);
+	config_free(&c);
+
+	static const struct {
+		const char *json, *path, *msg;
+	} cases[] = {
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\", \"name\": \"a b\"}}", "peers.name",
+		  "peer name" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\", \"push_ms\": 1}}", "peers.push_ms",
+		  "5..10000" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\", \"nam\": \"x\"}}", "peers.nam",
+		  "did you mean \"name\"" },
+		{ "{\"peers\": 1}", "peers", "an object" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\"}, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [10], \"haproxy_tables\": {\"from\": \"t\"}}]}",
+		  "namespaces[0].haproxy_tables.into", "missing" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\"}, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [10], \"haproxy_tables\": {\"from\": \"s/t\", \"into\": \"/t\"}}]}",
+		  "namespaces[0].haproxy_tables.into", "the same table as from" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\"}, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [10, 60], \"haproxy_tables\": {\"from\": \"t\", \"into\": \"u\"}}]}",
+		  "namespaces[0].window_sizes", "one window size" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\"}, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [10], \"haproxy_tables\": {\"from\": \"t\", \"into\": \"u\","
+		  " \"data_type\": \"server_id\"}}]}",
+		  "namespaces[0].haproxy_tables.data_type", "not a counter or a rate" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\"}, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [10], \"haproxy_tables\": {\"from\": \"t\", \"into\": \"u\","
+		  " \"data_type\": \"http_req_rate(1)\"}}]}",
+		  "namespaces[0].haproxy_tables.data_type", "\"auto\", a data type" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\"}, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [10], \"haproxy_tables\": {\"from\": \"t\", \"into\": \"u\","
+		  " \"data_type\": \"gpc_rate\"}}]}",
+		  "namespaces[0].haproxy_tables.data_type", "\"auto\", a data type" },
+		{ "{\"namespaces\": [{\"name\": \"a\", \"window_sizes\": [10], \"haproxy_tables\":"
+		  " {\"from\": \"t\", \"into\": \"u\"}}]}",
+		  "namespaces[0].haproxy_tables", "set peers.listen" },
+		{ "{\"peers\": {\"listen\": \"127.0.0.1:10000\"}, \"namespaces\": [{\"name\": \"a\","
+		  " \"window_sizes\": [10], \"haproxy_tables\": {\"from\": \"t\", \"into\": \"u\"}},"
+		  " {\"name\": \"b\", \"window_sizes\": [10], \"haproxy_tables\": {\"from\": \"t\","
+		  " \"into\": \"s/u\", \"data_type\": \"conn_rate\"}}]}",
+		  "namespaces[1].haproxy_tables.into", "the same into table as namespaces[0]" },
+	};
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		config_defaults(&c);
+		cr_assert_eq(load(&c, &err, cases[i].json), -1, "%s", cases[i].json);
+		cr_assert_str_eq(err.path, cases[i].path, "%s: %s", cases[i].json, err.msg);
+		cr_assert_not_null(strstr(err.msg, cases[i].msg), "%s: %s", cases[i].json, err.msg);
+		cr_assert_str_eq(c.peers_name, "spoa-ratelimit", "left untouched");
 		config_free(&c);
 	}
 	assert_no_leaks();

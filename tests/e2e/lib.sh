@@ -327,6 +327,16 @@ start_redis() {
 
 # -------------------------------------------------------------- haproxy ---
 
+# haproxy3_binary: the HAProxy 3.x binary tests/run.sh runs the HAProxy
+# tests again with ($HAPROXY3, else ../shared/peers/haproxy-3.4/haproxy
+# from the project's root), made absolute; nothing when there is none.
+haproxy3_binary() {
+  local b=${HAPROXY3:-$E2E_ROOT/../shared/peers/haproxy-3.4/haproxy}
+  [ -x "$b" ] || return 0
+  case $b in */*) b="$(cd "$(dirname "$b")" && pwd)/$(basename "$b")" ;; esac
+  "$b" -v 2>/dev/null | grep -q '^HAProxy version 3\.' && echo "$b"
+}
+
 # haproxy_at_least MAJOR MINOR: $HAPROXY's version is MAJOR.MINOR or later.
 haproxy_at_least() {
   local maj min
