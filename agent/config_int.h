@@ -2,7 +2,7 @@
  * config_int.h - what the configuration's files share, behind config.h
  * (the one interface; nothing outside agent/config*.c includes this):
  *
- *   config.c         the public API: defaults, loading a file or a text,
+ *   config_load.c    the public API: defaults, loading a file or a text,
  *                    the HTTP budgets, lookups, freeing, formatting errors
  *   config_parse.c   the parser's machinery: the JSON path, failing with
  *                    a message, quoting values, typed value readers,

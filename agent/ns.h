@@ -1,6 +1,6 @@
 /*
  * ns.h - a namespace: the one model of its settings, shared by the
- * configuration (agent/config.c fills it from JSON), the library
+ * configuration (agent/config_ns.c fills it from JSON), the library
  * (rl_new_namespace() keeps a copy) and the sync loop (which reads the
  * library's copy), and the one validator of those settings. What a
  * namespace means is docs/CONFIG.md's "namespaces".

@@ -1,7 +1,7 @@
 /*
- * config.c - the agent's configuration: built-in defaults, a JSON file read
- * with jansson, then whatever the command line overrides, then one
- * config_check() over the result. docs/CONFIG.md documents every key.
+ * config_load.c - the agent's configuration: built-in defaults, a JSON
+ * file read with jansson, then whatever the command line overrides, then
+ * one config_check() over the result. docs/CONFIG.md documents every key.
  *
  * A deployment with a typo must fail at startup, not run on a default, so
  * unknown keys are errors (with a "did you mean"), duplicate keys are errors
