@@ -39,7 +39,10 @@ out=$(grep -n '#include "strategies/' spop/*.[ch] 2>/dev/null)
 out=$(grep -nE '#include "agent/(spop_front|spop_handler|http_[a-z]+|stream|worker)' \
   agent/decide*.[ch] agent/delay.c agent/sync*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "decisions or sync include a front or the worker:"$'\n'"$out"
-out=$(grep -ln '#include "agent/worker.h"' agent/spop_front.c agent/http_*.c agent/spop_handler.c \
+# The fronts: every file with a front's ops table (agent/fronts.h), and
+# the files of the SPOP and HTTP fronts.
+front_files=$(grep -l '^const struct front_ops [a-z_]* = {' agent/*.c)
+out=$(grep -ln '#include "agent/worker.h"' $front_files agent/http_*.c agent/spop_handler.c \
   agent/stream.c 2>/dev/null)
 [ -z "$out" ] || bad "a front includes the worker: $out"
 # The sync reaches the table through agent/shm_sync.h only (the objects'
