@@ -98,6 +98,10 @@ static int cfg_envoy_into(struct cfg_parser *p, struct ns_def *ns, const struct 
 	}
 	if (d->delay_max_ms > ns->delay_max_ms)
 		ns->delay_max_ms = d->delay_max_ms;
+	/* Envoy's hits_addend (an LLM's tokens) may pass the limit: it is then
+	 * over it, not refused (agent/rls_decide.h); max_cost where set. */
+	if (ns->max_cost == 0)
+		ns->max_cost = (double)NS_LIMIT_MAX;
 	return 0;
 }
 

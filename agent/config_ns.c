@@ -364,9 +364,9 @@ static int cfg_parse_ns(struct cfg_parser *p, json_t *e, struct config *c, size_
 		return -1;
 	if (ns->name[0] == '\0')
 		snprintf(ns->name, sizeof(ns->name), "%s", CFG_NS_DEFAULT);
-	/* An envoy_config domain of its name may bring its windows: checked
-	 * once it has (cfg_apply_envoy). */
-	if (ns->n_window_sizes == 0 && p->envoy)
+	/* An envoy_config domain of its name may bring its windows and
+	 * limits: checked once it has (cfg_apply_envoy). */
+	if (p->envoy)
 		goto name;
 	if (ns->n_window_sizes == 0) {
 		cfg_path_key(p, "window_sizes");

@@ -173,9 +173,10 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->caller_limit >= NS_CALLER_COUNT)
 		return ns_fail(e, "caller_limit", "expected one of \"lower\", \"any\" or \"none\", "
 			       "got %d", (int)d->caller_limit);
-	if (d->caller_limit == NS_CALLER_NONE && !ns_has_limits(d))
+	/* an envoy_config domain's limits are configured ones (agent/rls_decide.h) */
+	if (d->caller_limit == NS_CALLER_NONE && !ns_has_limits(d) && !d->envoy)
 		return ns_fail(e, "caller_limit", "\"none\" needs a configured limit (without one, "
-			       "a request's limit is the only one)");
+			       "a request's limit is the only one, or an envoy_config domain)");
 	if (d->delay_max_ms > NS_DELAY_MAX_MS)
 		return ns_fail(e, "delay_max_ms", "expected 0..%u ms, got %u", NS_DELAY_MAX_MS,
 			       d->delay_max_ms);

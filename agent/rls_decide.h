@@ -131,6 +131,7 @@ struct rls_call {
 	/* private */
 	struct rls_call_desc desc[RLS_DESCRIPTORS_MAX];
 	size_t ndesc;
+	uint8_t rq_desc[RLS_DECIDE_BATCH];  /* rq[i]'s descriptor */
 	char domain[NS_NAME_MAX];     /* the domain, when it names a namespace */
 	char keys[RLS_DECIDE_KEYS];
 	char names[RLS_DECIDE_NAMES];
