@@ -4,7 +4,7 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -eu
 what=${1:-build}
-pkgs="build-essential pkg-config libev-dev libhiredis-dev libpq-dev libjansson-dev"
+pkgs="build-essential pkg-config libev-dev libhiredis-dev libpq-dev libjansson-dev libyaml-dev"
 case "$what" in
   build|run) ;;
   # The nginx module (make nginx-module): nginx's sources for modules.
