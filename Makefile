@@ -31,7 +31,7 @@ CC      ?= cc
 SANITIZE ?=
 FUZZ_SECONDS ?= 60
 
-PKGS      := hiredis libpq jansson yaml-0.1
+PKGS      := hiredis libpq jansson yaml-0.1 libnghttp2
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 TEST_LIBS  := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion)

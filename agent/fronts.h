@@ -18,6 +18,7 @@
 	X(SPOP, "spop", spop_front, listen, "listen")           /* HAProxy: spop_front.c */ \
 	X(HTTP, "http", http_front, http_listen, "http_listen") /* nginx: http_front.c */   \
 	X(PEERS, "peers", peers_front, peers_listen, "peers.listen") /* peers_front.c */    \
+	X(GRPC, "grpc", grpc_front, grpc_listen, "grpc_listen") /* Envoy: grpc_front.c */  \
 	/* (the end of the list) */
 
 /* A front's number: its metrics' label and its listener's place. */

@@ -97,4 +97,5 @@ def main():
                          sort_keys=True))
 
 
-main()
+if __name__ == "__main__":
+    main()
