@@ -159,14 +159,15 @@ static void grpc_process(struct stream *s)
 		return;
 	}
 	if (log_limit(&c->w->log, ev_now(s->env->loop)))
-		LOG(LOG_INFO, "grpc connection %d: %s: closed%s", s->fd,
-		    c->failed ? "header block over 64 KiB" : nghttp2_strerror((int)n),
+		LOG(LOG_INFO, "grpc connection %d: %s (%d): closed%s", s->fd,
+		    c->failed ? "header block over 64 KiB" : nghttp2_strerror((int)n), (int)n,
 		    log_limit_suppressed(&c->w->log));
 	metrics_add(&metrics_me->errors[METRICS_ERR_PROTOCOL], 1);
 	c->failed = true;
 	/* Its GOAWAY, if the session still writes one. */
-	nghttp2_session_terminate_session(c->h2, n == NGHTTP2_ERR_FLOODED ? NGHTTP2_ENHANCE_YOUR_CALM
-									  : NGHTTP2_PROTOCOL_ERROR);
+	nghttp2_session_terminate_session(c->h2, c->failed || n == NGHTTP2_ERR_FLOODED
+						       ? NGHTTP2_ENHANCE_YOUR_CALM
+						       : NGHTTP2_PROTOCOL_ERROR);
 }
 
 /* After a read, a timer, a delivery: the output out, the connection closed

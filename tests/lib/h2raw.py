@@ -14,7 +14,8 @@
 #                                "refused=<RST_STREAMs received> goaway=<code>|none"
 #   h2raw.py ADDR noread N SECS  N Health/Checks sent, none of the answers
 #                                read, until the agent stops reading (at
-#                                most SECS): "stalled=<0|1> sent=<bytes> of=<bytes>"
+#                                most SECS): "stalled=<0|1> sent=<bytes> of=<bytes>",
+#                                then holds the connection 5 s if stalled
 import fcntl
 import os
 import select
@@ -84,7 +85,10 @@ class Conn:
              self.buf[9:9 + n])
         self.buf = self.buf[9 + n:]
         if f[0] == SETTINGS and not f[1] & ACK:
-            self.send(frame(SETTINGS, ACK, 0))
+            try:
+                self.send(frame(SETTINGS, ACK, 0))
+            except OSError:
+                pass            # closed already: what it sent is still read
         return f
 
     def until_close(self, timeout=20):
@@ -181,7 +185,8 @@ def main():
                 stalled = 1
                 break
             time.sleep(0.05)
-        print("stalled=%d sent=%d of=%d" % (stalled, off, len(out)))
+        print("stalled=%d sent=%d of=%d" % (stalled, off, len(out)), flush=True)
+        time.sleep(5 if stalled else 0)
     c.s.close()
 
 
