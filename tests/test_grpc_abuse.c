@@ -2,8 +2,9 @@
  * test_grpc_abuse.c - hostile peers of the gRPC front (docs/ENVOY.md,
  * "The gRPC front", what one client may hold), written frame by frame
  * (tests/lib/h2raw.py): an endless header block, a flood of resets,
- * streams past the limit, a peer that never reads. Each is held to its
- * bound, and another client is answered meanwhile.
+ * streams past the limit, a peer that never reads; and slow ones: an idle
+ * connection, a message cut short. Each is held to its bound, and another
+ * client is answered meanwhile.
  */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -70,5 +71,27 @@ Test(abuse, a_peer_that_never_reads, .init = start, .fini = gt_stop, .timeout = 
 	cr_assert(strstr(out, "stalled=1"), "%s", out);
 	others_answered();
 	pclose(f);
+	others_answered();
+}
+
+/* A connection without a call for idle_timeout_ms: GOAWAY NO_ERROR, closed. */
+Test(slow, an_idle_connection, .fini = gt_stop, .timeout = 60)
+{
+	const char *r;
+
+	gt_start("\"idle_timeout_ms\": 1000,");
+	r = gt_raw("idle");
+	cr_assert(strstr(r, "goaway=0 closed=1"), "%s", r);
+}
+
+/* A request not whole within frame_timeout_ms of its headers is answered
+ * (Trailers-Only, the stream ended); the connection goes on. */
+Test(slow, a_message_cut_short, .fini = gt_stop, .timeout = 60)
+{
+	const char *r;
+
+	gt_start("\"frame_timeout_ms\": 500,");
+	r = gt_raw("partial");
+	cr_assert(strstr(r, "ended=1"), "%s", r);
 	others_answered();
 }

@@ -12,6 +12,9 @@
 #                                "goaway=<code>|none closed=<0|1>"
 #   h2raw.py ADDR streams N      N streams opened, none finished:
 #                                "refused=<RST_STREAMs received> goaway=<code>|none"
+#   h2raw.py ADDR idle           nothing sent: "goaway=<code>|none closed=<0|1>"
+#   h2raw.py ADDR partial        a message cut short and left so:
+#                                "ended=<1: its stream answered and ended>"
 #   h2raw.py ADDR noread N SECS  N Health/Checks sent, none of the answers
 #                                read, until the agent stops reading (at
 #                                most SECS): "stalled=<0|1> sent=<bytes> of=<bytes>",
@@ -161,6 +164,20 @@ def main():
         c.send(b"".join(frame(HEADERS, END_HEADERS, 2 * i + 1, request_block()) for i in range(n)))
         code, rst, _ = c.until_close(timeout=3)
         print("refused=%d goaway=%s" % (rst, show_code(code)))
+    elif what == "idle":
+        code, _, closed = c.until_close()
+        print("goaway=%s closed=%d" % (show_code(code), closed))
+    elif what == "partial":
+        # A message's prefix says 100 bytes; 10 come, then nothing.
+        c.send(frame(HEADERS, END_HEADERS, 1, request_block()) +
+               frame(DATA, 0, 1, b"\x00\x00\x00\x00\x64" + b"\x00" * 10))
+        ended, end = 0, time.time() + 20
+        while not ended and time.time() < end:
+            f = c.read_frame(end - time.time())
+            if f is None:
+                break
+            ended = int(f[0] == HEADERS and f[2] == 1 and bool(f[1] & END_STREAM))
+        print("ended=%d" % ended)
     elif what == "noread":
         # Requests as fast as the socket takes them, no byte read: once
         # the agent stops reading this connection, what the socket holds
