@@ -542,8 +542,10 @@ static int grpc_on_data(nghttp2_session *h2, uint8_t flags, int32_t id, const ui
 	(void)user;
 
 	if (!k || k->state != GRPC_CALL_READING) {
-		/* Not read: the windows open at once. */
-		nghttp2_session_consume(h2, id, len);
+		/* Not read: the windows open at once (the stream's may be gone:
+		 * a stream refused). */
+		nghttp2_session_consume_connection(h2, len);
+		nghttp2_session_consume_stream(h2, id, len);
 		return 0;
 	}
 	k->unconsumed += len;
