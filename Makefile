@@ -4,7 +4,8 @@
 #   make run        install missing packages, build, run on the built-in config
 #   make test       install missing packages, build with ASan+UBSan, run every test
 #   make check      the structure: layer rules, file sizes, cited documents
-#   make fuzz       libFuzzer over the SPOP codec, the HTTP parser and the peers codec (bounded time)
+#   make fuzz       libFuzzer over the SPOP codec, the HTTP parser, the peers codec and the
+#                   rate limit service's codec (bounded time)
 #   make bench      benchmarks (bench/)
 #   make demo       multi-node demo on loopback: Redis, two agents, two HAProxy
 #   make nginx-module   the nginx module (build/nginx/*.so) for Debian's nginx
@@ -30,7 +31,7 @@ CC      ?= cc
 SANITIZE ?=
 FUZZ_SECONDS ?= 60
 
-PKGS      := hiredis libpq jansson
+PKGS      := hiredis libpq jansson yaml-0.1 libnghttp2
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -lev -lm
 TEST_LIBS  := $(shell pkg-config --libs criterion 2>/dev/null || echo -lcriterion)
@@ -167,13 +168,16 @@ e2e: $(AGENT) $(NGX_MOD) $(NGX_SAN_MOD)
 
 fuzz:
 	@scripts/deps.sh fuzz
-	@mkdir -p build/fuzz/corpus build/fuzz/corpus-http build/fuzz/corpus-peers
+	@mkdir -p build/fuzz/corpus build/fuzz/corpus-http build/fuzz/corpus-peers build/fuzz/corpus-rls
 	clang -std=c11 -D_GNU_SOURCE -O1 -g -I. -fsanitize=fuzzer,address,undefined \
 	    -o build/fuzz/fuzz_spop tests/fuzz/fuzz_spop.c spop/*.c
 	clang -std=c11 -D_GNU_SOURCE -O1 -g -I. -fsanitize=fuzzer,address,undefined \
 	    -o build/fuzz/fuzz_http tests/fuzz/fuzz_http.c agent/http_parse.c
 	clang -std=c11 -D_GNU_SOURCE -O1 -g -I. -fsanitize=fuzzer,address,undefined \
 	    -fno-sanitize-recover=undefined -o build/fuzz/fuzz_peers tests/fuzz/fuzz_peers.c agent/peers_wire.c
+	clang -std=c11 -D_GNU_SOURCE -O1 -g -I. -fsanitize=fuzzer,address,undefined \
+	    -fno-sanitize-recover=undefined -o build/fuzz/fuzz_rls tests/fuzz/fuzz_rls.c \
+	    agent/rls_wire.c agent/pb_wire.c
 	build/fuzz/fuzz_spop -max_total_time=$(FUZZ_SECONDS) -max_len=20000 \
 	    -artifact_prefix=build/fuzz/ build/fuzz/corpus tests/fuzz/seeds > build/fuzz/log 2>&1; \
 	    rc=$$?; tail -5 build/fuzz/log; [ $$rc -eq 0 ] || exit $$rc; \
@@ -182,7 +186,10 @@ fuzz:
 	    > build/fuzz/log-http 2>&1; rc=$$?; tail -5 build/fuzz/log-http; [ $$rc -eq 0 ] || exit $$rc; \
 	build/fuzz/fuzz_peers -max_total_time=$(FUZZ_SECONDS) -max_len=20000 \
 	    -artifact_prefix=build/fuzz/peers- build/fuzz/corpus-peers tests/fuzz/seeds-peers \
-	    > build/fuzz/log-peers 2>&1; rc=$$?; tail -5 build/fuzz/log-peers; exit $$rc
+	    > build/fuzz/log-peers 2>&1; rc=$$?; tail -5 build/fuzz/log-peers; [ $$rc -eq 0 ] || exit $$rc; \
+	build/fuzz/fuzz_rls -max_total_time=$(FUZZ_SECONDS) -max_len=20000 \
+	    -artifact_prefix=build/fuzz/rls- build/fuzz/corpus-rls tests/fuzz/seeds-rls \
+	    > build/fuzz/log-rls 2>&1; rc=$$?; tail -5 build/fuzz/log-rls; exit $$rc
 
 bench: deps-build
 	$(MAKE) $(AGENT) $(BENCH_BINS)

@@ -71,6 +71,10 @@ struct config {
 	char state_file[CONFIG_PATH_MAX];  /* the counter table in a file; "" = memory */
 	int sched_batch;                   /* 1, 0 or CONFIG_AUTO: config_sched_batch() */
 	int collect_us;                    /* 0..1000 or CONFIG_AUTO: config_collect_us() */
+	/* envoyproxy/ratelimit's YAML (docs/ENVOY.md): a file or a folder, as
+	 * the file gave it; "" = none. Its domains are namespaces: ns[i].envoy. */
+	char envoy_config[CONFIG_PATH_MAX];
+	bool envoy_merge;                  /* a domain in several files: merged */
 	struct ns_def ns[NS_MAX];
 	size_t n_ns;
 };
@@ -141,7 +145,8 @@ uint32_t config_collect_us(const struct config *c, bool bursts);
 /* Index of a namespace by name, or -1. */
 int config_ns_find(const struct config *c, const char *name, size_t len);
 
-/* Frees what config_load allocated (the namespaces' strategy_opts). */
+/* Frees what config_load allocated (the namespaces' strategy_opts and
+ * envoy domains). */
 void config_free(struct config *c);
 
 /* Formats *err as one line into buf. */

@@ -10,6 +10,9 @@
  *   config_keys.c    the top-level keys (JSON value -> struct config)
  *   config_ns.c      the "namespaces" key and the keys of a namespace
  *                    (-> struct ns_def), their checks through ns_check()
+ *   config_envoy.c   the "envoy_config" key: envoyproxy/ratelimit's YAML
+ *                    read (agent/envoy_config.h), its domains made
+ *                    namespaces or added to those of the same name
  *   config_check.c   config_check(), the whole config after the command
  *                    line, and the value rules it shares with the keys
  *                    (listen addresses, owners, message_prefix)
@@ -77,6 +80,8 @@ extern const char *const cfg_log_level_names[LOG_LEVEL_COUNT];
 struct cfg_parser {
 	struct config_err *err;
 	bool ns_replaced;          /* the file listed namespaces: tmp owns new ones */
+	bool envoy;                /* the file has envoy_config: a namespace may leave
+	                              window_sizes to its domain (checked after it) */
 	size_t len;                /* strlen(path) */
 	char path[sizeof(((struct config_err *)0)->path)];
 };
@@ -140,7 +145,14 @@ int cfg_parse_top(struct cfg_parser *p, json_t *root, struct config *c);
  * config_load() frees the old ones on success, the new ones on failure);
  * an empty list keeps them. */
 int cfg_set_namespaces(struct cfg_parser *p, json_t *v, void *obj);
-/* Frees every namespace's strategy_opts. */
+/* "envoy_config": PATH or {"path": PATH, "merge_domains": BOOL}. */
+int cfg_set_envoy_config(struct cfg_parser *p, json_t *v, void *obj);
+/* After the keys: the YAML of c->envoy_config (relative to the directory
+ * of file, the configuration's) read, each domain into the namespace of
+ * its name (made if there is none), every namespace checked again. -1
+ * with the YAML's file, line and column, or the namespace's path. */
+int cfg_apply_envoy(struct cfg_parser *p, struct config *c, const char *file);
+/* Frees every namespace's strategy_opts and envoy domain. */
 void cfg_free_ns(struct config *c);
 /* ns_check() of namespace ns, at path namespaces[i]: a message at the
  * path of the key that is wrong. */

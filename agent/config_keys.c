@@ -259,11 +259,13 @@ static const struct cfg_key cfg_top_keys[] = {
 	{ .name = "sched_batch",      .set = cfg_set_sched_batch },
 	CFG_INT(struct config, collect_us, 0, CFG_COLLECT_MAX_US),
 	{ .name = "peers",            .set = cfg_set_peers },
+	{ .name = "envoy_config",     .set = cfg_set_envoy_config },
 };
 
 #undef CFG_FRONT_KEY
 
 int cfg_parse_top(struct cfg_parser *p, json_t *root, struct config *c)
 {
+	p->envoy = json_object_get(root, "envoy_config") != NULL;
 	return cfg_parse_object(p, root, cfg_top_keys, CFG_N_KEYS(cfg_top_keys), c);
 }

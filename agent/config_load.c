@@ -79,6 +79,9 @@ static int config_load_root(struct config *c, json_t *root, const char *path,
 	tmp = *c;
 	rc = cfg_parse_top(p, root, &tmp);
 	json_decref(root);
+	/* envoyproxy/ratelimit's YAML: its errors name their own file */
+	if (rc == 0)
+		rc = cfg_apply_envoy(p, &tmp, path);
 	if (rc == 0) {
 		rc = config_check(&tmp, err);
 		snprintf(err->file, sizeof(err->file), "%s", path);

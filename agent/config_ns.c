@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/envoy_match.h"
 #include "agent/peers_wire.h"
 #include "strategies/strategy.h"
 
@@ -363,6 +364,10 @@ static int cfg_parse_ns(struct cfg_parser *p, json_t *e, struct config *c, size_
 		return -1;
 	if (ns->name[0] == '\0')
 		snprintf(ns->name, sizeof(ns->name), "%s", CFG_NS_DEFAULT);
+	/* An envoy_config domain of its name may bring its windows and
+	 * limits: checked once it has (cfg_apply_envoy). */
+	if (p->envoy)
+		goto name;
 	if (ns->n_window_sizes == 0) {
 		cfg_path_key(p, "window_sizes");
 		return cfg_fail(p, "missing: expected 1..%d window sizes (positive integers, seconds)",
@@ -372,6 +377,7 @@ static int cfg_parse_ns(struct cfg_parser *p, json_t *e, struct config *c, size_
 		return -1;
 	if (ns->strategy[0] == '\0')
 		snprintf(ns->strategy, sizeof(ns->strategy), "%s", local_strategy.name);
+name:
 	mark = cfg_path_key(p, "name");
 	if (cfg_check_ns_name(p, c, i) < 0)
 		return -1;
@@ -417,5 +423,7 @@ void cfg_free_ns(struct config *c)
 	for (i = 0; i < NS_MAX; i++) {
 		free((void *)c->ns[i].strategy_opts);
 		c->ns[i].strategy_opts = NULL;
+		envoy_domain_free((struct envoy_domain *)c->ns[i].envoy);
+		c->ns[i].envoy = NULL;
 	}
 }

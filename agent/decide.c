@@ -247,7 +247,7 @@ static bool decide_where(const struct decide *d, const struct rl_request *rq,
 		return false;
 	}
 	*nsc = rl_namespace_def(d->rl, *ns);
-	r->shadow = (*nsc)->shadow;
+	r->shadow = (*nsc)->shadow || rq->shadow;
 	*window = rq->window;
 	if (*window == 0) {
 		*window = rl_single_window(d->rl, *ns);

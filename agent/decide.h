@@ -63,6 +63,9 @@ struct rl_request {
 	int64_t limit;                /* 0..DECIDE_COST_MAX */
 	int window_type;              /* enum decide_window_type */
 	int admission;                /* enum decide_admission (0: the namespace's) */
+	bool shadow;                  /* counted and decided, never denies, as in a
+	                                 shadow namespace (Envoy's shadow_mode per
+	                                 descriptor: agent/rls_decide.h) */
 	bool untrusted;               /* HTTP without http_admin_token: may name a
 	                                 limit only where one is configured (or
 	                                 caller_limit "any"), a cost of at most 1

@@ -1,24 +1,25 @@
 /*
  * fronts.h - the list of the agent's fronts: what a listener speaks
- * (agent/stream.h). One line each: X(ID, name, ops table, address key):
- * the key is both the configuration's key of its listen address and the
- * field of struct config that holds it (agent/config.h). The
+ * (agent/stream.h). One line each: X(ID, name, ops table, field, address
+ * key): the field of struct config that holds its listen address
+ * (agent/config.h), read at its key, a JSON path. The
  * configuration (its keys, checks, the reload's "kept" warning), the
  * start-up line, the metrics, the shared balance, the master's listeners
  * and the worker (each front's own state: front_env.state) iterate over
  * this list; adding a front is its file (a struct front_ops) and one line
- * here.
+ * here (and its key's row in docs/CONFIG.md and docs/spoa-ratelimit.8).
  */
 #ifndef FRONTS_H
 #define FRONTS_H
 
+/* One line per front, its comment saying whom it serves and its file; the
+ * line after the last ends the list, so that a front is added by one line. */
 #define FRONTS(X)                                                                        \
-	/* HAProxy's SPOE (agent/spop_front.c) */                                        \
-	X(SPOP, "spop", spop_front, listen, "listen")                                    \
-	/* nginx's auth_request, callers (agent/http_front.c) */                         \
-	X(HTTP, "http", http_front, http_listen, "http_listen")                          \
-	/* HAProxy's peers: the nodes' stick tables summed (agent/peers_front.c) */     \
-	X(PEERS, "peers", peers_front, peers_listen, "peers.listen")
+	X(SPOP, "spop", spop_front, listen, "listen")           /* HAProxy: spop_front.c */ \
+	X(HTTP, "http", http_front, http_listen, "http_listen") /* nginx: http_front.c */   \
+	X(PEERS, "peers", peers_front, peers_listen, "peers.listen") /* peers_front.c */    \
+	X(GRPC, "grpc", grpc_front, grpc_listen, "grpc_listen") /* Envoy: grpc_front.c */  \
+	/* (the end of the list) */
 
 /* A front's number: its metrics' label and its listener's place. */
 enum front_id {

@@ -124,19 +124,65 @@ void http_put(char *out, size_t cap, size_t *o, const char *fmt, ...)
 		*o += (size_t)n < cap - *o ? (size_t)n : cap - *o - 1;
 }
 
-/* A part's policy name, inside an sf-string: the namespace's, and with
+/* A part's policy name (http_policy_name_fn): the namespace's, and with
  * several limits in the decision its window too ("api-60"). */
-static const char *policy_name(const struct http_conn *c, const struct rl_decision *r,
-			       bool several, char *out)
+static const char *policy_name(const void *ctx, const struct rl_decision *r, size_t k,
+			       bool several, char *out, size_t cap)
 {
-	char name[NS_NAME_MAX + 16];
-
-	size_t o = 0;
-
-	snprintf(name, sizeof(name), several ? "%s-%u" : "%s",
-		 rl_namespace_def(c->s.env->rl, r->ns)->name, r->window);
-	http_escape(out, 3 * NS_NAME_MAX, &o, name, strlen(name), HTTP_ESC_SF);
+	(void)k;
+	snprintf(out, cap, several ? "%s-%u" : "%s",
+		 rl_namespace_def((const struct rl *)ctx, r->ns)->name, r->window);
 	return out;
+}
+
+/* names(ctx, part, k, several)'s name as the inside of an sf-string. */
+static void put_policy(char *out, size_t cap, size_t *o, http_policy_name_fn names,
+		       const void *ctx, const struct rl_decision *parts, size_t k, bool several)
+{
+	char name[HTTP_POLICY_NAME_MAX];
+
+	names(ctx, &parts[k], k, several, name, sizeof(name));
+	http_escape(out, cap, o, name, strlen(name), HTTP_ESC_SF);
+}
+
+size_t http_ratelimit_field(char *out, size_t cap, size_t *o, bool policy,
+			    const struct rl_decision *parts, size_t np, bool several,
+			    http_policy_name_fn names, const void *ctx)
+{
+	size_t i = 0;
+
+	for (size_t k = 0; k < np; k++) {
+		if (!parts[k].has_limit)
+			continue;
+		http_put(out, cap, o, "%s\"", i++ ? ", " : "");
+		put_policy(out, cap, o, names, ctx, parts, k, several);
+		if (policy)
+			http_put(out, cap, o, "\";q=%lld;w=%u", (long long)parts[k].limit,
+				 parts[k].window);
+		else
+			http_put(out, cap, o, "\";r=%lld;t=%lld", (long long)parts[k].remaining,
+				 (long long)parts[k].reset);
+	}
+	return i;
+}
+
+void http_problem_members(char *out, size_t cap, size_t *o, int status,
+			  const struct rl_decision *parts, size_t np, bool several,
+			  http_policy_name_fn names, const void *ctx)
+{
+	/* RFC 9457 with the ratelimit draft's problem type. */
+	http_put(out, cap, o, "\"type\":\"https://iana.org/assignments/"
+		 "http-problem-types#quota-exceeded\","
+		 "\"title\":\"Request cannot be satisfied as assigned "
+		 "quota has been exceeded\",\"status\":%d,"
+		 "\"violated-policies\":[", status);
+	for (size_t k = 0, i = 0; k < np; k++)
+		if (parts[k].exceeded) {
+			http_put(out, cap, o, "%s\"", i++ ? "," : "");
+			put_policy(out, cap, o, names, ctx, parts, k, several);
+			http_put(out, cap, o, "\"");
+		}
+	http_put(out, cap, o, "]");
 }
 
 /* The body speaks for the most restrictive; the
@@ -180,29 +226,20 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 		return;
 	}
 	const char *name = rl_namespace_def(c->s.env->rl, r->ns)->name;
-	char policy[3 * (NS_NAME_MAX + 16)], jname[2 * NS_NAME_MAX];
-	bool several = np > 1, problem = r->exceeded;
-	size_t nlim = 0, jlen = 0;
+	const struct rl *rl = c->s.env->rl;
+	char jname[2 * NS_NAME_MAX];
+	bool problem = r->exceeded;
+	size_t jlen = 0;
 
-	for (size_t k = 0; k < np; k++)
-		nlim += parts[k].has_limit;
-	if (nlim > 0) {
-		http_put(hdr, sizeof(hdr), &h, "RateLimit-Policy: ");
-		for (size_t k = 0, i = 0; k < np; k++)
-			if (parts[k].has_limit)
-				http_put(hdr, sizeof(hdr), &h, "%s\"%s\";q=%lld;w=%u",
-					 i++ ? ", " : "",
-					 policy_name(c, &parts[k], several, policy),
-					 (long long)parts[k].limit, parts[k].window);
+	http_put(hdr, sizeof(hdr), &h, "RateLimit-Policy: ");
+	if (http_ratelimit_field(hdr, sizeof(hdr), &h, true, parts, np, np > 1, policy_name,
+				 rl) > 0) {
 		http_put(hdr, sizeof(hdr), &h, "\r\nRateLimit: ");
-		for (size_t k = 0, i = 0; k < np; k++)
-			if (parts[k].has_limit)
-				http_put(hdr, sizeof(hdr), &h, "%s\"%s\";r=%lld;t=%lld",
-					 i++ ? ", " : "",
-					 policy_name(c, &parts[k], several, policy),
-					 (long long)parts[k].remaining,
-					 (long long)parts[k].reset);
+		http_ratelimit_field(hdr, sizeof(hdr), &h, false, parts, np, np > 1, policy_name, rl);
 		http_put(hdr, sizeof(hdr), &h, "\r\n");
+	} else {
+		h = 0;
+		hdr[0] = '\0';
 	}
 	if (r->has_limit) {
 		if (r->exceeded)
@@ -213,17 +250,9 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 				 r->shadow_exceeded ? "exceeded" : "ok");
 		http_put(body, sizeof(body), &b, "{");
 		if (problem) {
-			/* RFC 9457 with the ratelimit draft's problem type. */
-			http_put(body, sizeof(body), &b, "\"type\":\"https://iana.org/assignments/"
-				 "http-problem-types#quota-exceeded\","
-				 "\"title\":\"Request cannot be satisfied as assigned "
-				 "quota has been exceeded\",\"status\":%d,"
-				 "\"violated-policies\":[", cfg->http_deny_status);
-			for (size_t k = 0, i = 0; k < np; k++)
-				if (parts[k].exceeded)
-					http_put(body, sizeof(body), &b, "%s\"%s\"", i++ ? "," : "",
-						 policy_name(c, &parts[k], several, policy));
-			http_put(body, sizeof(body), &b, "],");
+			http_problem_members(body, sizeof(body), &b, cfg->http_deny_status, parts, np,
+					     np > 1, policy_name, rl);
+			http_put(body, sizeof(body), &b, ",");
 		}
 		http_put(body, sizeof(body), &b, "\"exceeded\":%s,\"rate\":%lld,\"remaining\":%lld,"
 			 "\"reset\":%lld,\"limit\":%lld,\"window\":%u",

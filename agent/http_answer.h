@@ -40,6 +40,32 @@ void http_answer_error(struct http_conn *c, const struct http_ctx *x, int status
 void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 			  const struct rl_decision *parts, size_t np);
 
+/* The IETF rate limit fields and problem document of a decision
+ * (draft-ietf-httpapi-ratelimit-headers, RFC 9457), written once for every
+ * front that answers them: /ratelimit here, Envoy's response headers
+ * (agent/rls_decide.c). A policy's name comes from the caller: part k of
+ * parts, several as the caller said (names that must tell limits apart);
+ * written to out[0..cap) (NUL-terminated), returned. */
+#define HTTP_POLICY_NAME_MAX 96
+typedef const char *(*http_policy_name_fn)(const void *ctx, const struct rl_decision *part,
+					   size_t k, bool several, char *out, size_t cap);
+
+/* The value of RateLimit-Policy (policy: `"NAME";q=LIMIT;w=WINDOW` each)
+ * or of RateLimit (`"NAME";r=REMAINING;t=RESET` each) over the parts of
+ * parts[0..np) that have a limit, joined by ", ", appended to
+ * out[cap] at *o as http_put() appends. Returns how many it lists (0:
+ * leave the field out). */
+size_t http_ratelimit_field(char *out, size_t cap, size_t *o, bool policy,
+			    const struct rl_decision *parts, size_t np, bool several,
+			    http_policy_name_fn names, const void *ctx);
+
+/* The members of a quota-exceeded problem document (type, title, status,
+ * violated-policies: the exceeded parts' names), without braces, appended
+ * as above. */
+void http_problem_members(char *out, size_t cap, size_t *o, int status,
+			  const struct rl_decision *parts, size_t np, bool several,
+			  http_policy_name_fn names, const void *ctx);
+
 /* How http_escape() writes a byte outside printable ASCII ('"' and '\\'
  * are always escaped with a backslash). */
 enum http_esc {

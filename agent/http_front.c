@@ -25,6 +25,10 @@
 #include "agent/log.h"
 #include "agent/metrics.h"
 #include "agent/metrics_page.h"
+#include "agent/rls_decide.h"
+#include "agent/rls_json.h"
+
+#include <jansson.h>
 
 /* Buffers start small (an nginx check is a head of a few hundred bytes
  * and one answer) and grow, within the front's budget, for a long head or
@@ -35,6 +39,16 @@
 #define HTTP_WBUF_MAX   16384           /* answers of a pipelined batch */
 #define HTTP_CLOSE_GRACE 1.0            /* seconds to flush a last answer */
 #define HTTP_METRICS_MAX (256u << 10)   /* the text of GET /metrics */
+#define HTTP_TAG_HEAD   1u              /* a held decision's tag[0]: a HEAD */
+#define HTTP_TAG_JSON   2u              /* ... of /json */
+
+/* /json's room (agent/rls_decide.h, agent/rls_json.h): one request of the
+ * connection at a time, as every answer of HTTP/1.1 goes in order. */
+struct http_json {
+	struct rls_call call;
+	struct rls_json_request req;
+	struct rls_response resp;
+};
 
 static void http_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void http_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
@@ -243,7 +257,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	if (p) {
 		/* It waits for a store, or is delayed: answered later. */
 		uint64_t *tag = decide_pending_tag(p);
-		tag[0] = x->head;
+		tag[0] = x->head ? HTTP_TAG_HEAD : 0;
 		tag[1] = x->keep_alive;
 		tag[2] = (uint64_t)x->minor;
 		return;
@@ -251,16 +265,103 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 	http_answer_decision(c, x, r, np);
 }
 
+/* ---- /json: Envoy's rate limit service in JSON ---- */
+
+static void json_answer(struct http_conn *c, const struct http_ctx *x,
+			const struct rl_decision *parts, size_t np);
+
+/* A refusal: 400 (envoyproxy/ratelimit's /json answers every error so),
+ * the reason in the body. */
+static void json_error(struct http_conn *c, const struct http_ctx *x, const char *why)
+{
+	http_answer_error(c, x, 400, why);
+}
+
+/* POST /json: the request read, decided as the gRPC front decides it, the
+ * answer written (or later, once its decision is delivered). */
+static void json_request(struct http_conn *c, const struct http_request *req,
+			 const struct http_ctx *x, const char *body, size_t len)
+{
+	const struct config *cfg = c->s.env->cfg;
+	bool admin = cfg->http_admin_token[0] && token_ok(cfg->http_admin_token, req);
+	struct decide_pending *p;
+	const char *why;
+	json_t *doc;
+	size_t np = 0;
+	int rc;
+
+	if (!admin && !token_ok(cfg->http_token, req)) {
+		unauthorized(c, x);
+		return;
+	}
+	if (!c->json && !(c->json = malloc(sizeof(*c->json)))) {
+		http_answer_error(c, x, 503, "out of memory");
+		return;
+	}
+	if (!(doc = rls_json_request_read(body, len, &c->json->req, &why))) {
+		json_error(c, x, why);
+		return;
+	}
+	/* The admin token's caller is trusted: it may name limits the
+	 * domains do not configure (docs/ENVOY.md, "The decision"). */
+	rc = rls_decide_requests(&c->json->call, c->s.env->rl, &c->json->req.rq, admin, FRONT_HTTP);
+	json_decref(doc);
+	if (rc < 0) {
+		json_error(c, x, c->json->call.why);
+		return;
+	}
+	if (c->json->call.nrq == 0) {
+		json_answer(c, x, NULL, 0);
+		return;
+	}
+	p = decide_run(c->s.env->decide, c->json->call.rq, c->json->call.nrq, rl_now(),
+		       c->json->call.parts, RLS_DECIDE_BATCH, &np, &c->owner);
+	if (p) {
+		uint64_t *tag = decide_pending_tag(p);
+
+		tag[0] = (x->head ? HTTP_TAG_HEAD : 0) | HTTP_TAG_JSON;
+		tag[1] = x->keep_alive;
+		tag[2] = (uint64_t)x->minor;
+		return;
+	}
+	json_answer(c, x, c->json->call.parts, np);
+}
+
+/* The decision of the connection's /json request as its answer: 200 OK,
+ * 429 OVER_LIMIT, as envoyproxy/ratelimit's /json. */
+static void json_answer(struct http_conn *c, const struct http_ctx *x,
+			const struct rl_decision *parts, size_t np)
+{
+	struct http_json *j = c->json;
+	char *text;
+
+	if (rls_decide_answer(&j->call, parts, np, &j->resp) < 0) {
+		json_error(c, x, j->call.why);
+		return;
+	}
+	if (!(text = rls_json_response_write(&j->resp)) ||
+	    http_reserve(c, strlen(text) + HTTP_RESP_MAX) < 0) {
+		free(text);
+		http_answer_error(c, x, 503, "no buffer memory for the answer");
+		return;
+	}
+	http_answer(c, x, j->resp.overall_code == RLS_CODE_OVER_LIMIT ? RLS_DECIDE_DENY_STATUS : 200,
+		    "application/json", "", text);
+	free(text);
+}
+
 void http_deliver(struct decide_owner *owner, struct decide_pending *p)
 {
 	struct http_conn *c = container_of(owner, struct http_conn, owner);
 	const uint64_t *tag = decide_pending_tag(p);
-	struct http_ctx x = { .head = tag[0] != 0, .keep_alive = tag[1] != 0,
+	struct http_ctx x = { .head = (tag[0] & HTTP_TAG_HEAD) != 0, .keep_alive = tag[1] != 0,
 			      .minor = (int)tag[2] };
 	size_t n;
 	const struct rl_decision *r = decide_pending_results(p, &n);
 
-	if (!c->s.dead && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX)
+	if (!c->s.dead && (tag[0] & HTTP_TAG_JSON))
+		json_answer(c, &x, r, n);
+	else if (!c->s.dead && c->s.wcap - c->s.wlen >= HTTP_RESP_MAX)
 		http_answer_decision(c, &x, r, n);
 	else if (!c->s.dead)
 		c->closing = true;      /* cannot happen: room is made before holding */
@@ -384,7 +485,7 @@ static void admin_forgot(void *owner)
 
 /* ---- requests ---- */
 
-static void route(struct http_conn *c, const struct http_request *req)
+static void route(struct http_conn *c, const struct http_request *req, const char *body)
 {
 	struct http_ctx x = { .head = req->method == HTTP_HEAD, .keep_alive = req->keep_alive,
 			      .minor = req->minor };
@@ -392,13 +493,18 @@ static void route(struct http_conn *c, const struct http_request *req)
 	if (c->s.draining)
 		x.keep_alive = false;
 	bool keys = is(req->path, req->path_len, "/keys");
-	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys)) {
+	bool json = is(req->path, req->path_len, "/json");
+	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys) ||
+	    (req->method == HTTP_POST) != json) {
 		http_answer(c, &x, 405, "application/json",
-			    keys ? "Allow: GET, HEAD, DELETE\r\n" : "Allow: GET, HEAD\r\n",
+			    json ? "Allow: POST\r\n" : keys ? "Allow: GET, HEAD, DELETE\r\n"
+							 : "Allow: GET, HEAD\r\n",
 			    "{\"error\":\"method not allowed\"}\n");
 		return;
 	}
-	if (is(req->path, req->path_len, "/ratelimit"))
+	if (json)
+		json_request(c, req, &x, body, req->body_len);
+	else if (is(req->path, req->path_len, "/ratelimit"))
 		ratelimit(c, req, &x);
 	else if (is(req->path, req->path_len, "/metrics")) {
 		if (c->s.env->cfg->http_metrics_token && !authorized(c->s.env->cfg, req))
@@ -461,12 +567,23 @@ static void http_process(struct http_conn *c)
 			http_answer_error(c, &bad, status, why);
 			break;
 		}
+		/* A POST's body is read whole (HTTP_POST_MAX), with its head:
+		 * the head is parsed again once it is there. */
+		const char *body = (const char *)c->s.rbuf + off + (size_t)end;
+		if (req.method == HTTP_POST) {
+			if (c->s.rlen - off < (size_t)end + req.body_len) {
+				c->want = (size_t)end + req.body_len;
+				break;
+			}
+			c->want = 0;
+			off += req.body_len;
+		}
 		off += (size_t)end;
 		c->scanned = 0;
-		c->skip = req.body_len;
+		c->skip = req.method == HTTP_POST ? 0 : req.body_len;
 		completed = c->skip == 0;
 		c->s.last_rx = now;
-		route(c, &req);
+		route(c, &req, body);
 	}
 	if (c->s.dead)
 		return;
@@ -481,6 +598,14 @@ static void http_process(struct http_conn *c)
 		c->s.partial_since = 0;
 	else if (completed || c->s.partial_since == 0)
 		c->s.partial_since = now;
+	/* A POST awaited whole: room for it. */
+	if (c->want > c->s.rcap && stream_grow(&c->s, c->want, 0) < 0) {
+		struct http_ctx x = { .keep_alive = false, .minor = 1 };
+		http_answer_error(c, &x, 503, "no buffer memory for this request");
+		c->s.rlen = 0;
+		c->want = 0;
+		return;
+	}
 	/* A head that fills the buffer: room for the largest one. */
 	if (c->s.rlen == c->s.rcap && c->skip == 0 && c->s.rcap < HTTP_RBUF_MAX &&
 	    stream_grow(&c->s, HTTP_RBUF_MAX, 0) < 0) {
@@ -621,6 +746,12 @@ static double http_idle_since(const struct stream *s)
 	return c->s.partial_since != 0 ? c->s.partial_since : c->s.last_rx;
 }
 
+static void http_free(struct stream *s)
+{
+	free(container_of(s, struct http_conn, s)->json);
+	stream_free(s);
+}
+
 const struct front_ops http_front = {
 	.id = FRONT_HTTP,
 	.open = http_open,
@@ -632,5 +763,5 @@ const struct front_ops http_front = {
 	.drain = http_drain,
 	.evict = http_close_now,
 	.close = http_close_now,
-	.free = stream_free,
+	.free = http_free,
 };

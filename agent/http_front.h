@@ -7,6 +7,9 @@
  *       200 allowed, http_deny_status (429) when exceeded, 400 for a bad
  *       request; RateLimit-Policy / RateLimit headers, Retry-After when
  *       denied; a small JSON body with the same variables as SPOP.
+ *   POST /json     Envoy's RateLimitRequest in protobuf's JSON mapping, its
+ *       RateLimitResponse back (agent/rls_json.h, agent/rls_decide.h):
+ *       200 OK, 429 OVER_LIMIT, 400 for a bad request
  *   GET /metrics   Prometheus text (agent/metrics.h, docs/METRICS.md)
  *   GET /healthz   200 "ok"
  *
@@ -28,11 +31,17 @@
 #include "agent/http_answer.h"
 #include "agent/stream.h"
 
+struct http_json;
+
 /* An HTTP connection: the front `http_front` (agent/stream.h) opens them. */
 struct http_conn {
 	struct stream s;                  /* first: socket, watchers, buffers */
 	size_t scanned;                   /* head scanned so far (http_head_end) */
 	size_t skip;                      /* body bytes still to discard */
+	size_t want;                      /* bytes of a POST (head and body) awaited
+	                                     whole in the read buffer, or 0 */
+	struct http_json *json;           /* /json's room, made at its first
+	                                     request, kept with the connection */
 	struct decide_owner owner;        /* the request waiting (a store, a delay):
 	                                     one, answers go in request order */
 	struct admin_wait admin;          /* a /keys request waiting for its store */

@@ -95,6 +95,8 @@ static int parse_request_line(const char *buf, size_t n, struct http_request *re
 		req->method = HTTP_HEAD;
 	else if (m == 6 && memcmp(buf, "DELETE", 6) == 0)
 		req->method = HTTP_DELETE;
+	else if (m == 4 && memcmp(buf, "POST", 4) == 0)
+		req->method = HTTP_POST;
 	else
 		req->method = HTTP_OTHER;
 	i++;
@@ -214,7 +216,7 @@ int http_parse_head(const char *buf, size_t head_len, struct http_request *req, 
 		return fail(status, why, 400, hosts ? "more than one Host" : "missing Host");
 	if (hosts > 1)
 		return fail(status, why, 400, "more than one Host");
-	if (req->body_len > HTTP_BODY_MAX)
+	if (req->body_len > (req->method == HTTP_POST ? HTTP_POST_MAX : HTTP_BODY_MAX))
 		return fail(status, why, 413, "request body too large");
 	req->keep_alive = req->minor == 1 ? !conn_close : (conn_keep && !conn_close);
 	return 0;

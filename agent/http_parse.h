@@ -11,7 +11,7 @@
  *
  * Lines end with CRLF only; control characters are refused; HTTP/1.1
  * needs exactly one Host; Content-Length is digits only (duplicates must
- * agree, at most HTTP_BODY_MAX); Transfer-Encoding is not implemented;
+ * agree, at most HTTP_BODY_MAX, a POST's HTTP_POST_MAX); Transfer-Encoding is not implemented;
  * Authorization, X-RateLimit-Key and X-RateLimit-Namespace at most once.
  * Why a request is refused comes back as an HTTP status and a reason.
  */
@@ -25,11 +25,13 @@
 #define HTTP_HEAD_MAX    16384   /* request line and headers */
 #define HTTP_HEADERS_MAX 64      /* header fields */
 #define HTTP_BODY_MAX    8192    /* a body is read and ignored */
+#define HTTP_POST_MAX    65536   /* a POST's body (/json: agent/rls_json.h), read */
 
 enum http_method {
 	HTTP_GET = 0,
 	HTTP_HEAD,
 	HTTP_DELETE,                 /* the admin endpoint DELETE /keys */
+	HTTP_POST,                   /* POST /json */
 	HTTP_OTHER,                  /* parsed; the router answers 405 */
 };
 
@@ -50,7 +52,7 @@ struct http_request {
 	size_t rl_key_len;
 	const char *rl_namespace;    /* X-RateLimit-Namespace */
 	size_t rl_namespace_len;
-	size_t body_len;             /* Content-Length, to skip */
+	size_t body_len;             /* Content-Length: to skip, or a POST's to read */
 };
 
 /* Where the head in buf[0..len) ends (the offset after its empty line),

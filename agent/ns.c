@@ -4,6 +4,7 @@
  * the library under the namespace's name.
  */
 #include "agent/ns.h"
+#include "agent/envoy_match.h"
 #include "agent/peers_wire.h"
 #include "strategies/strategy.h"
 
@@ -172,9 +173,10 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->caller_limit >= NS_CALLER_COUNT)
 		return ns_fail(e, "caller_limit", "expected one of \"lower\", \"any\" or \"none\", "
 			       "got %d", (int)d->caller_limit);
-	if (d->caller_limit == NS_CALLER_NONE && !ns_has_limits(d))
+	/* an envoy_config domain's limits are configured ones (agent/rls_decide.h) */
+	if (d->caller_limit == NS_CALLER_NONE && !ns_has_limits(d) && !d->envoy)
 		return ns_fail(e, "caller_limit", "\"none\" needs a configured limit (without one, "
-			       "a request's limit is the only one)");
+			       "a request's limit is the only one, or an envoy_config domain)");
 	if (d->delay_max_ms > NS_DELAY_MAX_MS)
 		return ns_fail(e, "delay_max_ms", "expected 0..%u ms, got %u", NS_DELAY_MAX_MS,
 			       d->delay_max_ms);
@@ -235,6 +237,22 @@ static int ns_check_haproxy(const struct ns_def *d, struct ns_err *e)
 	return 0;
 }
 
+/* An envoy domain's limits count in the namespace's windows, and its
+ * holds fit the namespace's delay bound (docs/ENVOY.md). */
+static int ns_check_envoy(const struct ns_def *d, struct ns_err *e)
+{
+	if (!d->envoy)
+		return 0;
+	for (size_t i = 0; i < d->envoy->n_windows; i++)
+		if (!ns_has_window(d, d->envoy->windows[i]))
+			return ns_fail(e, "window_sizes", "no window of %u s, which envoy_config "
+				       "domain \"%s\" counts", d->envoy->windows[i], d->envoy->name);
+	if (d->envoy->delay_max_ms > d->delay_max_ms)
+		return ns_fail(e, "delay_max_ms", "%u ms, under the %u ms of envoy_config domain "
+			       "\"%s\"", d->delay_max_ms, d->envoy->delay_max_ms, d->envoy->name);
+	return 0;
+}
+
 int ns_check(const struct ns_def *d, struct ns_err *e)
 {
 	size_t n = strnlen(d->name, sizeof(d->name));
@@ -279,7 +297,7 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->admission >= NS_ADMIT_COUNT)
 		return ns_fail(e, "admission", "expected one of \"auto\", \"local\" or \"exact\", got %d",
 			       (int)d->admission);
-	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0)
+	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0 || ns_check_envoy(d, e) < 0)
 		return -1;
 	if (d->admission == NS_ADMIT_EXACT) {
 		const struct strategy_ops *ops = strategy_find(d->strategy);

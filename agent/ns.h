@@ -28,6 +28,8 @@
 #define NS_DELAY_MAX_MS    60000u      /* delay_max_ms */
 #define NS_LIMIT_MAX       1000000000000LL /* largest limit and cost (1e12: exact in a double) */
 
+struct envoy_domain;
+
 /* The window type messages get when they name none. */
 enum ns_window_type {
 	NS_WINDOW_SLIDING = 0,
@@ -131,6 +133,11 @@ struct ns_def {
 	uint32_t delay_max_ms;                   /* hold a hit this long rather than deny
 	                                            it (0: never; <= NS_DELAY_MAX_MS) */
 	struct ns_haproxy_tables haproxy;        /* the peers front's tables (from "" = none) */
+	const struct envoy_domain *envoy;        /* the envoy_config domain of this name
+	                                            (docs/ENVOY.md): its descriptors and
+	                                            their limits, or NULL; owned by the
+	                                            holder, as strategy_opts (config:
+	                                            envoy_domain_free) */
 };
 
 /* Where a namespace is wrong: the key ("sync_rate", "window_sizes[2]") and
@@ -233,7 +240,8 @@ bool ns_name_ok(const char *name, size_t len);
  * sync_rate, its strategy_opts (the store's check_opts), window type,
  * on_table_full, haproxy_tables (two table names of 1..63 visible bytes
  * that differ, a data type HAProxy sums, one window size: the tables'
- * period). Returns 0, or -1 with *e. */
+ * period), an envoy domain's windows among window_sizes and its limits'
+ * delay_max_ms within the namespace's. Returns 0, or -1 with *e. */
 int ns_check(const struct ns_def *d, struct ns_err *e);
 
 /* Names of the enums' values, for the parser and messages. */

@@ -18,6 +18,9 @@
 #            agent CPU per request, p99; the lean answer, 3.x's recommended
 #            settings, the agent on a unix socket (see part_versions; about
 #            9 minutes)
+#   grpc     the gRPC front (docs/ENVOY.md): one worker, one HTTP/2
+#            connection, 64 streams in flight (h2load -c1 -m64), a fixed
+#            ShouldRateLimit counted: decisions/s, p99 (h2load's per-request log)
 #   nginx    nginx alone, with limit_req, with auth_request to the HTTP front
 #            and with the module over SPOP (make nginx-module), interleaved
 #   sync     BUILD_DIR/bench/bench_sync_redis (one Redis, then a 3-master Redis
@@ -37,7 +40,7 @@
 #            $BENCH_BASELINE if given, interleaved (not in the default)
 #   top      the heavy-hitters summaries (GET /top) on the SPOP hit path:
 #            off, default, every hit recorded, interleaved (not in the default)
-# Default: $BENCH_PARTS, else core spop http e2e versions nginx sync (about 20
+# Default: $BENCH_PARTS, else core spop http grpc e2e versions nginx sync (about 20
 # minutes on 2 cores, half of it part versions); profile and alloc add
 # about a minute more.
 #
@@ -58,7 +61,7 @@ ROOT=$PWD
 
 BUILD=${1:-build/rel}
 shift || true
-PARTS=${*:-${BENCH_PARTS:-core spop http e2e versions nginx sync}}
+PARTS=${*:-${BENCH_PARTS:-core spop http grpc e2e versions nginx sync}}
 
 case $BUILD in
   /*) BDIR=$BUILD ;;
@@ -1581,6 +1584,60 @@ nginx_conf() {
     sed -e '/^worker_processes/d' > "$out"
 }
 
+GRPC_SECONDS=${BENCH_GRPC_SECONDS:-5}
+GRPC_ROUNDS=${BENCH_GRPC_ROUNDS:-3}
+
+# The gRPC front: one worker on CPU 0, h2load on CPU 1, one connection, 64
+# streams in flight, the same ShouldRateLimit (one descriptor, counted,
+# never over its limit) for GRPC_SECONDS; p99 from h2load's log of every
+# request.
+part_grpc() {
+  local port gport cfg yaml body url r f rps p99 n
+  say "== grpc (the gRPC front: one worker, one connection, h2load -m64)"
+  md "## 2c. gRPC front: one worker, one HTTP/2 connection (h2load)"
+  md ""
+  if ! command -v h2load >/dev/null 2>&1 || [ ! -x "$AGENT" ] ||
+     ! /usr/bin/python3 -c 'import google.protobuf' 2>/dev/null; then
+    say "h2load, python3-protobuf or the agent missing: skipped"
+    md "h2load, python3-protobuf or the agent missing: skipped."; md ""
+    return 0
+  fi
+  free_port port && free_port gport || return 1
+  yaml=$RAW/grpc-envoy.yaml cfg=$RAW/grpc-agent.json body=$RAW/grpc-body.bin
+  printf 'domain: bench\ndescriptors:\n  - {key: client, rate_limit: {unit: second, requests_per_unit: 1000000000}}\n' \
+    > "$yaml"
+  printf '{"grpc_listen": "127.0.0.1:%s", "envoy_config": "%s"}\n' "$gport" "$yaml" > "$cfg"
+  /usr/bin/python3 -c 'import sys; b = bytes.fromhex(sys.argv[1]); sys.stdout.buffer.write(b"\0" + len(b).to_bytes(4, "big") + b)' \
+    "$(/usr/bin/python3 tests/lib/rls_pb.py encode request \
+       '{"domain":"bench","descriptors":[{"entries":[{"key":"client","value":"10.0.0.1"}]}]}')" > "$body"
+  url=http://127.0.0.1:$gport/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit
+  start_agent "$port" 0 -w 1 -c "$cfg" || return 1
+  : > "$RAW/grpc.txt"
+  for r in $(seq 1 "$GRPC_ROUNDS"); do
+    f=$RAW/grpc-$r.txt; rm -f "$RAW/grpc-$r.log"
+    "${PIN1[@]}" h2load -c1 -m64 -D1 -d "$body" -H 'content-type: application/grpc' \
+      -H 'te: trailers' "$url" > /dev/null 2>&1
+    "${PIN1[@]}" h2load -c1 -m64 -D"$GRPC_SECONDS" -d "$body" -H 'content-type: application/grpc' \
+      -H 'te: trailers' --log-file="$RAW/grpc-$r.log" "$url" > "$f" 2>&1
+    rps=$(awk '/^finished in/ { gsub(",", "", $4); printf "%d", $4 }' "$f")
+    n=$(awk '/^requests:/ { print $8 }' "$f")
+    p99=$(awk -F'\t' '{ print $3 }' "$RAW/grpc-$r.log" | sort -n |
+          awk '{ v[NR] = $1 } END { i = int(NR * 0.99); if (i < 1) i = 1; print v[i] }')
+    echo "$r ${rps:-0} ${p99:-0} ${n:-0}" >> "$RAW/grpc.txt"
+    say "grpc round=$r decisions/s=$rps p99_us=$p99 succeeded=$n"
+  done
+  stop_agent
+  md "\`h2load -c1 -m64 -D$GRPC_SECONDS -d BODY -H 'content-type: application/grpc' -H 'te: trailers' URL\`:"
+  md "one ShouldRateLimit (one descriptor, counted under a limit of 10^9 a second), one worker on CPU 0,"
+  md "h2load on CPU 1, 1 s warm-up, median of $GRPC_ROUNDS runs (by decisions/s); p99 from h2load's"
+  md "\`--log-file\` (each request's time to its last byte)."
+  md ""
+  md "| decisions/s | p99 |"
+  md "|---:|---:|"
+  sort -k2 -n "$RAW/grpc.txt" | awk -v n="$GRPC_ROUNDS" 'NR == int((n + 1) / 2) { printf "| %d | %.2f ms |\n", $2, $3 / 1000 }' >> "$MD"
+  md ""
+}
+
 part_nginx() {
   local r v fe app ah port f rps p99 n0 n1 a0 a1 reqs ncpu acpu variants="alone limitreq auth module"
   say "== nginx (alone, limit_req, auth_request to the HTTP front, the module over SPOP)"
@@ -2092,8 +2149,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|e2e|versions|nginx|sync|profile|alloc|baseline|scale|store|top) ;;
-    *) echo "bench: unknown part '$part' (core spop http e2e versions nginx sync profile alloc baseline scale store top)" >&2; exit 2 ;;
+    core|spop|http|grpc|e2e|versions|nginx|sync|profile|alloc|baseline|scale|store|top) ;;
+    *) echo "bench: unknown part '$part' (core spop http grpc e2e versions nginx sync profile alloc baseline scale store top)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)

@@ -5,7 +5,10 @@
 #     only (no agent/shm.h included; with a build directory, no function
 #     of the table's other files called); the peers codec
 #     (agent/peers_wire.[ch]) is pure: C headers only, and with a build
-#     directory no call but memchr/memcpy/memmove/memset;
+#     directory no call but memchr/memcpy/memmove/memset; the same for the
+#     rate limit service's codec (agent/pb_wire.[ch], agent/rls_wire.[ch]:
+#     agent/pb_wire.h the one header of ours it includes, and calls between
+#     its two files);
 #   - no include cycle among agent/, spop/, strategies/;
 #   - no source file of agent/, spop/, strategies/ over 1,500 lines
 #     (docs/STYLE.md, rule 13), no test file (tests/*.c, tests/lib/) either
@@ -36,7 +39,10 @@ out=$(grep -n '#include "strategies/' spop/*.[ch] 2>/dev/null)
 out=$(grep -nE '#include "agent/(spop_front|spop_handler|http_[a-z]+|stream|worker)' \
   agent/decide*.[ch] agent/delay.c agent/sync*.[ch] 2>/dev/null)
 [ -z "$out" ] || bad "decisions or sync include a front or the worker:"$'\n'"$out"
-out=$(grep -ln '#include "agent/worker.h"' agent/spop_front.c agent/http_*.c agent/spop_handler.c \
+# The fronts: every file with a front's ops table (agent/fronts.h), and
+# the files of the SPOP and HTTP fronts.
+front_files=$(grep -l '^const struct front_ops [a-z_]* = {' agent/*.c)
+out=$(grep -ln '#include "agent/worker.h"' $front_files agent/http_*.c agent/spop_handler.c \
   agent/stream.c 2>/dev/null)
 [ -z "$out" ] || bad "a front includes the worker: $out"
 # The sync reaches the table through agent/shm_sync.h only (the objects'
@@ -47,6 +53,10 @@ out=$(grep -n '#include "agent/shm.h"' agent/sync*.[ch] 2>/dev/null)
 out=$(grep -n '#include' agent/peers_wire.[ch] 2>/dev/null |
   grep -vE '<(limits|stdbool|stddef|stdint|string)\.h>|"agent/peers_wire\.h"')
 [ -z "$out" ] || bad "the peers codec includes more than C headers:"$'\n'"$out"
+# The rate limit service's codec is pure too: C headers and its own.
+out=$(grep -n '#include' agent/pb_wire.[ch] agent/rls_wire.[ch] 2>/dev/null |
+  grep -vE '<(stdbool|stddef|stdint|string)\.h>|"agent/(pb_wire|rls_wire)\.h"')
+[ -z "$out" ] || bad "the rate limit service's codec includes more than C headers:"$'\n'"$out"
 
 # ---- include cycles among headers (depth-first) ----
 cycles=$(awk '
@@ -193,7 +203,14 @@ if [ -n "$build" ] && [ -d "$build" ]; then
       grep -vE '^(memchr|memcpy|memmove|memset|__(asan|ubsan|sanitizer)_.*|__stack_chk_fail|_GLOBAL_OFFSET_TABLE_)$')
     [ -z "$out" ] || bad "the peers codec calls more than mem*():"$'\n'"$out"
   fi
-  calls=", call circles, the sync's way to the table, the peers codec's calls"
+  # The same for the rate limit service's codec: mem*() and its own files.
+  for o in pb_wire rls_wire; do
+    [ -f "$build/agent/$o.o" ] || continue
+    out=$(nm -u "$build/agent/$o.o" 2>/dev/null | awk '{ print $2 }' |
+      grep -vE '^(memchr|memcpy|memmove|memset|pb_[a-z0-9_]+|__(asan|ubsan|sanitizer)_.*|__stack_chk_fail|_GLOBAL_OFFSET_TABLE_)$')
+    [ -z "$out" ] || bad "the rate limit service's codec ($o.c) calls more than mem*():"$'\n'"$out"
+  done
+  calls=", call circles, the sync's way to the table, the codecs' calls"
 fi
 
 [ "$fail" -eq 0 ] && echo "check: ok (layers, include cycles, file sizes, test sizes, cited documents and sections$calls)"

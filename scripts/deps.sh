@@ -4,12 +4,12 @@
 # As root it runs apt-get; otherwise it prints the exact command and fails.
 set -eu
 what=${1:-build}
-pkgs="build-essential pkg-config libev-dev libhiredis-dev libpq-dev libjansson-dev"
+pkgs="build-essential pkg-config libev-dev libhiredis-dev libpq-dev libjansson-dev libyaml-dev libnghttp2-dev"
 case "$what" in
   build|run) ;;
   # The nginx module (make nginx-module): nginx's sources for modules.
   nginx) pkgs="$pkgs nginx nginx-dev" ;;
-  test)  pkgs="$pkgs libcriterion-dev haproxy nginx nginx-dev curl redis-server redis-sentinel postgresql clang docker-compose iproute2 procps systemd man-db groff-base prometheus" ;;
+  test)  pkgs="$pkgs libcriterion-dev haproxy nginx nginx-dev curl redis-server redis-sentinel postgresql clang docker-compose iproute2 procps systemd man-db groff-base prometheus python3-grpcio python3-protobuf nghttp2-client" ;;
   bench) pkgs="$pkgs haproxy nginx nginx-dev curl wrk redis-server postgresql valgrind iproute2 procps" ;;
   demo)  pkgs="$pkgs haproxy curl redis-server iproute2 procps" ;;
   fuzz)  pkgs="$pkgs clang libclang-rt-14-dev" ;;
