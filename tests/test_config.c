@@ -519,7 +519,7 @@ Test(config, unknown_keys)
 	static const struct bad_case cases[] = {
 		{ "{\"listn\": \"127.0.0.1:1\"}", "listn", "unknown key \"listn\" (did you mean \"listen\"?)" },
 		{ "{\"namespace\": []}", "namespace", "unknown key \"namespace\" (did you mean \"namespaces\"?)" },
-		{ "{\"colour\": 1}", "colour", "unknown key \"colour\"; known keys: listen, http_listen, workers," },
+		{ "{\"colour\": 1}", "colour", "unknown key \"colour\"; known keys: listen, http_listen, grpc_listen, workers," },
 		{ "{\"colour\": 1}", "colour", ", max_buffer_memory, listen_mode, listen_owner" },
 		{ "{\"namespaces\": [{\"window_sizes\": [1], \"windw_sizes\": [2]}]}",
 		  "namespaces[0].windw_sizes", "unknown key \"windw_sizes\" (did you mean \"window_sizes\"?)" },
