@@ -12,6 +12,19 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *const ns_algorithm_names[NS_ALGO_COUNT] = {
+#define NS_ALGO_NAME(id, name, store) [id] = name,
+	NS_ALGORITHMS(NS_ALGO_NAME)
+#undef NS_ALGO_NAME
+};
+
+/* Can the stores count it (NS_ALGORITHMS)? */
+static const bool ns_algorithm_store[NS_ALGO_COUNT] = {
+#define NS_ALGO_STORE(id, name, store) [id] = store,
+	NS_ALGORITHMS(NS_ALGO_STORE)
+#undef NS_ALGO_STORE
+};
+
 const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT] = {
 	[NS_WINDOW_SLIDING] = "sliding",
 	[NS_WINDOW_FIXED]   = "fixed",
@@ -270,6 +283,12 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 			       d->sync_rate);
 	if (ns_check_strategy(d, e) < 0)
 		return -1;
+	if ((unsigned)d->algorithm >= NS_ALGO_COUNT)
+		return ns_fail(e, "algorithm", "unknown algorithm %d", (int)d->algorithm);
+	if (!ns_algorithm_store[d->algorithm] && d->sync_rate >= 0)
+		return ns_fail(e, "algorithm", "\"%s\" is counted on each node alone: sync_rate "
+			       "< 0 (docs/CLUSTER.md, \"Other algorithms\"), got %g",
+			       ns_algorithm_names[d->algorithm], d->sync_rate);
 	if ((unsigned)d->window_type >= NS_WINDOW_TYPE_COUNT)
 		return ns_fail(e, "window_type", "expected one of \"sliding\" or \"fixed\", got %d",
 			       (int)d->window_type);
