@@ -6,4 +6,5 @@
 
 const struct algo_ops *const algo_table[NS_ALGO_COUNT] = {
 	[NS_ALGO_WINDOW] = &algo_window,
+	[NS_ALGO_GCRA] = &algo_gcra,
 };

@@ -79,6 +79,27 @@ enum rl_admit {
 	RL_ADMIT_DEGRADED,            /* a grant, or this node's share */
 };
 
+/* What this node holds of one key's window now (GET /keys). */
+struct rl_key_info {
+	uint32_t size;
+	int64_t start;        /* of the current window */
+	bool found;           /* the current window has a slot here */
+	double count;         /* this node's count: the cluster's hits as last
+	                         fetched (synced namespaces), its own hits
+	                         since (diff, spent), and what is left of
+	                         its grant */
+	double diff;          /* its hits the store has not confirmed */
+	double grant;         /* what is left of the store's grant */
+	double spent;         /* grant hits not reported to the store yet */
+	double previous;      /* the previous window's count */
+	double weight;        /* of the previous window (0: fixed) */
+	double rate;          /* (count - grant) + previous x weight; gcra:
+	                         count and rate are the hits in the key's
+	                         bucket, start the slot's period's */
+	double cap;           /* what the rate is checked against: the
+	                         configured limit (-1: none); gcra: the burst */
+};
+
 /* One hit, its arguments checked by the library (rl_hit_skey), its key
  * prepared for the window index (shm_key_init). */
 struct algo_hit {
@@ -139,16 +160,23 @@ struct algo_ops {
 	 * 0, or -1 when a slot was needed and the table had no room for it.
 	 * Lock-free, never allocates. */
 	int (*hit)(const struct algo_hit *h, struct rl_result *out);
-	/* A hit of v taken back (rl_uncount): cur is the slot of the period
-	 * the hit was counted in (found; never SHM_NONE). */
+	/* A hit of v taken back (rl_uncount: another limit of its decision
+	 * denied it): cur is the slot of the period the hit was counted in
+	 * (found; never SHM_NONE), with_diff and granted as it was counted. */
 	void (*take_back)(struct shm_table *t, const struct shm_ref *cur, const struct ns_def *d,
-			  uint32_t size, double limit, double v, bool with_diff, bool granted);
+			  uint32_t size, double v, bool with_diff, bool granted);
 	/* While the store is away (rl_degraded_cap): the cap a hit on cur
 	 * (and prev, the slot before, weighted by weight) is decided against.
 	 * NULL for an algorithm without a store. */
 	double (*share_cap)(const struct shm_table *t, const struct shm_ref *cur,
 			    const struct shm_ref *prev, double weight, double limit,
 			    unsigned nodes);
+	/* What the key holds at now (rl_inspect, GET /keys): cur and prev
+	 * the slots of the period of `start` and the one before (SHM_NONE:
+	 * none); size the window, sliding its type (the window counter's). */
+	void (*inspect)(const struct shm_table *t, const struct ns_def *d, uint32_t size,
+			int64_t start, double now, bool sliding, const struct shm_ref *cur,
+			const struct shm_ref *prev, struct rl_key_info *out);
 	/* The rate and reset at now, and with a limit (v->has_limit; else
 	 * left as they are) remaining, retry_after and exceeded. */
 	void (*answer)(const struct algo_view *v, double now, struct algo_answer *a);
@@ -156,6 +184,7 @@ struct algo_ops {
 
 /* Each algorithm's ops, in its file. */
 extern const struct algo_ops algo_window;     /* agent/algo_window.c */
+extern const struct algo_ops algo_gcra;       /* agent/algo_gcra.c */
 
 /* The algorithms, by enum ns_algorithm (agent/algo.c). */
 extern const struct algo_ops *const algo_table[NS_ALGO_COUNT];

@@ -222,15 +222,31 @@ static int win_hit(const struct algo_hit *h, struct rl_result *out)
 }
 
 static void win_take_back(struct shm_table *t, const struct shm_ref *cur, const struct ns_def *d,
-			  uint32_t size, double limit, double v, bool with_diff, bool granted)
+			  uint32_t size, double v, bool with_diff, bool granted)
 {
 	(void)d;
 	(void)size;
-	(void)limit;
 	if (granted)
 		shm_grant_untake(t, cur, v);
 	else
 		shm_add(t, cur, -v, with_diff);
+}
+
+static void win_inspect(const struct shm_table *t, const struct ns_def *d, uint32_t size,
+			int64_t start, double now, bool sliding, const struct shm_ref *cur,
+			const struct shm_ref *prev, struct rl_key_info *out)
+{
+	out->size = size;
+	out->start = start;
+	out->cap = (double)ns_limit_of(d, size);
+	out->found = cur->idx != SHM_NONE;
+	out->count = shm_read_count(t, cur);
+	out->diff = shm_read_diff(t, cur);
+	out->grant = cur->idx == SHM_NONE ? 0 : shm_grant_left(t, cur->idx);
+	out->spent = cur->idx == SHM_NONE ? 0 : shm_grant_spent(t, cur->idx);
+	out->previous = prev->idx == SHM_NONE ? 0 : shm_read_count(t, prev);
+	out->weight = sliding ? window_weight(now, size) : 0;
+	out->rate = window_rate(out->count - out->grant, out->previous, out->weight);
 }
 
 /* rate: the ceiling of the exact rate; reset: the end of the window;
@@ -267,5 +283,6 @@ const struct algo_ops algo_window = {
 	.hit = win_hit,
 	.take_back = win_take_back,
 	.share_cap = win_share_cap,
+	.inspect = win_inspect,
 	.answer = win_answer,
 };

@@ -248,6 +248,38 @@ static int ns_check_haproxy(const struct ns_def *d, struct ns_err *e)
 	return 0;
 }
 
+/* burst, and what a gcra namespace needs: a limit for each window (the
+ * rate), a key's TAT that the table keeps (window x burst: the period of
+ * its slots, agent/algo_gcra.c), and none of what only the window counter
+ * does (delay_max_ms, haproxy_tables). */
+static int ns_check_gcra(const struct ns_def *d, struct ns_err *e)
+{
+	if (d->algorithm != NS_ALGO_GCRA) {
+		if (d->burst != 0)
+			return ns_fail(e, "burst", "only with \"algorithm\": \"gcra\"");
+		return 0;
+	}
+	if (d->burst < 0 || d->burst > NS_LIMIT_MAX)
+		return ns_fail(e, "burst", "expected an integer 1..%lld, got %lld", NS_LIMIT_MAX,
+			       (long long)d->burst);
+	for (size_t i = 0; i < d->n_window_sizes; i++) {
+		uint32_t w = d->window_sizes[i];
+		if (ns_limit_of(d, w) == NS_LIMIT_NONE)
+			return ns_fail(e, "limit", "\"gcra\" needs a limit for window %u (the rate: "
+				       "limit per window)", w);
+		if ((double)ns_burst(d) * w > (double)NS_WINDOW_MAX)
+			return ns_fail(e, "burst", "burst x window is at most %u seconds (365 days), "
+				       "got %lld x %u", NS_WINDOW_MAX, (long long)ns_burst(d), w);
+	}
+	if (d->delay_max_ms != 0)
+		return ns_fail(e, "delay_max_ms", "not with \"algorithm\": \"gcra\" (its "
+			       "retry_after says when to come back)");
+	if (d->haproxy.from[0] || d->haproxy.into[0])
+		return ns_fail(e, "haproxy_tables", "not with \"algorithm\": \"gcra\" (the nodes' "
+			       "tables count windows)");
+	return 0;
+}
+
 int ns_check(const struct ns_def *d, struct ns_err *e)
 {
 	size_t n = strnlen(d->name, sizeof(d->name));
@@ -298,7 +330,7 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->admission >= NS_ADMIT_COUNT)
 		return ns_fail(e, "admission", "expected one of \"auto\", \"local\" or \"exact\", got %d",
 			       (int)d->admission);
-	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0)
+	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0 || ns_check_gcra(d, e) < 0)
 		return -1;
 	if (d->admission == NS_ADMIT_EXACT) {
 		const struct strategy_ops *ops = strategy_find(d->strategy);

@@ -40,7 +40,8 @@ enum ns_window_type {
  * whether the stores can count it (strategies/: a namespace that syncs);
  * each is one file behind the ops table of agent/algo.h. */
 #define NS_ALGORITHMS(X) \
-	X(NS_ALGO_WINDOW, "window", true)    /* a count per window, sliding or fixed */
+	X(NS_ALGO_WINDOW, "window", true)    /* a count per window, sliding or fixed */ \
+	X(NS_ALGO_GCRA, "gcra", false)       /* a rate with a burst: a TAT per key */
 
 enum ns_algorithm {
 #define NS_ALGO_ENUM(id, name, store) id,
@@ -128,6 +129,8 @@ struct ns_def {
 	const char *strategy_opts;               /* JSON object text or NULL; owned by
 	                                            the holder (config: malloc'd) */
 	enum ns_algorithm algorithm;             /* how it limits (0: the window counter) */
+	int64_t burst;                           /* gcra: hits a key may send at once
+	                                            (0: 1; ns_burst()) */
 	enum ns_window_type window_type;         /* default for messages */
 	bool count_denied;                       /* count hits over the limit */
 	size_t max_keys;                         /* guaranteed share; 0 = even part */
@@ -181,6 +184,12 @@ static inline int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
 		if (d->limits[i].window == window || d->limits[i].window == NS_EVERY_WINDOW)
 			return d->limits[i].limit;
 	return NS_LIMIT_NONE;
+}
+
+/* A gcra namespace's burst: its `burst`, 1 by default. */
+static inline int64_t ns_burst(const struct ns_def *d)
+{
+	return d->burst > 0 ? d->burst : 1;
 }
 
 /* Does the namespace configure any limit? */

@@ -596,12 +596,15 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 
 	if (rl_stored_window(rl, ns, key, keylen, size, start, v, &k) < 0)
 		return -1;
-	shm_find(rl->shm, &k, start, -1, &cur, &none);
+	/* The slot of the period holding the window's start (a multiple of
+	 * the window: algo_ops.period). */
+	const struct rl_ns *n = &rl->ns[ns];
+	uint32_t period = n->period[rl_win_index(n, size)];
+	shm_find(rl->shm, &k, start - start % period, -1, &cur, &none);
 	/* Gone meanwhile (evicted): its count went with it. */
 	if (cur.idx == SHM_NONE)
 		return 0;
-	const struct rl_ns *n = &rl->ns[ns];
-	n->algo->take_back(rl->shm, &cur, &n->def, size, -1, v, with_diff, granted);
+	n->algo->take_back(rl->shm, &cur, &n->def, size, v, with_diff, granted);
 	return 0;
 }
 
@@ -628,7 +631,7 @@ unsigned rl_shm_win(const struct rl *rl, int ns, uint32_t size)
 /* A client key's slots in window `size` at `now`: the current one and the
  * one before (SHM_NONE where there is none). Returns 0 or -1 (rl_errno()). */
 static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
-			double now, struct shm_ref *cur, struct shm_ref *prev)
+			double now, struct shm_ref *cur, struct shm_ref *prev, int64_t *startp)
 {
 	const struct rl_ns *n;
 	struct rl_skey sk;
@@ -645,8 +648,11 @@ static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, u
 	rl_skey_make(rl, key, keylen, &sk);
 	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(&sk), sk.len) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
-	int64_t start = window_start(now, size);
-	shm_find(rl->shm, &k, start, start - (int64_t)size, cur, prev);
+	/* The slots of this period and the one before (algo_ops.period). */
+	int64_t start = window_start(now, n->period[win]);
+	shm_find(rl->shm, &k, start, start - (int64_t)n->period[win], cur, prev);
+	if (startp)
+		*startp = start;
 	return 0;
 }
 
@@ -654,20 +660,13 @@ int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 	       bool sliding, struct rl_key_info *out)
 {
 	struct shm_ref cur, prev;
+	int64_t start;
 
 	memset(out, 0, sizeof(*out));
-	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev) < 0)
+	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev, &start) < 0)
 		return -1;
-	out->size = size;
-	out->start = window_start(now, size);
-	out->found = cur.idx != SHM_NONE;
-	out->count = shm_read_count(rl->shm, &cur);
-	out->diff = shm_read_diff(rl->shm, &cur);
-	out->grant = cur.idx == SHM_NONE ? 0 : shm_grant_left(rl->shm, cur.idx);
-	out->spent = cur.idx == SHM_NONE ? 0 : shm_grant_spent(rl->shm, cur.idx);
-	out->previous = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
-	out->weight = sliding ? window_weight(now, size) : 0;
-	out->rate = window_rate(out->count - out->grant, out->previous, out->weight);
+	const struct rl_ns *n = &rl->ns[ns];
+	n->algo->inspect(rl->shm, &n->def, size, start, now, sliding, &cur, &prev, out);
 	return 0;
 }
 
@@ -677,7 +676,7 @@ int rl_forget(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 	struct shm_ref cur, prev;
 
 	*removed = 0;
-	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev) < 0)
+	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev, NULL) < 0)
 		return -1;
 	*removed = shm_sync_forget(rl->shm, &cur) + shm_sync_forget(rl->shm, &prev);
 	return 0;

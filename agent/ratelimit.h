@@ -68,22 +68,8 @@ int rl_ns_of_shm(const struct rl *rl, unsigned sid);
 /* The table's index of a window size of namespace ns (SHM_MAX_WIN: none). */
 unsigned rl_shm_win(const struct rl *rl, int ns, uint32_t size);
 
-/* What this node holds of one key's window now (GET /keys). */
-struct rl_key_info {
-	uint32_t size;
-	int64_t start;        /* of the current window */
-	bool found;           /* the current window has a slot here */
-	double count;         /* this node's count: the cluster's hits as last
-	                         fetched (synced namespaces), its own hits
-	                         since (diff, spent), and what is left of
-	                         its grant */
-	double diff;          /* its hits the store has not confirmed */
-	double grant;         /* what is left of the store's grant */
-	double spent;         /* grant hits not reported to the store yet */
-	double previous;      /* the previous window's count */
-	double weight;        /* of the previous window (0: fixed) */
-	double rate;          /* (count - grant) + previous x weight */
-};
+/* What this node holds of one key's window now (GET /keys): struct
+ * rl_key_info (agent/algo.h, as its algorithm reads it). */
 
 /* Reads key's window `size` of namespace ns at now, counting nothing.
  * Returns 0 or -1 (rl_errno()). */
