@@ -107,7 +107,6 @@ struct algo_hit {
 	const struct shm_key *k;
 	const struct ns_def *def;     /* the namespace (the library's copy) */
 	uint32_t size;                /* the window: seconds */
-	uint32_t period;              /* the slot's size in the table (algo_ops.period) */
 	double cost;                  /* >= 0; 0: read only (never inserts) */
 	double weight;                /* the previous window's (window counter;
 	                                 RL_WEIGHT_AUTO: from now) */

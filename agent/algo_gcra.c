@@ -81,8 +81,9 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 	/* limit 0 admits nothing: a hit costs forever; no limit counts nothing */
 	double T = h->limit > 0 ? (double)h->size / h->limit : INFINITY;
 	double tau = burst * T;
-	int64_t start = window_start(now, h->period);
-	int64_t pstart = start >= (int64_t)h->period ? start - (int64_t)h->period : -1;
+	uint32_t period = gcra_period(h->def, h->size);
+	int64_t start = window_start(now, period);
+	int64_t pstart = start >= (int64_t)period ? start - (int64_t)period : -1;
 	/* Times relative to the slot's start: small numbers, exact in a
 	 * double (now - start is: Sterbenz). */
 	double n = now - (double)start, level = 0, seen = 0;
@@ -92,7 +93,7 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 	out->cap = h->limit == 0 ? 0 : burst;
 	for (;;) {
 		shm_find(t, h->k, start, pstart, &cur, &prev);
-		double tat = gcra_tat(t, h->period, &cur, &prev, &seen);
+		double tat = gcra_tat(t, period, &cur, &prev, &seen);
 		double base = tat > n ? tat : n;
 		level = isinf(T) ? 0 : (base - n) / T;
 		if (cost == 0 || h->limit < 0)

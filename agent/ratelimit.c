@@ -67,10 +67,17 @@ struct rl_ns {
 	size_t name_len;
 	unsigned sid;                       /* its index in the shared table */
 	uint8_t wid[RL_MAX_WINDOWS];        /* the table's index of each window */
-	uint32_t period[RL_MAX_WINDOWS];    /* ... and the size it has there
-	                                       (algo_ops.period) */
-	const struct algo_ops *algo;        /* its algorithm (agent/algo.h) */
+	const struct algo_ops *algo;        /* its algorithm (agent/algo.h); the
+	                                       size a window has in the table
+	                                       is rl_period()'s */
 };
+
+/* The size window `size` of n has in the table (algo_ops.period): the
+ * window counter's, the window. */
+static uint32_t rl_period(const struct rl_ns *n, uint32_t size)
+{
+	return n->algo->period(&n->def, size);
+}
 
 struct rl {
 	char name[RL_NAME_MAX];
@@ -263,7 +270,6 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
 			return -1;
 		}
 		n->wid[i] = (uint8_t)w;
-		n->period[i] = period;
 	}
 	n->algo = algo_of(d.algorithm);
 	n->sid = (unsigned)sid;
@@ -434,7 +440,7 @@ int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t windo
 		return rl_fail(rl, RL_ERR_KEY);
 	const struct algo_hit h = {
 		.t = rl->shm, .k = &k, .def = &n->def, .size = window_size,
-		.period = n->period[win], .cost = cost, .weight = weight, .now = now,
+		.cost = cost, .weight = weight, .now = now,
 		.limit = limit, .count_denied = count_denied, .admit = admit, .nodes = nodes,
 	};
 	if (n->algo->hit(&h, out ? out : &tmp) < 0)
@@ -487,8 +493,9 @@ double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, ui
 	    !n->algo->share_cap ||
 	    shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
 		return limit / (double)(nodes > 0 ? nodes : 1);
-	int64_t start = window_start(now, n->period[win]);
-	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)n->period[win] : -1, &cur, &prev);
+	uint32_t period = rl_period(n, size);
+	int64_t start = window_start(now, period);
+	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)period : -1, &cur, &prev);
 	return n->algo->share_cap(rl->shm, &cur, &prev, weight, limit, nodes);
 }
 
@@ -599,7 +606,7 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 	/* The slot of the period holding the window's start (a multiple of
 	 * the window: algo_ops.period). */
 	const struct rl_ns *n = &rl->ns[ns];
-	uint32_t period = n->period[rl_win_index(n, size)];
+	uint32_t period = rl_period(n, size);
 	shm_find(rl->shm, &k, start - start % period, -1, &cur, &none);
 	/* Gone meanwhile (evicted): its count went with it. */
 	if (cur.idx == SHM_NONE)
@@ -649,8 +656,9 @@ static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, u
 	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(&sk), sk.len) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 	/* The slots of this period and the one before (algo_ops.period). */
-	int64_t start = window_start(now, n->period[win]);
-	shm_find(rl->shm, &k, start, start - (int64_t)n->period[win], cur, prev);
+	uint32_t period = rl_period(n, size);
+	int64_t start = window_start(now, period);
+	shm_find(rl->shm, &k, start, start - (int64_t)period, cur, prev);
 	if (startp)
 		*startp = start;
 	return 0;
