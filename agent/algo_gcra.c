@@ -37,8 +37,9 @@
 #include "agent/shm.h"
 #include "agent/window.h"
 
-/* The slack of comparisons, in seconds and in hits: a microsecond, a few
- * units in the last place of a Unix time in a double (2^-22 s). */
+/* The slack of comparisons, in hits, and in seconds at most: a
+ * microsecond, a few units in the last place of a Unix time in a double
+ * (2^-22 s), or a thousandth of a hit's time at the highest rates. */
 #define GCRA_EPS 1e-6
 
 static uint32_t gcra_period(const struct ns_def *d, uint32_t size)
@@ -80,7 +81,7 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 	double now = h->now, cost = h->cost, burst = (double)ns_burst(h->def);
 	/* limit 0 admits nothing: a hit costs forever; no limit counts nothing */
 	double T = h->limit > 0 ? (double)h->size / h->limit : INFINITY;
-	double tau = burst * T;
+	double tau = burst * T, slack = fmin(GCRA_EPS, 1e-3 * T);
 	uint32_t period = gcra_period(h->def, h->size);
 	int64_t start = window_start(now, period);
 	int64_t pstart = start >= (int64_t)period ? start - (int64_t)period : -1;
@@ -99,7 +100,7 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 		if (cost == 0 || h->limit < 0)
 			break;
 		double next = base + cost * T;
-		if (!(h->limit > 0 && next - n <= tau + GCRA_EPS)) {
+		if (!(h->limit > 0 && next - n <= tau + slack)) {
 			/* Denied: the TAT stays. */
 			level += cost;
 			gcra_protect(h, &cur, &prev);
