@@ -3,7 +3,7 @@
  * bursts and the rate at fixed clocks through the decision layer (the
  * library takes `now`), the answers (remaining, reset, retry_after), the
  * TAT carried from one slot's period to the next, a hit taken back, a
- * read that counts nothing; the configuration's checks of `algorithm`
+ * read that counts nothing, processes racing on one key; the configuration's checks of `algorithm`
  * and `burst`; and the target of issue 32 once through the SPOP and the
  * HTTP fronts of a real agent.
  */
@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "agent/config.h"
@@ -32,7 +33,7 @@ static struct decide dec;
 /* "burst": limit 10 per 1 s, burst 5; "slow": 10 per 60 s, burst 5;
  * "one": 10 per 1 s, burst by default (1); "pair": a gcra and a window
  * limit decided together (two namespaces, one batch); "fast": 1e9 per
- * 1 s, burst 5. */
+ * 1 s, burst 5; "race": 10 per 1 s, burst 50. */
 static const char cfg_json[] =
 	"{\"max_keys\": 64, \"namespaces\": ["
 	"{\"name\": \"burst\", \"window_sizes\": [1], \"algorithm\": \"gcra\", \"limit\": 10,"
@@ -44,7 +45,9 @@ static const char cfg_json[] =
 	"{\"name\": \"pair\", \"window_sizes\": [60], \"algorithm\": \"gcra\", \"limit\": 10,"
 	" \"burst\": 3, \"count_denied\": false},"
 	"{\"name\": \"fast\", \"window_sizes\": [1], \"algorithm\": \"gcra\","
-	" \"limit\": 1000000000, \"burst\": 5}]}";
+	" \"limit\": 1000000000, \"burst\": 5},"
+	"{\"name\": \"race\", \"window_sizes\": [1], \"algorithm\": \"gcra\", \"limit\": 10,"
+	" \"burst\": 50}]}";
 
 /* A fixed clock well inside a period of every namespace here (periods of
  * 5, 60, 1 and 180 s start at multiples of their size). */
@@ -214,6 +217,38 @@ Test(gcra, taken_back_when_another_limit_denies)
 	}
 	hit("pair", "t", 0, T0, &r);
 	cr_assert_eq(r.remaining, 2, "only the first decision's gcra hit stands");
+}
+
+/* Lock-free in the shared table: 4 processes, 100 hits each of one key at
+ * the same moment, admit the burst (50) between them, not one more. */
+Test(gcra, racing_processes_admit_the_burst_once)
+{
+	int ns = rl_namespace_index(rl, "race", 4);
+	pid_t pid[4];
+	int total = 0;
+
+	cr_assert_geq(ns, 0);
+	for (int p = 0; p < 4; p++) {
+		pid[p] = fork();
+		cr_assert_geq(pid[p], 0);
+		if (pid[p] == 0) {
+			struct rl_result res;
+			int admitted = 0;
+			for (int i = 0; i < 100; i++) {
+				if (rl_hit(rl, ns, "k", 1, 1, 1, RL_WEIGHT_AUTO, T0, 10, true, &res) < 0)
+					_exit(255);
+				admitted += res.counted;
+			}
+			_exit(admitted);
+		}
+	}
+	for (int p = 0; p < 4; p++) {
+		int st;
+		cr_assert_eq(waitpid(pid[p], &st, 0), pid[p]);
+		cr_assert(WIFEXITED(st) && WEXITSTATUS(st) != 255, "child %d: %d", p, st);
+		total += WEXITSTATUS(st);
+	}
+	cr_assert_eq(total, 50);
 }
 
 /* ---- the configuration ---- */
