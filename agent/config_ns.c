@@ -137,6 +137,23 @@ static int cfg_set_ns_window_type(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
+/* "algorithm": "window" or "gcra" (docs/CONFIG.md, "algorithm"). A token
+ * bucket refilled continuously is GCRA under another name: the message
+ * says how to write one. */
+static int cfg_set_ns_algorithm(struct cfg_parser *p, json_t *v, void *obj)
+{
+	struct ns_def *ns = obj;
+	int a = 0;
+
+	if (json_is_string(v) && strcmp(json_string_value(v), "token_bucket") == 0)
+		return cfg_fail(p, "a token bucket is \"gcra\": \"burst\" its capacity, \"limit\" "
+				"per window its refill rate (docs/CONFIG.md, \"algorithm\")");
+	if (cfg_want_enum(p, v, ns_algorithm_names, NS_ALGO_COUNT, &a) < 0)
+		return -1;
+	ns->algorithm = (enum ns_algorithm)a;
+	return 0;
+}
+
 static int cfg_set_ns_admission(struct cfg_parser *p, json_t *v, void *obj)
 {
 	struct ns_def *ns = obj;
@@ -338,6 +355,8 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "strategy",      .set = cfg_set_ns_strategy },
 	{ .name = "strategy_opts", .set = cfg_set_ns_strategy_opts },
 	{ .name = "window_type",   .set = cfg_set_ns_window_type },
+	{ .name = "algorithm",     .set = cfg_set_ns_algorithm },
+	CFG_INT(struct ns_def, burst, 1, NS_LIMIT_MAX),
 	CFG_FLAG(struct ns_def, count_denied),
 	CFG_FLAG(struct ns_def, shadow),
 	CFG_INT(struct ns_def, max_keys, 1, CFG_MAX_KEYS_MAX),

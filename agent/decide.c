@@ -26,45 +26,11 @@ void decide_init(struct decide *d, struct rl *rl)
 
 /* ---- one request ---- */
 
-/* ceil(v) as an int64, saturated: counts can exceed what a cast handles.
- * Below 9.2e18 the truncation of a positive v is its floor, one more when
- * v is not whole: a few instructions, where ceil() without SSE4.1 is a
- * libm-style bit dance (as strategies/window_start.h). */
-static int64_t to_int(double v)
-{
-	if (!(v > 0))
-		return 0;
-	if (v >= 9.2e18)
-		return INT64_MAX;
-	int64_t i = (int64_t)v;
-	return (double)i < v ? i + 1 : i;
-}
-
-/* Computes the public part of a decision from its counts. */
+/* Computes the public part of a decision from what it was computed
+ * from, as its algorithm answers (agent/algo.h). */
 static void finish(struct rl_decision *r, double now)
 {
-	double rate = window_rate(r->current, r->previous, r->weight);
-
-	r->rate = to_int(rate - 1e-9);
-	r->reset = to_int(window_reset(now, r->window));
-	if (r->reset < 1)
-		r->reset = 1;
-	if (r->has_limit) {
-		/* The limit, or this node's share of it while the store is
-		 * away (never above the limit). */
-		double cap = r->cap < (double)r->limit ? r->cap : (double)r->limit;
-		int64_t icap = (int64_t)floor(cap + 1e-9);
-		r->exceeded = window_rate(r->current, r->previous, r->weight) > cap + 1e-9;
-		r->remaining = r->exceeded || r->rate >= icap ? 0 : icap - r->rate;
-		r->retry_after = 0;
-		if (r->exceeded) {
-			double ra = window_retry_after(r->current, r->previous, cap, now,
-						       r->window, r->sliding);
-			r->retry_after = to_int(ra);
-			if (r->retry_after < 1)
-				r->retry_after = 1;
-		}
-	}
+	algo_of(r->algo)->answer(&r->view, now, &r->ans);
 }
 
 /* A new key found no room in its namespace's share, even by eviction:
@@ -393,6 +359,7 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 	r->window = window;
 	r->limit = limit;
 	r->sliding = sliding;
+	r->algo = (uint8_t)nsc->algorithm;
 	decide_record(d, rq, sk, r, nsc, ns, admit, &res, now);
 }
 

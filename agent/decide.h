@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/algo.h"
 #include "agent/log.h"
 #include "agent/ratelimit.h"
 
@@ -86,30 +87,28 @@ struct rl_decision {
 	const char *error;            /* NULL when counted or read */
 	bool refused;                 /* the error is "counter table full": the
 	                                 service's, not the request's fault */
-	bool has_limit;
-	bool exceeded;                /* also set with an error by on_table_full "deny" */
-	int64_t limit;
-	int64_t rate;                 /* ceiling of the exact rate */
-	int64_t remaining;
-	int64_t reset;                /* seconds until the window ends, >= 1 */
-	int64_t retry_after;          /* only when exceeded */
-	uint32_t window;
 	bool degraded;                /* the store is away (or could not decide an
 	                                 admission): decided on this node's share
 	                                 of what the cluster had left */
 	bool shadow;                  /* the namespace is in shadow mode: */
 	bool shadow_exceeded;         /* ... it would have denied (exceeded is false) */
+	/* rate, remaining, reset, retry_after, exceeded: as its algorithm
+	 * answers them (agent/algo.h, docs/PROTOCOL.md) */
+	union {
+		struct algo_answer ans;
+		struct { ALGO_ANSWER_FIELDS };
+	};
+	/* the limit, has_limit, the window; and privately what the answers
+	 * are computed from (to compute them again from a store's totals) */
+	union {
+		struct algo_view view;
+		struct { ALGO_VIEW_FIELDS };
+	};
 	int64_t delayed_ms;           /* held this long before it was answered
 	                                 (delay_max_ms), or 0 */
 	/* private */
-	double current, previous, weight, cost;
-	double cap;                   /* what the rate is checked against: the
-	                                 limit, or the node's share while the
-	                                 store is away */
 	uint32_t cur_idx, prev_idx;
 	int ns;
-	bool sliding;
-	bool counted;
 	bool sync0;                   /* waits for the store */
 	bool admit0;                  /* ... which decides the admission */
 	bool count_denied;
@@ -118,6 +117,7 @@ struct rl_decision {
 	                                 admission): a take-back is a push */
 	uint8_t skeylen;
 	uint8_t req;                  /* decide_batch: the request it decides */
+	uint8_t algo;                 /* its namespace's algorithm (enum ns_algorithm) */
 	/* Not cleared with the fields above: the label and the answer (copied
 	 * from the request) and the stored key (set only for sync0), last so that
 	 * the fields above are cleared cheaply. */

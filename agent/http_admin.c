@@ -177,21 +177,28 @@ static int admin_keys_text(struct rl *rl, int ns, const char *key, size_t key_le
 		struct rl_key_info k;
 		if (rl_inspect(rl, ns, key, key_len, size, now, sliding, &k) < 0)
 			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
+		/* reset and remaining as the namespace's algorithm answers
+		 * them (agent/algo.h), for a read. */
+		int64_t limit = ns_limit_of(nsc, size);
+		const struct algo_view v = {
+			.current = k.count - k.grant, .previous = k.previous, .weight = k.weight,
+			.cap = k.cap, .limit = limit, .window = size, .sliding = sliding,
+			.has_limit = limit != NS_LIMIT_NONE,
+		};
+		struct algo_answer a = { 0 };
+		algo_of(nsc->algorithm)->answer(&v, now, &a);
 		http_put(out, cap, &o, "%s{\"window\":%u,\"count\":%.17g,\"cluster\":%.17g,"
 		    "\"unpushed\":%.17g,\"grant\":%.17g,\"previous\":%.17g,\"rate\":%.17g,"
 		    "\"reset\":%lld", i ? "," : "", size, k.count - k.grant,
 		    k.count - k.diff - k.grant - k.spent, k.diff + k.spent, k.grant, k.previous,
-		    k.rate, (long long)ceil(window_reset(now, size)));
+		    k.rate, (long long)a.reset);
 		if (sv) {
 			http_put(out, cap, &o, ",\"seen\":%s", k.found ? "true" : "false");
 			admin_store_part(out, cap, &o, sv, i, now, sliding);
 		}
-		int64_t limit = ns_limit_of(nsc, size);
-		if (limit != NS_LIMIT_NONE) {
-			double left = (double)limit - ceil(k.rate - 1e-9);
-			http_put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%.0f", (long long)limit,
-			    left > 0 ? left : 0);
-		}
+		if (limit != NS_LIMIT_NONE)
+			http_put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%lld", (long long)limit,
+			    (long long)a.remaining);
 		http_put(out, cap, &o, "}");
 	}
 	http_put(out, cap, &o, "]}\n");

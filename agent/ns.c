@@ -13,6 +13,19 @@
 #include <stdio.h>
 #include <string.h>
 
+const char *const ns_algorithm_names[NS_ALGO_COUNT] = {
+#define NS_ALGO_NAME(id, name, store) [id] = name,
+	NS_ALGORITHMS(NS_ALGO_NAME)
+#undef NS_ALGO_NAME
+};
+
+/* Can the stores count it (NS_ALGORITHMS)? */
+static const bool ns_algorithm_store[NS_ALGO_COUNT] = {
+#define NS_ALGO_STORE(id, name, store) [id] = store,
+	NS_ALGORITHMS(NS_ALGO_STORE)
+#undef NS_ALGO_STORE
+};
+
 const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT] = {
 	[NS_WINDOW_SLIDING] = "sliding",
 	[NS_WINDOW_FIXED]   = "fixed",
@@ -253,6 +266,38 @@ static int ns_check_envoy(const struct ns_def *d, struct ns_err *e)
 	return 0;
 }
 
+/* burst, and what a gcra namespace needs: a limit for each window (the
+ * rate), a key's TAT that the table keeps (window x burst: the period of
+ * its slots, agent/algo_gcra.c), and none of what only the window counter
+ * does (delay_max_ms, haproxy_tables). */
+static int ns_check_gcra(const struct ns_def *d, struct ns_err *e)
+{
+	if (d->algorithm != NS_ALGO_GCRA) {
+		if (d->burst != 0)
+			return ns_fail(e, "burst", "only with \"algorithm\": \"gcra\"");
+		return 0;
+	}
+	if (d->burst < 0 || d->burst > NS_LIMIT_MAX)
+		return ns_fail(e, "burst", "expected an integer 1..%lld, got %lld", NS_LIMIT_MAX,
+			       (long long)d->burst);
+	for (size_t i = 0; i < d->n_window_sizes; i++) {
+		uint32_t w = d->window_sizes[i];
+		if (ns_limit_of(d, w) == NS_LIMIT_NONE)
+			return ns_fail(e, "limit", "\"gcra\" needs a limit for window %u (the rate: "
+				       "limit per window)", w);
+		if ((double)ns_burst(d) * w > (double)NS_WINDOW_MAX)
+			return ns_fail(e, "burst", "burst x window is at most %u seconds (365 days), "
+				       "got %lld x %u", NS_WINDOW_MAX, (long long)ns_burst(d), w);
+	}
+	if (d->delay_max_ms != 0)
+		return ns_fail(e, "delay_max_ms", "not with \"algorithm\": \"gcra\" (its "
+			       "retry_after says when to come back)");
+	if (d->haproxy.from[0] || d->haproxy.into[0])
+		return ns_fail(e, "haproxy_tables", "not with \"algorithm\": \"gcra\" (the nodes' "
+			       "tables count windows)");
+	return 0;
+}
+
 int ns_check(const struct ns_def *d, struct ns_err *e)
 {
 	size_t n = strnlen(d->name, sizeof(d->name));
@@ -288,6 +333,12 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 			       d->sync_rate);
 	if (ns_check_strategy(d, e) < 0)
 		return -1;
+	if ((unsigned)d->algorithm >= NS_ALGO_COUNT)
+		return ns_fail(e, "algorithm", "unknown algorithm %d", (int)d->algorithm);
+	if (!ns_algorithm_store[d->algorithm] && d->sync_rate >= 0)
+		return ns_fail(e, "algorithm", "\"%s\" is counted on each node alone: sync_rate "
+			       "< 0 (docs/CLUSTER.md, \"Other algorithms\"), got %g",
+			       ns_algorithm_names[d->algorithm], d->sync_rate);
 	if ((unsigned)d->window_type >= NS_WINDOW_TYPE_COUNT)
 		return ns_fail(e, "window_type", "expected one of \"sliding\" or \"fixed\", got %d",
 			       (int)d->window_type);
@@ -297,7 +348,8 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 	if ((unsigned)d->admission >= NS_ADMIT_COUNT)
 		return ns_fail(e, "admission", "expected one of \"auto\", \"local\" or \"exact\", got %d",
 			       (int)d->admission);
-	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0 || ns_check_envoy(d, e) < 0)
+	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0 || ns_check_envoy(d, e) < 0 ||
+	    ns_check_gcra(d, e) < 0)
 		return -1;
 	if (d->admission == NS_ADMIT_EXACT) {
 		const struct strategy_ops *ops = strategy_find(d->strategy);

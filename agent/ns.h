@@ -37,6 +37,21 @@ enum ns_window_type {
 	NS_WINDOW_TYPE_COUNT
 };
 
+/* How a namespace limits (docs/ARCHITECTURE.md, "Algorithms"): the
+ * algorithms, in the order of enum ns_algorithm, each with its name and
+ * whether the stores can count it (strategies/: a namespace that syncs);
+ * each is one file behind the ops table of agent/algo.h. */
+#define NS_ALGORITHMS(X) \
+	X(NS_ALGO_WINDOW, "window", true)    /* a count per window, sliding or fixed */ \
+	X(NS_ALGO_GCRA, "gcra", false)       /* a rate with a burst: a TAT per key */
+
+enum ns_algorithm {
+#define NS_ALGO_ENUM(id, name, store) id,
+	NS_ALGORITHMS(NS_ALGO_ENUM)
+#undef NS_ALGO_ENUM
+	NS_ALGO_COUNT
+};
+
 /* Who decides whether a hit with a limit is admitted (docs/CLUSTER.md,
  * "Exact at the limit"). */
 enum ns_admission {
@@ -115,6 +130,9 @@ struct ns_def {
 	char strategy[NS_STRATEGY_MAX];          /* a store's name; "" = "local" (sync_rate < 0) */
 	const char *strategy_opts;               /* JSON object text or NULL; owned by
 	                                            the holder (config: malloc'd) */
+	enum ns_algorithm algorithm;             /* how it limits (0: the window counter) */
+	int64_t burst;                           /* gcra: hits a key may send at once
+	                                            (0: 1; ns_burst()) */
 	enum ns_window_type window_type;         /* default for messages */
 	bool count_denied;                       /* count hits over the limit */
 	size_t max_keys;                         /* guaranteed share; 0 = even part */
@@ -173,6 +191,12 @@ static inline int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
 		if (d->limits[i].window == window || d->limits[i].window == NS_EVERY_WINDOW)
 			return d->limits[i].limit;
 	return NS_LIMIT_NONE;
+}
+
+/* A gcra namespace's burst: its `burst`, 1 by default. */
+static inline int64_t ns_burst(const struct ns_def *d)
+{
+	return d->burst > 0 ? d->burst : 1;
 }
 
 /* Does the namespace configure any limit? */
@@ -245,6 +269,7 @@ bool ns_name_ok(const char *name, size_t len);
 int ns_check(const struct ns_def *d, struct ns_err *e);
 
 /* Names of the enums' values, for the parser and messages. */
+extern const char *const ns_algorithm_names[NS_ALGO_COUNT];
 extern const char *const ns_window_type_names[NS_WINDOW_TYPE_COUNT];
 extern const char *const ns_table_full_names[NS_FULL_COUNT];
 extern const char *const ns_admission_names[NS_ADMIT_COUNT];

@@ -1,6 +1,7 @@
 /*
  * ratelimit.c - the library API of ratelimit.h over the shared counter
- * table (shm.h and its files) and the window arithmetic (window.c).
+ * table (shm.h and its files) and the algorithms (agent/algo.h: the
+ * window counter, agent/algo_window.c, and the others).
  *
  * An instance (struct rl) is per process: it holds the namespaces, which
  * are defined before fork() and so are identical in every worker, and the
@@ -8,10 +9,12 @@
  * (ns, win) indexes stored in each shared slot, which is why namespaces
  * must not change after fork.
  *
- * Hot path (rl_hit_skey, the engine): validate, one scan of the
- * key's probe chain for the current and previous window, at most one
- * insert, one CAS loop on the count (plus one on the diff for namespaces
- * that sync). No allocation, no syscall, no lock.
+ * Hot path (rl_hit_skey, the engine): validate, prepare the key for its
+ * window index, and hand the hit to the namespace's algorithm (its
+ * algo_ops.hit: for the window counter, one scan of the key's probe chain
+ * for the current and previous window, at most one insert, one CAS loop
+ * on the count, plus one on the diff for namespaces that sync). No
+ * allocation, no syscall, no lock.
  *
  * Stored keys: a key longer than SHM_KEY_MAX (104) bytes, or one starting
  * with '#', is replaced by '#' followed by the 32 lowercase hex digits of
@@ -55,7 +58,8 @@
 /* The fixed SipHash key for long-key digests: ASCII "spoa-ratelimit-k". */
 #define RL_DIGEST_KEY     hash_digest_public_key
 
-#define RL_HIT_TRIES      3            /* recounts of a hit that raced an eviction */
+#define RL_HIT_TRIES      3            /* recounts of a hit that raced an eviction
+                                          (rl_keep, rl_unkeep) */
 
 struct rl_ns {
 	struct ns_def def;                  /* its settings (agent/ns.h), checked;
@@ -63,7 +67,17 @@ struct rl_ns {
 	size_t name_len;
 	unsigned sid;                       /* its index in the shared table */
 	uint8_t wid[RL_MAX_WINDOWS];        /* the table's index of each window */
+	const struct algo_ops *algo;        /* its algorithm (agent/algo.h); the
+	                                       size a window has in the table
+	                                       is rl_period()'s */
 };
+
+/* The size window `size` of n has in the table (algo_ops.period): the
+ * window counter's, the window. */
+static uint32_t rl_period(const struct rl_ns *n, uint32_t size)
+{
+	return n->algo->period(&n->def, size);
+}
 
 struct rl {
 	char name[RL_NAME_MAX];
@@ -247,7 +261,8 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
 		return -1;
 	}
 	for (size_t i = 0; i < d.n_window_sizes; i++) {
-		int w = shm_win_claim(rl->shm, (unsigned)sid, d.window_sizes[i]);
+		uint32_t period = algo_of(d.algorithm)->period(&d, d.window_sizes[i]);
+		int w = shm_win_claim(rl->shm, (unsigned)sid, period);
 		if (w < 0) {
 			rl_errf(err, errlen, "namespace \"%s\": the state file holds %d other window "
 				"sizes for it already; move it away to start afresh", d.name,
@@ -256,6 +271,7 @@ int rl_new_namespace(struct rl *rl, const struct ns_def *def, char *err, size_t 
 		}
 		n->wid[i] = (uint8_t)w;
 	}
+	n->algo = algo_of(d.algorithm);
 	n->sid = (unsigned)sid;
 	if (d.strategy_opts && !(d.strategy_opts = strdup(d.strategy_opts))) {
 		rl_errf(err, errlen, "namespace \"%s\": out of memory", d.name);
@@ -378,59 +394,6 @@ size_t rl_skey_digest(const struct rl *rl, const char *key, size_t len, struct r
 	return RL_DIGEST_LEN;
 }
 
-/* A found slot's count as hits: what is left of its grant is the store's
- * reservation for this node, not hits. 0 for no slot. */
-static double rl_view(const struct shm_table *t, const struct shm_ref *r)
-{
-	return r->idx == SHM_NONE ? 0 : shm_read_count(t, r) - shm_grant_left(t, r->idx);
-}
-
-/* Makes the slot of k's window `start` when cur found none. Returns 0, or
- * -1 (RL_ERR_FULL). */
-static int rl_slot_make(struct rl *rl, const struct shm_key *k, int64_t start, double now,
-			struct shm_ref *cur, struct rl_result *out, bool *inserted)
-{
-	int how;
-
-	if (cur->idx != SHM_NONE)
-		return 0;
-	how = shm_insert(rl->shm, k, start, now, cur);
-	if (how < 0)
-		return rl_fail(rl, RL_ERR_FULL);
-	*inserted = true;
-	out->evicted |= how == SHM_INS_EVICTED;
-	return 0;
-}
-
-/* While the store is away (docs/CLUSTER.md, "When the store is down"):
- * what this node may still admit on a key's window, and the cap that
- * makes the rate check (count + pw + cost <= cap) say so.
- *
- *   known  the cluster's hits as the store last confirmed them: the
- *          slot's count without this node's unconfirmed hits (diff), its
- *          grant left and its grant hits not reported yet (spent); the
- *          previous window weighted
- *   share  (limit - known) / nodes, the node's part of what was left
- *   allow  max(share, left + spent): at least what its grant gives
- *   used   diff + spent: what the node took since the store last counted
- *
- * A hit is admitted while used + cost <= allow; a window the node never
- * saw has known 0: limit / nodes. */
-static double rl_share_cap(const struct shm_table *t, const struct shm_ref *cur, double pw,
-			   double limit, unsigned nodes, double *allow, double *used)
-{
-	bool found = cur->idx != SHM_NONE;
-	double left = found ? shm_grant_left(t, cur->idx) : 0;
-	double spent = found ? shm_grant_spent(t, cur->idx) : 0;
-	double count = shm_read_count(t, cur), diff = shm_read_diff(t, cur);
-	double known = count - diff - left - spent + pw;
-	double share = (limit - known) / (double)(nodes > 0 ? nodes : 1);
-
-	*allow = share > left + spent ? share : left + spent;
-	*used = diff + spent;
-	return count - diff - spent + pw + *allow;
-}
-
 /* The hit's arguments checked: the namespace, the window, the stored key
  * (a verbatim one that should have been digested names no slot: no key
  * given verbatim can be a digest), the numbers. Returns the window's
@@ -459,91 +422,6 @@ static int rl_hit_check(struct rl *rl, int ns, const struct rl_skey *key, uint32
 	return win;
 }
 
-/* One try at counting a hit of cost on k's window `start`, whose slot
- * shm_find() found as cur (pw: the previous window's weighted count).
- * Sets out->counted, inserted, granted, need_store and cap (degraded),
- * *c to the count after the hit (as if counted when it was not). Returns
- * 0, 1 when the hit raced an eviction and must be counted again, or -1
- * (RL_ERR_FULL). */
-static int rl_hit_count(struct rl *rl, const struct shm_key *k, int64_t start, double now,
-			double cost, double pw, double limit, bool count_denied,
-			enum rl_admit admit, unsigned nodes, bool with_diff, struct shm_ref *cur,
-			struct rl_result *out, double *c)
-{
-	bool exact = admit == RL_ADMIT_EXACT;
-	double allow = 0, used = 0;
-
-	out->counted = false;
-	out->inserted = false;
-	if (admit == RL_ADMIT_DEGRADED)
-		out->cap = rl_share_cap(rl->shm, cur, pw, limit, nodes, &allow, &used);
-
-	if (cost == 0) {
-		/* Read only: never inserts. */
-		*c = shm_read_count(rl->shm, cur);
-		return 0;
-	}
-	if (admit != RL_ADMIT_LOCAL && (exact || used + cost <= allow) &&
-	    shm_grant_take(rl->shm, cur, cost)) {
-		/* Admitted from the store's grant: the store counted it. */
-		*c = rl_view(rl->shm, cur);
-		out->counted = true;
-		out->granted = true;
-		return 0;
-	}
-	if (exact && (*c = rl_view(rl->shm, cur)) + pw + cost <= limit) {
-		/* The node's view admits it: the store decides. The slot is
-		 * made now: it keeps the demand and will hold the grant. */
-		if (rl_slot_make(rl, k, start, now, cur, out, &out->inserted) < 0)
-			return -1;
-		shm_grant_note(rl->shm, cur, cost);
-		out->need_store = true;
-		return 0;
-	}
-	if (out->cap >= 0 && !count_denied && cost + pw > out->cap) {
-		/* Denied whatever the current count (counts are >= 0): no
-		 * CAS, and no slot taken for a key that is only refused. */
-		*c = shm_read_count(rl->shm, cur) + cost;
-		return 0;
-	}
-	if (rl_slot_make(rl, k, start, now, cur, out, &out->inserted) < 0)
-		return -1;
-	if (out->cap < 0 || count_denied) {
-		*c = shm_add(rl->shm, cur, cost, with_diff);
-		out->counted = true;
-	} else {
-		out->counted = shm_add_if(rl->shm, cur, cost, pw, out->cap, with_diff, c);
-		if (!out->counted)
-			*c += cost;	/* report what the hit would have made */
-	}
-	/* The slot was evicted between our look and our add (shm.h): the hit
-	 * went to the newcomer. A diff must reach the store under our key:
-	 * count it again. A local count went away with the evicted entry, as
-	 * if the eviction had come after it (no re-read on the local hot
-	 * path). */
-	return __builtin_expect(with_diff && out->counted && !shm_still(rl->shm, cur), 0);
-}
-
-/* A key over its limit is never evicted: its count is what keeps it
- * denied. The limit is the configured one where there is one, never a
- * lower one a caller chose (else one request with limit 0 would pin an
- * entry). */
-static void rl_hit_protect(struct rl *rl, const struct rl_ns *n, uint32_t window_size,
-			   double limit, double rate, double pw, const struct shm_ref *cur,
-			   const struct shm_ref *prev)
-{
-	double keep = limit;
-	int64_t configured = ns_limit_of(&n->def, window_size);
-
-	if (configured != NS_LIMIT_NONE && (double)configured > keep)
-		keep = (double)configured;
-	if (keep >= 0 && rate > keep) {
-		shm_protect(rl->shm, cur);
-		if (pw > 0)
-			shm_protect(rl->shm, prev);
-	}
-}
-
 /* The engine under rl_hit, rl_hit_exact and rl_hit_degraded: checked,
  * the slots found, counted (again if the hit raced an eviction), the key
  * protected if over its limit, reported. */
@@ -553,52 +431,20 @@ int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t windo
 {
 	struct rl_result tmp;
 	struct shm_key k;
-	struct shm_ref cur, prev;
-	double p, pw, c;
 	int win = rl_hit_check(rl, ns, key, window_size, cost, weight, now, limit, admit);
 
 	if (win < 0)
 		return -1;
-	if (!out)
-		out = &tmp;
 	const struct rl_ns *n = &rl->ns[ns];
 	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(key), key->len) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
-
-	int64_t start = window_start(now, window_size);
-	/* RL_WEIGHT_AUTO: window_weight(now, size), computed from start to
-	 * save a division; now - start is exactly now mod size (window.c). */
-	if (weight < 0)
-		weight = ((double)window_size - (now - (double)start)) / (double)window_size;
-	/* Periodic sync keeps a diff of every hit; synchronous namespaces
-	 * (sync_rate 0) push each hit themselves and keep a diff only for
-	 * hits the store did not confirm (agent/decide.c). */
-	bool with_diff = n->def.sync_rate > 0 || admit == RL_ADMIT_DEGRADED;
-	out->evicted = false;
-	out->need_store = out->granted = false;
-	out->cap = limit;
-	for (int tries = 0;;) {
-		shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)window_size : -1, &cur,
-			 &prev);
-		p = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
-		pw = p * weight;
-		int rc = rl_hit_count(rl, &k, start, now, cost, pw, limit, count_denied, admit, nodes,
-				      with_diff, &cur, out, &c);
-		if (rc < 0)
-			return -1;
-		if (rc == 0 || ++tries >= RL_HIT_TRIES)
-			break;
-	}
-	rl_hit_protect(rl, n, window_size, limit, window_rate(c, p, weight), pw, &cur, &prev);
-
-	out->cur_idx = cur.idx;
-	out->prev_idx = prev.idx;
-	out->current = c;
-	out->previous = p;
-	out->weight = weight;
-	out->rate = window_rate(c, p, weight);
-	out->start = start;
-	out->size = window_size;
+	const struct algo_hit h = {
+		.t = rl->shm, .k = &k, .def = &n->def, .size = window_size,
+		.cost = cost, .weight = weight, .now = now,
+		.limit = limit, .count_denied = count_denied, .admit = admit, .nodes = nodes,
+	};
+	if (n->algo->hit(&h, out ? out : &tmp) < 0)
+		return rl_fail(rl, RL_ERR_FULL);
 	return 0;
 }
 
@@ -641,16 +487,16 @@ double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, ui
 	const struct rl_ns *n;
 	struct shm_key k;
 	struct shm_ref cur, prev;
-	int64_t start = window_start(now, size);
 	int win;
 
 	if (ns < 0 || (size_t)ns >= rl->n_ns || (win = rl_win_index((n = &rl->ns[ns]), size)) < 0 ||
+	    !n->algo->share_cap ||
 	    shm_key_init(rl->shm, &k, n->sid, n->wid[win], key, keylen) < 0)
 		return limit / (double)(nodes > 0 ? nodes : 1);
-	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)size : -1, &cur, &prev);
-	double pw = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev) * weight;
-	double allow, used;
-	return rl_share_cap(rl->shm, &cur, pw, limit, nodes, &allow, &used);
+	uint32_t period = rl_period(n, size);
+	int64_t start = window_start(now, period);
+	shm_find(rl->shm, &k, start, weight > 0 ? start - (int64_t)period : -1, &cur, &prev);
+	return n->algo->share_cap(rl->shm, &cur, &prev, weight, limit, nodes);
 }
 
 _Static_assert(RL_STORED_KEY_MAX == SHM_KEY_MAX, "stored keys fit a slot");
@@ -757,14 +603,15 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 
 	if (rl_stored_window(rl, ns, key, keylen, size, start, v, &k) < 0)
 		return -1;
-	shm_find(rl->shm, &k, start, -1, &cur, &none);
+	/* The slot of the period holding the window's start (a multiple of
+	 * the window: algo_ops.period). */
+	const struct rl_ns *n = &rl->ns[ns];
+	uint32_t period = rl_period(n, size);
+	shm_find(rl->shm, &k, start - start % period, -1, &cur, &none);
 	/* Gone meanwhile (evicted): its count went with it. */
 	if (cur.idx == SHM_NONE)
 		return 0;
-	if (granted)
-		shm_grant_untake(rl->shm, &cur, v);
-	else
-		shm_add(rl->shm, &cur, -v, with_diff);
+	n->algo->take_back(rl->shm, &cur, &n->def, size, v, with_diff, granted);
 	return 0;
 }
 
@@ -791,7 +638,7 @@ unsigned rl_shm_win(const struct rl *rl, int ns, uint32_t size)
 /* A client key's slots in window `size` at `now`: the current one and the
  * one before (SHM_NONE where there is none). Returns 0 or -1 (rl_errno()). */
 static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
-			double now, struct shm_ref *cur, struct shm_ref *prev)
+			double now, struct shm_ref *cur, struct shm_ref *prev, int64_t *startp)
 {
 	const struct rl_ns *n;
 	struct rl_skey sk;
@@ -808,8 +655,12 @@ static int rl_key_slots(struct rl *rl, int ns, const char *key, size_t keylen, u
 	rl_skey_make(rl, key, keylen, &sk);
 	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(&sk), sk.len) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
-	int64_t start = window_start(now, size);
-	shm_find(rl->shm, &k, start, start - (int64_t)size, cur, prev);
+	/* The slots of this period and the one before (algo_ops.period). */
+	uint32_t period = rl_period(n, size);
+	int64_t start = window_start(now, period);
+	shm_find(rl->shm, &k, start, start - (int64_t)period, cur, prev);
+	if (startp)
+		*startp = start;
 	return 0;
 }
 
@@ -817,20 +668,13 @@ int rl_inspect(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 	       bool sliding, struct rl_key_info *out)
 {
 	struct shm_ref cur, prev;
+	int64_t start;
 
 	memset(out, 0, sizeof(*out));
-	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev) < 0)
+	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev, &start) < 0)
 		return -1;
-	out->size = size;
-	out->start = window_start(now, size);
-	out->found = cur.idx != SHM_NONE;
-	out->count = shm_read_count(rl->shm, &cur);
-	out->diff = shm_read_diff(rl->shm, &cur);
-	out->grant = cur.idx == SHM_NONE ? 0 : shm_grant_left(rl->shm, cur.idx);
-	out->spent = cur.idx == SHM_NONE ? 0 : shm_grant_spent(rl->shm, cur.idx);
-	out->previous = prev.idx == SHM_NONE ? 0 : shm_read_count(rl->shm, &prev);
-	out->weight = sliding ? window_weight(now, size) : 0;
-	out->rate = window_rate(out->count - out->grant, out->previous, out->weight);
+	const struct rl_ns *n = &rl->ns[ns];
+	n->algo->inspect(rl->shm, &n->def, size, start, now, sliding, &cur, &prev, out);
 	return 0;
 }
 
@@ -840,7 +684,7 @@ int rl_forget(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 	struct shm_ref cur, prev;
 
 	*removed = 0;
-	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev) < 0)
+	if (rl_key_slots(rl, ns, key, keylen, size, now, &cur, &prev, NULL) < 0)
 		return -1;
 	*removed = shm_sync_forget(rl->shm, &cur) + shm_sync_forget(rl->shm, &prev);
 	return 0;

@@ -19,6 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "agent/algo.h"
 #include "agent/ns.h"
 
 struct rl;
@@ -41,28 +42,8 @@ enum rl_status {
 
 const char *rl_status_str(enum rl_status st);
 
-/* What one hit or read saw, for the handler's variables. */
-struct rl_result {
-	double rate;          /* current + previous * weight (after the hit) */
-	double current;       /* count of the current window (after the hit;
-	                         when not counted, as if it had been, so that
-	                         rate == current + previous * weight always) */
-	double previous;      /* count of the previous window */
-	double weight;        /* weight applied to previous */
-	int64_t start;        /* start of the current window (Unix seconds) */
-	uint32_t size;        /* window size */
-	bool counted;         /* the hit was added (false for cost 0 and for
-	                         a hit refused by the limit) */
-	bool inserted;        /* this hit created the current window's slot */
-	bool evicted;         /* ... and evicted a live entry for it */
-	bool granted;         /* rl_hit_exact: admitted from the store's grant */
-	bool need_store;      /* rl_hit_exact: the store must decide (nothing
-	                         counted; current is the view without the hit) */
-	double cap;           /* the limit the hit was decided against: the
-	                         limit, or the node's share (rl_hit_degraded) */
-	uint32_t cur_idx;     /* slot of the current window (UINT32_MAX: none) */
-	uint32_t prev_idx;    /* slot of the previous window (UINT32_MAX: none) */
-};
+/* What one hit or read saw: struct rl_result (agent/algo.h, what an
+ * algorithm reports). */
 
 /* Creates an instance whose shared table holds max_keys (key, window)
  * counters. Must be called before fork() for the table to be shared.
@@ -87,22 +68,8 @@ int rl_ns_of_shm(const struct rl *rl, unsigned sid);
 /* The table's index of a window size of namespace ns (SHM_MAX_WIN: none). */
 unsigned rl_shm_win(const struct rl *rl, int ns, uint32_t size);
 
-/* What this node holds of one key's window now (GET /keys). */
-struct rl_key_info {
-	uint32_t size;
-	int64_t start;        /* of the current window */
-	bool found;           /* the current window has a slot here */
-	double count;         /* this node's count: the cluster's hits as last
-	                         fetched (synced namespaces), its own hits
-	                         since (diff, spent), and what is left of
-	                         its grant */
-	double diff;          /* its hits the store has not confirmed */
-	double grant;         /* what is left of the store's grant */
-	double spent;         /* grant hits not reported to the store yet */
-	double previous;      /* the previous window's count */
-	double weight;        /* of the previous window (0: fixed) */
-	double rate;          /* (count - grant) + previous x weight */
-};
+/* What this node holds of one key's window now (GET /keys): struct
+ * rl_key_info (agent/algo.h, as its algorithm reads it). */
 
 /* Reads key's window `size` of namespace ns at now, counting nothing.
  * Returns 0 or -1 (rl_errno()). */
@@ -252,13 +219,7 @@ int rl_hit_degraded(struct rl *rl, int ns, const char *key, size_t keylen, uint3
 
 /* ---- calls on a stored key (rl_skey_make, rl_stored_key) ---- */
 
-/* How a hit with a limit is decided: rl_hit, rl_hit_exact or
- * rl_hit_degraded. */
-enum rl_admit {
-	RL_ADMIT_LOCAL = 0,           /* from the node's view (rl_hit) */
-	RL_ADMIT_EXACT,               /* a grant, the view's denial, or the store */
-	RL_ADMIT_DEGRADED,            /* a grant, or this node's share */
-};
+/* How a hit with a limit is decided: enum rl_admit (agent/algo.h). */
 
 /* rl_hit, rl_hit_exact or rl_hit_degraded as admit says (nodes: the
  * namespace's active nodes, for RL_ADMIT_DEGRADED), on a stored key

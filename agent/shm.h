@@ -453,6 +453,12 @@ double shm_add(struct shm_table *t, const struct shm_ref *r, double v, bool with
 bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double extra,
 		double limit, bool with_diff, double *count);
 
+/* Replaces the slot's count by want if it is still *seen, in one CAS: a
+ * word that is not a sum (GCRA's TAT, agent/algo_gcra.c). Returns true if
+ * replaced; else *seen gets the count now. As with shm_add, the caller
+ * tells by shm_still() whether the slot changed hands meanwhile. */
+bool shm_cas_count(struct shm_table *t, const struct shm_ref *r, double *seen, double want);
+
 /* Sets a found slot's count to 0 (a local namespace's key forgotten by
  * an operator) and clears its protection; returns what it held. */
 double shm_forget(struct shm_table *t, const struct shm_ref *r);

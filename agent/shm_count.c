@@ -1,6 +1,7 @@
 /*
  * shm_count.c - a found slot of the shared counter table counted (shm_add,
- * shm_add_if: one CAS loop per word, no addition lost), read (the count
+ * shm_add_if: one CAS loop per word, no addition lost; shm_cas_count: one
+ * CAS of a word that is not a sum), read (the count
  * and the diff, trusted only while the slot holds the window it was found
  * with), forgotten and protected; and slot by slot, the sync loop's
  * consistent copies of LIVE slots (shm_read, shm_next_used). The words and
@@ -74,6 +75,16 @@ bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double e
 	if (with_diff)
 		atomics_add_double(&s->diff, v);
 	return true;
+}
+
+bool shm_cas_count(struct shm_table *t, const struct shm_ref *r, double *seen, double want)
+{
+	uint64_t old = atomics_dbits(*seen);
+
+	if (atomic_compare_exchange_strong(&t->slots[r->idx].count, &old, atomics_dbits(want)))
+		return true;
+	*seen = atomics_bitsd(old);
+	return false;
 }
 
 double shm_forget(struct shm_table *t, const struct shm_ref *r)
