@@ -62,8 +62,8 @@ static void admission_case(const char *store, unsigned w, bool exact)
 			cr_expect(got >= ADMIT_LIMIT * 95 / 100 && got <= ADMIT_LIMIT + ADMIT_LIMIT / 100,
 				  "%s, %s: %lld admitted, limit %d", store, ct_pattern_names[p],
 				  (long long)got, ADMIT_LIMIT);
-			cr_expect_eq(ct_degraded, 0, "%s, %s: %lld answers degraded", store,
-				     ct_pattern_names[p], (long long)ct_degraded);
+			cr_expect_eq(ct_degraded, 0, "%s, %s: %lld answers degraded; node 0's log:\n%s",
+				     store, ct_pattern_names[p], (long long)ct_degraded, ct_node_log(0));
 			continue;
 		}
 		cr_expect(got >= ADMIT_LIMIT, "%s, %s: %lld admitted, fewer than the limit %d",
@@ -89,6 +89,7 @@ CT_STORE_TEST(admission_exact)
 
 	st->up(0);
 	ct_nodes_start(CT_NODES, ct_with_admission(st->cfg(w, ADMIT_SYNC, ADMIT_TIMEOUT_MS), "exact"));
+	ct_wait_store_decides(w, ADMIT_LIMIT);
 	admission_case(st->name, w, true);
 }
 
@@ -101,6 +102,7 @@ Test(cluster, redis_admission_exact_per_request)
 	ct_redis.up(0);
 	ct_nodes_start(CT_NODES, ct_with_admission(ct_redis.cfg(w, ADMIT_SYNC, ADMIT_TIMEOUT_MS), "local"));
 	ct_admission_exact = true;
+	ct_wait_store_decides(w, ADMIT_LIMIT);
 	admission_case("redis", w, true);
 }
 

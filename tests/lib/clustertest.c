@@ -169,6 +169,32 @@ void ct_wait_store_down(void)
 	cr_assert(all, "the nodes did not see their store go within 5 s");
 }
 
+void ct_wait_store_decides(unsigned w, int64_t limit)
+{
+	int64_t t0 = test_now_ms(), saved = ct_degraded;
+	char key[64];
+
+	sp_key(key, sizeof(key), "probe");
+	for (size_t n = 0; n < ct_nodes_up; n++)
+		for (size_t c = 0; c < CT_CONNS; c++) {
+			int64_t before;
+
+			if (ct_nodes[n].fd[c] < 0)
+				continue;
+			do {
+				before = ct_degraded;
+				(void)ct_limit_hit(n, c, key, w, limit);
+				if (ct_degraded == before)
+					break;
+				test_sleep_ms(100);
+			} while (test_now_ms() - t0 < 10000);
+			cr_assert(ct_degraded == before, "node %zu, connection %zu: answers still "
+				  "degraded after 10 s (the store never answered):\n%s", n, c,
+				  ct_node_log(n));
+		}
+	ct_degraded = saved;
+}
+
 /* ---------------------------------------------------------------- configs */
 
 const char *ct_with_http(const char *cfg)

@@ -95,6 +95,13 @@ long long ct_node_metric(size_t n, const char *sample);
  * 10 s); until every node's store_up is 0 (asserted within 5 s). */
 void ct_wait_nodes(size_t want);
 void ct_wait_store_down(void);
+/* Until a hit on each SPOP connection of every node (each worker has its
+ * own connection to the store) is answered not degraded: the store has
+ * answered every worker (asserted within 10 s). On a busy machine a
+ * worker's first connection may fail and wait for its retry; a case that
+ * asserts "no answer degraded" starts after this. The probes count on
+ * their own key. */
+void ct_wait_store_decides(unsigned w, int64_t limit);
 
 /* ---------------------------------------------------------------- configs */
 
