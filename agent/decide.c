@@ -649,6 +649,7 @@ struct decide_pending *pending_get(struct decide *d)
 	p->owner = NULL;
 	p->linked = false;
 	p->delayed = false;
+	p->settled = false;
 	p->prev = p->next = NULL;
 	p->dq = NULL;
 	p->qnext = NULL;
@@ -694,6 +695,19 @@ void pending_unlink(struct decide_pending *p)
 
 static void admit_locally(struct decide *d, struct rl_decision *r, double now);
 
+/* A sync_rate 0 hit, counted here already, that its store did not confirm
+ * (in time): decided again on this node's share (a hit the full limit let
+ * through may be denied: counted, never admitted over the share). */
+static void on_share(struct decide *d, struct rl_decision *r, double now)
+{
+	if (!r->has_limit || r->cost <= 0)
+		return;
+	r->cap = rl_degraded_cap(d->rl, r->ns, r->skey, r->skeylen, r->window, now,
+				 (double)r->limit, r->weight, rl_active_nodes(d->rl, r->ns));
+	r->degraded = true;
+	finish(r, now);
+}
+
 /* Applies the store's answers to the table (agent/sync_hits.c) and to the
  * decisions. */
 /* The store answered every part of a held decision: as in decide_batch,
@@ -718,6 +732,29 @@ static void pending_take_back(struct decide_pending *p)
 	}
 }
 
+/* The store's answer to a decision answered before it
+ * (decide_pending_settle): that answer stands, and each hit is counted
+ * once. An admission the store counted (admitted, or count_denied) is
+ * taken back from this node's count, which holds it when the node
+ * admitted it (and which, pushed, takes the store's back when the node
+ * denied it); one the store did not answer is in doubt, as any admission
+ * the node decided (agent/sync_doubt.c). A sync_rate 0 hit was counted
+ * here before it was pushed: nothing to do. */
+static void pending_late(struct decide_pending *p)
+{
+	struct decide *d = p->d;
+
+	for (size_t i = 0; i < p->n; i++) {
+		struct rl_decision *r = &p->res[i];
+		if (p->hi[i] < 0 || !r->admit0)
+			continue;
+		const struct sync_hit *h = &p->hits.h[p->hi[i]];
+		if (h->ok && (h->admitted || r->count_denied) && r->cost > 0)
+			rl_unkeep(d->rl, r->ns, r->skey, r->skeylen, r->window,
+				  window_start(p->now, r->window), r->cost, p->now);
+	}
+}
+
 static void pending_finish(struct decide_pending *p)
 {
 	struct decide *d = p->d;
@@ -725,6 +762,10 @@ static void pending_finish(struct decide_pending *p)
 	const struct rl_decision *first = NULL;   /* the first the store failed */
 
 	sync_hits_apply(d->rl, &p->hits);
+	if (p->settled) {
+		pending_late(p);
+		return;
+	}
 	for (size_t i = 0; i < p->n; i++) {
 		struct rl_decision *r = &p->res[i];
 		if (p->hi[i] < 0)
@@ -762,18 +803,8 @@ static void pending_finish(struct decide_pending *p)
 			continue;
 		}
 		if (!h->ok) {
-			/* Counted here already; the store did not confirm it:
-			 * decided again on this node's share (a hit the full
-			 * limit let through may be denied: counted, never
-			 * admitted over the share). */
 			failed = true;
-			if (r->has_limit && r->cost > 0) {
-				r->cap = rl_degraded_cap(d->rl, r->ns, r->skey, r->skeylen, r->window,
-							 p->now, (double)r->limit, r->weight,
-							 rl_active_nodes(d->rl, r->ns));
-				r->degraded = true;
-				finish(r, p->now);
-			}
+			on_share(d, r, p->now);
 			first = first ? first : r;
 			continue;
 		}
@@ -925,6 +956,34 @@ struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, si
 	}
 	pending_link(p, owner, false);
 	return p;
+}
+
+const struct rl_decision *decide_pending_settle(struct decide *d, struct decide_pending *p,
+						double now, size_t *n)
+{
+	if (p->delayed || p->settled)
+		return NULL;
+	pending_unlink(p);
+	p->owner = NULL;
+	p->settled = true;
+	for (size_t i = 0; i < p->n; i++) {
+		struct rl_decision *r = &p->res[i];
+		if (p->hi[i] < 0)
+			continue;
+		if (r->admit0)
+			admit_locally(d, r, now);
+		else
+			on_share(d, r, now);
+	}
+	/* Denied: what count_denied false parts counted here is taken back
+	 * (an admission's count too: admit0 with store_counted). */
+	pending_take_back(p);
+	for (size_t i = 0; i < p->n; i++)
+		if (p->hi[i] >= 0)
+			count_final(d, &p->res[i]);
+	metrics_add(&metrics_me->errors[METRICS_ERR_STORE], 1);
+	*n = p->n;
+	return p->res;
 }
 
 const struct rl_decision *decide_pending_results(const struct decide_pending *p, size_t *n)

@@ -223,6 +223,19 @@ struct decide_pending *decide_run(struct decide *d, const struct rl_request *rq,
 struct decide_pending *decide_hold(struct decide *d, struct rl_decision *res, size_t n,
 				   double now, struct decide_owner *owner);
 
+/* The owner cannot wait for p's store any longer (the gRPC front: its
+ * call's deadline comes): p decided now as when its store does not answer
+ * (docs/CLUSTER.md, "When the store is down": a sync_rate 0 hit, counted
+ * already, on this node's share; an admission decided and counted by this
+ * node; degraded), unlinked from its owner, which answers from the
+ * results returned (*n of them, valid until the owner returns to the
+ * loop) and forgets p: owner->deliver never runs for it. p stays with its
+ * store's call, and goes back to the pool when that ends; the store's
+ * answer then leaves each hit counted once, as this answer said. NULL,
+ * nothing done: p is delayed (delay_max_ms), not held for a store. */
+const struct rl_decision *decide_pending_settle(struct decide *d, struct decide_pending *p,
+						double now, size_t *n);
+
 /* The decisions of a delivered batch. */
 const struct rl_decision *decide_pending_results(const struct decide_pending *p, size_t *n);
 

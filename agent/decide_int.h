@@ -30,6 +30,8 @@ struct decide_pending {
 	bool linked;                             /* in owner->list */
 	bool delayed;                            /* counted in owner->held, else in
 	                                            owner->waiting */
+	bool settled;                            /* answered before its store did
+	                                            (decide_pending_settle) */
 	struct decide_pending *prev, *next;      /* owner's list, or the free list */
 	uint64_t tag[3];
 	double now;

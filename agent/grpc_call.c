@@ -12,10 +12,13 @@
  *
  * A request that is not gRPC is answered 405 (not POST) or 415 (another
  * content-type), as gRPC's servers do; an unknown method UNIMPLEMENTED. A
- * call's grpc-timeout runs from its headers: passed before its answer is
- * final (its message late, its decision held for a store or delayed), it
- * is answered DEADLINE_EXCEEDED at once, and a decision delivered later is
- * dropped.
+ * call's grpc-timeout runs from its headers. A decision held for its
+ * store (sync_rate 0, exact admission) is answered just before the
+ * deadline from this node's share of the limit (decide_pending_settle:
+ * degraded, as when the store does not answer), never DEADLINE_EXCEEDED;
+ * passed before its answer is final otherwise (its message late, its
+ * decision delayed by delay_max_ms), it is answered DEADLINE_EXCEEDED at
+ * once, and a decision delivered later is dropped.
  */
 #include "agent/grpc_int.h"
 #include "strategies/container.h"
@@ -29,6 +32,10 @@
 #include "agent/ratelimit.h"
 
 #define GRPC_POOL_KEEP 4096   /* free calls a worker keeps for reuse */
+/* A decision held for its store is settled this long before the call's
+ * deadline (at most a quarter of its timeout): the answer must still
+ * cross the network and reach Envoy's loop before Envoy's own timer. */
+#define GRPC_SETTLE_MARGIN 0.005
 
 static void grpc_call_on_deadline(struct ev_loop *loop, ev_timer *t, int revents);
 
@@ -408,23 +415,45 @@ static void grpc_call_headers(struct grpc_call *k)
 	else if (k->deadline > 0 && grpc_now(k->conn) >= k->deadline)
 		grpc_call_fail(k, "200", RLS_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
 	else if (k->deadline > 0) {
-		ev_timer_set(&k->timer, k->deadline - grpc_now(k->conn), 0.);
+		double margin = (k->deadline - k->started) / 4;
+		margin = margin < GRPC_SETTLE_MARGIN ? margin : GRPC_SETTLE_MARGIN;
+		ev_timer_set(&k->timer, k->deadline - margin - grpc_now(k->conn), 0.);
 		ev_timer_start(k->conn->s.env->loop, &k->timer);
 	}
 }
 
-/* The deadline passed before the answer: DEADLINE_EXCEEDED now; a
- * decision still held is dropped when it comes. */
+/* Just before the deadline: a decision held for its store is answered
+ * from this node's share (decide_pending_settle); then, at the deadline,
+ * an answer not final yet is DEADLINE_EXCEEDED, and a decision still held
+ * (delayed) is dropped when it comes. */
 static void grpc_call_on_deadline(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct grpc_call *k = container_of(t, struct grpc_call, timer);
-	(void)loop;
+	struct grpc_conn *c = k->conn;
+	const struct rl_decision *parts;
+	double now = grpc_now(c);
+	size_t np;
 	(void)revents;
 
 	if (k->state == GRPC_CALL_ANSWERED)
 		return;
-	grpc_call_fail(k, "200", RLS_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
-	k->conn->kick(k->conn);
+	if (k->state == GRPC_CALL_DECIDING && k->pending &&
+	    (parts = decide_pending_settle(c->s.env->decide, k->pending, rl_now(), &np))) {
+		/* The pending is the store's now: the call answers and lets go
+		 * of it (its stream is open: the call is not freed here). */
+		k->pending = NULL;
+		grpc_rls_answer(k, k->rc, parts, np);
+		grpc_rc_give(c->w, k->rc);
+		k->rc = NULL;
+		grpc_call_done(k);
+	} else if (now < k->deadline) {
+		ev_timer_set(t, k->deadline - now, 0.);
+		ev_timer_start(loop, t);
+		return;
+	} else {
+		grpc_call_fail(k, "200", RLS_GRPC_DEADLINE_EXCEEDED, "deadline exceeded");
+	}
+	c->kick(c);
 }
 
 void grpc_call_deliver(struct decide_owner *o, struct decide_pending *p)

@@ -194,10 +194,13 @@ static void warn_config(const struct config *cfg, const struct rl *rl)
 			    "longer, or they give up first (docs/CONFIG.md, delay_max_ms)",
 			    cfg->ns[i].name, cfg->ns[i].delay_max_ms);
 	/* Checks that name a limit where none is configured are refused over
-	 * HTTP now: say so before nginx's checks meet a 400. */
+	 * HTTP now: say so before nginx's checks meet a 400. Not of an
+	 * envoy_config domain's namespace: its limits are its YAML's, per
+	 * descriptor, and its windows have none of their own by design. */
 	for (size_t i = 0; cfg->http_listen[0] && i < cfg->n_ns; i++) {
 		const struct ns_def *n = &cfg->ns[i];
-		for (size_t w = 0; n->caller_limit != NS_CALLER_ANY && w < n->n_window_sizes; w++)
+		for (size_t w = 0; !n->envoy && n->caller_limit != NS_CALLER_ANY &&
+				   w < n->n_window_sizes; w++)
 			if (ns_limit_of(n, n->window_sizes[w]) == NS_LIMIT_NONE) {
 				LOG(LOG_WARN, "namespace \"%s\" configures no limit for window %u: "
 				    "an HTTP check that names one is refused (400) unless it carries "

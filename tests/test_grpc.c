@@ -126,6 +126,23 @@ Test(decide, the_counters_are_every_fronts, .init = start, .fini = gt_stop, .tim
 	cr_assert(strstr(m, "connections{front=\"grpc\"}"), "%s", m);
 }
 
+/* The start-up warning of a namespace whose windows have no limit (for
+ * HTTP checks that name one) is not said of a domain's namespace, whose
+ * limits are its YAML's; it is of a plain one. */
+Test(config, no_limit_warning_not_for_a_domain, .fini = gt_stop, .timeout = 60)
+{
+	static const char yaml[] = "domain: edge\n"
+				   "descriptors:\n"
+				   "  - {key: ip, rate_limit: {unit: hour, requests_per_unit: 3}}\n";
+
+	gt_start_yaml(yaml, "\"namespaces\": [{\"name\": \"edge\"},"
+			    " {\"name\": \"plain\", \"window_sizes\": [60]}]");
+	cr_assert_eq(agentproc_log_lines(&test_agent, "\"plain\" configures no limit", NULL), 1,
+		     "%s", test_agent_log_tail());
+	cr_assert_eq(agentproc_log_lines(&test_agent, "\"edge\" configures no limit", NULL), 0,
+		     "%s", test_agent_log_tail());
+}
+
 Test(health, serving_and_unknown_services, .init = start, .fini = gt_stop, .timeout = 60)
 {
 	cr_assert_str_eq(gt_client("health"), "OK {\"status\":\"SERVING\"}\n");

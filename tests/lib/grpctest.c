@@ -53,7 +53,16 @@ const char *gt_run(const char *fmt, ...)
 
 void gt_start(const char *extra)
 {
-	char json[2048], path[128];
+	char members[1024];
+
+	snprintf(members, sizeof(members),
+		 "%s \"namespaces\": [{\"name\": \"edge\", \"count_denied\": false}]", extra);
+	gt_start_yaml(gt_yaml, members);
+}
+
+void gt_start_yaml(const char *yaml, const char *members)
+{
+	char json[4096], path[128];
 	FILE *f;
 
 	if (system(GT_PY " -c 'import grpc, google.protobuf' 2>/dev/null") != 0)
@@ -62,14 +71,13 @@ void gt_start(const char *extra)
 	cr_assert_not_null(mkdtemp(gt_dir));
 	snprintf(path, sizeof(path), "%s/edge.yaml", gt_dir);
 	cr_assert_not_null(f = fopen(path, "w"));
-	fputs(gt_yaml, f);
+	fputs(yaml, f);
 	fclose(f);
 	gt_http_port = test_port(0);
 	snprintf(json, sizeof(json),
-		 "{%s \"grpc_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_listen\": \"127.0.0.1:%d\","
-		 " \"log_level\": \"debug\", \"envoy_config\": \"%s\","
-		 " \"namespaces\": [{\"name\": \"edge\", \"count_denied\": false}]}",
-		 extra, gt_http_port, path);
+		 "{\"grpc_listen\": \"127.0.0.1:@HTTP_PORT@\", \"http_listen\": \"127.0.0.1:%d\","
+		 " \"log_level\": \"debug\", \"envoy_config\": \"%s\", %s}",
+		 gt_http_port, path, members);
 	test_agent_start1(json);
 	gt_grpc_port = test_agent.http_port;
 	/* The workers serve once the gRPC front answers. */

@@ -26,6 +26,10 @@ extern int gt_grpc_port, gt_http_port;
  * Skips the test without python3-grpcio. */
 void gt_start(const char *extra);
 
+/* The same with yaml (one domain) as its envoy_config and members (JSON
+ * members, not empty: its "namespaces" and any other key) for the rest. */
+void gt_start_yaml(const char *yaml, const char *members);
+
 /* Stops it (expecting no sanitizer report) and removes its YAML: a .fini. */
 void gt_stop(void);
 

@@ -19,6 +19,12 @@
 #                                read, until the agent stops reading (at
 #                                most SECS): "stalled=<0|1> sent=<bytes> of=<bytes>",
 #                                then holds the connection 5 s if stalled
+#   h2raw.py ADDR calls N TIMEOUT HEX  N ShouldRateLimit calls one after the
+#                                other, each with grpc-timeout TIMEOUT (e.g.
+#                                200m) and the request HEX (the message, no
+#                                prefix), none ended by this client: "ok=N
+#                                over=N err=N" (err: answered without a
+#                                message, e.g. DEADLINE_EXCEEDED)
 import fcntl
 import os
 import select
@@ -32,6 +38,7 @@ import time
 DATA, HEADERS, RST, SETTINGS, PING, GOAWAY, WINDOW, CONT = 0, 1, 3, 4, 6, 7, 8, 9
 END_STREAM, END_HEADERS, ACK = 1, 4, 1
 HEALTH = "/grpc.health.v1.Health/Check"
+RLS = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
 
 
 def frame(ftype, flags, sid, payload=b""):
@@ -204,6 +211,29 @@ def main():
             time.sleep(0.05)
         print("stalled=%d sent=%d of=%d" % (stalled, off, len(out)), flush=True)
         time.sleep(5 if stalled else 0)
+    elif what == "calls":
+        n, timeout, msg = int(args[0]), args[1], bytes.fromhex(args[2])
+        body = b"\x00" + struct.pack(">I", len(msg)) + msg
+        ok = over = err = 0
+        for i in range(n):
+            sid = 2 * i + 1
+            block = request_block(RLS, [("grpc-timeout", timeout)])
+            c.send(frame(HEADERS, END_HEADERS, sid, block) + frame(DATA, END_STREAM, sid, body))
+            data = b""
+            while True:
+                f = c.read_frame(30)
+                if f is None:
+                    break
+                if f[0] == DATA and f[2] == sid:
+                    data += f[3]
+                if f[2] == sid and f[0] in (HEADERS, RST) and (f[1] & END_STREAM or f[0] == RST):
+                    break
+            # RateLimitResponse: overall_code (field 1, varint) first.
+            if len(data) > 6 and data[5] == 0x08:
+                ok, over = ok + (data[6] == 1), over + (data[6] == 2)
+            else:
+                err += 1
+        print("ok=%d over=%d err=%d" % (ok, over, err))
     c.s.close()
 
 
