@@ -29,11 +29,21 @@
  * agent/shm_sync.h): lock-free, no allocation.
  *
  * The store's side (what is pushed, how the store's script decides an
- * admission): the window counter's is strategies/: a diff per window
- * (strategy_ops.push_diffs) and an admission (strategy_ops.admit), the
- * scripts of strategies/redis_script.c and statements of
- * strategies/pg_sql.c. An algorithm without one (NS_ALGORITHMS' `store`
- * false, agent/ns.h) is local only: ns_check() refuses a store for it.
+ * admission): algo_ops.step says which step of strategies/ a store takes
+ * for an admission (strategy_admit.step; the scripts of
+ * strategies/redis_script.c and statements of strategies/pg_sql.c):
+ *
+ *   window  a diff per window (strategy_ops.push_diffs) and the
+ *           check-and-increment over the current and previous windows,
+ *           with grants (strategy_ops.admit)
+ *   gcra    the TAT compare-and-set on the key's TAT in the store, in the
+ *           store's clock (strategy_ops.admit, STRATEGY_STEP_TAT): every
+ *           hit the node's copy of the TAT admits; nothing pushed by the
+ *           sync cycle (a TAT is not a sum); the answer, how far the TAT
+ *           runs ahead, written into the slot by algo_ops.store_answer
+ *
+ * An algorithm without one (NS_ALGORITHMS' `store` false, agent/ns.h) is
+ * local only: ns_check() refuses a store for it.
  */
 #ifndef ALGO_H
 #define ALGO_H
@@ -148,8 +158,19 @@ struct algo_answer {
 	ALGO_ANSWER_FIELDS
 };
 
+/* The step a store takes for an admission of an algorithm (agent/algo.h's
+ * banner): strategy_admit.step's values (strategies/strategy.h, checked
+ * where the sync makes an admission, agent/sync_hits.c). */
+enum algo_step {
+	ALGO_STEP_WINDOW = 0,         /* check-and-increment, grants */
+	ALGO_STEP_TAT,                /* GCRA's TAT compare-and-set */
+};
+
 struct algo_ops {
 	const char *name;             /* the namespace's `algorithm` */
+	/* What an admission sent to a store is: the step the store's
+	 * script or statement takes (docs/CLUSTER.md). */
+	enum algo_step step;
 	/* What a slot holds: the size the table is given for window `size`
 	 * of namespace d (a slot is taken back two of them after its start).
 	 * At most 2^31 - 1 (ns_check() bounds what makes it). */
@@ -170,6 +191,15 @@ struct algo_ops {
 	double (*share_cap)(const struct shm_table *t, const struct shm_ref *cur,
 			    const struct shm_ref *prev, double weight, double limit,
 			    unsigned nodes);
+	/* The store's answer to an admission written into slot cur (of the
+	 * period that starts at `start`; found or made), at now: a STEP_TAT's
+	 * `answer` is how far the store's TAT runs ahead of the store's clock
+	 * (seconds). Returns what the hit's view reads (struct
+	 * algo_view.current, the hit not counted). NULL: the sync writes
+	 * the store's totals itself (the window counter). Lock-free. */
+	double (*store_answer)(struct shm_table *t, const struct shm_ref *cur,
+			       const struct ns_def *d, uint32_t size, int64_t start, double now,
+			       double answer);
 	/* What the key holds at now (rl_inspect, GET /keys): cur and prev
 	 * the slots of the period of `start` and the one before (SHM_NONE:
 	 * none); size the window, sliding its type (the window counter's). */

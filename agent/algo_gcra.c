@@ -24,6 +24,19 @@
  * a lock or an allocation; a denied hit writes nothing (count_denied does
  * not apply: a denied hit never moves the TAT).
  *
+ * Across a cluster (docs/CLUSTER.md, "GCRA across a cluster"): the store
+ * holds the one TAT and moves it (algo_ops.step: STRATEGY_STEP_TAT, a
+ * Redis script or a PostgreSQL statement). Under exact admission a hit
+ * its copy of the TAT here admits goes to the store (need_store; nothing
+ * moved here), and the store's answer, how far its TAT runs ahead of its
+ * clock, becomes the copy (gcra_store_answer: now + ahead, never lowered);
+ * a hit the copy denies is denied here (the store's TAT only moves
+ * forward: the copy is never behind it by more than the round trip it
+ * took). While the store is away (RL_ADMIT_DEGRADED) the node runs GCRA
+ * on its copy with its share of the rate and the burst: a hit costs
+ * nodes x T, and the copy may run max(burst, nodes) x T ahead, so a node
+ * admits max(burst / nodes, 1) hits at once and limit / nodes per window.
+ *
  * Known limits, as the window counter's (agent/shm.h): a hit at a
  * period's end that writes the old slot after another process's first
  * hit of the new period read it is not seen by the new one (one hit per
@@ -79,9 +92,11 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 	struct shm_table *t = h->t;
 	struct shm_ref cur, prev;
 	double now = h->now, cost = h->cost, burst = (double)ns_burst(h->def);
+	/* While the store is away, the node's share: a hit costs nodes x T. */
+	double share = h->admit == RL_ADMIT_DEGRADED && h->nodes > 1 ? (double)h->nodes : 1;
 	/* limit 0 admits nothing: a hit costs forever; no limit counts nothing */
-	double T = h->limit > 0 ? (double)h->size / h->limit : INFINITY;
-	double tau = burst * T, slack = fmin(GCRA_EPS, 1e-3 * T);
+	double T = h->limit > 0 ? share * (double)h->size / h->limit : INFINITY;
+	double tau = fmax(burst, share) * T / share, slack = fmin(GCRA_EPS, 1e-3 * T);
 	uint32_t period = gcra_period(h->def, h->size);
 	int64_t start = window_start(now, period);
 	int64_t pstart = start >= (int64_t)period ? start - (int64_t)period : -1;
@@ -91,7 +106,7 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 
 	out->counted = out->inserted = out->evicted = false;
 	out->granted = out->need_store = false;
-	out->cap = h->limit == 0 ? 0 : burst;
+	out->cap = h->limit == 0 ? 0 : fmax(burst / share, 1);
 	for (;;) {
 		shm_find(t, h->k, start, pstart, &cur, &prev);
 		double tat = gcra_tat(t, period, &cur, &prev, &seen);
@@ -114,6 +129,12 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 			out->evicted |= how == SHM_INS_EVICTED;
 			continue;       /* from the slot as it is now (a racing insert's) */
 		}
+		if (h->admit == RL_ADMIT_EXACT) {
+			/* The copy admits it: the store decides (its slot,
+			 * made, will hold the store's answer). */
+			out->need_store = true;
+			break;
+		}
 		if (shm_cas_count(t, &cur, &seen, next) && shm_still(t, &cur)) {
 			out->counted = true;
 			level = (next - n) / T;
@@ -129,6 +150,21 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 	out->start = start;
 	out->size = h->size;
 	return 0;
+}
+
+/* The store's TAT, `ahead` seconds past its clock, as this node's copy:
+ * now + ahead relative to the slot's start, never lowered (an older
+ * answer that arrives late says less). The view: the hits in the bucket. */
+static double gcra_store_answer(struct shm_table *t, const struct shm_ref *cur,
+				const struct ns_def *d, uint32_t size, int64_t start, double now,
+				double ahead)
+{
+	int64_t limit = ns_limit_of(d, size);
+	double want = now - (double)start + ahead, seen = shm_read_count(t, cur);
+
+	while (seen < want && !shm_cas_count(t, cur, &seen, want))
+		;
+	return limit > 0 ? ahead * (double)limit / (double)size : 0;
 }
 
 /* The hit's cost in time given back to the TAT, at the configured rate
@@ -195,10 +231,12 @@ static void gcra_answer(const struct algo_view *v, double now, struct algo_answe
 
 const struct algo_ops algo_gcra = {
 	.name = "gcra",
+	.step = ALGO_STEP_TAT,
 	.period = gcra_period,
 	.hit = gcra_hit,
 	.take_back = gcra_take_back,
-	.share_cap = NULL,      /* local only (NS_ALGORITHMS: no store yet) */
+	.share_cap = NULL,      /* the share is the hit's (RL_ADMIT_DEGRADED) */
+	.store_answer = gcra_store_answer,
 	.inspect = gcra_inspect,
 	.answer = gcra_answer,
 };

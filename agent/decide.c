@@ -895,6 +895,29 @@ static struct sync_hit hit_of(const struct rl_decision *r)
  * admitted or with count_denied, and the sync loop pushes it later. */
 static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 {
+	if (r->algo != NS_ALGO_WINDOW) {
+		/* Another algorithm decides its share itself (GCRA: on its
+		 * copy of the TAT, agent/algo_gcra.c): the hit again, degraded. */
+		struct rl_skey k = { .text = r->skey, .len = (uint8_t)r->skeylen,
+				     .digested = r->skeylen == RL_DIGEST_LEN && r->skey[0] == '#' };
+		struct rl_result res;
+		if (k.digested)
+			memcpy(k.digest, r->skey, RL_DIGEST_LEN);
+		r->counted = false;
+		if (rl_hit_skey(d->rl, r->ns, &k, r->window, r->cost, 0, now, (double)r->limit,
+				r->count_denied, RL_ADMIT_DEGRADED, rl_active_nodes(d->rl, r->ns),
+				&res) == 0) {
+			r->counted = res.counted;
+			r->current = res.current;
+			r->cap = res.cap;
+		}
+		r->degraded = true;
+		if (msid(d, r->ns) < METRICS_NS)
+			metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_DEGRADED],
+				    1);
+		finish(r, now);
+		return;
+	}
 	r->cap = rl_degraded_cap(d->rl, r->ns, r->skey, r->skeylen, r->window, now,
 				 (double)r->limit, r->weight, rl_active_nodes(d->rl, r->ns));
 	bool ok = window_rate(r->current, r->previous, r->weight) + r->cost <= r->cap + 1e-9;

@@ -295,6 +295,15 @@ static int ns_check_gcra(const struct ns_def *d, struct ns_err *e)
 	if (d->haproxy.from[0] || d->haproxy.into[0])
 		return ns_fail(e, "haproxy_tables", "not with \"algorithm\": \"gcra\" (the nodes' "
 			       "tables count windows)");
+	/* With a store, the store moves the one TAT (docs/CLUSTER.md, "GCRA
+	 * across a cluster"): every hit the node does not deny is its step,
+	 * whatever sync_rate says, and a TAT is no sum a node could push. */
+	if (d->sync_rate == 0)
+		return ns_fail(e, "sync_rate", "\"gcra\" with a store decides every hit there "
+			       "already: a sync_rate > 0 (the heartbeat's), or < 0 (local)");
+	if (d->sync_rate > 0 && d->admission == NS_ADMIT_LOCAL)
+		return ns_fail(e, "admission", "\"gcra\" with a store is decided there "
+			       "(\"auto\" or \"exact\"): a TAT is no sum a node could push");
 	return 0;
 }
 

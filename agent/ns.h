@@ -43,7 +43,7 @@ enum ns_window_type {
  * each is one file behind the ops table of agent/algo.h. */
 #define NS_ALGORITHMS(X) \
 	X(NS_ALGO_WINDOW, "window", true)    /* a count per window, sliding or fixed */ \
-	X(NS_ALGO_GCRA, "gcra", false)       /* a rate with a burst: a TAT per key */
+	X(NS_ALGO_GCRA, "gcra", true)        /* a rate with a burst: a TAT per key */
 
 enum ns_algorithm {
 #define NS_ALGO_ENUM(id, name, store) id,

@@ -615,6 +615,23 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 	return 0;
 }
 
+int rl_store_answer(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		    double now, double answer, double *view)
+{
+	struct shm_key k;
+	struct shm_ref ref;
+
+	if (ns < 0 || (size_t)ns >= rl->n_ns || !rl->ns[ns].algo->store_answer)
+		return rl_fail(rl, RL_ERR_VALUE);
+	const struct rl_ns *n = &rl->ns[ns];
+	int64_t start = window_start(now, rl_period(n, size));
+	if (rl_stored_window(rl, ns, key, keylen, size, start, answer, &k) < 0 ||
+	    rl_window_slot(rl, &k, start, now, &ref) < 0)
+		return -1;
+	*view = n->algo->store_answer(rl->shm, &ref, &n->def, size, start, now, answer);
+	return 0;
+}
+
 int rl_grant(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size, int64_t start,
 	     double amount, double now)
 {

@@ -278,6 +278,15 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 	       int64_t start, double v, bool with_diff, bool granted);
 
+/* The store's answer to an admission of key's window `size` (ns's
+ * algorithm's: algo_ops.store_answer, e.g. how far GCRA's TAT runs ahead)
+ * written at now into the slot of the period that holds now, made if
+ * missing; *view: what the hit's answer reads (algo_view.current). key is
+ * the stored form. Returns 0, or -1 (rl_errno(); RL_ERR_VALUE: the
+ * algorithm's store writes no answer). */
+int rl_store_answer(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+		    double now, double answer, double *view);
+
 /* A grant of the store (rl_hit_exact) for the window (ns, key, size,
  * start), creating its slot if missing. key is the stored form. Returns 0
  * or -1 (rl_errno()). */

@@ -43,6 +43,8 @@
  * second (shm_beat_take: one worker per node beats).
  */
 #include "agent/sync_int.h"
+
+#include "agent/algo.h"
 #include "strategies/container.h"
 
 #include <math.h>
@@ -78,6 +80,10 @@ int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 	struct shm_table *t = sn->sy->t;
 	bool spent_due = sync_spent_due(sn, now);
 
+	/* An algorithm whose store holds no sums (GCRA's TAT: algo_ops.step)
+	 * has nothing to read back; it would push only diffs, and keeps
+	 * none. */
+	only_diffs = only_diffs || algo_of(sn->def->algorithm)->step != ALGO_STEP_WINDOW;
 	sn->n = 0;
 	for (uint32_t idx = shm_sync_next(t, 0); idx != SHM_NONE; idx = shm_sync_next(t, idx + 1)) {
 		if (sn->n == sn->cap) {

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/algo.h"
 #include "agent/log.h"
 #include "agent/window.h"
 
@@ -79,7 +80,10 @@ static void sync_hits_on_pushed(void *arg, int status, const char *errstr)
 static void sync_hits_build(struct sync *sy, struct sync_hits *b, size_t i, double now)
 {
 	int ns = b->h[i].ns;
-	const char *nsname = rl_namespace_def(sy->rl, ns)->name;
+	const struct ns_def *def = rl_namespace_def(sy->rl, ns);
+	const char *nsname = def->name;
+	/* What the store's step of an admission is: the algorithm's. */
+	enum algo_step step = algo_of(def->algorithm)->step;
 	unsigned nodes = sync_nodes(sy->t, rl_shm_ns(sy->rl, ns));
 
 	for (size_t j = i; j < b->n; j++) {
@@ -104,8 +108,13 @@ static void sync_hits_build(struct sync *sy, struct sync_hits *b, size_t i, doub
 				.key_len = e->keylen, .start = e->start, .size = e->size,
 				.cost = h->cost, .limit = h->limit, .weight = h->weight,
 				.count_denied = h->count_denied, .nodes = nodes,
+				.step = (enum strategy_step)step, .burst = (double)ns_burst(def),
 			};
-			b->a[b->na - 1].want = sync_grant_want(sy->t, e->idx, h->limit, nodes);
+			if (step == ALGO_STEP_WINDOW)
+				b->a[b->na - 1].want = sync_grant_want(sy->t, e->idx, h->limit,
+									nodes);
+			else if (e->idx != UINT32_MAX)
+				shm_grant_flight(sy->t, e->idx, 1); /* in flight, no grant */
 			continue;
 		}
 		h->ci = (int)b->nc;
@@ -205,6 +214,26 @@ static double sync_view(const struct shm_table *t, const struct shm_entry *e, do
 
 /* ---- the store's answers applied ---- */
 
+_Static_assert((int)ALGO_STEP_WINDOW == (int)STRATEGY_STEP_WINDOW &&
+	       (int)ALGO_STEP_TAT == (int)STRATEGY_STEP_TAT, "an algorithm's step is the store's");
+
+/* An admission of an algorithm whose store holds no window counts (GCRA's
+ * TAT): its answer written into the table by the algorithm
+ * (rl_store_answer), the decision and the hit's view into h. */
+static void sync_answer_apply(struct rl *rl, struct sync_hit *h, const struct strategy_admit *a)
+{
+	double view = 0;
+
+	if (rl_store_answer(rl, h->ns, a->key, a->key_len, a->size, rl_now(), a->current,
+			    &view) < 0)
+		SYNC_HIT_LOG(LOG_WARN, "namespace \"%s\": the store's answer could not be kept "
+			     "(%s): this node admits from its own copy until the next one",
+			     rl_namespace_def(rl, h->ns)->name, rl_status_str(rl_errno(rl)));
+	h->ok = true;
+	h->admitted = a->admitted;
+	h->total = view;
+}
+
 void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 {
 	for (size_t i = 0; i < b->n; i++) {
@@ -221,6 +250,10 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b)
 				shm_grant_end(rl_shm(rl), h->e.idx);
 			if (!a || !a->ok)
 				continue;
+			if (a->step != STRATEGY_STEP_WINDOW) {
+				sync_answer_apply(rl, h, a);
+				continue;
+			}
 			if (h->e.idx != UINT32_MAX)
 				shm_sync_total(rl_shm(rl), &h->e, a->current);
 			else

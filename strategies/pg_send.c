@@ -214,7 +214,8 @@ static int pg_send_probe(struct pg_conn *c, struct pg_op *op)
 static const enum pg_stmt pg_prepare_order[] = {
 	PG_STMT_TOKEN, PG_STMT_PURGE_TOK, PG_STMT_UPSERT,    PG_STMT_READ,
 	PG_STMT_FETCH, PG_STMT_PURGE,     PG_STMT_UPSERT_TOK,
-	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK, PG_STMT_NODES,
+	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK, PG_STMT_GCRA,
+	PG_STMT_GCRA_TOK, PG_STMT_NODES,
 	PG_STMT_FORGET,
 };
 
@@ -303,21 +304,24 @@ static int pg_send_forget(struct pg_conn *c, struct pg_op *op)
 	return 1;
 }
 
-/* The parameters of admission a, for rl_admit_row (4) and rl_admit (11). */
+/* The parameters of admission a, for rl_admit_row (4) and rl_admit (11),
+ * or rl_gcra (a TAT's row at window_start -1, $8 the burst). */
 static void pg_admit_params(struct pg *s, const struct strategy_admit *a)
 {
+	bool tat = a->step == STRATEGY_STEP_TAT;
+
 	for (int i = 0; i < 11; i++) {
 		s->par[i].len = 0;
 		s->par[i].oom = false;
 	}
 	pg_buf_put(&s->par[0], a->ns, a->ns_len);
 	pg_buf_put(&s->par[1], a->key, a->key_len);
-	pg_buf_u64(&s->par[2], (uint64_t)a->start);
+	pg_buf_u64(&s->par[2], tat ? UINT64_MAX : (uint64_t)a->start);
 	pg_buf_u32(&s->par[3], a->size);
 	pg_buf_f64(&s->par[4], a->diff);
 	pg_buf_f64(&s->par[5], a->cost);
 	pg_buf_f64(&s->par[6], a->limit);
-	pg_buf_f64(&s->par[7], a->weight);
+	pg_buf_f64(&s->par[7], tat ? a->burst : a->weight);
 	pg_buf_put(&s->par[8], a->count_denied ? "\1" : "\0", 1);
 	pg_buf_f64(&s->par[9], a->want);
 	pg_buf_u32(&s->par[10], a->nodes > INT32_MAX ? INT32_MAX : a->nodes);
@@ -361,7 +365,9 @@ static int pg_send_admits(struct pg_conn *c, struct pg_op *op)
 			s->par[11].oom = false;
 			pg_buf_put(&s->par[11], tok, tl);
 		}
-		if (pg_send_prepared(c, op->has_token ? PG_STMT_ADMIT_TOK : PG_STMT_ADMIT) < 0)
+		bool tat = op->admits[i].step == STRATEGY_STEP_TAT;
+		if (pg_send_prepared(c, op->has_token ? (tat ? PG_STMT_GCRA_TOK : PG_STMT_ADMIT_TOK)
+						      : (tat ? PG_STMT_GCRA : PG_STMT_ADMIT)) < 0)
 			return -1;
 		op->nstmts++;
 		if (!PQpipelineSync(c->conn))

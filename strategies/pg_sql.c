@@ -77,6 +77,21 @@
 	{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4, PG_OID_FLOAT8, PG_OID_FLOAT8, \
 	  PG_OID_FLOAT8, PG_OID_FLOAT8, PG_OID_BOOL, PG_OID_FLOAT8, PG_OID_INT4, PG_OID_BYTEA }
 
+/* What rl_gcra and rl_gcra_tok share: the row locked (o), the server's
+ * time and T (n), whether the hit fits (tau = burst x T, with the slack of
+ * agent/algo_gcra.c), the TAT written (never lowered) and returned. */
+#define PG_GCRA_ROWS \
+	"o AS (SELECT count FROM @T@ WHERE namespace = $1 AND window_size = $4" \
+	" AND window_start = $3 AND key = $2 FOR UPDATE)," \
+	" n AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now, $4 / $7 AS tt),"
+#define PG_GCRA_FITS \
+	"x0.b + $6 * x0.tt - x0.now <= $8 * x0.tt + least(1e-6, 1e-3 * x0.tt)"
+#define PG_GCRA_UPDATE \
+	" UPDATE @T@ AS t SET count = CASE WHEN d.fresh AND d.adm THEN d.b + $6 * d.tt" \
+	" ELSE greatest(t.count, d.b) END FROM d WHERE t.namespace = $1" \
+	" AND t.window_size = $4 AND t.window_start = $3 AND t.key = $2" \
+	" RETURNING greatest(t.count - d.now, 0), 0::float8, d.adm, 0::float8"
+
 /* What rl_upsert and rl_upsert_tok share: a row met adds its count and
  * reservation (never below 0), and every row comes back with its reset
  * mark; their parameters' types. */
@@ -215,6 +230,39 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		" + CASE WHEN d.fresh AND (d.adm OR $9) THEN $6 ELSE 0 END,"
 		" reserved = CASE WHEN d.fresh THEN d.r + d.gr ELSE t.reserved END"
 		PG_ADMIT_UPDATE,
+		12,
+		PG_ADMIT_TYPES,
+	},
+	/* GCRA's TAT step (struct strategy_admit, STRATEGY_STEP_TAT), after
+	 * rl_admit_row: the key's row at window_start -1 holds its TAT in
+	 * count, Unix seconds of the server's clock (clock_timestamp(): the
+	 * nodes' clocks are never compared). $1..$11 as rl_admit's but $8:
+	 * the burst ($9..$11 unused); n.tt is T (size / limit). Returns the
+	 * TAT minus now (>= 0), 0, admitted, 0: rl_admit's shape. */
+	[PG_STMT_GCRA] = {
+		"rl_gcra",
+		"WITH " PG_GCRA_ROWS
+		" x0 AS (SELECT n.now, n.tt, greatest(o.count, n.now) + $5 * n.tt AS b FROM o, n),"
+		" d AS (SELECT x0.now, x0.tt, x0.b, true AS fresh, " PG_GCRA_FITS " AS adm FROM x0)"
+		PG_GCRA_UPDATE,
+		11,
+		PG_ADMIT_TYPES,
+	},
+	/* With a token ($12, rl_token before it): as rl_gcra if it was new,
+	 * an admitted step recorded as the token + ":a"; if not, the TAT is
+	 * not moved and the recorded decision comes back. */
+	[PG_STMT_GCRA_TOK] = {
+		"rl_gcra_tok",
+		"WITH f AS (SELECT current_setting('" PG_GUC_FRESH "') = 'y' AS fresh), "
+		PG_GCRA_ROWS
+		" r AS (SELECT FROM @K@ WHERE token = $12 || '\\x3a61'::bytea),"
+		" x0 AS (SELECT n.now, n.tt, f.fresh, CASE WHEN f.fresh THEN"
+		" greatest(o.count, n.now) + $5 * n.tt ELSE o.count END AS b FROM o, n, f),"
+		" d AS (SELECT x0.now, x0.tt, x0.b, x0.fresh, CASE WHEN x0.fresh THEN " PG_GCRA_FITS
+		" ELSE EXISTS (SELECT FROM r) END AS adm FROM x0),"
+		" k AS (INSERT INTO @K@ (token) SELECT $12 || '\\x3a61'::bytea FROM d"
+		" WHERE d.fresh AND d.adm ON CONFLICT DO NOTHING)"
+		PG_GCRA_UPDATE,
 		12,
 		PG_ADMIT_TYPES,
 	},

@@ -1,7 +1,7 @@
 /*
  * redis_script.c - the Lua scripts of the Redis strategy
- * (strategies/redis_int.h): pushes (push_diffs), admissions (admit) and the
- * heartbeat, each loaded with SCRIPT LOAD in every data connection's
+ * (strategies/redis_int.h): pushes (push_diffs), admissions (admit: the
+ * window counter's, and GCRA's TAT step) and the heartbeat, each loaded with SCRIPT LOAD in every data connection's
  * handshake (redis_conn.c) and called with EVALSHA, or EVAL after a
  * NOSCRIPT reply (redis_call.c); and the forget (an operator's DELETE, a
  * few a day: sent with EVAL, never loaded). The operations that build
@@ -114,6 +114,15 @@ const char redis_push_script[] =
 	"if old[1] then out[n + 1] = 1 else out[n + 1] = 0 end\n"
 	"return out\n";
 
+/* The end of an admission script: with a token key not seen before, the
+ * call's decisions (recs) recorded in it; the answers returned. */
+#define REDIS_LUA_RECORD \
+	"if tk and not rec then\n" \
+	"  redis.call('SET', tk, table.concat(recs, ' '), 'EX', '" \
+	REDIS_STR(STRATEGY_TOKEN_TTL) "')\n" \
+	"end\n" \
+	"return out\n"
+
 /*
  * The admission script (strategy.h, struct strategy_admit): every
  * admission of one call, decided one after the other, each seeing the
@@ -215,11 +224,71 @@ const char redis_admit_script[] =
 	"  redis.call('HSET', KEYS[h], unpack(set))\n"
 	"  redis.call('EXPIRE', KEYS[h], ttl[h])\n"
 	"end\n"
-	"if tk and not rec then\n"
-	"  redis.call('SET', tk, table.concat(recs, ' '), 'EX', '"
-	REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
+	REDIS_LUA_RECORD;
+
+/*
+ * The TAT script (strategy.h, struct strategy_admit, STRATEGY_STEP_TAT):
+ * GCRA's step for every admission of one call, one after the other, each
+ * seeing the ones before it. KEYS[1] = the call's token key if ARGV[1] is
+ * "1"; then the TAT keys the admissions name, each once (redis_write.c:
+ * "<prefix>:{<ns>:<bucket>}:g:<size>:<key>", in the key's hash tag: one
+ * Cluster slot per call). ARGV[2] = n, then 5 per admission: the index in
+ * KEYS of its TAT key, diff, T (size / limit), cost, tau (burst x T). A
+ * key holds the TAT as "%.17g" Unix seconds of the server's clock (TIME:
+ * the nodes' clocks are never compared), and expires when it falls behind
+ * the clock (PX: a TAT in the past says nothing). Returns 4 n values, as
+ * the admission script: per admission { the TAT minus now (seconds, >= 0),
+ * 0, "1" admitted | "0" not, 0 }. Every TAT is read once and written once,
+ * after every decision is made. With a token key that exists the call was
+ * applied before: nothing is moved, and the decisions it recorded ("1" or
+ * "0" per admission) come back with the current TATs.
+ */
+const char redis_gcra_script[] =
+	"local tk, n = nil, tonumber(ARGV[2])\n"
+	"if ARGV[1] == '1' then tk = KEYS[1] end\n"
+	"local rec = tk and redis.call('GET', tk)\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) + tonumber(t[2]) / 1000000\n"
+	"local val, dirty, past, recs, out = {}, {}, {}, {}, {}\n"
+	"if rec then for w in string.gmatch(rec, '%S+') do past[#past + 1] = w end end\n"
+	"for i = 1, n do\n"
+	"  local b = 2 + (i - 1) * 5\n"
+	"  local k = tonumber(ARGV[b + 1])\n"
+	"  local tat = val[k]\n"
+	"  if tat == nil then\n"
+	"    tat = redis.call('GET', KEYS[k])\n"
+	"    if tat then tat = tonumber(tat) else tat = 0 end\n"
+	"    if tat == nil then return redis.error_reply('ERR TAT value is not a number') end\n"
+	"    val[k] = tat\n"
+	"  end\n"
+	"  local adm = '0'\n"
+	"  if rec then\n"
+	"    adm = past[i] or '0'\n"
+	"  else\n"
+	"    local T, cost, tau = tonumber(ARGV[b + 3]), tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"
+	"    local base = math.max(tat, now) + tonumber(ARGV[b + 2]) * T\n"
+	"    local nxt = base + cost * T\n"
+	"    if nxt - now <= tau + math.min(0.000001, 0.001 * T) then adm = '1' base = nxt end\n"
+	"    if base ~= base or base == math.huge then\n"
+	"      return redis.error_reply('ERR TAT would not be finite')\n"
+	"    end\n"
+	"    if base > tat then val[k] = base dirty[k] = true end\n"
+	"    recs[#recs + 1] = adm\n"
+	"  end\n"
+	"  local ahead = val[k] - now\n"
+	"  if ahead < 0 then ahead = 0 end\n"
+	"  out[#out + 1] = string.format('%.17g', ahead)\n"
+	"  out[#out + 1] = 0\n"
+	"  out[#out + 1] = adm\n"
+	"  out[#out + 1] = 0\n"
 	"end\n"
-	"return out\n";
+	"for k in pairs(dirty) do\n"
+	"  local ms = math.ceil((val[k] - now) * 1000) + 1\n"
+	"  if ms > 0 then\n"
+	"    redis.call('SET', KEYS[k], string.format('%.17g', val[k]), 'PX', ms)\n"
+	"  end\n"
+	"end\n"
+	REDIS_LUA_RECORD;
 
 /*
  * KEYS[1] = "<prefix>:{<ns>:nodes}", a hash: field = node id, value = the

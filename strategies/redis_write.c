@@ -729,6 +729,21 @@ static uint32_t redis_admit_hashes(const struct redis_op *op, const struct strat
 	return nh;
 }
 
+/* The head of admission call c (c->nargs set) at p, up to its number of
+ * keys: "EVALSHA <sha> <nkeys>", c->tail after the sha (for a NOSCRIPT
+ * resend). Returns the end. */
+static char *redis_admit_head(char *p, const struct redis_op *op, struct redis_call *c,
+			      const char *sha, uint32_t nkeys)
+{
+	char num[REDIS_U64_MAX_LEN];
+
+	p = redis_put_array(p, c->nargs);
+	p = redis_put_bulk(p, "EVALSHA", 7);
+	p = redis_put_bulk(p, sha, 40);
+	c->tail = (size_t)(p - op->cmd);
+	return redis_put_bulk(p, num, redis_u64_dec(num, nkeys));
+}
+
 /* 4. Call c of the k admissions from order[first] (one slot's), drawn
  * above redis_admit, written at p; returns the end. */
 static char *redis_admit_call(const struct redis_strategy *s, struct redis_op *op,
@@ -746,11 +761,7 @@ static char *redis_admit_call(const struct redis_strategy *s, struct redis_op *o
 	*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
 				  .nargs = 3 + (token ? 1 : 0) + nh + 2 + 13 * k,
 				  .begin = (size_t)(p - op->cmd) };
-	p = redis_put_array(p, c->nargs);
-	p = redis_put_bulk(p, "EVALSHA", 7);
-	p = redis_put_bulk(p, s->sha_admit, 40);
-	c->tail = (size_t)(p - op->cmd);
-	p = redis_put_bulk(p, num, redis_u64_dec(num, nh + (token ? 1 : 0)));
+	p = redis_admit_head(p, op, c, s->sha_admit, nh + (token ? 1 : 0));
 	if (token)
 		p = redis_put_tkey(p, op->cmd, s, hs[0].ns, hs[0].ns_len, hs[0].bucket,
 				   hs[0].size, hs[0].start, token, token_len, &c->tok_id);
@@ -787,9 +798,105 @@ static char *redis_admit_call(const struct redis_strategy *s, struct redis_op *o
 	return p;
 }
 
+/* The TAT key of admission ad as one bulk string:
+ * "<prefix>:{<ns>:<bucket>}:g:<size>:<key>" (the key's hash tag: the slot
+ * of its window hashes). At most redis_hkey_max() + REDIS_BULK_MAX(key_len)
+ * bytes. */
+static char *redis_put_gkey(char *p, const struct redis_strategy *s,
+			    const struct strategy_admit *ad)
+{
+	char b[REDIS_U64_MAX_LEN], z[REDIS_U64_MAX_LEN];
+	size_t bl = redis_u64_dec(b, redis_bucket(ad->key, ad->key_len));
+	size_t zl = redis_u64_dec(z, ad->size);
+	size_t len = s->o.prefix_len + 3 + redis_tag_mark(ad->ns, ad->ns_len) + ad->ns_len + bl +
+		     4 + zl + 1 + ad->key_len;
+
+	*p++ = '$';
+	p += redis_u64_dec(p, len);
+	p = redis_put_crlf(p);
+	p = redis_put_tag(p, s, ad->ns, ad->ns_len, b, bl);
+	memcpy(p, "}:g:", 4);
+	p += 4;
+	memcpy(p, z, zl);
+	p += zl;
+	*p++ = ':';
+	memcpy(p, ad->key, ad->key_len);
+	p += ad->key_len;
+	return redis_put_crlf(p);
+}
+
+static const struct redis_kind redis_gcra_kind = {
+	.kind = REDIS_OP_ADMIT,
+	.reply = redis_admit_reply,
+	.commit = redis_admit_commit,
+	.script = redis_gcra_script,
+};
+
+/* 4, GCRA's: call c of the k TAT steps from order[first] (one slot's),
+ * as redis_admit_call:
+ *   EVALSHA <sha> <m> [<token key>] <TAT key 1..m> <"1"|"0"> <k> <5 per admission>
+ * a key named twice in the call once (its index in KEYS per admission). */
+static char *redis_gcra_call(const struct redis_strategy *s, struct redis_op *op,
+			     struct redis_call *c, size_t first, uint32_t k, const char *token,
+			     size_t token_len, char *p)
+{
+	const struct strategy_admit *a = op->admits;
+	uint32_t kidx[REDIS_ADMIT_CHUNK], nk = 0, base = token ? 2 : 1;
+	const struct strategy_admit *keys[REDIS_ADMIT_CHUNK];
+	char num[REDIS_DBL_MAX_LEN];
+	size_t body;
+
+	for (uint32_t j = 0; j < k; j++) {
+		const struct strategy_admit *ad = &a[op->order[first + j]];
+		uint32_t i = 0;
+
+		while (i < nk && !(keys[i]->size == ad->size && keys[i]->key_len == ad->key_len &&
+				   keys[i]->ns_len == ad->ns_len &&
+				   memcmp(keys[i]->key, ad->key, ad->key_len) == 0 &&
+				   memcmp(keys[i]->ns, ad->ns, ad->ns_len) == 0))
+			i++;
+		if (i == nk)
+			keys[nk++] = ad;
+		kidx[j] = i;
+	}
+	*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
+				  .nargs = 3 + (token ? 1 : 0) + nk + 2 + 5 * k,
+				  .begin = (size_t)(p - op->cmd) };
+	p = redis_admit_head(p, op, c, s->sha_gcra, nk + (token ? 1 : 0));
+	if (token)
+		p = redis_put_tkey(p, op->cmd, s, keys[0]->ns, keys[0]->ns_len,
+				   redis_bucket(keys[0]->key, keys[0]->key_len), keys[0]->size, -1,
+				   token, token_len, &c->tok_id);
+	body = (size_t)(p - op->cmd);
+	for (uint32_t i = 0; i < nk; i++) {
+		char *gk = p;
+
+		p = redis_put_gkey(p, s, keys[i]);
+		if (i == 0)
+			c->slot = redis_bulk_slot(gk);
+	}
+	p = redis_put_bulk(p, token ? "1" : "0", 1);
+	p = redis_put_bulk(p, num, redis_u64_dec(num, k));
+	for (uint32_t j = 0; j < k; j++) {
+		const struct strategy_admit *ad = &a[op->order[first + j]];
+		double T = (double)ad->size / ad->limit;
+
+		p = redis_put_bulk(p, num, redis_u64_dec(num, base + kidx[j]));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, T));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
+		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->burst * T));
+	}
+	c->end = (size_t)(p - op->cmd);
+	if (token)
+		c->body_hash = redis_hash_bytes(op->cmd + body, c->end - body);
+	return p;
+}
+
 /*
  * The admissions of one loop iteration in as few script calls as the
- * servers allow: one (per REDIS_ADMIT_CHUNK admissions) for a single
+ * servers allow (the window counter's script, or the TAT script when the
+ * call's admissions are GCRA's: strategy_admit.step): one (per REDIS_ADMIT_CHUNK admissions) for a single
  * server or a sentinel's master; one per slot for a Redis Cluster, whose
  * scripts may touch one slot only. The admissions keep their order within
  * a call (two of one key see each other), and calls of one slot leave in
@@ -816,7 +923,8 @@ int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n, const c
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0 ||
 	    redis_admit_check(a, n, cluster, errstr) < 0)
 		return -1;
-	op = redis_op_new(s, &redis_admit_kind, cb, NULL, arg);
+	bool tat = n > 0 && a[0].step == STRATEGY_STEP_TAT;
+	op = redis_op_new(s, tat ? &redis_gcra_kind : &redis_admit_kind, cb, NULL, arg);
 	if (op == NULL)
 		goto oom;
 	op->admits = a;
@@ -847,7 +955,8 @@ int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n, const c
 
 		while (first + k < n && k < REDIS_ADMIT_CHUNK && slot[op->order[first + k]] == sl)
 			k++;
-		p = redis_admit_call(s, op, c, first, k, token, token_len, p);
+		p = (tat ? redis_gcra_call : redis_admit_call)(s, op, c, first, k, token,
+							       token_len, p);
 		first += k;
 		if (first == n || slot[op->order[first]] != sl) {
 			if (token)

@@ -250,6 +250,11 @@ int store_admit_check(struct strategy_admit *a, size_t n, char errstr[STRATEGY_E
 			why = "diff, cost, limit or weight out of range";
 		else if (!(a[i].want >= 0) || !isfinite(a[i].want))
 			why = "want out of range";
+		else if ((unsigned)a[i].step >= STRATEGY_STEPS || a[i].step != a[0].step)
+			why = "step unknown, or not the call's first";
+		else if (a[i].step == STRATEGY_STEP_TAT &&
+			 (!(a[i].limit > 0) || !(a[i].burst >= 1) || !isfinite(a[i].burst)))
+			why = "a TAT's limit or burst out of range";
 		if (why) {
 			if (errstr)
 				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);

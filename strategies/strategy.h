@@ -104,8 +104,18 @@ struct strategy_row {
 	double count;
 };
 
+/* What the store's step of an admission is: the algorithm's (agent/algo.h,
+ * algo_ops.step, whose values these are). All the admissions of one
+ * admit() call have the same step. */
+enum strategy_step {
+	STRATEGY_STEP_WINDOW = 0,     /* the window counter's check-and-increment */
+	STRATEGY_STEP_TAT,            /* GCRA's TAT compare-and-set */
+	STRATEGY_STEPS
+};
+
 /* One admission decided by the store (docs/CLUSTER.md, "Exact at the
- * limit"): in one atomic step, for the counter (ns, key, size, start),
+ * limit"). STRATEGY_STEP_WINDOW: in one atomic step, for the counter
+ * (ns, key, size, start),
  * whose count is current and reservation reserved (previous and
  * prev_reserved: the previous window's),
  *   1. current += diff           (the node's hits of the key the store has
@@ -120,8 +130,24 @@ struct strategy_row {
  *        grant = min(want, (limit - taken - cost) / (2 * nodes))
  *      rounded down to a multiple of cost (0 when under one cost, or when
  *      want or nodes is 0); reserved += grant
- * and the counts (hits) come back. The caller owns the memory until the
- * callback returns. */
+ * and the counts (hits) come back.
+ *
+ * STRATEGY_STEP_TAT (docs/CLUSTER.md, "GCRA across a cluster"): the key's
+ * TAT (ns, key, size; start is not part of it) in the store's clock,
+ * `now` the store's time (never the node's: the nodes' clocks differ by
+ * more than a hit's time at high rates), T = size / limit (limit > 0),
+ * tau = burst x T, in one atomic step:
+ *   1. base = max(tat, now) + diff x T       (hits the node admitted alone)
+ *   2. admitted = base + cost x T - now <= tau (a microsecond's slack, at
+ *                                            most a thousandth of T)
+ *   3. tat = admitted ? base + cost x T : base
+ * and current = tat - now (seconds the TAT runs ahead, >= 0) comes back;
+ * previous and grant are 0 (weight, count_denied, want and nodes are not
+ * used: a denied hit never moves a TAT, and no grant is given). A TAT
+ * that fell behind the store's clock says nothing: the store may forget
+ * it then.
+ *
+ * The caller owns the memory until the callback returns. */
 struct strategy_admit {
 	const char *ns;
 	size_t ns_len;
@@ -136,6 +162,8 @@ struct strategy_admit {
 	bool count_denied;      /* in: count a hit that is not admitted */
 	double want;            /* in: the largest grant wanted (0: none) */
 	unsigned nodes;         /* in: the nodes sharing the limit (0: no grant) */
+	enum strategy_step step; /* in: the store's step (above) */
+	double burst;           /* in, STRATEGY_STEP_TAT: the hits at once, >= 1 */
 	bool ok;                /* out: the store decided; the rest is valid */
 	bool admitted;          /* out */
 	double grant;           /* out: reserved for this node (0 if none) */

@@ -288,9 +288,14 @@ Test(gcra_config, keys_checked)
 		       "\"burst\": 0}", "burst", "");
 	expect_refused("{\"window_sizes\": [86400], \"algorithm\": \"gcra\", \"limit\": 5, "
 		       "\"burst\": 400}", "burst", "365 days");
+	/* With a store the store moves the TAT (test_cluster_gcra.c): at
+	 * sync_rate 0 or under admission "local" nothing would. */
 	expect_refused("{\"window_sizes\": [1], \"algorithm\": \"gcra\", \"limit\": 5, "
-		       "\"sync_rate\": 1, \"strategy\": \"redis\"}", "algorithm",
-		       "counted on each node alone");
+		       "\"sync_rate\": 0, \"strategy\": \"redis\"}", "sync_rate",
+		       "decides every hit there");
+	expect_refused("{\"window_sizes\": [1], \"algorithm\": \"gcra\", \"limit\": 5, "
+		       "\"sync_rate\": 1, \"strategy\": \"redis\", \"admission\": \"local\"}",
+		       "admission", "no sum");
 	expect_refused("{\"window_sizes\": [1], \"algorithm\": \"gcra\", \"limit\": 5, "
 		       "\"delay_max_ms\": 100}", "delay_max_ms", "gcra");
 }
