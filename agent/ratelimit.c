@@ -448,6 +448,23 @@ int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t windo
 	return 0;
 }
 
+int rl_release(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+	       const char *id, size_t idlen, double now)
+{
+	struct shm_key k;
+	int win = rl_hit_check(rl, ns, key, window_size, 0, RL_WEIGHT_AUTO, now, -1,
+			       RL_ADMIT_LOCAL);
+
+	if (win < 0)
+		return -1;
+	const struct rl_ns *n = &rl->ns[ns];
+	if (!n->algo->release)
+		return rl_fail(rl, RL_ERR_VALUE);
+	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(key), key->len) < 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	return n->algo->release(rl->shm, &k, &n->def, window_size, id, idlen, now);
+}
+
 int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
 	   double cost, double weight, double now, double limit, bool count_denied,
 	   struct rl_result *out)
