@@ -51,16 +51,15 @@ EOF
 python3 "$E2E_TMP/app.py" "$PORT_APP" &
 APP_PID=$!
 
+# nginx's scratch paths in the test directory.
+scratch=$(for t in client_body proxy fastcgi uwsgi scgi; do
+  printf '    %s_temp_path %s;\n' "$t" "$E2E_TMP/$t"; done)
 cat > "$E2E_TMP/nginx.conf" <<EOF
 load_module $MODULE;
 events { worker_connections 256; }
 http {
     access_log off;
-    client_body_temp_path $E2E_TMP/body;
-    proxy_temp_path $E2E_TMP/proxy;
-    fastcgi_temp_path $E2E_TMP/fastcgi;
-    uwsgi_temp_path $E2E_TMP/uwsgi;
-    scgi_temp_path $E2E_TMP/scgi;
+$scratch
     spoa_ratelimit_agent 127.0.0.1:$E2E_PORT_AGENT;
     spoa_ratelimit_timeout 2s;
     spoa_ratelimit_fail closed;
