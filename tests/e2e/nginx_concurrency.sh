@@ -17,39 +17,13 @@ E2E_TIMEOUT=${E2E_TIMEOUT:-90}
 
 e2e_init_base
 command -v nginx >/dev/null 2>&1 || { not_ok "nginx is installed (scripts/deps.sh test)"; exit 1; }
-command -v python3 >/dev/null 2>&1 || { not_ok "python3 is installed (the slow app)"; exit 1; }
 MODULE=${NGINX_MODULE:-$E2E_ROOT/build/nginx/ngx_http_spoa_ratelimit_module.so}
 [ -f "$MODULE" ] || { not_ok "the module is built ($MODULE: make nginx-module)"; exit 1; }
 diag "nginx: $(nginx -v 2>&1); module: $MODULE"
 E2E_PORT_AGENT=$(free_port)
-PORT_HTTP=$(free_port)
 PORT_NGINX=$(free_port)
 PORT_APP=$(free_port)
-ADMIN=adm1n-t0ken-e2e
-
-cat > "$E2E_TMP/agent.json" <<EOF
-{ "http_listen": "127.0.0.1:$PORT_HTTP", "http_admin_token": "$ADMIN",
-  "namespaces": [
-    { "name": "default", "window_sizes": [60] },
-    { "name": "inflight", "algorithm": "concurrency", "limit": 1, "lease_ms": 60000 } ] }
-EOF
-
-# The slow app: answers each request after the seconds its ?s= says
-# (threads: several at once).
-cat > "$E2E_TMP/app.py" <<'EOF'
-import sys, time, urllib.parse
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-class H(BaseHTTPRequestHandler):
-    def do_GET(self):
-        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
-        time.sleep(float(q.get("s", ["0"])[0]))
-        self.send_response(200); self.send_header("Content-Length", "4"); self.end_headers()
-        self.wfile.write(b"app\n")
-    def log_message(self, *a): pass
-ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
-EOF
-python3 "$E2E_TMP/app.py" "$PORT_APP" &
-APP_PID=$!
+leases_setup "$PORT_APP"
 
 # nginx's scratch paths in the test directory.
 scratch=$(for t in client_body proxy fastcgi uwsgi scgi; do
@@ -77,8 +51,7 @@ NGINX_PID=""
 stop_all() {
   [ -n "$NGINX_PID" ] && kill_wait "$NGINX_PID" 5
   NGINX_PID=""
-  [ -n "$APP_PID" ] && kill_wait "$APP_PID" 5
-  APP_PID=""
+  leases_stop_app
 }
 E2E_CLEANUP_HOOK=stop_all
 
@@ -95,24 +68,20 @@ get() {
   curl -s -o /dev/null --max-time 20 -w '%{http_code}\n' -H "X-Key: $1" \
     "http://127.0.0.1:$PORT_NGINX/?s=${2:-0}" || true
 }
-# in_flight KEY: the leases of KEY in flight, as GET /keys shows them.
-in_flight() {
-  curl -s --max-time 5 -H "Authorization: Bearer $ADMIN" \
-    "http://127.0.0.1:$PORT_HTTP/keys?namespace=inflight&key=$1" |
-    sed -n 's/.*"in_flight":\([0-9]*\).*/\1/p'
-}
+# leases KEY: the leases of KEY in flight (GET /keys).
+leases() { in_flight "$PORT_HTTP" "$ADMIN" inflight "$1"; }
 
 key="k-$$-$(date +%s)"
 is "$(get "$key")" 200 \
   "a first request passes"
-is "$(in_flight "$key")" 0 \
+is "$(leases "$key")" 0 \
   "its lease was given back after it (log phase)"
 
 # One slow request in flight (the app holds it 3 s).
 get "$key" 3 > "$E2E_TMP/slow.code" &
 slow=$!
-for _ in $(seq 1 100); do [ "$(in_flight "$key")" = 1 ] && break; sleep 0.05; done
-is "$(in_flight "$key")" 1 \
+wait_in_flight "$PORT_HTTP" "$ADMIN" inflight "$key" 1
+is "$(leases "$key")" 1 \
   "GET /keys: one lease in flight"
 is "$(get "$key")" 429 \
   "a second request of the key, while the first is in flight: 429"
@@ -121,14 +90,14 @@ is "$(get "$key-other")" 200 \
 wait "$slow"
 is "$(cat "$E2E_TMP/slow.code")" 200 \
   "the slow request passed"
-for _ in $(seq 1 100); do [ "$(in_flight "$key")" = 0 ] && break; sleep 0.05; done
-is "$(in_flight "$key")" 0 \
+wait_in_flight "$PORT_HTTP" "$ADMIN" inflight "$key" 0
+is "$(leases "$key")" 0 \
   "its lease given back once it was over"
 codes=""
 for _ in 1 2 3 4 5; do codes="$codes$(get "$key") "; done
 is "$codes" "200 200 200 200 200 " \
   "5 requests one after the other all pass (each gives its lease back)"
-is "$(in_flight "$key")" 0 \
+is "$(leases "$key")" 0 \
   "none left in flight"
 
 finish
