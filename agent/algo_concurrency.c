@@ -52,7 +52,6 @@
 #include "agent/algo.h"
 
 #include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "agent/hash.h"
@@ -118,18 +117,39 @@ static double conc_live(struct conc_word c, int64_t start, uint32_t p, double le
 /* The MAC of a lease of key k: who holds an id holds its lease. */
 static uint64_t conc_mac(const struct shm_table *t, const struct shm_key *k, uint64_t lease)
 {
-	uint64_t w[SHM_KEY_WORDS + 2] = { 0 };
+	uint64_t w[SHM_KEY_WORDS + 2];
+	unsigned n = k->nwords;
 
-	memcpy(w, k->w, k->nwords * sizeof(k->w[0]));     /* the words past them: not set */
-	w[SHM_KEY_WORDS] = (uint64_t)k->len | (uint64_t)k->ns << 8 | (uint64_t)k->win << 16;
-	w[SHM_KEY_WORDS + 1] = lease;
-	return hash_siphash24(shm_digest_key(t), w, sizeof(w));
+	/* The key's words only (those past them are not set): a short key's
+	 * MAC hashes 3 words. */
+	memcpy(w, k->w, n * sizeof(k->w[0]));
+	w[n] = (uint64_t)k->len | (uint64_t)k->ns << 8 | (uint64_t)k->win << 16;
+	w[n + 1] = lease;
+	return hash_siphash24(shm_digest_key(t), w, (n + 2) * sizeof(w[0]));
+}
+
+/* A byte's two lowercase hex digits, for every byte. */
+#define CONC_HEX4(h) h "0" h "1" h "2" h "3" h "4" h "5" h "6" h "7" \
+		     h "8" h "9" h "a" h "b" h "c" h "d" h "e" h "f"
+static const char conc_hex2[513] =
+	CONC_HEX4("0") CONC_HEX4("1") CONC_HEX4("2") CONC_HEX4("3")
+	CONC_HEX4("4") CONC_HEX4("5") CONC_HEX4("6") CONC_HEX4("7")
+	CONC_HEX4("8") CONC_HEX4("9") CONC_HEX4("a") CONC_HEX4("b")
+	CONC_HEX4("c") CONC_HEX4("d") CONC_HEX4("e") CONC_HEX4("f");
+
+/* 16 lowercase hex digits of v at out, a byte at a time (snprintf costs
+ * more than a hit). */
+static void conc_put_hex64(uint64_t v, char *out)
+{
+	for (int i = 14; i >= 0; i -= 2, v >>= 8)
+		memcpy(out + i, conc_hex2 + 2 * (v & 0xff), 2);
 }
 
 size_t algo_lease_text(uint64_t lease, uint64_t mac, char *out)
 {
-	snprintf(out, ALGO_LEASE_LEN + 1, "%016llx%016llx", (unsigned long long)lease,
-		 (unsigned long long)mac);
+	conc_put_hex64(lease, out);
+	conc_put_hex64(mac, out + 16);
+	out[ALGO_LEASE_LEN] = '\0';
 	return ALGO_LEASE_LEN;
 }
 
@@ -291,9 +311,10 @@ static int conc_release(struct shm_table *t, const struct shm_key *k, const stru
 	if ((lid & CONC_MAX) >= c.taken || !(now < conc_until(own, lstart, p, lease)))
 		return 0;
 	/* Once: the release that makes the lease's marker frees it. */
-	char text[CONC_MARK_LEN + 1];
+	char text[CONC_MARK_LEN];
 	struct shm_key mk;
-	snprintf(text, sizeof(text), CONC_MARK "%016llx", (unsigned long long)mac);
+	memcpy(text, CONC_MARK, 2);
+	conc_put_hex64(mac, text + 2);
 	if (shm_key_init(t, &mk, k->ns, k->win, text, CONC_MARK_LEN) < 0 ||
 	    shm_insert(t, &mk, lstart, now, &mark) != SHM_INS_NEW)
 		return 0;

@@ -198,7 +198,11 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 
 /* The namespace (*ns, *nsc) and window (*window) rq is decided in, and
  * its key, checked: false, with r->error, when it cannot be decided. */
-static bool decide_where(const struct decide *d, const struct rl_request *rq,
+/* Inlined into both callers: a call here would cost the hot path
+ * (decide_count) as much as its work (docs/BENCHMARKS.md, "The
+ * algorithms' seam"). */
+static inline __attribute__((always_inline)) bool
+decide_where(const struct decide *d, const struct rl_request *rq,
 			 struct rl_decision *r, int *ns, const struct ns_def **nsc,
 			 uint32_t *window)
 {

@@ -397,8 +397,10 @@ size_t rl_skey_digest(const struct rl *rl, const char *key, size_t len, struct r
 /* The hit's arguments checked: the namespace, the window, the stored key
  * (a verbatim one that should have been digested names no slot: no key
  * given verbatim can be a digest), the numbers. Returns the window's
- * index in the namespace, or -1 (rl_errno()). */
-static int rl_hit_check(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+ * index in the namespace, or -1 (rl_errno()). Inlined into both callers
+ * (rl_hit_skey's path, rl_release). */
+static inline __attribute__((always_inline)) int
+rl_hit_check(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
 			double cost, double weight, double now, double limit, enum rl_admit admit)
 {
 	int win;

@@ -107,7 +107,8 @@ static size_t put_ipv4(char *out, const uint8_t a[4])
 
 /* Writes the canonical text of a key into the scratch buffer; returns its
  * length, 0 if the value cannot be a key (*why says why). */
-static size_t key_text(struct spop_handler *h, const struct spop_data *d, const char **text,
+static inline __attribute__((always_inline)) size_t
+key_text(struct spop_handler *h, const struct spop_data *d, const char **text,
 		       const char **why)
 {
 	char *out = h->scratch + h->scratch_used;
@@ -160,7 +161,8 @@ static size_t key_text(struct spop_handler *h, const struct spop_data *d, const 
 
 /* Copies the message name's suffix (after the prefix and an optional
  * separator) into r->label, made safe for a variable name. */
-static void msg_suffix(struct spop_str name, size_t prefix_len, struct rl_request *r)
+static inline __attribute__((always_inline)) void
+msg_suffix(struct spop_str name, size_t prefix_len, struct rl_request *r)
 {
 	const char *p = name.ptr + prefix_len;
 	size_t len = name.len - prefix_len, n = 0;
@@ -236,8 +238,10 @@ static uint32_t parse_vars(struct spop_str v, const char *label)
 }
 
 /* Parses one message's arguments into a request (its key's text, when
- * it needs one, appended to the scratch buffer). */
-static void msg_request(struct spop_handler *h, const struct spop_msg *m, struct rl_request *out)
+ * it needs one, appended to the scratch buffer). Inlined into both
+ * callers: the NOTIFY's loop is the hot path. */
+static inline __attribute__((always_inline)) void
+msg_request(struct spop_handler *h, const struct spop_msg *m, struct rl_request *out)
 {
 	struct spop_data key = { .type = SPOP_DATA_NULL };
 	bool has_key = false;
@@ -401,6 +405,30 @@ static void put_var_str(struct spop_writer *w, const struct spop_handler *h, int
 	spop_put_str(w, v, strlen(v));
 }
 
+/* The variable `lease` of r, if it took one: out of line, so that the
+ * other variables' path keeps no buffer on its stack. */
+static __attribute__((noinline)) void put_lease(struct spop_writer *w,
+						 const struct spop_handler *h,
+						 const struct rl_decision *r, const char *sfx)
+{
+	char lease[ALGO_LEASE_LEN + 1];
+
+	if (decide_lease_text(r, lease))
+		put_var_str(w, h, VAR_LEASE, sfx, lease);
+}
+
+/* The plain `lease`: the first of res[0..n) that took one. */
+static __attribute__((noinline)) void put_plain_lease(struct spop_writer *w,
+						       const struct spop_handler *h,
+						       const struct rl_decision *res, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (res[i].algo == NS_ALGO_CONCURRENCY && res[i].counted) {
+			put_lease(w, h, &res[i], NULL);
+			return;
+		}
+}
+
 /* The variables of one result that `want` names (a bit per enum
  * handler_var); sfx NULL for the plain names. An error is always said.
  * The decision variable goes first: HAProxy stops at the first action it
@@ -442,9 +470,9 @@ static void put_result(struct spop_writer *w, const struct spop_handler *h, cons
 		put_var_int(w, h, VAR_DELAYED_MS, sfx, r->delayed_ms);
 	if (r->shadow && r->has_limit && WANT(VAR_SHADOW_EXCEEDED))
 		put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
-	char lease[ALGO_LEASE_LEN + 1];
-	if (WANT(VAR_LEASE) && decide_lease_text(r, lease))
-		put_var_str(w, h, VAR_LEASE, sfx, lease);
+	/* The plain lease is encode_ack's (the first message's that took one). */
+	if (sfx && WANT(VAR_LEASE) && r->algo == NS_ALGO_CONCURRENCY && r->counted)
+		put_lease(w, h, r, sfx);
 #undef WANT
 }
 
@@ -532,18 +560,15 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 			error = "too many messages";
 		/* The plain variables any message asks for (`vars`; all of
 		 * them for a message without). */
-		for (size_t i = 0; i < n; i++)
+		bool leases = false;
+		for (size_t i = 0; i < n; i++) {
 			want |= res[i].answer ? res[i].answer & ANSWER_ALL : ANSWER_ALL;
-		/* The plain lease: the first message's that took one. */
-		for (size_t i = 0; i < n; i++)
-			if (res[i].counted && res[i].algo == NS_ALGO_CONCURRENCY && !res[i].error) {
-				plain.lease = res[i].lease;
-				plain.lease_mac = res[i].lease_mac;
-				plain.algo = res[i].algo;
-				plain.counted = true;
-				break;
-			}
+			leases |= res[i].algo == NS_ALGO_CONCURRENCY;
+		}
 		put_result(w, h, &plain, NULL, want);
+		/* The plain lease: the first message's that took one. */
+		if (leases && (want & (1u << VAR_LEASE)))
+			put_plain_lease(w, h, res, n);
 		if (error && !plain.error)
 			put_var_str(w, h, VAR_ERROR, NULL, error);
 		size_t plain_end = w->len;
