@@ -301,9 +301,13 @@ static void release(struct http_conn *c, const struct http_request *req,
 	if (!why)
 		why = header_request(req, &rq);
 	rq.arg_error = why;
-	/* An empty lease (a request that took none) frees nothing. */
-	int rc = lease.given && lease.len == 0 ? 0
-		 : decide_release(c->s.env->decide, &rq, lease.id, lease.len, rl_now(), &why);
+	/* An empty lease (a request that took none) frees nothing: an id that
+	 * names no lease, the request checked all the same. */
+	if (lease.given && lease.len == 0) {
+		lease.id = "-";
+		lease.len = 1;
+	}
+	int rc = decide_release(c->s.env->decide, &rq, lease.id, lease.len, rl_now(), &why);
 	if (rc < 0) {
 		http_answer_error(c, x, 400, why);
 		return;

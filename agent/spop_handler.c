@@ -503,16 +503,15 @@ static int msg_release(struct spop_handler *h, const struct spop_msg *m, double 
 	while (spop_args_next(&c, &kv) == 1) {
 		if (!str_eq(kv.name, "lease"))
 			continue;
-		if (kv.value.type == SPOP_DATA_NULL)
-			return 0;
-		if (kv.value.type != SPOP_DATA_STRING) {
+		if (kv.value.type != SPOP_DATA_NULL && kv.value.type != SPOP_DATA_STRING) {
 			*error = "bad lease";
 			return -1;
 		}
-		if (kv.value.v.str.len == 0)
-			return 0;
-		id = kv.value.v.str.ptr;
-		idlen = kv.value.v.str.len;
+		/* NULL or empty: an id that names no lease (frees nothing, the
+		 * message checked all the same). */
+		bool none = kv.value.type == SPOP_DATA_NULL || kv.value.v.str.len == 0;
+		id = none ? "-" : kv.value.v.str.ptr;
+		idlen = none ? 1 : kv.value.v.str.len;
 	}
 	return decide_release(h->dec, &rq, id, idlen, now, error);
 }
