@@ -23,6 +23,11 @@
  *           slot's start; period = window x burst, so that a TAT is at
  *           most one period ahead of the hit that set it: a slot two
  *           periods old holds a TAT in the past, which says nothing
+ *   concurrency  count: the leases taken in the slot's period (22 bits),
+ *           those given back (22 bits) and when the newest was taken (9
+ *           bits), one integer; period = lease_ms in seconds, rounded up,
+ *           so that a lease lives in the slot of its period or the one
+ *           after (agent/algo_concurrency.c)
  *
  * Every word another process touches is written through the table's
  * calls (shm_add, shm_add_if, shm_cas_count, the grant words of
@@ -79,6 +84,10 @@ struct rl_result {
 	                         limit, or the node's share (rl_hit_degraded) */
 	uint32_t cur_idx;     /* slot of the current window (UINT32_MAX: none) */
 	uint32_t prev_idx;    /* slot of the previous window (UINT32_MAX: none) */
+	uint64_t lease;       /* concurrency, counted: the lease taken (its
+	                         period's start, when, its number in it:
+	                         agent/algo_concurrency.c) */
+	uint64_t lease_mac;   /* ... and its MAC: the lease id's second half */
 };
 
 /* How a hit with a limit is decided: rl_hit, rl_hit_exact or
@@ -209,11 +218,25 @@ struct algo_ops {
 	/* The rate and reset at now, and with a limit (v->has_limit; else
 	 * left as they are) remaining, retry_after and exceeded. */
 	void (*answer)(const struct algo_view *v, double now, struct algo_answer *a);
+	/* A lease given back (rl_release): the lease id[0..idlen) (a
+	 * concurrency hit's, algo_lease_text), or none (idlen 0: any one of
+	 * the key's leases in flight). Returns 1 when a lease was freed, 0
+	 * when nothing was: an id released already, expired, unknown or
+	 * forged. NULL for an algorithm without leases. Lock-free. */
+	int (*release)(struct shm_table *t, const struct shm_key *k, const struct ns_def *d,
+		       uint32_t size, const char *id, size_t idlen, double now);
 };
+
+/* A lease id as text: 32 lowercase hex digits, the lease and its MAC
+ * (struct rl_result's lease, lease_mac). out: ALGO_LEASE_LEN + 1 bytes,
+ * NUL-terminated. Returns ALGO_LEASE_LEN. */
+#define ALGO_LEASE_LEN 32
+size_t algo_lease_text(uint64_t lease, uint64_t mac, char *out);
 
 /* Each algorithm's ops, in its file. */
 extern const struct algo_ops algo_window;     /* agent/algo_window.c */
 extern const struct algo_ops algo_gcra;       /* agent/algo_gcra.c */
+extern const struct algo_ops algo_concurrency; /* agent/algo_concurrency.c */
 
 /* The algorithms, by enum ns_algorithm (agent/algo.c). */
 extern const struct algo_ops *const algo_table[NS_ALGO_COUNT];
@@ -222,6 +245,19 @@ static inline const struct algo_ops *algo_of(enum ns_algorithm a)
 {
 	return algo_table[a];
 }
+
+/* A key over its limit is never evicted (shm_protect on cur and prev, the
+ * slots of h's hit): its state is what keeps it denied. Only at the
+ * configured limit or a higher one (a caller's lower limit never pins an
+ * entry). */
+void algo_protect(const struct algo_hit *h, const struct shm_ref *cur,
+		  const struct shm_ref *prev);
+
+/* Makes the slot of h's key for the period starting at start (cur found
+ * none), reporting it in out (inserted, evicted). Returns 0, or -1: no
+ * room. */
+int algo_insert(const struct algo_hit *h, int64_t start, struct shm_ref *cur,
+		struct rl_result *out);
 
 /* ceil(v) as an int64, saturated (0 for v <= 0 and NaN): counts can exceed
  * what a cast handles. Below 9.2e18 the truncation of a positive v is its

@@ -137,7 +137,7 @@ static int cfg_set_ns_window_type(struct cfg_parser *p, json_t *v, void *obj)
 	return 0;
 }
 
-/* "algorithm": "window" or "gcra" (docs/CONFIG.md, "algorithm"). A token
+/* "algorithm": "window", "gcra" or "concurrency" (docs/CONFIG.md, "algorithm"). A token
  * bucket refilled continuously is GCRA under another name: the message
  * says how to write one. */
 static int cfg_set_ns_algorithm(struct cfg_parser *p, json_t *v, void *obj)
@@ -357,6 +357,7 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "window_type",   .set = cfg_set_ns_window_type },
 	{ .name = "algorithm",     .set = cfg_set_ns_algorithm },
 	CFG_INT(struct ns_def, burst, 1, NS_LIMIT_MAX),
+	CFG_INT(struct ns_def, lease_ms, 1, NS_LEASE_MS_MAX),
 	CFG_FLAG(struct ns_def, count_denied),
 	CFG_FLAG(struct ns_def, shadow),
 	CFG_INT(struct ns_def, max_keys, 1, CFG_MAX_KEYS_MAX),
@@ -387,6 +388,12 @@ static int cfg_parse_ns(struct cfg_parser *p, json_t *e, struct config *c, size_
 	 * limits: checked once it has (cfg_apply_envoy). */
 	if (p->envoy)
 		goto name;
+	/* A concurrency namespace counts leases, not windows: one window
+	 * that means nothing, unless it names one. */
+	if (ns->n_window_sizes == 0 && ns->algorithm == NS_ALGO_CONCURRENCY) {
+		ns->window_sizes[0] = 1;
+		ns->n_window_sizes = 1;
+	}
 	if (ns->n_window_sizes == 0) {
 		cfg_path_key(p, "window_sizes");
 		return cfg_fail(p, "missing: expected 1..%d window sizes (positive integers, seconds)",

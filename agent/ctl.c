@@ -370,6 +370,8 @@ static void ctl_print_keys(const json_t *root)
 		printf("%7.0fs %12s %12s %10g %10g %12g %10s %10s %5.0fs\n", num(w, "window"),
 		       count, cluster, num(w, "unpushed"), num(w, "grant"), num(w, "rate"), lim,
 		       rem, num(w, "reset"));
+		if (json_object_get(w, "in_flight"))
+			printf("%8s leases in flight: %.0f\n", "", num(w, "in_flight"));
 	}
 	ctl_print_store(ws);
 }

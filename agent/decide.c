@@ -198,7 +198,11 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
 
 /* The namespace (*ns, *nsc) and window (*window) rq is decided in, and
  * its key, checked: false, with r->error, when it cannot be decided. */
-static bool decide_where(const struct decide *d, const struct rl_request *rq,
+/* Inlined into both callers: a call here would cost the hot path
+ * (decide_count) as much as its work (docs/BENCHMARKS.md, "The
+ * algorithms' seam"). */
+static inline __attribute__((always_inline)) bool
+decide_where(const struct decide *d, const struct rl_request *rq,
 			 struct rl_decision *r, int *ns, const struct ns_def **nsc,
 			 uint32_t *window)
 {
@@ -303,6 +307,8 @@ static void decide_record(struct decide *d, const struct rl_request *rq,
 	r->weight = res->weight;
 	r->cur_idx = res->cur_idx;
 	r->prev_idx = res->prev_idx;
+	r->lease = res->lease;
+	r->lease_mac = res->lease_mac;
 	r->count_denied = nsc->count_denied;
 	r->admit0 = exact;
 	r->sync0 = (nsc->sync_rate == 0 && d->sync && !away) || exact;
@@ -393,7 +399,8 @@ static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
 static void batch_take_back(struct decide *d, const struct rl_skey *sk, struct rl_decision *r,
 			    double now, bool all)
 {
-	if (r->error || (r->count_denied && !all))
+	/* A lease of a denied decision is never answered: always given back. */
+	if (r->error || (r->count_denied && !all && r->algo != NS_ALGO_CONCURRENCY))
 		return;
 	if (r->admit0 && !r->store_counted) {
 		r->admit0 = false;
@@ -515,6 +522,39 @@ bool decide_request_result(const struct rl_decision *parts, size_t np, size_t re
 	memcpy(out->label, parts[first].label, sizeof(out->label));
 	out->answer = parts[first].answer;
 	return true;
+}
+
+size_t decide_lease_text(const struct rl_decision *r, char *out)
+{
+	out[0] = '\0';
+	if (r->error || !r->counted || r->algo != NS_ALGO_CONCURRENCY)
+		return 0;
+	return algo_lease_text(r->lease, r->lease_mac, out);
+}
+
+int decide_release(struct decide *d, const struct rl_request *rq, const char *id, size_t idlen,
+		   double now, const char **error)
+{
+	struct rl_decision r = { .error = NULL };
+	const struct ns_def *nsc = NULL;
+	struct rl_skey sk;
+	uint32_t window = 0;
+	int ns = -1;
+
+	*error = NULL;
+	if (!decide_where(d, rq, &r, &ns, &nsc, &window)) {
+		*error = r.error;
+		return -1;
+	}
+	if (!algo_of(nsc->algorithm)->release) {
+		*error = "not a concurrency namespace";
+		return -1;
+	}
+	rl_skey_make(d->rl, rq->key, rq->key_len, &sk);
+	int rc = rl_release(d->rl, ns, &sk, window, id, idlen, now);
+	if (rc < 0)
+		*error = rl_status_str(rl_errno(d->rl));
+	return rc;
 }
 
 int decide_parse_admission(const char *s, size_t n)

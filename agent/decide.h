@@ -118,6 +118,8 @@ struct rl_decision {
 	uint8_t skeylen;
 	uint8_t req;                  /* decide_batch: the request it decides */
 	uint8_t algo;                 /* its namespace's algorithm (enum ns_algorithm) */
+	uint64_t lease, lease_mac;    /* concurrency, counted: the lease taken
+	                                 (decide_lease_text) */
 	/* Not cleared with the fields above: the label and the answer (copied
 	 * from the request) and the stored key (set only for sync0), last so that
 	 * the fields above are cleared cheaply. */
@@ -194,6 +196,22 @@ void decide_one(struct decide *d, const struct rl_request *rq, double now,
  * (decide_needs_store), each on its own. Returns the number of parts. */
 size_t decide_batch(struct decide *d, const struct rl_request *rq, size_t n, double now,
 		    struct rl_decision *parts, size_t maxparts);
+
+/* The lease a decision took (a concurrency namespace's hit, counted), as
+ * its id: ALGO_LEASE_LEN hex digits into out (ALGO_LEASE_LEN + 1 bytes,
+ * NUL-terminated). Returns the length, 0 when it took none. */
+size_t decide_lease_text(const struct rl_decision *r, char *out);
+
+/* A lease given back (SPOP's `release`, POST /release, the nginx
+ * module's log phase): rq's namespace, window and key (its cost, limit
+ * and admission are not read), id[0..idlen) the lease id its hit answered
+ * (`lease`), or none (idlen 0: any one lease of the key). Returns 1 when a
+ * lease was freed, 0 when none was (released already, expired, unknown,
+ * forged: a release that frees nothing is no error), or -1 with *error:
+ * why (a static string: an unknown namespace, a missing key, a namespace
+ * without leases). */
+int decide_release(struct decide *d, const struct rl_request *rq, const char *id, size_t idlen,
+		   double now, const char **error);
 
 /* The decision of request req of a batch: its parts folded (decide_fold),
  * the first part's label kept. false when no part is that request's. */

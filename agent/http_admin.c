@@ -192,6 +192,9 @@ static int admin_keys_text(struct rl *rl, int ns, const char *key, size_t key_le
 		    "\"reset\":%lld", i ? "," : "", size, k.count - k.grant,
 		    k.count - k.diff - k.grant - k.spent, k.diff + k.spent, k.grant, k.previous,
 		    k.rate, (long long)a.reset);
+		/* A concurrency limit's leases in flight (its count). */
+		if (nsc->algorithm == NS_ALGO_CONCURRENCY)
+			http_put(out, cap, &o, ",\"in_flight\":%lld", (long long)k.count);
 		if (sv) {
 			http_put(out, cap, &o, ",\"seen\":%s", k.found ? "true" : "false");
 			admin_store_part(out, cap, &o, sv, i, now, sliding);

@@ -277,6 +277,15 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 	if (r->shadow && r->has_limit)
 		http_put(body, sizeof(body), &b, ",\"shadow_exceeded\":%s",
 			 r->shadow_exceeded ? "true" : "false");
+	/* A concurrency limit's lease (given back by POST /release): in the
+	 * body, and in a field for nginx's auth_request_set. */
+	char lease[ALGO_LEASE_LEN + 1];
+	for (size_t k = 0; k < np; k++)
+		if (decide_lease_text(&parts[k], lease)) {
+			http_put(body, sizeof(body), &b, ",\"lease\":\"%s\"", lease);
+			http_put(hdr, sizeof(hdr), &h, "X-RateLimit-Lease: %s\r\n", lease);
+			break;
+		}
 	http_escape(jname, sizeof(jname), &jlen, name, strlen(name), HTTP_ESC_JSON_UTF8);
 	http_put(body, sizeof(body), &b, ",\"namespace\":\"%s\"}\n", jname);
 	http_answer(c, x, r->exceeded ? cfg->http_deny_status : 200,

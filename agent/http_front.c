@@ -97,13 +97,20 @@ static bool is(const char *s, size_t n, const char *lit)
 	return strlen(lit) == n && memcmp(s, lit, n) == 0;
 }
 
+/* The lease of POST /release (its `lease` argument). */
+struct http_lease_arg {
+	const char *id;
+	size_t len;
+	bool given;
+};
+
 /* Builds the request from the query. Decoded values go to dec (the
  * strings of rq point into it). Returns NULL or why it is a bad request. */
 static const char *query_request(const char *query, size_t qlen, char *dec, size_t cap,
-				 struct rl_request *rq)
+				 struct rl_request *rq, struct http_lease_arg *lease)
 {
 	static const char *const names[] = { "key", "window", "limit", "namespace", "cost",
-					     "window_type", "admission" };
+					     "window_type", "admission", "lease" };
 	bool seen[sizeof(names) / sizeof(names[0])] = { false };
 	struct http_query_iter it;
 	const char *n, *v;
@@ -166,6 +173,13 @@ static const char *query_request(const char *query, size_t qlen, char *dec, size
 		case 6:
 			if ((rq->admission = decide_parse_admission(val, (size_t)len)) < 0)
 				return "bad admission";
+			break;
+		case 7:         /* POST /release only: elsewhere ignored */
+			if (lease) {
+				lease->id = val;
+				lease->len = (size_t)len;
+				lease->given = true;
+			}
 			break;
 		}
 	}
@@ -245,7 +259,7 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 		unauthorized(c, x);
 		return;
 	}
-	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq);
+	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq, NULL);
 	if (!why)
 		why = header_request(req, &rq);
 	rq.arg_error = why;
@@ -263,6 +277,43 @@ static void ratelimit(struct http_conn *c, const struct http_request *req,
 		return;
 	}
 	http_answer_decision(c, x, r, np);
+}
+
+/* POST /release?namespace=&key=[&lease=]: a concurrency namespace's
+ * lease given back (docs/HTTP.md, "POST /release"), with the token of
+ * /ratelimit. 200 {"released": true|false}: a lease given back already,
+ * expired, unknown or forged frees nothing and is no error; without
+ * `lease`, any one lease of the key. 400: a bad request. */
+static void release(struct http_conn *c, const struct http_request *req,
+		    const struct http_ctx *x)
+{
+	const struct config *cfg = c->s.env->cfg;
+	char dec[HTTP_LINE_MAX];
+	struct rl_request rq;
+	struct http_lease_arg lease = { .id = NULL };
+	bool admin = cfg->http_admin_token[0] && token_ok(cfg->http_admin_token, req);
+
+	if (!admin && !authorized(cfg, req)) {
+		unauthorized(c, x);
+		return;
+	}
+	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq, &lease);
+	if (!why)
+		why = header_request(req, &rq);
+	rq.arg_error = why;
+	/* An empty lease (a request that took none) frees nothing: an id that
+	 * names no lease, the request checked all the same. */
+	if (lease.given && lease.len == 0) {
+		lease.id = "-";
+		lease.len = 1;
+	}
+	int rc = decide_release(c->s.env->decide, &rq, lease.id, lease.len, rl_now(), &why);
+	if (rc < 0) {
+		http_answer_error(c, x, 400, why);
+		return;
+	}
+	http_answer(c, x, 200, "application/json", "",
+		    rc > 0 ? "{\"released\":true}\n" : "{\"released\":false}\n");
 }
 
 /* ---- /json: Envoy's rate limit service in JSON ---- */
@@ -494,16 +545,19 @@ static void route(struct http_conn *c, const struct http_request *req, const cha
 		x.keep_alive = false;
 	bool keys = is(req->path, req->path_len, "/keys");
 	bool json = is(req->path, req->path_len, "/json");
+	bool rel = is(req->path, req->path_len, "/release");
 	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys) ||
-	    (req->method == HTTP_POST) != json) {
+	    (req->method == HTTP_POST) != (json || rel)) {
 		http_answer(c, &x, 405, "application/json",
-			    json ? "Allow: POST\r\n" : keys ? "Allow: GET, HEAD, DELETE\r\n"
-							 : "Allow: GET, HEAD\r\n",
+			    json || rel ? "Allow: POST\r\n" : keys ? "Allow: GET, HEAD, DELETE\r\n"
+								 : "Allow: GET, HEAD\r\n",
 			    "{\"error\":\"method not allowed\"}\n");
 		return;
 	}
 	if (json)
 		json_request(c, req, &x, body, req->body_len);
+	else if (rel)
+		release(c, req, &x);
 	else if (is(req->path, req->path_len, "/ratelimit"))
 		ratelimit(c, req, &x);
 	else if (is(req->path, req->path_len, "/metrics")) {

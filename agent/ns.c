@@ -307,6 +307,40 @@ static int ns_check_gcra(const struct ns_def *d, struct ns_err *e)
 	return 0;
 }
 
+/* lease_ms, and what a concurrency namespace needs: one window (whose
+ * size means nothing: its leases' period is lease_ms, agent/algo_concurrency.c),
+ * a limit of at most NS_CONC_LIMIT_MAX leases in flight per key, and none
+ * of what only the window counter does (delay_max_ms: a slot frees when a
+ * request ends, not at a time; haproxy_tables). */
+static int ns_check_concurrency(const struct ns_def *d, struct ns_err *e)
+{
+	if (d->algorithm != NS_ALGO_CONCURRENCY) {
+		if (d->lease_ms != 0)
+			return ns_fail(e, "lease_ms", "only with \"algorithm\": \"concurrency\"");
+		return 0;
+	}
+	if (d->lease_ms > NS_LEASE_MS_MAX)
+		return ns_fail(e, "lease_ms", "expected 1..%u ms (a day), got %u", NS_LEASE_MS_MAX,
+			       d->lease_ms);
+	if (d->n_window_sizes != 1)
+		return ns_fail(e, "window_sizes", "\"concurrency\" counts leases, not windows: "
+			       "one window size at most, got %zu", d->n_window_sizes);
+	int64_t limit = ns_limit_of(d, d->window_sizes[0]);
+	if (limit == NS_LIMIT_NONE)
+		return ns_fail(e, "limit", "\"concurrency\" needs a limit (requests in flight "
+			       "per key)");
+	if (limit > NS_CONC_LIMIT_MAX)
+		return ns_fail(e, "limit", "\"concurrency\": at most %d in flight per key, got "
+			       "%lld", NS_CONC_LIMIT_MAX, (long long)limit);
+	if (d->delay_max_ms != 0)
+		return ns_fail(e, "delay_max_ms", "not with \"algorithm\": \"concurrency\" (a "
+			       "lease frees when a request ends, not at a time)");
+	if (d->haproxy.from[0] || d->haproxy.into[0])
+		return ns_fail(e, "haproxy_tables", "not with \"algorithm\": \"concurrency\" (the "
+			       "nodes' tables count windows)");
+	return 0;
+}
+
 int ns_check(const struct ns_def *d, struct ns_err *e)
 {
 	size_t n = strnlen(d->name, sizeof(d->name));
@@ -358,7 +392,7 @@ int ns_check(const struct ns_def *d, struct ns_err *e)
 		return ns_fail(e, "admission", "expected one of \"auto\", \"local\" or \"exact\", got %d",
 			       (int)d->admission);
 	if (ns_check_limits(d, e) < 0 || ns_check_haproxy(d, e) < 0 || ns_check_envoy(d, e) < 0 ||
-	    ns_check_gcra(d, e) < 0)
+	    ns_check_gcra(d, e) < 0 || ns_check_concurrency(d, e) < 0)
 		return -1;
 	if (d->admission == NS_ADMIT_EXACT) {
 		const struct strategy_ops *ops = strategy_find(d->strategy);

@@ -27,6 +27,10 @@
 #define NS_LIMIT_NONE      (-1)        /* no limit configured */
 #define NS_DELAY_MAX_MS    60000u      /* delay_max_ms */
 #define NS_LIMIT_MAX       1000000000000LL /* largest limit and cost (1e12: exact in a double) */
+#define NS_LEASE_MS_DEFAULT 60000u     /* concurrency: lease_ms */
+#define NS_LEASE_MS_MAX    86400000u   /* ... at most a day */
+#define NS_CONC_LIMIT_MAX  4194303     /* concurrency: limit, leases a key may hold
+                                          (2^22 - 1: agent/algo_concurrency.c) */
 
 struct envoy_domain;
 
@@ -43,7 +47,8 @@ enum ns_window_type {
  * each is one file behind the ops table of agent/algo.h. */
 #define NS_ALGORITHMS(X) \
 	X(NS_ALGO_WINDOW, "window", true)    /* a count per window, sliding or fixed */ \
-	X(NS_ALGO_GCRA, "gcra", true)        /* a rate with a burst: a TAT per key */
+	X(NS_ALGO_GCRA, "gcra", true)        /* a rate with a burst: a TAT per key */ \
+	X(NS_ALGO_CONCURRENCY, "concurrency", false) /* requests in flight: leases */
 
 enum ns_algorithm {
 #define NS_ALGO_ENUM(id, name, store) id,
@@ -133,6 +138,9 @@ struct ns_def {
 	enum ns_algorithm algorithm;             /* how it limits (0: the window counter) */
 	int64_t burst;                           /* gcra: hits a key may send at once
 	                                            (0: 1; ns_burst()) */
+	uint32_t lease_ms;                       /* concurrency: a lease not released
+	                                            expires after this (0: 60000;
+	                                            ns_lease_ms()) */
 	enum ns_window_type window_type;         /* default for messages */
 	bool count_denied;                       /* count hits over the limit */
 	size_t max_keys;                         /* guaranteed share; 0 = even part */
@@ -197,6 +205,13 @@ static inline int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
 static inline int64_t ns_burst(const struct ns_def *d)
 {
 	return d->burst > 0 ? d->burst : 1;
+}
+
+/* A concurrency namespace's lease time in ms: its `lease_ms`, 60000 by
+ * default. */
+static inline uint32_t ns_lease_ms(const struct ns_def *d)
+{
+	return d->lease_ms > 0 ? d->lease_ms : NS_LEASE_MS_DEFAULT;
 }
 
 /* Does the namespace configure any limit? */

@@ -397,8 +397,10 @@ size_t rl_skey_digest(const struct rl *rl, const char *key, size_t len, struct r
 /* The hit's arguments checked: the namespace, the window, the stored key
  * (a verbatim one that should have been digested names no slot: no key
  * given verbatim can be a digest), the numbers. Returns the window's
- * index in the namespace, or -1 (rl_errno()). */
-static int rl_hit_check(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+ * index in the namespace, or -1 (rl_errno()). Inlined into both callers
+ * (rl_hit_skey's path, rl_release). */
+static inline __attribute__((always_inline)) int
+rl_hit_check(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
 			double cost, double weight, double now, double limit, enum rl_admit admit)
 {
 	int win;
@@ -446,6 +448,23 @@ int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t windo
 	if (n->algo->hit(&h, out ? out : &tmp) < 0)
 		return rl_fail(rl, RL_ERR_FULL);
 	return 0;
+}
+
+int rl_release(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+	       const char *id, size_t idlen, double now)
+{
+	struct shm_key k;
+	int win = rl_hit_check(rl, ns, key, window_size, 0, RL_WEIGHT_AUTO, now, -1,
+			       RL_ADMIT_LOCAL);
+
+	if (win < 0)
+		return -1;
+	const struct rl_ns *n = &rl->ns[ns];
+	if (!n->algo->release)
+		return rl_fail(rl, RL_ERR_VALUE);
+	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(key), key->len) < 0)
+		return rl_fail(rl, RL_ERR_KEY);
+	return n->algo->release(rl->shm, &k, &n->def, window_size, id, idlen, now);
 }
 
 int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,

@@ -231,6 +231,17 @@ int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t windo
 		double cost, double weight, double now, double limit, bool count_denied,
 		enum rl_admit admit, unsigned nodes, struct rl_result *out);
 
+/* Gives a lease back (a concurrency namespace: agent/algo_concurrency.c)
+ * on a stored key: the lease id[0..idlen) a hit of the key answered
+ * (algo_lease_text), or with idlen 0 any one of the key's leases in
+ * flight. window_size: the namespace's window. Returns 1 when a lease was
+ * freed, 0 when none was (given back already, expired, unknown or forged:
+ * nothing to free is no error), -1 (rl_errno(): RL_ERR_VALUE for a
+ * namespace without leases, or the checks of rl_hit_skey). Never
+ * allocates. */
+int rl_release(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+	       const char *id, size_t idlen, double now);
+
 /* The cap rl_hit_degraded would decide a hit of the stored key against
  * now, for a hit already handed to a store that then failed. */
 double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,

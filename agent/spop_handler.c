@@ -7,7 +7,9 @@
  * rate-limit message a request and decides them all as one decision
  * (decide_batch: admitted only if every limit admits). The ACK then
  * carries the plain variables of the most restrictive message, followed
- * by each message's own suffixed variables.
+ * by each message's own suffixed variables. A `release` message (a
+ * concurrency namespace's lease given back: docs/PROTOCOL.md, "Leases")
+ * is done first, answered by the variable `released`.
  */
 #include "agent/spop_handler.h"
 
@@ -105,7 +107,8 @@ static size_t put_ipv4(char *out, const uint8_t a[4])
 
 /* Writes the canonical text of a key into the scratch buffer; returns its
  * length, 0 if the value cannot be a key (*why says why). */
-static size_t key_text(struct spop_handler *h, const struct spop_data *d, const char **text,
+static inline __attribute__((always_inline)) size_t
+key_text(struct spop_handler *h, const struct spop_data *d, const char **text,
 		       const char **why)
 {
 	char *out = h->scratch + h->scratch_used;
@@ -158,7 +161,8 @@ static size_t key_text(struct spop_handler *h, const struct spop_data *d, const 
 
 /* Copies the message name's suffix (after the prefix and an optional
  * separator) into r->label, made safe for a variable name. */
-static void msg_suffix(struct spop_str name, size_t prefix_len, struct rl_request *r)
+static inline __attribute__((always_inline)) void
+msg_suffix(struct spop_str name, size_t prefix_len, struct rl_request *r)
 {
 	const char *p = name.ptr + prefix_len;
 	size_t len = name.len - prefix_len, n = 0;
@@ -180,6 +184,14 @@ static bool is_ratelimit_msg(const struct spop_handler *h, struct spop_str name)
 {
 	return name.len >= h->prefix_len &&
 	       memcmp(name.ptr, h->cfg->message_prefix, h->prefix_len) == 0;
+}
+
+/* "release", or "release" and a suffix after '-', '_' or '.': a lease
+ * given back (a message the prefix does not claim). */
+static bool is_release_msg(struct spop_str name)
+{
+	return name.len >= 7 && memcmp(name.ptr, "release", 7) == 0 &&
+	       (name.len == 7 || name.ptr[7] == '-' || name.ptr[7] == '_' || name.ptr[7] == '.');
 }
 
 /* ---- the variables a message asks for (argument `vars`) ---- */
@@ -226,8 +238,10 @@ static uint32_t parse_vars(struct spop_str v, const char *label)
 }
 
 /* Parses one message's arguments into a request (its key's text, when
- * it needs one, appended to the scratch buffer). */
-static void msg_request(struct spop_handler *h, const struct spop_msg *m, struct rl_request *out)
+ * it needs one, appended to the scratch buffer). Inlined into both
+ * callers: the NOTIFY's loop is the hot path. */
+static inline __attribute__((always_inline)) void
+msg_request(struct spop_handler *h, const struct spop_msg *m, struct rl_request *out)
 {
 	struct spop_data key = { .type = SPOP_DATA_NULL };
 	bool has_key = false;
@@ -315,7 +329,8 @@ static const char *const var_names[VAR_COUNT] = {
 	[VAR_EXCEEDED] = "exceeded", [VAR_RATE] = "rate", [VAR_REMAINING] = "remaining",
 	[VAR_RESET] = "reset", [VAR_LIMIT] = "limit", [VAR_WINDOW] = "window",
 	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error", [VAR_DEGRADED] = "degraded", [VAR_DELAYED_MS] = "delayed_ms",
-	[VAR_SHADOW_EXCEEDED] = "shadow_exceeded",
+	[VAR_SHADOW_EXCEEDED] = "shadow_exceeded", [VAR_LEASE] = "lease",
+	[VAR_RELEASED] = "released",
 };
 
 static int var_id(const char *s, size_t n)
@@ -390,6 +405,30 @@ static void put_var_str(struct spop_writer *w, const struct spop_handler *h, int
 	spop_put_str(w, v, strlen(v));
 }
 
+/* The variable `lease` of r, if it took one: out of line, so that the
+ * other variables' path keeps no buffer on its stack. */
+static __attribute__((noinline)) void put_lease(struct spop_writer *w,
+						 const struct spop_handler *h,
+						 const struct rl_decision *r, const char *sfx)
+{
+	char lease[ALGO_LEASE_LEN + 1];
+
+	if (decide_lease_text(r, lease))
+		put_var_str(w, h, VAR_LEASE, sfx, lease);
+}
+
+/* The plain `lease`: the first of res[0..n) that took one. */
+static __attribute__((noinline)) void put_plain_lease(struct spop_writer *w,
+						       const struct spop_handler *h,
+						       const struct rl_decision *res, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (res[i].algo == NS_ALGO_CONCURRENCY && res[i].counted) {
+			put_lease(w, h, &res[i], NULL);
+			return;
+		}
+}
+
 /* The variables of one result that `want` names (a bit per enum
  * handler_var); sfx NULL for the plain names. An error is always said.
  * The decision variable goes first: HAProxy stops at the first action it
@@ -431,14 +470,58 @@ static void put_result(struct spop_writer *w, const struct spop_handler *h, cons
 		put_var_int(w, h, VAR_DELAYED_MS, sfx, r->delayed_ms);
 	if (r->shadow && r->has_limit && WANT(VAR_SHADOW_EXCEEDED))
 		put_var_bool(w, h, VAR_SHADOW_EXCEEDED, sfx, r->shadow_exceeded);
+	/* The plain lease is encode_ack's (the first message's that took one). */
+	if (sfx && WANT(VAR_LEASE) && r->algo == NS_ALGO_CONCURRENCY && r->counted)
+		put_lease(w, h, r, sfx);
 #undef WANT
+}
+
+/* What the `release` messages of a NOTIFY did (an ACK's `released` and
+ * `error`; kept in a held batch's tag[2], bits 48 and up). */
+enum release_state {
+	RELEASE_NONE = 0,             /* no release message */
+	RELEASE_NOTHING,              /* ... none freed a lease */
+	RELEASE_FREED,                /* ... one freed one at least */
+	RELEASE_STATE_COUNT
+};
+
+/* A `release` message: its namespace, key and window as a rate-limit
+ * message's, its `lease` the id to give back: a string; absent, any one
+ * lease of the key; NULL (var(txn.<prefix>.lease) of a request that took
+ * none), nothing. Returns 1 freed, 0 not, -1 with *error. */
+static int msg_release(struct spop_handler *h, const struct spop_msg *m, double now,
+		       const char **error)
+{
+	struct rl_request rq;
+	struct spop_cursor c;
+	struct spop_kv kv;
+	const char *id = NULL;
+	size_t idlen = 0;
+
+	msg_request(h, m, &rq);
+	spop_args_init(&c, m);
+	while (spop_args_next(&c, &kv) == 1) {
+		if (!str_eq(kv.name, "lease"))
+			continue;
+		if (kv.value.type != SPOP_DATA_NULL && kv.value.type != SPOP_DATA_STRING) {
+			*error = "bad lease";
+			return -1;
+		}
+		/* NULL or empty: an id that names no lease (frees nothing, the
+		 * message checked all the same). */
+		bool none = kv.value.type == SPOP_DATA_NULL || kv.value.v.str.len == 0;
+		id = none ? "-" : kv.value.v.str.ptr;
+		idlen = none ? 1 : kv.value.v.str.len;
+	}
+	return decide_release(h->dec, &rq, id, idlen, now, error);
 }
 
 /* Encodes the ACK of the parts[0..np) of a batch of nmsg messages (extra:
  * rate-limit messages beyond SPOP_HANDLER_MAX_MSGS, not counted). */
 static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 		      const struct rl_decision *parts, size_t np, size_t nmsg, size_t extra,
-		      struct spop_writer *w, size_t max_frame_size, enum spop_err *err)
+		      enum release_state rel, const char *rel_error, struct spop_writer *w,
+		      size_t max_frame_size, enum spop_err *err)
 {
 	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, sid, fid);
 	const struct rl_decision *res = parts;
@@ -454,8 +537,14 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 				n++;
 		res = msg;
 	}
+	if (rel != RELEASE_NONE) {
+		put_var_bool(w, h, VAR_RELEASED, NULL, rel == RELEASE_FREED);
+		if (rel_error && n == 0)
+			put_var_str(w, h, VAR_ERROR, NULL, rel_error);
+	}
 	if (n == 0) {
-		put_var_bool(w, h, VAR_EXCEEDED, NULL, false);
+		if (rel == RELEASE_NONE)
+			put_var_bool(w, h, VAR_EXCEEDED, NULL, false);
 		if (extra)
 			put_var_str(w, h, VAR_ERROR, NULL, "too many messages");
 	} else {
@@ -470,9 +559,15 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 			error = "too many messages";
 		/* The plain variables any message asks for (`vars`; all of
 		 * them for a message without). */
-		for (size_t i = 0; i < n; i++)
+		bool leases = false;
+		for (size_t i = 0; i < n; i++) {
 			want |= res[i].answer ? res[i].answer & ANSWER_ALL : ANSWER_ALL;
+			leases |= res[i].algo == NS_ALGO_CONCURRENCY;
+		}
 		put_result(w, h, &plain, NULL, want);
+		/* The plain lease: the first message's that took one. */
+		if (leases && (want & (1u << VAR_LEASE)))
+			put_plain_lease(w, h, res, n);
 		if (error && !plain.error)
 			put_var_str(w, h, VAR_ERROR, NULL, error);
 		size_t plain_end = w->len;
@@ -505,19 +600,24 @@ int spop_handler_encode_pending(struct spop_handler *h, struct decide_pending *p
 	size_t n;
 	const struct rl_decision *res = decide_pending_results(p, &n);
 
-	/* tag[2]: the messages (low 32 bits), those beyond the batch (high). */
+	/* tag[2]: the messages (low 32 bits), those beyond the batch (bits
+	 * 32..47), what its release messages did (48 and up: their error is
+	 * answered only by an ACK without rate-limit messages, never held). */
 	return encode_ack(h, tag[0], tag[1], res, n, (size_t)(tag[2] & 0xffffffffu),
-			  (size_t)(tag[2] >> 32), w, max_frame_size, err);
+			  (size_t)(tag[2] >> 32 & 0xffffu), (enum release_state)(tag[2] >> 48), NULL,
+			  w, max_frame_size, err);
 }
 
 int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, double now,
 		   struct spop_writer *w, size_t max_frame_size, enum spop_err *err,
 		   struct decide_owner *owner)
 {
-	struct spop_msg msgs[SPOP_HANDLER_MAX_MSGS];
+	struct spop_msg msgs[SPOP_HANDLER_MAX_MSGS], rels[SPOP_HANDLER_MAX_MSGS];
 	struct rl_request rqs[SPOP_HANDLER_MAX_MSGS];
 	struct rl_decision res[DECIDE_MAX_BATCH];
-	size_t n = 0, extra = 0, np;
+	size_t n = 0, extra = 0, nrel = 0, np;
+	enum release_state rel = RELEASE_NONE;
+	const char *rel_error = NULL;
 	struct spop_cursor c;
 	struct spop_msg m;
 	int rc;
@@ -525,8 +625,11 @@ int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, doub
 	/* Pass 1: validate the whole payload before counting anything. */
 	spop_cursor_init(&c, f->payload, f->payload_len);
 	while ((rc = spop_msg_next(&c, &m)) == 1) {
-		if (!is_ratelimit_msg(h, m.name))
+		if (!is_ratelimit_msg(h, m.name)) {
+			if (is_release_msg(m.name) && nrel < SPOP_HANDLER_MAX_MSGS)
+				rels[nrel++] = m;
 			continue;
+		}
 		if (n < SPOP_HANDLER_MAX_MSGS)
 			msgs[n++] = m;
 		else
@@ -537,7 +640,16 @@ int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, doub
 		return -1;
 	}
 
-	/* Pass 2: one decision over every message. */
+	/* Pass 2: the leases given back, then one decision over every
+	 * rate-limit message. */
+	h->scratch_used = 0;
+	for (size_t i = 0; i < nrel; i++) {
+		const char *why = NULL;
+		int freed = msg_release(h, &rels[i], now, &why);
+		rel = freed > 0 || rel == RELEASE_FREED ? RELEASE_FREED : RELEASE_NOTHING;
+		if (freed < 0 && !rel_error)
+			rel_error = why;
+	}
 	h->scratch_used = 0;
 	for (size_t i = 0; i < n; i++)
 		msg_request(h, &msgs[i], &rqs[i]);
@@ -548,8 +660,9 @@ int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, doub
 		uint64_t *tag = decide_pending_tag(p);
 		tag[0] = f->stream_id;
 		tag[1] = f->frame_id;
-		tag[2] = (uint64_t)extra << 32 | n;
+		tag[2] = (uint64_t)rel << 48 | (uint64_t)extra << 32 | n;
 		return 1;
 	}
-	return encode_ack(h, f->stream_id, f->frame_id, res, np, n, extra, w, max_frame_size, err);
+	return encode_ack(h, f->stream_id, f->frame_id, res, np, n, extra, rel, rel_error, w,
+			  max_frame_size, err);
 }

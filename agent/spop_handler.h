@@ -32,6 +32,8 @@ enum spop_handler_var {
 	VAR_DEGRADED,
 	VAR_SHADOW_EXCEEDED,
 	VAR_DELAYED_MS,
+	VAR_LEASE,                        /* concurrency: the lease id taken */
+	VAR_RELEASED,                     /* a `release` message freed a lease */
 	VAR_COUNT
 };
 

@@ -277,7 +277,7 @@ static void expect_refused(const char *ns_json, const char *field, const char *w
 Test(gcra_config, keys_checked)
 {
 	expect_refused("{\"window_sizes\": [1], \"algorithm\": \"leaky\"}", "algorithm",
-		       "\"window\" or \"gcra\"");
+		       "\"gcra\"");
 	expect_refused("{\"window_sizes\": [1], \"algorithm\": \"token_bucket\", \"limit\": 1}",
 		       "algorithm", "\"gcra\": \"burst\" its capacity");
 	expect_refused("{\"window_sizes\": [1], \"limit\": 5, \"burst\": 3}", "burst",

@@ -366,6 +366,38 @@ Test(notify, one_limit_is_one_message_with_typed_arguments)
 	free(f);
 }
 
+/* A limit with a lease is a `release` message (docs/PROTOCOL.md,
+ * "Leases"): its key, window, namespace and lease, no limit nor cost. */
+Test(notify, a_limit_with_a_lease_is_a_release)
+{
+	struct fx *f = ready();
+	const char *id = "00000000000000000000000000000001";
+	struct sc_limit l[2] = {
+		{ .key = S("10.0.0.1"), .window = S("1"), .limit = S("3"), .ns = S("inflight"),
+		  .cost = S("1"), .lease = S(id) },
+		{ .key = S("k2"), .window = S("60"), .limit = S("100") },
+	};
+	uint8_t buf[4096];
+	static struct notify n;
+	uint32_t slot;
+	size_t len;
+
+	cr_assert_eq(sc_send(&f->c, l, 2, f, &slot), SC_SENT);
+	len = drain_out(f, buf, sizeof(buf));
+	cr_assert_eq(decode_notify(buf, len, &n), len);
+	cr_assert_eq(n.nmsgs, 2);
+	cr_assert_str_eq(n.msgs[0].name, "release");
+	cr_assert_eq(n.msgs[0].nargs, 4);
+	const struct arg *a = find_arg(&n.msgs[0], "lease");
+	cr_assert(a && a->type == SPOP_DATA_STRING && a->len == 32 && memcmp(a->str, id, 32) == 0);
+	a = find_arg(&n.msgs[0], "namespace");
+	cr_assert(a && strcmp(a->str, "inflight") == 0);
+	cr_assert_null(find_arg(&n.msgs[0], "limit"));
+	cr_assert_null(find_arg(&n.msgs[0], "cost"));
+	cr_assert_str_eq(n.msgs[1].name, "ratelimit", "a limit without a lease: as ever");
+	free(f);
+}
+
 Test(notify, several_limits_one_notify_empty_keys_skipped)
 {
 	struct fx *f = ready();
@@ -563,6 +595,29 @@ Test(ack, matched_by_stream_and_frame_id_with_the_variables)
 	cr_assert_eq(memcmp(ev.result.error, "bad??thing?", 11), 0, "control bytes never reach nginx");
 	cr_assert_eq(f->c.inflight, 0);
 	cr_assert_eq(sc_next(&f->c, &ev), 0);
+	free(f);
+}
+
+/* An ACK's `lease` (a concurrency limit's) is kept for the release. */
+Test(ack, the_lease_is_kept)
+{
+	struct fx *f = ready();
+	struct sc_limit l = { .key = S("k"), .window = S("1"), .ns = S("inflight") };
+	uint8_t buf[4096];
+	static struct notify n;
+	struct sc_event ev;
+	uint32_t slot;
+	int user;
+	struct var v[] = { { "exceeded", d_bool(false) },
+			   { "lease", d_str("0123456789abcdef0123456789abcdef") } };
+
+	cr_assert_eq(sc_send(&f->c, &l, 1, &user, &slot), SC_SENT);
+	decode_notify(buf, drain_out(f, buf, sizeof(buf)), &n);
+	feed(f, buf, ack(buf, sizeof(buf), n.sid, n.fid, v, sizeof(v) / sizeof(v[0])));
+	cr_assert_eq(sc_next(&f->c, &ev), 1);
+	cr_assert(ev.result.has & SC_HAS_LEASE);
+	cr_assert_eq(ev.result.lease_len, 32);
+	cr_assert_eq(memcmp(ev.result.lease, "0123456789abcdef0123456789abcdef", 32), 0);
 	free(f);
 }
 

@@ -7,7 +7,8 @@
  *   ngx_http_spoa_ratelimit_conn.c      the connections to the agents, per
  *                                       worker, on nginx's event loop
  *   ngx_http_spoa_ratelimit_request.c   the pre-access phase: a request's
- *                                       NOTIFY, its decision; the variables
+ *                                       NOTIFY, its decision; the variables;
+ *                                       the log phase: its lease given back
  */
 #ifndef NGX_HTTP_SPOA_RATELIMIT_H
 #define NGX_HTTP_SPOA_RATELIMIT_H
@@ -139,12 +140,19 @@ extern ngx_module_t  ngx_http_spoa_ratelimit_module;
 
 /* Requests (ngx_http_spoa_ratelimit_request.c). */
 ngx_int_t spoa_handler(ngx_http_request_t *r);
+/* The log phase: a concurrency limit's lease the request took, given back
+ * (docs/NGINX.md, "Concurrency limits"). */
+ngx_int_t spoa_release_handler(ngx_http_request_t *r);
 ngx_int_t spoa_add_variables(ngx_conf_t *cf);
 
 /* Connections (ngx_http_spoa_ratelimit_conn.c). */
 ngx_int_t spoa_init_process(ngx_cycle_t *cycle);
 void spoa_exit_process(ngx_cycle_t *cycle);
 ngx_int_t spoa_send(spoa_agent_t *agent, spoa_ctx_t *ctx);
+/* The `release` messages of l[0..n) (each with its lease), sent on a
+ * connection that has room now, nobody waiting for their ACK; none: not
+ * sent (the lease expires after lease_ms). */
+void spoa_release(spoa_agent_t *agent, const struct sc_limit *l, ngx_uint_t n);
 void spoa_conn_lost(spoa_conn_t *sc, const char *why, ngx_err_t err);
 
 #endif /* NGX_HTTP_SPOA_RATELIMIT_H */

@@ -56,6 +56,40 @@ spoa_send(spoa_agent_t *agent, spoa_ctx_t *ctx)
     return NGX_AGAIN;
 }
 
+/* The ACK of a release: nobody waits for it. */
+static void
+spoa_released(spoa_ctx_t *ctx, const struct sc_result *res, const char *why)
+{
+    (void) ctx;
+    (void) res;
+    (void) why;
+}
+
+/* The user of every release's stream: outlives the request it came from. */
+static spoa_ctx_t  spoa_release_ctx = { .answer = spoa_released };
+
+void
+spoa_release(spoa_agent_t *agent, const struct sc_limit *l, ngx_uint_t n)
+{
+    ngx_uint_t    i, k;
+    uint32_t      slot;
+    spoa_conn_t  *sc;
+
+    for (k = 0; k < SPOA_CONNS; k++) {
+        i = (agent->next + k) % SPOA_CONNS;
+        sc = &agent->conns[i];
+
+        if (sc_can_send(&sc->core)
+            && sc_send(&sc->core, l, n, &spoa_release_ctx, &slot) == SC_SENT)
+        {
+            if (!sc->flush.posted) {
+                ngx_post_event(&sc->flush, &ngx_posted_events);
+            }
+            return;
+        }
+    }
+}
+
 static void
 agent_fail_waiting(spoa_agent_t *agent, const char *why)
 {

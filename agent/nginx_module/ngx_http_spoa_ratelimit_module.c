@@ -581,5 +581,14 @@ spoa_init(ngx_conf_t *cf)
     }
 
     *h = spoa_handler;
+
+    /* A concurrency limit's lease, given back once the request is over
+     * (no directive: docs/NGINX.md, "Concurrency limits"). */
+    h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
+    if (h == NULL) {
+        return NGX_ERROR;
+    }
+
+    *h = spoa_release_handler;
     return NGX_OK;
 }

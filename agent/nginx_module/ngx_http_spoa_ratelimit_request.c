@@ -463,3 +463,39 @@ spoa_add_variables(ngx_conf_t *cf)
 
     return NGX_OK;
 }
+
+
+/* The log phase: the request is over, the lease it took (a concurrency
+ * limit, the ACK's `lease`) goes back. Each limit's message carries it:
+ * the namespace that gave it frees it, the others free nothing (the id
+ * names its key and namespace), so only one lease per request is given
+ * back; no connection with room now: the lease expires (lease_ms). */
+ngx_int_t
+spoa_release_handler(ngx_http_request_t *r)
+{
+    ngx_uint_t        i;
+    spoa_ctx_t       *ctx;
+    struct sc_limit  *l;
+
+    ctx = spoa_get_ctx(r);
+    if (ctx == NULL || ctx->agent == NULL || !(ctx->res.has & SC_HAS_LEASE)
+        || ctx->res.lease_len == 0)
+    {
+        return NGX_OK;
+    }
+
+    l = ngx_palloc(r->pool, ctx->nlimits * sizeof(struct sc_limit));
+    if (l == NULL) {
+        return NGX_OK;
+    }
+
+    for (i = 0; i < ctx->nlimits; i++) {
+        l[i] = ctx->limits[i];
+        l[i].lease.ptr = ctx->res.lease;
+        l[i].lease.len = ctx->res.lease_len;
+    }
+
+    spoa_release(ctx->agent, l, ctx->nlimits);
+    ctx->res.has &= ~SC_HAS_LEASE;     /* once */
+    return NGX_OK;
+}

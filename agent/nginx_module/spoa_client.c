@@ -10,6 +10,7 @@
 #include "agent/nginx_module/spoa_client.h"
 
 static const char msg_name[] = "ratelimit";
+static const char release_name[] = "release";
 
 static void slots_reset(struct sc_conn *c)
 {
@@ -215,6 +216,9 @@ static int parse_ack(struct sc_conn *c, const struct spop_frame *f, struct sc_re
 			if (name_is(name, "error")) {
 				r->has |= SC_HAS_ERROR;
 				r->error_len = copy_printable(r->error, sizeof(r->error), v.v.str);
+			} else if (name_is(name, "lease") && v.v.str.len <= sizeof(r->lease)) {
+				r->has |= SC_HAS_LEASE;
+				r->lease_len = copy_printable(r->lease, sizeof(r->lease), v.v.str);
 			}
 		} else if (spop_data_uint(&v, &u)) {
 			static const struct {
@@ -363,13 +367,22 @@ static unsigned limit_args(const struct sc_limit *m, struct spop_str key, struct
 	a[n++] = (struct arg_ref){ "key", key, false };
 	if (m->window.ptr)
 		a[n++] = (struct arg_ref){ "window", m->window, true };
-	if (m->limit.ptr)
+	if (m->limit.ptr && !m->lease.ptr)
 		a[n++] = (struct arg_ref){ "limit", m->limit, true };
 	if (m->ns.ptr)
 		a[n++] = (struct arg_ref){ "namespace", m->ns, false };
-	if (m->cost.ptr)
+	if (m->cost.ptr && !m->lease.ptr)
 		a[n++] = (struct arg_ref){ "cost", m->cost, true };
+	if (m->lease.ptr)
+		a[n++] = (struct arg_ref){ "lease", m->lease, false };
 	return n;
+}
+
+/* The message's name: "release" for a lease given back. */
+static struct spop_str limit_msg(const struct sc_limit *m)
+{
+	return m->lease.ptr ? (struct spop_str){ release_name, sizeof(release_name) - 1 }
+			    : (struct spop_str){ msg_name, sizeof(msg_name) - 1 };
 }
 
 /* Bytes of a value as put_arg writes it: type, then a varint or a string. */
@@ -405,7 +418,8 @@ static size_t msg_size(const struct sc_limit *m, size_t klen)
 	struct arg_ref a[5];
 	struct spop_str key = { m->key.ptr, klen };
 	unsigned nargs = limit_args(m, key, a);
-	size_t n = spop_varint_size(sizeof(msg_name) - 1) + sizeof(msg_name) - 1 + 1;
+	struct spop_str name = limit_msg(m);
+	size_t n = spop_varint_size(name.len) + name.len + 1;
 
 	for (unsigned i = 0; i < nargs; i++)
 		n += spop_varint_size(strlen(a[i].name)) + strlen(a[i].name) +
@@ -523,7 +537,8 @@ enum sc_send_rc sc_send(struct sc_conn *c, const struct sc_limit *l, size_t n, v
 			key = (struct spop_str){ digest, SC_DIGEST_LEN };
 		}
 		nargs = limit_args(m, key, a);
-		spop_put_msg(&w, msg_name, sizeof(msg_name) - 1, nargs);
+		struct spop_str name = limit_msg(m);
+		spop_put_msg(&w, name.ptr, name.len, nargs);
 		for (unsigned q = 0; q < nargs; q++)
 			put_arg(&w, &a[q]);
 	}

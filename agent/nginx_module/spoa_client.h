@@ -62,6 +62,9 @@ struct sc_limit {
 	struct spop_str limit;
 	struct spop_str ns;          /* "namespace" */
 	struct spop_str cost;
+	struct spop_str lease;       /* not NULL: the message is a `release` of
+	                                this lease (key, window, namespace and
+	                                lease; limit and cost left out) */
 };
 
 /* What an ACK said (docs/PROTOCOL.md, the plain variables). */
@@ -73,6 +76,8 @@ struct sc_limit {
 #define SC_HAS_WINDOW      0x20u
 #define SC_HAS_RETRY_AFTER 0x40u
 #define SC_HAS_ERROR       0x80u
+#define SC_HAS_LEASE       0x100u
+#define SC_LEASE_MAX       64u             /* a concurrency lease id (the agent's: 32) */
 
 struct sc_result {
 	unsigned has;                /* SC_HAS_* */
@@ -81,6 +86,10 @@ struct sc_result {
 	uint64_t rate, remaining, reset, limit, window, retry_after;
 	size_t error_len;
 	char error[SC_ERROR_MAX];    /* printable ASCII, not NUL-terminated */
+	size_t lease_len;
+	char lease[SC_LEASE_MAX];    /* a concurrency limit's lease (printable,
+	                                not NUL-terminated): sent back by a
+	                                `release` message */
 };
 
 struct sc_slot {
@@ -164,7 +173,8 @@ void sc_in_add(struct sc_conn *c, size_t n);
 int sc_next(struct sc_conn *c, struct sc_event *ev);
 
 /* One decision request: the limits l[0..n) with a non-empty key, as one
- * NOTIFY of n messages "ratelimit" (docs/PROTOCOL.md), for `user` (not
+ * NOTIFY of n messages "ratelimit" (docs/PROTOCOL.md; "release" for a
+ * limit with a lease: its lease given back), for `user` (not
  * NULL). Keys travel as length-prefixed strings whatever bytes they hold,
  * whole when the NOTIFY fits c->max_frame, else the longest digested
  * until it fits (the banner, "Keys"); window, limit and cost made of 1 to

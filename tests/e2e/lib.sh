@@ -446,6 +446,48 @@ hdr() {
     END { print all }'
 }
 
+# leases_setup APP_PORT: what the e2e tests of a concurrency limit share
+# (haproxy_leases.sh, nginx_concurrency.sh): $E2E_TMP/agent.json with the
+# HTTP front on $PORT_HTTP (http_admin_token $ADMIN, both chosen here) and
+# the namespace "inflight", 1 request in flight per key, leases of 60 s
+# (only a release frees one within a test); the slow app
+# (conf/slow_app.py) on APP_PORT, stopped by leases_stop_app.
+leases_setup() {
+  PORT_HTTP=$(free_port)
+  ADMIN=adm1n-t0ken-e2e
+  cat > "$E2E_TMP/agent.json" <<EOF
+{ "http_listen": "127.0.0.1:$PORT_HTTP", "http_admin_token": "$ADMIN",
+  "namespaces": [
+    { "name": "default", "window_sizes": [60] },
+    { "name": "inflight", "algorithm": "concurrency", "limit": 1, "lease_ms": 60000 } ] }
+EOF
+  command -v python3 >/dev/null 2>&1 || { not_ok "python3 is installed (the slow app)"; exit 1; }
+  python3 "$E2E_LIB_DIR/conf/slow_app.py" "$1" &
+  LEASES_APP_PID=$!
+}
+LEASES_APP_PID=""
+leases_stop_app() { [ -n "$LEASES_APP_PID" ] && kill_wait "$LEASES_APP_PID" 5; LEASES_APP_PID=""; }
+
+# in_flight PORT TOKEN NAMESPACE KEY: the leases of KEY in flight in a
+# concurrency namespace, as the agent's GET /keys (HTTP front on PORT,
+# http_admin_token TOKEN) shows them.
+in_flight() {
+  curl -s --max-time 5 -H "Authorization: Bearer $2" \
+    "http://127.0.0.1:$1/keys?namespace=$3&key=$4" |
+    sed -n 's/.*"in_flight":\([0-9]*\).*/\1/p'
+}
+
+# wait_in_flight PORT TOKEN NAMESPACE KEY N: until KEY has N leases in
+# flight (at most 5 s).
+wait_in_flight() {
+  local i
+  for i in $(seq 1 100); do
+    [ "$(in_flight "$1" "$2" "$3" "$4")" = "$5" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
 # sf_param VALUE NAME: the ;NAME=<int> parameter of a structured field item
 # ('"e2e";r=0;t=12' -> r gives 0).
 sf_param() {

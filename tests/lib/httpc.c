@@ -104,8 +104,8 @@ int httpc_send(int fd, const char *s, size_t n)
 	return rawspop_send(fd, s, n);
 }
 
-int httpc_get(int port, const char *target, const char *headers, struct httpc_resp *r,
-	      int timeout_ms, const char **why)
+int httpc_request(int port, const char *method, const char *target, const char *headers,
+		  struct httpc_resp *r, int timeout_ms, const char **why)
 {
 	static struct httpc_buf b;
 	char req[8192];
@@ -114,8 +114,8 @@ int httpc_get(int port, const char *target, const char *headers, struct httpc_re
 	if (fd < 0)
 		return fail(why, "connect failed");
 	b.len = 0;
-	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n%sConnection: close\r\n\r\n",
-			 target, headers ? headers : "");
+	int n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: t\r\n%sConnection: close\r\n\r\n",
+			 method, target, headers ? headers : "");
 	if (n < 0 || (size_t)n >= sizeof(req) || httpc_send(fd, req, (size_t)n) < 0) {
 		close(fd);
 		return fail(why, "send failed");
@@ -123,4 +123,10 @@ int httpc_get(int port, const char *target, const char *headers, struct httpc_re
 	rc = httpc_read(fd, &b, r, timeout_ms, why);
 	close(fd);
 	return rc;
+}
+
+int httpc_get(int port, const char *target, const char *headers, struct httpc_resp *r,
+	      int timeout_ms, const char **why)
+{
+	return httpc_request(port, "GET", target, headers, r, timeout_ms, why);
 }

@@ -48,4 +48,9 @@ int httpc_send(int fd, const char *s, size_t n);
 int httpc_get(int port, const char *target, const char *headers, struct httpc_resp *r,
 	      int timeout_ms, const char **why);
 
+/* The same with another method ("POST": a header line
+ * "Content-Length: 0\r\n" in headers for an empty body). */
+int httpc_request(int port, const char *method, const char *target, const char *headers,
+		  struct httpc_resp *r, int timeout_ms, const char **why);
+
 #endif /* TESTS_HTTPC_H */

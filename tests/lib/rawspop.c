@@ -226,6 +226,12 @@ void rawspop_arg_int(struct rawspop_buf *buf, const char *name, int64_t v)
 	rawspop_put_int(buf, RAWSPOP_T_INT64, v);
 }
 
+void rawspop_arg_null(struct rawspop_buf *buf, const char *name)
+{
+	rawspop_put_name(buf, name);
+	rawspop_put_u8(buf, RAWSPOP_T_NULL);
+}
+
 /* ---------------------------------------------------------------- decoder */
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...)

@@ -125,6 +125,8 @@ size_t rawspop_notify_begin(struct rawspop_buf *buf, uint64_t stream_id, uint64_
 void rawspop_msg(struct rawspop_buf *buf, const char *name, uint8_t nargs);
 void rawspop_arg_str(struct rawspop_buf *buf, const char *name, const char *v);
 void rawspop_arg_int(struct rawspop_buf *buf, const char *name, int64_t v);
+/* An argument of type NULL (HAProxy's var() of a variable not set). */
+void rawspop_arg_null(struct rawspop_buf *buf, const char *name);
 
 /* ---------------------------------------------------------------- decoder */
 

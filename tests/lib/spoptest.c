@@ -180,6 +180,7 @@ void sp_put_msg(const struct sp_msg *m)
 	n += m->limit != 0;
 	n += m->vars != NULL;
 	n += m->admission != NULL;
+	n += m->lease != NULL || m->lease_null;
 	rawspop_msg(&sp_wb, m->msg ? m->msg : "ratelimit", n);
 	if (m->key)
 		rawspop_arg_str(&sp_wb, "key", m->key);
@@ -197,6 +198,10 @@ void sp_put_msg(const struct sp_msg *m)
 		rawspop_arg_str(&sp_wb, "vars", m->vars);
 	if (m->admission)
 		rawspop_arg_str(&sp_wb, "admission", m->admission);
+	if (m->lease)
+		rawspop_arg_str(&sp_wb, "lease", m->lease);
+	else if (m->lease_null)
+		rawspop_arg_null(&sp_wb, "lease");
 }
 
 void sp_put_notify(uint64_t sid, uint64_t fid, const struct sp_msg *m, size_t n)
@@ -223,7 +228,8 @@ void sp_check_vars(const struct rawspop_actions *acts, const struct rawspop_fram
 	static const char *const ints[] = {
 		"rate", "remaining", "reset", "limit", "window", "retry_after", "delayed_ms",
 	};
-	static const char *const bools[] = { "exceeded", "shadow_exceeded", "degraded" };
+	static const char *const bools[] = { "exceeded", "shadow_exceeded", "degraded",
+					     "released" };
 
 	cr_assert(acts->n >= 1, "ACK without any action: %s", sp_hex(f));
 	for (size_t i = 0; i < acts->n; i++) {
@@ -250,7 +256,7 @@ void sp_check_vars(const struct rawspop_actions *acts, const struct rawspop_fram
 					  a->value.type);
 			}
 		}
-		if (base_is(a->name, "error")) {
+		if (base_is(a->name, "error") || base_is(a->name, "lease")) {
 			known = true;
 			cr_assert(a->value.type == RAWSPOP_T_STRING,
 				  "variable %s has type %u, want STRING", a->name, a->value.type);

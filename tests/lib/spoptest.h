@@ -79,7 +79,8 @@ int sp_open(int port);
 
 /* ---------------------------------------------------------------- NOTIFY */
 
-/* A rate-limit message. window, limit: 0 = argument left out. */
+/* A rate-limit message (or a `release`: msg "release"). window, limit:
+ * 0 = argument left out. */
 struct sp_msg {
 	const char *msg;        /* NULL: "ratelimit" */
 	const char *key;        /* NULL: no key */
@@ -87,10 +88,12 @@ struct sp_msg {
 	const char *cost_str;   /* cost as a string, or NULL */
 	const char *vars;       /* argument vars, or NULL */
 	const char *admission;  /* argument admission, or NULL */
+	const char *lease;      /* argument lease (a `release` message), or NULL */
 	int64_t window;
 	int64_t limit;
 	int64_t cost;
 	bool has_cost;          /* cost as an integer */
+	bool lease_null;        /* argument lease of type NULL */
 };
 
 /* Appends a message to the NOTIFY being built in sp_wb. */

@@ -1,0 +1,380 @@
+/*
+ * algo_concurrency.c - a concurrency limit (agent/algo.h's "concurrency"):
+ * `limit` requests in flight per key (docs/CONFIG.md, "algorithm"). A hit
+ * acquires a lease, answered as an id (variable `lease`); a release
+ * (rl_release: SPOP message `release`, POST /release, the nginx module's
+ * log phase) gives it back; a lease never given back expires lease_ms
+ * after its period's newest lease was taken, so a proxy that dies or a
+ * release that is lost cannot keep a slot.
+ *
+ * What a slot holds. The slot's period P is lease_ms in seconds, rounded
+ * up: a lease lives in the slot of the period it was taken in, and counts
+ * while that slot is the current or the previous one. Its count is one
+ * integer below 2^53 (exact in a double), moved by one compare-and-swap
+ * (shm_cas_count):
+ *
+ *    52      44 43              22 21               0
+ *   +----------+------------------+------------------+
+ *   | newest:9 |  given back:22   |    taken:22      |
+ *   +----------+------------------+------------------+
+ *
+ *   taken       leases taken in the period; the next one's number
+ *   given back  of them, released or taken back
+ *   newest      when the newest was taken: its offset in the period, in
+ *               P / 511, rounded up
+ *
+ * The slot's leases are in flight, taken - given back of them, until
+ * newest + lease_ms: a lease lives lease_ms after it was taken, and at
+ * most P longer when leases of its period were taken after it (it expires
+ * with the newest of its period). In flight = the current slot's and the
+ * previous one's; a hit is admitted iff in flight + 1 <= limit. A slot two
+ * periods old holds only expired leases, and the table takes it back.
+ *
+ * A lease id is 32 hex digits: the lease, (period start << 31) | (when it
+ * was taken, as newest, << 22) | its number, and a MAC of it (SipHash-2-4 under the table's digest key, over
+ * the stored key, namespace and window index and the lease): a forged id
+ * frees nothing. A release by id frees its lease once: it first inserts a
+ * marker slot, the key "#L" + the MAC's hex (no client key is stored so:
+ * agent/ratelimit.h, "stored keys") in the lease's period, which an
+ * insert makes at most once (agent/shm.h, "Insert protocol"); the release
+ * that found it there already frees nothing, and so does a release
+ * lease_ms after the lease was taken (it expired). The marker holds 1 and is
+ * protected from eviction; it is stale, and taken back, with its lease's
+ * slot. A release without an id gives back one lease of the key (the
+ * newest period's first): nothing tells two of them apart, and one sent
+ * twice frees two (HAProxy always can send the id back: docs/PROTOCOL.md).
+ *
+ * Known limits: a slot evicted for room forgets its leases (as the window
+ * counter forgets its hits); at most 2^22 - 1 leases per key per period
+ * (beyond: denied until the next period); a marker that cannot be
+ * inserted (the table full) frees nothing: the lease expires instead.
+ */
+#include "agent/algo.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "agent/hash.h"
+#include "agent/shm.h"
+#include "agent/window.h"
+
+#define CONC_BITS     22
+#define CONC_MAX      ((1ULL << CONC_BITS) - 1)
+#define CONC_TBITS    9
+#define CONC_TMAX     511u
+#define CONC_LEASE_START (CONC_BITS + CONC_TBITS) /* a lease: start:32 | at:9 | number:22 */
+#define CONC_MARK     "#L"            /* a lease's marker key: "#L" + 16 hex */
+#define CONC_MARK_LEN 18
+
+_Static_assert(NS_CONC_LIMIT_MAX == CONC_MAX, "a limit fits the count of leases");
+_Static_assert(2 * CONC_BITS + CONC_TBITS <= 53, "a slot's word is exact in a double");
+
+/* One slot's word, unpacked. */
+struct conc_word {
+	uint64_t taken, back, newest;
+};
+
+static struct conc_word conc_unpack(double v)
+{
+	uint64_t w = v > 0 ? (uint64_t)v : 0;
+
+	return (struct conc_word){ .taken = w & CONC_MAX, .back = (w >> CONC_BITS) & CONC_MAX,
+				   .newest = w >> (2 * CONC_BITS) };
+}
+
+static double conc_pack(struct conc_word c)
+{
+	return (double)(c.taken | c.back << CONC_BITS | c.newest << (2 * CONC_BITS));
+}
+
+static uint32_t conc_period(const struct ns_def *d, uint32_t size)
+{
+	(void)size;
+	return (ns_lease_ms(d) + 999) / 1000;
+}
+
+static double conc_lease_s(const struct ns_def *d)
+{
+	return (double)ns_lease_ms(d) / 1000.0;
+}
+
+/* Until when the leases of a slot starting at start (period p) are in
+ * flight: its newest lease's time + the lease time; -INFINITY when it has
+ * none in flight. */
+static double conc_until(struct conc_word c, int64_t start, uint32_t p, double lease)
+{
+	if (c.taken <= c.back)
+		return -INFINITY;
+	return (double)start + (double)c.newest * (double)p / CONC_TMAX + lease;
+}
+
+/* The leases of the slot in flight at now. */
+static double conc_live(struct conc_word c, int64_t start, uint32_t p, double lease, double now)
+{
+	return now < conc_until(c, start, p, lease) ? (double)(c.taken - c.back) : 0;
+}
+
+/* The MAC of a lease of key k: who holds an id holds its lease. */
+static uint64_t conc_mac(const struct shm_table *t, const struct shm_key *k, uint64_t lease)
+{
+	uint64_t w[SHM_KEY_WORDS + 2];
+	unsigned n = k->nwords;
+
+	/* The key's words only (those past them are not set): a short key's
+	 * MAC hashes 3 words. */
+	memcpy(w, k->w, n * sizeof(k->w[0]));
+	w[n] = (uint64_t)k->len | (uint64_t)k->ns << 8 | (uint64_t)k->win << 16;
+	w[n + 1] = lease;
+	return hash_siphash24(shm_digest_key(t), w, (n + 2) * sizeof(w[0]));
+}
+
+/* A byte's two lowercase hex digits, for every byte. */
+#define CONC_HEX4(h) h "0" h "1" h "2" h "3" h "4" h "5" h "6" h "7" \
+		     h "8" h "9" h "a" h "b" h "c" h "d" h "e" h "f"
+static const char conc_hex2[513] =
+	CONC_HEX4("0") CONC_HEX4("1") CONC_HEX4("2") CONC_HEX4("3")
+	CONC_HEX4("4") CONC_HEX4("5") CONC_HEX4("6") CONC_HEX4("7")
+	CONC_HEX4("8") CONC_HEX4("9") CONC_HEX4("a") CONC_HEX4("b")
+	CONC_HEX4("c") CONC_HEX4("d") CONC_HEX4("e") CONC_HEX4("f");
+
+/* 16 lowercase hex digits of v at out, a byte at a time (snprintf costs
+ * more than a hit). */
+static void conc_put_hex64(uint64_t v, char *out)
+{
+	for (int i = 14; i >= 0; i -= 2, v >>= 8)
+		memcpy(out + i, conc_hex2 + 2 * (v & 0xff), 2);
+}
+
+size_t algo_lease_text(uint64_t lease, uint64_t mac, char *out)
+{
+	conc_put_hex64(lease, out);
+	conc_put_hex64(mac, out + 16);
+	out[ALGO_LEASE_LEN] = '\0';
+	return ALGO_LEASE_LEN;
+}
+
+/* 16 hex digits (either case) at s. Returns 0 or -1. */
+static int conc_hex64(const char *s, uint64_t *out)
+{
+	uint64_t v = 0;
+
+	for (int i = 0; i < 16; i++) {
+		char c = s[i];
+		unsigned d = c >= '0' && c <= '9' ? (unsigned)(c - '0')
+			   : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10)
+			   : c >= 'A' && c <= 'F' ? (unsigned)(c - 'A' + 10) : 16u;
+		if (d > 15)
+			return -1;
+		v = v << 4 | d;
+	}
+	*out = v;
+	return 0;
+}
+
+/* The slots of the key's period at now and the one before. */
+static int64_t conc_find(const struct shm_table *t, const struct shm_key *k, uint32_t p,
+			 double now, struct shm_ref *cur, struct shm_ref *prev, int64_t *pstart)
+{
+	int64_t start = window_start(now, p);
+
+	*pstart = start >= (int64_t)p ? start - (int64_t)p : -1;
+	shm_find(t, k, start, *pstart, cur, prev);
+	return start;
+}
+
+/* An acquire (cost > 0: one lease, whatever the cost) or a read (cost 0).
+ * Reported: current = leases in flight (after the hit; a denied one as if
+ * it had been taken), previous = seconds until the oldest of them expires
+ * (0: none), weight 0. */
+static int conc_hit(const struct algo_hit *h, struct rl_result *out)
+{
+	struct shm_table *t = h->t;
+	struct shm_ref cur, prev;
+	uint32_t p = conc_period(h->def, h->size);
+	double now = h->now, lease = conc_lease_s(h->def), inflight = 0, seen = 0;
+	struct conc_word c = { 0 }, b = { 0 };
+	int64_t start = 0, pstart = -1;
+
+	out->counted = out->inserted = out->evicted = false;
+	out->granted = out->need_store = false;
+	out->cap = h->limit;
+	out->lease = out->lease_mac = 0;
+	for (;;) {
+		start = conc_find(t, h->k, p, now, &cur, &prev, &pstart);
+		seen = shm_read_count(t, &cur);
+		c = conc_unpack(seen);
+		b = conc_unpack(prev.idx == SHM_NONE ? 0 : shm_read_count(t, &prev));
+		inflight = conc_live(c, start, p, lease, now) + conc_live(b, pstart, p, lease, now);
+		if (h->cost == 0)
+			break;
+		if ((h->limit >= 0 && inflight + 1 > h->limit) || c.taken == CONC_MAX) {
+			inflight += 1;  /* denied: as if taken */
+			algo_protect(h, &cur, &prev);     /* its leases keep it so */
+			break;
+		}
+		if (cur.idx == SHM_NONE) {
+			if (algo_insert(h, start, &cur, out) < 0)
+				return -1;
+			continue;       /* from the slot as it is now (a racing insert's) */
+		}
+		struct conc_word n = c;
+		/* A period's leases all live until its newest one expires. */
+		if (!(now < conc_until(c, start, p, lease)))
+			n.back = n.taken;
+		uint64_t at = (uint64_t)ceil((now - (double)start) * CONC_TMAX / (double)p);
+		at = at > CONC_TMAX ? CONC_TMAX : at;
+		n.newest = at > c.newest ? at : c.newest;
+		n.taken = c.taken + 1;
+		if (shm_cas_count(t, &cur, &seen, conc_pack(n)) && shm_still(t, &cur)) {
+			out->counted = true;
+			out->lease = (uint64_t)start << CONC_LEASE_START | (uint64_t)at << CONC_BITS |
+				     c.taken;
+			out->lease_mac = conc_mac(t, h->k, out->lease);
+			c = n;
+			inflight += 1;
+			break;
+		}
+	}
+	/* The oldest in flight: the previous period's, else this one's. */
+	double until = conc_until(b, pstart, p, lease);
+	if (!(now < until))
+		until = conc_until(c, start, p, lease);
+	out->cur_idx = cur.idx;
+	out->prev_idx = prev.idx;
+	out->current = inflight;
+	out->previous = now < until ? until - now : 0;
+	out->weight = 0;
+	out->rate = inflight;
+	out->start = start;
+	out->size = h->size;
+	return 0;
+}
+
+/* One lease of the slot given back, if it has one in flight: given back
+ * <= taken always. Returns 1 or 0. */
+static int conc_give_back(struct shm_table *t, const struct shm_ref *r)
+{
+	double seen = shm_read_count(t, r);
+
+	for (;;) {
+		struct conc_word c = conc_unpack(seen);
+		if (c.back >= c.taken)
+			return 0;
+		c.back++;
+		if (shm_cas_count(t, r, &seen, conc_pack(c)))
+			return 1;
+		if (!shm_still(t, r))
+			return 0;
+	}
+}
+
+/* A hit taken back (another limit of its decision denied it): its lease,
+ * never answered, given back. */
+static void conc_take_back(struct shm_table *t, const struct shm_ref *cur, const struct ns_def *d,
+			   uint32_t size, double v, bool with_diff, bool granted)
+{
+	(void)d;
+	(void)size;
+	(void)with_diff;
+	(void)granted;
+	if (v > 0)
+		conc_give_back(t, cur);
+}
+
+static int conc_release(struct shm_table *t, const struct shm_key *k, const struct ns_def *d,
+			uint32_t size, const char *id, size_t idlen, double now)
+{
+	uint32_t p = conc_period(d, size);
+	double lease = conc_lease_s(d);
+	struct shm_ref cur, prev, mark;
+	int64_t pstart, start = conc_find(t, k, p, now, &cur, &prev, &pstart);
+
+	if (idlen == 0) {
+		/* Any one of the key's leases in flight: the newest period's. */
+		if (conc_live(conc_unpack(shm_read_count(t, &cur)), start, p, lease, now) > 0 &&
+		    conc_give_back(t, &cur))
+			return 1;
+		return conc_live(conc_unpack(shm_read_count(t, &prev)), pstart, p, lease, now) > 0
+		       ? conc_give_back(t, &prev) : 0;
+	}
+	uint64_t lid, mac;
+	if (idlen != ALGO_LEASE_LEN || conc_hex64(id, &lid) < 0 || conc_hex64(id + 16, &mac) < 0 ||
+	    conc_mac(t, k, lid) != mac)
+		return 0;
+	int64_t lstart = (int64_t)(lid >> CONC_LEASE_START);
+	const struct shm_ref *r = lstart == start ? &cur : lstart == pstart ? &prev : NULL;
+	if (!r || r->idx == SHM_NONE)
+		return 0;       /* expired with its slot, or evicted */
+	/* Expired: lease_ms after it was taken (its own time, rounded up). */
+	struct conc_word c = conc_unpack(shm_read_count(t, r)),
+			 own = { .taken = 1, .newest = (lid >> CONC_BITS) & CONC_TMAX };
+	if ((lid & CONC_MAX) >= c.taken || !(now < conc_until(own, lstart, p, lease)))
+		return 0;
+	/* Once: the release that makes the lease's marker frees it. */
+	char text[CONC_MARK_LEN];
+	struct shm_key mk;
+	memcpy(text, CONC_MARK, 2);
+	conc_put_hex64(mac, text + 2);
+	if (shm_key_init(t, &mk, k->ns, k->win, text, CONC_MARK_LEN) < 0 ||
+	    shm_insert(t, &mk, lstart, now, &mark) != SHM_INS_NEW)
+		return 0;
+	shm_add(t, &mark, 1, false);
+	shm_protect(t, &mark);
+	return conc_give_back(t, r);
+}
+
+/* What the key holds at now: count and rate the leases in flight,
+ * previous the seconds until the oldest expires, cap the limit. */
+static void conc_inspect(const struct shm_table *t, const struct ns_def *d, uint32_t size,
+			 int64_t start, double now, bool sliding, const struct shm_ref *cur,
+			 const struct shm_ref *prev, struct rl_key_info *out)
+{
+	uint32_t p = conc_period(d, size);
+	double lease = conc_lease_s(d);
+	struct conc_word c = conc_unpack(shm_read_count(t, cur));
+	struct conc_word b = conc_unpack(shm_read_count(t, prev));
+	int64_t pstart = start - (int64_t)p;
+
+	(void)sliding;
+	out->size = size;
+	out->start = start;
+	out->cap = (double)ns_limit_of(d, size);
+	out->count = conc_live(c, start, p, lease, now) + conc_live(b, pstart, p, lease, now);
+	out->found = out->count > 0;
+	out->rate = out->count;
+	double until = conc_until(b, pstart, p, lease);
+	if (!(now < until))
+		until = conc_until(c, start, p, lease);
+	out->previous = now < until ? until - now : 0;
+	out->weight = 0;
+}
+
+/* rate: the leases in flight (after the hit); remaining: the leases the
+ * key may still take; reset, and retry_after of a denied hit: when the
+ * oldest lease in flight expires (a release may free one sooner); 1 when
+ * none is. */
+static void conc_answer(const struct algo_view *v, double now, struct algo_answer *a)
+{
+	(void)now;
+	a->rate = algo_ceil(v->current);
+	a->reset = algo_ceil(v->previous);
+	if (a->reset < 1)
+		a->reset = 1;
+	if (!v->has_limit)
+		return;
+	a->exceeded = v->cost > 0 && !v->counted;
+	double left = (double)v->limit - v->current;
+	a->remaining = a->exceeded || !(left > 0) ? 0 : (int64_t)left;
+	a->retry_after = a->exceeded ? a->reset : 0;
+}
+
+const struct algo_ops algo_concurrency = {
+	.name = "concurrency",
+	.period = conc_period,
+	.hit = conc_hit,
+	.take_back = conc_take_back,
+	.share_cap = NULL,      /* local only (NS_ALGORITHMS: no store yet) */
+	.inspect = conc_inspect,
+	.answer = conc_answer,
+	.release = conc_release,
+};
