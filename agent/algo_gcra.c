@@ -14,7 +14,9 @@
  *   the bucket's level (hits in it) = max(TAT - now, 0) / T, in 0..burst
  *
  * What a slot holds: `count` is the key's TAT minus the slot's start
- * (small, exact in a double), `diff` is unused. The slot's period is
+ * (small, exact in a double), `diff` the hits the store has not had (a
+ * namespace with a store: admitted while it was away, or given back,
+ * < 0). The slot's period is
  * window x burst: a TAT is never more than tau <= window x burst (limit
  * >= 1) ahead of the hit that set it, so a slot two periods old holds a
  * TAT in the past, which says nothing, and the table may take it back. A
@@ -35,7 +37,12 @@
  * took). While the store is away (RL_ADMIT_DEGRADED) the node runs GCRA
  * on its copy with its share of the rate and the burst: a hit costs
  * nodes x T, and the copy may run max(burst, nodes) x T ahead, so a node
- * admits max(burst / nodes, 1) hits at once and limit / nodes per window.
+ * admits max(burst / nodes, 1) hits at once and limit / nodes per window
+ * (the view's weight says the share: gcra_answer's times are of it). Such
+ * a hit goes into the slot's diff, which the sync cycles push as a TAT
+ * step of cost 0 (agent/sync_cycle.c); a hit taken back with its diff
+ * (gcra_take_back: rl_unkeep, another limit denied its request) goes
+ * there as -cost: the store's TAT gets it back too.
  *
  * Known limits, as the window counter's (agent/shm.h): a hit at a
  * period's end that writes the old slot after another process's first

@@ -13,7 +13,9 @@
  *   push      one push_diffs() of the whole batch: the store adds the
  *             diffs, moves the grant hits from its reservations to its
  *             counts, drops what was returned, and returns every
- *             counter's total (all 0: a read)
+ *             counter's total (all 0: a read); for GCRA (a TAT is no
+ *             sum: algo_ops.step) only the slots with a diff, each as a
+ *             TAT step of cost 0 carrying it (strategy_ops.admit)
  *   ack       per counter the store confirmed: diff, spent, returned -=
  *             pushed (what came since stays), count = max(count, total +
  *             diff + what the store still holds for this node), so no
