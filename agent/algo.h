@@ -43,9 +43,11 @@
  *           with grants (strategy_ops.admit)
  *   gcra    the TAT compare-and-set on the key's TAT in the store, in the
  *           store's clock (strategy_ops.admit, STRATEGY_STEP_TAT): every
- *           hit the node's copy of the TAT admits; nothing pushed by the
- *           sync cycle (a TAT is not a sum); the answer, how far the TAT
- *           runs ahead, written into the slot by algo_ops.store_answer
+ *           hit the node's copy of the TAT admits; the sync cycle pushes
+ *           only the slot's diff (hits admitted while the store was away,
+ *           hits given back), as TAT steps of cost 0; the answer, how far
+ *           the TAT runs ahead, written into the slot by
+ *           algo_ops.store_answer
  *
  * An algorithm without one (NS_ALGORITHMS' `store` false, agent/ns.h) is
  * local only: ns_check() refuses a store for it.

@@ -14,7 +14,9 @@
  *   the bucket's level (hits in it) = max(TAT - now, 0) / T, in 0..burst
  *
  * What a slot holds: `count` is the key's TAT minus the slot's start
- * (small, exact in a double), `diff` is unused. The slot's period is
+ * (small, exact in a double), `diff` the hits the store has not had (a
+ * namespace with a store: admitted while it was away, or given back,
+ * < 0). The slot's period is
  * window x burst: a TAT is never more than tau <= window x burst (limit
  * >= 1) ahead of the hit that set it, so a slot two periods old holds a
  * TAT in the past, which says nothing, and the table may take it back. A
@@ -35,7 +37,12 @@
  * took). While the store is away (RL_ADMIT_DEGRADED) the node runs GCRA
  * on its copy with its share of the rate and the burst: a hit costs
  * nodes x T, and the copy may run max(burst, nodes) x T ahead, so a node
- * admits max(burst / nodes, 1) hits at once and limit / nodes per window.
+ * admits max(burst / nodes, 1) hits at once and limit / nodes per window
+ * (the view's weight says the share: gcra_answer's times are of it). Such
+ * a hit goes into the slot's diff, which the sync cycles push as a TAT
+ * step of cost 0 (agent/sync_cycle.c); a hit taken back with its diff
+ * (gcra_take_back: rl_unkeep, another limit denied its request) goes
+ * there as -cost: the store's TAT gets it back too.
  *
  * Known limits, as the window counter's (agent/shm.h): a hit at a
  * period's end that writes the old slot after another process's first
@@ -135,7 +142,14 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 			out->need_store = true;
 			break;
 		}
-		if (shm_cas_count(t, &cur, &seen, next) && shm_still(t, &cur)) {
+		if (!shm_cas_count(t, &cur, &seen, next))
+			continue;
+		/* Admitted while the store is away: the hits go to it with the
+		 * sync cycles (the slot's diff, before the check that the
+		 * slot is still the key's: a reclaimer reads it after). */
+		if (h->admit == RL_ADMIT_DEGRADED)
+			shm_add_diff(t, &cur, cost);
+		if (shm_still(t, &cur)) {
 			out->counted = true;
 			level = (next - n) / T;
 			break;
@@ -145,7 +159,9 @@ static int gcra_hit(const struct algo_hit *h, struct rl_result *out)
 	out->prev_idx = prev.idx;
 	out->current = level;
 	out->previous = 0;
-	out->weight = 0;
+	/* The view's weight: the hit's share of the rate (nodes while the
+	 * store is away; 0 otherwise), which gcra_answer's times need. */
+	out->weight = share > 1 ? share : 0;
 	out->rate = level;
 	out->start = start;
 	out->size = h->size;
@@ -169,16 +185,20 @@ static double gcra_store_answer(struct shm_table *t, const struct shm_ref *cur,
 
 /* The hit's cost in time given back to the TAT, at the configured rate
  * (a hit decided under a caller's lower limit took more: it gets back
- * less, never more). */
+ * less, never more). with_diff (a namespace with a store): the hits go
+ * to the store's TAT too, as a negative diff the sync cycles push (a hit
+ * the store admitted, rl_unkeep; one the node admitted while the store
+ * was away, whose diff it takes back). v < 0 keeps hits (rl_keep). */
 static void gcra_take_back(struct shm_table *t, const struct shm_ref *cur, const struct ns_def *d,
 			   uint32_t size, double v, bool with_diff, bool granted)
 {
 	int64_t limit = ns_limit_of(d, size);
 
-	(void)with_diff;
 	(void)granted;
 	if (limit > 0)
 		shm_add(t, cur, -v * (double)size / (double)limit, false);
+	if (with_diff)
+		shm_add_diff(t, cur, -v);
 }
 
 /* The hits in the key's bucket at now, at the configured rate. */
@@ -205,7 +225,11 @@ static void gcra_inspect(const struct shm_table *t, const struct ns_def *d, uint
  * is empty again (the whole burst may be sent). */
 static void gcra_answer(const struct algo_view *v, double now, struct algo_answer *a)
 {
-	double T = v->limit > 0 ? (double)v->window / (double)v->limit : (double)v->window;
+	/* While the store is away a hit costs the node's share (weight:
+	 * nodes x T), and its bucket is of that share. */
+	double share = v->weight > 1 ? v->weight : 1;
+	double T = v->limit > 0 ? share * (double)v->window / (double)v->limit
+			       : (double)v->window;
 	double after = v->counted ? v->current : v->current - v->cost;
 
 	(void)now;

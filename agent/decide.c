@@ -949,6 +949,7 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 				&res) == 0) {
 			r->counted = res.counted;
 			r->current = res.current;
+			r->weight = res.weight;     /* GCRA: the share, for its times */
 			r->cap = res.cap;
 		}
 		r->degraded = true;

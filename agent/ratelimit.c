@@ -584,7 +584,10 @@ static int rl_window_slot(struct rl *rl, const struct shm_key *k, int64_t start,
 	return 0;
 }
 
-/* rl_keep (sign 1) and rl_unkeep (sign -1). */
+/* rl_keep (sign 1) and rl_unkeep (sign -1): the algorithm's take_back of
+ * -sign x v with its diff (the window counter's: count and diff += sign x
+ * v; GCRA's: its TAT moved by v hits' time, its diff by v), in the slot of
+ * the period holding start. */
 static int rl_keep_signed(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 			  int64_t start, double v, double sign, double now)
 {
@@ -593,10 +596,12 @@ static int rl_keep_signed(struct rl *rl, int ns, const char *key, size_t keylen,
 
 	if (rl_stored_window(rl, ns, key, keylen, size, start, v, &k) < 0)
 		return -1;
+	const struct rl_ns *n = &rl->ns[ns];
+	start -= start % rl_period(n, size);
 	for (int tries = 1;; tries++) {
 		if (rl_window_slot(rl, &k, start, now, &ref) < 0)
 			return -1;
-		shm_add(rl->shm, &ref, sign * v, true);
+		n->algo->take_back(rl->shm, &ref, &n->def, size, -sign * v, true, false);
 		if (shm_still(rl->shm, &ref) || tries == RL_HIT_TRIES)
 			return 0;
 	}

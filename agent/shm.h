@@ -447,6 +447,12 @@ double shm_read_diff(const struct shm_table *t, const struct shm_ref *r);
  * count after. One CAS loop per word; no addition is ever lost. */
 double shm_add(struct shm_table *t, const struct shm_ref *r, double v, bool with_diff);
 
+/* Adds v to the slot's diff only: hits for the store of an algorithm whose
+ * count is not a sum of them (GCRA's TAT, agent/algo_gcra.c). As with
+ * shm_add, the caller tells by shm_still() whether the slot changed hands
+ * meanwhile. */
+void shm_add_diff(struct shm_table *t, const struct shm_ref *r, double v);
+
 /* Adds v (and to diff when with_diff) only if count + v + extra <= limit,
  * decided and added in one CAS. Returns true if added. *count gets the
  * count after the addition, or the count the refusal was based on. */

@@ -61,6 +61,11 @@ double shm_add(struct shm_table *t, const struct shm_ref *r, double v, bool with
 	return c;
 }
 
+void shm_add_diff(struct shm_table *t, const struct shm_ref *r, double v)
+{
+	atomics_add_double(&t->slots[r->idx].diff, v);
+}
+
 bool shm_add_if(struct shm_table *t, const struct shm_ref *r, double v, double extra,
 		double limit, bool with_diff, double *count)
 {

@@ -188,6 +188,7 @@ void sync_stop(struct sync *sy)
 		/* Fails a pending push: its callback leaves the diffs in place. */
 		sn->ops->destroy(sn->st);
 		free(sn->batch);
+		free(sn->abatch);
 		free(sn->ents);
 		sync_seed_free(sn);
 		sync_doubts_drop(sn);

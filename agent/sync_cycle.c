@@ -13,7 +13,9 @@
  *   push      one push_diffs() of the whole batch: the store adds the
  *             diffs, moves the grant hits from its reservations to its
  *             counts, drops what was returned, and returns every
- *             counter's total (all 0: a read)
+ *             counter's total (all 0: a read); for GCRA (a TAT is no
+ *             sum: algo_ops.step) only the slots with a diff, each as a
+ *             TAT step of cost 0 carrying it (strategy_ops.admit)
  *   ack       per counter the store confirmed: diff, spent, returned -=
  *             pushed (what came since stays), count = max(count, total +
  *             diff + what the store still holds for this node), so no
@@ -96,6 +98,12 @@ int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			if (!b)
 				return -1;
 			sn->batch = b;
+			if (algo_of(sn->def->algorithm)->step != ALGO_STEP_WINDOW) {
+				struct strategy_admit *a = realloc(sn->abatch, cap * sizeof(*a));
+				if (!a)
+					return -1;
+				sn->abatch = a;
+			}
 			sn->cap = cap;
 		}
 		struct shm_entry *e = &sn->ents[sn->n];
@@ -191,8 +199,9 @@ static void sync_on_pushed(void *arg, int status, const char *errstr)
 		shm_grant_unres_add(t, &sn->ents[i], -c->spent, -c->returned);
 		/* Totals matter for the current and previous windows only; an
 		 * older slot may be reclaimed for another key once its diff is
-		 * acknowledged, so it is not written. */
-		if (c->start >= window_start(now, c->size) - (int64_t)c->size)
+		 * acknowledged, so it is not written. A TAT's answer is no
+		 * total (the next admission brings the TAT back). */
+		if (!sn->abatch_out && c->start >= window_start(now, c->size) - (int64_t)c->size)
 			(c->reset ? shm_follow_total : shm_sync_total)(t, &sn->ents[i], c->total);
 	}
 	sn->unpushed = sn->n - ok;
@@ -238,6 +247,44 @@ static void sync_on_renew(struct ev_loop *loop, ev_timer *w, int revents)
 		LOG(LOG_WARN, "namespace %s: sync lease lost during a push", sn->def->name);
 }
 
+/* The batch as TAT steps (GCRA, algo_ops.step; docs/CLUSTER.md, "GCRA
+ * across a cluster"): per counter one admission of cost 0 carrying its
+ * diff, the hits the node admitted while the store was away (or, below
+ * 0, hits given back), which the store adds to the key's TAT at the
+ * configured rate (diff x T). Returns false for the window counter. */
+static bool sync_tat_build(struct sync_ns *sn)
+{
+	const struct ns_def *def = sn->def;
+
+	if (algo_of(def->algorithm)->step == ALGO_STEP_WINDOW)
+		return false;
+	for (size_t i = 0; i < sn->n; i++) {
+		const struct strategy_counter *c = &sn->batch[i];
+		/* The slot's size is its period: window x burst. */
+		uint32_t w = c->size / (uint32_t)ns_burst(def);
+		int64_t limit = ns_limit_of(def, w);
+
+		sn->abatch[i] = (struct strategy_admit){
+			.ns = c->ns, .ns_len = c->ns_len, .key = c->key, .key_len = c->key_len,
+			.start = c->start, .size = w, .diff = c->diff, .cost = 0,
+			/* no limit or 0: no hit was admitted, the diff is 0 */
+			.limit = limit > 0 ? (double)limit : 1,
+			.step = STRATEGY_STEP_TAT, .burst = (double)ns_burst(def),
+		};
+	}
+	return true;
+}
+
+/* The TAT steps' answers, as a push's: the counters the store confirmed. */
+static void sync_on_stepped(void *arg, int status, const char *errstr)
+{
+	struct sync_ns *sn = arg;
+
+	for (size_t i = 0; i < sn->n; i++)
+		sn->batch[i].ok = sn->abatch[i].ok;
+	sync_on_pushed(sn, status, errstr);
+}
+
 int sync_push(struct sync_ns *sn)
 {
 	char err[STRATEGY_ERR_MAX] = "";
@@ -247,7 +294,13 @@ int sync_push(struct sync_ns *sn)
 		sync_token(sn, 'p', ++sn->seq, sn->token);
 	for (size_t i = 0; i < sn->n; i++)
 		sn->batch[i].ok = false;
-	if (sn->ops->push_diffs(sn->st, sn->batch, sn->n, sn->token, sync_on_pushed, sn, err) < 0) {
+	/* Resent as is: the batch kept, the same token (the store moves a
+	 * token's TAT steps once). */
+	sn->abatch_out = sync_tat_build(sn);
+	if ((sn->abatch_out
+		     ? sn->ops->admit(sn->st, sn->abatch, sn->n, sn->token, sync_on_stepped, sn, err)
+		     : sn->ops->push_diffs(sn->st, sn->batch, sn->n, sn->token, sync_on_pushed, sn,
+					   err)) < 0) {
 		sn->unpushed = sn->n;
 		sync_log_failure(sn, err[0] ? err : "push refused");
 		return -1;
@@ -406,6 +459,9 @@ void sync_cycle_hand_over(struct sync_ns *sn)
 	 * diffs, which the next sync pushes again. */
 	if (sn->busy || !sn->retry || sn->n == 0)
 		return;
-	sync_doubt_keep_hits(sn, sn->token, NULL, sn->batch, sn->n);
+	if (sync_tat_build(sn))
+		sync_doubt_keep_hits(sn, sn->token, sn->abatch, NULL, sn->n);
+	else
+		sync_doubt_keep_hits(sn, sn->token, NULL, sn->batch, sn->n);
 	sn->retry = false;
 }

@@ -429,7 +429,9 @@ static void sync_call_settle_one(struct sync_ns *sn, const struct sync_call *k, 
 	const struct strategy_admit *a = k->a ? &k->a[i] : NULL;
 	const struct strategy_counter *c = k->c ? &k->c[i] : NULL;
 	double now = rl_now();
-	double counted = a ? ((a->admitted || a->count_denied) ? a->cost : 0) : c->diff;
+	/* An admission's diff (a TAT step of a sync cycle's, handed over):
+	 * hits the node counted, as a push's. */
+	double counted = a ? ((a->admitted || a->count_denied) ? a->cost : 0) + a->diff : c->diff;
 	const char *key = a ? a->key : c->key;
 	size_t key_len = a ? a->key_len : c->key_len;
 	uint32_t size = a ? a->size : c->size;

@@ -110,11 +110,16 @@ static void sync_hits_build(struct sync *sy, struct sync_hits *b, size_t i, doub
 				.count_denied = h->count_denied, .nodes = nodes,
 				.step = (enum strategy_step)step, .burst = (double)ns_burst(def),
 			};
-			if (step == ALGO_STEP_WINDOW)
+			if (step == ALGO_STEP_WINDOW) {
 				b->a[b->na - 1].want = sync_grant_want(sy->t, e->idx, h->limit,
 									nodes);
-			else if (e->idx != UINT32_MAX)
-				shm_grant_flight(sy->t, e->idx, 1); /* in flight, no grant */
+			} else {
+				/* The TAT is the window's (T = window / limit), not
+				 * the slot's period (algo_ops.period). */
+				b->a[b->na - 1].size = h->size;
+				if (e->idx != UINT32_MAX)
+					shm_grant_flight(sy->t, e->idx, 1); /* in flight, no grant */
+			}
 			continue;
 		}
 		h->ci = (int)b->nc;

@@ -84,6 +84,8 @@ struct sync_ns {
 	char token[STRATEGY_TOKEN_MAX];
 	double last_log;
 	struct strategy_counter *batch;
+	struct strategy_admit *abatch;    /* batch as TAT steps (GCRA: sync_push) */
+	bool abatch_out;                  /* ... sent so (sync_on_pushed) */
 	struct shm_entry *ents;
 	size_t n, cap, unpushed;
 	bool beating;                 /* a heartbeat is in flight */

@@ -79,7 +79,9 @@
 
 /* What rl_gcra and rl_gcra_tok share: the row locked (o), the server's
  * time and T (n), whether the hit fits (tau = burst x T, with the slack of
- * agent/algo_gcra.c), the TAT written (never lowered) and returned. */
+ * agent/algo_gcra.c), the TAT written and returned (b: the row's own when
+ * the token was applied before; lowered only by a negative diff, hits
+ * given back). */
 #define PG_GCRA_ROWS \
 	"o AS (SELECT count FROM @T@ WHERE namespace = $1 AND window_size = $4" \
 	" AND window_start = $3 AND key = $2 FOR UPDATE)," \
@@ -88,7 +90,7 @@
 	"x0.b + $6 * x0.tt - x0.now <= $8 * x0.tt + least(1e-6, 1e-3 * x0.tt)"
 #define PG_GCRA_UPDATE \
 	" UPDATE @T@ AS t SET count = CASE WHEN d.fresh AND d.adm THEN d.b + $6 * d.tt" \
-	" ELSE greatest(t.count, d.b) END FROM d WHERE t.namespace = $1" \
+	" ELSE d.b END FROM d WHERE t.namespace = $1" \
 	" AND t.window_size = $4 AND t.window_start = $3 AND t.key = $2" \
 	" RETURNING greatest(t.count - d.now, 0), 0::float8, d.adm, 0::float8"
 
@@ -147,7 +149,10 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		"DELETE FROM @T@ AS t"
 		" USING unnest($2::int4[], $3::int8[]) AS p(window_size, cutoff)"
 		" WHERE t.namespace = $1 AND t.window_size = p.window_size"
-		" AND t.window_start <= p.cutoff",
+		" AND t.window_start <= p.cutoff"
+		/* GCRA's TAT rows (window_start -1, rl_gcra): once the TAT
+		 * fell behind the server's clock (it says nothing then) */
+		" AND (t.window_start <> -1 OR t.count < extract(epoch FROM clock_timestamp()))",
 		3,
 		{ PG_OID_TEXT, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY },
 	},

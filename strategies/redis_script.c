@@ -236,7 +236,8 @@ const char redis_admit_script[] =
  * KEYS of its TAT key, diff, T (size / limit), cost, tau (burst x T). A
  * key holds the TAT as "%.17g" Unix seconds of the server's clock (TIME:
  * the nodes' clocks are never compared), and expires when it falls behind
- * the clock (PX: a TAT in the past says nothing). Returns 4 n values, as
+ * the clock (PX: a TAT in the past says nothing; one a negative diff, hits
+ * given back, puts behind it is deleted). Returns 4 n values, as
  * the admission script: per admission { the TAT minus now (seconds, >= 0),
  * 0, "1" admitted | "0" not, 0 }. Every TAT is read once and written once,
  * after every decision is made. With a token key that exists the call was
@@ -272,7 +273,7 @@ const char redis_gcra_script[] =
 	"    if base ~= base or base == math.huge then\n"
 	"      return redis.error_reply('ERR TAT would not be finite')\n"
 	"    end\n"
-	"    if base > tat then val[k] = base dirty[k] = true end\n"
+	"    if base ~= tat and (base > now or tat > now) then val[k] = base dirty[k] = true end\n"
 	"    recs[#recs + 1] = adm\n"
 	"  end\n"
 	"  local ahead = val[k] - now\n"
@@ -284,8 +285,10 @@ const char redis_gcra_script[] =
 	"end\n"
 	"for k in pairs(dirty) do\n"
 	"  local ms = math.ceil((val[k] - now) * 1000) + 1\n"
-	"  if ms > 0 then\n"
+	"  if val[k] > now then\n"
 	"    redis.call('SET', KEYS[k], string.format('%.17g', val[k]), 'PX', ms)\n"
+	"  else\n"
+	"    redis.call('DEL', KEYS[k])\n"
 	"  end\n"
 	"end\n"
 	REDIS_LUA_RECORD;

@@ -15,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "agent/algo.h"
 #include "agent/config.h"
 #include "agent/decide.h"
 #include "agent/ns.h"
@@ -149,6 +150,37 @@ Test(gcra, answers)
 	hit("slow", "k", 2, T0 + 13, &r);
 	cr_assert(!r.exceeded);
 	cr_assert_eq(r.remaining, 0);
+}
+
+/* While the store is away (RL_ADMIT_DEGRADED, 3 nodes) a hit costs the
+ * node's share, 3 x T = 18 s of "slow" (10 per 60 s, burst 5), and the
+ * node's copy runs at most max(5, 3) x 18 / 3 = 30 s ahead: one hit at
+ * once, the second denied, and it fits 6 s later (18 + 18 - 6 <= 30),
+ * not 2 s later as the whole rate's T would say; the bucket is empty
+ * after 18 s. The answers are built from the hit's view as decide.c's
+ * finish() does. */
+Test(gcra, degraded_times_are_of_the_nodes_share)
+{
+	int ns = rl_namespace_index(rl, "slow", 4);
+	struct rl_result res;
+	struct algo_answer a;
+
+	cr_assert_geq(ns, 0);
+	for (int i = 0; i < 2; i++) {
+		cr_assert_eq(rl_hit_degraded(rl, ns, "away", 4, 60, 1, 0, T0, 10, false, 3, &res), 0);
+		cr_assert_eq(res.counted, i == 0, "hit %d", i);
+	}
+	struct algo_view v = { .current = res.current, .previous = res.previous,
+			       .weight = res.weight, .cost = 1, .cap = res.cap, .limit = 10,
+			       .window = 60, .has_limit = true, .counted = res.counted };
+	algo_of(NS_ALGO_GCRA)->answer(&v, T0, &a);
+	cr_assert(a.exceeded);
+	cr_assert_eq(a.retry_after, 6, "retry_after %lld: of the node's share",
+		     (long long)a.retry_after);
+	cr_assert_eq(a.reset, 18, "reset %lld", (long long)a.reset);
+	/* And 6 s later it does fit. */
+	cr_assert_eq(rl_hit_degraded(rl, ns, "away", 4, 60, 1, 0, T0 + 6, 10, false, 3, &res), 0);
+	cr_assert(res.counted);
 }
 
 /* At the highest rates (1e9 a second: a hit's time far below the clock's

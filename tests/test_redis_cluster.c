@@ -11,6 +11,8 @@
  * CLUSTER SLOTS replies read strictly and in bounded work (a hostile
  * node's 100,000 full ranges refused); seeds or sentinels that do not
  * answer. Pushes go as the sync loop sends them (tests/lib/pusher.c).
+ * GCRA's TAT steps: each key's TAT in its slot, one script call per slot,
+ * a step giving hits back.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -689,6 +691,30 @@ Test(redis_cluster, nobody_answering_is_not_ready_and_says_why)
 	}
 }
 
+/* Names n keys "<tag><i>" of namespace "api" into keys; returns the
+ * distinct Cluster slots of their hash tag "{api:<bucket>}" (the slot of
+ * their windows' hashes and of their TAT keys). */
+static long long name_keys(char (*keys)[16], size_t n, const char *tag)
+{
+	bool slots[16384] = { false };
+	long long distinct = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		char h[64];
+		int len;
+		long slot;
+
+		snprintf(keys[k], 16, "%s%zu", tag, k);
+		len = snprintf(h, sizeof(h), "rl:{api:%u}:60:%d",
+			       redis_server_bucket(keys[k], strlen(keys[k])), START60);
+		slot = redis_cluster_keyslot(&cl, h, (size_t)len);
+		cr_assert_geq(slot, 0);
+		distinct += !slots[slot];
+		slots[slot] = true;
+	}
+	return distinct;
+}
+
 /* The admissions of one admit() leave as one script call per slot (a
  * script may touch one slot only), each call deciding its admissions in
  * order; a resend with the same token, after the calls were applied,
@@ -699,7 +725,6 @@ Test(redis_cluster, admissions_are_one_call_per_slot)
 	enum { KEYS = 20, N = 2 * KEYS };
 	static struct strategy_admit a[N];
 	static char keys[KEYS][16];
-	bool slots[16384] = { false };
 	char err[STRATEGY_ERR_MAX] = "";
 	long long distinct = 0, before, after;
 	struct strategy *s;
@@ -707,19 +732,7 @@ Test(redis_cluster, admissions_are_one_call_per_slot)
 
 	cluster_up(0);
 	s = mk(NULL);
-	for (size_t k = 0; k < KEYS; k++) {
-		char h[64];
-		int len;
-		long slot;
-
-		snprintf(keys[k], sizeof(keys[k]), "many%zu", k);
-		len = snprintf(h, sizeof(h), "rl:{api:%u}:60:%d",
-			       redis_server_bucket(keys[k], strlen(keys[k])), START60);
-		slot = redis_cluster_keyslot(&cl, h, (size_t)len);
-		cr_assert_geq(slot, 0);
-		distinct += !slots[slot];
-		slots[slot] = true;
-	}
+	distinct = name_keys(keys, KEYS, "many");
 	for (int round = 0; round < 2; round++) {
 		for (size_t i = 0; i < N; i++)
 			a[i] = (struct strategy_admit){ .ns = "api", .ns_len = 3,
@@ -743,6 +756,61 @@ Test(redis_cluster, admissions_are_one_call_per_slot)
 		}
 		for (size_t k = 0; k < KEYS; k++)
 			cr_assert_eq(stored("api", keys[k]), 1, "%s", keys[k]);
+	}
+	OPS->destroy(s);
+}
+
+/* GCRA's TAT steps (STRATEGY_STEP_TAT, strategies/redis_script.c's TAT
+ * script) on a Redis Cluster: a key's TAT "rl:{api:<bucket>}:g:60:<key>"
+ * in the slot of its hash tag, the steps of one admit() one script call
+ * per slot, each key's steps in order. 20 keys, 7 steps each (10 per
+ * 60 s: T = 6 s, burst 5): 5 admitted per key; then per key a step of
+ * cost 0 giving 2 hits back (diff -2, as a sync cycle pushes them) and 3
+ * hits: 2 admitted; that call resent with its token (a call in doubt):
+ * the same decisions, nothing given back twice, so one more hit per key
+ * is denied. */
+Test(redis_cluster, gcra_tat_steps_in_their_slots)
+{
+	enum { KEYS = 20, STEPS = 7, N = KEYS * STEPS };
+	static struct strategy_admit a[N];
+	static char keys[KEYS][16];
+	char err[STRATEGY_ERR_MAX] = "";
+	long long distinct = 0, before;
+	struct strategy *s;
+	struct st_res r;
+
+	cluster_up(0);
+	s = mk(NULL);
+	distinct = name_keys(keys, KEYS, "tat");
+	for (int round = 0; round < 4; round++) {
+		size_t per = round == 0 ? STEPS : round == 3 ? 1 : 4, n = KEYS * per;
+		const char *tok = round == 0 ? "tat-1" : round == 3 ? "tat-3" : "tat-2";
+
+		/* round 2: round 1's call again, with its token: the same
+		 * decisions, nothing moved twice; round 3: one hit per key,
+		 * denied (the bucket full again) */
+		for (size_t i = 0; i < n; i++) {
+			bool give = (round == 1 || round == 2) && i % per == 0;
+
+			a[i] = st_tat("api", keys[i / per], 60, 10, 5, give ? 0 : 1, give ? -2 : 0);
+		}
+		before = redis_cluster_cmdstat(&cl, "evalsha");
+		memset(&r, 0, sizeof(r));
+		cr_assert_eq(OPS->admit(s, a, n, tok, st_done_cb, &r, err), 0, "%s", err);
+		run_until(&r.done, 10);
+		cr_assert_eq(r.status, 0, "%s", r.err);
+		cr_assert_eq(redis_cluster_cmdstat(&cl, "evalsha") - before, distinct,
+			     "round %d: one call per slot", round);
+		for (size_t i = 0; i < n; i++) {
+			size_t j = i % per;
+
+			cr_assert(a[i].ok, "round %d, step %zu", round, i);
+			bool want = round == 0 ? j < 5 : round == 3 ? false : j < 3;
+
+			if (round == 0 || round == 3 || j > 0)
+				cr_assert_eq(a[i].admitted, want, "round %d, %s step %zu", round,
+					     a[i].key, j);
+		}
 	}
 	OPS->destroy(s);
 }

@@ -10,7 +10,9 @@
  * rogue sentinel (tests/lib/resp_peer.c, the attacker) naming a fake
  * master, at start and in a +switch-master, is outvoted by the real
  * sentinels and its master never hears from the agent; sentinels with a
- * password of their own (sentinel.password); the options.
+ * password of their own (sentinel.password); the options. GCRA's TAT
+ * steps on the master the sentinels name, the TAT script sent again after
+ * SCRIPT FLUSH.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -25,6 +27,7 @@
 #include "tests/lib/pusher.h"
 #include "tests/lib/redis_sentinel.h"
 #include "tests/lib/resp_peer.h"
+#include "tests/lib/storetest.h"
 
 #define OPS (&redis_strategy)
 #define START60 1700000040
@@ -158,6 +161,50 @@ Test(redis_sentinel, failover_without_wait_replicas_never_counts_twice)
 	cr_log_info("without wait_replicas: %g of %g hits per key lost at worst", p.hits - lo,
 		    p.hits);
 	cr_assert(hi <= p.hits, "a hit counted twice: %g > %g", hi, p.hits);
+	OPS->destroy(s);
+}
+
+/* GCRA's TAT steps (STRATEGY_STEP_TAT) through the sentinels: on the
+ * master they name, 7 steps of one key (10 per 60 s, burst 5) admit 5 and
+ * its TAT key is there; after SCRIPT FLUSH the TAT script is sent again
+ * (NOSCRIPT, then EVAL) and sees the same TAT: one more step is denied. */
+static void gcra_done(void *arg, int status, const char *errstr)
+{
+	struct st_res *r = arg;
+
+	r->done = true;
+	r->status = status;
+	snprintf(r->err, sizeof(r->err), "%s", errstr ? errstr : "");
+}
+
+Test(redis_sentinel, gcra_tat_steps_on_the_master)
+{
+	struct strategy *s = mk(NULL);
+	struct strategy_admit a[7];
+	char err[STRATEGY_ERR_MAX] = "", g[64];
+	struct st_res r = { 0 };
+	int len = snprintf(g, sizeof(g), "rl:{sn:%u}:g:60:tat", redis_server_bucket("tat", 3));
+
+	for (int round = 0; round < 2; round++) {
+		size_t n = round ? 1 : 7;
+
+		for (size_t i = 0; i < n; i++)
+			a[i] = st_tat("sn", "tat", 60, 10, 5, 1, 0);
+		memset(&r, 0, sizeof(r));
+		cr_assert_eq(OPS->admit(s, a, n, NULL, gcra_done, &r, err), 0, "%s", err);
+		cr_assert(evtest_run_until(loop, &r.done, 10), "no answer within 10 s");
+		cr_assert_eq(r.status, 0, "%s", r.err);
+		for (size_t i = 0; i < n; i++)
+			cr_assert(a[i].ok && a[i].admitted == (round == 0 && i < 5),
+				  "round %d, step %zu: ok %d, admitted %d", round, i, a[i].ok,
+				  a[i].admitted);
+		redisReply *v = redis_server_command(&st.data[st.master], "GET %b", g, (size_t)len);
+		cr_assert(v && v->type == REDIS_REPLY_STRING, "the TAT on the master");
+		freeReplyObject(v);
+		v = redis_server_command(&st.data[st.master], "SCRIPT FLUSH");
+		cr_assert_not_null(v);
+		freeReplyObject(v);
+	}
 	OPS->destroy(s);
 }
 

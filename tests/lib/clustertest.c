@@ -174,7 +174,6 @@ void ct_wait_store_decides(unsigned w, int64_t limit)
 	int64_t t0 = test_now_ms(), saved = ct_degraded;
 	char key[64];
 
-	sp_key(key, sizeof(key), "probe");
 	for (size_t n = 0; n < ct_nodes_up; n++)
 		for (size_t c = 0; c < CT_CONNS; c++) {
 			int64_t before;
@@ -182,6 +181,7 @@ void ct_wait_store_decides(unsigned w, int64_t limit)
 			if (ct_nodes[n].fd[c] < 0)
 				continue;
 			do {
+				sp_key(key, sizeof(key), "probe");
 				before = ct_degraded;
 				(void)ct_limit_hit(n, c, key, w, limit);
 				if (ct_degraded == before)

@@ -99,8 +99,8 @@ void ct_wait_store_down(void);
  * own connection to the store) is answered not degraded: the store has
  * answered every worker (asserted within 10 s). On a busy machine a
  * worker's first connection may fail and wait for its retry; a case that
- * asserts "no answer degraded" starts after this. The probes count on
- * their own key. */
+ * asserts "no answer degraded" starts after this. Each probe counts on
+ * a key of its own (a GCRA node's copy never denies it without asking). */
 void ct_wait_store_decides(unsigned w, int64_t limit);
 
 /* ---------------------------------------------------------------- configs */

@@ -160,6 +160,15 @@ struct strategy_counter st_ctr(const char *ns, const char *key, size_t key_len, 
 					  .diff = diff, .total = NAN, .ok = false };
 }
 
+struct strategy_admit st_tat(const char *ns, const char *key, uint32_t size, double limit,
+			     double burst, double cost, double diff)
+{
+	return (struct strategy_admit){ .ns = ns, .ns_len = strlen(ns), .key = key,
+					.key_len = strlen(key), .size = size, .limit = limit,
+					.burst = burst, .cost = cost, .diff = diff,
+					.step = STRATEGY_STEP_TAT };
+}
+
 struct strategy_counter *st_batch(const char *ns, size_t n, int64_t start, char (**keys)[16])
 {
 	struct strategy_counter *c = calloc(n, sizeof(*c));

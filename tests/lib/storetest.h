@@ -87,6 +87,12 @@ struct strategy_counter st_ctr(const char *ns, const char *key, size_t key_len, 
 /* A counter of a NUL-terminated key. */
 #define ST_C(ns, key, start, size, diff) st_ctr((ns), (key), strlen(key), (start), (size), (diff))
 
+/* A GCRA TAT step (STRATEGY_STEP_TAT) of a NUL-terminated key: limit per
+ * size seconds, burst, a hit of cost, diff hits the node admitted alone
+ * (< 0: given back). */
+struct strategy_admit st_tat(const char *ns, const char *key, uint32_t size, double limit,
+			     double burst, double cost, double diff);
+
 /* n counters "k00000".. of namespace ns in the 60 s window at start,
  * counter i with diff 1 + i % 3; their keys in *keys. Free both. */
 struct strategy_counter *st_batch(const char *ns, size_t n, int64_t start, char (**keys)[16]);
