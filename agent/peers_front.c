@@ -19,7 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/decide.h"
 #include "agent/ratelimit.h"
+#include "agent/sync.h"
 
 static void peers_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void peers_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
@@ -447,7 +449,13 @@ static int peers_update(struct peers_sess *ps, const struct peers_wire_msg *m, d
 	size_t klen = peers_count_key(b->def.key_type, u->key.ptr, u->key.len, key);
 	bool over = peers_over_budget(ps, now);
 	for (size_t i = 0; i < b->nfeeds && klen; i++) {
-		struct peers_state st = { .known_only = over };
+		int ns = b->feeds[i].ns;
+		/* A dump (timed updates come only in dumps) to an agent that
+		 * started afresh on a store: what it holds was counted by the
+		 * agent before, into the store (docs/PEERS.md, "Several
+		 * agents"). */
+		struct peers_state st = { .known_only = over,
+					  .baseline = u->timed && now < ps->pw->baseline_until[ns] };
 		struct peers_count_res r;
 		if (!peers_state_of(u, &b->feeds[i], &st))
 			continue;
@@ -467,8 +475,16 @@ static int peers_update(struct peers_sess *ps, const struct peers_wire_msg *m, d
 		}
 		ps->fresh += r.fresh;
 		ps->counted += (uint64_t)r.counted;
-		if (r.counted > 0)
-			peers_push_note(ps->pw, b->feeds[i].ns, key, klen);
+		if (r.made != UINT32_MAX && (ps->pw->syncs >> ns & 1)) {
+			/* The first sight of the window here: the store's count is
+			 * read (sync_seed), and the walk pushes the key once it is
+			 * in, not this agent's part alone at once. */
+			struct decide *d = ps->s.env->decide;
+			if (d && d->sync)
+				sync_seed(d->sync, (unsigned)ns, r.made);
+		} else if (r.counted > 0) {
+			peers_push_note(ps->pw, ns, key, klen);
+		}
 	}
 	if (!kept)
 		b->ack_stop = true;
@@ -753,20 +769,30 @@ static double peers_idle_since(const struct stream *s)
 	return ps->state == PEERS_HELLO ? ps->s.created : -1;
 }
 
-/* The namespaces with haproxy_tables, and their windows. */
+/* The namespaces with haproxy_tables, their windows, those that sync.
+ * On a table made afresh (no state file's), the nodes' parts the agent
+ * before this one counted into the store are not known: a dump's keys
+ * without a record are taken as counted for the namespace's first two
+ * windows (beyond, what it counted weighs nothing). */
 static void peers_namespaces(struct peers_worker *pw, struct rl *rl)
 {
-	pw->nsmask = 0;
+	pw->nsmask = pw->syncs = 0;
 	pw->longest = 1;
 	memset(pw->what_known, 0, sizeof(pw->what_known));
 	for (size_t ns = 0; ns < rl_namespace_count(rl) && ns < NS_MAX; ns++) {
 		const struct ns_def *d = rl_namespace_def(rl, (int)ns);
 		pw->windows[ns] = d->window_sizes[0];
+		pw->baseline_until[ns] = 0;
 		if (!d->haproxy.from[0])
 			continue;
 		pw->nsmask |= UINT64_C(1) << ns;
 		if (d->window_sizes[0] > pw->longest)
 			pw->longest = d->window_sizes[0];
+		if (d->sync_rate > 0) {
+			pw->syncs |= UINT64_C(1) << ns;
+			if (!rl_state_reused(rl))
+				pw->baseline_until[ns] = pw->started + 2.0 * d->window_sizes[0];
+		}
 	}
 }
 
@@ -777,6 +803,7 @@ static int peers_start(struct front_env *env)
 	if (!pw)
 		return -1;
 	pw->env = env;
+	pw->started = rl_now();
 	peers_namespaces(pw, env->rl);
 	if (peers_push_start(pw) < 0) {
 		free(pw);

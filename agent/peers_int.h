@@ -126,6 +126,11 @@ struct peers_worker {
 	struct peers_sess *sessions;
 	ev_timer tick;                      /* every peers.push_ms */
 	uint64_t nsmask;                    /* namespaces with haproxy_tables */
+	uint64_t syncs;                     /* ... of them that sync (sync_rate > 0) */
+	double started;                     /* when the worker started (rl_now) */
+	double baseline_until[NS_MAX];      /* a dump's new keys taken as counted until
+	                                       then: a syncing namespace on a table made
+	                                       afresh, its first two windows */
 	uint32_t windows[NS_MAX];           /* their window */
 	uint32_t longest;                   /* the longest: the node_keys budget's */
 	struct peers_what what[NS_MAX];     /* what each pushes (its data type once known) */
