@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "agent/decide.h"
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
 #include "agent/sync.h"
 
@@ -47,12 +48,23 @@ static void peers_ctrl(struct peers_sess *ps, enum peers_wire_msg_kind kind)
 		peers_sess_queued(ps, w.len);
 }
 
+/* The worker's peers_nodes gauge: one more (delta 1) or one fewer up. */
+static void peers_nodes_gauge(struct peers_worker *pw, int delta)
+{
+	pw->nup = delta < 0 && pw->nup == 0 ? 0 : pw->nup + (uint64_t)(int64_t)delta;
+	atomic_store_explicit(&metrics_me->peers_nodes, pw->nup, memory_order_relaxed);
+}
+
 static void peers_close(struct peers_sess *ps)
 {
 	struct peers_worker *pw = ps->pw;
 
 	if (ps->s.dead)
 		return;
+	if (ps->up_counted) {
+		ps->up_counted = false;
+		peers_nodes_gauge(pw, -1);
+	}
 	if (ps->state != PEERS_HELLO && log_limit(&pw->info_log, ev_now(ps->s.env->loop))) {
 		char node[LOG_ESCAPED_MAX];
 		log_escape(ps->node, ps->nlen, node, sizeof(node));
@@ -174,6 +186,8 @@ static size_t peers_hello(struct peers_sess *ps)
 	 * state of every entry), which our pushes need. */
 	peers_ctrl(ps, PEERS_WIRE_MSG_RESYNCREQ);
 	ps->state = PEERS_UP;
+	ps->up_counted = true;
+	peers_nodes_gauge(ps->pw, 1);
 	ps->learning = true;
 	ps->asked_at = ev_now(ps->s.env->loop);
 	ps->fresh_since = ps->asked_at;
@@ -323,6 +337,30 @@ static void peers_into_known(struct peers_sess *ps, int ns, const struct peers_w
 	in->known = true;
 }
 
+/* A bind of the node's table t (no namespace yet), or NULL when the
+ * session has PEERS_BINDS_MAX already (said in the log). */
+static struct peers_bind *peers_bind_new(struct peers_sess *ps, const struct peers_wire_table *t,
+					 const char *tname)
+{
+	struct peers_bind *b = NULL;
+
+	for (size_t i = 0; i < PEERS_BINDS_MAX && !b; i++)
+		if (!ps->binds[i].used)
+			b = &ps->binds[i];
+	if (!b) {
+		peers_complain(ps, LOG_ERR, "more than %d tables defined at once: table %s not "
+			       "counted", PEERS_BINDS_MAX, tname);
+		return NULL;
+	}
+	memset(b, 0, sizeof(*b));
+	b->used = true;
+	b->id = t->id;
+	memcpy(b->name, t->name.ptr, t->name.len);
+	b->def = *t;
+	b->def.name.ptr = b->name;
+	return b;
+}
+
 /* A DEFINE: binds the node's table id to the namespaces that count the
  * table, notes the into tables; anything else leaves the id unbound
  * (its updates skipped, as HAProxy skips those of a table it does not
@@ -345,6 +383,7 @@ static int peers_define(struct peers_sess *ps, const struct peers_wire_msg *m)
 	}
 	peers_unbind(ps, t.id);
 	log_escape(t.name.ptr, t.name.len, tname, sizeof(tname));
+	bool is_into = false, refused = false;
 	for (int ns = 0; ns < NS_MAX && ns < (int)rl_namespace_count(rl); ns++) {
 		const struct ns_def *d = rl_namespace_def(rl, ns);
 		struct peers_what w;
@@ -354,36 +393,30 @@ static int peers_define(struct peers_sess *ps, const struct peers_wire_msg *m)
 			continue;
 		if (peers_resolve(pw, ns, d, &t, into, &w, why, sizeof(why)) ||
 		    peers_agree(pw, &w, why, sizeof(why))) {
+			refused |= !into;
 			peers_complain(ps, LOG_ERR, "table %s of namespace \"%s\" %s: not %s", tname,
 				       d->name, why, into ? "pushed into" : "counted");
 			continue;
 		}
 		if (into) {
+			is_into = true;
 			peers_into_known(ps, ns, &t, &w);
+			ps->into[ns].node_id = t.id;
 			if (!ps->learning && !ps->into[ns].defined)
 				peers_push_define(ps, ns);
 			continue;
 		}
-		if (!b) {
-			for (size_t i = 0; i < PEERS_BINDS_MAX && !b; i++)
-				if (!ps->binds[i].used)
-					b = &ps->binds[i];
-			if (!b) {
-				peers_complain(ps, LOG_ERR, "more than %d tables defined at once: table %s "
-					       "not counted", PEERS_BINDS_MAX, tname);
-				return 0;
-			}
-			memset(b, 0, sizeof(*b));
-			b->used = true;
-			b->id = t.id;
-			memcpy(b->name, t.name.ptr, t.name.len);
-			b->def = t;
-			b->def.name.ptr = b->name;
-		}
+		if (!b && !(b = peers_bind_new(ps, &t, tname)))
+			return 0;
 		if (b->nfeeds < PEERS_FEEDS_MAX)
 			b->feeds[b->nfeeds++] = w;
 	}
+	/* A counting table refused: bound with no namespace, its updates
+	 * counted as refused (an unknown table's as unknown). */
+	if (!b && refused && !is_into)
+		b = peers_bind_new(ps, &t, tname);
 	ps->cur = b;
+	ps->cur_into = !b && is_into;
 	return 0;
 }
 
@@ -439,10 +472,19 @@ static int peers_update(struct peers_sess *ps, const struct peers_wire_msg *m, d
 	char key[PEERS_COUNT_KEY_MAX];
 	bool kept = true;
 
-	if (!b)
-		return 0;                   /* a table nobody counts: skipped */
+	if (!b || b->nfeeds == 0) {
+		/* A table nobody counts: skipped, never acknowledged (an into
+		 * table's entries, what the node learned of our sums, are no
+		 * refusal). */
+		if (b || !ps->cur_into)
+			metrics_add(&metrics_me->peers_refused[b ? METRICS_PEERS_REFUSED
+							      : METRICS_PEERS_UNKNOWN], 1);
+		return 0;
+	}
 	if (peers_wire_update_decode(m->type, m->payload, m->len, &b->def, u, &err) < 0)
 		return -1;
+	atomic_store_explicit(&metrics_me->peers_last_update_ms, (uint64_t)(now * 1000.0),
+			      memory_order_relaxed);
 	b->last_id = u->has_id ? u->id : b->last_id + 1;
 	b->has_last = true;
 	ps->updates++;
@@ -462,17 +504,20 @@ static int peers_update(struct peers_sess *ps, const struct peers_wire_msg *m, d
 		if (peers_count(ps->s.env->rl, &b->feeds[i], ps->node, ps->nlen, key, klen, &st, now,
 				&r) < 0) {
 			kept = false;
+			metrics_add(&metrics_me->peers_refused[METRICS_PEERS_ROOM], 1);
 			peers_complain(ps, LOG_WARN, "no room in the table (max_keys): an update not "
 				       "counted, and no longer acknowledged on this session");
 			continue;
 		}
 		if (r.refused) {
 			kept = false;
+			metrics_add(&metrics_me->peers_refused[METRICS_PEERS_NODE_KEYS], 1);
 			peers_complain(ps, LOG_WARN, "more than peers.node_keys (%u) new keys in a "
 				       "window: its other new keys are not counted until it ends",
 				       ps->s.env->cfg->peers_node_keys);
 			continue;
 		}
+		metrics_add(&metrics_me->peers_updates[ps->pw->sid[ns]], 1);
 		ps->fresh += r.fresh;
 		ps->counted += (uint64_t)r.counted;
 		if (r.made != UINT32_MAX && (ps->pw->syncs >> ns & 1)) {
@@ -565,9 +610,12 @@ static int peers_message(struct peers_sess *ps, const struct peers_wire_msg *m, 
 		if (peers_wire_switch_decode(m->payload, m->len, &id, &err) < 0)
 			return -1;
 		ps->cur = NULL;
+		ps->cur_into = false;
 		for (size_t i = 0; i < PEERS_BINDS_MAX; i++)
 			if (ps->binds[i].used && ps->binds[i].id == id)
 				ps->cur = &ps->binds[i];
+		for (int ns = 0; ns < NS_MAX && !ps->cur; ns++)
+			ps->cur_into |= ps->into[ns].known && ps->into[ns].node_id == id;
 		return 0;
 	}
 	case PEERS_WIRE_MSG_UPDATE:
@@ -782,6 +830,7 @@ static void peers_namespaces(struct peers_worker *pw, struct rl *rl)
 	for (size_t ns = 0; ns < rl_namespace_count(rl) && ns < NS_MAX; ns++) {
 		const struct ns_def *d = rl_namespace_def(rl, (int)ns);
 		pw->windows[ns] = d->window_sizes[0];
+		pw->sid[ns] = rl_shm_ns(rl, (int)ns) < METRICS_NS ? rl_shm_ns(rl, (int)ns) : 0;
 		pw->baseline_until[ns] = 0;
 		if (!d->haproxy.from[0])
 			continue;
@@ -804,6 +853,7 @@ static int peers_start(struct front_env *env)
 		return -1;
 	pw->env = env;
 	pw->started = rl_now();
+	atomic_store_explicit(&metrics_me->peers_nodes, 0, memory_order_relaxed);
 	peers_namespaces(pw, env->rl);
 	if (peers_push_start(pw) < 0) {
 		free(pw);

@@ -69,12 +69,16 @@ struct peers_bind {
 	bool ack_stop;                      /* an update was not kept: no more acks on
 	                                       this session (the node resends from the
 	                                       last one acked when it comes back) */
+	/* nfeeds 0: a table a namespace names whose definition was refused
+	 * (its updates skipped, never acked, counted as refused) */
 };
 
 /* A namespace's into table on a session: the node's definition (its
  * dump) and ours, sent before our first update. */
 struct peers_into {
 	bool known;                         /* the node defined it */
+	uint64_t node_id;                   /* ... with this id (its dump of our sums
+	                                       follows it: not counted, not refused) */
 	bool defined;                       /* our DEFINE went out on this session */
 	char name[NS_TABLE_NAME_MAX];
 	struct peers_wire_table def;        /* ours: the node's name, key type and length,
@@ -93,6 +97,9 @@ struct peers_sess {
 	size_t nlen;
 	struct peers_bind binds[PEERS_BINDS_MAX];
 	struct peers_bind *cur;             /* the table of the updates that follow */
+	bool cur_into;                      /* ... none: an into table (what the node
+	                                       learned of our sums, in its dump) */
+	bool up_counted;                    /* in the worker's peers_nodes gauge */
 	struct peers_into into[NS_MAX];     /* by namespace (library index) */
 	bool node_asked;                    /* the node's 00 00 waits for our 00 01 */
 	bool learning;                      /* our 00 00 sent, the node's dump not over */
@@ -132,6 +139,8 @@ struct peers_worker {
 	                                       then: a syncing namespace on a table made
 	                                       afresh, its first two windows */
 	uint32_t windows[NS_MAX];           /* their window */
+	unsigned sid[NS_MAX];               /* their index in the table (metrics) */
+	uint64_t nup;                       /* sessions up (the peers_nodes gauge) */
 	uint32_t longest;                   /* the longest: the node_keys budget's */
 	struct peers_what what[NS_MAX];     /* what each pushes (its data type once known) */
 	bool what_known[NS_MAX];

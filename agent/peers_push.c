@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
 
 /* A slot of a walk: what was pushed of it. */
@@ -152,6 +153,7 @@ static bool peers_push_one(struct peers_sess *ps, int ns, const char *key, size_
 		return true;                /* cannot be written: passed over */
 	ps->push_id++;
 	peers_sess_queued(ps, w.len);
+	metrics_add(&metrics_me->peers_pushes[pw->sid[ns]], 1);
 	return true;
 }
 

@@ -9,7 +9,8 @@
  * counted once, tables the agent refuses (another period, unknown ones:
  * no acknowledgement), the bounds on a broken or hostile node (a hello
  * never finished, a message over the size limit, a malformed one, more
- * new keys than peers.node_keys), heartbeats. Real HAProxy nodes are
+ * new keys than peers.node_keys), heartbeats; the front's metrics (an
+ * agent of their own: clustertest's node 0). Real HAProxy nodes are
  * tests/e2e/peers_cluster.sh's.
  */
 #include <criterion/criterion.h>
@@ -18,7 +19,9 @@
 #include "agent/peers_wire.h"
 #include "tests/lib/agenttest.h"
 #include "tests/lib/clock.h"
+#include "tests/lib/clustertest.h"
 #include "tests/lib/peernode.h"
+#include "tests/lib/port.h"
 
 #define FAR_MS PN_FAR_MS
 #define W      600              /* the namespace's window: no window ends in a test */
@@ -250,4 +253,75 @@ Test(peers_front, heartbeats_keep_a_quiet_session)
 	cr_assert(pn_next(&n, PN_K(HEARTBEAT), FAR_MS, &m, buf), "a heartbeat");
 	cr_log_info("a heartbeat after %lld ms", (long long)(test_now_ms() - t0));
 	pn_close(&n);
+}
+
+/* ---------------------------------------------------------------- metrics */
+
+/* The front's metrics (docs/METRICS.md), on an agent of its own: a
+ * clustertest node (GET /metrics on its HTTP front), its peers listener on
+ * a port the test picks. */
+TestSuite(peers_metrics, .init = ct_setup, .fini = ct_teardown, .timeout = 60);
+
+/* Until node 0's sample reads want (10 s): what it read. */
+static long long metric_is(const char *sample, long long want)
+{
+	int64_t end = test_now_ms() + FAR_MS;
+	long long v;
+
+	while ((v = ct_node_metric(0, sample)) != want && test_now_ms() < end)
+		test_sleep_ms(50);
+	return v;
+}
+
+/* A node up, an update counted and pushed back, a table definition the
+ * namespace names refused (another period), updates of tables nobody
+ * counts refused, the node's copy of our sums (an into table's entries)
+ * not; the node gone. */
+Test(peers_metrics, the_front_counts_sessions_updates_refusals_pushes)
+{
+	char cfg[1024];
+	int port = test_port(0);
+	struct pn_node n;
+	struct peers_wire_table wrong = pn_table(9, "/req_local", 10000);
+	struct peers_wire_table other = pn_table(10, "/other", W * 1000);
+
+	cr_assert_gt(port, 0);
+	snprintf(cfg, sizeof(cfg),
+		 "{ \"http_listen\": \"127.0.0.1:@HTTP_PORT@\","
+		 "  \"peers\": { \"listen\": \"127.0.0.1:%d\", \"name\": \"agg\" },"
+		 "  \"namespaces\": [ { \"name\": \"api\", \"window_sizes\": [600],"
+		 "    \"haproxy_tables\": { \"from\": \"req_local\", \"into\": \"req_cluster\" } } ] }",
+		 port);
+	ct_node_start_with(0, cfg, "1", 0);
+	cr_assert_eq(ct_node_metric(0, "\nspoa_ratelimit_peers_last_update_timestamp_seconds "), 0);
+	from = pn_table(3, "/req_local", W * 1000);
+	into = pn_table(4, "/req_cluster", W * 1000);
+	pn_up_begin(&n, port, "nodeA", &from, &into);
+	pn_up_end(&n, &into);
+	cr_assert_eq(metric_is("\nspoa_ratelimit_peers_nodes ", 1), 1);
+
+	node_update(&n, &from, 1, ip1, 10, 3, 0);
+	pn_acked(&n, 3, 1);
+	cr_assert_eq(node_pushed(&n), 3);
+	pn_define(&n, &into);
+	node_update(&n, &into, 1, ip1, 10, 3, 0);           /* our sum, learned */
+	pn_define(&n, &wrong);
+	node_update(&n, &wrong, 2, ip1, 10, 3, 0);
+	pn_define(&n, &other);
+	node_update(&n, &other, 1, ip1, 10, 3, 0);
+	pn_define(&n, &from);
+	node_update(&n, &from, 3, ip1, 20, 4, 0);
+	pn_acked(&n, 3, 3);
+
+	cr_assert_eq(metric_is("spoa_ratelimit_peers_updates_total{namespace=\"api\"} ", 2), 2);
+	cr_assert_eq(ct_node_metric(0, "spoa_ratelimit_peers_updates_refused_total{reason=\"refused\"} "),
+		     1, "the wrong table's");
+	cr_assert_eq(ct_node_metric(0, "spoa_ratelimit_peers_updates_refused_total{reason=\"unknown\"} "),
+		     1, "the unknown one's, not our sum's");
+	cr_assert_eq(ct_node_metric(0, "spoa_ratelimit_peers_updates_refused_total{reason=\"room\"} "),
+		     0);
+	cr_assert_geq(metric_is("spoa_ratelimit_peers_pushes_total{namespace=\"api\"} ", 2), 2);
+	cr_assert_gt(ct_node_metric(0, "\nspoa_ratelimit_peers_last_update_timestamp_seconds "), 0);
+	pn_close(&n);
+	cr_assert_eq(metric_is("\nspoa_ratelimit_peers_nodes ", 0), 0);
 }
