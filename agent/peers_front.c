@@ -538,24 +538,6 @@ static int peers_update(struct peers_sess *ps, const struct peers_wire_msg *m, d
 	return 0;
 }
 
-/* Acknowledges what came of each table, as far as it is kept. */
-static void peers_acks(struct peers_sess *ps)
-{
-	struct peers_wire_writer w;
-
-	for (size_t i = 0; i < PEERS_BINDS_MAX; i++) {
-		struct peers_bind *b = &ps->binds[i];
-		if (!b->used || !b->ack_due || b->ack_stop || !peers_sess_room(ps, 16))
-			continue;
-		peers_wire_writer_init(&w, ps->s.wbuf + ps->s.wlen, ps->s.wcap - ps->s.wlen);
-		if (peers_wire_encode_ack(&w, b->id, b->last_id) == 0) {
-			peers_sess_queued(ps, w.len);
-			b->acked = b->last_id;
-			b->ack_due = false;
-		}
-	}
-}
-
 /* ------------------------------------------------------------------------
  * Messages.
  */
@@ -670,9 +652,7 @@ static void peers_process(struct peers_sess *ps)
 		ps->s.rlen = 0;
 		return;
 	}
-	peers_acks(ps);
-	if (ps->pw->ndirty)
-		peers_push_dirty(ps->pw);
+	peers_push_read(ps);
 	stream_consume(&ps->s, off);
 	if (ps->s.rlen == 0)
 		ps->s.partial_since = 0;

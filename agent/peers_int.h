@@ -111,6 +111,7 @@ struct peers_sess {
 	                                       last DEFINE or SWITCH sent; 0: none) */
 	double asked_at;                    /* when we sent our 00 00 */
 	double last_tx;                     /* ev_now() of the last bytes queued */
+	double acked_at;                    /* ev_now() of the last acks queued */
 	double fresh_since;                 /* the node_keys budget's window */
 	uint32_t fresh;                     /* new keys counted in it */
 	uint64_t counted, updates;          /* for the log when it closes */
@@ -118,7 +119,8 @@ struct peers_sess {
 };
 
 /* A key this worker counted, pushed at the end of the read that counted
- * it (the others' keys wait for the walk). */
+ * it when the worker pushed none at once within push_ms (else, and the
+ * others' keys, at the walk: peers_push_read()). */
 #define PEERS_DIRTY_MAX   1024
 struct peers_dirty {
 	int ns;
@@ -149,6 +151,7 @@ struct peers_worker {
 	struct peers_wire_update upd;       /* pushes (reused) */
 	struct peers_dirty *dirty;          /* keys counted here since the last push */
 	size_t ndirty;
+	double pushed_at;                   /* rl_now() of the last keys pushed at once */
 	struct log_limit err_log, info_log;
 };
 
@@ -179,11 +182,14 @@ bool peers_push_define(struct peers_sess *ps, int ns);
 /* A session starts teaching: every sum, from the first slot. */
 void peers_push_begin(struct peers_sess *ps);
 
-/* Key[0..klen) of ns was counted here: pushed by peers_push_dirty() (the
- * walk pushes it when the list is full). */
+/* Key[0..klen) of ns was counted here: pushed by peers_push_read() (the
+ * walk pushes it when the list is full or the push is held). */
 void peers_push_note(struct peers_worker *pw, int ns, const char *key, size_t klen);
 
-/* Pushes the keys noted to every session of the worker. */
-void peers_push_dirty(struct peers_worker *pw);
+/* What a read of session ps brought goes back: its acks, at once when
+ * the session sent none within peers.push_ms, and the keys noted to every
+ * session of the worker, at once when the worker pushed none at once
+ * within peers.push_ms; else both at the next walk. */
+void peers_push_read(struct peers_sess *ps);
 
 #endif /* PEERS_INT_H */

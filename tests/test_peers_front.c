@@ -9,7 +9,8 @@
  * counted once, tables the agent refuses (another period, unknown ones:
  * no acknowledgement), the bounds on a broken or hostile node (a hello
  * never finished, a message over the size limit, a malformed one, more
- * new keys than peers.node_keys), heartbeats; the front's metrics (an
+ * new keys than peers.node_keys), heartbeats; a busy node's updates
+ * answered with a push and an ack per push_ms; the front's metrics (an
  * agent of their own: clustertest's node 0). Real HAProxy nodes are
  * tests/e2e/peers_cluster.sh's.
  */
@@ -252,6 +253,70 @@ Test(peers_front, heartbeats_keep_a_quiet_session)
 	int64_t t0 = test_now_ms();
 	cr_assert(pn_next(&n, PN_K(HEARTBEAT), FAR_MS, &m, buf), "a heartbeat");
 	cr_log_info("a heartbeat after %lld ms", (long long)(test_now_ms() - t0));
+	pn_close(&n);
+}
+
+/* ------------------------------------------------------------------- busy */
+
+/* A node under load (docs/PEERS.md, "Pushing the sums"): an agent whose
+ * walk runs every 1000 ms. */
+static const char busy_cfg[] =
+	"{ \"log_level\": \"debug\","
+	"  \"peers\": { \"listen\": \"127.0.0.1:@HTTP_PORT@\", \"name\": \"agg\","
+	"              \"push_ms\": 1000 },"
+	"  \"namespaces\": [ { \"name\": \"api\", \"window_sizes\": [600],"
+	"    \"haproxy_tables\": { \"from\": \"req_local\", \"into\": \"rl/req_cluster\" } } ] }";
+
+static void busy_start(void)
+{
+	test_agent_start1(busy_cfg);
+}
+
+TestSuite(peers_busy, .init = busy_start, .fini = stop, .timeout = 60);
+
+/* A node sending an update of one key every few ms (as HAProxy does when
+ * a key is busy: an update each time its peers task runs) gets its first
+ * update's push and ack at once, the rest held for the walk: a few pushes
+ * and acks for 60 updates, not one each; the last push holds every event,
+ * the last ack the last id. */
+Test(peers_busy, updates_in_a_burst_get_a_push_and_an_ack_per_push_ms)
+{
+	enum { N = 60 };
+	struct pn_node n;
+	struct peers_wire_msg m;
+	static uint8_t buf[PEERS_WIRE_MSG_MAX];
+	static struct peers_wire_update u;
+	enum peers_wire_err err;
+	struct peers_wire_table t;
+	unsigned pushes = 0, acks = 0;
+	uint32_t last_curr = 0, last_ack = 0;
+
+	node_up(&n, "nodeA");
+	t = into;
+	for (uint32_t i = 1; i <= N; i++) {
+		node_update(&n, &from, i, ip1, 5 * i, i, 0);
+		test_sleep_ms(5);
+	}
+	int64_t end = test_now_ms() + FAR_MS;
+	while ((last_curr != N || last_ack != N) && test_now_ms() < end) {
+		if (!pn_next(&n, PN_K(UPDATE) | PN_K(ACK), (int)(end - test_now_ms()), &m, buf))
+			break;
+		if (m.kind == PEERS_WIRE_MSG_ACK) {
+			uint64_t tid;
+			cr_assert_gt(peers_wire_ack_decode(m.payload, m.len, &tid, &last_ack, &err), 0);
+			acks++;
+			continue;
+		}
+		cr_assert_gt(peers_wire_update_decode(m.type, m.payload, m.len, &t, &u, &err), 0,
+			     "%s", peers_wire_err_str(err));
+		last_curr = (uint32_t)u.f[PEERS_WIRE_DT_HTTP_REQ_RATE].curr;
+		pushes++;
+	}
+	cr_log_info("%d updates: %u pushes, %u acks", N, pushes, acks);
+	cr_assert_eq(last_curr, N, "the last push holds every event");
+	cr_assert_eq(last_ack, N, "the last ack, the last id");
+	cr_assert_leq(pushes, 8, "%u pushes for %d updates", pushes, N);
+	cr_assert_leq(acks, 8, "%u acks for %d updates", acks, N);
 	pn_close(&n);
 }
 
