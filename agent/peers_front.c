@@ -684,24 +684,49 @@ static void peers_continue(struct peers_sess *ps)
 		if (peers_flush(ps) < 0)
 			return;
 	}
-	stream_watch(&ps->s, ps->state != PEERS_CLOSING);
+	stream_watch(&ps->s, ps->state != PEERS_CLOSING && ps->paused_until == 0);
+}
+
+/* Reads paced while a node trickles (docs/PEERS.md, "Sessions"): a read
+ * of fewer than PEERS_PACE_UPDATES updates that comes within two paces
+ * (push_ms / 5) of the one before stops reading for a pace; what the node
+ * sends meanwhile is read in one go. A node under load writes an update
+ * each time its peers task runs (a thousand a second for one busy key),
+ * each a wake-up of ours on the CPU it shares with us: paced, about one a
+ * pace. A read after a quiet spell is made at once; a read that brings
+ * more (a dump, many keys) is never followed by a pause. */
+static void peers_pace(struct peers_sess *ps, uint64_t updates)
+{
+	double now = ev_now(ps->s.env->loop), pace = ps->s.env->cfg->peers_push_ms / 5000.0;
+
+	if (ps->state == PEERS_UP && !ps->s.draining && updates < PEERS_PACE_UPDATES &&
+	    now - ps->read_at < 2 * pace) {
+		ps->paused_until = now + pace;
+		stream_timer(&ps->s, pace);
+	}
+	ps->read_at = now;
 }
 
 static void peers_on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct peers_sess *ps = container_of(io, struct peers_sess, s.io);
+	uint64_t before = ps->updates;
 	(void)loop;
 
-	if ((revents & EV_READ) && stream_read(&ps->s, peers_more, peers_process_stream) &&
-	    !ps->s.dead)
-		peers_fail(ps, PEERS_WIRE_MSG_UNKNOWN);
+	if (revents & EV_READ) {
+		if (stream_read(&ps->s, peers_more, peers_process_stream) && !ps->s.dead)
+			peers_fail(ps, PEERS_WIRE_MSG_UNKNOWN);
+		else if (!ps->s.dead)
+			peers_pace(ps, ps->updates - before);
+	}
 	if (!ps->s.dead)
 		peers_continue(ps);
 }
 
 /* One timer: the hello's deadline and a message's (frame_timeout_ms),
  * silence (idle_timeout_ms), our heartbeat, a node's dump that takes too
- * long; in CLOSING, the last flush. */
+ * long, the end of a pause in reading (peers_pace); in CLOSING, the last
+ * flush. */
 static void peers_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct peers_sess *ps = container_of(t, struct peers_sess, s.timer);
@@ -737,7 +762,11 @@ static void peers_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 		if (ps->learning && ps->asked_at + PEERS_LEARN_MAX - now < next)
 			next = ps->asked_at + PEERS_LEARN_MAX - now;
 	}
-	ev_timer_set(t, next > 0.01 ? next : 0.01, 0.);
+	if (ps->paused_until > 0 && now >= ps->paused_until - 1e-4)
+		ps->paused_until = 0;       /* peers_continue() reads again */
+	else if (ps->paused_until > 0 && ps->paused_until - now < next)
+		next = ps->paused_until - now;
+	ev_timer_set(t, next > 0.001 ? next : 0.001, 0.);
 	ev_timer_start(loop, t);
 	peers_continue(ps);
 }

@@ -46,6 +46,8 @@
 #define PEERS_LEARN_MAX   3.0         /* seconds a node's dump may take before the
                                          sums are pushed without it */
 #define PEERS_CLOSE_GRACE 1.0         /* seconds to flush a last status or error */
+#define PEERS_PACE_UPDATES 64         /* a read of fewer while a node trickles: a
+                                         pause in reading (peers_front.c) */
 
 enum peers_sess_state {
 	PEERS_HELLO = 0,
@@ -112,6 +114,8 @@ struct peers_sess {
 	double asked_at;                    /* when we sent our 00 00 */
 	double last_tx;                     /* ev_now() of the last bytes queued */
 	double acked_at;                    /* ev_now() of the last acks queued */
+	double read_at;                     /* ev_now() of the last read */
+	double paused_until;                /* reads paced: none before (0: reading) */
 	double fresh_since;                 /* the node_keys budget's window */
 	uint32_t fresh;                     /* new keys counted in it */
 	uint64_t counted, updates;          /* for the log when it closes */

@@ -253,7 +253,7 @@ static void peers_push_watch(struct peers_worker *pw)
 {
 	for (struct peers_sess *ps = pw->sessions; ps; ps = ps->next)
 		if (ps->state == PEERS_UP && ps->s.wlen > ps->s.woff)
-			stream_watch(&ps->s, true);
+			stream_watch(&ps->s, ps->paused_until == 0);
 }
 
 /* Acknowledges what came of each table of a session, as far as it is

@@ -10,11 +10,13 @@
  * no acknowledgement), the bounds on a broken or hostile node (a hello
  * never finished, a message over the size limit, a malformed one, more
  * new keys than peers.node_keys), heartbeats; a busy node's updates
- * answered with a push and an ack per push_ms; the front's metrics (an
+ * read in gulps and answered with a push and an ack per push_ms; the
+ * front's metrics (an
  * agent of their own: clustertest's node 0). Real HAProxy nodes are
  * tests/e2e/peers_cluster.sh's.
  */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "agent/peers_wire.h"
@@ -274,49 +276,99 @@ static void busy_start(void)
 
 TestSuite(peers_busy, .init = busy_start, .fini = stop, .timeout = 60);
 
-/* A node sending an update of one key every few ms (as HAProxy does when
- * a key is busy: an update each time its peers task runs) gets its first
- * update's push and ack at once, the rest held for the walk: a few pushes
- * and acks for 60 updates, not one each; the last push holds every event,
- * the last ack the last id. */
-Test(peers_busy, updates_in_a_burst_get_a_push_and_an_ack_per_push_ms)
+/* A node trickles: n updates of ip1, one every 5 ms, each its own write
+ * (as HAProxy sends one each time its peers task runs while a key is
+ * busy), the i-th with i events. */
+static void trickle(struct pn_node *n, uint32_t count)
 {
-	enum { N = 60 };
-	struct pn_node n;
+	for (uint32_t i = 1; i <= count; i++) {
+		node_update(n, &from, i, ip1, 5 * i, i, 0);
+		test_sleep_ms(5);
+	}
+}
+
+/* What comes back until the push of count events and the ack of id count
+ * are in (FAR_MS): the pushes and acks counted into *pushes and *acks. */
+static void trickled_back(struct pn_node *n, uint32_t count, unsigned *pushes, unsigned *acks)
+{
 	struct peers_wire_msg m;
 	static uint8_t buf[PEERS_WIRE_MSG_MAX];
 	static struct peers_wire_update u;
 	enum peers_wire_err err;
-	struct peers_wire_table t;
-	unsigned pushes = 0, acks = 0;
+	struct peers_wire_table t = into;
 	uint32_t last_curr = 0, last_ack = 0;
-
-	node_up(&n, "nodeA");
-	t = into;
-	for (uint32_t i = 1; i <= N; i++) {
-		node_update(&n, &from, i, ip1, 5 * i, i, 0);
-		test_sleep_ms(5);
-	}
 	int64_t end = test_now_ms() + FAR_MS;
-	while ((last_curr != N || last_ack != N) && test_now_ms() < end) {
-		if (!pn_next(&n, PN_K(UPDATE) | PN_K(ACK), (int)(end - test_now_ms()), &m, buf))
+
+	*pushes = *acks = 0;
+	while ((last_curr != count || last_ack != count) && test_now_ms() < end) {
+		if (!pn_next(n, PN_K(UPDATE) | PN_K(ACK), (int)(end - test_now_ms()), &m, buf))
 			break;
 		if (m.kind == PEERS_WIRE_MSG_ACK) {
 			uint64_t tid;
 			cr_assert_gt(peers_wire_ack_decode(m.payload, m.len, &tid, &last_ack, &err), 0);
-			acks++;
+			(*acks)++;
 			continue;
 		}
 		cr_assert_gt(peers_wire_update_decode(m.type, m.payload, m.len, &t, &u, &err), 0,
 			     "%s", peers_wire_err_str(err));
 		last_curr = (uint32_t)u.f[PEERS_WIRE_DT_HTTP_REQ_RATE].curr;
-		pushes++;
+		(*pushes)++;
 	}
+	cr_assert_eq(last_curr, count, "the last push holds every event");
+	cr_assert_eq(last_ack, count, "the last ack, the last id");
+}
+
+/* read() calls the agent's worker made so far (/proc/PID/io: syscr). */
+static unsigned long long worker_reads(void)
+{
+	pid_t w[4];
+	char path[64], line[128];
+	unsigned long long v = 0;
+
+	cr_assert_eq(agentproc_children(test_agent.pid, w, 4), 1, "one worker");
+	snprintf(path, sizeof(path), "/proc/%d/io", (int)w[0]);
+	FILE *f = fopen(path, "r");
+	cr_assert(f, "%s", path);
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "syscr: %llu", &v) == 1)
+			break;
+	fclose(f);
+	return v;
+}
+
+/* A busy node's first update gets its push and ack at once, the rest are
+ * held for the walk: a few pushes and acks for 60 updates, not one each. */
+Test(peers_busy, a_trickle_gets_a_push_and_an_ack_per_push_ms)
+{
+	enum { N = 60 };
+	struct pn_node n;
+	unsigned pushes, acks;
+
+	node_up(&n, "nodeA");
+	trickle(&n, N);
+	trickled_back(&n, N, &pushes, &acks);
 	cr_log_info("%d updates: %u pushes, %u acks", N, pushes, acks);
-	cr_assert_eq(last_curr, N, "the last push holds every event");
-	cr_assert_eq(last_ack, N, "the last ack, the last id");
 	cr_assert_leq(pushes, 8, "%u pushes for %d updates", pushes, N);
 	cr_assert_leq(acks, 8, "%u acks for %d updates", acks, N);
+	pn_close(&n);
+}
+
+/* A trickling node is read in gulps (a pause of push_ms / 5 after a read
+ * that follows another closely): a few reads for 60 updates, not one (and
+ * the one that finds nothing more) each. */
+Test(peers_busy, a_trickle_is_read_in_gulps)
+{
+	enum { N = 60 };
+	struct pn_node n;
+	unsigned pushes, acks;
+
+	node_up(&n, "nodeA");
+	unsigned long long r0 = worker_reads();
+	trickle(&n, N);
+	trickled_back(&n, N, &pushes, &acks);
+	unsigned long long reads = worker_reads() - r0;
+	cr_log_info("%d updates: %llu reads", N, reads);
+	cr_assert_leq(reads, 30, "%llu reads for %d updates", reads, N);
 	pn_close(&n);
 }
 
