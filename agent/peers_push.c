@@ -294,20 +294,20 @@ static void peers_push_dirty(struct peers_worker *pw, double now)
 /* At once when quiet, at the walk when busy: the keys a read counted are
  * pushed at once when the worker pushed none at once within push_ms, the
  * read's acks first (one write); else its acks go out at once when the
- * session sent none within push_ms; what is held the next walk sends (every
- * session's acks due, then every key whose count changed since the walk
- * before): acks always before the pushes that follow them. A node under load sends an update each
- * time its peers task runs (hundreds a second for one busy key): answering
- * each with an ack and a push would cost the node a wake-up of its own per
- * update, and an ack back for each push; held, it costs the node at most
- * one of each per push_ms, and a quiet cluster's lag stays the node's push
- * and ours at once (docs/PEERS.md, "Pushing the sums"). */
+ * session sent none within push_ms; what is held the next walk sends
+ * (every session's acks due, then every key whose count changed since the
+ * walk before): acks always before the pushes that follow them. A node
+ * under load sends an update each time its peers task runs (hundreds a
+ * second for one busy key): answering each with an ack and a push would
+ * cost the node a wake-up of its own per update, and an ack back for each
+ * push; held, it costs the node at most one of each per push_ms, and a
+ * quiet cluster's lag stays the node's push and ours at once
+ * (docs/PEERS.md, "Pushing the sums"). */
 void peers_push_read(struct peers_sess *ps)
 {
 	struct peers_worker *pw = ps->pw;
 	double every = pw->env->cfg->peers_push_ms / 1000.0;
 	double t = ev_now(ps->s.env->loop), now = rl_now();
-
 	bool push = pw->ndirty && now - pw->pushed_at >= every;
 
 	if (push || t - ps->acked_at >= every || ps->s.draining)
