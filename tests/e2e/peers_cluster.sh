@@ -14,6 +14,8 @@
 #     would admit 300); every node reads the cluster's count after;
 #   - the lag from a node's hit to the others' req_cluster, p50 / p99
 #     (reported, not asserted);
+#   - 600 requests as fast as one client sends them: the admitted and the
+#     bound (docs/CLUSTER.md) with the lag above (reported, not asserted);
 #   - string, ipv6 and integer keys, a counter (http_req_cnt) and an
 #     array's element (gpc_rate(1)): every node reads the cluster's sum;
 #   - a node restarted mid-test: it is taught the sums at once, and its
@@ -78,6 +80,19 @@ frontend mt
     http-request return status 200 content-type text/plain string ok"
 }
 
+# peers_fast LABEL SRC LAG_MS: PEERS_REQS requests from SRC over the three
+# nodes as fast as one client sends them; reports the rate, the admitted
+# and the bound with LAG_MS (the lag measured above), not asserted.
+peers_fast() {
+  local t0 t1 ms adm
+  t0=$(date +%s%N)
+  peers_send "$2" "$PEERS_REQS" 100000 1 2 3
+  t1=$(date +%s%N)
+  ms=$(( (t1 - t0) / 1000000 ))
+  adm=$(count_codes "$E2E_TMP/send.codes" 200)
+  diag "$1: $PEERS_REQS requests in $ms ms ($(awk -v n="$PEERS_REQS" -v ms="$ms" 'BEGIN { printf "%.0f", n * 1000 / ms }')/s): $adm admitted; bound with the p99 lag: $(awk -v l="$PEERS_LIMIT" -v n="$PEERS_REQS" -v ms="$ms" -v lag="${3:-0}" 'BEGIN { printf "%.0f", l + 1 + n / ms * lag }')"
+}
+
 # wait_up N SECS: until N nodes are up on the agent.
 wait_up() { peers_wait_up "$1" "$2" "$HTTP_PORT"; }
 
@@ -113,6 +128,10 @@ for mix in "${PEERS_MIXES[@]}"; do
     read -r p50 p99 mx late <<< "$(peers_lag "127.0.$m.20" 50 2 1 2 3)"
     diag "$label: lag from a hit on node 1 to nodes 2 and 3 (push_ms 50): p50 $p50 ms, p99 $p99 ms, max $mx ms$late"
   fi
+
+  # ---- the bound at a higher rate (reported: docs/CLUSTER.md, "The
+  # peers front's bound": admitted <= limit + 1 + rate x lag)
+  peers_fast "$label" "127.0.$m.30" "${p99:-}"
 
   # ---- restarts: a node, then the agent on its state file
   restart_node1() {
