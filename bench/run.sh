@@ -1090,7 +1090,7 @@ peers_run() {
     *) echo "bench: unknown peers variant $v" >&2; return 1 ;;
   esac
   E2E_HAPROXY=$hb E2E_CFG=$cfg E2E_SETUP=$setup E2E_WRK_CONNS=$PEERS_CONNS \
-    E2E_WRK_SECONDS=$PEERS_SECONDS E2E_TXT=$RAW/peers.txt E2E_IDLE=2 e2e_run "$v" "$2" || rc=1
+    E2E_WRK_SECONDS=$PEERS_SECONDS E2E_TXT=$RAW/peers.txt e2e_run "$v" "$2" || rc=1
   AGENT=$save
   return "$rc"
 }
