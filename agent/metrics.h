@@ -62,7 +62,20 @@ struct rl;
 	  "Hits held now (delay_max_ms), by namespace.")                                \
 	X(DELAY_REFUSED, "delay_refused_total", "counter",                               \
 	  "Hits that delay_max_ms would have held, denied at once because a bound on "   \
-	  "held hits was reached, by namespace and bound (key, connection, namespace).")
+	  "held hits was reached, by namespace and bound (key, connection, namespace).") \
+	X(PEERS_NODES, "peers_nodes", "gauge",                                           \
+	  "HAProxy nodes whose peers session is up (hello done).")                       \
+	X(PEERS_UPDATES, "peers_updates_total", "counter",                               \
+	  "Nodes' stick-table updates counted (kept, acknowledged), by namespace.")      \
+	X(PEERS_REFUSED, "peers_updates_refused_total", "counter",                       \
+	  "Nodes' updates not counted (nor acknowledged), by reason: unknown (a table "  \
+	  "no namespace names), refused (a table whose definition the agent refused: "   \
+	  "data type, period, expire, key size), room (no room in the table), "          \
+	  "node_keys (a node over peers.node_keys new keys).")                           \
+	X(PEERS_PUSHES, "peers_pushes_total", "counter",                                 \
+	  "Sums pushed into the nodes' into tables (one per key and session), by namespace.") \
+	X(PEERS_LAST_UPDATE, "peers_last_update_timestamp_seconds", "gauge",             \
+	  "When the last update of a node was received (Unix time; 0: none yet).")
 
 enum metrics_family {
 #define METRICS_FAM_ENUM(e, n, t, h) METRICS_FAM_##e,
@@ -109,6 +122,17 @@ enum metrics_delay_bound {
 	METRICS_DELAY_COUNT
 };
 
+/* peers_updates_refused_total{reason}: X(enum suffix, label) */
+#define METRICS_PEERS_REFUSED(X) \
+	X(UNKNOWN, "unknown") X(REFUSED, "refused") X(ROOM, "room") X(NODE_KEYS, "node_keys")
+
+enum metrics_peers_refused {
+#define METRICS_PEERS_ENUM(e, l) METRICS_PEERS_##e,
+	METRICS_PEERS_REFUSED(METRICS_PEERS_ENUM)
+#undef METRICS_PEERS_ENUM
+	METRICS_PEERS_COUNT
+};
+
 /* Upper bounds (seconds) of the sync_duration_seconds buckets. */
 #define METRICS_SYNC_BUCKETS(X) X(0.001) X(0.0025) X(0.005) X(0.01) X(0.025) \
 	X(0.05) X(0.1) X(0.25) X(0.5) X(1) X(2.5) X(5)
@@ -135,6 +159,12 @@ struct metrics_worker {
 	_Atomic uint64_t admissions[METRICS_NS][METRICS_ADM_COUNT];
 	_Atomic uint64_t delay_held[METRICS_NS];   /* a gauge: set, not added */
 	_Atomic uint64_t delay_refused[METRICS_NS][METRICS_DELAY_COUNT];
+	/* The peers front (agent/peers_front.c, docs/PEERS.md). */
+	_Atomic uint64_t peers_nodes;              /* a gauge: set by its worker */
+	_Atomic uint64_t peers_updates[METRICS_NS];
+	_Atomic uint64_t peers_refused[METRICS_PEERS_COUNT];
+	_Atomic uint64_t peers_pushes[METRICS_NS];
+	_Atomic uint64_t peers_last_update_ms;     /* Unix ms, set (0: none) */
 } __attribute__((aligned(64)));
 
 /* The slot this process writes: its worker's, or a private one (tests,

@@ -30,6 +30,12 @@ static const char *const metrics_delay_labels[METRICS_DELAY_COUNT] = {
 #undef METRICS_DELAY_LABEL
 };
 
+static const char *const metrics_peers_labels[METRICS_PEERS_COUNT] = {
+#define METRICS_PEERS_LABEL(e, l) [METRICS_PEERS_##e] = l,
+	METRICS_PEERS_REFUSED(METRICS_PEERS_LABEL)
+#undef METRICS_PEERS_LABEL
+};
+
 struct out {
 	char *buf;
 	size_t cap, len;
@@ -270,12 +276,58 @@ static void family_store(struct out *o, const struct scrape *sc, enum metrics_fa
 	}
 }
 
+/* The samples of family f if it is one of the peers front's (only when a
+ * namespace counts HAProxy tables: haproxy_tables). */
+static void family_peers(struct out *o, const struct scrape *sc, enum metrics_family f)
+{
+	const struct metrics *m = sc->m;
+	const char *name = metrics_families[f].name;
+	bool any = false;
+
+	for (size_t ns = 0; ns < sc->nns; ns++)
+		any |= sc->ns[ns]->haproxy.from[0] != '\0';
+	if (!any)
+		return;
+	switch (f) {
+	case METRICS_FAM_PEERS_NODES:
+		put(o, "spoa_ratelimit_%s %llu\n", name, (unsigned long long)SUM(m, peers_nodes));
+		break;
+	case METRICS_FAM_PEERS_UPDATES:
+	case METRICS_FAM_PEERS_PUSHES:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			if (sc->ns[ns]->haproxy.from[0])
+				put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %llu\n", name, sc->label[ns],
+				    (unsigned long long)(f == METRICS_FAM_PEERS_UPDATES
+								 ? SUM(m, peers_updates[sc->sid[ns]])
+								 : SUM(m, peers_pushes[sc->sid[ns]])));
+		break;
+	case METRICS_FAM_PEERS_REFUSED:
+		for (int r = 0; r < METRICS_PEERS_COUNT; r++)
+			put(o, "spoa_ratelimit_%s{reason=\"%s\"} %llu\n", name, metrics_peers_labels[r],
+			    (unsigned long long)SUM(m, peers_refused[r]));
+		break;
+	case METRICS_FAM_PEERS_LAST_UPDATE: {
+		uint64_t last = 0;
+		for (int i = 0; i < m->nworkers; i++) {
+			uint64_t v = atomic_load_explicit(&m->w[i].peers_last_update_ms,
+							  memory_order_relaxed);
+			last = v > last ? v : last;
+		}
+		put(o, "spoa_ratelimit_%s %.3f\n", name, (double)last / 1000.0);
+		break;
+	}
+	default:
+		break;
+	}
+}
+
 /* One family's samples, after its HELP and TYPE lines. */
 static void family(struct out *o, const struct scrape *sc, enum metrics_family f)
 {
 	family_checks(o, sc, f);
 	family_table(o, sc, f);
 	family_store(o, sc, f);
+	family_peers(o, sc, f);
 }
 
 long metrics_render(const struct metrics *m, const struct rl *rl, char *buf, size_t cap)

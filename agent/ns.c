@@ -243,6 +243,10 @@ static int ns_check_haproxy(const struct ns_def *d, struct ns_err *e)
 			return ns_fail(e, "haproxy_tables.data_type", "element %u out of range",
 				       h->data_index);
 	}
+	if (d->sync_rate == 0)
+		return ns_fail(e, "sync_rate", "0 (every hit written through to the store) is not "
+			       "for haproxy_tables: the nodes' updates have no answer to wait for; "
+			       "share the counts with other agents with sync_rate > 0 (0.01..)");
 	if (d->n_window_sizes != 1)
 		return ns_fail(e, "window_sizes", "a namespace with haproxy_tables has one window "
 			       "size, the tables' period (the rate's, or how long a counter's "

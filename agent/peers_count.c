@@ -162,9 +162,10 @@ static int peers_rec_set(struct shm_table *t, const struct shm_key *k, struct pe
  */
 
 /* Adds v hits to the key's window (as rl_hit counts a hit without a
- * limit); *start gets the window's. Returns 0 or -1 (no room). */
+ * limit); *start gets the window's, out->made its slot when the hits
+ * made it. Returns 0 or -1 (no room). */
 static int peers_hit(struct rl *rl, const struct peers_what *w, const char *key, size_t klen,
-		     double v, double now, int64_t *start)
+		     double v, double now, int64_t *start, struct peers_count_res *out)
 {
 	struct rl_result r;
 
@@ -174,6 +175,8 @@ static int peers_hit(struct rl *rl, const struct peers_what *w, const char *key,
 	    !r.counted)
 		return -1;
 	*start = r.start;
+	if (r.inserted)
+		out->made = r.cur_idx;
 	return 0;
 }
 
@@ -224,7 +227,15 @@ static int peers_count_rate(struct rl *rl, const struct peers_what *w, const str
 	bool prev_weighs = !has_cur && age < period && p > 0;
 	if (prev_weighs)
 		dp = has_prev ? (p > prev.events ? p - prev.events : 0) : p;
-	if (peers_hit(rl, w, key, klen, dc + dp, now, &start) < 0)
+	if (out->fresh && st->baseline) {
+		/* Counted already, by the agent this one replaces: the records
+		 * only, from which what comes next counts. */
+		if ((c > 0 && peers_rec_set(t, k, &cur, ms, c, now) < 0) ||
+		    (dp > 0 && peers_rec_set(t, k, &prev, ms - period, p, now) < 0))
+			return -1;
+		return 0;
+	}
+	if (peers_hit(rl, w, key, klen, dc + dp, now, &start, out) < 0)
 		return -1;
 	if (((has_cur || c > 0) && peers_rec_set(t, k, &cur, ms, c, now) < 0) ||
 	    (dp > 0 && peers_rec_set(t, k, &prev, ms - period, p, now) < 0)) {
@@ -269,7 +280,9 @@ static int peers_count_counter(struct rl *rl, const struct peers_what *w, const 
 	}
 	d = known && v >= had ? v - had : v;
 	out->reset = known && v < had;
-	if (peers_hit(rl, w, key, klen, d, now, &start) < 0)
+	if (out->fresh && st->baseline)
+		d = 0;                              /* counted already: the record only */
+	if (peers_hit(rl, w, key, klen, d, now, &start, out) < 0)
 		return -1;
 	if (cur.idx == SHM_NONE) {
 		if (shm_insert(t, k, b, now, &cur) < 0) {
@@ -290,6 +303,7 @@ int peers_count(struct rl *rl, const struct peers_what *w, const char *node, siz
 	struct shm_key k;
 
 	memset(out, 0, sizeof(*out));
+	out->made = UINT32_MAX;
 	if (w->window == 0 || peers_rec_key(rl, w, node, nlen, key, klen, &k) < 0)
 		return -1;
 	return w->rate ? peers_count_rate(rl, w, &k, key, klen, st, now, out)

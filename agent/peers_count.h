@@ -58,6 +58,10 @@ struct peers_state {
 	uint64_t value;
 	bool known_only;                 /* count only a key the node has a record of
 	                                    (its session is at its bound of new keys) */
+	bool baseline;                   /* a key the node has no record of: taken as
+	                                    counted already (its record made, nothing
+	                                    counted): a dump to an agent restarted
+	                                    afresh on a store (docs/PEERS.md) */
 };
 
 /* What peers_count() did. */
@@ -67,6 +71,10 @@ struct peers_count_res {
 	bool reset;                      /* the node counts afresh (its count went down) */
 	bool fresh;                      /* the node had no record of the key */
 	bool refused;                    /* fresh, and known_only: nothing counted */
+	uint32_t made;                   /* the key's window slot when these hits made
+	                                    it (this agent's first sight of the window:
+	                                    a syncing namespace reads the store's
+	                                    count), else UINT32_MAX */
 };
 
 /* Counts node's state st of key[0..klen) (its text: peers_count_key())

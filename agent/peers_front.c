@@ -19,7 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/decide.h"
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
+#include "agent/sync.h"
 
 static void peers_on_io(struct ev_loop *loop, ev_io *io, int revents);
 static void peers_on_timer(struct ev_loop *loop, ev_timer *t, int revents);
@@ -45,12 +48,23 @@ static void peers_ctrl(struct peers_sess *ps, enum peers_wire_msg_kind kind)
 		peers_sess_queued(ps, w.len);
 }
 
+/* The worker's peers_nodes gauge: one more (delta 1) or one fewer up. */
+static void peers_nodes_gauge(struct peers_worker *pw, int delta)
+{
+	pw->nup = delta < 0 && pw->nup == 0 ? 0 : pw->nup + (uint64_t)(int64_t)delta;
+	atomic_store_explicit(&metrics_me->peers_nodes, pw->nup, memory_order_relaxed);
+}
+
 static void peers_close(struct peers_sess *ps)
 {
 	struct peers_worker *pw = ps->pw;
 
 	if (ps->s.dead)
 		return;
+	if (ps->up_counted) {
+		ps->up_counted = false;
+		peers_nodes_gauge(pw, -1);
+	}
 	if (ps->state != PEERS_HELLO && log_limit(&pw->info_log, ev_now(ps->s.env->loop))) {
 		char node[LOG_ESCAPED_MAX];
 		log_escape(ps->node, ps->nlen, node, sizeof(node));
@@ -172,6 +186,8 @@ static size_t peers_hello(struct peers_sess *ps)
 	 * state of every entry), which our pushes need. */
 	peers_ctrl(ps, PEERS_WIRE_MSG_RESYNCREQ);
 	ps->state = PEERS_UP;
+	ps->up_counted = true;
+	peers_nodes_gauge(ps->pw, 1);
 	ps->learning = true;
 	ps->asked_at = ev_now(ps->s.env->loop);
 	ps->fresh_since = ps->asked_at;
@@ -321,6 +337,30 @@ static void peers_into_known(struct peers_sess *ps, int ns, const struct peers_w
 	in->known = true;
 }
 
+/* A bind of the node's table t (no namespace yet), or NULL when the
+ * session has PEERS_BINDS_MAX already (said in the log). */
+static struct peers_bind *peers_bind_new(struct peers_sess *ps, const struct peers_wire_table *t,
+					 const char *tname)
+{
+	struct peers_bind *b = NULL;
+
+	for (size_t i = 0; i < PEERS_BINDS_MAX && !b; i++)
+		if (!ps->binds[i].used)
+			b = &ps->binds[i];
+	if (!b) {
+		peers_complain(ps, LOG_ERR, "more than %d tables defined at once: table %s not "
+			       "counted", PEERS_BINDS_MAX, tname);
+		return NULL;
+	}
+	memset(b, 0, sizeof(*b));
+	b->used = true;
+	b->id = t->id;
+	memcpy(b->name, t->name.ptr, t->name.len);
+	b->def = *t;
+	b->def.name.ptr = b->name;
+	return b;
+}
+
 /* A DEFINE: binds the node's table id to the namespaces that count the
  * table, notes the into tables; anything else leaves the id unbound
  * (its updates skipped, as HAProxy skips those of a table it does not
@@ -343,6 +383,7 @@ static int peers_define(struct peers_sess *ps, const struct peers_wire_msg *m)
 	}
 	peers_unbind(ps, t.id);
 	log_escape(t.name.ptr, t.name.len, tname, sizeof(tname));
+	bool is_into = false, refused = false;
 	for (int ns = 0; ns < NS_MAX && ns < (int)rl_namespace_count(rl); ns++) {
 		const struct ns_def *d = rl_namespace_def(rl, ns);
 		struct peers_what w;
@@ -352,36 +393,30 @@ static int peers_define(struct peers_sess *ps, const struct peers_wire_msg *m)
 			continue;
 		if (peers_resolve(pw, ns, d, &t, into, &w, why, sizeof(why)) ||
 		    peers_agree(pw, &w, why, sizeof(why))) {
+			refused |= !into;
 			peers_complain(ps, LOG_ERR, "table %s of namespace \"%s\" %s: not %s", tname,
 				       d->name, why, into ? "pushed into" : "counted");
 			continue;
 		}
 		if (into) {
+			is_into = true;
 			peers_into_known(ps, ns, &t, &w);
+			ps->into[ns].node_id = t.id;
 			if (!ps->learning && !ps->into[ns].defined)
 				peers_push_define(ps, ns);
 			continue;
 		}
-		if (!b) {
-			for (size_t i = 0; i < PEERS_BINDS_MAX && !b; i++)
-				if (!ps->binds[i].used)
-					b = &ps->binds[i];
-			if (!b) {
-				peers_complain(ps, LOG_ERR, "more than %d tables defined at once: table %s "
-					       "not counted", PEERS_BINDS_MAX, tname);
-				return 0;
-			}
-			memset(b, 0, sizeof(*b));
-			b->used = true;
-			b->id = t.id;
-			memcpy(b->name, t.name.ptr, t.name.len);
-			b->def = t;
-			b->def.name.ptr = b->name;
-		}
+		if (!b && !(b = peers_bind_new(ps, &t, tname)))
+			return 0;
 		if (b->nfeeds < PEERS_FEEDS_MAX)
 			b->feeds[b->nfeeds++] = w;
 	}
+	/* A counting table refused: bound with no namespace, its updates
+	 * counted as refused (an unknown table's as unknown). */
+	if (!b && refused && !is_into)
+		b = peers_bind_new(ps, &t, tname);
 	ps->cur = b;
+	ps->cur_into = !b && is_into;
 	return 0;
 }
 
@@ -437,62 +472,70 @@ static int peers_update(struct peers_sess *ps, const struct peers_wire_msg *m, d
 	char key[PEERS_COUNT_KEY_MAX];
 	bool kept = true;
 
-	if (!b)
-		return 0;                   /* a table nobody counts: skipped */
+	if (!b || b->nfeeds == 0) {
+		/* A table nobody counts: skipped, never acknowledged (an into
+		 * table's entries, what the node learned of our sums, are no
+		 * refusal). */
+		if (b || !ps->cur_into)
+			metrics_add(&metrics_me->peers_refused[b ? METRICS_PEERS_REFUSED
+							      : METRICS_PEERS_UNKNOWN], 1);
+		return 0;
+	}
 	if (peers_wire_update_decode(m->type, m->payload, m->len, &b->def, u, &err) < 0)
 		return -1;
+	atomic_store_explicit(&metrics_me->peers_last_update_ms, (uint64_t)(now * 1000.0),
+			      memory_order_relaxed);
 	b->last_id = u->has_id ? u->id : b->last_id + 1;
 	b->has_last = true;
 	ps->updates++;
 	size_t klen = peers_count_key(b->def.key_type, u->key.ptr, u->key.len, key);
 	bool over = peers_over_budget(ps, now);
 	for (size_t i = 0; i < b->nfeeds && klen; i++) {
-		struct peers_state st = { .known_only = over };
+		int ns = b->feeds[i].ns;
+		/* A dump (timed updates come only in dumps) to an agent that
+		 * started afresh on a store: what it holds was counted by the
+		 * agent before, into the store (docs/PEERS.md, "Several
+		 * agents"). */
+		struct peers_state st = { .known_only = over,
+					  .baseline = u->timed && now < ps->pw->baseline_until[ns] };
 		struct peers_count_res r;
 		if (!peers_state_of(u, &b->feeds[i], &st))
 			continue;
 		if (peers_count(ps->s.env->rl, &b->feeds[i], ps->node, ps->nlen, key, klen, &st, now,
 				&r) < 0) {
 			kept = false;
+			metrics_add(&metrics_me->peers_refused[METRICS_PEERS_ROOM], 1);
 			peers_complain(ps, LOG_WARN, "no room in the table (max_keys): an update not "
 				       "counted, and no longer acknowledged on this session");
 			continue;
 		}
 		if (r.refused) {
 			kept = false;
+			metrics_add(&metrics_me->peers_refused[METRICS_PEERS_NODE_KEYS], 1);
 			peers_complain(ps, LOG_WARN, "more than peers.node_keys (%u) new keys in a "
 				       "window: its other new keys are not counted until it ends",
 				       ps->s.env->cfg->peers_node_keys);
 			continue;
 		}
+		metrics_add(&metrics_me->peers_updates[ps->pw->sid[ns]], 1);
 		ps->fresh += r.fresh;
 		ps->counted += (uint64_t)r.counted;
-		if (r.counted > 0)
-			peers_push_note(ps->pw, b->feeds[i].ns, key, klen);
+		if (r.made != UINT32_MAX && (ps->pw->syncs >> ns & 1)) {
+			/* The first sight of the window here: the store's count is
+			 * read (sync_seed), and the walk pushes the key once it is
+			 * in, not this agent's part alone at once. */
+			struct decide *d = ps->s.env->decide;
+			if (d && d->sync)
+				sync_seed(d->sync, (unsigned)ns, r.made);
+		} else if (r.counted > 0) {
+			peers_push_note(ps->pw, ns, key, klen);
+		}
 	}
 	if (!kept)
 		b->ack_stop = true;
 	else if (!b->ack_stop)
 		b->ack_due = true;
 	return 0;
-}
-
-/* Acknowledges what came of each table, as far as it is kept. */
-static void peers_acks(struct peers_sess *ps)
-{
-	struct peers_wire_writer w;
-
-	for (size_t i = 0; i < PEERS_BINDS_MAX; i++) {
-		struct peers_bind *b = &ps->binds[i];
-		if (!b->used || !b->ack_due || b->ack_stop || !peers_sess_room(ps, 16))
-			continue;
-		peers_wire_writer_init(&w, ps->s.wbuf + ps->s.wlen, ps->s.wcap - ps->s.wlen);
-		if (peers_wire_encode_ack(&w, b->id, b->last_id) == 0) {
-			peers_sess_queued(ps, w.len);
-			b->acked = b->last_id;
-			b->ack_due = false;
-		}
-	}
 }
 
 /* ------------------------------------------------------------------------
@@ -549,9 +592,12 @@ static int peers_message(struct peers_sess *ps, const struct peers_wire_msg *m, 
 		if (peers_wire_switch_decode(m->payload, m->len, &id, &err) < 0)
 			return -1;
 		ps->cur = NULL;
+		ps->cur_into = false;
 		for (size_t i = 0; i < PEERS_BINDS_MAX; i++)
 			if (ps->binds[i].used && ps->binds[i].id == id)
 				ps->cur = &ps->binds[i];
+		for (int ns = 0; ns < NS_MAX && !ps->cur; ns++)
+			ps->cur_into |= ps->into[ns].known && ps->into[ns].node_id == id;
 		return 0;
 	}
 	case PEERS_WIRE_MSG_UPDATE:
@@ -606,9 +652,7 @@ static void peers_process(struct peers_sess *ps)
 		ps->s.rlen = 0;
 		return;
 	}
-	peers_acks(ps);
-	if (ps->pw->ndirty)
-		peers_push_dirty(ps->pw);
+	peers_push_read(ps);
 	stream_consume(&ps->s, off);
 	if (ps->s.rlen == 0)
 		ps->s.partial_since = 0;
@@ -640,24 +684,49 @@ static void peers_continue(struct peers_sess *ps)
 		if (peers_flush(ps) < 0)
 			return;
 	}
-	stream_watch(&ps->s, ps->state != PEERS_CLOSING);
+	stream_watch(&ps->s, ps->state != PEERS_CLOSING && ps->paused_until == 0);
+}
+
+/* Reads paced while a node trickles (docs/PEERS.md, "Sessions"): a read
+ * of fewer than PEERS_PACE_UPDATES updates that comes within two paces
+ * (push_ms / 5) of the one before stops reading for a pace; what the node
+ * sends meanwhile is read in one go. A node under load writes an update
+ * each time its peers task runs (a thousand a second for one busy key),
+ * each a wake-up of ours on the CPU it shares with us: paced, about one a
+ * pace. A read after a quiet spell is made at once; a read that brings
+ * more (a dump, many keys) is never followed by a pause. */
+static void peers_pace(struct peers_sess *ps, uint64_t updates)
+{
+	double now = ev_now(ps->s.env->loop), pace = ps->s.env->cfg->peers_push_ms / 5000.0;
+
+	if (ps->state == PEERS_UP && !ps->s.draining && updates < PEERS_PACE_UPDATES &&
+	    now - ps->read_at < 2 * pace) {
+		ps->paused_until = now + pace;
+		stream_timer(&ps->s, pace);
+	}
+	ps->read_at = now;
 }
 
 static void peers_on_io(struct ev_loop *loop, ev_io *io, int revents)
 {
 	struct peers_sess *ps = container_of(io, struct peers_sess, s.io);
+	uint64_t before = ps->updates;
 	(void)loop;
 
-	if ((revents & EV_READ) && stream_read(&ps->s, peers_more, peers_process_stream) &&
-	    !ps->s.dead)
-		peers_fail(ps, PEERS_WIRE_MSG_UNKNOWN);
+	if (revents & EV_READ) {
+		if (stream_read(&ps->s, peers_more, peers_process_stream) && !ps->s.dead)
+			peers_fail(ps, PEERS_WIRE_MSG_UNKNOWN);
+		else if (!ps->s.dead)
+			peers_pace(ps, ps->updates - before);
+	}
 	if (!ps->s.dead)
 		peers_continue(ps);
 }
 
 /* One timer: the hello's deadline and a message's (frame_timeout_ms),
  * silence (idle_timeout_ms), our heartbeat, a node's dump that takes too
- * long; in CLOSING, the last flush. */
+ * long, the end of a pause in reading (peers_pace); in CLOSING, the last
+ * flush. */
 static void peers_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 {
 	struct peers_sess *ps = container_of(t, struct peers_sess, s.timer);
@@ -693,7 +762,11 @@ static void peers_on_timer(struct ev_loop *loop, ev_timer *t, int revents)
 		if (ps->learning && ps->asked_at + PEERS_LEARN_MAX - now < next)
 			next = ps->asked_at + PEERS_LEARN_MAX - now;
 	}
-	ev_timer_set(t, next > 0.01 ? next : 0.01, 0.);
+	if (ps->paused_until > 0 && now >= ps->paused_until - 1e-4)
+		ps->paused_until = 0;       /* peers_continue() reads again */
+	else if (ps->paused_until > 0 && ps->paused_until - now < next)
+		next = ps->paused_until - now;
+	ev_timer_set(t, next > 0.001 ? next : 0.001, 0.);
 	ev_timer_start(loop, t);
 	peers_continue(ps);
 }
@@ -753,20 +826,31 @@ static double peers_idle_since(const struct stream *s)
 	return ps->state == PEERS_HELLO ? ps->s.created : -1;
 }
 
-/* The namespaces with haproxy_tables, and their windows. */
+/* The namespaces with haproxy_tables, their windows, those that sync.
+ * On a table made afresh (no state file's), the nodes' parts the agent
+ * before this one counted into the store are not known: a dump's keys
+ * without a record are taken as counted for the namespace's first two
+ * windows (beyond, what it counted weighs nothing). */
 static void peers_namespaces(struct peers_worker *pw, struct rl *rl)
 {
-	pw->nsmask = 0;
+	pw->nsmask = pw->syncs = 0;
 	pw->longest = 1;
 	memset(pw->what_known, 0, sizeof(pw->what_known));
 	for (size_t ns = 0; ns < rl_namespace_count(rl) && ns < NS_MAX; ns++) {
 		const struct ns_def *d = rl_namespace_def(rl, (int)ns);
 		pw->windows[ns] = d->window_sizes[0];
+		pw->sid[ns] = rl_shm_ns(rl, (int)ns) < METRICS_NS ? rl_shm_ns(rl, (int)ns) : 0;
+		pw->baseline_until[ns] = 0;
 		if (!d->haproxy.from[0])
 			continue;
 		pw->nsmask |= UINT64_C(1) << ns;
 		if (d->window_sizes[0] > pw->longest)
 			pw->longest = d->window_sizes[0];
+		if (d->sync_rate > 0) {
+			pw->syncs |= UINT64_C(1) << ns;
+			if (!rl_state_reused(rl))
+				pw->baseline_until[ns] = pw->started + 2.0 * d->window_sizes[0];
+		}
 	}
 }
 
@@ -777,6 +861,8 @@ static int peers_start(struct front_env *env)
 	if (!pw)
 		return -1;
 	pw->env = env;
+	pw->started = rl_now();
+	atomic_store_explicit(&metrics_me->peers_nodes, 0, memory_order_relaxed);
 	peers_namespaces(pw, env->rl);
 	if (peers_push_start(pw) < 0) {
 		free(pw);

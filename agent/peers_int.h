@@ -46,6 +46,8 @@
 #define PEERS_LEARN_MAX   3.0         /* seconds a node's dump may take before the
                                          sums are pushed without it */
 #define PEERS_CLOSE_GRACE 1.0         /* seconds to flush a last status or error */
+#define PEERS_PACE_UPDATES 64         /* a read of fewer while a node trickles: a
+                                         pause in reading (peers_front.c) */
 
 enum peers_sess_state {
 	PEERS_HELLO = 0,
@@ -69,12 +71,16 @@ struct peers_bind {
 	bool ack_stop;                      /* an update was not kept: no more acks on
 	                                       this session (the node resends from the
 	                                       last one acked when it comes back) */
+	/* nfeeds 0: a table a namespace names whose definition was refused
+	 * (its updates skipped, never acked, counted as refused) */
 };
 
 /* A namespace's into table on a session: the node's definition (its
  * dump) and ours, sent before our first update. */
 struct peers_into {
 	bool known;                         /* the node defined it */
+	uint64_t node_id;                   /* ... with this id (its dump of our sums
+	                                       follows it: not counted, not refused) */
 	bool defined;                       /* our DEFINE went out on this session */
 	char name[NS_TABLE_NAME_MAX];
 	struct peers_wire_table def;        /* ours: the node's name, key type and length,
@@ -93,6 +99,9 @@ struct peers_sess {
 	size_t nlen;
 	struct peers_bind binds[PEERS_BINDS_MAX];
 	struct peers_bind *cur;             /* the table of the updates that follow */
+	bool cur_into;                      /* ... none: an into table (what the node
+	                                       learned of our sums, in its dump) */
+	bool up_counted;                    /* in the worker's peers_nodes gauge */
 	struct peers_into into[NS_MAX];     /* by namespace (library index) */
 	bool node_asked;                    /* the node's 00 00 waits for our 00 01 */
 	bool learning;                      /* our 00 00 sent, the node's dump not over */
@@ -104,6 +113,9 @@ struct peers_sess {
 	                                       last DEFINE or SWITCH sent; 0: none) */
 	double asked_at;                    /* when we sent our 00 00 */
 	double last_tx;                     /* ev_now() of the last bytes queued */
+	double acked_at;                    /* ev_now() of the last acks queued */
+	double read_at;                     /* ev_now() of the last read */
+	double paused_until;                /* reads paced: none before (0: reading) */
 	double fresh_since;                 /* the node_keys budget's window */
 	uint32_t fresh;                     /* new keys counted in it */
 	uint64_t counted, updates;          /* for the log when it closes */
@@ -111,7 +123,8 @@ struct peers_sess {
 };
 
 /* A key this worker counted, pushed at the end of the read that counted
- * it (the others' keys wait for the walk). */
+ * it when the worker pushed none at once within push_ms (else, and the
+ * others' keys, at the walk: peers_push_read()). */
 #define PEERS_DIRTY_MAX   1024
 struct peers_dirty {
 	int ns;
@@ -126,7 +139,14 @@ struct peers_worker {
 	struct peers_sess *sessions;
 	ev_timer tick;                      /* every peers.push_ms */
 	uint64_t nsmask;                    /* namespaces with haproxy_tables */
+	uint64_t syncs;                     /* ... of them that sync (sync_rate > 0) */
+	double started;                     /* when the worker started (rl_now) */
+	double baseline_until[NS_MAX];      /* a dump's new keys taken as counted until
+	                                       then: a syncing namespace on a table made
+	                                       afresh, its first two windows */
 	uint32_t windows[NS_MAX];           /* their window */
+	unsigned sid[NS_MAX];               /* their index in the table (metrics) */
+	uint64_t nup;                       /* sessions up (the peers_nodes gauge) */
 	uint32_t longest;                   /* the longest: the node_keys budget's */
 	struct peers_what what[NS_MAX];     /* what each pushes (its data type once known) */
 	bool what_known[NS_MAX];
@@ -135,6 +155,7 @@ struct peers_worker {
 	struct peers_wire_update upd;       /* pushes (reused) */
 	struct peers_dirty *dirty;          /* keys counted here since the last push */
 	size_t ndirty;
+	double pushed_at;                   /* rl_now() of the last keys pushed at once */
 	struct log_limit err_log, info_log;
 };
 
@@ -165,11 +186,14 @@ bool peers_push_define(struct peers_sess *ps, int ns);
 /* A session starts teaching: every sum, from the first slot. */
 void peers_push_begin(struct peers_sess *ps);
 
-/* Key[0..klen) of ns was counted here: pushed by peers_push_dirty() (the
- * walk pushes it when the list is full). */
+/* Key[0..klen) of ns was counted here: pushed by peers_push_read() (the
+ * walk pushes it when the list is full or the push is held). */
 void peers_push_note(struct peers_worker *pw, int ns, const char *key, size_t klen);
 
-/* Pushes the keys noted to every session of the worker. */
-void peers_push_dirty(struct peers_worker *pw);
+/* What a read of session ps brought goes back: its acks, at once when
+ * the session sent none within peers.push_ms, and the keys noted to every
+ * session of the worker, at once when the worker pushed none at once
+ * within peers.push_ms; else both at the next walk. */
+void peers_push_read(struct peers_sess *ps);
 
 #endif /* PEERS_INT_H */

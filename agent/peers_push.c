@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "agent/metrics.h"
 #include "agent/ratelimit.h"
 
 /* A slot of a walk: what was pushed of it. */
@@ -152,6 +153,7 @@ static bool peers_push_one(struct peers_sess *ps, int ns, const char *key, size_
 		return true;                /* cannot be written: passed over */
 	ps->push_id++;
 	peers_sess_queued(ps, w.len);
+	metrics_add(&metrics_me->peers_pushes[pw->sid[ns]], 1);
 	return true;
 }
 
@@ -251,13 +253,33 @@ static void peers_push_watch(struct peers_worker *pw)
 {
 	for (struct peers_sess *ps = pw->sessions; ps; ps = ps->next)
 		if (ps->state == PEERS_UP && ps->s.wlen > ps->s.woff)
-			stream_watch(&ps->s, true);
+			stream_watch(&ps->s, ps->paused_until == 0);
 }
 
-void peers_push_dirty(struct peers_worker *pw)
+/* Acknowledges what came of each table of a session, as far as it is
+ * kept. */
+static void peers_push_acks(struct peers_sess *ps)
+{
+	struct peers_wire_writer w;
+
+	for (size_t i = 0; i < PEERS_BINDS_MAX; i++) {
+		struct peers_bind *b = &ps->binds[i];
+		if (!b->used || !b->ack_due || b->ack_stop || !peers_sess_room(ps, 16))
+			continue;
+		peers_wire_writer_init(&w, ps->s.wbuf + ps->s.wlen, ps->s.wcap - ps->s.wlen);
+		if (peers_wire_encode_ack(&w, b->id, b->last_id) == 0) {
+			peers_sess_queued(ps, w.len);
+			b->acked = b->last_id;
+			b->ack_due = false;
+			ps->acked_at = ev_now(ps->s.env->loop);
+		}
+	}
+}
+
+/* The keys noted, pushed to every session of the worker. */
+static void peers_push_dirty(struct peers_worker *pw, double now)
 {
 	struct peers_sum sum;
-	double now = rl_now();
 
 	for (size_t i = 0; i < pw->ndirty; i++) {
 		const struct peers_dirty *d = &pw->dirty[i];
@@ -265,7 +287,35 @@ void peers_push_dirty(struct peers_worker *pw)
 			peers_push_all(pw, d->ns, d->key, d->klen, &sum);
 	}
 	pw->ndirty = 0;
+	pw->pushed_at = now;
 	peers_push_watch(pw);
+}
+
+/* At once when quiet, at the walk when busy: the keys a read counted are
+ * pushed at once when the worker pushed none at once within push_ms, the
+ * read's acks first (one write); else its acks go out at once when the
+ * session sent none within push_ms; what is held the next walk sends
+ * (every session's acks due, then every key whose count changed since the
+ * walk before): acks always before the pushes that follow them. A node
+ * under load sends an update each time its peers task runs (hundreds a
+ * second for one busy key): answering each with an ack and a push would
+ * cost the node a wake-up of its own per update, and an ack back for each
+ * push; held, it costs the node at most one of each per push_ms, and a
+ * quiet cluster's lag stays the node's push and ours at once
+ * (docs/PEERS.md, "Pushing the sums"). */
+void peers_push_read(struct peers_sess *ps)
+{
+	struct peers_worker *pw = ps->pw;
+	double every = pw->env->cfg->peers_push_ms / 1000.0;
+	double t = ev_now(ps->s.env->loop), now = rl_now();
+	bool push = pw->ndirty && now - pw->pushed_at >= every;
+
+	if (push || t - ps->acked_at >= every || ps->s.draining)
+		peers_push_acks(ps);
+	if (push)
+		peers_push_dirty(pw, now);
+	else
+		pw->ndirty = 0;             /* the walk pushes them */
 }
 
 /* The walk: each window of a peers namespace against what the last walk
@@ -282,10 +332,15 @@ static void peers_push_tick(struct peers_worker *pw)
 	uint64_t open = 0;
 	size_t j = 0;
 
+	/* The acks held first: before the pushes that follow them. */
 	for (struct peers_sess *ps = pw->sessions; ps; ps = ps->next)
-		open |= ps->state == PEERS_UP ? peers_push_mask(ps) : 0;
+		if (ps->state == PEERS_UP) {
+			open |= peers_push_mask(ps);
+			peers_push_acks(ps);
+		}
 	if (!open) {
 		pw->nseen = 0;
+		peers_push_watch(pw);
 		return;
 	}
 	pw->nnext = 0;

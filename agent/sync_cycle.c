@@ -77,6 +77,16 @@ static bool sync_spent_due(const struct sync_ns *sn, double now)
 	       floor(now / SYNC_SPENT_PERIOD) != floor((now - p) / SYNC_SPENT_PERIOD);
 }
 
+/* A slot no client's key names: '#' then a byte no digest has (stored
+ * keys starting with '#' are '#' and hex). The peers front keeps the
+ * nodes' parts so ('#' '@', agent/peers_count.h): this agent's own
+ * bookkeeping, never in the store (no diff; a read would fetch nothing,
+ * every cycle, for the records whose start falls on a window's). */
+static bool sync_own_record(const struct shm_entry *e)
+{
+	return e->keylen >= 2 && e->key[0] == '#' && e->key[1] == '@';
+}
+
 int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 {
 	struct shm_table *t = sn->sy->t;
@@ -107,7 +117,8 @@ int sync_collect(struct sync_ns *sn, double now, bool only_diffs)
 			sn->cap = cap;
 		}
 		struct shm_entry *e = &sn->ents[sn->n];
-		if (shm_sync_read(t, idx, e) < 0 || e->ns != sn->sid || e->size == 0)
+		if (shm_sync_read(t, idx, e) < 0 || e->ns != sn->sid || e->size == 0 ||
+		    sync_own_record(e))
 			continue;
 		if (shm_grant_any(t, idx))
 			shm_grant_give_back(t, e, sn->sy->flush_mode);

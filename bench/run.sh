@@ -21,6 +21,10 @@
 #   grpc     the gRPC front (docs/ENVOY.md): one worker, one HTTP/2
 #            connection, 64 streams in flight (h2load -c1 -m64), a fixed
 #            ShouldRateLimit counted: decisions/s, p99 (h2load's per-request log)
+#   peers    HAProxy 2.6 and 3.x with the agent as their peer (issue 30):
+#            plain, a stick table, the peers configuration's two tables
+#            without a peer and with the agent, interleaved, wrk -c50, 5
+#            rounds (not in the default; about 8 minutes; see part_peers)
 #   nginx    nginx alone, with limit_req, with auth_request to the HTTP front
 #            and with the module over SPOP (make nginx-module), interleaved
 #   sync     BUILD_DIR/bench/bench_sync_redis (one Redis, then a 3-master Redis
@@ -572,7 +576,7 @@ variant_cfg() {
 # variant_setup V AGENT_PORT: starts what variant V needs besides HAProxy.
 # Sets VARIANT_AGENT=1 when an agent runs (its CPU is then measured).
 variant_setup() {
-  VARIANT_AGENT=""
+  VARIANT_AGENT="" VARIANT_METRICS_PORT=""
   case $1 in
     A|B) return 0 ;;
     C)
@@ -604,11 +608,52 @@ variant_setup() {
       start_agent "$2" 0 -w 1 -c "$cfgf" || return 1
       VARIANT_AGENT=1
       ;;
+    P)
+      # The agent as the node's peer (part peers, p-peers.cfg): one
+      # worker, pinned with HAProxy on CPU 0; its peers listener is
+      # BENCH_PEER_AGENT, HAProxy's own BENCH_PEER_SELF; its HTTP front
+      # (GET /metrics: the updates it counted, the sums it pushed) on a
+      # port of its own.
+      local pport sport hport cfgf
+      free_port pport && free_port sport && free_port hport || return 1
+      export BENCH_PEER_AGENT=127.0.0.1:$pport BENCH_PEER_SELF=127.0.0.1:$sport
+      VARIANT_METRICS_PORT=$hport
+      cfgf=$RAW/agent-P.json
+      printf '{"http_listen":"127.0.0.1:%s","peers":{"listen":"127.0.0.1:%s","name":"agg"},"namespaces":[{"name":"rl","window_sizes":[10],"limit":1000000000,"haproxy_tables":{"from":"rl/req_local","into":"rl/req_cluster"}}]}\n' \
+        "$hport" "$pport" > "$cfgf"
+      start_agent "$2" 0 -w 1 -c "$cfgf" || return 1
+      VARIANT_AGENT=1
+      ;;
+    Q)
+      # P's control: a second HAProxy (q-peer.cfg, the same binary as the
+      # node's, E2E_HAPROXY) as the node's peer "agg" in the agent's place,
+      # pinned with the node on CPU 0; measured as P's agent is.
+      local pport sport
+      free_port pport && free_port sport || return 1
+      export BENCH_PEER_AGENT=127.0.0.1:$pport BENCH_PEER_SELF=127.0.0.1:$sport
+      "${PIN0[@]}" "${E2E_HAPROXY:-haproxy}" -db -f "$ROOT/bench/haproxy/q-peer.cfg" \
+        > "$RAW/haproxy-Q-peer.log" 2>&1 &
+      AGENT_PID=$!
+      PIDS+=("$AGENT_PID")
+      for i in $(seq 1 100); do listening "$pport" && break; alive "$AGENT_PID" || break; sleep 0.05; done
+      listening "$pport" || { echo "bench: the peer HAProxy did not start:" >&2; tail -5 "$RAW/haproxy-Q-peer.log" >&2; return 1; }
+      VARIANT_AGENT=1
+      ;;
     *)
       echo "bench: variant $1 has no setup yet" >&2
       return 1
       ;;
   esac
+}
+
+# peers_stats PORT: "UPDATES PUSHES": the nodes' updates the agent counted
+# and the sums it pushed so far (GET /metrics on its HTTP front: every
+# namespace's spoa_ratelimit_peers_updates_total, _pushes_total).
+peers_stats() {
+  curl -s "http://127.0.0.1:$1/metrics" 2>/dev/null | awk '
+    /^spoa_ratelimit_peers_updates_total/ { u += $NF }
+    /^spoa_ratelimit_peers_pushes_total/ { p += $NF }
+    END { printf "%d %d\n", u, p }'
 }
 
 # wrk_field FILE WHAT: requests | rps | p50_us | p99_us | non2xx | sockerr
@@ -684,6 +729,7 @@ e2e_run() {
   h0=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a0=$(agent_ticks); s0=$(agent_sysio); }
   [ -n "${VARIANT_REDIS_PID:-}" ] && r0=$(redis_stats "$VARIANT_REDIS_PORT")
+  [ -n "${VARIANT_METRICS_PORT:-}" ] && r0="$(peers_stats "$VARIANT_METRICS_PORT") 0"
   f=$RAW/wrk-$v-$round.txt
   # E2E_WATCH (profile part only): system calls, context switches and
   # samples of the worker and of HAProxy.
@@ -708,7 +754,11 @@ e2e_run() {
   # CPU read before anything is stopped (a stopped worker's ticks are gone).
   h1=$(ticks "$hp")
   [ -n "$VARIANT_AGENT" ] && { a1=$(agent_ticks); s1=$(agent_sysio); }
-  [ -n "$r0" ] && r1=$(redis_stats "$VARIANT_REDIS_PORT")
+  if [ -n "${VARIANT_METRICS_PORT:-}" ]; then
+    r1="$(peers_stats "$VARIANT_METRICS_PORT") 0"
+  elif [ -n "$r0" ]; then
+    r1=$(redis_stats "$VARIANT_REDIS_PORT")
+  fi
   # E2E_IDLE=SECONDS: the agent's CPU over that long once the load has
   # stopped, HAProxy still connected (E2E_IDLE_TICKS: its ticks).
   E2E_IDLE_TICKS=-
@@ -742,7 +792,9 @@ e2e_run() {
       '{ printf "%.4f %.3f %.3f", ($4 - $1) / n, ($5 - $2) / n, ($6 - $3) / n }')
   fi
   echo "$v $round $rps $reqs $p50 $p99 $hcpu $acpu $errs $asys${rstat:+ $rstat}" >> "${E2E_TXT:-$RAW/e2e.txt}"
-  say "variant=$v round=$round req/s=$rps p50_us=$p50 p99_us=$p99 haproxy_us/req=$hcpu agent_us/req=$acpu agent_reads/req=$asys errors=$errs${rstat:+ redis_cmds/req,cmd_us/req,cpu_us/req=$rstat}"
+  local rlabel=redis_cmds/req,cmd_us/req,cpu_us/req
+  [ -n "${VARIANT_METRICS_PORT:-}" ] && rlabel=peers_updates/req,pushes/req,-
+  say "variant=$v round=$round req/s=$rps p50_us=$p50 p99_us=$p99 haproxy_us/req=$hcpu agent_us/req=$acpu agent_reads/req=$asys errors=$errs${rstat:+ $rlabel=$rstat}"
 }
 
 # e2e_median V COLUMN (1-based in e2e.txt)
@@ -888,11 +940,39 @@ versions_run() {
   return "$rc"
 }
 
-# versions_ratio V PLAIN COLUMN: the median over the rounds of V's COLUMN
-# (3: req/s) divided by PLAIN's in the same round.
+# versions_ratio V PLAIN COLUMN [FILE]: the median over the rounds of V's
+# COLUMN (3: req/s) divided by PLAIN's in the same round (FILE: versions.txt).
 versions_ratio() {
   awk -v v="$1" -v a="$2" -v c="${3:-3}" '$1 == v { x[$2] = $c } $1 == a { y[$2] = $c }
-    END { for (r in x) if (r in y && y[r] > 0) printf "%.2f\n", x[r] / y[r] }' "$RAW/versions.txt" | median
+    END { for (r in x) if (r in y && y[r] > 0) printf "%.2f\n", x[r] / y[r] }' "${4:-$RAW/versions.txt}" | median
+}
+
+# versions_list VARIANTS SED: the variants to run, on one line: SED adds
+# the baseline's (O...) when BENCH_BASELINE is set; HAProxy 3.x's (...34)
+# are left out when $HAPROXY3 is not there (two_haproxies says so).
+versions_list() {
+  local all=$1 v vs=""
+  if [ -n "${BENCH_BASELINE:-}" ] && [ -x "${BENCH_BASELINE:-}" ]; then
+    all=$(echo "$all" | sed "$2")
+  fi
+  for v in $all; do
+    [[ $v == *34 ]] && [ ! -x "$HAPROXY3" ] && continue
+    vs="$vs $v"
+  done
+  echo "$vs"
+}
+
+# two_haproxies: what parts versions and peers need first: haproxy and wrk
+# (else false: the part is skipped), HAProxy 3.x's version in H3V, or a
+# note that its variants are skipped.
+two_haproxies() {
+  haproxy_and_wrk || return 1
+  H3V=$("$HAPROXY3" -v 2>/dev/null | awk 'NR == 1 { print $3 }')
+  if [ ! -x "$HAPROXY3" ]; then
+    say "no HAProxy 3.x at $HAPROXY3 (BENCH_HAPROXY3): its variants skipped"
+    md "No HAProxy 3.x at \`$HAPROXY3\` (set \`BENCH_HAPROXY3\`): its variants are skipped."
+    md ""
+  fi
 }
 
 part_versions() {
@@ -900,23 +980,9 @@ part_versions() {
   say "== versions (HAProxy 2.6 and 3.x, the same SPOE frontend)"
   md "## 3c. HAProxy 2.6 and 3.x: the same SPOE frontend"
   md ""
-  haproxy_and_wrk || return 0
-  local all=$VERSIONS_VARIANTS
-  if [ -n "${BENCH_BASELINE:-}" ] && [ -x "${BENCH_BASELINE:-}" ]; then
-    all=$(echo "$all" | sed 's/\bC26\b/O26 C26/; s/\bC34\b/O34 C34/')
-  fi
-  for v in $all; do
-    if [[ $v == *34 ]] && [ ! -x "$HAPROXY3" ]; then
-      continue
-    fi
-    vs="$vs $v"
-  done
-  if [ ! -x "$HAPROXY3" ]; then
-    say "no HAProxy 3.x at $HAPROXY3 (BENCH_HAPROXY3): its variants skipped"
-    md "No HAProxy 3.x at \`$HAPROXY3\` (set \`BENCH_HAPROXY3\`): its variants are skipped."
-    md ""
-  fi
-  h3v=$("$HAPROXY3" -v 2>/dev/null | awk 'NR == 1 { print $3 }')
+  two_haproxies || return 0
+  h3v=$H3V
+  vs=$(versions_list "$VERSIONS_VARIANTS" 's/\bC26\b/O26 C26/; s/\bC34\b/O34 C34/')
   : > "$RAW/versions.txt"; : > "$RAW/versions-idle.txt"
   local loads="" b worst
   for r in $(seq 1 "$VERSIONS_ROUNDS"); do
@@ -976,6 +1042,120 @@ part_versions() {
   md ""
   md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
   md "agent read()/write() calls per request): \`$RAW/versions.txt\`; idle ticks: \`versions-idle.txt\`."
+  md ""
+}
+
+# ----------------------------------------------------------------- peers ---
+
+# part_peers: HAProxy 2.6 and 3.x with the agent as their peer (issue 30,
+# docs/PEERS.md), each interleaved with plain HAProxy and HAProxy's own
+# stick tables, wrk -c$BENCH_PEERS_CONNS (50, as part versions).
+# Variants (BENCH_PEERS_VARIANTS; 26: `haproxy`, 34: $BENCH_HAPROXY3):
+#   A26, A34  plain (a-direct.cfg)
+#   B26, B34  a stick table, track-sc0 and sc_http_req_rate (b-stick-table.cfg)
+#   T26, T34  the peers variant's two tables, no peer: track-sc0 in
+#             req_local, table_http_req_rate(req_cluster) in an ACL
+#             (p-tables.cfg)
+#   P26, P34  the same tables in a peers section with the agent as the
+#             node's peer (1 worker, pinned with HAProxy on CPU 0): the
+#             node streams req_local to it, it pushes the sums into
+#             req_cluster (p-peers.cfg)
+#   Q26, Q34  P's control: a second HAProxy as the node's peer in the
+#             agent's place (q-peer.cfg), which pushes nothing back: what
+#             the peers protocol costs the node with any peer (not in the
+#             default)
+#   O26, O34  as P26, P34 with the agent $BENCH_BASELINE (an older binary),
+#             added after P26 and P34 when it is set
+# Ratios: the median of the per-round ratios to the same round's plain run
+# of the same HAProxy. P's rows also give the updates the agent counted
+# and the sums it pushed per request (its /metrics).
+PEERS_CONNS=${BENCH_PEERS_CONNS:-50}
+PEERS_SECONDS=${BENCH_PEERS_SECONDS:-8}
+PEERS_ROUNDS=${BENCH_PEERS_ROUNDS:-5}
+PEERS_VARIANTS=${BENCH_PEERS_VARIANTS:-A26 B26 T26 P26 A34 B34 T34 P34}
+PEERS_QUIET_WAIT=${BENCH_PEERS_QUIET_WAIT:-20}
+
+# peers_run V ROUND: one run of variant V (part peers).
+peers_run() {
+  local v=$1 hb cfg setup=A save=$AGENT rc=0
+  case $v in
+    *26) hb=haproxy ;;
+    *34) hb=$HAPROXY3 ;;
+    *) echo "bench: unknown peers variant $v" >&2; return 1 ;;
+  esac
+  case $v in
+    A*) cfg=$ROOT/bench/haproxy/a-direct.cfg ;;
+    B*) cfg=$ROOT/bench/haproxy/b-stick-table.cfg ;;
+    T*) cfg=$ROOT/bench/haproxy/p-tables.cfg ;;
+    P*) cfg=$ROOT/bench/haproxy/p-peers.cfg; setup=P ;;
+    Q*) cfg=$ROOT/bench/haproxy/p-peers.cfg; setup=Q ;;
+    O*) cfg=$ROOT/bench/haproxy/p-peers.cfg; setup=P; AGENT=$BENCH_BASELINE ;;
+    *) echo "bench: unknown peers variant $v" >&2; return 1 ;;
+  esac
+  E2E_HAPROXY=$hb E2E_CFG=$cfg E2E_SETUP=$setup E2E_WRK_CONNS=$PEERS_CONNS \
+    E2E_WRK_SECONDS=$PEERS_SECONDS E2E_TXT=$RAW/peers.txt e2e_run "$v" "$2" || rc=1
+  AGENT=$save
+  return "$rc"
+}
+
+# peers_cpu_ratio V PLAIN: the median over the rounds of PLAIN's HAProxy
+# CPU per request divided by V's HAProxy and agent (or peer) CPU per
+# request in the same round: what × plain tends to when CPU 0 is the
+# bottleneck, much less sensitive than req/s to other work on the machine.
+peers_cpu_ratio() {
+  awk -v v="$1" -v a="$2" '$1 == v { x[$2] = $7 + ($8 == "-" ? 0 : $8) } $1 == a { y[$2] = $7 }
+    END { for (r in x) if (r in y && x[r] > 0) printf "%.2f\n", y[r] / x[r] }' "$RAW/peers.txt" | median
+}
+
+# peers_col V COLUMN: the median over the rounds of V's COLUMN in peers.txt.
+peers_col() { awk -v v="$1" -v c="$2" '$1 == v && $c != "-" && $c != "" { print $c }' "$RAW/peers.txt" | median; }
+
+part_peers() {
+  local r v vs="" h3v plain ratio b worst loads=""
+  say "== peers (HAProxy 2.6 and 3.x, the agent as their peer)"
+  md "## 3d. HAProxy 2.6 and 3.x with the agent as their peer"
+  md ""
+  two_haproxies || return 0
+  h3v=$H3V
+  vs=$(versions_list "$PEERS_VARIANTS" 's/\bP26\b/P26 O26/; s/\bP34\b/P34 O34/')
+  : > "$RAW/peers.txt"
+  for r in $(seq 1 "$PEERS_ROUNDS"); do
+    worst=0
+    for v in $vs; do
+      b=$(wait_quiet "$PEERS_QUIET_WAIT")
+      [ "$b" -gt "$worst" ] && worst=$b
+      peers_run "$v" "$r" || say "variant $v round $r failed"
+    done
+    loads="$loads${loads:+, }$worst %"
+  done
+  md "\`wrk -t1 -c$PEERS_CONNS -d${PEERS_SECONDS}s --latency\` on CPU 1; HAProxy (\`nbthread 1\`) and the agent"
+  md "(1 worker) on CPU 0; HAProxy $(haproxy -v 2>/dev/null | awk 'NR == 1 { print $3 }') (\`haproxy\`) and ${h3v:-3.x} (\`$HAPROXY3\`)."
+  md "$(echo "$vs" | tr -s ' ' | sed 's/^ //') × $PEERS_ROUNDS rounds, each variant started fresh; req/s, p99, CPU: medians over"
+  md "the rounds; × plain: the median of the per-round ratios to the same round's plain run of the same HAProxy."
+  md "Each run waits (up to ${PEERS_QUIET_WAIT} s) until other work keeps the CPUs under 10 % busy; the busiest"
+  md "sample of each round: $loads. Updates/req: the nodes' updates the agent counted per request, pushes/req:"
+  md "the sums it pushed back (its /metrics)."
+  [ -n "${BENCH_BASELINE:-}" ] && md "O26, O34: as P26, P34 with the agent \`$BENCH_BASELINE\` (the baseline)."
+  md ""
+  md "| variant | HAProxy | req/s | × plain | × plain (CPU) | p50 µs | p99 µs | HAProxy CPU µs/req | agent CPU µs/req | updates/req | pushes/req | errors |"
+  md "|---|---|---|---|---|---|---|---|---|---|---|---|"
+  for v in $vs; do
+    local rps hv up pu
+    rps=$(peers_col "$v" 3)
+    [ -n "$rps" ] || { md "| $v | | failed | | | | | | | | | |"; continue; }
+    rps=$(printf '%.0f' "$rps")
+    case $v in *26) plain=A26; hv=2.6 ;; *) plain=A34; hv=${h3v:-3.x} ;; esac
+    ratio=$(versions_ratio "$v" "$plain" 3 "$RAW/peers.txt")
+    up=$(peers_col "$v" 11); pu=$(peers_col "$v" 12)
+    md "| $v | $hv | $rps | $ratio | $(peers_cpu_ratio "$v" "$plain") | $(peers_col "$v" 5) | $(peers_col "$v" 6) | $(peers_col "$v" 7) | $(peers_col "$v" 8 | grep . || echo -) | ${up:--} | ${pu:--} | $(awk -v v="$v" '$1 == v { s += $9 } END { print s + 0 }' "$RAW/peers.txt") |"
+    case $v in
+      P26) PEERS_P26=$ratio; PEERS_P26_CPU=$(peers_cpu_ratio P26 A26) ;;
+      P34) PEERS_P34=$ratio; PEERS_P34_CPU=$(peers_cpu_ratio P34 A34) ;;
+    esac
+  done
+  md ""
+  md "Every run (variant, round, req/s, requests, p50 µs, p99 µs, HAProxy µs/req, agent µs/req, errors,"
+  md "agent read()/write() calls per request, updates/req, pushes/req): \`$RAW/peers.txt\`."
   md ""
 }
 
@@ -2113,7 +2293,7 @@ scale_report() {
 }
 
 targets() {
-  md "## Targets (issues 4, 8, 19 and 21)"
+  md "## Targets (issues 4, 8, 19, 21 and 30)"
   md ""
   md "| target | measured | |"
   md "|---|---|---|"
@@ -2140,6 +2320,10 @@ targets() {
     md "| HAProxy 2.6 ≥ 0.67 × plain | ${V_C26:-?} | $(awk -v x="${V_C26:-0}" 'BEGIN { print (x >= 0.67) ? "met" : "missed" }') |"
     md "| HAProxy 2.6, agent CPU ≤ 1.5 µs per request | ${V_C26_AGENT:-?} µs | $(awk -v x="${V_C26_AGENT:-1e9}" 'BEGIN { print (x <= 1.5) ? "met" : "missed" }') |"
   fi
+  if [ -n "${PEERS_P26:-}" ] || [ -n "${PEERS_P34:-}" ]; then
+    md "| HAProxy 2.6, the agent as its peer ≥ 0.90 × plain | ${PEERS_P26:-?} by req/s, ${PEERS_P26_CPU:-?} by CPU | $(awk -v x="${PEERS_P26:-0}" 'BEGIN { print (x >= 0.90) ? "met" : "missed" }') (by req/s) |"
+    md "| HAProxy 3.x, the agent as its peer ≥ 0.90 × plain | ${PEERS_P34:-?} by req/s, ${PEERS_P34_CPU:-?} by CPU | $(awk -v x="${PEERS_P34:-0}" 'BEGIN { print (x >= 0.90) ? "met" : "missed" }') (by req/s) |"
+  fi
   if [ -s "$RAW/http-w1-d16" ] && [[ " $PARTS " == *" http "* ]]; then
     local h; h=$(cat "$RAW/http-w1-d16")
     md "| HTTP front ≥ 300,000 checks/s, 1 worker (pipelined) | $(printf '%.0f' "$h") | $(awk -v x="$h" 'BEGIN { print (x >= 300000) ? "met" : "missed" }') |"
@@ -2149,8 +2333,8 @@ targets() {
 
 for part in $PARTS; do
   case $part in
-    core|spop|http|grpc|e2e|versions|nginx|sync|profile|alloc|baseline|scale|store|top) ;;
-    *) echo "bench: unknown part '$part' (core spop http grpc e2e versions nginx sync profile alloc baseline scale store top)" >&2; exit 2 ;;
+    core|spop|http|grpc|e2e|versions|peers|nginx|sync|profile|alloc|baseline|scale|store|top) ;;
+    *) echo "bench: unknown part '$part' (core spop http grpc e2e versions peers nginx sync profile alloc baseline scale store top)" >&2; exit 2 ;;
   esac
 done
 start=$(date +%s)

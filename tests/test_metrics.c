@@ -26,11 +26,13 @@ static struct metrics *m;
 static char text[1 << 18];
 
 static const char cfg_json[] =
-	"{\"max_keys\": 64, \"namespaces\": ["
+	"{\"max_keys\": 64, \"peers\": {\"listen\": \"127.0.0.1:1\"}, \"namespaces\": ["
 	"{\"name\": \"default\", \"window_sizes\": [60]},"
 	"{\"name\": \"we\\\"ird\", \"window_sizes\": [60], \"max_keys\": 16, \"on_table_full\": \"deny\","
 	" \"delay_max_ms\": 1000},"
-	"{\"name\": \"synced\", \"window_sizes\": [60], \"sync_rate\": 1, \"strategy\": \"redis\"}]}";
+	"{\"name\": \"synced\", \"window_sizes\": [60], \"sync_rate\": 1, \"strategy\": \"redis\"},"
+	"{\"name\": \"nodes\", \"window_sizes\": [10],"
+	" \"haproxy_tables\": {\"from\": \"req_local\", \"into\": \"req_cluster\"}}]}";
 
 static void setup(void)
 {

@@ -289,6 +289,59 @@ Test(peers_count, a_restart_on_the_state_file_counts_nothing_twice)
 	rl = table(NULL);
 }
 
+/* A dump to an agent that started afresh on a store (no state file): the
+ * states its nodes had counted before, into the store, are taken as
+ * counted (baseline: the records made, nothing counted), for a rate and a
+ * counter, with the period before too; what comes next counts beyond
+ * them, and a key a record already holds is counted as ever. */
+Test(peers_count, a_baseline_counts_nothing_and_what_follows_counts)
+{
+	double t = T0 + 1;
+	struct peers_state st = { .age = 2000, .curr = 30, .prev = 12, .baseline = true };
+	struct peers_count_res r;
+
+	cr_assert_eq(peers_count(rl, &rate, "A", 1, "k", 1, &st, t, &r), 0);
+	cr_assert_eq(r.counted, 0);
+	cr_assert(r.fresh);
+	cr_assert_eq(r.made, UINT32_MAX, "no window made: nothing counted");
+	cr_assert_eq(feed("A", "k", 2500, 30, 12, t + 0.5), 0, "its resend");
+	cr_assert_eq(feed("A", "k", 3000, 33, 12, t + 1), 3);
+	/* The node's next period: prev is the record's 33 + 1 more. */
+	cr_assert_eq(feed("A", "k", 100, 1, 34, t + 8.1), 1 + 1);
+	/* A key the node has a record of: a baseline counts as any state. */
+	st = (struct peers_state){ .age = 200, .curr = 4, .prev = 34, .baseline = true };
+	cr_assert_eq(peers_count(rl, &rate, "A", 1, "k", 1, &st, t + 8.2, &r), 0);
+	cr_assert_eq(r.counted, 3);
+
+	st = (struct peers_state){ .value = 9, .baseline = true };
+	cr_assert_eq(peers_count(rl, &counter, "A", 1, "c", 1, &st, t, &r), 0);
+	cr_assert_eq(r.counted, 0);
+	cr_assert_eq(feed_value("A", "c", 9, t + 1), 0);
+	cr_assert_eq(feed_value("A", "c", 11, t + 2), 2);
+}
+
+/* A namespace that counts HAProxy nodes syncs periodically or not at
+ * all: sync_rate 0 (every hit written through, an answer waiting for the
+ * store) is refused, saying what to set. */
+Test(peers_count, haproxy_tables_refuse_sync_rate_0)
+{
+	char err[256] = "";
+	struct ns_def o;
+
+	ns_def_init(&o);
+	snprintf(o.name, sizeof(o.name), "sums");
+	o.window_sizes[0] = W;
+	o.n_window_sizes = 1;
+	o.sync_rate = 0;
+	snprintf(o.strategy, sizeof(o.strategy), "redis");
+	snprintf(o.haproxy.from, sizeof(o.haproxy.from), "req_local");
+	snprintf(o.haproxy.into, sizeof(o.haproxy.into), "req_cluster");
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), -1);
+	cr_assert(strstr(err, "sync_rate") && strstr(err, "sync_rate > 0"), "%s", err);
+	o.sync_rate = 0.5;
+	cr_assert_eq(rl_new_namespace(rl, &o, err, sizeof(err)), 0, "%s", err);
+}
+
 /* Counters: what the value grew by since the record; all of it when the
  * node starts afresh; nothing twice across window buckets. */
 Test(peers_count, counters_count_their_increase)

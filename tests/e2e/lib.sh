@@ -542,3 +542,299 @@ in_one_window() {
   done
   return 1
 }
+
+# ---------------------------------------------------------------- peers ---
+# HAProxy nodes that list the agent as a peer (tests/e2e/peers_*.sh).
+# Node I (1..3) has its configuration in $E2E_TMP/node$I.cfg (the script
+# writes it) and the ports PEER_$I (its own peer), FE_$I (the frontend
+# that counts and limits), RD_$I (a frontend answering what it reads of
+# its cluster tables, one column per table), set by peers_ports; its pid
+# is PEERS_NODE_PIDS[I], stopped by peers_stop_nodes (set
+# E2E_CLEANUP_HOOK=peers_stop_nodes).
+PEERS_NODE_PIDS=("" "" "" "")
+# The issue's case: a limit of PEERS_LIMIT per 10 s on req_cluster,
+# PEERS_REQS requests spread over the three nodes at PEERS_RATE a second
+# (within 3 s); PEERS_LONG: the long tables' period (s), within which the
+# counts the checks read stay put.
+PEERS_LIMIT=100
+PEERS_REQS=600
+PEERS_RATE=200
+PEERS_LONG=600
+
+# peers_ports: PEER_I, FE_I, RD_I, MT_I (a spare frontend) for nodes 1..3.
+peers_ports() {
+  local i
+  for i in 1 2 3; do
+    eval "PEER_$i=\$(free_port) FE_$i=\$(free_port) RD_$i=\$(free_port) MT_$i=\$(free_port)"
+  done
+}
+
+# peers_node_cfg I AGENT_PEERS LIMIT LONG [TABLES] [FRONTENDS]: writes node
+# I's configuration: its peers section "rl" (itself and the agent on port
+# AGENT_PEERS, nothing else: nodes must not share their counting tables)
+# with req_local (tracked) and req_cluster (read: deny over LIMIT per 10
+# s), long_local and long_cluster (a LONG-second period, read only), and
+# TABLES; frontend fe (FE_I) counting and limiting, rd (RD_I) answering
+# "<req_cluster> <long_cluster>" for the client's address; and FRONTENDS.
+peers_node_cfg() {
+  local i=$1 peer fe rd
+  eval "peer=\$PEER_$i fe=\$FE_$i rd=\$RD_$i"
+  cat > "$E2E_TMP/node$i.cfg" <<EOF
+global
+    stats socket $E2E_TMP/node$i.sock level admin
+defaults
+    mode http
+    timeout connect 1s
+    timeout client 5s
+    timeout server 5s
+peers rl
+    peer node$i 127.0.0.1:$peer
+    peer agg 127.0.0.1:$2
+    table req_local type ip size 100k expire 10s store http_req_rate(10s)
+    table req_cluster type ip size 100k expire 60s store http_req_rate(10s)
+    table long_local type ip size 100k expire ${4}s store http_req_rate(${4}s)
+    table long_cluster type ip size 100k expire $((2 * $4))s store http_req_rate(${4}s)
+${5:-}
+frontend fe
+    bind 127.0.0.1:$fe
+    http-request track-sc0 src table rl/req_local
+    http-request track-sc1 src table rl/long_local
+    http-request deny deny_status 429 if { src,table_http_req_rate(rl/req_cluster) gt $3 }
+    http-request return status 200 content-type text/plain string ok
+frontend rd
+    bind 127.0.0.1:$rd
+    http-request return status 200 content-type text/plain lf-string "%[src,table_http_req_rate(rl/req_cluster)] %[src,table_http_req_rate(rl/long_cluster)]\n"
+${6:-}
+EOF
+}
+
+# peers_mixes: PEERS_MIXES, the versions of nodes 1..3 the peers tests run
+# (Debian's HAProxy 2.6 as $HAPROXY, 3.x as haproxy3_binary): 2.6 + 2.6 +
+# 3.4, then 2.6 + 3.4 + 3.4 (2.6 alone, saying so, without a 3.x binary).
+peers_mixes() {
+  local h26=${HAPROXY:-haproxy} h34
+  command -v "$h26" >/dev/null 2>&1 || die "haproxy is installed (HAPROXY='$h26')"
+  H26=$h26
+  h34=$(haproxy3_binary)
+  H34=$h34
+  if [ -n "$h34" ]; then
+    PEERS_MIXES=("$h26 $h26 $h34" "$h26 $h34 $h34")
+  else
+    diag "no HAProxy 3.x (HAPROXY3 or ../shared/peers/haproxy-3.4/haproxy): 2.6 nodes only"
+    PEERS_MIXES=("$h26 $h26 $h26")
+  fi
+}
+
+# peers_label BIN...: "2.6+2.6+3.4", the versions of the nodes' binaries.
+peers_label() {
+  local b label=""
+  for b in "$@"; do
+    label="$label${label:++}$("$b" -v | sed -n '1s/^HAProxy version \([0-9]*\.[0-9]*\).*/\1/p')"
+  done
+  echo "$label"
+}
+
+# peers_start_node I BIN: node I on HAProxy BIN (-L node<I>, its
+# configuration checked first), waits until its RD port answers.
+peers_start_node() {
+  local i=$1 bin=$2 rd out n
+  eval "rd=\$RD_$i"
+  out=$("$bin" -c -q -f "$E2E_TMP/node$i.cfg" 2>&1) || { diag "$out"; die "haproxy -c accepts node$i.cfg"; }
+  echo "=== $(date +%T.%N) start $bin" >> "$E2E_TMP/node$i.log"
+  "$bin" -db -L "node$i" -f "$E2E_TMP/node$i.cfg" >> "$E2E_TMP/node$i.log" 2>&1 &
+  PEERS_NODE_PIDS[$i]=$!
+  for n in $(seq 1 100); do
+    curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$rd/" && return 0
+    alive "${PEERS_NODE_PIDS[$i]}" || die "node$i ($bin) started"
+    sleep 0.1
+  done
+  die "node$i answers within 10s"
+}
+
+# peers_mix MIX [WHAT]: nodes 1, 2 and 3 started on the binaries of MIX
+# ("BIN1 BIN2 BIN3", one of PEERS_MIXES; their configurations written) at
+# a moment that leaves 30 s of PEERS_LONG's window; PEERS_B1..3 get the
+# binaries, PEERS_LABEL the versions ("2.6+2.6+3.4").
+peers_mix() {
+  read -r PEERS_B1 PEERS_B2 PEERS_B3 <<< "$1"
+  PEERS_LABEL=$(peers_label "$PEERS_B1" "$PEERS_B2" "$PEERS_B3")
+  diag "---- nodes on HAProxy $PEERS_LABEL${2:+: $2}"
+  wait_window_margin "$PEERS_LONG" 30
+  peers_start_node 1 "$PEERS_B1"; peers_start_node 2 "$PEERS_B2"; peers_start_node 3 "$PEERS_B3"
+}
+
+# peers_stop_node I; peers_stop_nodes: every node started.
+peers_stop_node() {
+  [ -n "${PEERS_NODE_PIDS[$1]}" ] && kill_wait "${PEERS_NODE_PIDS[$1]}" 3
+  PEERS_NODE_PIDS[$1]=""
+}
+peers_stop_nodes() {
+  local i
+  for i in 1 2 3; do peers_stop_node "$i"; done
+}
+
+# peers_up HTTP_PORT...: the peers sessions of the agents whose HTTP fronts
+# these are (their connections gauge), added up.
+peers_up() {
+  local p n=0 k
+  for p in "$@"; do
+    k=$(curl -s --max-time 2 "http://127.0.0.1:$p/metrics" |
+      awk '/^spoa_ratelimit_connections\{front="peers"\}/ { n = $2 } END { print n + 0 }')
+    n=$((n + k))
+  done
+  echo "$n"
+}
+
+# peers_wait_up N SECS HTTP_PORT...: until N nodes are up on those agents.
+peers_wait_up() {
+  local want=$1 secs=$2 n
+  shift 2
+  for n in $(seq 1 $((secs * 10))); do
+    [ "$(peers_up "$@")" -ge "$want" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# peers_reads SRC COLUMN: what nodes 1, 2 and 3 read for SRC (the COLUMN
+# of their RD answer).
+peers_reads() {
+  local i rd out=""
+  for i in 1 2 3; do
+    eval "rd=\$RD_$i"
+    out="$out $(curl -s --max-time 2 --interface "$1" "http://127.0.0.1:$rd/" | awk -v c="$2" '{ print $c }')"
+  done
+  echo "${out# }"
+}
+
+# peers_wait_reads SRC COLUMN WANT SECS: until every node reads WANT;
+# prints what they read last.
+peers_wait_reads() {
+  local n got=""
+  for n in $(seq 1 $(($4 * 10))); do
+    got=$(peers_reads "$1" "$2")
+    [ "$got" = "$3 $3 $3" ] && { echo "$got"; return 0; }
+    sleep 0.1
+  done
+  echo "$got"
+  return 1
+}
+
+# peers_send SRC N RATE NODES...: N requests from SRC spread over NODES
+# (round robin), RATE a second; their statuses in $E2E_TMP/send.codes.
+peers_send() {
+  local src=$1 n=$2 rate=$3 args=() k i fe
+  shift 3
+  for k in $(seq 1 "$n"); do
+    i=${*:$(( (k - 1) % $# + 1 )):1}
+    eval "fe=\$FE_$i"
+    args+=(-o /dev/null "http://127.0.0.1:$fe/")
+  done
+  curl -s --rate "$rate/s" --interface "$src" -w '%{http_code}\n' "${args[@]}" > "$E2E_TMP/send.codes"
+}
+
+# peers_limit LABEL SRC REQS RATE LIMIT SLACK: REQS requests from SRC over
+# the three nodes at RATE a second: LIMIT to LIMIT + SLACK admitted, each
+# answered 200 or 429; PEERS_ADMITTED gets the count, PEERS_MS the time.
+peers_limit() {
+  local label=$1 src=$2 reqs=$3 rate=$4 limit=$5 slack=$6 t0 t1 denied
+  t0=$(date +%s%N)
+  peers_send "$src" "$reqs" "$rate" 1 2 3
+  t1=$(date +%s%N)
+  PEERS_ADMITTED=$(count_codes "$E2E_TMP/send.codes" 200)
+  PEERS_MS=$(( (t1 - t0) / 1000000 ))
+  denied=$(count_codes "$E2E_TMP/send.codes" 429)
+  diag "$label: $reqs requests in $PEERS_MS ms: $PEERS_ADMITTED admitted, $denied denied"
+  if int_between "$PEERS_ADMITTED" "$limit" $((limit + slack)); then
+    ok "$label: $limit to $((limit + slack)) of $reqs admitted over three nodes ($PEERS_ADMITTED)"
+  else
+    not_ok "$label: $limit to $((limit + slack)) of $reqs admitted over three nodes ($PEERS_ADMITTED)"
+  fi
+  is "$((PEERS_ADMITTED + denied))" "$reqs" "$label: every request answered 200 or 429"
+}
+
+# peers_lag SRC SAMPLES COLUMN HIT_NODE READ_NODE...: ms from a request to
+# HIT_NODE until every READ_NODE reads it (COLUMN of their RD answer, a
+# table whose window does not end meanwhile: one more than it read
+# before), SAMPLES times, 20 to 120 ms apart (at random: a fixed pace
+# would fall in step with the agent's pushes); prints "p50 p99 max" and
+# the first hit not read within 1 s.
+peers_lag() {
+  local src=$1 n=$2 col=$3 hit=$4 fe rds=() i rd
+  shift 4
+  eval "fe=\$FE_$hit"
+  for i in "$@"; do eval "rd=\$RD_$i"; rds+=("$rd"); done
+  python3 - "$src" "$n" "$col" "$fe" "${rds[@]}" <<'PY'
+import http.client, random, sys, time
+src, n, col, fe = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]) - 1, int(sys.argv[4])
+rds = [int(p) for p in sys.argv[5:]]
+def conn(p): return http.client.HTTPConnection("127.0.0.1", p, timeout=2, source_address=(src, 0))
+hit, reads = conn(fe), [conn(p) for p in rds]
+def get(c):
+    c.request("GET", "/"); return c.getresponse().read().decode()
+lags, late = [], ""
+base = [int(get(r).split()[col]) for r in reads]
+for k in range(1, n + 1):
+    t0 = time.monotonic()
+    get(hit)
+    left = set(range(len(reads)))
+    seen = {}
+    while left and time.monotonic() - t0 < 1:
+        for i in list(left):
+            seen[i] = int(get(reads[i]).split()[col])
+            if seen[i] >= base[i] + k:
+                left.discard(i)
+    lags.append((time.monotonic() - t0) * 1000)
+    if left and not late:
+        late = " (hit %d: read %s after 1 s)" % (k, seen)
+    time.sleep(0.02 + random.random() * 0.1)   # not in step with any period
+lags.sort()
+print("%.1f %.1f %.1f%s" % (lags[len(lags) // 2], lags[min(len(lags) - 1, int(len(lags) * 0.99))], lags[-1], late))
+PY
+}
+
+# redis_total PORT NS KEY W: the field KEY summed over the hashes of
+# namespace NS's windows of W seconds in the Redis on PORT (the agent's
+# layout, strategies/redis_resp.c).
+redis_total() {
+  redis-cli -p "$1" --scan --pattern "rl:{$2:*}:$4:*" | while read -r h; do
+    redis-cli -p "$1" hget "$h" "$3"
+  done | awk '{ s += $1 } END { print s + 0 }'
+}
+
+# start_agent_as NAME PORT [args...]: another agent than start_agent's, on
+# 127.0.0.1:PORT (default -w 2 unless -w is given), its log
+# $E2E_TMP/agent-NAME.log (appended across restarts), its pid in
+# E2E_AGENT_<NAME>; waits until it listens. stop_agent_as NAME stops it
+# and returns its exit status; agent_log_clean NAME: no sanitizer report
+# in its log. The script stops it in its E2E_CLEANUP_HOOK.
+start_agent_as() {
+  local name=$1 port=$2 args=() has_w="" a pid i
+  shift 2
+  args=("$@")
+  for a in "${args[@]}"; do [ "$a" = -w ] && has_w=1; done
+  [ -n "$has_w" ] || args+=(-w 2)
+  echo "=== $(date +%T.%N) start: $AGENT -l 127.0.0.1:$port ${args[*]}" >> "$E2E_TMP/agent-$name.log"
+  "$AGENT" -l "127.0.0.1:$port" "${args[@]}" >> "$E2E_TMP/agent-$name.log" 2>&1 &
+  pid=$!
+  eval "E2E_AGENT_$name=$pid"
+  for i in $(seq 1 100); do
+    port_listening "$port" && { sleep 0.1; return 0; }
+    alive "$pid" || die "agent $name started"
+    sleep 0.1
+  done
+  die "agent $name listens on 127.0.0.1:$port within 10s"
+}
+stop_agent_as() {
+  local pid rc
+  eval "pid=\${E2E_AGENT_$1:-}"
+  [ -n "$pid" ] || return 0
+  kill_wait "$pid" 5
+  rc=$?
+  eval "E2E_AGENT_$1="
+  echo "=== $(date +%T.%N) stopped, status $rc" >> "$E2E_TMP/agent-$1.log"
+  return "$rc"
+}
+agent_log_clean() {
+  ! grep -qE 'AddressSanitizer|LeakSanitizer|UndefinedBehaviorSanitizer|runtime error:' "$E2E_TMP/agent-$1.log" 2>/dev/null
+}
