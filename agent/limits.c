@@ -23,13 +23,12 @@
 #define LIMITS_MAGIC     0x31544d494c4c5253ULL   /* "SRLLIMT1", little-endian */
 #define LIMITS_KEY_WORDS 13
 #define LIMITS_HDR_BYTES ((sizeof(struct limits_hdr) + 127) & ~(size_t)127)
-#define LIMITS_TRIES     256        /* a reader's tries before it answers dflt */
+#define LIMITS_TRIES     4096       /* a reader's tries before it answers dflt */
 #define LIMITS_LOCK_SPIN (1u << 20) /* a writer's spins before it looks at the holder */
 
 /* A slot's first word: state:2 | ns:5 | len:7 | window:32. */
 #define LIMITS_ST_EMPTY  0ULL
 #define LIMITS_ST_LIVE   1ULL
-#define LIMITS_ST_TOMB   2ULL
 
 struct limits_hdr {
 	uint64_t magic;
@@ -37,7 +36,6 @@ struct limits_hdr {
 	uint64_t total;
 	uint64_t seed;
 	_Alignas(64) _Atomic uint64_t lock;      /* the writer's pid, 0 = free */
-	_Atomic uint64_t used;                   /* LIVE and TOMB slots */
 	_Alignas(64) _Atomic uint64_t seq;       /* odd while a writer writes */
 	_Alignas(64) _Atomic uint32_t count[LIMITS_NS];
 	_Alignas(64) _Atomic uint64_t version[LIMITS_NS];
@@ -47,7 +45,8 @@ struct limits_slot {
 	_Alignas(64) _Atomic uint64_t id;
 	_Atomic uint64_t limit;                  /* int64_t bits */
 	_Atomic uint64_t key[LIMITS_KEY_WORDS];
-	uint64_t pad;
+	_Atomic uint64_t home;                   /* its home slot (deletions move
+	                                            entries back by it) */
 };
 
 _Static_assert(sizeof(struct limits_slot) == 128, "a slot is two cache lines");
@@ -80,7 +79,7 @@ const char *limits_err_str(int e)
 
 static uint64_t limits_nslots(size_t total)
 {
-	return (uint64_t)total * 2 + 1;   /* live <= half: a rebuild always helps */
+	return (uint64_t)total * 2 + 1;   /* live <= half: chains stay short */
 }
 
 static size_t limits_len(uint64_t nslots)
@@ -265,26 +264,23 @@ void limits_set_version(struct limits *l, unsigned ns, uint64_t v)
 
 /* ---- writers ---- */
 
-/* Counts every namespace's overrides and the used slots again, from the
- * slots (after a writer that died, and a state file's part mapped). */
+/* Counts every namespace's overrides again, from the slots (after a
+ * writer that died, and a state file's part mapped). */
 static void limits_recount(struct limits *l)
 {
 	uint32_t count[LIMITS_NS] = { 0 };
-	uint64_t used = 0;
 
 	for (uint64_t s = 0; s < l->nslots; s++) {
 		uint64_t id = atomic_load_explicit(&l->slots[s].id, memory_order_relaxed);
 		if (id_state(id) == LIMITS_ST_LIVE)
 			count[id_ns(id)]++;
-		used += id_state(id) != LIMITS_ST_EMPTY;
 	}
 	for (unsigned ns = 0; ns < LIMITS_NS; ns++)
 		atomic_store(&l->hdr->count[ns], count[ns]);
-	atomic_store(&l->hdr->used, used);
 }
 
-/* Takes the writers' lock (a holder that died is replaced); the seqlock
- * word odd. Returns 0, or -1: held by a live writer for too long. */
+/* Takes the writers' lock (a holder that died is replaced). Returns 0,
+ * or -1: held by a live writer for too long. */
 static int limits_lock(struct limits *l)
 {
 	uint64_t me = (uint64_t)getpid();
@@ -293,106 +289,52 @@ static int limits_lock(struct limits *l)
 		for (unsigned i = 0; i < LIMITS_LOCK_SPIN; i++) {
 			uint64_t free_ = 0;
 			if (atomic_compare_exchange_weak(&l->hdr->lock, &free_, me))
-				goto locked;
+				return 0;
 			atomics_cpu_relax();
 		}
 		uint64_t holder = atomic_load(&l->hdr->lock);
 		if (holder != 0 && kill((pid_t)holder, 0) < 0 && errno == ESRCH &&
 		    atomic_compare_exchange_strong(&l->hdr->lock, &holder, me)) {
-			/* Its half write: the counts again, the seqlock even. */
+			/* Its half write: the seqlock even, the counts again. */
 			uint64_t s = atomic_load(&l->hdr->seq);
 			if (s & 1)
 				atomic_store(&l->hdr->seq, s + 1);
 			limits_recount(l);
-			goto locked;
+			return 0;
 		}
 	}
 	return -1;
-locked:
-	atomic_store_explicit(&l->hdr->seq, atomic_load(&l->hdr->seq) + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	return 0;
 }
 
 static void limits_unlock(struct limits *l)
 {
-	atomic_store_explicit(&l->hdr->seq, atomic_load(&l->hdr->seq) + 1, memory_order_release);
 	atomic_store(&l->hdr->lock, 0);
 }
 
-static void slot_write(struct limits_slot *sl, uint64_t id, const uint64_t w[LIMITS_KEY_WORDS],
-		       int64_t limit)
+/* One change of the slots (the lock held): readers retry across it. */
+static void write_begin(struct limits *l)
+{
+	atomic_store_explicit(&l->hdr->seq, atomic_load(&l->hdr->seq) + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
+}
+
+static void write_end(struct limits *l)
+{
+	atomic_store_explicit(&l->hdr->seq, atomic_load(&l->hdr->seq) + 1, memory_order_release);
+}
+
+static void slot_copy(struct limits_slot *to, const struct limits_slot *from)
 {
 	for (unsigned k = 0; k < LIMITS_KEY_WORDS; k++)
-		atomic_store_explicit(&sl->key[k], w[k], memory_order_relaxed);
-	atomic_store_explicit(&sl->limit, (uint64_t)limit, memory_order_relaxed);
-	atomic_store_explicit(&sl->id, id, memory_order_relaxed);
-}
-
-/* Inserts a new override (the lock held, not there yet): the first
- * empty or tombstone slot of its chain. */
-static void slot_insert(struct limits *l, uint64_t id, const uint64_t w[LIMITS_KEY_WORDS],
-			int64_t limit)
-{
-	uint64_t s = home_of(l, id_ns(id), id_window(id), w);
-
-	for (;;) {
-		uint64_t have = atomic_load_explicit(&l->slots[s].id, memory_order_relaxed);
-		if (id_state(have) != LIMITS_ST_LIVE) {
-			if (id_state(have) == LIMITS_ST_EMPTY)
-				atomic_fetch_add(&l->hdr->used, 1);
-			slot_write(&l->slots[s], id, w, limit);
-			atomic_fetch_add(&l->hdr->count[id_ns(id)], 1);
-			return;
-		}
-		s = s + 1 == l->nslots ? 0 : s + 1;
-	}
-}
-
-/* Every LIVE slot placed again, tombstones gone (the lock held). Needs
- * a copy of the live slots: out of memory, the table is left as it was
- * (-1). */
-static int limits_rebuild(struct limits *l)
-{
-	size_t n = 0;
-	struct limits_slot *copy = malloc((size_t)l->nslots * sizeof(*copy));
-
-	if (!copy)
-		return -1;
-	for (uint64_t s = 0; s < l->nslots; s++) {
-		struct limits_slot *sl = &l->slots[s];
-		uint64_t id = atomic_load_explicit(&sl->id, memory_order_relaxed);
-		if (id_state(id) != LIMITS_ST_LIVE)
-			continue;
-		atomic_init(&copy[n].id, id);
-		atomic_init(&copy[n].limit, atomic_load_explicit(&sl->limit, memory_order_relaxed));
-		for (unsigned k = 0; k < LIMITS_KEY_WORDS; k++)
-			atomic_init(&copy[n].key[k],
-				    atomic_load_explicit(&sl->key[k], memory_order_relaxed));
-		n++;
-	}
-	for (uint64_t s = 0; s < l->nslots; s++)
-		atomic_store_explicit(&l->slots[s].id, 0, memory_order_relaxed);
-	atomic_store(&l->hdr->used, 0);
-	for (unsigned ns = 0; ns < LIMITS_NS; ns++)
-		atomic_store(&l->hdr->count[ns], 0);
-	for (size_t i = 0; i < n; i++) {
-		uint64_t w[LIMITS_KEY_WORDS];
-		for (unsigned k = 0; k < LIMITS_KEY_WORDS; k++)
-			w[k] = atomic_load_explicit(&copy[i].key[k], memory_order_relaxed);
-		slot_insert(l, atomic_load_explicit(&copy[i].id, memory_order_relaxed), w,
-			    (int64_t)atomic_load_explicit(&copy[i].limit, memory_order_relaxed));
-	}
-	free(copy);
-	return 0;
-}
-
-/* Room for one more used slot (the lock held): a rebuild when used
- * slots would pass 3/4. */
-static void limits_room(struct limits *l)
-{
-	if ((atomic_load(&l->hdr->used) + 1) * 4 > l->nslots * 3)
-		limits_rebuild(l);
+		atomic_store_explicit(&to->key[k],
+				      atomic_load_explicit(&from->key[k], memory_order_relaxed),
+				      memory_order_relaxed);
+	atomic_store_explicit(&to->limit, atomic_load_explicit(&from->limit, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&to->home, atomic_load_explicit(&from->home, memory_order_relaxed),
+			      memory_order_relaxed);
+	atomic_store_explicit(&to->id, atomic_load_explicit(&from->id, memory_order_relaxed),
+			      memory_order_relaxed);
 }
 
 static bool args_ok(unsigned ns, uint32_t window, size_t len, int64_t limit)
@@ -400,16 +342,19 @@ static bool args_ok(unsigned ns, uint32_t window, size_t len, int64_t limit)
 	return ns < LIMITS_NS && window > 0 && len > 0 && len <= LIMITS_KEY_MAX && limit >= 0;
 }
 
-/* Put with the lock held. */
+/* Put with the lock held: in place, or into the first empty slot of its
+ * chain (live slots stay at most half the table: one is always found). */
 static int put_locked(struct limits *l, unsigned ns, uint32_t window, const uint64_t *w,
 		      size_t len, int64_t limit, size_t bound, bool *added)
 {
 	uint64_t id = id_make(LIMITS_ST_LIVE, ns, len, window);
-	int64_t at = slot_find(l, id, w, home_of(l, ns, window, w));
+	uint64_t home = home_of(l, ns, window, w);
+	int64_t at = slot_find(l, id, w, home);
 
 	if (added)
 		*added = at < 0;
 	if (at >= 0) {
+		/* One word: readers see the old limit or the new one. */
 		atomic_store_explicit(&l->slots[at].limit, (uint64_t)limit, memory_order_relaxed);
 		return 0;
 	}
@@ -420,11 +365,49 @@ static int put_locked(struct limits *l, unsigned ns, uint32_t window, const uint
 		live += atomic_load(&l->hdr->count[i]);
 	if (live >= l->hdr->total)
 		return LIMITS_ERR_FULL;
-	limits_room(l);
-	if ((atomic_load(&l->hdr->used) + 1) * 4 > l->nslots * 3)
-		return LIMITS_ERR_FULL;   /* no memory for a rebuild */
-	slot_insert(l, id, w, limit);
+	uint64_t s = home;
+	while (id_state(atomic_load_explicit(&l->slots[s].id, memory_order_relaxed)) != LIMITS_ST_EMPTY)
+		s = s + 1 == l->nslots ? 0 : s + 1;
+	struct limits_slot *sl = &l->slots[s];
+	write_begin(l);
+	for (unsigned k = 0; k < LIMITS_KEY_WORDS; k++)
+		atomic_store_explicit(&sl->key[k], w[k], memory_order_relaxed);
+	atomic_store_explicit(&sl->limit, (uint64_t)limit, memory_order_relaxed);
+	atomic_store_explicit(&sl->home, home, memory_order_relaxed);
+	atomic_store_explicit(&sl->id, id, memory_order_relaxed);
+	write_end(l);
+	atomic_fetch_add(&l->hdr->count[ns], 1);
 	return 0;
+}
+
+/* Is home h outside the cyclic range (i, j]? Then the entry at j may
+ * move back to i (linear probing's deletion by shifting back). */
+static bool may_move(uint64_t h, uint64_t i, uint64_t j)
+{
+	return i <= j ? (h <= i || h > j) : (h <= i && h > j);
+}
+
+/* Removes slot i (the lock held): the entries after it that may move
+ * back do, so no chain has a hole and no slot a tombstone; one change
+ * for readers. */
+static void slot_remove(struct limits *l, uint64_t i)
+{
+	unsigned ns = id_ns(atomic_load_explicit(&l->slots[i].id, memory_order_relaxed));
+
+	write_begin(l);
+	for (uint64_t j = i;;) {
+		j = j + 1 == l->nslots ? 0 : j + 1;
+		uint64_t id = atomic_load_explicit(&l->slots[j].id, memory_order_relaxed);
+		if (id_state(id) == LIMITS_ST_EMPTY)
+			break;
+		if (may_move(atomic_load_explicit(&l->slots[j].home, memory_order_relaxed), i, j)) {
+			slot_copy(&l->slots[i], &l->slots[j]);
+			i = j;
+		}
+	}
+	atomic_store_explicit(&l->slots[i].id, 0, memory_order_relaxed);
+	write_end(l);
+	atomic_fetch_sub(&l->hdr->count[ns], 1);
 }
 
 int limits_put(struct limits *l, unsigned ns, uint32_t window, const char *key, size_t len,
@@ -451,31 +434,37 @@ int limits_del(struct limits *l, unsigned ns, uint32_t window, const char *key, 
 	key_words(key, len, w);
 	if (limits_lock(l) < 0)
 		return -LIMITS_ERR_BUSY;
-	uint64_t id = id_make(LIMITS_ST_LIVE, ns, len, window);
-	int64_t at = slot_find(l, id, w, home_of(l, ns, window, w));
-	if (at >= 0) {
-		atomic_store_explicit(&l->slots[at].id, id_make(LIMITS_ST_TOMB, 0, 0, 0),
-				      memory_order_relaxed);
-		atomic_fetch_sub(&l->hdr->count[ns], 1);
-	}
+	int64_t at = slot_find(l, id_make(LIMITS_ST_LIVE, ns, len, window), w,
+			       home_of(l, ns, window, w));
+	if (at >= 0)
+		slot_remove(l, (uint64_t)at);
 	limits_unlock(l);
 	return at >= 0;
 }
 
-/* Tombstones every override of ns (of window, unless 0): the lock held. */
-static int clear_locked(struct limits *l, unsigned ns, uint32_t window)
+/* Removes every override of ns (of window, unless 0) for which keep()
+ * says no (the lock held). A removal moves entries back: the slot is
+ * looked at again. Returns the count removed. */
+static int remove_locked(struct limits *l, unsigned ns, uint32_t window,
+			 bool (*keep)(const struct limits_slot *sl, const void *arg),
+			 const void *arg)
 {
 	int n = 0;
 
-	for (uint64_t s = 0; s < l->nslots; s++) {
-		uint64_t id = atomic_load_explicit(&l->slots[s].id, memory_order_relaxed);
-		if (id_state(id) != LIMITS_ST_LIVE || id_ns(id) != ns ||
-		    (window && id_window(id) != window))
-			continue;
-		atomic_store_explicit(&l->slots[s].id, id_make(LIMITS_ST_TOMB, 0, 0, 0),
-				      memory_order_relaxed);
-		atomic_fetch_sub(&l->hdr->count[ns], 1);
-		n++;
+	for (uint64_t pass = 0; pass < 2; pass++) {
+		/* A removal near the end may move an entry from the start
+		 * back past the end: a second pass sees it. */
+		for (uint64_t s = 0; s < l->nslots; s++) {
+			for (;;) {
+				const struct limits_slot *sl = &l->slots[s];
+				uint64_t id = atomic_load_explicit(&sl->id, memory_order_relaxed);
+				if (id_state(id) != LIMITS_ST_LIVE || id_ns(id) != ns ||
+				    (window && id_window(id) != window) || (keep && keep(sl, arg)))
+					break;
+				slot_remove(l, s);
+				n++;
+			}
+		}
 	}
 	return n;
 }
@@ -486,31 +475,78 @@ int limits_clear(struct limits *l, unsigned ns, uint32_t window)
 		return 0;
 	if (limits_lock(l) < 0)
 		return -LIMITS_ERR_BUSY;
-	int n = clear_locked(l, ns, window);
+	int n = remove_locked(l, ns, window, NULL, NULL);
 	limits_unlock(l);
 	return n;
+}
+
+/* Order of struct limits_entry: window, length, bytes. */
+static int entry_cmp(const void *a, const void *b)
+{
+	const struct limits_entry *x = a, *y = b;
+
+	if (x->window != y->window)
+		return x->window < y->window ? -1 : 1;
+	if (x->len != y->len)
+		return x->len < y->len ? -1 : 1;
+	return memcmp(x->key, y->key, x->len);
+}
+
+struct replace_set {
+	const struct limits_entry *e;
+	size_t n;
+};
+
+/* Is the override at sl among the set (sorted)? */
+static bool in_set(const struct limits_slot *sl, const void *arg)
+{
+	const struct replace_set *rs = arg;
+	if (rs->n == 0)
+		return false;
+	uint64_t id = atomic_load_explicit(&sl->id, memory_order_relaxed);
+	struct limits_entry k = { .window = id_window(id), .len = (uint8_t)id_len(id) };
+	uint64_t w[LIMITS_KEY_WORDS];
+
+	for (unsigned i = 0; i < LIMITS_KEY_WORDS; i++)
+		w[i] = atomic_load_explicit(&sl->key[i], memory_order_relaxed);
+	memcpy(k.key, w, k.len);
+	return bsearch(&k, rs->e, rs->n, sizeof(*rs->e), entry_cmp) != NULL;
 }
 
 int limits_replace(struct limits *l, unsigned ns, const struct limits_entry *e, size_t n,
 		   size_t bound, size_t *kept)
 {
+	struct limits_entry *sorted = NULL;
 	size_t k = 0;
 
 	if (!l || ns >= LIMITS_NS)
 		return LIMITS_ERR_ARG;
-	if (limits_lock(l) < 0)
+	if (n && !(sorted = malloc(n * sizeof(*sorted))))
+		return LIMITS_ERR_FULL;
+	if (n) {
+		memcpy(sorted, e, n * sizeof(*sorted));
+		qsort(sorted, n, sizeof(*sorted), entry_cmp);
+	}
+	if (limits_lock(l) < 0) {
+		free(sorted);
 		return LIMITS_ERR_BUSY;
-	clear_locked(l, ns, 0);
+	}
+	/* The ones the store no longer has go first (room for the new);
+	 * the ones it keeps are changed in place, never absent meanwhile. */
+	struct replace_set rs = { .e = sorted, .n = n };
+	remove_locked(l, ns, 0, in_set, &rs);
 	for (size_t i = 0; i < n; i++) {
 		uint64_t w[LIMITS_KEY_WORDS];
 
-		if (!args_ok(ns, e[i].window, e[i].len, e[i].limit))
+		if (!args_ok(ns, sorted[i].window, sorted[i].len, sorted[i].limit))
 			continue;
-		key_words(e[i].key, e[i].len, w);
-		if (put_locked(l, ns, e[i].window, w, e[i].len, e[i].limit, bound, NULL) == 0)
+		key_words(sorted[i].key, sorted[i].len, w);
+		if (put_locked(l, ns, sorted[i].window, w, sorted[i].len, sorted[i].limit, bound,
+			       NULL) == 0)
 			k++;
 	}
 	limits_unlock(l);
+	free(sorted);
 	if (kept)
 		*kept = k;
 	return 0;

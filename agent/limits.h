@@ -16,20 +16,23 @@
  *   | struct limits_hdr       |  magic, slots, seed, writers' lock, the
  *   +-------------------------+  seqlock word, per namespace: the count,
  *   | struct limits_slot [n]  |  the store's version last applied
- *   +-------------------------+  128 bytes each: state|ns|len|window,
- *                                limit, 13 words of key
+ *   +-------------------------+  n = 2 x total + 1, 128 bytes each:
+ *                                state|ns|len|window, limit, 13 words of
+ *                                key, its home slot
  *
  * Open addressing with linear probing from a keyed hash of (ns, window,
- * key); a removed override leaves a tombstone until the next rebuild
- * (made by a writer once used slots pass 3/4: lookups always meet an
- * empty slot). Readers take no lock: one seqlock word for the whole
- * table, odd while a writer writes; a reader copies what it looks at and
- * retries when the word moved (writes are an operator's or a sync
- * cycle's, rare). A namespace without overrides costs a lookup one
- * relaxed load (its count). Writers exclude each other by a lock word
- * holding the writer's pid; one left by a process that died is taken
- * over (its half write may lose what it was writing: the count is
- * counted again then).
+ * key), at most half the slots live (the table never fills a chain); a
+ * removal moves the entries after it back (no tombstones, no rebuild).
+ * Readers take no lock: one seqlock word for the whole table, odd while a
+ * writer changes slots (one insert or one removal at a time, a few dozen
+ * stores); a reader copies what it looks at and retries when the word
+ * moved, and answers the configured limit only if a writer stays in the
+ * middle of one change past LIMITS_TRIES tries (it was descheduled or
+ * killed there). A limit changed in place is one word: no retry. A
+ * namespace without overrides costs a lookup one relaxed load (its
+ * count). Writers exclude each other by a lock word holding the writer's
+ * pid; one left by a process that died is taken over (the seqlock made
+ * even, the counts counted again).
  */
 #ifndef LIMITS_H
 #define LIMITS_H
