@@ -590,9 +590,9 @@ static int redis_limits_read(struct strategy *st, const char *ns, size_t ns_len,
 	op->version = version;
 	op->changed = changed;
 	*changed = false;
-	op->calls[0].nargs = 4;
+	op->calls[0].nargs = 5;
 	op->calls[0].ro = true;
-	p = redis_put_array(op->cmd, 4);
+	p = redis_put_array(op->cmd, 5);
 	p = redis_put_bulk(p, "EVAL", 4);
 	p = redis_put_bulk(p, redis_limits_read_script, script_len);
 	p = redis_put_bulk(p, "1", 1);

@@ -104,8 +104,8 @@ int httpc_send(int fd, const char *s, size_t n)
 	return rawspop_send(fd, s, n);
 }
 
-int httpc_get(int port, const char *target, const char *headers, struct httpc_resp *r,
-	      int timeout_ms, const char **why)
+int httpc_request(int port, const char *method, const char *target, const char *headers,
+		  struct httpc_resp *r, int timeout_ms, const char **why)
 {
 	static struct httpc_buf b;
 	char req[8192];
@@ -114,8 +114,8 @@ int httpc_get(int port, const char *target, const char *headers, struct httpc_re
 	if (fd < 0)
 		return fail(why, "connect failed");
 	b.len = 0;
-	int n = snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: t\r\n%sConnection: close\r\n\r\n",
-			 target, headers ? headers : "");
+	int n = snprintf(req, sizeof(req), "%s %s HTTP/1.1\r\nHost: t\r\n%sConnection: close\r\n\r\n",
+			 method, target, headers ? headers : "");
 	if (n < 0 || (size_t)n >= sizeof(req) || httpc_send(fd, req, (size_t)n) < 0) {
 		close(fd);
 		return fail(why, "send failed");
@@ -123,4 +123,39 @@ int httpc_get(int port, const char *target, const char *headers, struct httpc_re
 	rc = httpc_read(fd, &b, r, timeout_ms, why);
 	close(fd);
 	return rc;
+}
+
+int httpc_get(int port, const char *target, const char *headers, struct httpc_resp *r,
+	      int timeout_ms, const char **why)
+{
+	return httpc_request(port, "GET", target, headers, r, timeout_ms, why);
+}
+
+long long httpc_metric(int port, const char *sample, int timeout_ms)
+{
+	static char page[1 << 16];
+	size_t len = 0;
+	int fd = rawspop_connect(port, timeout_ms);
+	const char *req = "GET /metrics HTTP/1.0\r\n\r\n", *p;
+
+	if (fd < 0 || httpc_send(fd, req, strlen(req)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (poll(&pfd, 1, timeout_ms) != 1 || len + 1 >= sizeof(page))
+			break;
+		k = recv(fd, page + len, sizeof(page) - 1 - len, 0);
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+	}
+	close(fd);
+	page[len] = '\0';
+	p = strstr(page, sample);
+	return p ? atoll(p + strlen(sample)) : -1;
 }

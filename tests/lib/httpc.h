@@ -48,4 +48,12 @@ int httpc_send(int fd, const char *s, size_t n);
 int httpc_get(int port, const char *target, const char *headers, struct httpc_resp *r,
 	      int timeout_ms, const char **why);
 
+/* GET /metrics on 127.0.0.1:port, the whole page: the value of the
+ * sample whose text (name, labels and a space) is given, or -1. */
+long long httpc_metric(int port, const char *sample, int timeout_ms);
+
+/* The same with another method ("PUT", "DELETE"...), no body. */
+int httpc_request(int port, const char *method, const char *target, const char *headers,
+		  struct httpc_resp *r, int timeout_ms, const char **why);
+
 #endif /* TESTS_HTTPC_H */
