@@ -109,16 +109,15 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 /* Why rq may not be decided against window of namespace nsc as it asks,
  * or NULL: an untrusted caller names a limit where none is configured
  * (unless caller_limit "any"), or the cost is over ns_max_cost() of the
- * limit it is decided against. Fills *limit and *has with that limit
- * (sk: the key's stored form, whose override it may be). A text that
- * names the namespace is d->refusal's. */
-static const char *refusal(struct decide *d, const struct ns_def *nsc, int ns,
-			   const struct rl_request *rq, const struct rl_skey *sk, uint32_t window,
+ * limit it is decided against. Fills *limit and *has with that limit,
+ * from configured: the namespace's limit of the window, or the key's own
+ * (PUT /limits: rl_limit_of), which a caller's may lower as caller_limit
+ * says (NS_LIMIT_NONE: none). A text that names the namespace is
+ * d->refusal's. */
+static const char *refusal(struct decide *d, const struct ns_def *nsc,
+			   const struct rl_request *rq, uint32_t window, int64_t configured,
 			   int64_t *limit, bool *has)
 {
-	/* A limit set for the key at run time (PUT /limits) replaces the
-	 * configured one: a caller's may lower it, as caller_limit says. */
-	int64_t configured = rl_limit_of(d->rl, ns, window, sk, ns_limit_of(nsc, window));
 
 	*has = ns_effective_limit(nsc, configured, rq->has_limit, rq->limit, limit);
 	if (rq->has_limit && !ns_caller_may_limit(nsc, configured, !rq->untrusted)) {
@@ -159,7 +158,9 @@ static const char *batch_refusal(struct decide *d, const struct rl_request *rq,
 			nw = 1;
 		}
 		for (size_t k = 0; k < nw; k++) {
-			const char *why = refusal(d, nsc, ns, &rq[i], &sk[i], wins[k], &limit, &has);
+			int64_t configured = rl_limit_of(d->rl, ns, wins[k], &sk[i],
+							 ns_limit_of(nsc, wins[k]));
+			const char *why = refusal(d, nsc, &rq[i], wins[k], configured, &limit, &has);
 			if (why)
 				return why;
 		}
@@ -346,7 +347,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 	 * caller's as the namespace allows (caller_limit); the cost within
 	 * max_cost. */
 	int64_t limit = 0;
-	r->error = refusal(d, nsc, ns, rq, sk, window, &limit, &r->has_limit);
+	r->error = refusal(d, nsc, rq, window,
+			   rl_limit_of(d->rl, ns, window, sk, ns_limit_of(nsc, window)), &limit,
+			   &r->has_limit);
 	if (r->error)
 		return;
 

@@ -249,6 +249,11 @@ size_t limits_count(const struct limits *l, unsigned ns)
 	return atomic_load_explicit(&l->hdr->count[ns], memory_order_relaxed);
 }
 
+const _Atomic uint32_t *limits_counts(const struct limits *l)
+{
+	return l ? l->hdr->count : NULL;
+}
+
 uint64_t limits_version(const struct limits *l, unsigned ns)
 {
 	if (!l || ns >= LIMITS_NS)

@@ -37,6 +37,7 @@
 #ifndef LIMITS_H
 #define LIMITS_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -114,6 +115,11 @@ size_t limits_list(const struct limits *l, unsigned ns, uint64_t *pos,
 
 /* Overrides ns holds now. */
 size_t limits_count(const struct limits *l, unsigned ns);
+
+/* The words of those counts, LIMITS_NS of them, in the shared mapping
+ * (valid as long as l): the hot path's "none here" is one load of its
+ * namespace's word (rl_limit_of). */
+const _Atomic uint32_t *limits_counts(const struct limits *l);
 
 /* The store's version of ns's overrides last applied (0: the store has
  * none; LIMITS_VERSION_UNKNOWN: none applied since the table was made or

@@ -90,6 +90,8 @@ struct rl {
 	                                       without comparing names */
 	size_t max_keys;
 	struct limits *limits;              /* overrides (rl_limits_open), or NULL */
+	const _Atomic uint32_t *ovr_count;  /* ... their count per table namespace
+	                                       (limits_counts), or NULL */
 	bool secret_set;                    /* rl_set_key_secret() was called */
 	bool public_key;                    /* digests use RL_DIGEST_KEY */
 	_Atomic int err;                    /* enum rl_status of the last failure */
@@ -838,6 +840,8 @@ void rl_worker_gone(struct rl *rl)
 
 /* ---- limits per key set at run time ---- */
 
+_Static_assert(LIMITS_NS == SHM_MAX_NS, "an override's namespace is the table's index");
+
 int rl_limits_open(struct rl *rl, size_t total, size_t *dropped, char *err, size_t errlen)
 {
 	int fd = shm_state_fd(rl->shm);
@@ -845,6 +849,7 @@ int rl_limits_open(struct rl *rl, size_t total, size_t *dropped, char *err, size
 	*dropped = 0;
 	rl->limits = fd >= 0 ? limits_open_file(fd, shm_bytes(rl->shm), total, dropped, err, errlen)
 			     : limits_create(total, err, errlen);
+	rl->ovr_count = limits_counts(rl->limits);
 	return rl->limits ? 0 : -1;
 }
 
@@ -856,7 +861,9 @@ struct limits *rl_limits(const struct rl *rl)
 int64_t rl_limit_of(const struct rl *rl, int ns, uint32_t size, const struct rl_skey *key,
 		    int64_t configured)
 {
-	if (!rl->limits || ns < 0 || (size_t)ns >= rl->n_ns)
+	/* The usual case, a namespace without overrides: one load. */
+	if (!rl->ovr_count || (size_t)ns >= rl->n_ns ||
+	    atomic_load_explicit(&rl->ovr_count[rl->ns[ns].sid], memory_order_relaxed) == 0)
 		return configured;
 	return limits_get(rl->limits, rl->ns[ns].sid, size, rl_skey_bytes(key), key->len,
 			  configured);
