@@ -33,7 +33,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: spoa-ratelimit [-c FILE] [-l ADDR] [-w WORKERS] [-t] [-v] [-h]\n"
-		"       spoa-ratelimit ctl [-c FILE] [--json] keys|reset|top ... (ctl -h)\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] keys|reset|top|limits ... (ctl -h)\n"
 		"  -c FILE     JSON configuration (docs/CONFIG.md); built-in defaults without it\n"
 		"  -l ADDR     listen on HOST:PORT, [IPV6]:PORT or unix:/path (default 127.0.0.1:12345)\n"
 		"  -w WORKERS  worker processes (default: number of CPUs)\n"
