@@ -639,8 +639,8 @@ struct limits *limits_open_file(int fd, size_t off, size_t total, size_t *droppe
 		snprintf(err, errlen, "limit overrides: %s", strerror(errno));
 		return NULL;
 	}
-	bool fresh = (size_t)st.st_size <= off;
-	if (!fresh) {
+	/* A file that ends at off: a new part. */
+	if ((size_t)st.st_size > off) {
 		memset(&h, 0, sizeof(h));
 		if ((size_t)st.st_size < off + sizeof(h) ||
 		    pread(fd, &h, sizeof(h), (off_t)off) != (ssize_t)sizeof(h) ||
@@ -651,28 +651,27 @@ struct limits *limits_open_file(int fd, size_t off, size_t total, size_t *droppe
 				 "of another version; move the file away to start afresh", off);
 			return NULL;
 		}
-		if (h.total != total) {
-			/* Another total: the overrides it held, placed again below. */
-			size_t olen = limits_len(h.nslots);
-			void *p = mmap(NULL, olen, PROT_READ, MAP_SHARED, fd, (off_t)off);
-			if (p == MAP_FAILED) {
-				snprintf(err, errlen, "limit overrides: mmap: %s", strerror(errno));
-				return NULL;
-			}
-			n_old = limits_salvage(p, h.nslots, &old, &old_ns);
-			munmap(p, olen);
-			if (n_old < 0) {
-				free(old);
-				free(old_ns);
-				snprintf(err, errlen, "limit overrides: out of memory");
-				return NULL;
-			}
-			fresh = true;
+		/* The overrides it held, placed again below in a part made
+		 * afresh for this total (the same or another): what a file
+		 * holds is checked one by one, never trusted as a layout. */
+		size_t olen = limits_len(h.nslots);
+		void *op = mmap(NULL, olen, PROT_READ, MAP_SHARED, fd, (off_t)off);
+		if (op == MAP_FAILED) {
+			snprintf(err, errlen, "limit overrides: mmap: %s", strerror(errno));
+			return NULL;
+		}
+		n_old = limits_salvage(op, h.nslots, &old, &old_ns);
+		munmap(op, olen);
+		if (n_old < 0) {
+			free(old);
+			free(old_ns);
+			snprintf(err, errlen, "limit overrides: out of memory");
+			return NULL;
 		}
 	}
 	struct limits *l = NULL;
 	void *p = NULL;
-	if ((fresh && ftruncate(fd, (off_t)(off + len)) < 0) ||
+	if (ftruncate(fd, (off_t)(off + len)) < 0 ||
 	    !(p = segment_map_file_at(fd, off, len)) || !(l = limits_handle(p, n, len, true))) {
 		snprintf(err, errlen, "limit overrides: %zu bytes at %zu: %s", len, off,
 			 errno ? strerror(errno) : "out of memory");
@@ -681,27 +680,18 @@ struct limits *limits_open_file(int fd, size_t off, size_t total, size_t *droppe
 		free(old_ns);
 		return NULL;
 	}
-	if (fresh) {
-		memset(p, 0, len);
-		limits_init_hdr(l, total);
-		for (long i = 0; i < n_old; i++) {
-			uint64_t w[LIMITS_KEY_WORDS];
-			key_words(old[i].key, old[i].len, w);
-			if (put_locked(l, old_ns[i], old[i].window, w, old[i].len, old[i].limit,
-				       total, NULL) != 0)
-				(*dropped)++;
-		}
-		free(old);
-		free(old_ns);
-		return l;
+	memset(p, 0, len);
+	limits_init_hdr(l, total);
+	for (long i = 0; i < n_old; i++) {
+		uint64_t w[LIMITS_KEY_WORDS];
+
+		key_words(old[i].key, old[i].len, w);
+		if (!args_ok(old_ns[i], old[i].window, old[i].len, old[i].limit) ||
+		    put_locked(l, old_ns[i], old[i].window, w, old[i].len, old[i].limit, total,
+			       NULL) != 0)
+			(*dropped)++;
 	}
-	/* The last run's: no writer holds it now, its versions are the
-	 * store's to say again (the first read takes them all). */
-	atomic_store(&l->hdr->lock, 0);
-	if (atomic_load(&l->hdr->seq) & 1)
-		atomic_store(&l->hdr->seq, atomic_load(&l->hdr->seq) + 1);
-	for (unsigned ns = 0; ns < LIMITS_NS; ns++)
-		atomic_store(&l->hdr->version[ns], LIMITS_VERSION_UNKNOWN);
-	limits_recount(l);
+	free(old);
+	free(old_ns);
 	return l;
 }

@@ -72,10 +72,11 @@ struct limits *limits_create(size_t total, char *err, size_t errlen);
 
 /* The same kept in the open state file fd from byte `off` on (page
  * aligned: the end of the counter table): a file that ends at off gets a
- * new part; one made for the same total is mapped again, its overrides
- * kept; one made for another total is made again with the overrides it
- * held (those past the new total are dropped: *dropped says how many).
- * Refused (NULL, err): a part that is not one of ours. Before fork. */
+ * new part; one that holds a part of ours has it made again for this
+ * total with the overrides it held, each checked (those past the new
+ * total, or malformed, are dropped: *dropped says how many), so a
+ * restart keeps them and a damaged slot never becomes a layout. Refused
+ * (NULL, err): a part that is not one of ours. Before fork. */
 struct limits *limits_open_file(int fd, size_t off, size_t total, size_t *dropped, char *err,
 				size_t errlen);
 

@@ -13,7 +13,9 @@
  *   - a DELETE on node 2 reaches node 1 the same way, and a replaced
  *     limit too;
  *   - the store bounds a namespace as the nodes do (max_limit_overrides):
- *     a PUT of one more is refused (409) with the same message.
+ *     a PUT of one more is refused (409) with the same message;
+ *   - a store that is gone takes nothing: 503, nothing changed on the
+ *     node either.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -181,6 +183,31 @@ CT_STORE_TEST(limit_per_key_bounded_in_the_store)
 	snprintf(t, sizeof(t), "/limits?key=b3&window=%u&limit=1", w);
 	req(1, "PUT", t, &r);
 	cr_assert_not_null(strstr(r.body, "max_limit_overrides (2)"), "%s", r.body);
+}
+
+/* The store gone: a PUT or DELETE is refused (503), this node keeps
+ * what it had. */
+CT_STORE_TEST(limit_per_key_store_gone)
+{
+	unsigned w = ct_window();
+	char t[256];
+	struct httpc_resp r;
+
+	st->up(0);
+	start_two(st, w, 16);
+	put(0, "kept", w, 3, 200);
+	wait_limits(0, "kept", "\"limit\":3");
+	st->gone();
+	snprintf(t, sizeof(t), "/limits?key=new&window=%u&limit=1", w);
+	req(0, "PUT", t, &r);
+	cr_assert_eq(r.status, 503, "%s", r.body);
+	cr_assert_not_null(strstr(r.body, "the store did not take it, nothing changed"), "%s",
+			   r.body);
+	snprintf(t, sizeof(t), "/limits?key=kept&window=%u", w);
+	req(0, "DELETE", t, &r);
+	cr_assert_eq(r.status, 503, "%s", r.body);
+	wait_limits(0, "new", "\"limits\":[]");
+	wait_limits(0, "kept", "\"limit\":3");
 }
 
 int main(int argc, char *argv[])

@@ -304,6 +304,21 @@ Test(limits, kept_in_the_state_file)
 	cr_assert_eq(limits_count(l, 0) + limits_count(l, 1), 4);
 	limits_destroy(l);
 
+	/* A slot the file says holds 127 key bytes (past the 104 a slot
+	 * has), and one of window 0: dropped, the others kept. */
+	shm_destroy(t);
+	t = open_both(path, 100, &l, &dropped);
+	limits_destroy(l);
+	uint64_t bad[16] = { 1ULL << 62 | 127ULL << 50 | 60, 3 };
+	uint64_t zero[16] = { 1ULL << 62 | 1ULL << 50 | 0, 3, 'x' };
+	cr_assert_eq(pwrite(shm_state_fd(t), bad, sizeof(bad), (off_t)shm_bytes(t) + 4096), 128);
+	cr_assert_eq(pwrite(shm_state_fd(t), zero, sizeof(zero), (off_t)shm_bytes(t) + 4224), 128);
+	shm_destroy(t);
+	t = open_both(path, 100, &l, &dropped);
+	cr_assert_eq(dropped, 1, "window 0 (the length is not a slot's: never read)");
+	cr_assert_eq(limits_count(l, 0) + limits_count(l, 1), 4);
+	limits_destroy(l);
+
 	/* A part that is not one: refused, the file left as it is. */
 	int fd = shm_state_fd(t);
 	struct stat st;
