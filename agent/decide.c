@@ -109,12 +109,15 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 /* Why rq may not be decided against window of namespace nsc as it asks,
  * or NULL: an untrusted caller names a limit where none is configured
  * (unless caller_limit "any"), or the cost is over ns_max_cost() of the
- * limit it is decided against. Fills *limit and *has with that limit. A
- * text that names the namespace is d->refusal's. */
+ * limit it is decided against. Fills *limit and *has with that limit,
+ * from configured: the namespace's limit of the window, or the key's own
+ * (PUT /limits: rl_limit_of), which a caller's may lower as caller_limit
+ * says (NS_LIMIT_NONE: none). A text that names the namespace is
+ * d->refusal's. */
 static const char *refusal(struct decide *d, const struct ns_def *nsc,
-			   const struct rl_request *rq, uint32_t window, int64_t *limit, bool *has)
+			   const struct rl_request *rq, uint32_t window, int64_t configured,
+			   int64_t *limit, bool *has)
 {
-	int64_t configured = ns_limit_of(nsc, window);
 
 	*has = ns_effective_limit(nsc, configured, rq->has_limit, rq->limit, limit);
 	if (rq->has_limit && !ns_caller_may_limit(nsc, configured, !rq->untrusted)) {
@@ -135,7 +138,8 @@ static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
  * of one of its (request, window) parts, checked before anything is
  * counted. Requests that fail for another reason (a bad argument, an
  * unknown namespace or window, no key) are left to decide_count. */
-static const char *batch_refusal(struct decide *d, const struct rl_request *rq, size_t n)
+static const char *batch_refusal(struct decide *d, const struct rl_request *rq,
+				 const struct rl_skey *sk, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint32_t wins[NS_MAX_WINDOWS];
@@ -154,7 +158,9 @@ static const char *batch_refusal(struct decide *d, const struct rl_request *rq, 
 			nw = 1;
 		}
 		for (size_t k = 0; k < nw; k++) {
-			const char *why = refusal(d, nsc, &rq[i], wins[k], &limit, &has);
+			int64_t configured = rl_limit_of(d->rl, ns, wins[k], &sk[i],
+							 ns_limit_of(nsc, wins[k]));
+			const char *why = refusal(d, nsc, &rq[i], wins[k], configured, &limit, &has);
 			if (why)
 				return why;
 		}
@@ -347,7 +353,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 	 * caller's as the namespace allows (caller_limit); the cost within
 	 * max_cost. */
 	int64_t limit = 0;
-	r->error = refusal(d, nsc, rq, window, &limit, &r->has_limit);
+	r->error = refusal(d, nsc, rq, window,
+			   rl_limit_of(d->rl, ns, window, sk, ns_limit_of(nsc, window)), &limit,
+			   &r->has_limit);
 	if (r->error)
 		return;
 
@@ -435,7 +443,7 @@ size_t decide_parts(struct decide *d, const struct rl_request *rq, const struct 
 	}
 	/* A part a caller may not ask for refuses the whole decision, before
 	 * anything is counted: each request answers the reason. */
-	const char *why = batch_refusal(d, rq, n);
+	const char *why = batch_refusal(d, rq, sk, n);
 	for (size_t i = 0; why && i < n && np < maxparts; i++) {
 		struct rl_request bad = rq[i];
 		bad.arg_error = bad.arg_error ? bad.arg_error : why;

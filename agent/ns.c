@@ -193,6 +193,9 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 	if (d->delay_max_ms > NS_DELAY_MAX_MS)
 		return ns_fail(e, "delay_max_ms", "expected 0..%u ms, got %u", NS_DELAY_MAX_MS,
 			       d->delay_max_ms);
+	if (d->max_limit_overrides > NS_OVERRIDES_MAX)
+		return ns_fail(e, "max_limit_overrides", "expected 1..%u, got %u", NS_OVERRIDES_MAX,
+			       d->max_limit_overrides);
 	if (d->max_cost != 0 && !(d->max_cost > 0 && d->max_cost <= (double)NS_LIMIT_MAX))
 		return ns_fail(e, "max_cost", "expected a number > 0 and at most %lld, got %g",
 			       NS_LIMIT_MAX, d->max_cost);

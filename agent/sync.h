@@ -244,4 +244,27 @@ void sync_stop(struct sync *s);
  * pushed (0 = all flushed). */
 size_t sync_flush(struct rl *rl, double timeout_s);
 
+/* ---- limits per key set at run time (PUT / DELETE /limits): sync_limits.c ---- */
+
+struct sync_limit;
+
+/* The store's answer: status 0 (stored; full: refused, the namespace
+ * holds max_limit_overrides in the store already) or -1 (why). */
+typedef void (*sync_limit_cb)(void *arg, int status, bool full, const char *why);
+
+/* Sends key's (the stored form) limit in window `size` of namespace ns
+ * (rl's index; it syncs) to its store: limit >= 0 sets it, < 0 removes
+ * it (strategy_ops.limit_set); once the store confirms, this node's
+ * table is written too (the other nodes read it with their next sync
+ * cycle). Returns 0: cb(arg, ...) runs once, later (within the store's
+ * timeout_ms), *out its handle until then; or -1, why filled (no store
+ * for this worker, not connected, out of memory): nothing was changed. */
+int sync_limit_set(struct sync *sy, unsigned ns, uint32_t size, const char *key, size_t keylen,
+		   int64_t limit, sync_limit_cb cb, void *arg, struct sync_limit **out,
+		   char why[STRATEGY_ERR_MAX]);
+
+/* The caller no longer waits (its connection closed): cb never runs; the
+ * call goes on. NULL is fine. */
+void sync_limit_detach(struct sync_limit *l);
+
 #endif /* SYNC_H */

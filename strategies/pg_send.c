@@ -216,7 +216,7 @@ static const enum pg_stmt pg_prepare_order[] = {
 	PG_STMT_FETCH, PG_STMT_PURGE,     PG_STMT_UPSERT_TOK,
 	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK, PG_STMT_GCRA,
 	PG_STMT_GCRA_TOK, PG_STMT_NODES,
-	PG_STMT_FORGET,
+	PG_STMT_FORGET, PG_STMT_LIMIT_SET, PG_STMT_LIMITS_READ,
 };
 
 /* Set-up, step 2: create the tables and indexes if missing, prepare every
@@ -300,6 +300,31 @@ static int pg_send_forget(struct pg_conn *c, struct pg_op *op)
 	pg_buf_put(&s->par[4], op->token, op->token_len);
 	if (pg_send_prepared(c, PG_STMT_FORGET) < 0)
 		return -1;  /* out of memory too: the token is queued already */
+	op->nstmts++;
+	return 1;
+}
+
+/* limit_set and limits_read: one statement each (pg_sql.c). */
+static int pg_send_limits(struct pg_conn *c, struct pg_op *op)
+{
+	struct pg *s = c->s;
+	bool set = op->kind == PG_OP_LIMIT_SET;
+
+	for (int i = 0; i < 5; i++) {
+		s->par[i].len = 0;
+		s->par[i].oom = false;
+	}
+	pg_buf_put(&s->par[0], op->ns, op->ns_len);
+	if (set) {
+		pg_buf_put(&s->par[1], op->key, op->key_len);
+		pg_buf_u32(&s->par[2], op->lim_size);
+		pg_buf_f64(&s->par[3], op->lim);
+		pg_buf_u64(&s->par[4], op->most);
+	} else {
+		pg_buf_f64(&s->par[1], (double)op->have);
+	}
+	if (pg_send_prepared(c, set ? PG_STMT_LIMIT_SET : PG_STMT_LIMITS_READ) < 0)
+		return -1;
 	op->nstmts++;
 	return 1;
 }
@@ -408,6 +433,10 @@ int pg_op_send(struct pg_conn *c, struct pg_op *op)
 		break;
 	case PG_OP_FORGET:
 		r = pg_send_forget(c, op);
+		break;
+	case PG_OP_LIMIT_SET:
+	case PG_OP_LIMITS_READ:
+		r = pg_send_limits(c, op);
 		break;
 	case PG_OP_PUSH:
 	case PG_OP_GET:

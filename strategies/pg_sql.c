@@ -318,6 +318,46 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		5,
 		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY, PG_OID_BYTEA },
 	},
+	/* Limits per key set at run time (strategy.h, limit_set): rows of
+	 * the window table under the namespace "<ns>\x01limits" (no
+	 * configured namespace has a control character: never counted,
+	 * fetched or purged as windows), window_start 0, count = the limit;
+	 * the row of window_size 0 and the empty key holds the version. $1
+	 * that namespace, $2 key, $3 size, $4 the limit (< 0: remove), $5 the
+	 * most it may hold. Returns the new version, or no row (full). */
+	[PG_STMT_LIMIT_SET] = {
+		"rl_limit_set",
+		"WITH o AS (SELECT count(*) AS n FROM @T@ WHERE namespace = $1"
+		" AND window_size <> 0 AND window_start = 0),"
+		" e AS (SELECT EXISTS (SELECT FROM @T@ WHERE namespace = $1 AND window_size = $3"
+		" AND window_start = 0 AND key = $2) AS have),"
+		" ok AS (SELECT $4 < 0 OR e.have OR o.n < $5 AS go FROM o, e),"
+		" del AS (DELETE FROM @T@ AS t USING ok WHERE ok.go AND $4 < 0"
+		" AND t.namespace = $1 AND t.window_size = $3 AND t.window_start = 0"
+		" AND t.key = $2),"
+		" ins AS (INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		" SELECT $1, $2, 0, $3, $4 FROM ok WHERE ok.go AND $4 >= 0"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = EXCLUDED.count)"
+		" INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		" SELECT $1, '\\x'::bytea, 0, 0, 1 FROM ok WHERE ok.go"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = t.count + 1 RETURNING t.count",
+		5,
+		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT4, PG_OID_FLOAT8, PG_OID_INT8 },
+	},
+	/* $1 the overrides' namespace, $2 the version the node has: the
+	 * version's row (if any) and, when it differs, every override; one
+	 * snapshot. */
+	[PG_STMT_LIMITS_READ] = {
+		"rl_limits_read",
+		"SELECT t.key, t.window_start, t.window_size, t.count FROM @T@ AS t"
+		" WHERE t.namespace = $1 AND t.window_start = 0 AND (t.window_size = 0"
+		" OR coalesce((SELECT v.count FROM @T@ AS v WHERE v.namespace = $1"
+		" AND v.window_size = 0 AND v.window_start = 0 AND v.key = '\\x'::bytea), 0) <> $2)",
+		2,
+		{ PG_OID_TEXT, PG_OID_FLOAT8 },
+	},
 	/* Tokens past their time (the server's clock: it set them). */
 	[PG_STMT_PURGE_TOK] = {
 		"rl_purge_tok",

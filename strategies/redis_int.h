@@ -233,6 +233,8 @@ enum redis_op_kind {
 	REDIS_OP_ADMIT,
 	REDIS_OP_NODES,
 	REDIS_OP_FORGET,
+	REDIS_OP_LIMIT_SET,
+	REDIS_OP_LIMITS_READ,
 	REDIS_OP_KIND_COUNT
 };
 
@@ -276,6 +278,12 @@ struct redis_op {
 	/* forget: the hits removed, written at the commit */
 	double *removed;
 	double removed_got;
+
+	/* limit_set: full, written at the commit; limits_read */
+	bool *full;
+	bool full_got;
+	uint64_t *version;
+	bool *changed;
 
 	/* rows */
 	uint32_t *sizes;                /* nsizes */
@@ -649,5 +657,7 @@ extern const char redis_admit_script[];
 extern const char redis_gcra_script[];
 extern const char redis_nodes_script[];
 extern const char redis_forget_script[];
+extern const char redis_limit_set_script[];
+extern const char redis_limits_read_script[];
 
 #endif /* REDIS_INT_H */

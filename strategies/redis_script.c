@@ -347,3 +347,37 @@ const char redis_forget_script[] =
 	"rec = string.format('%.17g', removed)\n"
 	"redis.call('SET', tk, rec, 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
 	"return rec\n";
+
+/*
+ * The limits per key set at run time (strategy.h, limit_set and
+ * limits_read), one hash per namespace in a hash tag of its own:
+ * KEYS[1] = "<prefix>:{<ns>:limits}", field = "<size>:<key>", value = the
+ * limit; its field "v" (no ':': no override's) the version, moved on by
+ * every change. Never expires: overrides last until removed.
+ *
+ * limit_set: ARGV[1] = the field, ARGV[2] = the limit ("-1": remove),
+ * ARGV[3] = the most the namespace may hold. Returns the new version, or
+ * -1 (full: a new override past the most, nothing changed).
+ */
+const char redis_limit_set_script[] =
+	"local k, f, lim = KEYS[1], ARGV[1], tonumber(ARGV[2])\n"
+	"if lim < 0 then\n"
+	"  redis.call('HDEL', k, f)\n"
+	"else\n"
+	"  if redis.call('HEXISTS', k, f) == 0 and\n"
+	"     redis.call('HLEN', k) - redis.call('HEXISTS', k, 'v') >= tonumber(ARGV[3]) then\n"
+	"    return -1\n"
+	"  end\n"
+	"  redis.call('HSET', k, f, ARGV[2])\n"
+	"end\n"
+	"return redis.call('HINCRBY', k, 'v', 1)\n";
+
+/*
+ * limits_read: ARGV[1] = the version the node has. Returns {version}
+ * when it is the store's, else {version, HGETALL of the hash} (the
+ * field "v" among the pairs).
+ */
+const char redis_limits_read_script[] =
+	"local v = redis.call('HGET', KEYS[1], 'v') or '0'\n"
+	"if v == ARGV[1] then return {v} end\n"
+	"return {v, redis.call('HGETALL', KEYS[1])}\n";

@@ -264,6 +264,24 @@ struct strategy_ops {
 		      const char *token, double *removed, strategy_done_cb cb, void *arg,
 		      char errstr[STRATEGY_ERR_MAX]);
 
+	/* Limits per key set at run time (PUT /limits, docs/CLUSTER.md,
+	 * "Limits per key"). limit_set: key's (the stored form) limit in
+	 * window `size` of ns set to limit (>= 0), or removed (limit < 0),
+	 * and ns's overrides' version moved on, in one atomic step; a new
+	 * one only while ns holds fewer than `most` (else *full before cb
+	 * runs with status 0, and nothing changed). Setting the same value
+	 * again is harmless: no token. NULL: the store keeps none (local). */
+	int (*limit_set)(struct strategy *s, const char *ns, size_t ns_len, const char *key,
+			 size_t key_len, uint32_t size, int64_t limit, uint64_t most, bool *full,
+			 strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX]);
+	/* ns's overrides, when their version is not `have`: *version gets the
+	 * store's (0: none ever set), and cb every override (a row each: key,
+	 * size, count = the limit; start 0) when the version differs from
+	 * have, no row when it does not (*changed says which). One read:
+	 * rows and version from one snapshot. */
+	int (*limits_read)(struct strategy *s, const char *ns, size_t ns_len, uint64_t have,
+			   uint64_t *version, bool *changed, strategy_rows_cb cb, void *arg,
+			   char errstr[STRATEGY_ERR_MAX]);
 	/* Is the instance connected and usable right now? */
 	bool (*ready)(const struct strategy *s);
 
