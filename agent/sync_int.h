@@ -129,6 +129,7 @@ struct sync {
 	ev_timer doubt_timer;         /* sends calls in doubt again */
 	double doubt_log;             /* last "given up" log */
 	uint64_t fseq;                /* forgets of this sync, for their tokens */
+	struct sync_leases *leases;   /* releases for the store (sync_lease.c) */
 };
 
 /* A token: unique to this sync (its nonce), so that no other sync (a
@@ -158,6 +159,12 @@ static inline double sync_period(const struct sync_ns *sn)
 {
 	return sn->def->sync_rate > 0 ? sn->def->sync_rate : SYNC_RETRY_PERIOD;
 }
+
+/* ---- sync_lease.c: releases of concurrency leases on their way ---- */
+
+/* Stops the retries; frees what is queued (after sync_gather_stop: no
+ * release is in flight then). */
+void sync_leases_free(struct sync *sy);
 
 /* ---- sync.c, for tests/lib/syncnow.c ---- */
 
