@@ -21,7 +21,8 @@
  * the heartbeat), sync_seed.c (first-seen keys seeded), sync_hits.c and
  * sync_gather.c (sync_rate 0 and exact admission), sync_doubt.c (calls in
  * doubt, their handover at a reload), sync_forget.c (a key forgotten in
- * the store), sync_read.c (a key's counts read from the store). The table
+ * the store), sync_read.c (a key's counts read from the store),
+ * sync_lease.c (concurrency leases given back to the store). The table
  * is reached through agent/shm_sync.h only.
  */
 #ifndef SYNC_H

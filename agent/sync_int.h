@@ -8,7 +8,8 @@
  *   sync.c         a sync's life: start, stop, the reload's restart and
  *                  handover, the final flush; what the decisions ask of it
  *                  (store away, can admit, busy, settled)
- *                  -> sync_cycle.c, sync_seed.c, sync_gather.c, sync_doubt.c
+ *                  -> sync_cycle.c, sync_seed.c, sync_gather.c, sync_doubt.c,
+ *                     sync_lease.c
  *   sync_cycle.c   the sync cycle and its lease, the heartbeat
  *                  -> sync_doubt.c
  *   sync_seed.c    first-seen keys seeded
@@ -21,6 +22,9 @@
  *   sync_forget.c  a key forgotten in the store (DELETE /keys)
  *                  -> sync_doubt.c
  *   sync_read.c    a key's counts read from the store (GET /keys)
+ *   sync_lease.c   concurrency leases given back to the store, retried
+ *                  until it answers
+ *                  -> sync_gather.c
  *   sync_doubt.c   the one list of calls in doubt, whoever made them:
  *                  resent with their token until the store answers, handed
  *                  over at a reload; it calls none of the files above (a
