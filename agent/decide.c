@@ -869,12 +869,10 @@ static void pending_late(struct decide_pending *p)
 		if (p->hi[i] < 0 || !r->admit0)
 			continue;
 		const struct sync_hit *h = &p->hits.h[p->hi[i]];
-		if (r->algo == NS_ALGO_CONCURRENCY) {
-			/* A lease the store took that the answer denied. */
-			if (h->ok && h->admitted && !r->counted)
-				lease_give_back(d, NULL, r, true, p->now);
+		/* A lease: decided with the answer (admit_locally), which gave
+		 * a denied one back here and to the store already. */
+		if (r->algo == NS_ALGO_CONCURRENCY)
 			continue;
-		}
 		if (h->ok && (h->admitted || r->count_denied) && r->cost > 0)
 			rl_unkeep(d->rl, r->ns, r->skey, r->skeylen, r->window,
 				  window_start(p->now, r->window), r->cost, p->now);
