@@ -24,6 +24,7 @@
 
 #include "tests/lib/clock.h"
 #include "tests/lib/clustertest.h"
+#include "tests/lib/httpc.h"
 #include "tests/lib/rawspop.h"
 
 TestSuite(cluster, .init = ct_setup, .fini = ct_teardown, .timeout = 90);
@@ -33,11 +34,12 @@ TestSuite(cluster, .init = ct_setup, .fini = ct_teardown, .timeout = 90);
 #define LEASE_LEN  32
 
 /* The store's namespace as a concurrency one: limit 3, leases of lease_ms,
- * sync_rate 0.1 s (the heartbeat's). A static buffer. */
+ * sync_rate 0.1 s (the heartbeat's), the HTTP front with the admin token.
+ * A static buffer. */
 static const char *conc_cfg(const struct ct_store *st, int timeout_ms, unsigned lease_ms)
 {
 	static char out[2048 + 128];
-	const char *cfg = ct_with_http(st->cfg(1, 0.1, timeout_ms));
+	const char *cfg = ct_with_admin(st->cfg(1, 0.1, timeout_ms));
 	const char *p = strstr(cfg, "\"sync_rate\":");
 
 	cr_assert_not_null(p);
@@ -146,6 +148,17 @@ CT_STORE_TEST(concurrency_at_most_limit_across_nodes)
 		by_store += ct_node_metric(n, "spoa_ratelimit_admissions_total{namespace=\"default\","
 					   "by=\"store\"} ");
 	cr_expect_geq(by_store, CONC_HITS, "%s: %lld decided by the store", st->name, by_store);
+	/* GET /keys: node 0's own lease (the first acquire's), no window
+	 * counts read from a store that holds none. */
+	char target[128];
+	struct httpc_resp r;
+	const char *why = NULL;
+	snprintf(target, sizeof(target), "/keys?namespace=default&key=%s", key);
+	cr_assert_eq(httpc_get(ct_nodes[0].a.http_port, target, CT_ADMIN, &r, 5000, &why), 0,
+		     "%s", why);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	cr_expect_eq(httpc_body_num(&r, "in_flight"), 1, "%s", r.body);
+	cr_expect(!strstr(r.body, "\"store\""), "%s", r.body);
 	/* At once: every node's acquires sent before any answer is read
 	 * (several of one key in one store call, one transaction each). */
 	char burst[64];
