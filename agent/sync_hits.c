@@ -110,13 +110,16 @@ static void sync_hits_build(struct sync *sy, struct sync_hits *b, size_t i, doub
 				.count_denied = h->count_denied, .nodes = nodes,
 				.step = (enum strategy_step)step, .burst = (double)ns_burst(def),
 			};
+			/* The window's size, not its slot's period (GCRA's
+			 * window x burst, concurrency's lease_ms): T = size /
+			 * limit, rl_store_answer's window, a release's key. */
+			if (step != ALGO_STEP_WINDOW)
+				b->a[b->na - 1].size = h->size;
 			if (step == ALGO_STEP_LEASE) {
 				struct strategy_admit *a = &b->a[b->na - 1];
 				a->lease_len = algo_lease_text(h->lease, h->lease_mac, b->lease[j]);
 				a->lease = b->lease[j];
 				a->lease_s = (double)ns_lease_ms(def) / 1000.0;
-				a->size = h->size; /* the window's, not its slot's period:
-						      a release names it so */
 			}
 			if (step == ALGO_STEP_WINDOW)
 				b->a[b->na - 1].want = sync_grant_want(sy->t, e->idx, h->limit,
