@@ -142,12 +142,17 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		{ PG_OID_TEXT, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY },
 	},
 	/* $1 namespace, $2/$3 (size, newest start to delete) pairs. */
+	/* Windows up to their cutoff, and the expired leases of a
+	 * concurrency limit's window (rl_lease: window_size minus the
+	 * window's, window_start 0, count their expiry), which no key's step
+	 * deletes once nobody takes a lease of that key again. */
 	[PG_STMT_PURGE] = {
 		"rl_purge",
 		"DELETE FROM @T@ AS t"
 		" USING unnest($2::int4[], $3::int8[]) AS p(window_size, cutoff)"
-		" WHERE t.namespace = $1 AND t.window_size = p.window_size"
-		" AND t.window_start <= p.cutoff",
+		" WHERE t.namespace = $1 AND (t.window_size = p.window_size"
+		" AND t.window_start <= p.cutoff OR t.window_size = -p.window_size"
+		" AND t.window_start = 0 AND t.count <= extract(epoch FROM clock_timestamp()))",
 		3,
 		{ PG_OID_TEXT, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY },
 	},
