@@ -258,7 +258,10 @@ int admin_keys(struct rl *rl, struct sync *sy, const char *query, size_t qlen, d
 
 	if ((ns = admin_key_args(rl, query, qlen, dec, sizeof(dec), &a, out, cap, &status)) < 0)
 		return status;
-	if (rl_namespace_def(rl, ns)->sync_rate < 0)
+	/* A concurrency limit's store holds leases, no window counts to
+	 * read: this node's view only (docs/HTTP.md). */
+	if (rl_namespace_def(rl, ns)->sync_rate < 0 ||
+	    rl_namespace_def(rl, ns)->algorithm == NS_ALGO_CONCURRENCY)
 		return admin_keys_text(rl, ns, a.key, a.key_len, now, NULL, out, cap);
 	/* Answered at once when the store cannot be asked: w->why says why. */
 	size_t sl = rl_stored_key(rl, a.key, a.key_len, stored);

@@ -48,7 +48,7 @@ enum ns_window_type {
 #define NS_ALGORITHMS(X) \
 	X(NS_ALGO_WINDOW, "window", true)    /* a count per window, sliding or fixed */ \
 	X(NS_ALGO_GCRA, "gcra", true)        /* a rate with a burst: a TAT per key */ \
-	X(NS_ALGO_CONCURRENCY, "concurrency", false) /* requests in flight: leases */
+	X(NS_ALGO_CONCURRENCY, "concurrency", true) /* requests in flight: leases */
 
 enum ns_algorithm {
 #define NS_ALGO_ENUM(id, name, store) id,

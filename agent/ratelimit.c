@@ -472,6 +472,20 @@ int rl_release(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window
 	return n->algo->release(rl->shm, &k, &n->def, window_size, id, idlen, now);
 }
 
+bool rl_lease_ours(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+		   const char *id, size_t idlen)
+{
+	struct shm_key k;
+	int win = rl_hit_check(rl, ns, key, window_size, 0, RL_WEIGHT_AUTO, 0, -1, RL_ADMIT_LOCAL);
+
+	if (win < 0)
+		return false;
+	const struct rl_ns *n = &rl->ns[ns];
+	return n->algo->release &&
+	       shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(key), key->len) == 0 &&
+	       algo_lease_ours(rl->shm, &k, id, idlen);
+}
+
 int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
 	   double cost, double weight, double now, double limit, bool count_denied,
 	   struct rl_result *out)

@@ -242,6 +242,12 @@ int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t windo
 int rl_release(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
 	       const char *id, size_t idlen, double now);
 
+/* Is id[0..idlen) a lease of the stored key this node's table answered
+ * (its MAC checks: agent/algo_concurrency.c)? false for another node's,
+ * a forged one, and on any error. */
+bool rl_lease_ours(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+		   const char *id, size_t idlen);
+
 /* The cap rl_hit_degraded would decide a hit of the stored key against
  * now, for a hit already handed to a store that then failed. */
 double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,

@@ -8,7 +8,8 @@
  *   sync.c         a sync's life: start, stop, the reload's restart and
  *                  handover, the final flush; what the decisions ask of it
  *                  (store away, can admit, busy, settled)
- *                  -> sync_cycle.c, sync_seed.c, sync_gather.c, sync_doubt.c
+ *                  -> sync_cycle.c, sync_seed.c, sync_gather.c, sync_doubt.c,
+ *                     sync_lease.c
  *   sync_cycle.c   the sync cycle and its lease, the heartbeat
  *                  -> sync_doubt.c
  *   sync_seed.c    first-seen keys seeded
@@ -24,6 +25,9 @@
  *   sync_limits.c  limits per key set at run time: an operator's sent to
  *                  the store (PUT / DELETE /limits), the store's read by
  *                  the sync cycle (sync_cycle.c -> sync_limits.c)
+ *   sync_lease.c   concurrency leases given back to the store, retried
+ *                  until it answers
+ *                  -> sync_gather.c
  *   sync_doubt.c   the one list of calls in doubt, whoever made them:
  *                  resent with their token until the store answers, handed
  *                  over at a reload; it calls none of the files above (a
@@ -139,6 +143,7 @@ struct sync {
 	ev_timer doubt_timer;         /* sends calls in doubt again */
 	double doubt_log;             /* last "given up" log */
 	uint64_t fseq;                /* forgets of this sync, for their tokens */
+	struct sync_leases *leases;   /* releases for the store (sync_lease.c) */
 };
 
 /* A token: unique to this sync (its nonce), so that no other sync (a
@@ -168,6 +173,12 @@ static inline double sync_period(const struct sync_ns *sn)
 {
 	return sn->def->sync_rate > 0 ? sn->def->sync_rate : SYNC_RETRY_PERIOD;
 }
+
+/* ---- sync_lease.c: releases of concurrency leases on their way ---- */
+
+/* Stops the retries; frees what is queued (after sync_gather_stop: no
+ * release is in flight then). */
+void sync_leases_free(struct sync *sy);
 
 /* ---- sync.c, for tests/lib/syncnow.c ---- */
 

@@ -343,6 +343,7 @@ struct redis_strategy {
 	char sha[41];                   /* of the push script, "" until loaded */
 	char sha_admit[41];             /* of the admission script */
 	char sha_gcra[41];              /* of the TAT script (GCRA's admissions) */
+	char sha_lease[41];             /* of the lease script (concurrency's) */
 	char sha_nodes[41];             /* of the heartbeat script */
 	struct redis_call *waiting, *waiting_tail; /* TRYAGAIN */
 	ev_timer waiting_timer;
@@ -655,6 +656,7 @@ int redis_reply_number(const redisReply *r, double *out);
 extern const char redis_push_script[];
 extern const char redis_admit_script[];
 extern const char redis_gcra_script[];
+extern const char redis_lease_script[];
 extern const char redis_nodes_script[];
 extern const char redis_forget_script[];
 extern const char redis_limit_set_script[];

@@ -1,7 +1,7 @@
 /*
  * redis_script.c - the Lua scripts of the Redis strategy
  * (strategies/redis_int.h): pushes (push_diffs), admissions (admit: the
- * window counter's, and GCRA's TAT step) and the heartbeat, each loaded with SCRIPT LOAD in every data connection's
+ * window counter's, GCRA's TAT step, and the concurrency limit's leases) and the heartbeat, each loaded with SCRIPT LOAD in every data connection's
  * handshake (redis_conn.c) and called with EVALSHA, or EVAL after a
  * NOSCRIPT reply (redis_call.c); and the forget (an operator's DELETE, a
  * few a day: sent with EVAL, never loaded). The operations that build
@@ -292,6 +292,62 @@ const char redis_gcra_script[] =
 	"  end\n"
 	"end\n"
 	REDIS_LUA_RECORD;
+
+/*
+ * The lease script (strategy.h, struct strategy_admit, STRATEGY_STEP_LEASE):
+ * a concurrency limit's leases, for every admission of one call, one after
+ * the other. KEYS[1] = the call's token key if ARGV[1] is "1" (not used: a
+ * lease's id makes a resend exactly once by itself); then the lease keys
+ * the admissions name, each once (redis_write.c:
+ * "<prefix>:{<ns>:<bucket>}:c:<size>:<key>", in the key's hash tag), each
+ * a sorted set: member = a lease id, score = when it expires, ms of the
+ * server's clock (TIME: the nodes' clocks are never compared); the key
+ * expires with its last lease. ARGV[2] = n, then 5 per admission: the
+ * index in KEYS of its lease key, the lease id ("" for a release of the
+ * first to expire), the lease's life in ms, cost (> 0: an acquire, 0: a
+ * release), limit. Returns 4 n values, as the admission script: per
+ * admission { leases in flight after, seconds until the first of them
+ * expires, "1" admitted (taken, or given back) | "0" not, 0 }.
+ */
+const char redis_lease_script[] =
+	"local n = tonumber(ARGV[2])\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local out, dirty = {}, {}\n"
+	"for i = 1, n do\n"
+	"  local b = 2 + (i - 1) * 5\n"
+	"  local k = KEYS[tonumber(ARGV[b + 1])]\n"
+	"  local id, life = ARGV[b + 2], tonumber(ARGV[b + 3])\n"
+	"  local cost, limit = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"
+	"  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)\n"
+	"  local adm = '0'\n"
+	"  if cost > 0 then\n"
+	"    if redis.call('ZSCORE', k, id) then\n"
+	"      adm = '1'\n"
+	"    elseif redis.call('ZCARD', k) < limit then\n"
+	"      redis.call('ZADD', k, now + life, id)\n"
+	"      adm = '1' dirty[k] = true\n"
+	"    end\n"
+	"  elseif id ~= '' then\n"
+	"    if redis.call('ZREM', k, id) == 1 then adm = '1' end\n"
+	"  elseif #redis.call('ZPOPMIN', k) > 0 then\n"
+	"    adm = '1'\n"
+	"  end\n"
+	"  local left, first = redis.call('ZCARD', k), 0\n"
+	"  if left > 0 then\n"
+	"    local f = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')\n"
+	"    first = (tonumber(f[2]) - now) / 1000\n"
+	"  end\n"
+	"  out[#out + 1] = left\n"
+	"  out[#out + 1] = string.format('%.17g', first)\n"
+	"  out[#out + 1] = adm\n"
+	"  out[#out + 1] = 0\n"
+	"end\n"
+	"for k in pairs(dirty) do\n"
+	"  local last = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')\n"
+	"  redis.call('PEXPIREAT', k, tonumber(last[2]) + 1)\n"
+	"end\n"
+	"return out\n";
 
 /*
  * KEYS[1] = "<prefix>:{<ns>:nodes}", a hash: field = node id, value = the
