@@ -401,6 +401,7 @@ spoa_limits_need(ngx_array_t *limits)
     spoa_limit_conf_t  *lc = limits->elts;
 
     for (i = 0; i < limits->nelts; i++) {
+        ngx_memzero(&l[i], sizeof(l[i]));   /* every field: lease NULL (no release) */
         l[i].key = spoa_conf_value(lc[i].key, digest, sizeof(digest));
         l[i].window = spoa_conf_value(lc[i].window, "0", 1);
         l[i].limit = spoa_conf_value(lc[i].limit, "0", 1);
