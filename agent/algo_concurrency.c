@@ -31,9 +31,9 @@
  * periods old holds only expired leases, and the table takes it back.
  *
  * A lease id is 32 hex digits: the lease, (period start << 31) | (when it
- * was taken, as newest, << 22) | its number, and a MAC of it (SipHash-2-4 under the table's digest key, over
- * the stored key, namespace and window index, the lease and the table's
- * seed): a forged id
+ * was taken, as newest, << 22) | its number, and a MAC of it (conc_mac:
+ * SipHash-1-3 under the table's digest key over the table's keyed hash of
+ * the stored key, namespace and window, and the lease): a forged id
  * frees nothing. A release by id frees its lease once: it first inserts a
  * marker slot, the key "#L" + the MAC's hex (no client key is stored so:
  * agent/ratelimit.h, "stored keys") in the lease's period, which an
@@ -65,6 +65,9 @@
 
 #include <math.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 #include "agent/hash.h"
 #include "agent/shm.h"
@@ -126,45 +129,95 @@ static double conc_live(struct conc_word c, int64_t start, uint32_t p, double le
 	return now < conc_until(c, start, p, lease) ? (double)(c.taken - c.back) : 0;
 }
 
-/* The MAC of a lease of key k: who holds an id holds its lease. With the
- * table's own random seed: the digest key is the same on every node of a
- * cluster (key_secret, or none), and a lease id must be unique to its
- * node, whose store keeps every node's leases of the key by id. */
+/*
+ * The MAC of a lease of key k: who holds an id holds its lease.
+ *
+ *   MAC = SipHash-1-3(digest key, k->hash || lease)   (two words)
+ *
+ * k->hash is the table's keyed hash of the key's bytes, length, namespace
+ * and window (shm_key_init, the slot lookup's: computed anyway), under the
+ * table's random 64-bit seed, which never leaves the node (no answer, no
+ * store, no log shows it or the hash); the digest key is secret too (16
+ * random bytes per table, or key_secret's). Why that suffices:
+ * - a forged id: SipHash is a PRF under a key the client does not know;
+ *   guessing a lease's 64-bit MAC succeeds once in 2^64 tries;
+ * - an id of another key, namespace or window (a client's own lease sent
+ *   back with someone else's key): frees the same-numbered lease of the
+ *   other key only if the two hashes are equal. The table hash is not
+ *   collision resistant against one who knows the seed, but nobody does
+ *   and it is never shown, not even through the ids (PRF outputs): a
+ *   client can only try keys blind, each matching a given one with a
+ *   chance about 2^-64, and then still needs the same period, time and
+ *   number;
+ * - unique per node: the seed is the table's own, so two nodes' hashes of
+ *   a key, and so their ids, differ (the store keeps every node's leases
+ *   of a key by id), though the digest key is the cluster's;
+ * - SipHash-1-3 rather than 2-4 (hash.h): one round a word and three to
+ *   finish, the variant hash tables use against chosen input; no attack on
+ *   it as a PRF is published, and the input here is two fixed words of
+ *   which the client chooses none directly.
+ */
 static uint64_t conc_mac(const struct shm_table *t, const struct shm_key *k, uint64_t lease)
 {
-	uint64_t w[SHM_KEY_WORDS + 3];
-	unsigned n = k->nwords;
+	const uint64_t w[2] = { k->hash, lease };
 
-	/* The key's words only (those past them are not set): a short key's
-	 * MAC hashes 4 words. */
-	memcpy(w, k->w, n * sizeof(k->w[0]));
-	w[n] = (uint64_t)k->len | (uint64_t)k->ns << 8 | (uint64_t)k->win << 16;
-	w[n + 1] = lease;
-	w[n + 2] = t->seed;
-	return hash_siphash24(shm_digest_key(t), w, (n + 3) * sizeof(w[0]));
+	return hash_siphash13_words(shm_digest_key(t), w, 2);
 }
 
-/* A byte's two lowercase hex digits, for every byte. */
-#define CONC_HEX4(h) h "0" h "1" h "2" h "3" h "4" h "5" h "6" h "7" \
-		     h "8" h "9" h "a" h "b" h "c" h "d" h "e" h "f"
-static const char conc_hex2[513] =
-	CONC_HEX4("0") CONC_HEX4("1") CONC_HEX4("2") CONC_HEX4("3")
-	CONC_HEX4("4") CONC_HEX4("5") CONC_HEX4("6") CONC_HEX4("7")
-	CONC_HEX4("8") CONC_HEX4("9") CONC_HEX4("a") CONC_HEX4("b")
-	CONC_HEX4("c") CONC_HEX4("d") CONC_HEX4("e") CONC_HEX4("f");
+/* The 8 lowercase hex digits of v, most significant first, as the bytes
+ * of the word returned in memory order: each nibble spread into a byte,
+ * then '0' + n, or 'a' + n - 10 where n > 9, in all 8 bytes at once. */
+static uint64_t conc_hex8(uint32_t v)
+{
+	uint64_t x = v;
 
-/* 16 lowercase hex digits of v at out, a byte at a time (snprintf costs
- * more than a hit). */
+	x = (x | x << 16) & 0x0000ffff0000ffffULL;
+	x = (x | x << 8) & 0x00ff00ff00ff00ffULL;
+	x = (x | x << 4) & 0x0f0f0f0f0f0f0f0fULL;   /* byte i: nibble i */
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	x = __builtin_bswap64(x);                  /* nibble 7 first in memory */
+#endif
+	uint64_t letter = ((x + 0x0606060606060606ULL) >> 4) & 0x0101010101010101ULL;
+	return x + 0x3030303030303030ULL + letter * ('a' - '0' - 10);
+}
+
+/* 16 lowercase hex digits of v at out (snprintf costs more than a hit). */
 static void conc_put_hex64(uint64_t v, char *out)
 {
-	for (int i = 14; i >= 0; i -= 2, v >>= 8)
-		memcpy(out + i, conc_hex2 + 2 * (v & 0xff), 2);
+	uint64_t hi = conc_hex8((uint32_t)(v >> 32)), lo = conc_hex8((uint32_t)v);
+
+	memcpy(out, &hi, 8);
+	memcpy(out + 8, &lo, 8);
 }
 
+#ifdef __SSE2__
+/* The digits of 16 nibbles (bytes 0..15) as their ASCII. */
+static inline __m128i conc_hex_ascii(__m128i d)
+{
+	__m128i letter = _mm_and_si128(_mm_cmpgt_epi8(d, _mm_set1_epi8(9)),
+				       _mm_set1_epi8('a' - '0' - 10));
+
+	return _mm_add_epi8(_mm_add_epi8(d, _mm_set1_epi8('0')), letter);
+}
+#endif
+
+/* On every acquire's answer: the 32 digits at once where SSE2 is (every
+ * x86-64), 8 at a time elsewhere. */
 size_t algo_lease_text(uint64_t lease, uint64_t mac, char *out)
 {
+#ifdef __SSE2__
+	/* Bytes 0..7 the lease's, 8..15 the MAC's, most significant first. */
+	__m128i b = _mm_set_epi64x((long long)__builtin_bswap64(mac),
+				   (long long)__builtin_bswap64(lease));
+	__m128i m = _mm_set1_epi8(0x0f);
+	__m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), m), lo = _mm_and_si128(b, m);
+
+	_mm_storeu_si128((__m128i *)out, conc_hex_ascii(_mm_unpacklo_epi8(hi, lo)));
+	_mm_storeu_si128((__m128i *)(out + 16), conc_hex_ascii(_mm_unpackhi_epi8(hi, lo)));
+#else
 	conc_put_hex64(lease, out);
 	conc_put_hex64(mac, out + 16);
+#endif
 	out[ALGO_LEASE_LEN] = '\0';
 	return ALGO_LEASE_LEN;
 }
@@ -246,7 +299,10 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 		/* A period's leases all live until its newest one expires. */
 		if (!(now < conc_until(c, start, p, lease)))
 			n.back = n.taken;
-		uint64_t at = (uint64_t)ceil((now - (double)start) * CONC_TMAX / (double)p);
+		/* ceil() without its call: x >= 0 (now is in the period). */
+		double x = (now - (double)start) * CONC_TMAX / (double)p;
+		uint64_t at = x > 0 ? (uint64_t)x : 0;
+		at += (double)at < x;
 		at = at > CONC_TMAX ? CONC_TMAX : at;
 		n.newest = at > c.newest ? at : c.newest;
 		n.taken = c.taken + 1;

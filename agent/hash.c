@@ -98,11 +98,11 @@ uint64_t hash_words(const uint64_t *w, size_t n, uint64_t seed)
 }
 
 /*
- * SipHash-2-4. State v0..v3 from the key and four constants (the ASCII of
+ * SipHash-c-d (2-4; 1-3 for hash_siphash13_words). State v0..v3 from the key and four constants (the ASCII of
  * "somepseudorandomlygeneratedbytes"); each 8-byte little-endian message
- * word m is absorbed as v3 ^= m, two SipRounds, v0 ^= m. The last word
+ * word m is absorbed as v3 ^= m, c SipRounds, v0 ^= m. The last word
  * holds the 0..7 remaining bytes and the length mod 256 in its top byte.
- * Finalisation: v2 ^= 0xff, four SipRounds, output v0^v1^v2^v3. The
+ * Finalisation: v2 ^= 0xff, d SipRounds, output v0^v1^v2^v3. The
  * 128-bit variant starts with v1 ^= 0xee, finalises with v2 ^= 0xee for
  * the first half, then v1 ^= 0xdd and four more rounds for the second.
  */
@@ -133,20 +133,19 @@ static inline void hash_sipround(struct hash_sip *s)
 	s->v2 = hash_rotl(s->v2, 32);
 }
 
-static inline void hash_sip_absorb(struct hash_sip *s, uint64_t m)
+/* A message word absorbed with c SipRounds (SipHash-c-d's c). */
+static inline void hash_sip_absorb(struct hash_sip *s, uint64_t m, int c)
 {
 	s->v3 ^= m;
-	hash_sipround(s);
-	hash_sipround(s);
+	for (int i = 0; i < c; i++)
+		hash_sipround(s);
 	s->v0 ^= m;
 }
 
-/* Initialises the state and absorbs the whole message. */
-static void hash_sip_run(struct hash_sip *s, const uint8_t key[16], const uint8_t *p, size_t len,
-			 bool wide)
+/* The state from the key (wide: the 128-bit output variant). */
+static inline void hash_sip_init(struct hash_sip *s, const uint8_t key[16], bool wide)
 {
 	uint64_t k0 = hash_rd64(key), k1 = hash_rd64(key + 8);
-	size_t n = len;
 
 	s->v0 = k0 ^ 0x736f6d6570736575ULL;
 	s->v1 = k1 ^ 0x646f72616e646f6dULL;
@@ -154,17 +153,27 @@ static void hash_sip_run(struct hash_sip *s, const uint8_t key[16], const uint8_
 	s->v3 = k1 ^ 0x7465646279746573ULL;
 	if (wide)
 		s->v1 ^= 0xee;
+}
+
+/* SipHash-2-4's state initialised and the whole message absorbed. */
+static void hash_sip_run(struct hash_sip *s, const uint8_t key[16], const uint8_t *p, size_t len,
+			 bool wide)
+{
+	size_t n = len;
+
+	hash_sip_init(s, key, wide);
 	while (n >= 8) {
-		hash_sip_absorb(s, hash_rd64(p));
+		hash_sip_absorb(s, hash_rd64(p), 2);
 		p += 8;
 		n -= 8;
 	}
-	hash_sip_absorb(s, hash_rd_tail(p, n) | (uint64_t)(len & 0xff) << 56);
+	hash_sip_absorb(s, hash_rd_tail(p, n) | (uint64_t)(len & 0xff) << 56, 2);
 }
 
-static inline uint64_t hash_sip_out(struct hash_sip *s)
+/* Finalisation's d SipRounds and the output word. */
+static inline uint64_t hash_sip_out(struct hash_sip *s, int d)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < d; i++)
 		hash_sipround(s);
 	return s->v0 ^ s->v1 ^ s->v2 ^ s->v3;
 }
@@ -175,7 +184,19 @@ uint64_t hash_siphash24(const uint8_t key[16], const void *data, size_t len)
 
 	hash_sip_run(&s, key, data, len, false);
 	s.v2 ^= 0xff;
-	return hash_sip_out(&s);
+	return hash_sip_out(&s, 4);
+}
+
+uint64_t hash_siphash13_words(const uint8_t key[16], const uint64_t *w, size_t n)
+{
+	struct hash_sip s;
+
+	hash_sip_init(&s, key, false);
+	for (size_t i = 0; i < n; i++)
+		hash_sip_absorb(&s, w[i], 1);
+	hash_sip_absorb(&s, (uint64_t)((8 * n) & 0xff) << 56, 1);
+	s.v2 ^= 0xff;
+	return hash_sip_out(&s, 3);
 }
 
 static void hash_wr64(uint8_t *p, uint64_t v)
@@ -190,9 +211,9 @@ void hash_siphash128(const uint8_t key[16], const void *data, size_t len, uint8_
 
 	hash_sip_run(&s, key, data, len, true);
 	s.v2 ^= 0xee;
-	hash_wr64(out, hash_sip_out(&s));
+	hash_wr64(out, hash_sip_out(&s, 4));
 	s.v1 ^= 0xdd;
-	hash_wr64(out + 8, hash_sip_out(&s));
+	hash_wr64(out + 8, hash_sip_out(&s, 4));
 }
 
 const uint8_t hash_digest_public_key[16] = {

@@ -307,6 +307,9 @@ static inline _Atomic uint64_t *shm_grant_word(const struct shm_table *t, uint32
 struct shm_key {
 	uint64_t w[SHM_KEY_WORDS];   /* key bytes, zero-padded */
 	uint64_t ident;              /* meta bits len|ns|win|fp */
+	uint64_t hash;               /* the table's keyed hash of key, len, ns,
+				      * win under its secret seed (home and fp
+				      * are bits of it); never leaves the node */
 	uint32_t home;               /* home bucket */
 	uint8_t nwords;              /* words holding key bytes */
 	uint8_t len, ns, win;

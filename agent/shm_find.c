@@ -74,6 +74,7 @@ int shm_key_init(const struct shm_table *t, struct shm_key *k, unsigned ns, unsi
 	 * namespaces lands in two unrelated chains. */
 	tag = (uint64_t)len | (uint64_t)ns << 8 | (uint64_t)win << 16;
 	h = hash_words(k->w, nw, t->seed ^ (tag * 0x9e3779b97f4a7c15ULL));
+	k->hash = h;
 	k->nwords = (uint8_t)nw;
 	k->len = (uint8_t)len;
 	k->ns = (uint8_t)ns;

@@ -412,9 +412,13 @@ static __attribute__((noinline)) void put_lease(struct spop_writer *w,
 						 const struct rl_decision *r, const char *sfx)
 {
 	char lease[ALGO_LEASE_LEN + 1];
+	size_t n = decide_lease_text(r, lease);
 
-	if (decide_lease_text(r, lease))
-		put_var_str(w, h, VAR_LEASE, sfx, lease);
+	if (n) {                /* put_var_str() without its strlen() */
+		put_var_head(w, h, VAR_LEASE, sfx);
+		spop_put_u8(w, SPOP_DATA_STRING);
+		spop_put_str(w, lease, n);
+	}
 }
 
 /* The plain `lease`: the first of res[0..n) that took one. */
