@@ -137,8 +137,10 @@ Test(config, no_limit_warning_not_for_a_domain, .fini = gt_stop, .timeout = 60)
 
 	gt_start_yaml(yaml, "\"namespaces\": [{\"name\": \"edge\"},"
 			    " {\"name\": \"plain\", \"window_sizes\": [60]}]");
-	cr_assert_eq(agentproc_log_lines(&test_agent, "\"plain\" configures no limit", NULL), 1,
-		     "%s", test_agent_log_tail());
+	/* At least once: a start retried on another port (the first one
+	 * taken meanwhile) writes the same log again. */
+	cr_assert_geq(agentproc_log_lines(&test_agent, "\"plain\" configures no limit", NULL), 1,
+		      "%s", test_agent_log_tail());
 	cr_assert_eq(agentproc_log_lines(&test_agent, "\"edge\" configures no limit", NULL), 0,
 		     "%s", test_agent_log_tail());
 }
