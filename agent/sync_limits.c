@@ -6,12 +6,16 @@
  *                     strategy_ops.limit_set; once the store confirms,
  *                     this node's table (agent/limits.h) is written too,
  *                     whether the caller still waits or not
- *   sync_limits_poll  the sync cycle's holder, once a period: one
+ *   sync_limits_poll  the sync cycle's holder, once a period but at most
+ *                     once a second (SYNC_LIMITS_POLL_MS: an idle node's
+ *                     cost to its store stays a read per cycle and a
+ *                     heartbeat a second, docs/CLUSTER.md): one
  *                     strategy_ops.limits_read with the version this node
  *                     applied last; when the store's moved, its overrides
  *                     replace the node's (limits_replace), so every node
- *                     has them within one sync period, and a restarted
- *                     node (versions start at 0) reads them all again
+ *                     has them within one sync period (a second at
+ *                     least), and a restarted node (versions start at 0)
+ *                     reads them all again
  *
  * Neither is a call in doubt: setting a limit again is harmless, and a
  * read is only a read. sync_stop destroys the stores, which fail every
@@ -24,6 +28,10 @@
 
 #include "agent/limits.h"
 #include "agent/log.h"
+
+/* How often a node reads a namespace's limits when its sync period is
+ * shorter. */
+#define SYNC_LIMITS_POLL_MS 1000
 
 struct sync_limit {
 	sync_limit_cb cb;             /* the caller, until answered or detached */
@@ -153,6 +161,12 @@ void sync_limits_poll(struct sync_ns *sn)
 	char err[STRATEGY_ERR_MAX];
 
 	if (!l || sn->limits_busy || !sn->ops->limits_read || !sn->ops->ready(sn->st))
+		return;
+	/* Once a second across the node's workers (each cycle has one
+	 * holder): the cycle that begins a new second of the clock. */
+	uint64_t period_ms = (uint64_t)(sync_period(sn) * 1000.0);
+	if (period_ms < SYNC_LIMITS_POLL_MS &&
+	    sn->cycle_ms / SYNC_LIMITS_POLL_MS == (sn->cycle_ms - period_ms) / SYNC_LIMITS_POLL_MS)
 		return;
 	sn->limits_busy = true;
 	if (sn->ops->limits_read(sn->st, sn->def->name, strlen(sn->def->name),

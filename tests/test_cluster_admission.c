@@ -181,13 +181,15 @@ CT_STORE_TEST(far_from_the_limit_costs_no_round_trip_per_hit)
 
 /* What an idle node costs the store (issue 18): with one key known,
  * sync_rate 0.1 s, one namespace, each node sends one read of its key per
- * cycle (10 a second) and one heartbeat a second (an EVALSHA, not an EVAL
- * of the script's text): at most 12 commands a second per node, counted
- * by Redis over 5 s. The Redis CPU it costs (commandstats usec) is
+ * cycle (10 a second), one heartbeat a second (an EVALSHA, not an EVAL
+ * of the script's text) and, since issue 33, one read of the namespace's
+ * limits per key a second (the cycle that begins a new second): 12 in
+ * all, at most 13 commands a second per node (the same margin as
+ * before), counted by Redis over 5 s. The Redis CPU it costs (commandstats usec) is
  * logged, not asserted: it depends on the machine. */
 #define IDLE_SECONDS 5
 
-Test(cluster, redis_idle_node_costs_at_most_12_commands_a_second)
+Test(cluster, redis_idle_node_costs_at_most_13_commands_a_second)
 {
 	unsigned w = ct_window();
 	long long c0, c1, u0, u1, srv;
@@ -213,7 +215,7 @@ Test(cluster, redis_idle_node_costs_at_most_12_commands_a_second)
 		    "command)", ADMIT_SYNC, c1 - c0, CT_NODES, secs, per,
 		    (double)(u1 - u0) / 1000.0 / CT_NODES / secs,
 		    c1 > c0 ? (double)(u1 - u0) / (double)(c1 - c0) : 0.0);
-	cr_assert_leq(per, 12.0, "%.1f commands per idle node and second", per);
+	cr_assert_leq(per, 13.0, "%.1f commands per idle node and second", per);
 	cr_assert_geq(per, 1.0, "%.1f commands per node and second: are the nodes syncing?", per);
 }
 
