@@ -123,7 +123,12 @@ static const char *refusal(struct decide *d, const struct ns_def *nsc,
 			 "is \"any\")", nsc->name, window);
 		return d->refusal;
 	}
-	if (rq->cost > ns_max_cost(nsc, *has, *limit, !rq->untrusted))
+	double max = ns_max_cost(nsc, *has, *limit, !rq->untrusted);
+	/* An estimate may take the whole limit: a budget's request may cost
+	 * most of it (a max_cost configured still applies). */
+	if (rq->reserve && nsc->max_cost == 0 && *has && max < (double)*limit)
+		max = (double)*limit;
+	if (rq->cost > max)
 		return "cost over max_cost";
 	return NULL;
 }
@@ -274,6 +279,17 @@ static void decide_failed(struct decide *d, struct rl_decision *r, const struct 
 	}
 }
 
+/* A reservation's hit, counted: what reserve_text needs kept (out of
+ * line: the plain hit's path keeps no copy). */
+static __attribute__((noinline)) void decide_reserved(struct rl_decision *r,
+						      const struct rl_skey *sk, double now)
+{
+	r->reserve = true;
+	r->reserved_at = now;
+	memcpy(r->skey, rl_skey_bytes(sk), sk->len);
+	r->skeylen = sk->len;
+}
+
 /* The hit res, decided as admit said, into r: the admissions counted,
  * what the decision waits for (the store's answer: sync_rate 0, or an
  * admission the store decides, with the stored key it is pushed under),
@@ -309,9 +325,11 @@ static void decide_record(struct decide *d, const struct rl_request *rq,
 	r->prev_idx = res->prev_idx;
 	r->lease = res->lease;
 	r->lease_mac = res->lease_mac;
-	r->count_denied = nsc->count_denied;
+	r->count_denied = nsc->count_denied && !rq->reserve;
 	r->admit0 = exact;
 	r->sync0 = (nsc->sync_rate == 0 && d->sync && !away) || exact;
+	if (rq->reserve && res->counted && nsc->algorithm == NS_ALGO_WINDOW)
+		decide_reserved(r, sk, now);
 	if (r->sync0) {
 		memcpy(r->skey, rl_skey_bytes(sk), sk->len);
 		r->skeylen = sk->len;
@@ -355,7 +373,8 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 	enum rl_admit admit = decide_admit(d, rq, nsc, ns, r->has_limit);
 	int rc = rl_hit_skey(d->rl, ns, sk, window, rq->cost,
 			     sliding ? window_weight(now, window) : 0.0, now,
-			     r->has_limit ? (double)limit : -1.0, nsc->count_denied, admit,
+			     r->has_limit ? (double)limit : -1.0,
+			     nsc->count_denied && !rq->reserve, admit,
 			     admit == RL_ADMIT_DEGRADED ? rl_active_nodes(d->rl, ns) : 0, &res);
 	r->ns = ns;
 	if (rc < 0) {
