@@ -328,7 +328,9 @@ static void decide_record(struct decide *d, const struct rl_request *rq,
 	r->count_denied = nsc->count_denied && !rq->reserve;
 	r->admit0 = exact;
 	r->sync0 = (nsc->sync_rate == 0 && d->sync && !away) || exact;
-	if (rq->reserve && res->counted && nsc->algorithm == NS_ALGO_WINDOW)
+	/* Counted, or decided by the store (reserve_text reads the
+	 * decision's final `counted`). */
+	if (rq->reserve && nsc->algorithm == NS_ALGO_WINDOW)
 		decide_reserved(r, sk, now);
 	if (r->sync0) {
 		memcpy(r->skey, rl_skey_bytes(sk), sk->len);
