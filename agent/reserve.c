@@ -41,6 +41,17 @@ static uint64_t reserve_mac(struct rl *rl, const uint8_t *id, size_t n, const ch
 	return rl_mac(rl, buf, n + nl);
 }
 
+/* Is part r one of the reservation of request req (RESERVE_PLAIN: of the
+ * one that model, the decision's first reserved part, stands for)? */
+static bool reserve_member(const struct rl_decision *r, size_t req,
+			   const struct rl_decision *model)
+{
+	if (req != RESERVE_PLAIN)
+		return r->req == req;
+	return r->reserve && r->ns == model->ns && r->cost == model->cost &&
+	       r->skeylen == model->skeylen && memcmp(r->skey, model->skey, r->skeylen) == 0;
+}
+
 size_t reserve_text(struct rl *rl, const struct rl_decision *parts, size_t np, size_t req,
 		    char *out)
 {
@@ -50,9 +61,12 @@ size_t reserve_text(struct rl *rl, const struct rl_decision *parts, size_t np, s
 	size_t nw = 0, o = RESERVE_HEAD;
 
 	out[0] = '\0';
-	for (size_t k = 0; k < np; k++) {
+	for (size_t k = 0; req == RESERVE_PLAIN && !first && k < np; k++)
+		if (parts[k].reserve && !parts[k].error)
+			first = &parts[k];
+	for (size_t k = 0; k < np && (req != RESERVE_PLAIN || first); k++) {
 		const struct rl_decision *r = &parts[k];
-		if (r->req != req)
+		if (!reserve_member(r, req, first))
 			continue;
 		/* A request's parts stand together: one not counted (an
 		 * error, a denial) or denied (counted where count_denied)

@@ -42,8 +42,13 @@
 
 /* The reservation of request req among parts[0..np) of a decision (its
  * parts counted as a reservation: rl_decision.reserve), into out
- * (RESERVE_TEXT_MAX + 1 bytes, NUL-terminated). Returns its length, 0
- * when the request holds none (not asked, denied, an error). */
+ * (RESERVE_TEXT_MAX + 1 bytes, NUL-terminated). req RESERVE_PLAIN: the
+ * decision's plain one, of its first reserved request and of every other
+ * with the same namespace, key and estimate (the messages of one NOTIFY
+ * for a minute and a day: one settle replaces the estimate in all of
+ * their windows). Returns its length, 0 when the request holds none (not
+ * asked, denied, an error). */
+#define RESERVE_PLAIN ((size_t)-1)
 size_t reserve_text(struct rl *rl, const struct rl_decision *parts, size_t np, size_t req,
 		    char *out);
 

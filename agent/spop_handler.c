@@ -587,19 +587,17 @@ static int msg_settle(struct spop_handler *h, const struct spop_msg *m, double n
 }
 
 /* The variable `reservation` (with sfx: its own) of request req of
- * parts[0..np), if it holds one. Returns whether it did. Out of line, so
- * that the other variables' path keeps no buffer on its stack. */
-static __attribute__((noinline)) bool put_reservation(struct spop_writer *w,
+ * parts[0..np) (RESERVE_PLAIN: the plain one), if it holds one. Out of
+ * line, so that the other variables' path keeps no buffer on its stack. */
+static __attribute__((noinline)) void put_reservation(struct spop_writer *w,
 						       const struct spop_handler *h,
 						       const struct rl_decision *parts, size_t np,
 						       size_t req, const char *sfx)
 {
 	char id[RESERVE_TEXT_MAX + 1];
 
-	if (!reserve_text(h->dec->rl, parts, np, req, id))
-		return false;
-	put_var_str(w, h, VAR_RESERVATION, sfx, id);
-	return true;
+	if (reserve_text(h->dec->rl, parts, np, req, id))
+		put_var_str(w, h, VAR_RESERVATION, sfx, id);
 }
 
 /* Encodes the ACK of the parts[0..np) of a batch of nmsg messages (extra:
@@ -657,10 +655,10 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 		/* The plain lease: the first message's that took one. */
 		if (leases && (want & (1u << VAR_LEASE)))
 			put_plain_lease(w, h, res, n);
-		/* The plain reservation: the first message's that holds one. */
-		for (size_t i = 0; reserved && (want & (1u << VAR_RESERVATION)) && i < nmsg; i++)
-			if (put_reservation(w, h, parts, np, i, NULL))
-				break;
+		/* The plain reservation: the first message's that holds one,
+		 * with the windows of the others of its namespace and key. */
+		if (reserved && (want & (1u << VAR_RESERVATION)))
+			put_reservation(w, h, parts, np, RESERVE_PLAIN, NULL);
 		if (error && !plain.error)
 			put_var_str(w, h, VAR_ERROR, NULL, error);
 		size_t plain_end = w->len;

@@ -172,6 +172,35 @@ Test(reserve, spop_settle_every_window, .fini = test_agent_stop, .timeout = 60)
 	close(fd);
 }
 
+/* Two messages of one NOTIFY on one key (a minute's and a day's, as the
+ * nginx module sends them): the plain reservation settles both windows;
+ * each message's own only its window. */
+Test(reserve, spop_plain_reservation_of_two_messages, .fini = test_agent_stop, .timeout = 60)
+{
+	char key[48], plain[ID_MAX];
+	unsigned w, w2;
+	struct rawspop_actions acts;
+
+	int fd = reserve_start(key, &w, &w2);
+	struct sp_msg m[2] = {
+		{ .msg = "ratelimit-min", .key = key, .ns = "multi", .window = w, .cost = 400,
+		  .has_cost = true, .reserve = true },
+		{ .msg = "ratelimit-day", .key = key, .ns = "multi", .window = w2, .cost = 400,
+		  .has_cost = true, .reserve = true },
+	};
+	sp_notify_n(fd, m, 2, &acts);
+	sp_expect_no_error(&acts);
+	const struct rawspop_action *r = sp_var(&acts, "reservation");
+	cr_assert_not_null(r);
+	cr_assert_not_null(sp_var(&acts, "reservation_min"));
+	cr_assert_not_null(sp_var(&acts, "reservation_day"));
+	memcpy(plain, r->value.s, r->value.s_len + 1);
+	cr_assert(spop_settle(fd, plain, 100));
+	cr_assert_eq(spop_rate(fd, "multi", key, w), 100);
+	cr_assert_eq(spop_rate(fd, "multi", key, w2), 100);
+	close(fd);
+}
+
 /* A charge after the fact (a `settle` without a reservation): counted
  * now, never denied, and what it counted denies the next request. */
 Test(reserve, spop_charge_after_the_fact, .fini = test_agent_stop, .timeout = 60)
