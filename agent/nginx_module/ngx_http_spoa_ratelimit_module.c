@@ -10,6 +10,7 @@
  *   spoa_ratelimit_fail    open | closed;                       http, server, location
  *   spoa_ratelimit_timeout 50ms;                                http, server, location
  *   spoa_ratelimit_key_secret SECRET;                           http
+ *   spoa_ratelimit_settle  $upstream_http_x_usage_tokens;       http, server, location
  *   $spoa_ratelimit_remaining, _reset, _retry_after, _exceeded, _error,
  *   _limit, _window
  *
@@ -115,6 +116,13 @@ static ngx_command_t  spoa_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(spoa_loc_conf_t, timeout),
+      NULL },
+
+    { ngx_string("spoa_ratelimit_settle"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(spoa_loc_conf_t, settle),
       NULL },
 
     { ngx_string("spoa_ratelimit_key_secret"),
@@ -258,6 +266,7 @@ spoa_create_loc_conf(ngx_conf_t *cf)
     lcf->status = NGX_CONF_UNSET_UINT;
     lcf->fail = NGX_CONF_UNSET_UINT;
     lcf->timeout = NGX_CONF_UNSET_MSEC;
+    lcf->settle = NGX_CONF_UNSET_PTR;
     return lcf;
 }
 
@@ -296,6 +305,7 @@ spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->status, prev->status, NGX_HTTP_TOO_MANY_REQUESTS);
     ngx_conf_merge_uint_value(conf->fail, prev->fail, SPOA_FAIL_OPEN);
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
+    ngx_conf_merge_ptr_value(conf->settle, prev->settle, NULL);
 
     if (conf->timeout == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "spoa_ratelimit_timeout must not be 0");
@@ -400,7 +410,9 @@ spoa_limits_need(ngx_array_t *limits)
     struct sc_limit     l[SC_MAX_LIMITS];
     spoa_limit_conf_t  *lc = limits->elts;
 
+    ngx_memzero(l, sizeof(l));
     for (i = 0; i < limits->nelts; i++) {
+        l[i].reserve = 1;   /* spoa_ratelimit_settle may come later */
         l[i].key = spoa_conf_value(lc[i].key, digest, sizeof(digest));
         l[i].window = spoa_conf_value(lc[i].window, "0", 1);
         l[i].limit = spoa_conf_value(lc[i].limit, "0", 1);
@@ -583,7 +595,8 @@ spoa_init(ngx_conf_t *cf)
     *h = spoa_handler;
 
     /* A concurrency limit's lease, given back once the request is over
-     * (no directive: docs/NGINX.md, "Concurrency limits"). */
+     * (no directive: docs/NGINX.md, "Concurrency limits"); a reservation
+     * settled (spoa_ratelimit_settle). */
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
     if (h == NULL) {
         return NGX_ERROR;
