@@ -600,6 +600,23 @@ static __attribute__((noinline)) void put_reservation(struct spop_writer *w,
 		put_var_str(w, h, VAR_RESERVATION, sfx, id);
 }
 
+/* The variables of the NOTIFY's `release` and `settle` messages: what
+ * they did, and the first error of one (error: NULL when the ACK has
+ * rate-limit messages). Out of line: rare. */
+static __attribute__((noinline)) void put_release_vars(struct spop_writer *w,
+							const struct spop_handler *h,
+							enum release_state rel,
+							enum release_state settle,
+							const char *error)
+{
+	if (rel != RELEASE_NONE)
+		put_var_bool(w, h, VAR_RELEASED, NULL, rel == RELEASE_FREED);
+	if (settle != RELEASE_NONE)
+		put_var_bool(w, h, VAR_SETTLED, NULL, settle == RELEASE_FREED);
+	if (error)
+		put_var_str(w, h, VAR_ERROR, NULL, error);
+}
+
 /* Encodes the ACK of the parts[0..np) of a batch of nmsg messages (extra:
  * rate-limit messages beyond SPOP_HANDLER_MAX_MSGS, not counted). */
 static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
@@ -621,14 +638,10 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 				n++;
 		res = msg;
 	}
-	if (rel != RELEASE_NONE)
-		put_var_bool(w, h, VAR_RELEASED, NULL, rel == RELEASE_FREED);
-	if (settle != RELEASE_NONE)
-		put_var_bool(w, h, VAR_SETTLED, NULL, settle == RELEASE_FREED);
-	if (rel_error && n == 0)
-		put_var_str(w, h, VAR_ERROR, NULL, rel_error);
+	if ((rel | settle) != RELEASE_NONE)
+		put_release_vars(w, h, rel, settle, n == 0 ? rel_error : NULL);
 	if (n == 0) {
-		if (rel == RELEASE_NONE && settle == RELEASE_NONE)
+		if ((rel | settle) == RELEASE_NONE)
 			put_var_bool(w, h, VAR_EXCEEDED, NULL, false);
 		if (extra)
 			put_var_str(w, h, VAR_ERROR, NULL, "too many messages");
@@ -645,12 +658,13 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 		/* The plain variables any message asks for (`vars`; all of
 		 * them for a message without). */
 		bool leases = false, reserved = false;
+		/* A folded result is one of its parts (decide_fold): a
+		 * request's parts all reserve or none does. */
 		for (size_t i = 0; i < n; i++) {
 			want |= res[i].answer ? res[i].answer & ANSWER_ALL : ANSWER_ALL;
 			leases |= res[i].algo == NS_ALGO_CONCURRENCY;
+			reserved |= res[i].reserve;
 		}
-		for (size_t k = 0; k < np; k++)
-			reserved |= parts[k].reserve;
 		put_result(w, h, &plain, NULL, want);
 		/* The plain lease: the first message's that took one. */
 		if (leases && (want & (1u << VAR_LEASE)))
