@@ -48,6 +48,10 @@
  *           hits given back), as TAT steps of cost 0; the answer, how far
  *           the TAT runs ahead, written into the slot by
  *           algo_ops.store_answer
+ *   concurrency  the key's leases in the store, each by its id and expiry
+ *           in the store's clock (strategy_ops.admit, STRATEGY_STEP_LEASE):
+ *           every acquire taken here is the store's step, a release too
+ *           (sync_lease_release); nothing pushed by the sync cycle
  *
  * An algorithm without one (NS_ALGORITHMS' `store` false, agent/ns.h) is
  * local only: ns_check() refuses a store for it.
@@ -175,6 +179,7 @@ struct algo_answer {
 enum algo_step {
 	ALGO_STEP_WINDOW = 0,         /* check-and-increment, grants */
 	ALGO_STEP_TAT,                /* GCRA's TAT compare-and-set */
+	ALGO_STEP_LEASE,              /* a concurrency lease taken or given back */
 };
 
 struct algo_ops {
@@ -234,6 +239,15 @@ struct algo_ops {
  * NUL-terminated. Returns ALGO_LEASE_LEN. */
 #define ALGO_LEASE_LEN 32
 size_t algo_lease_text(uint64_t lease, uint64_t mac, char *out);
+
+/* The start of the period a lease (struct rl_result's lease) was taken
+ * in: its slot's (rl_uncount gives it back there). */
+int64_t algo_lease_start(uint64_t lease);
+
+/* Is id[0..idlen) a lease of key k this table made (its MAC checks)? A
+ * lease another node took is not (each node's MAC key is its own). */
+bool algo_lease_ours(const struct shm_table *t, const struct shm_key *k, const char *id,
+		     size_t idlen);
 
 /* Each algorithm's ops, in its file. */
 extern const struct algo_ops algo_window;     /* agent/algo_window.c */

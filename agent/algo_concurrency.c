@@ -32,7 +32,8 @@
  *
  * A lease id is 32 hex digits: the lease, (period start << 31) | (when it
  * was taken, as newest, << 22) | its number, and a MAC of it (SipHash-2-4 under the table's digest key, over
- * the stored key, namespace and window index and the lease): a forged id
+ * the stored key, namespace and window index, the lease and the table's
+ * seed): a forged id
  * frees nothing. A release by id frees its lease once: it first inserts a
  * marker slot, the key "#L" + the MAC's hex (no client key is stored so:
  * agent/ratelimit.h, "stored keys") in the lease's period, which an
@@ -43,6 +44,17 @@
  * slot. A release without an id gives back one lease of the key (the
  * newest period's first): nothing tells two of them apart, and one sent
  * twice frees two (HAProxy always can send the id back: docs/PROTOCOL.md).
+ *
+ * Across a cluster (docs/CLUSTER.md, "Concurrency across a cluster"):
+ * the store keeps the key's leases by id (algo_ops.step:
+ * STRATEGY_STEP_LEASE, a Redis script, a PostgreSQL statement). Under
+ * exact admission an acquire takes its lease here as on one node, but
+ * without looking at the limit (a lease given back through another node
+ * is not seen here), and the store decides it (need_store): the decision
+ * gives the lease back here when the store denies it (agent/decide.c).
+ * The slot so counts this node's own leases in flight, which is what its
+ * share is checked against while the store is away (RL_ADMIT_DEGRADED):
+ * max(floor(limit / nodes), 1).
  *
  * Known limits: a slot evicted for room forgets its leases (as the window
  * counter forgets its hits); at most 2^22 - 1 leases per key per period
@@ -114,18 +126,22 @@ static double conc_live(struct conc_word c, int64_t start, uint32_t p, double le
 	return now < conc_until(c, start, p, lease) ? (double)(c.taken - c.back) : 0;
 }
 
-/* The MAC of a lease of key k: who holds an id holds its lease. */
+/* The MAC of a lease of key k: who holds an id holds its lease. With the
+ * table's own random seed: the digest key is the same on every node of a
+ * cluster (key_secret, or none), and a lease id must be unique to its
+ * node, whose store keeps every node's leases of the key by id. */
 static uint64_t conc_mac(const struct shm_table *t, const struct shm_key *k, uint64_t lease)
 {
-	uint64_t w[SHM_KEY_WORDS + 2];
+	uint64_t w[SHM_KEY_WORDS + 3];
 	unsigned n = k->nwords;
 
 	/* The key's words only (those past them are not set): a short key's
-	 * MAC hashes 3 words. */
+	 * MAC hashes 4 words. */
 	memcpy(w, k->w, n * sizeof(k->w[0]));
 	w[n] = (uint64_t)k->len | (uint64_t)k->ns << 8 | (uint64_t)k->win << 16;
 	w[n + 1] = lease;
-	return hash_siphash24(shm_digest_key(t), w, (n + 2) * sizeof(w[0]));
+	w[n + 2] = t->seed;
+	return hash_siphash24(shm_digest_key(t), w, (n + 3) * sizeof(w[0]));
 }
 
 /* A byte's two lowercase hex digits, for every byte. */
@@ -153,6 +169,10 @@ size_t algo_lease_text(uint64_t lease, uint64_t mac, char *out)
 	return ALGO_LEASE_LEN;
 }
 
+int64_t algo_lease_start(uint64_t lease)
+{
+	return (int64_t)(lease >> CONC_LEASE_START);
+}
 /* 16 hex digits (either case) at s. Returns 0 or -1. */
 static int conc_hex64(const char *s, uint64_t *out)
 {
@@ -194,10 +214,15 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 	double now = h->now, lease = conc_lease_s(h->def), inflight = 0, seen = 0;
 	struct conc_word c = { 0 }, b = { 0 };
 	int64_t start = 0, pstart = -1;
+	/* The store decides (exact): no limit here. Away: the node's share. */
+	bool exact = h->admit == RL_ADMIT_EXACT;
+	double cap = exact ? INFINITY : h->limit;
 
+	if (h->admit == RL_ADMIT_DEGRADED && h->nodes > 1 && h->limit >= 0)
+		cap = fmax(floor(h->limit / h->nodes), 1);
 	out->counted = out->inserted = out->evicted = false;
 	out->granted = out->need_store = false;
-	out->cap = h->limit;
+	out->cap = exact ? h->limit : cap;
 	out->lease = out->lease_mac = 0;
 	for (;;) {
 		start = conc_find(t, h->k, p, now, &cur, &prev, &pstart);
@@ -207,7 +232,7 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 		inflight = conc_live(c, start, p, lease, now) + conc_live(b, pstart, p, lease, now);
 		if (h->cost == 0)
 			break;
-		if ((h->limit >= 0 && inflight + 1 > h->limit) || c.taken == CONC_MAX) {
+		if ((cap >= 0 && inflight + 1 > cap) || c.taken == CONC_MAX) {
 			inflight += 1;  /* denied: as if taken */
 			algo_protect(h, &cur, &prev);     /* its leases keep it so */
 			break;
@@ -226,7 +251,9 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 		n.newest = at > c.newest ? at : c.newest;
 		n.taken = c.taken + 1;
 		if (shm_cas_count(t, &cur, &seen, conc_pack(n)) && shm_still(t, &cur)) {
-			out->counted = true;
+			/* Exact: taken here, the store's to admit. */
+			out->counted = !exact;
+			out->need_store = exact;
 			out->lease = (uint64_t)start << CONC_LEASE_START | (uint64_t)at << CONC_BITS |
 				     c.taken;
 			out->lease_mac = conc_mac(t, h->k, out->lease);
@@ -281,6 +308,25 @@ static void conc_take_back(struct shm_table *t, const struct shm_ref *cur, const
 		conc_give_back(t, cur);
 }
 
+/* The lease and MAC of id[0..idlen), if k's lease by this table. Returns 0
+ * or -1. */
+static int conc_parse(const struct shm_table *t, const struct shm_key *k, const char *id,
+		      size_t idlen, uint64_t *lid, uint64_t *mac)
+{
+	if (idlen != ALGO_LEASE_LEN || conc_hex64(id, lid) < 0 || conc_hex64(id + 16, mac) < 0 ||
+	    conc_mac(t, k, *lid) != *mac)
+		return -1;
+	return 0;
+}
+
+bool algo_lease_ours(const struct shm_table *t, const struct shm_key *k, const char *id,
+		     size_t idlen)
+{
+	uint64_t lid, mac;
+
+	return conc_parse(t, k, id, idlen, &lid, &mac) == 0;
+}
+
 static int conc_release(struct shm_table *t, const struct shm_key *k, const struct ns_def *d,
 			uint32_t size, const char *id, size_t idlen, double now)
 {
@@ -298,8 +344,7 @@ static int conc_release(struct shm_table *t, const struct shm_key *k, const stru
 		       ? conc_give_back(t, &prev) : 0;
 	}
 	uint64_t lid, mac;
-	if (idlen != ALGO_LEASE_LEN || conc_hex64(id, &lid) < 0 || conc_hex64(id + 16, &mac) < 0 ||
-	    conc_mac(t, k, lid) != mac)
+	if (conc_parse(t, k, id, idlen, &lid, &mac) < 0)
 		return 0;
 	int64_t lstart = (int64_t)(lid >> CONC_LEASE_START);
 	const struct shm_ref *r = lstart == start ? &cur : lstart == pstart ? &prev : NULL;
@@ -370,10 +415,11 @@ static void conc_answer(const struct algo_view *v, double now, struct algo_answe
 
 const struct algo_ops algo_concurrency = {
 	.name = "concurrency",
+	.step = ALGO_STEP_LEASE,
 	.period = conc_period,
 	.hit = conc_hit,
 	.take_back = conc_take_back,
-	.share_cap = NULL,      /* local only (NS_ALGORITHMS: no store yet) */
+	.share_cap = NULL,      /* the share is the hit's (RL_ADMIT_DEGRADED) */
 	.inspect = conc_inspect,
 	.answer = conc_answer,
 	.release = conc_release,

@@ -369,6 +369,7 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "max_cost",      .set = cfg_set_ns_max_cost },
 	CFG_FLAG(struct ns_def, caller_admission),
 	CFG_INT(struct ns_def, delay_max_ms, 0, NS_DELAY_MAX_MS),
+	CFG_INT(struct ns_def, max_limit_overrides, 1, NS_OVERRIDES_MAX),
 	{ .name = "haproxy_tables", .set = cfg_set_ns_haproxy_tables },
 };
 

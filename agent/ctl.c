@@ -9,6 +9,9 @@
  *   spoa-ratelimit ctl [-c FILE] [--json] keys NAMESPACE KEY
  *   spoa-ratelimit ctl [-c FILE] [--json] reset NAMESPACE KEY
  *   spoa-ratelimit ctl [-c FILE] [--json] top NAMESPACE [N] [hits|denied] [WINDOW]
+ *   spoa-ratelimit ctl [-c FILE] [--json] limits set NAMESPACE KEY LIMIT [WINDOW]
+ *   spoa-ratelimit ctl [-c FILE] [--json] limits get NAMESPACE [KEY]
+ *   spoa-ratelimit ctl [-c FILE] [--json] limits rm NAMESPACE KEY [WINDOW]
  */
 #include "agent/ctl.h"
 
@@ -37,6 +40,10 @@ static int ctl_usage(void)
 		"       spoa-ratelimit ctl [-c FILE] [--json] reset NAMESPACE KEY\n"
 		"       spoa-ratelimit ctl [-c FILE] [--json] top NAMESPACE [N] [hits|denied] "
 		"[WINDOW]\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] limits set NAMESPACE KEY LIMIT "
+		"[WINDOW]\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] limits get NAMESPACE [KEY]\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] limits rm NAMESPACE KEY [WINDOW]\n"
 		"  reads http_listen and http_admin_token from FILE (default: the built-in\n"
 		"  configuration, which has neither); a KEY in double quotes is read as ctl\n"
 		"  prints it (\\\" \\\\ \\xNN)\n");
@@ -419,6 +426,131 @@ static void ctl_print_reset(const json_t *root)
 		       "count until then)\n");
 }
 
+/* A limits set or rm answer (PUT, DELETE /limits). */
+static void ctl_print_limit(const json_t *root)
+{
+	const char *store = json_string_value(json_object_get(root, "store"));
+	const json_t *limit = json_object_get(root, "limit");
+
+	ctl_print_key("namespace %s, ", root, "namespace");
+	ctl_print_key("key %s, ", root, "key");
+	printf("window %.0f s: ", num(root, "window"));
+	if (limit)
+		printf("limit %.0f\n", json_number_value(limit));
+	else
+		printf("%s\n", json_is_true(json_object_get(root, "removed"))
+				   ? "back to the namespace's limit" : "had no limit of its own");
+	if (store && strcmp(store, "stored") == 0)
+		printf("  store: stored; every node has it within a sync period\n");
+}
+
+/* A limits get answer's rows; the header first when head. */
+static void ctl_print_limits(const json_t *root, bool head)
+{
+	const json_t *ls = json_object_get(root, "limits"), *l;
+	size_t i;
+
+	if (head) {
+		ctl_print_key("namespace %s: ", root, "namespace");
+		if (json_object_get(root, "count"))
+			printf("%.0f limit(s) per key of at most %.0f\n", num(root, "count"),
+			       num(root, "max"));
+		else
+			ctl_print_key("key %s\n", root, "key");
+		printf("%-40s %8s %14s\n", "KEY", "WINDOW", "LIMIT");
+	}
+	json_array_foreach(ls, i, l) {
+		const json_t *k = json_object_get(l, "key");
+		char *shown = ctl_show(k ? k : json_object_get(root, "key"));
+		printf("%-40s %8.0f %14.0f\n", shown ? shown : "?", num(l, "window"),
+		       num(l, "limit"));
+		free(shown);
+	}
+}
+
+/* `ctl limits set|get|rm ...` (args: what follows "limits"): the first
+ * request's method and target. NULL, or why not. */
+static const char *ctl_limits_target(int argc, char **argv, const char **method, char *target,
+				     size_t cap)
+{
+	static char pkey[CTL_TARGET_MAX - 64];
+	char pns[3 * NS_NAME_MAX], pw[64], pl[64];
+	const char *sub = argc > 0 ? argv[0] : "";
+	bool set = strcmp(sub, "set") == 0, rm = strcmp(sub, "rm") == 0;
+	bool get = strcmp(sub, "get") == 0;
+	int need = set ? 4 : rm ? 3 : 2;
+
+	if ((!set && !rm && !get) || argc < need || argc > (get ? 3 : need + 1))
+		return "";
+	pkey[0] = '\0';
+	if (ctl_pct(argv[1], strlen(argv[1]), pns, sizeof(pns)) < 0)
+		return "namespace too long";
+	if (argc > 2) {
+		char *key = malloc(strlen(argv[2]) + 1);
+		long kl = key ? ctl_key_arg(argv[2], key) : -1;
+		int bad = kl < 0 || ctl_pct(key, (size_t)kl, pkey, sizeof(pkey)) < 0;
+		free(key);
+		if (bad)
+			return "bad quoted key (\\\", \\\\ and \\xNN only), or too long";
+	}
+	const char *w = !get && argc > need ? argv[need] : "", *l = set ? argv[3] : "";
+	if (ctl_pct(w, strlen(w), pw, sizeof(pw)) < 0 || ctl_pct(l, strlen(l), pl, sizeof(pl)) < 0)
+		return "LIMIT or WINDOW too long";
+	*method = set ? "PUT" : rm ? "DELETE" : "GET";
+	if (snprintf(target, cap, "/limits?namespace=%s%s%s%s%s%s%s", pns, pkey[0] ? "&key=" : "",
+		     pkey, set ? "&limit=" : "", pl, w[0] ? "&window=" : "", pw) >= (int)cap)
+		return "key too long for a request";
+	return NULL;
+}
+
+/* `ctl limits ...`: every page of a get. Returns the exit status. */
+static int ctl_limits(const struct config *cfg, int argc, char **argv, bool as_json)
+{
+	static char body[CTL_ANSWER_MAX];
+	char target[CTL_TARGET_MAX], page[CTL_TARGET_MAX + 32];
+	const char *method = "GET", *bad = ctl_limits_target(argc, argv, &method, target,
+							     sizeof(target));
+	json_int_t next = 0;
+
+	if (bad && !bad[0])
+		return ctl_usage();
+	if (bad) {
+		fprintf(stderr, "spoa-ratelimit ctl: %s\n", bad);
+		return 2;
+	}
+	for (bool head = true;; head = false) {
+		snprintf(page, sizeof(page), "%s%s%lld", target, next ? "&after=" : "",
+			 (long long)next);
+		if (!next)
+			page[strlen(target)] = '\0';
+		int status = ctl_request(cfg, method, page, body, sizeof(body));
+		if (status < 0)
+			return 1;
+		json_t *root = json_loads(body, JSON_ALLOW_NUL, NULL);
+		if (status != 200 || !root) {
+			const char *why = root ? json_string_value(json_object_get(root, "error"))
+					       : NULL;
+			fprintf(stderr, "spoa-ratelimit ctl: %d: %s\n", status, why ? why : body);
+			json_decref(root);
+			return 1;
+		}
+		if (as_json)
+			fputs(body, stdout);
+		if (strcmp(method, "GET") != 0) {
+			if (!as_json)
+				ctl_print_limit(root);
+			json_decref(root);
+			return 0;
+		}
+		if (!as_json)
+			ctl_print_limits(root, head);
+		next = json_integer_value(json_object_get(root, "next"));
+		json_decref(root);
+		if (next <= 0)
+			return 0;
+	}
+}
+
 int ctl_main(int argc, char **argv)
 {
 	const char *file = NULL;
@@ -452,6 +584,11 @@ int ctl_main(int argc, char **argv)
 			cfg.http_listen[0] ? "http_admin_token" : "http_listen");
 		config_free(&cfg);
 		return 2;
+	}
+	if (strcmp(cmd, "limits") == 0) {
+		int st = ctl_limits(&cfg, argc - i - 1, argv + i + 1, as_json);
+		config_free(&cfg);
+		return st;
 	}
 	const char *method = "GET", *bad = NULL;
 	if (ctl_pct(ns, strlen(ns), pns, sizeof(pns)) < 0) {

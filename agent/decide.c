@@ -109,12 +109,15 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 /* Why rq may not be decided against window of namespace nsc as it asks,
  * or NULL: an untrusted caller names a limit where none is configured
  * (unless caller_limit "any"), or the cost is over ns_max_cost() of the
- * limit it is decided against. Fills *limit and *has with that limit. A
- * text that names the namespace is d->refusal's. */
+ * limit it is decided against. Fills *limit and *has with that limit,
+ * from configured: the namespace's limit of the window, or the key's own
+ * (PUT /limits: rl_limit_of), which a caller's may lower as caller_limit
+ * says (NS_LIMIT_NONE: none). A text that names the namespace is
+ * d->refusal's. */
 static const char *refusal(struct decide *d, const struct ns_def *nsc,
-			   const struct rl_request *rq, uint32_t window, int64_t *limit, bool *has)
+			   const struct rl_request *rq, uint32_t window, int64_t configured,
+			   int64_t *limit, bool *has)
 {
-	int64_t configured = ns_limit_of(nsc, window);
 
 	*has = ns_effective_limit(nsc, configured, rq->has_limit, rq->limit, limit);
 	if (rq->has_limit && !ns_caller_may_limit(nsc, configured, !rq->untrusted)) {
@@ -140,7 +143,8 @@ static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
  * of one of its (request, window) parts, checked before anything is
  * counted. Requests that fail for another reason (a bad argument, an
  * unknown namespace or window, no key) are left to decide_count. */
-static const char *batch_refusal(struct decide *d, const struct rl_request *rq, size_t n)
+static const char *batch_refusal(struct decide *d, const struct rl_request *rq,
+				 const struct rl_skey *sk, size_t n)
 {
 	for (size_t i = 0; i < n; i++) {
 		uint32_t wins[NS_MAX_WINDOWS];
@@ -159,7 +163,9 @@ static const char *batch_refusal(struct decide *d, const struct rl_request *rq, 
 			nw = 1;
 		}
 		for (size_t k = 0; k < nw; k++) {
-			const char *why = refusal(d, nsc, &rq[i], wins[k], &limit, &has);
+			int64_t configured = rl_limit_of(d->rl, ns, wins[k], &sk[i],
+							 ns_limit_of(nsc, wins[k]));
+			const char *why = refusal(d, nsc, &rq[i], wins[k], configured, &limit, &has);
 			if (why)
 				return why;
 		}
@@ -367,7 +373,9 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 	 * caller's as the namespace allows (caller_limit); the cost within
 	 * max_cost. */
 	int64_t limit = 0;
-	r->error = refusal(d, nsc, rq, window, &limit, &r->has_limit);
+	r->error = refusal(d, nsc, rq, window,
+			   rl_limit_of(d->rl, ns, window, sk, ns_limit_of(nsc, window)), &limit,
+			   &r->has_limit);
 	if (r->error)
 		return;
 
@@ -410,6 +418,51 @@ static size_t batch_windows(const struct decide *d, const struct rl_request *rq,
 	return n;
 }
 
+/* The stored key of decision r: its own (r->skey) once it has one, else
+ * its request's sk. */
+static const char *skey_of(const struct rl_decision *r, const struct rl_skey *sk, size_t *len)
+{
+	bool own = r->skeylen || !sk;
+
+	*len = own ? r->skeylen : sk->len;
+	return own ? r->skey : rl_skey_bytes(sk);
+}
+
+/* The lease of concurrency decision r given back: on this node (where
+ * every lease it answered, or sent to the store, was taken), and, when
+ * the store took it too (to_store: admitted there, or perhaps: an
+ * acquire it never answered), to the store (sync_lease_release). */
+static void lease_give_back(struct decide *d, const struct rl_skey *sk, struct rl_decision *r,
+			    bool to_store, double now)
+{
+	size_t sl;
+	const char *skey = skey_of(r, sk, &sl);
+	char id[ALGO_LEASE_LEN + 1];
+
+	rl_uncount(d->rl, r->ns, skey, sl, r->window, algo_lease_start(r->lease), 1, false, false);
+	if (to_store && d->sync) {
+		const struct ns_def *nsc = rl_namespace_def(d->rl, r->ns);
+		sync_lease_release(d->sync, (unsigned)r->ns, skey, sl, id,
+				   algo_lease_text(r->lease, r->lease_mac, id),
+				   now + (double)ns_lease_ms(nsc) / 1000.0);
+	}
+}
+
+/* A concurrency decision denied by another of its parts: its lease given
+ * back, here and, if the store admitted it, there; one still waiting for
+ * the store is not sent. */
+static void lease_take_back(struct decide *d, const struct rl_skey *sk, struct rl_decision *r,
+			    double now)
+{
+	bool waiting = r->admit0 && !r->store_counted;
+
+	if (r->counted || waiting)
+		lease_give_back(d, sk, r, r->counted && r->admit0, now);
+	r->counted = false;
+	if (waiting)
+		r->admit0 = r->sync0 = false;
+}
+
 /* A part of a denied decision that the namespace does not count denied
  * (count_denied false), or any part when all, is taken back; one waiting
  * for the store to admit it is not sent (the store never counts it); one
@@ -423,6 +476,10 @@ static void batch_take_back(struct decide *d, const struct rl_skey *sk, struct r
 	/* A lease of a denied decision is never answered: always given back. */
 	if (r->error || (r->count_denied && !all && r->algo != NS_ALGO_CONCURRENCY))
 		return;
+	if (r->algo == NS_ALGO_CONCURRENCY) {
+		lease_take_back(d, sk, r, now);
+		return;
+	}
 	if (r->admit0 && !r->store_counted) {
 		r->admit0 = false;
 		r->sync0 = false;
@@ -456,7 +513,7 @@ size_t decide_parts(struct decide *d, const struct rl_request *rq, const struct 
 	}
 	/* A part a caller may not ask for refuses the whole decision, before
 	 * anything is counted: each request answers the reason. */
-	const char *why = batch_refusal(d, rq, n);
+	const char *why = batch_refusal(d, rq, sk, n);
 	for (size_t i = 0; why && i < n && np < maxparts; i++) {
 		struct rl_request bad = rq[i];
 		bad.arg_error = bad.arg_error ? bad.arg_error : why;
@@ -573,8 +630,22 @@ int decide_release(struct decide *d, const struct rl_request *rq, const char *id
 	}
 	rl_skey_make(d->rl, rq->key, rq->key_len, &sk);
 	int rc = rl_release(d->rl, ns, &sk, window, id, idlen, now);
-	if (rc < 0)
+	if (rc < 0) {
 		*error = rl_status_str(rl_errno(d->rl));
+		return rc;
+	}
+	/* With a store (docs/CLUSTER.md, "Concurrency across a cluster"): the
+	 * store frees the lease, once, whichever node took it. A lease this
+	 * node took and gave back already (or that expired here) is not sent
+	 * again; one of another node is freed there (1: sent; the store
+	 * frees an id it does not hold never). */
+	if (nsc->sync_rate > 0 && d->sync && (rc == 1 || idlen == 0 ||
+	    !rl_lease_ours(d->rl, ns, &sk, window, id, idlen))) {
+		int sent = sync_lease_release(d->sync, (unsigned)ns, rl_skey_bytes(&sk), sk.len, id,
+					      idlen, now + (double)ns_lease_ms(nsc) / 1000.0);
+		if (rc == 0 && idlen == ALGO_LEASE_LEN && sent == 0)
+			rc = 1;
+	}
 	return rc;
 }
 
@@ -793,6 +864,23 @@ static void pending_take_back(struct decide_pending *p)
 	}
 }
 
+/* A concurrency acquire the store decided: its count of the key's leases
+ * in flight (with this one if admitted; a denied one as if taken, as on
+ * one node) and when the first expires; the lease taken here given back
+ * when denied. */
+static void lease_answered(struct decide *d, struct rl_decision *r, const struct sync_hit *h,
+			   double now)
+{
+	if (msid(d, r->ns) < METRICS_NS)
+		metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_STORE], 1);
+	r->counted = h->admitted;
+	r->current = h->total + (r->counted ? 0 : 1);
+	r->previous = h->prev_total;
+	if (!r->counted)
+		lease_give_back(d, NULL, r, false, now);
+	finish(r, now);
+}
+
 /* The store's answer to a decision answered before it
  * (decide_pending_settle): that answer stands, and each hit is counted
  * once. An admission the store counted (admitted, or count_denied) is
@@ -810,6 +898,10 @@ static void pending_late(struct decide_pending *p)
 		if (p->hi[i] < 0 || !r->admit0)
 			continue;
 		const struct sync_hit *h = &p->hits.h[p->hi[i]];
+		/* A lease: decided with the answer (admit_locally), which gave
+		 * a denied one back here and to the store already. */
+		if (r->algo == NS_ALGO_CONCURRENCY)
+			continue;
 		if (h->ok && (h->admitted || r->count_denied) && r->cost > 0)
 			rl_unkeep(d->rl, r->ns, r->skey, r->skeylen, r->window,
 				  window_start(p->now, r->window), r->cost, p->now);
@@ -832,6 +924,10 @@ static void pending_finish(struct decide_pending *p)
 		if (p->hi[i] < 0)
 			continue;
 		const struct sync_hit *h = &p->hits.h[p->hi[i]];
+		if (r->admit0 && r->algo == NS_ALGO_CONCURRENCY && h->ok) {
+			lease_answered(d, r, h, p->now);
+			continue;
+		}
 		if (r->admit0) {
 			if (!h->ok) {
 				admit_locally(d, r, p->now);
@@ -948,6 +1044,7 @@ static struct sync_hit hit_of(const struct rl_decision *r)
 		.size = r->window, .diff = r->counted ? r->cost : 0, .with_prev = r->weight > 0,
 		.admit = r->admit0, .cost = r->cost, .limit = (double)r->limit,
 		.weight = r->weight, .count_denied = r->count_denied,
+		.lease = r->lease, .lease_mac = r->lease_mac,
 	};
 }
 
@@ -956,6 +1053,22 @@ static struct sync_hit hit_of(const struct rl_decision *r)
  * admitted or with count_denied, and the sync loop pushes it later. */
 static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 {
+	r->degraded = true;
+	if (msid(d, r->ns) < METRICS_NS)
+		metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_DEGRADED], 1);
+	if (r->algo == NS_ALGO_CONCURRENCY) {
+		/* Its lease is taken here already: kept within this node's
+		 * share (its own leases in flight, this one with them),
+		 * given back otherwise, to the store too (it may have taken
+		 * it before its answer was lost). */
+		unsigned nodes = rl_active_nodes(d->rl, r->ns);
+		r->cap = nodes > 1 ? fmax(floor((double)r->limit / nodes), 1) : (double)r->limit;
+		r->counted = r->current <= r->cap;
+		if (!r->counted)
+			lease_give_back(d, NULL, r, true, now);
+		finish(r, now);
+		return;
+	}
 	if (r->algo != NS_ALGO_WINDOW) {
 		/* Another algorithm decides its share itself (GCRA: on its
 		 * copy of the TAT, agent/algo_gcra.c): the hit again, degraded. */
@@ -973,10 +1086,6 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 			r->weight = res.weight;     /* GCRA: the share, for its times */
 			r->cap = res.cap;
 		}
-		r->degraded = true;
-		if (msid(d, r->ns) < METRICS_NS)
-			metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_DEGRADED],
-				    1);
 		finish(r, now);
 		return;
 	}
@@ -984,9 +1093,6 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 				 (double)r->limit, r->weight, rl_active_nodes(d->rl, r->ns));
 	bool ok = window_rate(r->current, r->previous, r->weight) + r->cost <= r->cap + 1e-9;
 
-	r->degraded = true;
-	if (msid(d, r->ns) < METRICS_NS)
-		metrics_add(&metrics_me->admissions[msid(d, r->ns)][METRICS_ADM_DEGRADED], 1);
 	r->counted = (ok || r->count_denied) && r->cost > 0;
 	if (r->counted &&
 	    rl_keep(d->rl, r->ns, r->skey, r->skeylen, r->window, window_start(now, r->window),

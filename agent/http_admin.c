@@ -19,6 +19,7 @@
 #include "agent/config.h"
 #include "agent/http_answer.h"
 #include "agent/http_parse.h"
+#include "agent/limits.h"
 #include "agent/ratelimit.h"
 #include "agent/sync.h"
 #include "agent/topk.h"
@@ -31,13 +32,27 @@
 struct admin_args {
 	const char *ns, *key, *by;
 	size_t ns_len, key_len, by_len;
-	uint64_t n, window;
-	bool has_n, has_window;
+	uint64_t n, window, limit, after;
+	bool has_n, has_window, has_limit;
 };
 
 static bool is(const char *s, size_t n, const char *lit)
 {
 	return strlen(lit) == n && memcmp(s, lit, n) == 0;
+}
+
+/* val[0..len) as a decimal number of 1..max digits into *x: 0, or -1. */
+static int admin_number(const char *val, long len, int max, uint64_t *x)
+{
+	*x = 0;
+	if (len <= 0 || len > max)
+		return -1;
+	for (long i = 0; i < len; i++) {
+		if (val[i] < '0' || val[i] > '9')
+			return -1;
+		*x = *x * 10 + (uint64_t)(val[i] - '0');
+	}
+	return 0;
 }
 
 /* Reads the query into a (strings decoded into dec). NULL or why not. */
@@ -66,27 +81,22 @@ static const char *admin_parse(const char *query, size_t qlen, char *dec, size_t
 			a->by = val;
 			a->by_len = (size_t)len;
 		} else if (is(n, nl, "n")) {
-			uint64_t x = 0;
-			for (long i = 0; i < len; i++) {
-				if (val[i] < '0' || val[i] > '9' || i >= 6)
-					return "bad n";
-				x = x * 10 + (uint64_t)(val[i] - '0');
-			}
-			if (len == 0 || x == 0)
+			if (admin_number(val, len, 6, &a->n) < 0 || a->n == 0)
 				return "bad n";
-			a->n = x;
 			a->has_n = true;
 		} else if (is(n, nl, "window")) {
-			uint64_t x = 0;
-			for (long i = 0; i < len; i++) {
-				if (val[i] < '0' || val[i] > '9' || i >= 10)
-					return "bad window";
-				x = x * 10 + (uint64_t)(val[i] - '0');
-			}
-			if (len == 0 || x == 0 || x > UINT32_MAX)
+			if (admin_number(val, len, 10, &a->window) < 0 || a->window == 0 ||
+			    a->window > UINT32_MAX)
 				return "bad window";
-			a->window = x;
 			a->has_window = true;
+		} else if (is(n, nl, "limit")) {
+			if (admin_number(val, len, 13, &a->limit) < 0 ||
+			    a->limit > (uint64_t)NS_LIMIT_MAX)
+				return "bad limit (an integer 0..1000000000000)";
+			a->has_limit = true;
+		} else if (is(n, nl, "after")) {
+			if (admin_number(val, len, 19, &a->after) < 0)
+				return "bad after";
 		}
 	}
 	return NULL;
@@ -170,6 +180,9 @@ static int admin_keys_text(struct rl *rl, int ns, const char *key, size_t key_le
 	bool sliding = nsc->window_type == NS_WINDOW_SLIDING;
 	size_t o = 0;
 
+	struct rl_skey sk;
+
+	rl_skey_make(rl, key, key_len, &sk);
 	admin_key_head(out, cap, &o, nsc, key, key_len);
 	http_put(out, cap, &o, "\",\"windows\":[");
 	for (size_t i = 0; i < nsc->n_window_sizes; i++) {
@@ -178,11 +191,14 @@ static int admin_keys_text(struct rl *rl, int ns, const char *key, size_t key_le
 		if (rl_inspect(rl, ns, key, key_len, size, now, sliding, &k) < 0)
 			return admin_error(out, cap, 400, rl_status_str(rl_errno(rl)));
 		/* reset and remaining as the namespace's algorithm answers
-		 * them (agent/algo.h), for a read. */
-		int64_t limit = ns_limit_of(nsc, size);
+		 * them (agent/algo.h), for a read; the key's own limit where
+		 * one is set (PUT /limits). */
+		int64_t configured = ns_limit_of(nsc, size);
+		int64_t limit = rl_limit_of(rl, ns, size, &sk, configured);
 		const struct algo_view v = {
 			.current = k.count - k.grant, .previous = k.previous, .weight = k.weight,
-			.cap = k.cap, .limit = limit, .window = size, .sliding = sliding,
+			.cap = limit != configured ? (double)limit : k.cap, .limit = limit,
+			.window = size, .sliding = sliding,
 			.has_limit = limit != NS_LIMIT_NONE,
 		};
 		struct algo_answer a = { 0 };
@@ -242,7 +258,10 @@ int admin_keys(struct rl *rl, struct sync *sy, const char *query, size_t qlen, d
 
 	if ((ns = admin_key_args(rl, query, qlen, dec, sizeof(dec), &a, out, cap, &status)) < 0)
 		return status;
-	if (rl_namespace_def(rl, ns)->sync_rate < 0)
+	/* A concurrency limit's store holds leases, no window counts to
+	 * read: this node's view only (docs/HTTP.md). */
+	if (rl_namespace_def(rl, ns)->sync_rate < 0 ||
+	    rl_namespace_def(rl, ns)->algorithm == NS_ALGO_CONCURRENCY)
 		return admin_keys_text(rl, ns, a.key, a.key_len, now, NULL, out, cap);
 	/* Answered at once when the store cannot be asked: w->why says why. */
 	size_t sl = rl_stored_key(rl, a.key, a.key_len, stored);
@@ -321,9 +340,209 @@ int admin_forget(struct rl *rl, struct sync *sy, const char *query, size_t qlen,
 	return 0;
 }
 
+/* ---- /limits: limits per key set at run time ---- */
+
+#define ADMIN_LIMITS_PAGE 100     /* overrides per GET page, by default and at most */
+
+/* The window of a /limits request: the one given (one of the namespace's)
+ * or the namespace's only one. 0 with the answer made when neither. */
+static uint32_t admin_limit_window(const struct ns_def *nsc, const struct admin_args *a,
+				   char *out, size_t cap, int *status)
+{
+	if (a->has_window) {
+		if (ns_window_index(nsc, (uint32_t)a->window) < 0) {
+			*status = admin_error(out, cap, 400, "bad window (not one of the "
+					      "namespace's window_sizes)");
+			return 0;
+		}
+		return (uint32_t)a->window;
+	}
+	if (nsc->n_window_sizes != 1) {
+		*status = admin_error(out, cap, 400, "missing window (the namespace has several)");
+		return 0;
+	}
+	return nsc->window_sizes[0];
+}
+
+/* Why a write of ns's overrides failed, answered. */
+static int admin_limit_refused(const struct ns_def *nsc, int e, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	if (e == LIMITS_ERR_BUSY)
+		return admin_error(out, cap, 503, limits_err_str(e));
+	http_put(out, cap, &o, "{\"error\":\"");
+	if (e == LIMITS_ERR_NS_FULL)
+		http_put(out, cap, &o, "namespace holds max_limit_overrides (%zu) limits per key "
+			 "already: remove one (DELETE /limits) or raise max_limit_overrides",
+			 ns_max_overrides(nsc));
+	else
+		http_put(out, cap, &o, "%s: the agent's table is sized at start for the "
+			 "max_limit_overrides of its namespaces (restart after raising them)",
+			 limits_err_str(e));
+	http_put(out, cap, &o, "\"}\n");
+	return 409;
+}
+
+/* The answer of a PUT or DELETE /limits that was done. */
+static int admin_limit_text(const struct ns_def *nsc, const char *key, size_t key_len,
+			    uint32_t window, int64_t value, bool was, const char *store, char *out,
+			    size_t cap)
+{
+	size_t o = 0;
+
+	admin_key_head(out, cap, &o, nsc, key, key_len);
+	http_put(out, cap, &o, "\",\"window\":%u", window);
+	if (value >= 0)
+		http_put(out, cap, &o, ",\"limit\":%lld", (long long)value);
+	else
+		http_put(out, cap, &o, ",\"removed\":%s", was ? "true" : "false");
+	http_put(out, cap, &o, ",\"store\":\"%s\"}\n", store);
+	return 200;
+}
+
+/* A PUT or DELETE the store did not take (why): 503, nothing changed. */
+static int admin_not_stored(const char *why, char *out, size_t cap)
+{
+	size_t o = 0;
+
+	http_put(out, cap, &o, "{\"error\":\"the store did not take it, nothing changed: ");
+	http_escape(out, cap, &o, why, strlen(why), HTTP_ESC_JSON_BYTES);
+	http_put(out, cap, &o, "\"}\n");
+	return 503;
+}
+
+static void admin_on_limit(void *arg, int status, bool full, const char *why)
+{
+	struct admin_wait *w = arg;
+
+	w->l = NULL;
+	w->status = status;
+	w->full = full;
+	if (why)
+		snprintf(w->why, sizeof(w->why), "%s", why);
+	w->done(w->owner);
+}
+
+/* GET /limits: one key's (key given), or a page of the namespace's. */
+static int admin_limits_list(struct rl *rl, int ns, const struct admin_args *a,
+			     const char *stored, size_t sl, char *out, size_t cap)
+{
+	static struct limits_entry e[ADMIN_LIMITS_PAGE];
+	const struct ns_def *nsc = rl_namespace_def(rl, ns);
+	struct limits *l = rl_limits(rl);
+	unsigned sid = rl_shm_ns(rl, ns);
+	size_t o = 0, n = 0;
+	uint64_t pos = a->after;
+
+	if (a->key) {
+		admin_key_head(out, cap, &o, nsc, a->key, a->key_len);
+		http_put(out, cap, &o, "\",\"limits\":[");
+		for (size_t i = 0; i < nsc->n_window_sizes; i++) {
+			uint32_t size = nsc->window_sizes[i];
+			int64_t v = limits_get(l, sid, size, stored, sl, -1);
+			if (v < 0 || (a->has_window && a->window != size))
+				continue;
+			http_put(out, cap, &o, "%s{\"window\":%u,\"limit\":%lld}", n++ ? "," : "",
+				 size, (long long)v);
+		}
+		http_put(out, cap, &o, "]}\n");
+		return 200;
+	}
+	size_t want = a->has_n && a->n < ADMIN_LIMITS_PAGE ? a->n : ADMIN_LIMITS_PAGE;
+	n = limits_list(l, sid, &pos, e, want);
+	http_put(out, cap, &o, "{\"namespace\":\"");
+	http_escape(out, cap, &o, nsc->name, strlen(nsc->name), HTTP_ESC_JSON_BYTES);
+	http_put(out, cap, &o, "\",\"count\":%zu,\"max\":%zu,\"limits\":[",
+		 limits_count(l, sid), ns_max_overrides(nsc));
+	for (size_t i = 0; i < n; i++) {
+		http_put(out, cap, &o, "%s{\"key\":\"", i ? "," : "");
+		http_escape(out, cap, &o, e[i].key, e[i].len, HTTP_ESC_JSON_BYTES);
+		http_put(out, cap, &o, "\",\"window\":%u,\"limit\":%lld}", e[i].window,
+			 (long long)e[i].limit);
+	}
+	http_put(out, cap, &o, "]");
+	if (pos)
+		http_put(out, cap, &o, ",\"next\":%llu", (unsigned long long)pos);
+	http_put(out, cap, &o, "}\n");
+	return 200;
+}
+
+int admin_limits(struct rl *rl, struct sync *sy, int method, const char *query, size_t qlen,
+		 char *out, size_t cap, struct admin_wait *w)
+{
+	char dec[HTTP_LINE_MAX], stored[RL_STORED_KEY_MAX];
+	struct admin_args a;
+	int status = 0, ns;
+	const char *why = admin_parse(query, qlen, dec, sizeof(dec), &a);
+	size_t sl = 0;
+
+	if (why)
+		return admin_error(out, cap, 400, why);
+	if ((ns = admin_ns(rl, &a, out, cap, &status)) < 0)
+		return status;
+	const struct ns_def *nsc = rl_namespace_def(rl, ns);
+	struct limits *l = rl_limits(rl);
+	if (!l)
+		return admin_error(out, cap, 503, "no table of limits per key");
+	if (a.key && a.key_len > 0)
+		sl = rl_stored_key(rl, a.key, a.key_len, stored);
+	else if (a.key)
+		return admin_error(out, cap, 400, "empty key");
+	if (method == HTTP_GET || method == HTTP_HEAD)
+		return admin_limits_list(rl, ns, &a, stored, sl, out, cap);
+	if (!a.key)
+		return admin_error(out, cap, 400, "missing key");
+	uint32_t window = admin_limit_window(nsc, &a, out, cap, &status);
+	if (window == 0)
+		return status;
+	if (method == HTTP_PUT && !a.has_limit)
+		return admin_error(out, cap, 400, "missing limit");
+	int64_t value = method == HTTP_PUT ? (int64_t)a.limit : -1;
+	unsigned sid = rl_shm_ns(rl, ns);
+	bool was = limits_get(l, sid, window, stored, sl, -1) >= 0;
+	if (value >= 0 && !was && limits_count(l, sid) >= ns_max_overrides(nsc))
+		return admin_limit_refused(nsc, LIMITS_ERR_NS_FULL, out, cap);
+	if (nsc->sync_rate < 0) {
+		int rc = value >= 0 ? limits_put(l, sid, window, stored, sl, value,
+						 ns_max_overrides(nsc), NULL)
+				    : limits_del(l, sid, window, stored, sl);
+		if (rc < 0 || (value >= 0 && rc > 0))
+			return admin_limit_refused(nsc, rc < 0 ? -rc : rc, out, cap);
+		return admin_limit_text(nsc, a.key, a.key_len, window, value, was, "none", out, cap);
+	}
+	/* The store first: every node reads it there. Nothing changes when
+	 * it cannot take it. */
+	if (sync_limit_set(sy, (unsigned)ns, window, stored, sl, value, admin_on_limit, w, &w->l,
+			   w->why) < 0 ||
+	    admin_keep_key(w, ns, a.key, a.key_len, 0) < 0) {
+		sync_limit_detach(w->l);
+		w->l = NULL;
+		return admin_not_stored(w->why[0] ? w->why : "out of memory", out, cap);
+	}
+	w->limit = true;
+	w->window = window;
+	w->value = value;
+	w->was = was;
+	return 0;
+}
+
+/* The answer of a /limits request once its store answered. */
+static int admin_limit_wait_text(struct rl *rl, struct admin_wait *w, char *out, size_t cap)
+{
+	const struct ns_def *nsc = rl_namespace_def(rl, w->ns);
+
+	if (w->status == 0 && w->full)
+		return admin_limit_refused(nsc, LIMITS_ERR_NS_FULL, out, cap);
+	if (w->status == 0)
+		return admin_limit_text(nsc, w->key, w->key_len, w->window, w->value, w->was,
+					"stored", out, cap);
+	return admin_not_stored(w->why[0] ? w->why : "the store failed", out, cap);
+}
+
 int admin_wait_answer(struct rl *rl, struct admin_wait *w, char *out, size_t cap)
 {
-	int st = w->read ? admin_keys_text(rl, w->ns, w->key, w->key_len, w->now, w, out, cap)
+	int st = w->limit ? admin_limit_wait_text(rl, w, out, cap) : w->read ? admin_keys_text(rl, w->ns, w->key, w->key_len, w->now, w, out, cap)
 			 : admin_forget_text(rl_namespace_def(rl, w->ns), w->key, w->key_len,
 					     w->removed,
 					     w->store == SYNC_FORGET_SENT ? "sent" : "queued",
@@ -340,6 +559,8 @@ void admin_wait_detach(struct admin_wait *w)
 	w->f = NULL;
 	sync_read_detach(w->r);
 	w->r = NULL;
+	sync_limit_detach(w->l);
+	w->l = NULL;
 	free(w->key);
 	w->key = NULL;
 }

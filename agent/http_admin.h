@@ -6,6 +6,13 @@
  *   DELETE /keys?namespace=NS&key=K  forget K here and in the store
  *   GET /top?namespace=NS&n=N&by=hits|denied&window=W
  *                                  the heaviest keys of the current window
+ *   PUT /limits?namespace=NS&key=K&window=W&limit=L
+ *                                  K's own limit in window W (here and, for a
+ *                                  namespace that syncs, in its store)
+ *   GET /limits?namespace=NS[&key=K][&after=P&n=N]
+ *                                  K's limits, or every one of NS, paged
+ *   DELETE /limits?namespace=NS&key=K&window=W
+ *                                  K back to the namespace's limit
  *
  * The front checks http_admin_token first. Each writes a JSON answer (or
  * {"error": ...}) into out (cap bytes) and returns the HTTP status.
@@ -29,8 +36,15 @@ struct topk;
 struct admin_wait {
 	void (*done)(void *owner);        /* the owner's: the store answered */
 	void *owner;
-	/* admin_forget's, admin_keys' */
+	/* admin_forget's, admin_keys', admin_limits' */
 	bool read;                        /* a GET's read, else a DELETE's forget */
+	bool limit;                       /* a PUT or DELETE /limits, else /keys */
+	struct sync_limit *l;             /* ... while waiting for the store */
+	uint32_t window;                  /* ... its window, */
+	int64_t value;                    /* its limit (-1: removed) */
+	bool was;                         /* DELETE: this node held it */
+	bool full;                        /* the store's answer: full */
+	int status;                       /* ... 0, or -1 (why) */
 	struct sync_forget *f;            /* while waiting: the forget */
 	struct sync_read *r;              /* ... or the read */
 	int ns;
@@ -68,6 +82,17 @@ int admin_keys(struct rl *rl, struct sync *sy, const char *query, size_t qlen, d
  * held), "queued" (away: sent once when it is back), "none" (a local
  * namespace). */
 int admin_forget(struct rl *rl, struct sync *sy, const char *query, size_t qlen, double now,
+		 char *out, size_t cap, struct admin_wait *w);
+
+/* PUT, GET and DELETE /limits (method: HTTP_PUT, HTTP_GET, HTTP_DELETE;
+ * docs/HTTP.md, "Limits per key"): a key's own limit in one window of
+ * its namespace, which replaces the configured one for that key (a
+ * caller's may still lower it, by caller_limit). A namespace that syncs
+ * keeps it in its store: a PUT or DELETE returns 0 and answers through
+ * w->done once the store did (then every node has it within one sync
+ * period); a local one in this node's table (and state file). GET reads
+ * this node's. Returns the HTTP status with the answer in out, or 0. */
+int admin_limits(struct rl *rl, struct sync *sy, int method, const char *query, size_t qlen,
 		 char *out, size_t cap, struct admin_wait *w);
 
 /* After w->done: the answer into out; returns its HTTP status. */

@@ -513,7 +513,7 @@ static void metrics_page(struct http_conn *c, const struct http_ctx *x)
 	http_answer(c, x, 200, "text/plain; version=0.0.4; charset=utf-8", "", text);
 }
 
-/* ---- admin: /keys, /top ---- */
+/* ---- admin: /keys, /top, /limits ---- */
 
 /* Does the request carry http_admin_token? 401 without any token, 403
  * with another (the checks' token does not open these). */
@@ -552,6 +552,16 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 	if (top) {
 		st = admin_top(env->rl, env->topk, req->query, req->query_len, rl_now(), text,
 			       ADMIN_ANSWER_MAX);
+	} else if (is(req->path, req->path_len, "/limits")) {
+		/* A PUT or DELETE of a namespace that syncs waits for its store. */
+		c->admin = (struct admin_wait){ .done = admin_forgot, .owner = c };
+		st = admin_limits(env->rl, env->decide->sync, (int)req->method, req->query,
+				  req->query_len, text, ADMIN_ANSWER_MAX, &c->admin);
+		if (st == 0) {
+			c->admin_waiting = true;
+			c->admin_x = *x;
+			return;
+		}
 	} else {
 		/* /keys: a DELETE's forget, a GET's read of the store. */
 		c->admin = (struct admin_wait){ .done = admin_forgot, .owner = c };
@@ -572,8 +582,8 @@ static void admin_page(struct http_conn *c, const struct http_request *req,
 	http_answer(c, x, st, "application/json", "", text);
 }
 
-/* The store answered a /keys request (admin_forget, admin_keys): its
- * answer, then the connection's next requests. */
+/* The store answered a /keys or /limits request (admin_forget, admin_keys,
+ * admin_limits): its answer, then the connection's next requests. */
 static void admin_forgot(void *owner)
 {
 	static char *text;
@@ -609,11 +619,12 @@ static void route(struct http_conn *c, const struct http_request *req, const cha
 	bool json = is(req->path, req->path_len, "/json");
 	bool rel = is(req->path, req->path_len, "/release");
 	bool set = is(req->path, req->path_len, "/settle");
-	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys) ||
-	    (req->method == HTTP_POST) != (json || rel || set)) {
+	bool limits = is(req->path, req->path_len, "/limits");
+	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys && !limits) ||
+	    (req->method == HTTP_PUT && !limits) || (req->method == HTTP_POST) != (json || rel || set)) {
 		http_answer(c, &x, 405, "application/json",
 			    json || rel || set ? "Allow: POST\r\n" : keys ? "Allow: GET, HEAD, DELETE\r\n"
-								 : "Allow: GET, HEAD\r\n",
+			    : limits ? "Allow: GET, HEAD, PUT, DELETE\r\n" : "Allow: GET, HEAD\r\n",
 			    "{\"error\":\"method not allowed\"}\n");
 		return;
 	}
@@ -631,7 +642,7 @@ static void route(struct http_conn *c, const struct http_request *req, const cha
 		else
 			metrics_page(c, &x);
 	}
-	else if (keys)
+	else if (keys || limits)
 		admin_page(c, req, &x, false);
 	else if (is(req->path, req->path_len, "/top"))
 		admin_page(c, req, &x, true);

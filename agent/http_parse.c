@@ -95,6 +95,8 @@ static int parse_request_line(const char *buf, size_t n, struct http_request *re
 		req->method = HTTP_HEAD;
 	else if (m == 6 && memcmp(buf, "DELETE", 6) == 0)
 		req->method = HTTP_DELETE;
+	else if (m == 3 && memcmp(buf, "PUT", 3) == 0)
+		req->method = HTTP_PUT;
 	else if (m == 4 && memcmp(buf, "POST", 4) == 0)
 		req->method = HTTP_POST;
 	else

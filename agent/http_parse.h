@@ -32,6 +32,7 @@ enum http_method {
 	HTTP_HEAD,
 	HTTP_DELETE,                 /* the admin endpoint DELETE /keys */
 	HTTP_POST,                   /* POST /json */
+	HTTP_PUT,                    /* the admin endpoint PUT /limits */
 	HTTP_OTHER,                  /* parsed; the router answers 405 */
 };
 

@@ -33,7 +33,7 @@ static void usage(FILE *out)
 {
 	fprintf(out,
 		"usage: spoa-ratelimit [-c FILE] [-l ADDR] [-w WORKERS] [-t] [-v] [-h]\n"
-		"       spoa-ratelimit ctl [-c FILE] [--json] keys|reset|top ... (ctl -h)\n"
+		"       spoa-ratelimit ctl [-c FILE] [--json] keys|reset|top|limits ... (ctl -h)\n"
 		"  -c FILE     JSON configuration (docs/CONFIG.md); built-in defaults without it\n"
 		"  -l ADDR     listen on HOST:PORT, [IPV6]:PORT or unix:/path (default 127.0.0.1:12345)\n"
 		"  -w WORKERS  worker processes (default: number of CPUs)\n"
@@ -176,6 +176,22 @@ static struct rl *open_library(const struct config *cfg, bool check_only, int *s
 	}
 	if (cfg->key_secret[0])
 		rl_set_key_secret(rl, cfg->key_secret, strlen(cfg->key_secret));
+	/* The limits per key set at run time: room for every namespace's
+	 * max_limit_overrides (docs/CONFIG.md), after the table in the state
+	 * file. */
+	size_t total = 0, dropped = 0;
+	for (size_t i = 0; i < cfg->n_ns; i++)
+		total += ns_max_overrides(&cfg->ns[i]);
+	if (!check_only && rl_limits_open(rl, total, &dropped, err, sizeof(err)) < 0) {
+		fprintf(stderr, "spoa-ratelimit: state_file %s: %s\n", cfg->state_file, err);
+		rl_free(rl);
+		*status = 1;
+		return NULL;
+	}
+	if (dropped)
+		fprintf(stderr, "spoa-ratelimit: state_file %s: %zu limit override(s) of the last "
+			"run dropped: the namespaces' max_limit_overrides add up to fewer now\n",
+			cfg->state_file, dropped);
 	return rl;
 }
 

@@ -43,6 +43,10 @@ struct rl;
 	  "Entries evicted to make room for a new key, by namespace.")                  \
 	X(TABLE_REFUSED, "table_refused_total", "counter",                               \
 	  "New keys refused for want of room, even by eviction, by namespace.")         \
+	X(LIMIT_OVERRIDES, "limit_overrides", "gauge",                                   \
+	  "Limits per key set at run time (PUT /limits) this node applies, by namespace.") \
+	X(LIMIT_OVERRIDES_MAX, "limit_overrides_max", "gauge",                           \
+	  "The most a namespace may hold (max_limit_overrides).")                       \
 	X(CONNECTIONS, "connections", "gauge", "Open connections, by front.")            \
 	X(SYNC_CYCLES, "sync_cycles_total", "counter",                                   \
 	  "Sync cycles (pushes of a node's diffs to the store), by namespace and result.") \

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "agent/limits.h"
 #include "agent/ratelimit.h"
 #include "agent/shm.h"
 
@@ -197,6 +198,14 @@ static void family_table(struct out *o, const struct scrape *sc, enum metrics_fa
 			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %llu\n", name, sc->label[ns],
 			    (unsigned long long)v);
 		}
+		break;
+	case METRICS_FAM_LIMIT_OVERRIDES:
+	case METRICS_FAM_LIMIT_OVERRIDES_MAX:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			put(o, "spoa_ratelimit_%s{namespace=\"%s\"} %zu\n", name, sc->label[ns],
+			    f == METRICS_FAM_LIMIT_OVERRIDES
+				    ? limits_count(rl_limits(sc->rl), sc->sid[ns])
+				    : ns_max_overrides(sc->ns[ns]));
 		break;
 	default:
 		break;

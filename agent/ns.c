@@ -193,6 +193,9 @@ static int ns_check_limits(const struct ns_def *d, struct ns_err *e)
 	if (d->delay_max_ms > NS_DELAY_MAX_MS)
 		return ns_fail(e, "delay_max_ms", "expected 0..%u ms, got %u", NS_DELAY_MAX_MS,
 			       d->delay_max_ms);
+	if (d->max_limit_overrides > NS_OVERRIDES_MAX)
+		return ns_fail(e, "max_limit_overrides", "expected 1..%u, got %u", NS_OVERRIDES_MAX,
+			       d->max_limit_overrides);
 	if (d->max_cost != 0 && !(d->max_cost > 0 && d->max_cost <= (double)NS_LIMIT_MAX))
 		return ns_fail(e, "max_cost", "expected a number > 0 and at most %lld, got %g",
 			       NS_LIMIT_MAX, d->max_cost);
@@ -270,6 +273,25 @@ static int ns_check_envoy(const struct ns_def *d, struct ns_err *e)
 	return 0;
 }
 
+/* An algorithm whose every admission is the store's step (GCRA's TAT,
+ * concurrency's leases: algo_ops.step), with a store: sync_rate > 0 (the
+ * heartbeat's period: 0 would say "every hit pushed", which it is
+ * already) and an admission the store decides ("local" would push sums,
+ * which the store's state is not). */
+static int ns_check_store_step(const struct ns_def *d, struct ns_err *e, const char *what)
+{
+	const char *name = ns_algorithm_names[d->algorithm];
+
+	if (d->sync_rate == 0)
+		return ns_fail(e, "sync_rate", "\"%s\" with a store decides every hit there "
+			       "already: a sync_rate > 0 (the heartbeat's), or < 0 (local)", name);
+	if (d->sync_rate > 0 && d->admission == NS_ADMIT_LOCAL)
+		return ns_fail(e, "admission", "\"%s\" with a store is decided there "
+			       "(\"auto\" or \"exact\"): %s is no sum a node could push", name,
+			       what);
+	return 0;
+}
+
 /* burst, and what a gcra namespace needs: a limit for each window (the
  * rate), a key's TAT that the table keeps (window x burst: the period of
  * its slots, agent/algo_gcra.c), and none of what only the window counter
@@ -302,13 +324,7 @@ static int ns_check_gcra(const struct ns_def *d, struct ns_err *e)
 	/* With a store, the store moves the one TAT (docs/CLUSTER.md, "GCRA
 	 * across a cluster"): every hit the node does not deny is its step,
 	 * whatever sync_rate says, and a TAT is no sum a node could push. */
-	if (d->sync_rate == 0)
-		return ns_fail(e, "sync_rate", "\"gcra\" with a store decides every hit there "
-			       "already: a sync_rate > 0 (the heartbeat's), or < 0 (local)");
-	if (d->sync_rate > 0 && d->admission == NS_ADMIT_LOCAL)
-		return ns_fail(e, "admission", "\"gcra\" with a store is decided there "
-			       "(\"auto\" or \"exact\"): a TAT is no sum a node could push");
-	return 0;
+	return ns_check_store_step(d, e, "a TAT");
 }
 
 /* lease_ms, and what a concurrency namespace needs: one window (whose
@@ -348,7 +364,9 @@ static int ns_check_concurrency(const struct ns_def *d, struct ns_err *e)
 	if (d->haproxy.from[0] || d->haproxy.into[0])
 		return ns_fail(e, "haproxy_tables", "not with \"algorithm\": \"concurrency\" (the "
 			       "nodes' tables count windows)");
-	return 0;
+	/* With a store, the store keeps the key's leases (docs/CLUSTER.md,
+	 * "Concurrency across a cluster"): every acquire is its step. */
+	return ns_check_store_step(d, e, "a lease");
 }
 
 int ns_check(const struct ns_def *d, struct ns_err *e)

@@ -49,7 +49,7 @@ enum ns_window_type {
 #define NS_ALGORITHMS(X) \
 	X(NS_ALGO_WINDOW, "window", true)    /* a count per window, sliding or fixed */ \
 	X(NS_ALGO_GCRA, "gcra", true)        /* a rate with a burst: a TAT per key */ \
-	X(NS_ALGO_CONCURRENCY, "concurrency", false) /* requests in flight: leases */
+	X(NS_ALGO_CONCURRENCY, "concurrency", true) /* requests in flight: leases */
 
 enum ns_algorithm {
 #define NS_ALGO_ENUM(id, name, store) id,
@@ -160,6 +160,9 @@ struct ns_def {
 	enum ns_caller_limit caller_limit;
 	double max_cost;                         /* 0: ns_max_cost()'s default */
 	bool caller_admission;                   /* HTTP callers may choose `admission` */
+	uint32_t max_limit_overrides;            /* limits per key set at run time
+	                                            (PUT /limits) it may hold (0:
+	                                            NS_OVERRIDES_DEFAULT) */
 	uint32_t delay_max_ms;                   /* hold a hit this long rather than deny
 	                                            it (0: never; <= NS_DELAY_MAX_MS) */
 	struct ns_haproxy_tables haproxy;        /* the peers front's tables (from "" = none) */
@@ -203,6 +206,17 @@ static inline int64_t ns_limit_of(const struct ns_def *d, uint32_t window)
 		if (d->limits[i].window == window || d->limits[i].window == NS_EVERY_WINDOW)
 			return d->limits[i].limit;
 	return NS_LIMIT_NONE;
+}
+
+/* max_limit_overrides (docs/CONFIG.md): by default, and at most. */
+#define NS_OVERRIDES_DEFAULT 1024
+#define NS_OVERRIDES_MAX     1000000
+
+/* The overrides a namespace may hold: its max_limit_overrides, or the
+ * default. */
+static inline size_t ns_max_overrides(const struct ns_def *d)
+{
+	return d->max_limit_overrides ? d->max_limit_overrides : NS_OVERRIDES_DEFAULT;
 }
 
 /* A gcra namespace's burst: its `burst`, 1 by default. */

@@ -46,6 +46,7 @@
 #include <time.h>
 
 #include "agent/hash.h"
+#include "agent/limits.h"
 #include "agent/shm.h"
 #include "agent/shm_sync.h"
 #include "agent/window.h"
@@ -88,6 +89,9 @@ struct rl {
 	                                       request that names none, found
 	                                       without comparing names */
 	size_t max_keys;
+	struct limits *limits;              /* overrides (rl_limits_open), or NULL */
+	const _Atomic uint32_t *ovr_count;  /* ... their count per table namespace
+	                                       (limits_counts), or NULL */
 	bool secret_set;                    /* rl_set_key_secret() was called */
 	bool public_key;                    /* digests use RL_DIGEST_KEY */
 	_Atomic int err;                    /* enum rl_status of the last failure */
@@ -164,6 +168,7 @@ void rl_free(struct rl *rl)
 		return;
 	for (size_t i = 0; i < rl->n_ns; i++)
 		free((void *)rl->ns[i].def.strategy_opts);
+	limits_destroy(rl->limits);
 	shm_destroy(rl->shm);
 	free(rl);
 }
@@ -465,6 +470,20 @@ int rl_release(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window
 	if (shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(key), key->len) < 0)
 		return rl_fail(rl, RL_ERR_KEY);
 	return n->algo->release(rl->shm, &k, &n->def, window_size, id, idlen, now);
+}
+
+bool rl_lease_ours(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+		   const char *id, size_t idlen)
+{
+	struct shm_key k;
+	int win = rl_hit_check(rl, ns, key, window_size, 0, RL_WEIGHT_AUTO, 0, -1, RL_ADMIT_LOCAL);
+
+	if (win < 0)
+		return false;
+	const struct rl_ns *n = &rl->ns[ns];
+	return n->algo->release &&
+	       shm_key_init(rl->shm, &k, n->sid, n->wid[win], rl_skey_bytes(key), key->len) == 0 &&
+	       algo_lease_ours(rl->shm, &k, id, idlen);
 }
 
 int rl_hit(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t window_size,
@@ -925,4 +944,35 @@ struct shm_table *rl_shm(const struct rl *rl)
 void rl_worker_gone(struct rl *rl)
 {
 	shm_grant_unstick(rl->shm);
+}
+
+/* ---- limits per key set at run time ---- */
+
+_Static_assert(LIMITS_NS == SHM_MAX_NS, "an override's namespace is the table's index");
+
+int rl_limits_open(struct rl *rl, size_t total, size_t *dropped, char *err, size_t errlen)
+{
+	int fd = shm_state_fd(rl->shm);
+
+	*dropped = 0;
+	rl->limits = fd >= 0 ? limits_open_file(fd, shm_bytes(rl->shm), total, dropped, err, errlen)
+			     : limits_create(total, err, errlen);
+	rl->ovr_count = limits_counts(rl->limits);
+	return rl->limits ? 0 : -1;
+}
+
+struct limits *rl_limits(const struct rl *rl)
+{
+	return rl->limits;
+}
+
+int64_t rl_limit_of(const struct rl *rl, int ns, uint32_t size, const struct rl_skey *key,
+		    int64_t configured)
+{
+	/* The usual case, a namespace without overrides: one load. */
+	if (!rl->ovr_count || (size_t)ns >= rl->n_ns ||
+	    atomic_load_explicit(&rl->ovr_count[rl->ns[ns].sid], memory_order_relaxed) == 0)
+		return configured;
+	return limits_get(rl->limits, rl->ns[ns].sid, size, rl_skey_bytes(key), key->len,
+			  configured);
 }

@@ -242,6 +242,12 @@ int rl_hit_skey(struct rl *rl, int ns, const struct rl_skey *key, uint32_t windo
 int rl_release(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
 	       const char *id, size_t idlen, double now);
 
+/* Is id[0..idlen) a lease of the stored key this node's table answered
+ * (its MAC checks: agent/algo_concurrency.c)? false for another node's,
+ * a forged one, and on any error. */
+bool rl_lease_ours(struct rl *rl, int ns, const struct rl_skey *key, uint32_t window_size,
+		   const char *id, size_t idlen);
+
 /* The cap rl_hit_degraded would decide a hit of the stored key against
  * now, for a hit already handed to a store that then failed. */
 double rl_degraded_cap(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
@@ -391,5 +397,26 @@ struct shm_table *rl_shm(const struct rl *rl);
  * The table's LIVE counts it may have left one off are not counted again
  * here, while the other workers insert (agent/shm.h says why). */
 void rl_worker_gone(struct rl *rl);
+
+/* ---- limits per key set at run time (agent/limits.h) ---- */
+
+struct limits;
+
+/* Maps the table of limit overrides for `total` of them in all (the sum
+ * of the namespaces' max_limit_overrides): after the counter table in
+ * the state file when there is one (kept across restarts; *dropped: the
+ * last run's that did not fit a smaller total), else anonymous. Before
+ * fork. Returns 0, or -1 with the reason in err. Without it, no key has
+ * an override (rl_limit_of answers the configured limit). */
+int rl_limits_open(struct rl *rl, size_t total, size_t *dropped, char *err, size_t errlen);
+
+/* The instance's overrides (NULL: none mapped). */
+struct limits *rl_limits(const struct rl *rl);
+
+/* The limit key (its stored form) is decided against in window `size`
+ * of namespace ns: its override, or `configured`. Lock-free, no
+ * allocation; a namespace without overrides costs one load. */
+int64_t rl_limit_of(const struct rl *rl, int ns, uint32_t size, const struct rl_skey *key,
+		    int64_t configured);
 
 #endif /* RATELIMIT_H */

@@ -19,6 +19,13 @@ void *segment_map_file(int fd, size_t len)
 	return p == MAP_FAILED ? NULL : p;
 }
 
+void *segment_map_file_at(int fd, size_t off, size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)off);
+
+	return p == MAP_FAILED ? NULL : p;
+}
+
 void segment_free(void *p, size_t len)
 {
 	if (p)

@@ -20,6 +20,10 @@ void *segment_new(size_t len);
  * there reaches the file (the caller sizes it first). NULL with errno. */
 void *segment_map_file(int fd, size_t len);
 
+/* The same for len bytes of fd from byte off on (page aligned): the
+ * limit overrides kept after a state file's table (agent/limits.c). */
+void *segment_map_file_at(int fd, size_t off, size_t len);
+
 /* Unmaps a segment of len bytes in this process. NULL is fine. */
 void segment_free(void *p, size_t len);
 

@@ -373,6 +373,11 @@ struct shm_table *shm_create(size_t max_keys, char *err, size_t errlen);
  * fork(). */
 struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, size_t errlen);
 
+/* The state file's descriptor (locked while mapped), or -1: what
+ * follows the table in the file (shm_bytes() on) is the limit overrides'
+ * (agent/limits.h, limits_open_file). */
+int shm_state_fd(const struct shm_table *t);
+
 /* Were a state file's counts found (shm_open_file of an existing file)? */
 bool shm_reused(const struct shm_table *t);
 

@@ -239,7 +239,9 @@ static int shm_file_check(int fd, const char *path, const struct stat *st, size_
 			 path, (unsigned long long)h.max_keys, max_keys);
 		return -1;
 	}
-	if (h.nslots != g->nslots || (size_t)st->st_size != g->len) {
+	/* Longer: the limit overrides follow the table (agent/limits.c
+	 * checks their part). */
+	if (h.nslots != g->nslots || (size_t)st->st_size < g->len) {
 		snprintf(err, errlen, "state_file %s: %lld bytes and %llu slots, where this "
 			 "build makes %zu bytes and %zu slots for max_keys %zu (written on another "
 			 "page size?); move it away to start afresh", path, (long long)st->st_size,
@@ -341,6 +343,11 @@ struct shm_table *shm_open_file(const char *path, size_t max_keys, char *err, si
 fail:
 	close(fd);
 	return NULL;
+}
+
+int shm_state_fd(const struct shm_table *t)
+{
+	return t->fd;
 }
 
 bool shm_reused(const struct shm_table *t)

@@ -194,6 +194,7 @@ void sync_stop(struct sync *sy)
 		sync_doubts_drop(sn);
 	}
 	sync_gather_free(sy);
+	sync_leases_free(sy);
 	free(sy);
 }
 

@@ -21,7 +21,8 @@
  * the heartbeat), sync_seed.c (first-seen keys seeded), sync_hits.c and
  * sync_gather.c (sync_rate 0 and exact admission), sync_doubt.c (calls in
  * doubt, their handover at a reload), sync_forget.c (a key forgotten in
- * the store), sync_read.c (a key's counts read from the store). The table
+ * the store), sync_read.c (a key's counts read from the store),
+ * sync_lease.c (concurrency leases given back to the store). The table
  * is reached through agent/shm_sync.h only.
  */
 #ifndef SYNC_H
@@ -55,6 +56,7 @@ void sync_seed(struct sync *s, unsigned ns, uint32_t idx);
 /* ---- sync_rate 0 and exact admission: hits that wait for the store ---- */
 
 #define SYNC_HITS_MAX 32
+#define SYNC_LEASE_TEXT 33      /* a lease id's text and its NUL (ALGO_LEASE_LEN) */
 
 /* One hit of a sync_rate 0 namespace, or one the store must admit, already
  * counted (or read) in the table by the library: what the store must add
@@ -73,6 +75,7 @@ struct sync_hit {
 	bool admit;
 	double cost, limit, weight;
 	bool count_denied;
+	uint64_t lease, lease_mac;   /* admit, concurrency: the lease it takes */
 	/* out, from sync_hits_apply() */
 	bool ok;                 /* the store confirmed: total is valid */
 	bool admitted;           /* admit: the store's decision */
@@ -98,6 +101,7 @@ struct sync_hits {
 	size_t nc;
 	struct strategy_admit a[SYNC_HITS_MAX];
 	size_t na;
+	char lease[SYNC_HITS_MAX][SYNC_LEASE_TEXT]; /* the admissions' lease ids */
 	unsigned outstanding;
 	double now;
 	void (*done)(void *arg);
@@ -125,6 +129,17 @@ void sync_hits_apply(struct rl *rl, struct sync_hits *b);
 /* A counted hit that will not be pushed now (no room to wait): its slot
  * keeps it as a diff for the retry cycle. */
 void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
+
+/* A concurrency lease given back to namespace ns's store (its step
+ * STRATEGY_STEP_LEASE, a release: docs/CLUSTER.md, "Concurrency across a
+ * cluster"): key the stored form, id[0..idlen) the lease's id (idlen 0:
+ * the key's lease that expires first). Sent with the loop iteration's
+ * admissions, and again every SYNC_LEASE_RETRY seconds while the store
+ * does not answer, until `until` (the lease has expired by then: nothing
+ * left to free). Returns 0 when queued, -1 when not (no store for ns, the
+ * queue full: the lease expires instead). Never blocks. */
+int sync_lease_release(struct sync *s, unsigned ns, const char *key, size_t keylen,
+		       const char *id, size_t idlen, double until);
 
 /* Can namespace ns's store decide admissions? */
 bool sync_can_admit(struct sync *s, unsigned ns);
@@ -243,5 +258,28 @@ void sync_stop(struct sync *s);
  * timeout_s. Returns the number of counters whose diff could not be
  * pushed (0 = all flushed). */
 size_t sync_flush(struct rl *rl, double timeout_s);
+
+/* ---- limits per key set at run time (PUT / DELETE /limits): sync_limits.c ---- */
+
+struct sync_limit;
+
+/* The store's answer: status 0 (stored; full: refused, the namespace
+ * holds max_limit_overrides in the store already) or -1 (why). */
+typedef void (*sync_limit_cb)(void *arg, int status, bool full, const char *why);
+
+/* Sends key's (the stored form) limit in window `size` of namespace ns
+ * (rl's index; it syncs) to its store: limit >= 0 sets it, < 0 removes
+ * it (strategy_ops.limit_set); once the store confirms, this node's
+ * table is written too (the other nodes read it with their next sync
+ * cycle). Returns 0: cb(arg, ...) runs once, later (within the store's
+ * timeout_ms), *out its handle until then; or -1, why filled (no store
+ * for this worker, not connected, out of memory): nothing was changed. */
+int sync_limit_set(struct sync *sy, unsigned ns, uint32_t size, const char *key, size_t keylen,
+		   int64_t limit, sync_limit_cb cb, void *arg, struct sync_limit **out,
+		   char why[STRATEGY_ERR_MAX]);
+
+/* The caller no longer waits (its connection closed): cb never runs; the
+ * call goes on. NULL is fine. */
+void sync_limit_detach(struct sync_limit *l);
 
 #endif /* SYNC_H */

@@ -407,6 +407,9 @@ static void sync_on_tick(struct ev_loop *loop, ev_periodic *w, int revents)
 		return;
 	}
 	sn->cycle_ms = ms;
+	/* Limits per key set on other nodes: applied within one period. */
+	if (!sy->flush_mode)
+		sync_limits_poll(sn);
 	if (sn->retry) {
 		/* First the push in doubt, unchanged and with its token: the
 		 * next cycle collects what came since. */

@@ -110,12 +110,20 @@ static void sync_hits_build(struct sync *sy, struct sync_hits *b, size_t i, doub
 				.count_denied = h->count_denied, .nodes = nodes,
 				.step = (enum strategy_step)step, .burst = (double)ns_burst(def),
 			};
+			if (step == ALGO_STEP_LEASE) {
+				struct strategy_admit *a = &b->a[b->na - 1];
+				a->lease_len = algo_lease_text(h->lease, h->lease_mac, b->lease[j]);
+				a->lease = b->lease[j];
+				a->lease_s = (double)ns_lease_ms(def) / 1000.0;
+			}
 			if (step == ALGO_STEP_WINDOW) {
 				b->a[b->na - 1].want = sync_grant_want(sy->t, e->idx, h->limit,
 									nodes);
 			} else {
-				/* The TAT is the window's (T = window / limit), not
-				 * the slot's period (algo_ops.period). */
+				/* The window's size, not its slot's period
+				 * (algo_ops.period: GCRA's window x burst,
+				 * concurrency's lease_ms): T = size / limit,
+				 * rl_store_answer's window, a release's key. */
 				b->a[b->na - 1].size = h->size;
 				if (e->idx != UINT32_MAX)
 					shm_grant_flight(sy->t, e->idx, 1); /* in flight, no grant */
@@ -220,16 +228,24 @@ static double sync_view(const struct shm_table *t, const struct shm_entry *e, do
 /* ---- the store's answers applied ---- */
 
 _Static_assert((int)ALGO_STEP_WINDOW == (int)STRATEGY_STEP_WINDOW &&
-	       (int)ALGO_STEP_TAT == (int)STRATEGY_STEP_TAT, "an algorithm's step is the store's");
+	       (int)ALGO_STEP_TAT == (int)STRATEGY_STEP_TAT &&
+	       (int)ALGO_STEP_LEASE == (int)STRATEGY_STEP_LEASE, "an algorithm's step is the store's");
+_Static_assert(SYNC_LEASE_TEXT == ALGO_LEASE_LEN + 1 && ALGO_LEASE_LEN <= STRATEGY_LEASE_MAX,
+	       "a lease id fits its text and the store's");
 
 /* An admission of an algorithm whose store holds no window counts (GCRA's
  * TAT): its answer written into the table by the algorithm
- * (rl_store_answer), the decision and the hit's view into h. */
+ * (rl_store_answer), the decision and the hit's view into h. One whose
+ * algorithm keeps no answer (concurrency: the leases in flight, and in
+ * prev_total the seconds until the first expires) reads the store's. */
 static void sync_answer_apply(struct rl *rl, struct sync_hit *h, const struct strategy_admit *a)
 {
-	double view = 0;
+	double view = a->current;
 
-	if (rl_store_answer(rl, h->ns, a->key, a->key_len, a->size, rl_now(), a->current,
+	h->prev_ok = a->step == STRATEGY_STEP_LEASE;
+	h->prev_total = a->previous;
+	if (a->step != STRATEGY_STEP_LEASE &&
+	    rl_store_answer(rl, h->ns, a->key, a->key_len, a->size, rl_now(), a->current,
 			    &view) < 0)
 		SYNC_HIT_LOG(LOG_WARN, "namespace \"%s\": the store's answer could not be kept "
 			     "(%s): this node admits from its own copy until the next one",

@@ -8,7 +8,8 @@
  *   sync.c         a sync's life: start, stop, the reload's restart and
  *                  handover, the final flush; what the decisions ask of it
  *                  (store away, can admit, busy, settled)
- *                  -> sync_cycle.c, sync_seed.c, sync_gather.c, sync_doubt.c
+ *                  -> sync_cycle.c, sync_seed.c, sync_gather.c, sync_doubt.c,
+ *                     sync_lease.c
  *   sync_cycle.c   the sync cycle and its lease, the heartbeat
  *                  -> sync_doubt.c
  *   sync_seed.c    first-seen keys seeded
@@ -21,6 +22,12 @@
  *   sync_forget.c  a key forgotten in the store (DELETE /keys)
  *                  -> sync_doubt.c
  *   sync_read.c    a key's counts read from the store (GET /keys)
+ *   sync_limits.c  limits per key set at run time: an operator's sent to
+ *                  the store (PUT / DELETE /limits), the store's read by
+ *                  the sync cycle (sync_cycle.c -> sync_limits.c)
+ *   sync_lease.c   concurrency leases given back to the store, retried
+ *                  until it answers
+ *                  -> sync_gather.c
  *   sync_doubt.c   the one list of calls in doubt, whoever made them:
  *                  resent with their token until the store answers, handed
  *                  over at a reload; it calls none of the files above (a
@@ -106,6 +113,11 @@ struct sync_ns {
 	struct sync_doubt *doubts;
 	size_t ndoubts[SYNC_DOUBT_KINDS];
 	struct sync_doubt *doubt_out;      /* the one being resent */
+	/* Limits per key (sync_limits.c): a read of the store's in flight,
+	 * its answer's version. */
+	bool limits_busy;
+	bool limits_changed;
+	uint64_t limits_version;
 };
 
 /* A sync: every syncing namespace of a worker (or of the final flush, or
@@ -131,6 +143,7 @@ struct sync {
 	ev_timer doubt_timer;         /* sends calls in doubt again */
 	double doubt_log;             /* last "given up" log */
 	uint64_t fseq;                /* forgets of this sync, for their tokens */
+	struct sync_leases *leases;   /* releases for the store (sync_lease.c) */
 };
 
 /* A token: unique to this sync (its nonce), so that no other sync (a
@@ -160,6 +173,12 @@ static inline double sync_period(const struct sync_ns *sn)
 {
 	return sn->def->sync_rate > 0 ? sn->def->sync_rate : SYNC_RETRY_PERIOD;
 }
+
+/* ---- sync_lease.c: releases of concurrency leases on their way ---- */
+
+/* Stops the retries; frees what is queued (after sync_gather_stop: no
+ * release is in flight then). */
+void sync_leases_free(struct sync *sy);
 
 /* ---- sync.c, for tests/lib/syncnow.c ---- */
 
@@ -199,6 +218,14 @@ void sync_cycle_stop(struct sync_ns *sn);
 /* A reload: the sync cycle's push in doubt (if any, and not in flight)
  * goes to the list of calls in doubt, to be handed over. */
 void sync_cycle_hand_over(struct sync_ns *sn);
+
+/* ---- sync_limits.c, for the sync cycle ---- */
+
+/* The sync cycle's holder: reads the namespace's limits per key from its
+ * store when their version moved (strategy_ops.limits_read), and makes
+ * this node's the store's (agent/limits.h, limits_replace). One read in
+ * flight per namespace and worker; nothing when the store keeps none. */
+void sync_limits_poll(struct sync_ns *sn);
 
 /* ---- sync_seed.c, for a sync's life (sync.c) ---- */
 

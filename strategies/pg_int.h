@@ -73,8 +73,12 @@ enum pg_stmt {
 	PG_STMT_ADMIT_TOK,
 	PG_STMT_GCRA,
 	PG_STMT_GCRA_TOK,
+	PG_STMT_LEASE_ROW,
+	PG_STMT_LEASE,
 	PG_STMT_NODES,
 	PG_STMT_FORGET,
+	PG_STMT_LIMIT_SET,
+	PG_STMT_LIMITS_READ,
 	PG_STMT_COUNT
 };
 
@@ -106,6 +110,8 @@ enum pg_op_kind {
 	PG_OP_ADMIT,    /* admit: one transaction per admission */
 	PG_OP_NODES,    /* heartbeat */
 	PG_OP_FORGET,   /* forget: its token, then rl_forget, one transaction */
+	PG_OP_LIMIT_SET,   /* limit_set: rl_limit_set */
+	PG_OP_LIMITS_READ, /* limits_read: rl_limits_read */
 	PG_OP_COUNT
 };
 
@@ -200,6 +206,15 @@ struct pg_op {
 	char *key;
 	size_t key_len;
 	double *removed;
+
+	/* LIMIT_SET (its key above; ns: the overrides' namespace), LIMITS_READ */
+	uint32_t lim_size;
+	double lim;               /* < 0: remove */
+	uint64_t most;
+	bool *full;
+	uint64_t have;
+	uint64_t *version;
+	bool *changed;
 
 	/* FETCH, PURGE, FORGET */
 	char *ns;

@@ -92,6 +92,7 @@ void pg_op_deliver(struct store_op *b)
 		op->done_cb(op->arg, status, status ? op->err : NULL);
 		break;
 	case PG_OP_FETCH:
+	case PG_OP_LIMITS_READ:
 		if (status == 0)
 			op->rows_cb(op->arg, 0, NULL, op->rows, op->nrows);
 		else
@@ -101,6 +102,7 @@ void pg_op_deliver(struct store_op *b)
 	case PG_OP_ADMIT:
 	case PG_OP_NODES:
 	case PG_OP_FORGET:
+	case PG_OP_LIMIT_SET:
 		op->done_cb(op->arg, status, status ? op->err : NULL);
 		break;
 	case PG_OP_MAINT:

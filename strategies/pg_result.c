@@ -120,6 +120,29 @@ static void pg_on_fetch_result(struct pg_op *op, PGresult *r)
 	op->nrows = (size_t)nrows;
 }
 
+/* limits_read's rows (as rl_fetch's): the version's row (size 0) taken
+ * out, into *op->version; changed when it is not the node's. */
+static void pg_on_limits_rows(struct pg_op *op)
+{
+	size_t k = 0;
+
+	*op->version = 0;
+	if (op->failed)
+		return;
+	for (size_t i = 0; i < op->nrows; i++) {
+		if (op->rows[i].size == 0) {
+			double v = op->rows[i].count;
+			*op->version = v > 0 && v < 1e18 ? (uint64_t)v : 0;
+			continue;
+		}
+		op->rows[k++] = op->rows[i];
+	}
+	op->nrows = k;
+	*op->changed = *op->version != op->have;
+	if (!*op->changed)
+		op->nrows = 0;
+}
+
 /* An error result's message, or why a status is unexpected, into op. */
 static void pg_op_fail_result(struct pg_conn *c, struct pg_op *op, const PGresult *r)
 {
@@ -236,6 +259,25 @@ void pg_on_result(struct pg_conn *c, struct pg_op *op, PGresult *r)
 			*op->removed = pg_get_f64(v);
 		break;
 	}
+	case PG_OP_LIMIT_SET: {
+		/* the new version, or no row: full */
+		static const Oid cols[1] = { PG_OID_FLOAT8 };
+
+		if (st != PGRES_TUPLES_OK || pg_check_cols(r, cols, 1) < 0 || PQntuples(r) > 1 ||
+		    (PQntuples(r) == 1 && !pg_value(r, 0, 0, 8, NULL)))
+			pg_op_fail(op, NULL, "unexpected result shape");
+		else
+			*op->full = PQntuples(r) == 0;
+		break;
+	}
+	case PG_OP_LIMITS_READ:
+		if (st != PGRES_TUPLES_OK) {
+			pg_op_fail(op, NULL, "unexpected result shape");
+			break;
+		}
+		pg_on_fetch_result(op, r);
+		pg_on_limits_rows(op);
+		return; /* r kept (or freed) there */
 	case PG_OP_PUSH:
 	case PG_OP_GET:
 	case PG_OP_PURGE:

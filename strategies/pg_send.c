@@ -215,8 +215,8 @@ static const enum pg_stmt pg_prepare_order[] = {
 	PG_STMT_TOKEN, PG_STMT_PURGE_TOK, PG_STMT_UPSERT,    PG_STMT_READ,
 	PG_STMT_FETCH, PG_STMT_PURGE,     PG_STMT_UPSERT_TOK,
 	PG_STMT_ADMIT_ROW, PG_STMT_ADMIT, PG_STMT_ADMIT_TOK, PG_STMT_GCRA,
-	PG_STMT_GCRA_TOK, PG_STMT_NODES,
-	PG_STMT_FORGET,
+	PG_STMT_GCRA_TOK, PG_STMT_LEASE_ROW, PG_STMT_LEASE, PG_STMT_NODES,
+	PG_STMT_FORGET, PG_STMT_LIMIT_SET, PG_STMT_LIMITS_READ,
 };
 
 /* Set-up, step 2: create the tables and indexes if missing, prepare every
@@ -304,11 +304,37 @@ static int pg_send_forget(struct pg_conn *c, struct pg_op *op)
 	return 1;
 }
 
+/* limit_set and limits_read: one statement each (pg_sql.c). */
+static int pg_send_limits(struct pg_conn *c, struct pg_op *op)
+{
+	struct pg *s = c->s;
+	bool set = op->kind == PG_OP_LIMIT_SET;
+
+	for (int i = 0; i < 5; i++) {
+		s->par[i].len = 0;
+		s->par[i].oom = false;
+	}
+	pg_buf_put(&s->par[0], op->ns, op->ns_len);
+	if (set) {
+		pg_buf_put(&s->par[1], op->key, op->key_len);
+		pg_buf_u32(&s->par[2], op->lim_size);
+		pg_buf_f64(&s->par[3], op->lim);
+		pg_buf_u64(&s->par[4], op->most);
+	} else {
+		pg_buf_f64(&s->par[1], (double)op->have);
+	}
+	if (pg_send_prepared(c, set ? PG_STMT_LIMIT_SET : PG_STMT_LIMITS_READ) < 0)
+		return -1;
+	op->nstmts++;
+	return 1;
+}
+
 /* The parameters of admission a, for rl_admit_row (4) and rl_admit (11),
- * or rl_gcra (a TAT's row at window_start -1, $8 the burst). */
+ * or rl_gcra (a TAT's row at window_start -1, $8 the burst), or rl_lease
+ * (the key's row at window_start -1, $5 the lease's life, $12 its id). */
 static void pg_admit_params(struct pg *s, const struct strategy_admit *a)
 {
-	bool tat = a->step == STRATEGY_STEP_TAT;
+	bool tat = a->step != STRATEGY_STEP_WINDOW;
 
 	for (int i = 0; i < 11; i++) {
 		s->par[i].len = 0;
@@ -318,7 +344,7 @@ static void pg_admit_params(struct pg *s, const struct strategy_admit *a)
 	pg_buf_put(&s->par[1], a->key, a->key_len);
 	pg_buf_u64(&s->par[2], tat ? UINT64_MAX : (uint64_t)a->start);
 	pg_buf_u32(&s->par[3], a->size);
-	pg_buf_f64(&s->par[4], a->diff);
+	pg_buf_f64(&s->par[4], a->step == STRATEGY_STEP_LEASE ? a->lease_s : a->diff);
 	pg_buf_f64(&s->par[5], a->cost);
 	pg_buf_f64(&s->par[6], a->limit);
 	pg_buf_f64(&s->par[7], tat ? a->burst : a->weight);
@@ -356,18 +382,24 @@ static int pg_send_admits(struct pg_conn *c, struct pg_op *op)
 				return -1;
 			op->nstmts++;
 		}
-		pg_admit_params(s, &op->admits[i]);
-		if (pg_send_prepared(c, PG_STMT_ADMIT_ROW) < 0)
+		const struct strategy_admit *a = &op->admits[i];
+		/* A lease step locks the key's row (its leases are other rows,
+		 * read by the next statement's own snapshot) and needs no token:
+		 * its id makes it exactly once. */
+		bool lease = a->step == STRATEGY_STEP_LEASE;
+		pg_admit_params(s, a);
+		if (pg_send_prepared(c, lease ? PG_STMT_LEASE_ROW : PG_STMT_ADMIT_ROW) < 0)
 			return -1;
 		op->nstmts++;
-		if (op->has_token) {
+		if (op->has_token || lease) {
 			s->par[11].len = 0;
 			s->par[11].oom = false;
-			pg_buf_put(&s->par[11], tok, tl);
+			pg_buf_put(&s->par[11], lease ? a->lease : tok, lease ? a->lease_len : tl);
 		}
-		bool tat = op->admits[i].step == STRATEGY_STEP_TAT;
-		if (pg_send_prepared(c, op->has_token ? (tat ? PG_STMT_GCRA_TOK : PG_STMT_ADMIT_TOK)
-						      : (tat ? PG_STMT_GCRA : PG_STMT_ADMIT)) < 0)
+		bool tat = a->step == STRATEGY_STEP_TAT;
+		if (pg_send_prepared(c, lease ? PG_STMT_LEASE
+				     : op->has_token ? (tat ? PG_STMT_GCRA_TOK : PG_STMT_ADMIT_TOK)
+						     : (tat ? PG_STMT_GCRA : PG_STMT_ADMIT)) < 0)
 			return -1;
 		op->nstmts++;
 		if (!PQpipelineSync(c->conn))
@@ -408,6 +440,10 @@ int pg_op_send(struct pg_conn *c, struct pg_op *op)
 		break;
 	case PG_OP_FORGET:
 		r = pg_send_forget(c, op);
+		break;
+	case PG_OP_LIMIT_SET:
+	case PG_OP_LIMITS_READ:
+		r = pg_send_limits(c, op);
 		break;
 	case PG_OP_PUSH:
 	case PG_OP_GET:

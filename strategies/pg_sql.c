@@ -144,15 +144,23 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		{ PG_OID_TEXT, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY },
 	},
 	/* $1 namespace, $2/$3 (size, newest start to delete) pairs. */
+	/* Windows up to their cutoff, and the expired leases of a
+	 * concurrency limit's window (rl_lease: window_size minus the
+	 * window's, window_start 0, count their expiry), which no key's step
+	 * deletes once nobody takes a lease of that key again. */
 	[PG_STMT_PURGE] = {
 		"rl_purge",
 		"DELETE FROM @T@ AS t"
 		" USING unnest($2::int4[], $3::int8[]) AS p(window_size, cutoff)"
-		" WHERE t.namespace = $1 AND t.window_size = p.window_size"
+		" WHERE t.namespace = $1 AND (t.window_size = p.window_size"
 		" AND t.window_start <= p.cutoff"
 		/* GCRA's TAT rows (window_start -1, rl_gcra): once the TAT
 		 * fell behind the server's clock (it says nothing then) */
-		" AND (t.window_start <> -1 OR t.count < extract(epoch FROM clock_timestamp()))",
+		" AND (t.window_start <> -1 OR t.count < extract(epoch FROM clock_timestamp()))"
+		/* lease rows (window_size -size, window_start 0, rl_lease):
+		 * once expired */
+		" OR t.window_size = -p.window_size"
+		" AND t.window_start = 0 AND t.count <= extract(epoch FROM clock_timestamp()))",
 		3,
 		{ PG_OID_TEXT, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY },
 	},
@@ -271,6 +279,59 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		12,
 		PG_ADMIT_TYPES,
 	},
+	/* A concurrency limit's step (struct strategy_admit,
+	 * STRATEGY_STEP_LEASE), part 1: the key's row at window_start -1
+	 * (count unused) made or locked (DO UPDATE locks a row that exists),
+	 * so that the statement after it, with a snapshot of its own, sees
+	 * every lease of the key another transaction added before. */
+	[PG_STMT_LEASE_ROW] = {
+		"rl_lease_row",
+		"INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		" VALUES ($1, $2, $3, $4, 0)"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = t.count",
+		4,
+		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT8, PG_OID_INT4 },
+	},
+	/* Part 2, the key's row locked: the key's leases are rows of their
+	 * own, window_size -$4 (no purge names a negative size), window_start
+	 * 0, key = int4send(length($2)) || $2 || the lease id (n.p: a prefix
+	 * no other key has), count = when it expires, Unix seconds of the
+	 * server's clock. $1..$11 as rl_admit's but $5: the lease's life (s),
+	 * $12: its id (empty: a release of the first to expire). Expired
+	 * leases go; an acquire ($6 > 0) is admitted when its lease is in
+	 * flight already (a resend) or the others number under $7, and
+	 * added; a release removes its lease. Returns the leases in flight
+	 * after, the seconds until the first expires, admitted, 0: rl_admit's
+	 * shape. */
+	[PG_STMT_LEASE] = {
+		"rl_lease",
+		"WITH n AS (SELECT extract(epoch FROM clock_timestamp())::float8 AS now,"
+		" int4send(length($2)) || $2 AS p),"
+		" l AS (SELECT t.key, t.count FROM @T@ t, n WHERE t.namespace = $1"
+		" AND t.window_size = -$4 AND t.window_start = 0 AND t.key > n.p"
+		" AND t.key < n.p || '\\xff'::bytea AND t.count > n.now),"
+		" s AS (SELECT n.now, n.p, n.p || $12 AS me, CASE WHEN $6 > 0 OR length($12) > 0"
+		" THEN n.p || $12 ELSE (SELECT l.key FROM l ORDER BY l.count LIMIT 1) END AS gone,"
+		" (SELECT count(*) FROM l) AS live FROM n),"
+		" d AS (SELECT s.*, EXISTS (SELECT FROM l WHERE l.key = s.me) AS mine,"
+		" CASE WHEN $6 > 0 THEN EXISTS (SELECT FROM l WHERE l.key = s.me) OR s.live < $7"
+		" ELSE EXISTS (SELECT FROM l WHERE l.key = s.gone) END AS adm FROM s),"
+		" x AS (DELETE FROM @T@ t USING d WHERE t.namespace = $1 AND t.window_size = -$4"
+		" AND t.window_start = 0 AND t.key > d.p AND t.key < d.p || '\\xff'::bytea"
+		" AND NOT ($6 > 0 AND t.key = d.me) AND (t.count <= d.now OR ($6 = 0 AND t.key = d.gone))),"
+		" i AS (INSERT INTO @T@ (namespace, key, window_start, window_size, count)"
+		" SELECT $1, d.me, 0, -$4, d.now + $5 FROM d WHERE $6 > 0 AND d.adm AND NOT d.mine"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = excluded.count)"
+		" SELECT (d.live + CASE WHEN NOT d.adm THEN 0 WHEN $6 = 0 THEN -1"
+		" WHEN d.mine THEN 0 ELSE 1 END)::float8,"
+		" coalesce((SELECT min(l.count) FROM l WHERE $6 > 0 OR l.key <> d.gone) - d.now,"
+		" CASE WHEN $6 > 0 AND d.adm THEN $5 ELSE 0 END),"
+		" d.adm, 0::float8 FROM d",
+		12,
+		PG_ADMIT_TYPES,
+	},
 	/* Heartbeat: a node's row in the tokens table, "\x01nodes:<ns>\x01<node>"
 	 * (push tokens never start with \x01), `at` its last beat (the
 	 * server's clock), dropped with the old tokens; and how many nodes
@@ -317,6 +378,46 @@ const struct pg_stmt_def pg_stmts[PG_STMT_COUNT] = {
 		" NULLIF(convert_from(r.g, 'UTF8'), '')::float8 FROM r), 0) END FROM f, o",
 		5,
 		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT4_ARRAY, PG_OID_INT8_ARRAY, PG_OID_BYTEA },
+	},
+	/* Limits per key set at run time (strategy.h, limit_set): rows of
+	 * the window table under the namespace "<ns>\x01limits" (no
+	 * configured namespace has a control character: never counted,
+	 * fetched or purged as windows), window_start 0, count = the limit;
+	 * the row of window_size 0 and the empty key holds the version. $1
+	 * that namespace, $2 key, $3 size, $4 the limit (< 0: remove), $5 the
+	 * most it may hold. Returns the new version, or no row (full). */
+	[PG_STMT_LIMIT_SET] = {
+		"rl_limit_set",
+		"WITH o AS (SELECT count(*) AS n FROM @T@ WHERE namespace = $1"
+		" AND window_size <> 0 AND window_start = 0),"
+		" e AS (SELECT EXISTS (SELECT FROM @T@ WHERE namespace = $1 AND window_size = $3"
+		" AND window_start = 0 AND key = $2) AS have),"
+		" ok AS (SELECT $4 < 0 OR e.have OR o.n < $5 AS go FROM o, e),"
+		" del AS (DELETE FROM @T@ AS t USING ok WHERE ok.go AND $4 < 0"
+		" AND t.namespace = $1 AND t.window_size = $3 AND t.window_start = 0"
+		" AND t.key = $2),"
+		" ins AS (INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		" SELECT $1, $2, 0, $3, $4 FROM ok WHERE ok.go AND $4 >= 0"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = EXCLUDED.count)"
+		" INSERT INTO @T@ AS t (namespace, key, window_start, window_size, count)"
+		" SELECT $1, '\\x'::bytea, 0, 0, 1 FROM ok WHERE ok.go"
+		" ON CONFLICT (namespace, window_size, window_start, key)"
+		" DO UPDATE SET count = t.count + 1 RETURNING t.count",
+		5,
+		{ PG_OID_TEXT, PG_OID_BYTEA, PG_OID_INT4, PG_OID_FLOAT8, PG_OID_INT8 },
+	},
+	/* $1 the overrides' namespace, $2 the version the node has: the
+	 * version's row (if any) and, when it differs, every override; one
+	 * snapshot. */
+	[PG_STMT_LIMITS_READ] = {
+		"rl_limits_read",
+		"SELECT t.key, t.window_start, t.window_size, t.count FROM @T@ AS t"
+		" WHERE t.namespace = $1 AND t.window_start = 0 AND (t.window_size = 0"
+		" OR coalesce((SELECT v.count FROM @T@ AS v WHERE v.namespace = $1"
+		" AND v.window_size = 0 AND v.window_start = 0 AND v.key = '\\x'::bytea), 0) <> $2)",
+		2,
+		{ PG_OID_TEXT, PG_OID_FLOAT8 },
 	},
 	/* Tokens past their time (the server's clock: it set them). */
 	[PG_STMT_PURGE_TOK] = {

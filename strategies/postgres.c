@@ -702,6 +702,85 @@ static int pg_forget(struct strategy *st, const char *ns, size_t ns_len, const c
 	return pg_windows_submit(s, op, ns, ns_len, sizes, nsizes, now, errstr);
 }
 
+/* A limit_set or limits_read operation: its namespace the one of ns's
+ * overrides in the window table, "<ns>\x01limits" (pg_sql.c,
+ * rl_limit_set), and its key (key_len 0: none) copied. NULL with errstr
+ * when out of memory. */
+static struct pg_op *pg_limits_op(struct pg *s, enum pg_op_kind kind, const char *ns,
+				  size_t ns_len, const char *key, size_t key_len,
+				  char errstr[STRATEGY_ERR_MAX])
+{
+	struct pg_op *op = pg_op_new(s, kind);
+
+	if (!op || !(op->ns = malloc(ns_len + 7)) || (key_len && !(op->key = malloc(key_len)))) {
+		if (op)
+			pg_op_free(op);
+		pg_err_set(errstr, NULL, "out of memory");
+		return NULL;
+	}
+	memcpy(op->ns, ns, ns_len);
+	memcpy(op->ns + ns_len, "\001limits", 7);
+	op->ns_len = ns_len + 7;
+	if (key_len)
+		memcpy(op->key, key, key_len);
+	op->key_len = key_len;
+	return op;
+}
+
+static int pg_limit_set(struct strategy *st, const char *ns, size_t ns_len, const char *key,
+			size_t key_len, uint32_t size, int64_t limit, uint64_t most, bool *full,
+			strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
+{
+	struct pg *s = pg_of(st);
+	struct strategy_counter c = { .ns = ns, .ns_len = ns_len, .key = key, .key_len = key_len,
+				      .size = size };
+	const char *why = pg_counter_check(&c, false);
+	struct pg_op *op;
+
+	if (!s || !cb || !full || key_len == 0 || size == 0 || size > INT32_MAX ||
+	    most > INT64_MAX) {
+		pg_err_set(errstr, NULL, "invalid arguments");
+		return -1;
+	}
+	if (why) {
+		pg_err_set(errstr, NULL, why);
+		return -1;
+	}
+	if (!(op = pg_limits_op(s, PG_OP_LIMIT_SET, ns, ns_len, key, key_len, errstr)))
+		return -1;
+	op->lim_size = size;
+	op->lim = limit < 0 ? -1.0 : (double)limit;
+	op->most = most;
+	op->full = full;
+	*full = false;
+	op->done_cb = cb;
+	op->arg = arg;
+	return pg_submit(s, op, errstr);
+}
+
+static int pg_limits_read(struct strategy *st, const char *ns, size_t ns_len, uint64_t have,
+			  uint64_t *version, bool *changed, strategy_rows_cb cb, void *arg,
+			  char errstr[STRATEGY_ERR_MAX])
+{
+	struct pg *s = pg_of(st);
+	struct pg_op *op;
+
+	if (!s || !cb || !version || !changed || !ns || ns_len > PG_NS_MAX ||
+	    memchr(ns, '\0', ns_len)) {
+		pg_err_set(errstr, NULL, "invalid arguments");
+		return -1;
+	}
+	if (!(op = pg_limits_op(s, PG_OP_LIMITS_READ, ns, ns_len, NULL, 0, errstr)))
+		return -1;
+	op->have = have;
+	op->version = version;
+	op->changed = changed;
+	*changed = false;
+	op->rows_cb = cb;
+	op->arg = arg;
+	return pg_submit(s, op, errstr);
+}
+
 static bool pg_ready(const struct strategy *st)
 {
 	const struct pg *s = (const struct pg *)(const void *)st;
@@ -728,6 +807,8 @@ const struct strategy_ops postgres_strategy = {
 	.get_window = pg_get_window,
 	.purge = pg_purge,
 	.forget = pg_forget,
+	.limit_set = pg_limit_set,
+	.limits_read = pg_limits_read,
 	.ready = pg_ready,
 	.connecting = pg_connecting,
 };

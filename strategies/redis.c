@@ -397,6 +397,212 @@ static int redis_forget(struct strategy *st, const char *ns, size_t ns_len, cons
 }
 
 /* ===================================================================== */
+/* limits per key: limit_set, limits_read                                */
+/* ===================================================================== */
+
+/* "<prefix>:{<ns>:limits}" as a bulk string: the namespace's overrides
+ * (redis_script.c). Its length is redis_limits_klen(). */
+static size_t redis_limits_klen(const struct redis_strategy *s, const char *ns, size_t ns_len)
+{
+	return s->o.prefix_len + 3 + redis_tag_mark(ns, ns_len) + ns_len + 7;
+}
+
+static char *redis_put_limits_key(char *p, const struct redis_strategy *s, const char *ns,
+				  size_t ns_len)
+{
+	*p++ = '$';
+	p += redis_u64_dec(p, redis_limits_klen(s, ns, ns_len));
+	p = redis_put_crlf(p);
+	p = redis_put_tag(p, s, ns, ns_len, "limits", 6);
+	*p++ = '}';
+	return redis_put_crlf(p);
+}
+
+/* The reply of the limit_set script: the new version, or -1 (full). */
+static void redis_limit_set_reply(struct redis_call *c, const redisAsyncContext *ac,
+				  const redisReply *reply)
+{
+	if (redis_reply_failed(c, ac, reply))
+		return;
+	if (reply->type != REDIS_REPLY_INTEGER) {
+		redis_op_fail(c->op, "redis: limit script returned %s, expected a number",
+			      redis_reply_type_name(reply->type));
+		return;
+	}
+	c->op->full_got = reply->integer < 0;
+	redis_call_applied(c);
+}
+
+static void redis_limit_set_commit(struct redis_call *c)
+{
+	*c->op->full = c->op->full_got;
+}
+
+static const struct redis_kind redis_limit_set_kind = {
+	.kind = REDIS_OP_LIMIT_SET,
+	.reply = redis_limit_set_reply,
+	.commit = redis_limit_set_commit,
+};
+
+/*
+ *   EVAL <script> 1 <prefix>:{<ns>:limits} <size>:<key> <limit | -1> <most>
+ * EVAL, as forget: an operator's call.
+ */
+static int redis_limit_set(struct strategy *st, const char *ns, size_t ns_len, const char *key,
+			   size_t key_len, uint32_t size, int64_t limit, uint64_t most, bool *full,
+			   strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX])
+{
+	struct redis_strategy *s = redis_of(st);
+	size_t script_len = strlen(redis_limit_set_script);
+	char num[REDIS_U64_MAX_LEN + 2], *p, *first;
+	struct redis_op *op;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	if (size == 0 || key_len == 0 || !full) {
+		redis_seterr(errstr, "limit_set: a window size, a key and somewhere for the answer "
+			     "are needed");
+		return -1;
+	}
+	op = redis_op_single(s, &redis_limit_set_kind, cb, arg,
+			     64 + REDIS_BULK_MAX(script_len) +
+			     REDIS_BULK_MAX(redis_limits_klen(s, ns, ns_len)) +
+			     REDIS_BULK_MAX(REDIS_U64_MAX_LEN + 1 + key_len) +
+			     2 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN + 1));
+	if (op == NULL) {
+		redis_seterr(errstr, "out of memory");
+		return -1;
+	}
+	*full = false;
+	op->full = full;
+	op->calls[0].nargs = 7;
+	p = redis_put_array(op->cmd, 7);
+	p = redis_put_bulk(p, "EVAL", 4);
+	p = redis_put_bulk(p, redis_limit_set_script, script_len);
+	p = redis_put_bulk(p, "1", 1);
+	first = p;
+	p = redis_put_limits_key(p, s, ns, ns_len);
+	size_t zl = redis_u64_dec(num, size);
+	*p++ = '$';
+	p += redis_u64_dec(p, zl + 1 + key_len);
+	p = redis_put_crlf(p);
+	memcpy(p, num, zl);
+	p += zl;
+	*p++ = ':';
+	memcpy(p, key, key_len);
+	p = redis_put_crlf(p + key_len);
+	if (limit < 0)
+		p = redis_put_bulk(p, "-1", 2);
+	else
+		p = redis_put_bulk(p, num, redis_u64_dec(num, (uint64_t)limit));
+	p = redis_put_bulk(p, num, redis_u64_dec(num, most));
+	return redis_op_single_send(op, p, first, errstr);
+}
+
+/* One override of the read script's pairs ("<size>:<key>", limit) as a
+ * row; the version's field "v" is none. 0, or -1 (a malformed field). */
+static int redis_limits_row(struct redis_op *op, const redisReply *f, const redisReply *v)
+{
+	const char *colon = f->type == REDIS_REPLY_STRING ? memchr(f->str, ':', f->len) : NULL;
+	uint64_t size = 0;
+	double limit;
+
+	if (f->type == REDIS_REPLY_STRING && f->len == 1 && f->str[0] == 'v')
+		return 0;
+	if (!colon || colon == f->str || colon - f->str > 10 || v->type != REDIS_REPLY_STRING ||
+	    redis_parse_double(v->str, v->len, &limit) < 0)
+		return -1;
+	for (const char *q = f->str; q < colon; q++) {
+		if (*q < '0' || *q > '9')
+			return -1;
+		size = size * 10 + (uint64_t)(*q - '0');
+	}
+	if (size == 0 || size > UINT32_MAX)
+		return -1;
+	return redis_rows_add(op, colon + 1, f->len - (size_t)(colon + 1 - f->str), 0,
+			      (uint32_t)size, limit);
+}
+
+/* {version} or {version, {field, value, ...}}. */
+static void redis_limits_read_reply(struct redis_call *c, const redisAsyncContext *ac,
+				    const redisReply *reply)
+{
+	struct redis_op *op = c->op;
+	uint64_t v = 0;
+
+	if (redis_reply_failed(c, ac, reply))
+		return;
+	if (reply->type != REDIS_REPLY_ARRAY || reply->elements < 1 || reply->elements > 2 ||
+	    reply->element[0]->type != REDIS_REPLY_STRING ||
+	    (reply->elements == 2 && (reply->element[1]->type != REDIS_REPLY_ARRAY ||
+				      reply->element[1]->elements % 2))) {
+		redis_op_fail(op, "redis: limits script returned %s, expected {version, pairs}",
+			      redis_reply_type_name(reply->type));
+		return;
+	}
+	for (size_t i = 0; i < reply->element[0]->len; i++) {
+		char d = reply->element[0]->str[i];
+		if (d < '0' || d > '9' || i >= 19) {
+			redis_op_fail(op, "redis: limits version is not a number");
+			return;
+		}
+		v = v * 10 + (uint64_t)(d - '0');
+	}
+	*op->version = v;
+	*op->changed = reply->elements == 2;
+	if (reply->elements < 2)
+		return;
+	const redisReply *all = reply->element[1];
+	for (size_t i = 0; i < all->elements; i += 2) {
+		if (redis_limits_row(op, all->element[i], all->element[i + 1]) < 0) {
+			redis_op_fail(op, "redis: a malformed limit override in the store");
+			return;
+		}
+	}
+}
+
+static const struct redis_kind redis_limits_read_kind = {
+	.kind = REDIS_OP_LIMITS_READ,
+	.reply = redis_limits_read_reply,
+};
+
+/*   EVAL <script> 1 <prefix>:{<ns>:limits} <version> */
+static int redis_limits_read(struct strategy *st, const char *ns, size_t ns_len, uint64_t have,
+			     uint64_t *version, bool *changed, strategy_rows_cb cb, void *arg,
+			     char errstr[STRATEGY_ERR_MAX])
+{
+	struct redis_strategy *s = redis_of(st);
+	size_t script_len = strlen(redis_limits_read_script);
+	char num[REDIS_U64_MAX_LEN], *p, *first;
+	struct redis_op *op;
+
+	if (redis_check_ready(s, errstr) < 0)
+		return -1;
+	op = redis_op_single(s, &redis_limits_read_kind, NULL, arg,
+			     64 + REDIS_BULK_MAX(script_len) +
+			     REDIS_BULK_MAX(redis_limits_klen(s, ns, ns_len)) +
+			     REDIS_BULK_MAX(REDIS_U64_MAX_LEN));
+	if (op == NULL) {
+		redis_seterr(errstr, "out of memory");
+		return -1;
+	}
+	op->rows_cb = cb;
+	op->version = version;
+	op->changed = changed;
+	*changed = false;
+	op->calls[0].nargs = 5;
+	op->calls[0].ro = true;
+	p = redis_put_array(op->cmd, 5);
+	p = redis_put_bulk(p, "EVAL", 4);
+	p = redis_put_bulk(p, redis_limits_read_script, script_len);
+	p = redis_put_bulk(p, "1", 1);
+	first = p;
+	p = redis_put_limits_key(p, s, ns, ns_len);
+	p = redis_put_bulk(p, num, redis_u64_dec(num, have));
+	return redis_op_single_send(op, p, first, errstr);
+}
+
+/* ===================================================================== */
 /* get_window, purge, ready, create, destroy                             */
 /* ===================================================================== */
 
@@ -609,6 +815,8 @@ const struct strategy_ops redis_strategy = {
 	.admit = redis_admit,
 	.heartbeat = redis_heartbeat,
 	.forget = redis_forget,
+	.limit_set = redis_limit_set,
+	.limits_read = redis_limits_read,
 	.ready = redis_ready,
 	.connecting = redis_connecting,
 };

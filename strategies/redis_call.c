@@ -114,6 +114,7 @@ static void redis_op_deliver(struct store_op *b)
 	case REDIS_OP_ADMIT:
 	case REDIS_OP_NODES:
 	case REDIS_OP_FORGET:
+	case REDIS_OP_LIMIT_SET:
 		/* The replies marked the counters of every call that was
 		 * applied: on a failed push they are the ones the store has
 		 * (strategy.h), so the sync loop acks them and only them. */
@@ -123,6 +124,7 @@ static void redis_op_deliver(struct store_op *b)
 			op->done_cb(op->arg, op->status, op->status == 0 ? NULL : op->errstr);
 		break;
 	case REDIS_OP_ROWS:
+	case REDIS_OP_LIMITS_READ:
 		if (op->rows_cb == NULL)
 			break;
 		if (op->status == 0) {

@@ -233,6 +233,13 @@ static void redis_conn_on_sha_gcra(redisAsyncContext *ac, void *r, void *privdat
 	redis_conn_on_sha(ac, r, c, c->s->sha_gcra);
 }
 
+static void redis_conn_on_sha_lease(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_conn *c = privdata;
+
+	redis_conn_on_sha(ac, r, c, c->s->sha_lease);
+}
+
 static void redis_conn_on_sha_nodes(redisAsyncContext *ac, void *r, void *privdata)
 {
 	struct redis_conn *c = privdata;
@@ -376,9 +383,11 @@ void redis_conn_open(struct redis_conn *c)
 				  redis_admit_script);
 		redisAsyncCommand(ac, redis_conn_on_sha_gcra, c, "SCRIPT LOAD %s",
 				  redis_gcra_script);
+		redisAsyncCommand(ac, redis_conn_on_sha_lease, c, "SCRIPT LOAD %s",
+				  redis_lease_script);
 		redisAsyncCommand(ac, redis_conn_on_sha_nodes, c, "SCRIPT LOAD %s",
 				  redis_nodes_script);
-		c->handshake_left += 4;
+		c->handshake_left += 5;
 	}
 	ev_timer_set(&c->handshake, s->o.timeout_ms / 1000.0, 0.);
 	ev_timer_start(s->loop, &c->handshake);

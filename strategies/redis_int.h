@@ -233,6 +233,8 @@ enum redis_op_kind {
 	REDIS_OP_ADMIT,
 	REDIS_OP_NODES,
 	REDIS_OP_FORGET,
+	REDIS_OP_LIMIT_SET,
+	REDIS_OP_LIMITS_READ,
 	REDIS_OP_KIND_COUNT
 };
 
@@ -276,6 +278,12 @@ struct redis_op {
 	/* forget: the hits removed, written at the commit */
 	double *removed;
 	double removed_got;
+
+	/* limit_set: full, written at the commit; limits_read */
+	bool *full;
+	bool full_got;
+	uint64_t *version;
+	bool *changed;
 
 	/* rows */
 	uint32_t *sizes;                /* nsizes */
@@ -335,6 +343,7 @@ struct redis_strategy {
 	char sha[41];                   /* of the push script, "" until loaded */
 	char sha_admit[41];             /* of the admission script */
 	char sha_gcra[41];              /* of the TAT script (GCRA's admissions) */
+	char sha_lease[41];             /* of the lease script (concurrency's) */
 	char sha_nodes[41];             /* of the heartbeat script */
 	struct redis_call *waiting, *waiting_tail; /* TRYAGAIN */
 	ev_timer waiting_timer;
@@ -647,7 +656,10 @@ int redis_reply_number(const redisReply *r, double *out);
 extern const char redis_push_script[];
 extern const char redis_admit_script[];
 extern const char redis_gcra_script[];
+extern const char redis_lease_script[];
 extern const char redis_nodes_script[];
 extern const char redis_forget_script[];
+extern const char redis_limit_set_script[];
+extern const char redis_limits_read_script[];
 
 #endif /* REDIS_INT_H */

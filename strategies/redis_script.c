@@ -1,7 +1,7 @@
 /*
  * redis_script.c - the Lua scripts of the Redis strategy
  * (strategies/redis_int.h): pushes (push_diffs), admissions (admit: the
- * window counter's, and GCRA's TAT step) and the heartbeat, each loaded with SCRIPT LOAD in every data connection's
+ * window counter's, GCRA's TAT step, and the concurrency limit's leases) and the heartbeat, each loaded with SCRIPT LOAD in every data connection's
  * handshake (redis_conn.c) and called with EVALSHA, or EVAL after a
  * NOSCRIPT reply (redis_call.c); and the forget (an operator's DELETE, a
  * few a day: sent with EVAL, never loaded). The operations that build
@@ -294,6 +294,62 @@ const char redis_gcra_script[] =
 	REDIS_LUA_RECORD;
 
 /*
+ * The lease script (strategy.h, struct strategy_admit, STRATEGY_STEP_LEASE):
+ * a concurrency limit's leases, for every admission of one call, one after
+ * the other. KEYS[1] = the call's token key if ARGV[1] is "1" (not used: a
+ * lease's id makes a resend exactly once by itself); then the lease keys
+ * the admissions name, each once (redis_write.c:
+ * "<prefix>:{<ns>:<bucket>}:c:<size>:<key>", in the key's hash tag), each
+ * a sorted set: member = a lease id, score = when it expires, ms of the
+ * server's clock (TIME: the nodes' clocks are never compared); the key
+ * expires with its last lease. ARGV[2] = n, then 5 per admission: the
+ * index in KEYS of its lease key, the lease id ("" for a release of the
+ * first to expire), the lease's life in ms, cost (> 0: an acquire, 0: a
+ * release), limit. Returns 4 n values, as the admission script: per
+ * admission { leases in flight after, seconds until the first of them
+ * expires, "1" admitted (taken, or given back) | "0" not, 0 }.
+ */
+const char redis_lease_script[] =
+	"local n = tonumber(ARGV[2])\n"
+	"local t = redis.call('TIME')\n"
+	"local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+	"local out, dirty = {}, {}\n"
+	"for i = 1, n do\n"
+	"  local b = 2 + (i - 1) * 5\n"
+	"  local k = KEYS[tonumber(ARGV[b + 1])]\n"
+	"  local id, life = ARGV[b + 2], tonumber(ARGV[b + 3])\n"
+	"  local cost, limit = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"
+	"  redis.call('ZREMRANGEBYSCORE', k, '-inf', now)\n"
+	"  local adm = '0'\n"
+	"  if cost > 0 then\n"
+	"    if redis.call('ZSCORE', k, id) then\n"
+	"      adm = '1'\n"
+	"    elseif redis.call('ZCARD', k) < limit then\n"
+	"      redis.call('ZADD', k, now + life, id)\n"
+	"      adm = '1' dirty[k] = true\n"
+	"    end\n"
+	"  elseif id ~= '' then\n"
+	"    if redis.call('ZREM', k, id) == 1 then adm = '1' end\n"
+	"  elseif #redis.call('ZPOPMIN', k) > 0 then\n"
+	"    adm = '1'\n"
+	"  end\n"
+	"  local left, first = redis.call('ZCARD', k), 0\n"
+	"  if left > 0 then\n"
+	"    local f = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')\n"
+	"    first = (tonumber(f[2]) - now) / 1000\n"
+	"  end\n"
+	"  out[#out + 1] = left\n"
+	"  out[#out + 1] = string.format('%.17g', first)\n"
+	"  out[#out + 1] = adm\n"
+	"  out[#out + 1] = 0\n"
+	"end\n"
+	"for k in pairs(dirty) do\n"
+	"  local last = redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')\n"
+	"  redis.call('PEXPIREAT', k, tonumber(last[2]) + 1)\n"
+	"end\n"
+	"return out\n";
+
+/*
  * KEYS[1] = "<prefix>:{<ns>:nodes}", a hash: field = node id, value = the
  * node's last "now". ARGV[1] = node, ARGV[2] = now, ARGV[3] = ttl.
  * Returns how many nodes were seen within ttl; nodes silent for a day are
@@ -347,3 +403,37 @@ const char redis_forget_script[] =
 	"rec = string.format('%.17g', removed)\n"
 	"redis.call('SET', tk, rec, 'EX', '" REDIS_STR(STRATEGY_TOKEN_TTL) "')\n"
 	"return rec\n";
+
+/*
+ * The limits per key set at run time (strategy.h, limit_set and
+ * limits_read), one hash per namespace in a hash tag of its own:
+ * KEYS[1] = "<prefix>:{<ns>:limits}", field = "<size>:<key>", value = the
+ * limit; its field "v" (no ':': no override's) the version, moved on by
+ * every change. Never expires: overrides last until removed.
+ *
+ * limit_set: ARGV[1] = the field, ARGV[2] = the limit ("-1": remove),
+ * ARGV[3] = the most the namespace may hold. Returns the new version, or
+ * -1 (full: a new override past the most, nothing changed).
+ */
+const char redis_limit_set_script[] =
+	"local k, f, lim = KEYS[1], ARGV[1], tonumber(ARGV[2])\n"
+	"if lim < 0 then\n"
+	"  redis.call('HDEL', k, f)\n"
+	"else\n"
+	"  if redis.call('HEXISTS', k, f) == 0 and\n"
+	"     redis.call('HLEN', k) - redis.call('HEXISTS', k, 'v') >= tonumber(ARGV[3]) then\n"
+	"    return -1\n"
+	"  end\n"
+	"  redis.call('HSET', k, f, ARGV[2])\n"
+	"end\n"
+	"return redis.call('HINCRBY', k, 'v', 1)\n";
+
+/*
+ * limits_read: ARGV[1] = the version the node has. Returns {version}
+ * when it is the store's, else {version, HGETALL of the hash} (the
+ * field "v" among the pairs).
+ */
+const char redis_limits_read_script[] =
+	"local v = redis.call('HGET', KEYS[1], 'v') or '0'\n"
+	"if v == ARGV[1] then return {v} end\n"
+	"return {v, redis.call('HGETALL', KEYS[1])}\n";

@@ -679,7 +679,7 @@ static int redis_admit_arena(const struct redis_strategy *s, struct redis_op *op
 
 	for (size_t i = 0; i < n; i++) {
 		cmd_max += 4 * redis_hkey_max(s, a[i].ns_len) + REDIS_BULK_MAX(a[i].key_len) +
-			   12 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN);
+			   12 * REDIS_BULK_MAX(REDIS_DBL_MAX_LEN) + REDIS_BULK_MAX(a[i].lease_len);
 		cmd_max += REDIS_CALL_OVERHEAD + 3 * REDIS_BULK_MAX(REDIS_U64_MAX_LEN);
 		if (token)
 			cmd_max += redis_tkey_max(s, a[i].ns_len, token_len);
@@ -800,8 +800,8 @@ static char *redis_admit_call(const struct redis_strategy *s, struct redis_op *o
 
 /* The TAT key of admission ad as one bulk string:
  * "<prefix>:{<ns>:<bucket>}:g:<size>:<key>" (the key's hash tag: the slot
- * of its window hashes). At most redis_hkey_max() + REDIS_BULK_MAX(key_len)
- * bytes. */
+ * of its window hashes); a lease step's, ":c:" for ":g:". At most
+ * redis_hkey_max() + REDIS_BULK_MAX(key_len) bytes. */
 static char *redis_put_gkey(char *p, const struct redis_strategy *s,
 			    const struct strategy_admit *ad)
 {
@@ -815,7 +815,7 @@ static char *redis_put_gkey(char *p, const struct redis_strategy *s,
 	p += redis_u64_dec(p, len);
 	p = redis_put_crlf(p);
 	p = redis_put_tag(p, s, ad->ns, ad->ns_len, b, bl);
-	memcpy(p, "}:g:", 4);
+	memcpy(p, ad->step == STRATEGY_STEP_LEASE ? "}:c:" : "}:g:", 4);
 	p += 4;
 	memcpy(p, z, zl);
 	p += zl;
@@ -832,10 +832,18 @@ static const struct redis_kind redis_gcra_kind = {
 	.script = redis_gcra_script,
 };
 
+static const struct redis_kind redis_lease_kind = {
+	.kind = REDIS_OP_ADMIT,
+	.reply = redis_admit_reply,
+	.commit = redis_admit_commit,
+	.script = redis_lease_script,
+};
+
 /* 4, GCRA's: call c of the k TAT steps from order[first] (one slot's),
  * as redis_admit_call:
  *   EVALSHA <sha> <m> [<token key>] <TAT key 1..m> <"1"|"0"> <k> <5 per admission>
- * a key named twice in the call once (its index in KEYS per admission). */
+ * a key named twice in the call once (its index in KEYS per admission).
+ * The lease steps' the same way, the lease script's 5 per admission. */
 static char *redis_gcra_call(const struct redis_strategy *s, struct redis_op *op,
 			     struct redis_call *c, size_t first, uint32_t k, const char *token,
 			     size_t token_len, char *p)
@@ -862,7 +870,8 @@ static char *redis_gcra_call(const struct redis_strategy *s, struct redis_op *op
 	*c = (struct redis_call){ .op = op, .first = (uint32_t)first, .n = k,
 				  .nargs = 3 + (token ? 1 : 0) + nk + 2 + 5 * k,
 				  .begin = (size_t)(p - op->cmd) };
-	p = redis_admit_head(p, op, c, s->sha_gcra, nk + (token ? 1 : 0));
+	bool lease = a[op->order[first]].step == STRATEGY_STEP_LEASE;
+	p = redis_admit_head(p, op, c, lease ? s->sha_lease : s->sha_gcra, nk + (token ? 1 : 0));
 	if (token)
 		p = redis_put_tkey(p, op->cmd, s, keys[0]->ns, keys[0]->ns_len,
 				   redis_bucket(keys[0]->key, keys[0]->key_len), keys[0]->size, -1,
@@ -882,6 +891,13 @@ static char *redis_gcra_call(const struct redis_strategy *s, struct redis_op *op
 		double T = (double)ad->size / ad->limit;
 
 		p = redis_put_bulk(p, num, redis_u64_dec(num, base + kidx[j]));
+		if (lease) {
+			p = redis_put_bulk(p, ad->lease, ad->lease_len);
+			p = redis_put_bulk(p, num, redis_u64_dec(num, (uint64_t)ceil(ad->lease_s * 1000)));
+			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
+			p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->limit));
+			continue;
+		}
 		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->diff));
 		p = redis_put_bulk(p, num, redis_dbl_dec(num, T));
 		p = redis_put_bulk(p, num, redis_dbl_dec(num, ad->cost));
@@ -923,8 +939,9 @@ int redis_admit(struct strategy *st, struct strategy_admit *a, size_t n, const c
 	if (redis_check_ready(s, errstr) < 0 || redis_check_token(token, &token_len, errstr) < 0 ||
 	    redis_admit_check(a, n, cluster, errstr) < 0)
 		return -1;
-	bool tat = n > 0 && a[0].step == STRATEGY_STEP_TAT;
-	op = redis_op_new(s, tat ? &redis_gcra_kind : &redis_admit_kind, cb, NULL, arg);
+	bool tat = n > 0 && a[0].step != STRATEGY_STEP_WINDOW;
+	op = redis_op_new(s, !tat ? &redis_admit_kind : a[0].step == STRATEGY_STEP_LEASE
+			     ? &redis_lease_kind : &redis_gcra_kind, cb, NULL, arg);
 	if (op == NULL)
 		goto oom;
 	op->admits = a;

@@ -255,6 +255,10 @@ int store_admit_check(struct strategy_admit *a, size_t n, char errstr[STRATEGY_E
 		else if (a[i].step == STRATEGY_STEP_TAT &&
 			 (!(a[i].limit > 0) || !(a[i].burst >= 1) || !isfinite(a[i].burst)))
 			why = "a TAT's limit or burst out of range";
+		else if (a[i].step == STRATEGY_STEP_LEASE &&
+			 (!(a[i].limit >= 0) || !(a[i].lease_s > 0) || !isfinite(a[i].lease_s) ||
+			  a[i].lease_len > STRATEGY_LEASE_MAX || (a[i].lease_len == 0 && a[i].cost > 0)))
+			why = "a lease's limit, life or id out of range";
 		if (why) {
 			if (errstr)
 				snprintf(errstr, STRATEGY_ERR_MAX, "admission %zu: %s", i, why);

@@ -107,9 +107,12 @@ struct strategy_row {
 /* What the store's step of an admission is: the algorithm's (agent/algo.h,
  * algo_ops.step, whose values these are). All the admissions of one
  * admit() call have the same step. */
+#define STRATEGY_LEASE_MAX 64  /* a lease id's bytes (STRATEGY_STEP_LEASE) */
+
 enum strategy_step {
 	STRATEGY_STEP_WINDOW = 0,     /* the window counter's check-and-increment */
 	STRATEGY_STEP_TAT,            /* GCRA's TAT compare-and-set */
+	STRATEGY_STEP_LEASE,          /* a concurrency lease taken or given back */
 	STRATEGY_STEPS
 };
 
@@ -147,6 +150,23 @@ enum strategy_step {
  * that fell behind the store's clock says nothing: the store may forget
  * it then.
  *
+ * STRATEGY_STEP_LEASE (docs/CLUSTER.md, "Concurrency across a cluster"):
+ * the leases in flight of the key (ns, key, size; start is not part of
+ * it), each a member `lease` (its id, unique to the key) with its expiry
+ * in the store's clock, in one atomic step:
+ *   1. the expired leases are dropped
+ *   2. cost > 0, an acquire: admitted = the lease is there already (a
+ *      resend: exactly once without a token), or the others number under
+ *      limit; if so it is added, expiring lease_s after the store's now
+ *      (a resend moves nothing)
+ *      cost 0, a release: admitted = the lease was there and is removed
+ *      (once: a second release removes nothing); lease_len 0 removes the
+ *      one that expires first, if any
+ * and current = the leases in flight after, previous = seconds until the
+ * first of them expires (0: none) come back; grant 0 (diff, weight,
+ * count_denied, want and nodes are not used). A key whose leases all
+ * expired says nothing: the store may forget it then.
+ *
  * The caller owns the memory until the callback returns. */
 struct strategy_admit {
 	const char *ns;
@@ -164,6 +184,10 @@ struct strategy_admit {
 	unsigned nodes;         /* in: the nodes sharing the limit (0: no grant) */
 	enum strategy_step step; /* in: the store's step (above) */
 	double burst;           /* in, STRATEGY_STEP_TAT: the hits at once, >= 1 */
+	const char *lease;      /* in, STRATEGY_STEP_LEASE: the lease's id ... */
+	size_t lease_len;       /* ... 1..STRATEGY_LEASE_MAX bytes (0: a release
+	                           of the first to expire) */
+	double lease_s;         /* in, STRATEGY_STEP_LEASE: its life, > 0 */
 	bool ok;                /* out: the store decided; the rest is valid */
 	bool admitted;          /* out */
 	double grant;           /* out: reserved for this node (0 if none) */
@@ -264,6 +288,24 @@ struct strategy_ops {
 		      const char *token, double *removed, strategy_done_cb cb, void *arg,
 		      char errstr[STRATEGY_ERR_MAX]);
 
+	/* Limits per key set at run time (PUT /limits, docs/CLUSTER.md,
+	 * "Limits per key"). limit_set: key's (the stored form) limit in
+	 * window `size` of ns set to limit (>= 0), or removed (limit < 0),
+	 * and ns's overrides' version moved on, in one atomic step; a new
+	 * one only while ns holds fewer than `most` (else *full before cb
+	 * runs with status 0, and nothing changed). Setting the same value
+	 * again is harmless: no token. NULL: the store keeps none (local). */
+	int (*limit_set)(struct strategy *s, const char *ns, size_t ns_len, const char *key,
+			 size_t key_len, uint32_t size, int64_t limit, uint64_t most, bool *full,
+			 strategy_done_cb cb, void *arg, char errstr[STRATEGY_ERR_MAX]);
+	/* ns's overrides, when their version is not `have`: *version gets the
+	 * store's (0: none ever set), and cb every override (a row each: key,
+	 * size, count = the limit; start 0) when the version differs from
+	 * have, no row when it does not (*changed says which). One read:
+	 * rows and version from one snapshot. */
+	int (*limits_read)(struct strategy *s, const char *ns, size_t ns_len, uint64_t have,
+			   uint64_t *version, bool *changed, strategy_rows_cb cb, void *arg,
+			   char errstr[STRATEGY_ERR_MAX]);
 	/* Is the instance connected and usable right now? */
 	bool (*ready)(const struct strategy *s);
 

@@ -41,30 +41,12 @@ static void get(const char *target, const char *headers, struct httpc_resp *r)
 		  "GET %s: %s\n%s", target, why, test_agent_log_tail());
 }
 
-/* Runs `spoa-ratelimit ctl -c <the agent's config> args` (a shell's
- * words), its output (stdout and stderr) into out. Returns its exit
- * status. */
-static int ctl(const char *args, char *out, size_t cap)
-{
-	char cmd[8192];
-
-	snprintf(cmd, sizeof(cmd), "%s ctl -c %s %s 2>&1", agentproc_binary(),
-		 test_agent.cfg_path, args);
-	FILE *f = popen(cmd, "r");
-	cr_assert_not_null(f, "%s", cmd);
-	size_t n = fread(out, 1, cap - 1, f);
-	out[n] = '\0';
-	int st = pclose(f);
-	cr_log_info("ctl %s:\n%s", args, out);
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-/* ctl(args) exits with status and its output holds want. */
+/* ctl with args exits with status and its output holds want. */
 static void ctl_expect(const char *args, int status, const char *want)
 {
 	char out[8192];
 
-	cr_assert_eq(ctl(args, out, sizeof(out)), status, "ctl %s:\n%s", args, out);
+	cr_assert_eq(test_agent_ctl(args, out, sizeof(out)), status, "ctl %s:\n%s", args, out);
 	cr_assert_not_null(strstr(out, want), "ctl %s: no [%s] in\n%s", args, want, out);
 }
 
@@ -118,11 +100,11 @@ Test(admin, keys_shows_what_the_node_holds)
 	/* The same from the command line, with the config file's address
 	 * and token. */
 	char out[4096];
-	cr_assert_eq(ctl("keys default alice", out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(test_agent_ctl("keys default alice", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace default, key alice\n"), "%s", out);
 	cr_assert_not_null(strstr(out, "     60s            8            8"), "%s", out);
 	cr_assert_not_null(strstr(out, "          5          0"), "%s", out);
-	cr_assert_neq(ctl("keys nope alice", out, sizeof(out)), 0, "%s", out);
+	cr_assert_neq(test_agent_ctl("keys nope alice", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "404: unknown namespace"), "%s", out);
 	get("/keys?namespace=default", ADMIN, &r);
 	cr_assert_eq(r.status, 400, "%s", r.body);
@@ -261,10 +243,10 @@ Test(admin, reset_forgets_a_key)
 	cr_assert_eq(r.status, 405);
 	/* The command line; a synced namespace whose store is away: queued. */
 	get("/ratelimit?key=bob&window=60", CHECK, &r);
-	cr_assert_eq(ctl("reset default bob", out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(test_agent_ctl("reset default bob", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace default, key bob: forgotten on this node (2 hits "
 				  "in 2 window(s))"), "%s", out);
-	cr_assert_eq(ctl("reset synced bob", out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(test_agent_ctl("reset synced bob", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "namespace synced, key bob: forgotten on this node"), "%s",
 			   out);
 	cr_assert_not_null(strstr(out, "store: away; queued, sent once when it is back"), "%s",
@@ -314,7 +296,7 @@ Test(admin, ctl_prints_keys_that_cannot_be_confused)
 			width = (int)strlen(keys[i].shown);
 	}
 	/* Every key on its own row, one hit each, in its column. */
-	cr_assert_eq(ctl("top esc 20", out, sizeof(out)), 0, "%s", out);
+	cr_assert_eq(test_agent_ctl("top esc 20", out, sizeof(out)), 0, "%s", out);
 	cr_assert_not_null(strstr(out, "by hits: 10 key(s)"), "%s", out);
 	for (size_t i = 0; i < n; i++) {
 		snprintf(line, sizeof(line), "  %-*s %12d %10d\n", width, keys[i].shown, 1, 0);

@@ -293,8 +293,13 @@ Test(concurrency_config, keys_checked)
 		       "at most 4194303");
 	expect_refused("{\"algorithm\": \"concurrency\", \"window_sizes\": [1, 60], \"limit\": 3}",
 		       "window_sizes", "one window size");
+	/* With a store the store keeps the leases (test_cluster_concurrency.c):
+	 * at sync_rate 0 or under admission "local" nothing would. */
+	expect_refused("{\"algorithm\": \"concurrency\", \"limit\": 3, \"sync_rate\": 0, "
+		       "\"strategy\": \"redis\"}", "sync_rate", "decides every hit there");
 	expect_refused("{\"algorithm\": \"concurrency\", \"limit\": 3, \"sync_rate\": 1, "
-		       "\"strategy\": \"redis\"}", "algorithm", "counted on each node alone");
+		       "\"strategy\": \"redis\", \"admission\": \"local\"}", "admission",
+		       "a lease is no sum");
 	expect_refused("{\"algorithm\": \"concurrency\", \"limit\": 3, \"delay_max_ms\": 100}",
 		       "delay_max_ms", "concurrency");
 }

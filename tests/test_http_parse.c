@@ -82,6 +82,8 @@ Test(http_parse, versions_and_connection)
 	cr_assert_eq(parse("DELETE /x HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st, &why), 0);
 	cr_assert_eq(r.method, HTTP_DELETE, "the admin endpoint's method");
 	cr_assert_eq(parse("PUT /x HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st, &why), 0);
+	cr_assert_eq(r.method, HTTP_PUT, "the admin endpoint PUT /limits");
+	cr_assert_eq(parse("PATCH /x HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st, &why), 0);
 	cr_assert_eq(r.method, HTTP_OTHER, "parsed; the router answers 405");
 	cr_assert_eq(parse("DELETEX /x HTTP/1.1\r\nHost: a\r\n\r\n", &r, &st, &why), 0);
 	cr_assert_eq(r.method, HTTP_OTHER);

@@ -44,38 +44,6 @@ TestSuite(contract_redis_cluster, .fini = store_off, .timeout = 60);
 TestSuite(contract_postgres, .fini = store_off, .timeout = 60);
 TestSuite(contract_local, .fini = store_off, .timeout = 60);
 
-#define ON(suite, store, c)                                                    \
-	Test(suite, c) {                                                       \
-		f = &store;                                                    \
-		store_on(f, #c);                                               \
-		c();                                                           \
-	}
-
-/* A case of the stores that keep counters (all but local). */
-#define CONTRACT(c)                                                            \
-	static void c(void);                                                   \
-	ON(contract_redis, redis_store, c)                                     \
-	ON(contract_redis_cluster, cluster_store, c)                           \
-	ON(contract_postgres, pg_store, c)                                     \
-	static void c(void)
-
-/* A case of the stores that have a server of its own here (Redis,
- * PostgreSQL: a cluster is not stopped whole). */
-#define CONTRACT_OWN(c)                                                        \
-	static void c(void);                                                   \
-	ON(contract_redis, redis_store, c)                                     \
-	ON(contract_postgres, pg_store, c)                                     \
-	static void c(void)
-
-/* A case of every store, local included. */
-#define CONTRACT_ALL(c)                                                        \
-	static void c(void);                                                   \
-	ON(contract_redis, redis_store, c)                                     \
-	ON(contract_redis_cluster, cluster_store, c)                           \
-	ON(contract_postgres, pg_store, c)                                     \
-	ON(contract_local, local_store, c)                                     \
-	static void c(void)
-
 static const struct strategy_ops *ops(void)
 {
 	return f->ops;
@@ -121,6 +89,8 @@ CONTRACT_ALL(ops_table_is_whole)
 		  ops()->connecting);
 	cr_assert_eq(ops()->admit != NULL, f->remote, "admit");
 	cr_assert_eq(ops()->heartbeat != NULL, f->remote, "heartbeat");
+	cr_assert_eq(ops()->limit_set != NULL, f->remote, "limit_set");
+	cr_assert_eq(ops()->limits_read != NULL, f->remote, "limits_read");
 	f->opts(opts, sizeof(opts));
 	cr_assert_eq(ops()->check_opts(opts, err, sizeof(err)), 0, "%s: %s", opts, err);
 	cr_assert_eq(ops()->check_opts(f->bad_opts, err, sizeof(err)), -1, "%s", f->bad_opts);
@@ -1389,15 +1359,5 @@ CONTRACT_OWN(token_resend_after_a_timeout_counts_each_once)
 
 int main(int argc, char *argv[])
 {
-	struct criterion_test_set *tests = criterion_initialize();
-	struct store_servers sv;
-	int result = 0;
-
-	if (criterion_handle_args(argc, argv, true)) {
-		store_servers_start(&sv, "test_store_contract");
-		result = !criterion_run_all_tests(tests);
-		store_servers_stop(&sv);
-	}
-	criterion_finalize(tests);
-	return result;
+	return store_main(argc, argv, "test_store_contract");
 }

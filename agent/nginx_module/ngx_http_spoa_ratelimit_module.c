@@ -410,8 +410,8 @@ spoa_limits_need(ngx_array_t *limits)
     struct sc_limit     l[SC_MAX_LIMITS];
     spoa_limit_conf_t  *lc = limits->elts;
 
-    ngx_memzero(l, sizeof(l));
     for (i = 0; i < limits->nelts; i++) {
+        ngx_memzero(&l[i], sizeof(l[i]));   /* every field: lease NULL (no release) */
         l[i].reserve = 1;   /* spoa_ratelimit_settle may come later */
         l[i].key = spoa_conf_value(lc[i].key, digest, sizeof(digest));
         l[i].window = spoa_conf_value(lc[i].window, "0", 1);

@@ -181,10 +181,10 @@ if have man; then
   # The first line: the agent itself (the next ones: ctl).
   synopsis=$(section SYNOPSIS | head -n 1 | sed 's/^ *//' | tr -s ' ')
   ctl_ok=yes
-  for c in keys reset top; do
-    section SYNOPSIS | grep -q "spoa-ratelimit ctl .*$c" || ctl_ok="no ctl $c"
+  for c in keys reset top "limits +set" "limits +get" "limits +rm"; do
+    section SYNOPSIS | grep -qE "spoa-ratelimit +ctl .*$c" || ctl_ok="no ctl $c"
   done
-  is "$ctl_ok" yes "man page SYNOPSIS names ctl keys, reset and top"
+  is "$ctl_ok" yes "man page SYNOPSIS names ctl keys, reset, top and limits set|get|rm"
   is "$(printf '%s' "$synopsis" | tr '[:upper:]' '[:lower:]')" "$(printf '%s' "$usage" | tr '[:upper:]' '[:lower:]')" \
     "man page SYNOPSIS is the usage line of -h"
   opts=$(grep -oE '^  -[a-zA-Z]' "$T/usage" | tr -d ' ')

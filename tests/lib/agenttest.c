@@ -4,6 +4,10 @@
 #include "tests/lib/agenttest.h"
 
 #include <criterion/criterion.h>
+#include <criterion/logging.h>
+
+#include <stdio.h>
+#include <sys/wait.h>
 
 struct agentproc test_agent;
 
@@ -42,4 +46,19 @@ void test_agent_stop(void)
 		return;
 	cr_expect(!agentproc_finish(&test_agent, 10000),
 		  "the agent's log holds a sanitizer report:\n%s", test_agent_log_tail());
+}
+
+int test_agent_ctl(const char *args, char *out, size_t cap)
+{
+	char cmd[8192];
+
+	snprintf(cmd, sizeof(cmd), "%s ctl -c %s %s 2>&1", agentproc_binary(),
+		 test_agent.cfg_path, args);
+	FILE *f = popen(cmd, "r");
+	cr_assert_not_null(f, "%s", cmd);
+	size_t n = fread(out, 1, cap - 1, f);
+	out[n] = '\0';
+	int st = pclose(f);
+	cr_log_info("ctl %s:\n%s", args, out);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }

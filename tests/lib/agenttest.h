@@ -37,4 +37,8 @@ void test_agent_start_plain(void);
  * worker) in its log: the log is removed, or kept when it holds one. */
 void test_agent_stop(void);
 
+/* Runs `spoa-ratelimit ctl -c <its config> args` (a shell's words), its
+ * output (stdout and stderr) into out. Returns its exit status. */
+int test_agent_ctl(const char *args, char *out, size_t cap);
+
 #endif /* AGENTTEST_H */

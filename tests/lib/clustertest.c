@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "tests/lib/clock.h"
+#include "tests/lib/httpc.h"
 
 #define LOCK_PATH "/tmp/spoa-ratelimit-test_cluster.lock"
 
@@ -113,28 +114,7 @@ void ct_node_stop(size_t n)
 
 long long ct_node_metric(size_t n, const char *sample)
 {
-	static char page[1 << 16];
-	size_t len = 0;
-	int fd = rawspop_connect(ct_nodes[n].a.http_port, CT_IO_MS);
-	const char *req = "GET /metrics HTTP/1.0\r\n\r\n", *p;
-
-	cr_assert(fd >= 0, "connect to node %zu's HTTP front: %s", n, strerror(errno));
-	cr_assert(rawspop_send(fd, req, strlen(req)) == 0);
-	for (;;) {
-		struct pollfd pfd = { .fd = fd, .events = POLLIN };
-		ssize_t k;
-
-		if (poll(&pfd, 1, CT_IO_MS) != 1 || len + 1 >= sizeof(page))
-			break;
-		k = recv(fd, page + len, sizeof(page) - 1 - len, 0);
-		if (k <= 0)
-			break;
-		len += (size_t)k;
-	}
-	close(fd);
-	page[len] = '\0';
-	p = strstr(page, sample);
-	return p ? atoll(p + strlen(sample)) : -1;
+	return httpc_metric(ct_nodes[n].a.http_port, sample, CT_IO_MS);
 }
 
 void ct_wait_nodes(size_t want)

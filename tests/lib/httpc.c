@@ -130,3 +130,32 @@ int httpc_get(int port, const char *target, const char *headers, struct httpc_re
 {
 	return httpc_request(port, "GET", target, headers, r, timeout_ms, why);
 }
+
+long long httpc_metric(int port, const char *sample, int timeout_ms)
+{
+	static char page[1 << 16];
+	size_t len = 0;
+	int fd = rawspop_connect(port, timeout_ms);
+	const char *req = "GET /metrics HTTP/1.0\r\n\r\n", *p;
+
+	if (fd < 0 || httpc_send(fd, req, strlen(req)) < 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t k;
+
+		if (poll(&pfd, 1, timeout_ms) != 1 || len + 1 >= sizeof(page))
+			break;
+		k = recv(fd, page + len, sizeof(page) - 1 - len, 0);
+		if (k <= 0)
+			break;
+		len += (size_t)k;
+	}
+	close(fd);
+	page[len] = '\0';
+	p = strstr(page, sample);
+	return p ? atoll(p + strlen(sample)) : -1;
+}

@@ -48,7 +48,11 @@ int httpc_send(int fd, const char *s, size_t n);
 int httpc_get(int port, const char *target, const char *headers, struct httpc_resp *r,
 	      int timeout_ms, const char **why);
 
-/* The same with another method ("POST": a header line
+/* GET /metrics on 127.0.0.1:port, the whole page: the value of the
+ * sample whose text (name, labels and a space) is given, or -1. */
+long long httpc_metric(int port, const char *sample, int timeout_ms);
+
+/* The same with another method ("PUT", "DELETE", "POST": a header line
  * "Content-Length: 0\r\n" in headers for an empty body). */
 int httpc_request(int port, const char *method, const char *target, const char *headers,
 		  struct httpc_resp *r, int timeout_ms, const char **why);

@@ -516,3 +516,18 @@ void store_servers_stop(struct store_servers *sv)
 	if (sv->have_redis)
 		redis_server_stop(&sv->redis, 2000);
 }
+
+int store_main(int argc, char *argv[], const char *who)
+{
+	struct criterion_test_set *tests = criterion_initialize();
+	struct store_servers sv;
+	int result = 0;
+
+	if (criterion_handle_args(argc, argv, true)) {
+		store_servers_start(&sv, who);
+		result = !criterion_run_all_tests(tests);
+		store_servers_stop(&sv);
+	}
+	criterion_finalize(tests);
+	return result;
+}

@@ -115,4 +115,46 @@ struct store_servers {
 void store_servers_start(struct store_servers *sv, const char *who);
 void store_servers_stop(struct store_servers *sv);
 
+/* The cases of a contract binary, each written once as a function of no
+ * argument and run as one Criterion test per store: the binary's
+ * `static const struct store *f` set to it, the case's space taken
+ * (store_on); its suites (contract_redis, contract_redis_cluster,
+ * contract_postgres, contract_local) declared by the binary, with
+ * .fini = store_off. */
+#define ON(suite, store, c)                                                    \
+	Test(suite, c) {                                                       \
+		f = &store;                                                    \
+		store_on(f, #c);                                               \
+		c();                                                           \
+	}
+
+/* A case of the stores that keep counters (all but local). */
+#define CONTRACT(c)                                                            \
+	static void c(void);                                                   \
+	ON(contract_redis, redis_store, c)                                     \
+	ON(contract_redis_cluster, cluster_store, c)                           \
+	ON(contract_postgres, pg_store, c)                                     \
+	static void c(void)
+
+/* A case of the stores that have a server of its own here (Redis,
+ * PostgreSQL: a cluster is not stopped whole). */
+#define CONTRACT_OWN(c)                                                        \
+	static void c(void);                                                   \
+	ON(contract_redis, redis_store, c)                                     \
+	ON(contract_postgres, pg_store, c)                                     \
+	static void c(void)
+
+/* A case of every store, local included. */
+#define CONTRACT_ALL(c)                                                        \
+	static void c(void);                                                   \
+	ON(contract_redis, redis_store, c)                                     \
+	ON(contract_redis_cluster, cluster_store, c)                           \
+	ON(contract_postgres, pg_store, c)                                     \
+	ON(contract_local, local_store, c)                                     \
+	static void c(void)
+
+/* A contract binary's main(): the servers started (who: the binary's
+ * name), Criterion's tests run, the servers stopped. */
+int store_main(int argc, char *argv[], const char *who);
+
 #endif /* STORES_H */
