@@ -685,15 +685,19 @@ int rl_adjust(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 	}
 }
 
-int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t start, uint64_t tag, double now)
+int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t until, uint64_t tag, double now)
 {
 	static const char hex[] = "0123456789abcdef";
-	char text[18] = "#S";
+	char text[19] = "#@S";
 	struct shm_key k;
 	struct shm_ref ref;
+	/* Taken back two sizes after its start: at until. */
+	int64_t start = until - 2 * (int64_t)size;
 
 	for (int i = 0; i < 16; i++)
-		text[2 + i] = hex[tag >> (60 - 4 * i) & 0xf];
+		text[3 + i] = hex[tag >> (60 - 4 * i) & 0xf];
+	if (!(now < (double)until))
+		return 0;
 	if (rl_stored_window(rl, ns, text, sizeof(text), size, start, 0, &k) < 0)
 		return -1;
 	int how = shm_insert(rl->shm, &k, start, now, &ref);

@@ -305,11 +305,15 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 int rl_adjust(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 	      int64_t start, double v, bool with_diff, double now);
 
-/* Marks tag done in the window (ns, size, start), once: a protected slot
- * of the key "#S" + tag's 16 hex digits (no client key is stored so),
- * taken back with the window's slots. Returns 1 when this call made the
- * mark, 0 when it was there already, -1 (rl_errno(): RL_ERR_FULL, ...). */
-int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t start, uint64_t tag, double now);
+/* Marks tag done in namespace ns until `until` (Unix seconds, at most
+ * now + 2 x size + 60), once: a protected slot of the window index of
+ * size, key "#@S" + tag's 16 hex digits (no client key is stored so; the
+ * agent's own bookkeeping, never synced: agent/sync_cycle.c), whose start
+ * is until - 2 x size, so that the table takes it back at until, whatever
+ * the window's size. Returns 1 when this call made the mark, 0 when it
+ * was there already (or until has passed), -1 (rl_errno(): RL_ERR_FULL,
+ * ...). */
+int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t until, uint64_t tag, double now);
 
 /* SipHash-2-4 of data[0..len) under the table's digest key (the same on
  * every node with one key_secret): the MAC of an id the agent hands out. */

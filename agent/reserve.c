@@ -151,21 +151,20 @@ int reserve_settle(struct decide *d, const char *id, size_t len, double cost, do
 	double at = (double)get_be(b + 2, 6) / 1000.0, estimate;
 	uint64_t bits = get_be(b + 8, 8);
 	memcpy(&estimate, &bits, sizeof(estimate));
-	if (!(now < at + ns_settle_ms(nsc) / 1000.0))
-		return 0;
-	/* Marked once, in its largest window (the one the table keeps
-	 * longest): a settle once the mark could be gone does nothing. */
+	/* Marked once, until it may no longer be settled: settle_ms after
+	 * it was counted, or once its largest window counts for no rate
+	 * (two of its sizes after the hit: the table kept none of its
+	 * windows then). */
 	uint32_t msize = 0;
-	int64_t mstart = 0;
 	for (size_t i = 0; i < nw; i++) {
 		uint32_t size = (uint32_t)get_be(b + RESERVE_HEAD + 8 * i, 4);
-		if (size > msize) {
-			msize = size;
-			mstart = (int64_t)get_be(b + RESERVE_HEAD + 8 * i + 4, 4);
-		}
+		msize = size > msize ? size : msize;
 	}
-	if (!(now < (double)mstart + 2.0 * msize) ||
-	    rl_mark_once(d->rl, ns, msize, mstart, get_be(b + n - 8, 8), now) != 1)
+	double until = at + ns_settle_ms(nsc) / 1000.0;
+	if (until > at + 2.0 * msize)
+		until = at + 2.0 * msize;
+	if (!(now < until) ||
+	    rl_mark_once(d->rl, ns, msize, (int64_t)ceil(until), get_be(b + n - 8, 8), now) != 1)
 		return 0;
 	double diff = cost - estimate;
 	bool synced = reserve_synced(d, nsc);

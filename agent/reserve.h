@@ -15,10 +15,12 @@
  * diff: a namespace that syncs pushes it under a token like any hit, to
  * the store's row of the window the hit was counted in (a sliding window
  * that has rolled meanwhile included). Once: a settle first marks the
- * reservation done in the table (rl_mark_once, in its largest window); the
- * one that finds the mark does nothing. An unsettled reservation keeps
- * its estimate: a settle after settle_ms (or once the marked window is
- * gone from the table, two of its sizes after its start) does nothing.
+ * reservation done in the table (rl_mark_once) until it may no longer be
+ * settled; the one that finds the mark does nothing. An unsettled
+ * reservation keeps its estimate: a settle after settle_ms (or two of its
+ * largest window's sizes after the hit, when its windows count for no
+ * rate any more) does nothing. A mark takes a slot of the table for at
+ * most that long (not for its window's life).
  */
 #ifndef RESERVE_H
 #define RESERVE_H
