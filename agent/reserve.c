@@ -12,6 +12,9 @@
 
 #define RESERVE_VERSION 1
 #define RESERVE_HEAD    17            /* version, ns, at, estimate, nw */
+#define RESERVE_CLOCK_SLACK 30.0      /* seconds a reservation's time may be
+                                         ahead of this node's clock (below
+                                         the table's SHM_CLOCK_SLACK) */
 
 static void put_be(uint8_t *p, uint64_t v, int n)
 {
@@ -160,6 +163,10 @@ int reserve_settle(struct decide *d, const char *id, size_t len, double cost, do
 		uint32_t size = (uint32_t)get_be(b + RESERVE_HEAD + 8 * i, 4);
 		msize = size > msize ? size : msize;
 	}
+	/* Counted later than now (another node's clock ahead) by more
+	 * than a table's slack: its mark would be stale at once. */
+	if (!(at <= now + RESERVE_CLOCK_SLACK))
+		return 0;
 	double until = at + ns_settle_ms(nsc) / 1000.0;
 	if (until > at + 2.0 * msize)
 		until = at + 2.0 * msize;
