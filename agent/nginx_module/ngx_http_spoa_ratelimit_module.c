@@ -66,6 +66,7 @@ static void *spoa_create_srv_conf(ngx_conf_t *cf);
 static char *spoa_merge_srv_conf(ngx_conf_t *cf, void *parent, void *child);
 static void *spoa_create_loc_conf(ngx_conf_t *cf);
 static char *spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+static size_t spoa_limits_need(ngx_array_t *limits, ngx_uint_t reserve);
 static char *spoa_set_agent(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *spoa_set_key_secret(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
@@ -285,6 +286,12 @@ spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->line = prev->line;
     }
 
+    /* With spoa_ratelimit_settle each limit carries reserve=1 too. */
+    ngx_conf_merge_ptr_value(conf->settle, prev->settle, NULL);
+    if (conf->limits && conf->settle) {
+        conf->need = spoa_limits_need(conf->limits, 1);
+    }
+
     /* Locations are merged within their server, after it: its agent is
      * known here. */
     scf = ngx_http_conf_get_module_srv_conf(cf, ngx_http_spoa_ratelimit_module);
@@ -305,7 +312,6 @@ spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
     ngx_conf_merge_uint_value(conf->status, prev->status, NGX_HTTP_TOO_MANY_REQUESTS);
     ngx_conf_merge_uint_value(conf->fail, prev->fail, SPOA_FAIL_OPEN);
     ngx_conf_merge_msec_value(conf->timeout, prev->timeout, 50);
-    ngx_conf_merge_ptr_value(conf->settle, prev->settle, NULL);
 
     if (conf->timeout == 0) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0, "spoa_ratelimit_timeout must not be 0");
@@ -403,7 +409,7 @@ spoa_conf_value(ngx_http_complex_value_t *cv, const char *var, size_t len)
  * counted as a digested key (a key: the longest it is once digested) or as
  * one digit (the others: the shortest they can be). */
 static size_t
-spoa_limits_need(ngx_array_t *limits)
+spoa_limits_need(ngx_array_t *limits, ngx_uint_t reserve)
 {
     static const char   digest[SC_DIGEST_LEN] = "#";
     ngx_uint_t          i;
@@ -412,7 +418,7 @@ spoa_limits_need(ngx_array_t *limits)
 
     for (i = 0; i < limits->nelts; i++) {
         ngx_memzero(&l[i], sizeof(l[i]));   /* every field: lease NULL (no release) */
-        l[i].reserve = 1;   /* spoa_ratelimit_settle may come later */
+        l[i].reserve = reserve != 0;    /* spoa_ratelimit_settle: reserve=1 */
         l[i].key = spoa_conf_value(lc[i].key, digest, sizeof(digest));
         l[i].window = spoa_conf_value(lc[i].window, "0", 1);
         l[i].limit = spoa_conf_value(lc[i].limit, "0", 1);
@@ -550,7 +556,7 @@ spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     /* Whatever the keys, a request must fit some frame the agent may allow. */
-    lcf->need = spoa_limits_need(lcf->limits);
+    lcf->need = spoa_limits_need(lcf->limits, 0);
     if (lcf->need > SC_FRAME_SIZE) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "the limits of this location need %uz bytes per "
