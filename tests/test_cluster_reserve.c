@@ -12,7 +12,8 @@
  *     the store all the same; the marks that make a settle count once
  *     never reach the store;
  *   - a reservation never settled keeps its estimate in the store: a
- *     settle after settle_ms does nothing.
+ *     settle after settle_ms does nothing;
+ *   - with sync_rate 0 the settle's difference reaches the store too.
  *
  * One settle is one diff of the node that applied it, pushed under a
  * token like any hit: the store applies it once.
@@ -103,19 +104,24 @@ static long long store_marks(const struct ct_store *st)
 	return atoll(out);
 }
 
-/* Two nodes on st, its namespace with settle_ms 1000. */
-static void two_nodes(const struct ct_store *st, unsigned w)
+/* Two nodes on st, its namespace with settle_ms 1000 and sync_rate rate. */
+static void two_nodes_at(const struct ct_store *st, unsigned w, double rate)
 {
 	static char cfg[2048 + 64];
 
 	st->up(0);
-	const char *base = ct_with_http(st->cfg(w, CT_SYNC_RATE, 1000));
+	const char *base = ct_with_http(st->cfg(w, rate, 1000));
 	const char *p = strstr(base, "\"sync_rate\":");
 	cr_assert_not_null(p);
 	snprintf(cfg, sizeof(cfg), "%.*s\"settle_ms\":1000,%s", (int)(p - base), base, p);
 	ct_nodes_up = 2;
 	ct_nodes_start(2, cfg);
 	ct_wait_nodes(2);
+}
+
+static void two_nodes(const struct ct_store *st, unsigned w)
+{
+	two_nodes_at(st, w, CT_SYNC_RATE);
 }
 
 /* Issue 33's target across two nodes: the store holds 900; a settle
@@ -167,6 +173,22 @@ CT_STORE_TEST(reserve_unsettled_keeps_its_estimate)
 	test_sleep_ms(3 * (int)(CT_SYNC_RATE * 1000));
 	cr_assert_eq(st->total("default", key, w), 400, "%s", st->name);
 	cr_assert_eq(ct_rate(0, key, w), 400, "%s", st->name);
+}
+
+/* sync_rate 0 (every hit pushed as it comes): the estimate is pushed
+ * with its hit, the settle's difference with the node's next cycle. */
+CT_STORE_TEST(reserve_settle_sync_rate_0)
+{
+	char key[48], a[ID_MAX];
+	unsigned w = ct_window();
+
+	two_nodes_at(st, w, 0);
+	sp_key(key, sizeof(key), "tenant");
+	cr_assert(reserve(0, key, w, 400, a), "%s: reserve 400", st->name);
+	store_holds(st, key, w, 400);
+	cr_assert(settle(0, a, 100));
+	store_holds(st, key, w, 100);
+	cr_assert(!settle(0, a, 0), "%s: once", st->name);
 }
 
 int main(int argc, char *argv[])
