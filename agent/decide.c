@@ -268,8 +268,11 @@ static enum rl_admit decide_admit(const struct decide *d, const struct rl_reques
 								: rq->admission;
 	bool want = admission == DECIDE_ADMIT_DEFAULT ? nsc->admission != NS_ADMIT_LOCAL
 						      : admission == DECIDE_ADMIT_EXACT;
-	return want && nsc->sync_rate > 0 && sync_can_admit(d->sync, (unsigned)ns)
-		       ? RL_ADMIT_EXACT : RL_ADMIT_LOCAL;
+	if (!want || nsc->sync_rate <= 0 || !sync_can_admit(d->sync, (unsigned)ns))
+		return RL_ADMIT_LOCAL;
+	/* A reservation's denial is the store's too: docs/CLUSTER.md,
+	 * "Reservations". */
+	return rq->reserve && nsc->algorithm == NS_ALGO_WINDOW ? RL_ADMIT_STORE : RL_ADMIT_EXACT;
 }
 
 /* The library could not count the hit: why, in r. */
@@ -307,10 +310,10 @@ static void decide_record(struct decide *d, const struct rl_request *rq,
 {
 	bool away = admit == RL_ADMIT_DEGRADED;
 	/* Admissions the store decides are counted when it answers. */
-	bool exact = admit == RL_ADMIT_EXACT && res->need_store;
+	bool exact = admit >= RL_ADMIT_EXACT && res->need_store;
 	unsigned sid = admit != RL_ADMIT_LOCAL ? msid(d, ns) : METRICS_NS;
 
-	if (admit == RL_ADMIT_EXACT && !exact && sid < METRICS_NS)
+	if (admit >= RL_ADMIT_EXACT && !exact && sid < METRICS_NS)
 		metrics_add(&metrics_me->admissions[sid][res->granted ? METRICS_ADM_GRANT
 								       : METRICS_ADM_VIEW], 1);
 	if (away && sid < METRICS_NS)

@@ -9,7 +9,8 @@
  *     900; reserve 200 denied on either; each settle sent again does
  *     nothing: the store still holds 900, and so does every node; a
  *     settle sent to the node that did not count the reservation reaches
- *     the store all the same; the marks that make a settle count once
+ *     the store all the same, and the node that counted the estimate
+ *     admits what the store has left (it asks the store); the marks that make a settle count once
  *     never reach the store;
  *   - a reservation never settled keeps its estimate in the store: a
  *     settle after settle_ms does nothing;
@@ -149,11 +150,19 @@ CT_STORE_TEST(reserve_settle_across_nodes)
 	test_sleep_ms(3 * (int)(CT_SYNC_RATE * 1000));
 	converged(st, key, w, 900);
 	cr_assert_eq(store_marks(st), 0, "%s: a settle's mark stays on its node", st->name);
-	/* Settled through the other node. */
+	/* Settled through the other node: the store holds 100 at once, and
+	 * the node that counted 400 admits 800 more (the store decides a
+	 * reservation its view would deny). */
 	sp_key(key, sizeof(key), "tenant");
 	cr_assert(reserve(0, key, w, 400, a));
 	cr_assert(settle(1, a, 100), "%s: settled on the other node", st->name);
 	store_holds(st, key, w, 100);
+	cr_assert(reserve(0, key, w, 800, b), "%s: 800 of the 900 left, on the first node",
+		  st->name);
+	cr_assert(b[0]);
+	store_holds(st, key, w, 900);
+	cr_assert(!reserve(0, key, w, 200, c), "%s: over the budget", st->name);
+	cr_assert(!reserve(1, key, w, 200, c), "%s: over the budget", st->name);
 }
 
 /* A reservation never settled counts its estimate: a settle after
