@@ -100,8 +100,14 @@ struct rl_result {
  * rl_hit_degraded. */
 enum rl_admit {
 	RL_ADMIT_LOCAL = 0,           /* from the node's view (rl_hit) */
-	RL_ADMIT_EXACT,               /* a grant, the view's denial, or the store */
 	RL_ADMIT_DEGRADED,            /* a grant, or this node's share */
+	RL_ADMIT_EXACT,               /* a grant, the view's denial, or the store */
+	RL_ADMIT_STORE,               /* a grant or the store, never the view's
+	                                 denial: a window reservation (another
+	                                 node's settle may have lowered the
+	                                 cluster's count, which a node's view
+	                                 follows upward only); decided as
+	                                 EXACT otherwise (>= RL_ADMIT_EXACT) */
 };
 
 /* What this node holds of one key's window now (GET /keys). */

@@ -105,7 +105,7 @@ static int win_count(const struct algo_hit *h, int64_t start, double pw, bool wi
 {
 	struct shm_table *t = h->t;
 	double cost = h->cost;
-	bool exact = h->admit == RL_ADMIT_EXACT;
+	bool exact = h->admit >= RL_ADMIT_EXACT;
 	double allow = 0, used = 0;
 
 	out->counted = false;
@@ -126,7 +126,8 @@ static int win_count(const struct algo_hit *h, int64_t start, double pw, bool wi
 		out->granted = true;
 		return 0;
 	}
-	if (exact && (*c = win_view(t, cur)) + pw + cost <= h->limit) {
+	if (exact && ((*c = win_view(t, cur)) + pw + cost <= h->limit ||
+		      h->admit == RL_ADMIT_STORE)) {
 		/* The node's view admits it: the store decides. The slot is
 		 * made now: it keeps the demand and will hold the grant. */
 		if (win_slot_make(t, h->k, start, h->now, cur, out) < 0)

@@ -358,6 +358,7 @@ static const struct cfg_key cfg_ns_keys[] = {
 	{ .name = "algorithm",     .set = cfg_set_ns_algorithm },
 	CFG_INT(struct ns_def, burst, 1, NS_LIMIT_MAX),
 	CFG_INT(struct ns_def, lease_ms, 1, NS_LEASE_MS_MAX),
+	CFG_INT(struct ns_def, settle_ms, 1, NS_LEASE_MS_MAX),
 	CFG_FLAG(struct ns_def, count_denied),
 	CFG_FLAG(struct ns_def, shadow),
 	CFG_INT(struct ns_def, max_keys, 1, CFG_MAX_KEYS_MAX),

@@ -126,7 +126,12 @@ static const char *refusal(struct decide *d, const struct ns_def *nsc,
 			 "is \"any\")", nsc->name, window);
 		return d->refusal;
 	}
-	if (rq->cost > ns_max_cost(nsc, *has, *limit, !rq->untrusted))
+	double max = ns_max_cost(nsc, *has, *limit, !rq->untrusted);
+	/* An estimate may take the whole limit: a budget's request may cost
+	 * most of it (a max_cost configured still applies). */
+	if (rq->reserve && nsc->max_cost == 0 && *has && max < (double)*limit)
+		max = (double)*limit;
+	if (rq->cost > max)
 		return "cost over max_cost";
 	return NULL;
 }
@@ -263,8 +268,11 @@ static enum rl_admit decide_admit(const struct decide *d, const struct rl_reques
 								: rq->admission;
 	bool want = admission == DECIDE_ADMIT_DEFAULT ? nsc->admission != NS_ADMIT_LOCAL
 						      : admission == DECIDE_ADMIT_EXACT;
-	return want && nsc->sync_rate > 0 && sync_can_admit(d->sync, (unsigned)ns)
-		       ? RL_ADMIT_EXACT : RL_ADMIT_LOCAL;
+	if (!want || nsc->sync_rate <= 0 || !sync_can_admit(d->sync, (unsigned)ns))
+		return RL_ADMIT_LOCAL;
+	/* A reservation's denial is the store's too: docs/CLUSTER.md,
+	 * "Reservations". */
+	return rq->reserve && nsc->algorithm == NS_ALGO_WINDOW ? RL_ADMIT_STORE : RL_ADMIT_EXACT;
 }
 
 /* The library could not count the hit: why, in r. */
@@ -280,6 +288,17 @@ static void decide_failed(struct decide *d, struct rl_decision *r, const struct 
 	}
 }
 
+/* A reservation's hit, counted: what reserve_text needs kept (out of
+ * line: the plain hit's path keeps no copy). */
+static __attribute__((noinline)) void decide_reserved(struct rl_decision *r,
+						      const struct rl_skey *sk, double now)
+{
+	r->reserve = true;
+	r->reserved_at = now;
+	memcpy(r->skey, rl_skey_bytes(sk), sk->len);
+	r->skeylen = sk->len;
+}
+
 /* The hit res, decided as admit said, into r: the admissions counted,
  * what the decision waits for (the store's answer: sync_rate 0, or an
  * admission the store decides, with the stored key it is pushed under),
@@ -291,10 +310,10 @@ static void decide_record(struct decide *d, const struct rl_request *rq,
 {
 	bool away = admit == RL_ADMIT_DEGRADED;
 	/* Admissions the store decides are counted when it answers. */
-	bool exact = admit == RL_ADMIT_EXACT && res->need_store;
+	bool exact = admit >= RL_ADMIT_EXACT && res->need_store;
 	unsigned sid = admit != RL_ADMIT_LOCAL ? msid(d, ns) : METRICS_NS;
 
-	if (admit == RL_ADMIT_EXACT && !exact && sid < METRICS_NS)
+	if (admit >= RL_ADMIT_EXACT && !exact && sid < METRICS_NS)
 		metrics_add(&metrics_me->admissions[sid][res->granted ? METRICS_ADM_GRANT
 								       : METRICS_ADM_VIEW], 1);
 	if (away && sid < METRICS_NS)
@@ -315,9 +334,13 @@ static void decide_record(struct decide *d, const struct rl_request *rq,
 	r->prev_idx = res->prev_idx;
 	r->lease = res->lease;
 	r->lease_mac = res->lease_mac;
-	r->count_denied = nsc->count_denied;
+	r->count_denied = nsc->count_denied && !rq->reserve;
 	r->admit0 = exact;
 	r->sync0 = (nsc->sync_rate == 0 && d->sync && !away) || exact;
+	/* Counted, or decided by the store (reserve_text reads the
+	 * decision's final `counted`). */
+	if (rq->reserve && nsc->algorithm == NS_ALGO_WINDOW)
+		decide_reserved(r, sk, now);
 	if (r->sync0) {
 		memcpy(r->skey, rl_skey_bytes(sk), sk->len);
 		r->skeylen = sk->len;
@@ -363,7 +386,8 @@ static void decide_count(struct decide *d, const struct rl_request *rq, const st
 	enum rl_admit admit = decide_admit(d, rq, nsc, ns, r->has_limit);
 	int rc = rl_hit_skey(d->rl, ns, sk, window, rq->cost,
 			     sliding ? window_weight(now, window) : 0.0, now,
-			     r->has_limit ? (double)limit : -1.0, nsc->count_denied, admit,
+			     r->has_limit ? (double)limit : -1.0,
+			     nsc->count_denied && !rq->reserve, admit,
 			     admit == RL_ADMIT_DEGRADED ? rl_active_nodes(d->rl, ns) : 0, &res);
 	r->ns = ns;
 	if (rc < 0) {

@@ -73,6 +73,12 @@ struct rl_request {
 	                                 without a limit, and its admission only
 	                                 with caller_admission */
 	const char *arg_error;        /* the front found an argument invalid: why */
+	bool reserve;                 /* cost is an estimate: a window namespace's
+	                                 hit answers a reservation, settled later
+	                                 by the actual cost (agent/reserve.h);
+	                                 max_cost's default is then the limit,
+	                                 and a denied one is never counted
+	                                 (whatever count_denied) */
 	int front;                    /* enum front_id, for the metrics */
 	char label[DECIDE_LABEL_MAX + 1]; /* the front's name for it (SPOP: the
 	                                     message's suffix), kept in the decision */
@@ -118,8 +124,11 @@ struct rl_decision {
 	uint8_t skeylen;
 	uint8_t req;                  /* decide_batch: the request it decides */
 	uint8_t algo;                 /* its namespace's algorithm (enum ns_algorithm) */
+	bool reserve;                 /* counted as a reservation (rq->reserve):
+	                                 skey is set (reserve_text) */
 	uint64_t lease, lease_mac;    /* concurrency, counted: the lease taken
 	                                 (decide_lease_text) */
+	double reserved_at;           /* a reservation: when it was counted */
 	/* Not cleared with the fields above: the label and the answer (copied
 	 * from the request) and the stored key (set only for sync0), last so that
 	 * the fields above are cleared cheaply. */

@@ -13,6 +13,7 @@
 
 #include "agent/config.h"
 #include "agent/decide.h"
+#include "agent/reserve.h"
 #include "agent/http_front.h"
 
 
@@ -191,6 +192,22 @@ void http_problem_members(char *out, size_t cap, size_t *o, int status,
  * policies it violated. A HEAD gets the same status and headers as the
  * GET would, Content-Type and Content-Length included (RFC 9110 9.3.2):
  * the body is built alike and only left unsent (http_answer). */
+/* The reservation of parts[0..np) (one request), if it holds one, into
+ * the header and the body. Out of line: its buffer is not the plain
+ * answer's. */
+static __attribute__((noinline)) void http_put_reservation(struct http_conn *c, char *hdr,
+							    size_t hcap, size_t *h, char *body,
+							    size_t bcap, size_t *b,
+							    const struct rl_decision *parts, size_t np)
+{
+	char id[RESERVE_TEXT_MAX + 1];
+
+	if (!reserve_text(c->s.env->decide->rl, parts, np, 0, id))
+		return;
+	http_put(body, bcap, b, ",\"reservation\":\"%s\"", id);
+	http_put(hdr, hcap, h, "X-RateLimit-Reservation: %s\r\n", id);
+}
+
 void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 			  const struct rl_decision *parts, size_t np)
 {
@@ -284,6 +301,13 @@ void http_answer_decision(struct http_conn *c, const struct http_ctx *x,
 		if (decide_lease_text(&parts[k], lease)) {
 			http_put(body, sizeof(body), &b, ",\"lease\":\"%s\"", lease);
 			http_put(hdr, sizeof(hdr), &h, "X-RateLimit-Lease: %s\r\n", lease);
+			break;
+		}
+	/* A reservation (settled by POST /settle): in the body, and in a
+	 * field for nginx's auth_request_set. */
+	for (size_t k = 0; k < np; k++)
+		if (parts[k].reserve) {
+			http_put_reservation(c, hdr, sizeof(hdr), &h, body, sizeof(body), &b, parts, np);
 			break;
 		}
 	http_escape(jname, sizeof(jname), &jlen, name, strlen(name), HTTP_ESC_JSON_UTF8);

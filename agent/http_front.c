@@ -19,6 +19,7 @@
 
 #include "agent/config.h"
 #include "agent/decide.h"
+#include "agent/reserve.h"
 #include "agent/http_admin.h"
 #include "agent/http_answer.h"
 #include "agent/http_parse.h"
@@ -97,20 +98,28 @@ static bool is(const char *s, size_t n, const char *lit)
 	return strlen(lit) == n && memcmp(s, lit, n) == 0;
 }
 
-/* The lease of POST /release (its `lease` argument). */
+/* An id argument: the lease of POST /release, the reservation of POST
+ * /settle. */
 struct http_lease_arg {
 	const char *id;
 	size_t len;
 	bool given;
 };
 
+/* What POST /release and POST /settle take beyond a request. */
+struct http_ids {
+	struct http_lease_arg lease, reservation;
+	bool cost_given;
+};
+
 /* Builds the request from the query. Decoded values go to dec (the
  * strings of rq point into it). Returns NULL or why it is a bad request. */
 static const char *query_request(const char *query, size_t qlen, char *dec, size_t cap,
-				 struct rl_request *rq, struct http_lease_arg *lease)
+				 struct rl_request *rq, struct http_ids *ids)
 {
 	static const char *const names[] = { "key", "window", "limit", "namespace", "cost",
-					     "window_type", "admission", "lease" };
+					     "window_type", "admission", "lease", "reservation",
+					     "reserve" };
 	bool seen[sizeof(names) / sizeof(names[0])] = { false };
 	struct http_query_iter it;
 	const char *n, *v;
@@ -161,6 +170,8 @@ static const char *query_request(const char *query, size_t qlen, char *dec, size
 		case 4:
 			if (!decide_parse_cost(val, (size_t)len, &rq->cost))
 				return "bad cost";
+			if (ids)
+				ids->cost_given = true;
 			break;
 		case 5:
 			if (is(val, (size_t)len, "sliding"))
@@ -175,11 +186,19 @@ static const char *query_request(const char *query, size_t qlen, char *dec, size
 				return "bad admission";
 			break;
 		case 7:         /* POST /release only: elsewhere ignored */
-			if (lease) {
-				lease->id = val;
-				lease->len = (size_t)len;
-				lease->given = true;
+		case 8:         /* POST /settle only */
+			if (ids) {
+				struct http_lease_arg *id = i == 7 ? &ids->lease : &ids->reservation;
+				id->id = val;
+				id->len = (size_t)len;
+				id->given = true;
 			}
+			break;
+		case 9:
+			if (is(val, (size_t)len, "true") || is(val, (size_t)len, "1"))
+				rq->reserve = true;
+			else if (!is(val, (size_t)len, "false") && !is(val, (size_t)len, "0"))
+				return "bad reserve";
 			break;
 		}
 	}
@@ -290,14 +309,16 @@ static void release(struct http_conn *c, const struct http_request *req,
 	const struct config *cfg = c->s.env->cfg;
 	char dec[HTTP_LINE_MAX];
 	struct rl_request rq;
-	struct http_lease_arg lease = { .id = NULL };
+	struct http_ids ids = { .lease.id = NULL };
+	struct http_lease_arg lease;
 	bool admin = cfg->http_admin_token[0] && token_ok(cfg->http_admin_token, req);
 
 	if (!admin && !authorized(cfg, req)) {
 		unauthorized(c, x);
 		return;
 	}
-	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq, &lease);
+	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq, &ids);
+	lease = ids.lease;
 	if (!why)
 		why = header_request(req, &rq);
 	rq.arg_error = why;
@@ -314,6 +335,47 @@ static void release(struct http_conn *c, const struct http_request *req,
 	}
 	http_answer(c, x, 200, "application/json", "",
 		    rc > 0 ? "{\"released\":true}\n" : "{\"released\":false}\n");
+}
+
+/* POST /settle?reservation=&cost=: a reservation settled at the actual
+ * cost; POST /settle?namespace=&key=[&window=]&cost=: a cost charged after
+ * the fact, never denied (docs/HTTP.md, "POST /settle"), with the token
+ * of /ratelimit. 200 {"settled": true|false}: a reservation settled
+ * already, expired, forged or empty does nothing and is no error. 400: a
+ * bad request. */
+static void settle(struct http_conn *c, const struct http_request *req,
+		   const struct http_ctx *x)
+{
+	const struct config *cfg = c->s.env->cfg;
+	char dec[HTTP_LINE_MAX];
+	struct rl_request rq;
+	struct http_ids ids = { .lease.id = NULL };
+	bool admin = cfg->http_admin_token[0] && token_ok(cfg->http_admin_token, req);
+	int rc = 0;
+
+	if (!admin && !authorized(cfg, req)) {
+		unauthorized(c, x);
+		return;
+	}
+	const char *why = query_request(req->query, req->query_len, dec, sizeof(dec), &rq, &ids);
+	if (!why)
+		why = header_request(req, &rq);
+	if (!why && !ids.cost_given)
+		why = "missing cost";
+	rq.arg_error = why;
+	if (why)
+		rc = -1;
+	else if (!ids.reservation.given)
+		rc = reserve_charge(c->s.env->decide, &rq, rl_now(), &why);
+	else if (ids.reservation.len > 0)
+		rc = reserve_settle(c->s.env->decide, ids.reservation.id, ids.reservation.len,
+				    rq.cost, rl_now(), &why);
+	if (rc < 0) {
+		http_answer_error(c, x, 400, why);
+		return;
+	}
+	http_answer(c, x, 200, "application/json", "",
+		    rc > 0 ? "{\"settled\":true}\n" : "{\"settled\":false}\n");
 }
 
 /* ---- /json: Envoy's rate limit service in JSON ---- */
@@ -556,11 +618,12 @@ static void route(struct http_conn *c, const struct http_request *req, const cha
 	bool keys = is(req->path, req->path_len, "/keys");
 	bool json = is(req->path, req->path_len, "/json");
 	bool rel = is(req->path, req->path_len, "/release");
+	bool set = is(req->path, req->path_len, "/settle");
 	bool limits = is(req->path, req->path_len, "/limits");
 	if (req->method == HTTP_OTHER || (req->method == HTTP_DELETE && !keys && !limits) ||
-	    (req->method == HTTP_PUT && !limits) || (req->method == HTTP_POST) != (json || rel)) {
+	    (req->method == HTTP_PUT && !limits) || (req->method == HTTP_POST) != (json || rel || set)) {
 		http_answer(c, &x, 405, "application/json",
-			    json || rel ? "Allow: POST\r\n" : keys ? "Allow: GET, HEAD, DELETE\r\n"
+			    json || rel || set ? "Allow: POST\r\n" : keys ? "Allow: GET, HEAD, DELETE\r\n"
 			    : limits ? "Allow: GET, HEAD, PUT, DELETE\r\n" : "Allow: GET, HEAD\r\n",
 			    "{\"error\":\"method not allowed\"}\n");
 		return;
@@ -569,6 +632,8 @@ static void route(struct http_conn *c, const struct http_request *req, const cha
 		json_request(c, req, &x, body, req->body_len);
 	else if (rel)
 		release(c, req, &x);
+	else if (set)
+		settle(c, req, &x);
 	else if (is(req->path, req->path_len, "/ratelimit"))
 		ratelimit(c, req, &x);
 	else if (is(req->path, req->path_len, "/metrics")) {

@@ -334,6 +334,12 @@ static int ns_check_gcra(const struct ns_def *d, struct ns_err *e)
  * request ends, not at a time; haproxy_tables). */
 static int ns_check_concurrency(const struct ns_def *d, struct ns_err *e)
 {
+	if (d->settle_ms != 0 && d->algorithm != NS_ALGO_WINDOW)
+		return ns_fail(e, "settle_ms", "only with the window counter (reservations: "
+			       "docs/PROTOCOL.md, \"Costs known after the response\")");
+	if (d->settle_ms > NS_LEASE_MS_MAX)
+		return ns_fail(e, "settle_ms", "expected 1..%u ms (a day), got %u", NS_LEASE_MS_MAX,
+			       d->settle_ms);
 	if (d->algorithm != NS_ALGO_CONCURRENCY) {
 		if (d->lease_ms != 0)
 			return ns_fail(e, "lease_ms", "only with \"algorithm\": \"concurrency\"");

@@ -28,6 +28,7 @@
 #define NS_DELAY_MAX_MS    60000u      /* delay_max_ms */
 #define NS_LIMIT_MAX       1000000000000LL /* largest limit and cost (1e12: exact in a double) */
 #define NS_LEASE_MS_DEFAULT 60000u     /* concurrency: lease_ms */
+#define NS_SETTLE_MS_DEFAULT 60000u    /* window: settle_ms (agent/reserve.h) */
 #define NS_LEASE_MS_MAX    86400000u   /* ... at most a day */
 #define NS_CONC_LIMIT_MAX  4194303     /* concurrency: limit, leases a key may hold
                                           (2^22 - 1: agent/algo_concurrency.c) */
@@ -141,6 +142,9 @@ struct ns_def {
 	uint32_t lease_ms;                       /* concurrency: a lease not released
 	                                            expires after this (0: 60000;
 	                                            ns_lease_ms()) */
+	uint32_t settle_ms;                      /* window: a reservation not settled
+	                                            within it keeps its estimate (0:
+	                                            60000; ns_settle_ms()) */
 	enum ns_window_type window_type;         /* default for messages */
 	bool count_denied;                       /* count hits over the limit */
 	size_t max_keys;                         /* guaranteed share; 0 = even part */
@@ -226,6 +230,13 @@ static inline int64_t ns_burst(const struct ns_def *d)
 static inline uint32_t ns_lease_ms(const struct ns_def *d)
 {
 	return d->lease_ms > 0 ? d->lease_ms : NS_LEASE_MS_DEFAULT;
+}
+
+/* How long a reservation may be settled (agent/reserve.h), in ms: the
+ * namespace's `settle_ms`, 60000 by default. */
+static inline uint32_t ns_settle_ms(const struct ns_def *d)
+{
+	return d->settle_ms > 0 ? d->settle_ms : NS_SETTLE_MS_DEFAULT;
 }
 
 /* Does the namespace configure any limit? */

@@ -658,6 +658,63 @@ int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t s
 	return 0;
 }
 
+int rl_adjust(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+	      int64_t start, double v, bool with_diff, double now)
+{
+	struct shm_key k;
+	struct shm_ref ref, none;
+
+	if (!isfinite(v))
+		return rl_fail(rl, RL_ERR_VALUE);
+	if (rl_stored_window(rl, ns, key, keylen, size, start, 0, &k) < 0)
+		return -1;
+	const struct rl_ns *n = &rl->ns[ns];
+	start -= start % rl_period(n, size);
+	for (int tries = 1;; tries++) {
+		if (with_diff || v > 0) {
+			if (rl_window_slot(rl, &k, start, now, &ref) < 0)
+				return -1;
+		} else {
+			shm_find(rl->shm, &k, start, -1, &ref, &none);
+			if (ref.idx == SHM_NONE)
+				return 0;       /* evicted: its count went with it */
+		}
+		n->algo->take_back(rl->shm, &ref, &n->def, size, -v, with_diff, false);
+		if ((!with_diff && !(v > 0)) || shm_still(rl->shm, &ref) || tries == RL_HIT_TRIES)
+			return 0;
+	}
+}
+
+int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t until, uint64_t tag, double now)
+{
+	static const char hex[] = "0123456789abcdef";
+	char text[19] = "#@S";
+	struct shm_key k;
+	struct shm_ref ref;
+	/* Taken back two sizes after its start: at until. */
+	int64_t start = until - 2 * (int64_t)size;
+
+	for (int i = 0; i < 16; i++)
+		text[3 + i] = hex[tag >> (60 - 4 * i) & 0xf];
+	if (!(now < (double)until))
+		return 0;
+	if (rl_stored_window(rl, ns, text, sizeof(text), size, start, 0, &k) < 0)
+		return -1;
+	int how = shm_insert(rl->shm, &k, start, now, &ref);
+	if (how < 0)
+		return rl_fail(rl, RL_ERR_FULL);
+	if (how == SHM_INS_FOUND)
+		return 0;
+	shm_add(rl->shm, &ref, 1, false);
+	shm_protect(rl->shm, &ref);
+	return 1;
+}
+
+uint64_t rl_mac(const struct rl *rl, const void *data, size_t len)
+{
+	return hash_siphash24(shm_digest_key(rl->shm), data, len);
+}
+
 int rl_store_answer(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 		    double now, double answer, double *view)
 {

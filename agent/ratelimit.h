@@ -295,6 +295,30 @@ int rl_unkeep(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 int rl_uncount(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
 	       int64_t start, double v, bool with_diff, bool granted);
 
+/* Adds v (either sign, finite) to the count of the window (ns, key,
+ * size, start) as the namespace's algorithm takes a hit back (a negative
+ * take_back): a reservation settled, a cost charged (agent/reserve.c).
+ * with_diff: also to its diff (what the sync pushes, for a namespace that
+ * syncs). The slot is made if missing when with_diff (a settle on another
+ * node than the hit's) or v > 0; else a slot gone is left alone (its count
+ * went with it). key is the stored form. Returns 0 or -1 (rl_errno()). */
+int rl_adjust(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t size,
+	      int64_t start, double v, bool with_diff, double now);
+
+/* Marks tag done in namespace ns until `until` (Unix seconds, at most
+ * now + 2 x size + 60), once: a protected slot of the window index of
+ * size, key "#@S" + tag's 16 hex digits (no client key is stored so; the
+ * agent's own bookkeeping, never synced: agent/sync_cycle.c), whose start
+ * is until - 2 x size, so that the table takes it back at until, whatever
+ * the window's size. Returns 1 when this call made the mark, 0 when it
+ * was there already (or until has passed), -1 (rl_errno(): RL_ERR_FULL,
+ * ...). */
+int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t until, uint64_t tag, double now);
+
+/* SipHash-2-4 of data[0..len) under the table's digest key (the same on
+ * every node with one key_secret): the MAC of an id the agent hands out. */
+uint64_t rl_mac(const struct rl *rl, const void *data, size_t len);
+
 /* The store's answer to an admission of key's window `size` (ns's
  * algorithm's: algo_ops.store_answer, e.g. how far GCRA's TAT runs ahead)
  * written at now into the slot of the period that holds now, made if

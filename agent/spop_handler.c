@@ -22,6 +22,7 @@
 
 #include "agent/config.h"
 #include "agent/decide.h"
+#include "agent/reserve.h"
 #include "agent/metrics.h"
 
 static void var_headers_init(struct spop_handler *h);
@@ -74,6 +75,26 @@ static bool str_eq(struct spop_str s, const char *lit)
 {
 	size_t n = strlen(lit);
 	return s.len == n && memcmp(s.ptr, lit, n) == 0;
+}
+
+/* A flag: a bool, an int (0 or not) or a string "true", "false", "1",
+ * "0". */
+static bool arg_bool(const struct spop_data *d, bool *out)
+{
+	uint64_t u;
+
+	if (d->type == SPOP_DATA_BOOL) {
+		*out = d->v.b;
+		return true;
+	}
+	if (d->type == SPOP_DATA_STRING && (str_eq(d->v.str, "true") || str_eq(d->v.str, "false"))) {
+		*out = str_eq(d->v.str, "true");
+		return true;
+	}
+	if (!arg_uint(d, &u) || u > 1)
+		return false;
+	*out = u == 1;
+	return true;
 }
 
 static const char hexdigits[] = "0123456789abcdef";
@@ -194,6 +215,14 @@ static bool is_release_msg(struct spop_str name)
 	       (name.len == 7 || name.ptr[7] == '-' || name.ptr[7] == '_' || name.ptr[7] == '.');
 }
 
+/* "settle", or "settle" and a suffix after '-', '_' or '.': a cost known
+ * after the response (a reservation settled, or a charge). */
+static bool is_settle_msg(struct spop_str name)
+{
+	return name.len >= 6 && memcmp(name.ptr, "settle", 6) == 0 &&
+	       (name.len == 6 || name.ptr[6] == '-' || name.ptr[6] == '_' || name.ptr[6] == '.');
+}
+
 /* ---- the variables a message asks for (argument `vars`) ---- */
 
 /* rl_request.answer: 0 = every variable (no `vars`); else ANSWER_GIVEN
@@ -304,6 +333,11 @@ msg_request(struct spop_handler *h, const struct spop_msg *m, struct rl_request 
 				rq.arg_error = "bad window_type";
 				goto decide;
 			}
+		} else if (str_eq(a->name, "reserve")) {
+			if (!arg_bool(&a->value, &rq.reserve)) {
+				rq.arg_error = "bad reserve";
+				goto decide;
+			}
 		}
 		/* Unknown arguments are ignored. */
 	}
@@ -330,7 +364,7 @@ static const char *const var_names[VAR_COUNT] = {
 	[VAR_RESET] = "reset", [VAR_LIMIT] = "limit", [VAR_WINDOW] = "window",
 	[VAR_RETRY_AFTER] = "retry_after", [VAR_ERROR] = "error", [VAR_DEGRADED] = "degraded", [VAR_DELAYED_MS] = "delayed_ms",
 	[VAR_SHADOW_EXCEEDED] = "shadow_exceeded", [VAR_LEASE] = "lease",
-	[VAR_RELEASED] = "released",
+	[VAR_RELEASED] = "released", [VAR_RESERVATION] = "reservation", [VAR_SETTLED] = "settled",
 };
 
 static int var_id(const char *s, size_t n)
@@ -480,7 +514,7 @@ static void put_result(struct spop_writer *w, const struct spop_handler *h, cons
 #undef WANT
 }
 
-/* What the `release` messages of a NOTIFY did (an ACK's `released` and
+/* What the `release` (or `settle`) messages of a NOTIFY did (an ACK's `released` and
  * `error`; kept in a held batch's tag[2], bits 48 and up). */
 enum release_state {
 	RELEASE_NONE = 0,             /* no release message */
@@ -520,12 +554,79 @@ static int msg_release(struct spop_handler *h, const struct spop_msg *m, double 
 	return decide_release(h->dec, &rq, id, idlen, now, error);
 }
 
+/* A `settle` message: its `reservation` settled at its `cost` (a string;
+ * NULL or empty: a request that holds none, nothing done), or without a
+ * reservation, its namespace, key (and window) charged the cost after the
+ * fact. Returns 1 applied, 0 not, -1 with *error. */
+static int msg_settle(struct spop_handler *h, const struct spop_msg *m, double now,
+		      const char **error)
+{
+	struct rl_request rq;
+	struct spop_cursor c;
+	struct spop_kv kv;
+	struct spop_str id = { .ptr = NULL };
+	bool has_id = false, has_cost = false;
+
+	msg_request(h, m, &rq);
+	spop_args_init(&c, m);
+	while (spop_args_next(&c, &kv) == 1) {
+		if (str_eq(kv.name, "cost"))
+			has_cost = true;
+		if (!str_eq(kv.name, "reservation"))
+			continue;
+		if (kv.value.type != SPOP_DATA_NULL && kv.value.type != SPOP_DATA_STRING) {
+			*error = "bad reservation";
+			return -1;
+		}
+		has_id = true;
+		id = kv.value.type == SPOP_DATA_STRING ? kv.value.v.str : (struct spop_str){ 0 };
+	}
+	if (!has_cost || (rq.arg_error && strcmp(rq.arg_error, "bad cost") == 0)) {
+		*error = has_cost ? "bad cost" : "missing cost";
+		return -1;
+	}
+	if (!has_id)
+		return reserve_charge(h->dec, &rq, now, error);
+	return id.len == 0 ? 0 : reserve_settle(h->dec, id.ptr, id.len, rq.cost, now, error);
+}
+
+/* The variable `reservation` (with sfx: its own) of request req of
+ * parts[0..np) (RESERVE_PLAIN: the plain one), if it holds one. Out of
+ * line, so that the other variables' path keeps no buffer on its stack. */
+static __attribute__((noinline)) void put_reservation(struct spop_writer *w,
+						       const struct spop_handler *h,
+						       const struct rl_decision *parts, size_t np,
+						       size_t req, const char *sfx)
+{
+	char id[RESERVE_TEXT_MAX + 1];
+
+	if (reserve_text(h->dec->rl, parts, np, req, id))
+		put_var_str(w, h, VAR_RESERVATION, sfx, id);
+}
+
+/* The variables of the NOTIFY's `release` and `settle` messages: what
+ * they did, and the first error of one (error: NULL when the ACK has
+ * rate-limit messages). Out of line: rare. */
+static __attribute__((noinline)) void put_release_vars(struct spop_writer *w,
+							const struct spop_handler *h,
+							enum release_state rel,
+							enum release_state settle,
+							const char *error)
+{
+	if (rel != RELEASE_NONE)
+		put_var_bool(w, h, VAR_RELEASED, NULL, rel == RELEASE_FREED);
+	if (settle != RELEASE_NONE)
+		put_var_bool(w, h, VAR_SETTLED, NULL, settle == RELEASE_FREED);
+	if (error)
+		put_var_str(w, h, VAR_ERROR, NULL, error);
+}
+
 /* Encodes the ACK of the parts[0..np) of a batch of nmsg messages (extra:
  * rate-limit messages beyond SPOP_HANDLER_MAX_MSGS, not counted). */
 static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 		      const struct rl_decision *parts, size_t np, size_t nmsg, size_t extra,
-		      enum release_state rel, const char *rel_error, struct spop_writer *w,
-		      size_t max_frame_size, enum spop_err *err)
+		      enum release_state rel, enum release_state settle, const char *rel_error,
+		      struct spop_writer *w, size_t max_frame_size, enum spop_err *err)
 {
 	size_t start = spop_frame_begin(w, SPOP_FRAME_ACK, SPOP_FL_FIN, sid, fid);
 	const struct rl_decision *res = parts;
@@ -541,13 +642,10 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 				n++;
 		res = msg;
 	}
-	if (rel != RELEASE_NONE) {
-		put_var_bool(w, h, VAR_RELEASED, NULL, rel == RELEASE_FREED);
-		if (rel_error && n == 0)
-			put_var_str(w, h, VAR_ERROR, NULL, rel_error);
-	}
+	if ((rel | settle) != RELEASE_NONE)
+		put_release_vars(w, h, rel, settle, n == 0 ? rel_error : NULL);
 	if (n == 0) {
-		if (rel == RELEASE_NONE)
+		if ((rel | settle) == RELEASE_NONE)
 			put_var_bool(w, h, VAR_EXCEEDED, NULL, false);
 		if (extra)
 			put_var_str(w, h, VAR_ERROR, NULL, "too many messages");
@@ -563,23 +661,34 @@ static int encode_ack(const struct spop_handler *h, uint64_t sid, uint64_t fid,
 			error = "too many messages";
 		/* The plain variables any message asks for (`vars`; all of
 		 * them for a message without). */
-		bool leases = false;
+		bool leases = false, reserved = false;
+		/* A folded result is one of its parts (decide_fold): a
+		 * request's parts all reserve or none does. */
 		for (size_t i = 0; i < n; i++) {
 			want |= res[i].answer ? res[i].answer & ANSWER_ALL : ANSWER_ALL;
 			leases |= res[i].algo == NS_ALGO_CONCURRENCY;
+			reserved |= res[i].reserve;
 		}
 		put_result(w, h, &plain, NULL, want);
 		/* The plain lease: the first message's that took one. */
 		if (leases && (want & (1u << VAR_LEASE)))
 			put_plain_lease(w, h, res, n);
+		/* The plain reservation: the first message's that holds one,
+		 * with the windows of the others of its namespace and key. */
+		if (reserved && (want & (1u << VAR_RESERVATION)))
+			put_reservation(w, h, parts, np, RESERVE_PLAIN, NULL);
 		if (error && !plain.error)
 			put_var_str(w, h, VAR_ERROR, NULL, error);
 		size_t plain_end = w->len;
-		for (size_t i = 0; i < n; i++)
-			if (res[i].label[0])
-				put_result(w, h, &res[i], res[i].label,
-					   res[i].answer ? res[i].answer >> ANSWER_OWN_SHIFT & ANSWER_ALL
-							 : ANSWER_ALL);
+		for (size_t i = 0; i < n; i++) {
+			uint32_t own = res[i].answer ? res[i].answer >> ANSWER_OWN_SHIFT & ANSWER_ALL
+						     : ANSWER_ALL;
+			if (!res[i].label[0])
+				continue;
+			put_result(w, h, &res[i], res[i].label, own);
+			if (reserved && (own & (1u << VAR_RESERVATION)))
+				put_reservation(w, h, parts, np, i, res[i].label);
+		}
 		/* Too many suffixed variables for one frame: keep the plain ones. */
 		if (w->overflow || w->len - start > max_frame_size + SPOP_LEN_SIZE) {
 			w->overflow = false;
@@ -605,11 +714,12 @@ int spop_handler_encode_pending(struct spop_handler *h, struct decide_pending *p
 	const struct rl_decision *res = decide_pending_results(p, &n);
 
 	/* tag[2]: the messages (low 32 bits), those beyond the batch (bits
-	 * 32..47), what its release messages did (48 and up: their error is
-	 * answered only by an ACK without rate-limit messages, never held). */
+	 * 32..47), what its release messages did (48..55) and its settle
+	 * messages (56 and up; their errors are answered only by an ACK
+	 * without rate-limit messages, never held). */
 	return encode_ack(h, tag[0], tag[1], res, n, (size_t)(tag[2] & 0xffffffffu),
-			  (size_t)(tag[2] >> 32 & 0xffffu), (enum release_state)(tag[2] >> 48), NULL,
-			  w, max_frame_size, err);
+			  (size_t)(tag[2] >> 32 & 0xffffu), (enum release_state)(tag[2] >> 48 & 0xff),
+			  (enum release_state)(tag[2] >> 56), NULL, w, max_frame_size, err);
 }
 
 int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, double now,
@@ -617,10 +727,11 @@ int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, doub
 		   struct decide_owner *owner)
 {
 	struct spop_msg msgs[SPOP_HANDLER_MAX_MSGS], rels[SPOP_HANDLER_MAX_MSGS];
+	struct spop_msg sets[SPOP_HANDLER_MAX_MSGS];
 	struct rl_request rqs[SPOP_HANDLER_MAX_MSGS];
 	struct rl_decision res[DECIDE_MAX_BATCH];
-	size_t n = 0, extra = 0, nrel = 0, np;
-	enum release_state rel = RELEASE_NONE;
+	size_t n = 0, extra = 0, nrel = 0, nset = 0, np;
+	enum release_state rel = RELEASE_NONE, settle = RELEASE_NONE;
 	const char *rel_error = NULL;
 	struct spop_cursor c;
 	struct spop_msg m;
@@ -632,6 +743,8 @@ int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, doub
 		if (!is_ratelimit_msg(h, m.name)) {
 			if (is_release_msg(m.name) && nrel < SPOP_HANDLER_MAX_MSGS)
 				rels[nrel++] = m;
+			else if (is_settle_msg(m.name) && nset < SPOP_HANDLER_MAX_MSGS)
+				sets[nset++] = m;
 			continue;
 		}
 		if (n < SPOP_HANDLER_MAX_MSGS)
@@ -654,6 +767,14 @@ int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, doub
 		if (freed < 0 && !rel_error)
 			rel_error = why;
 	}
+	for (size_t i = 0; i < nset; i++) {
+		const char *why = NULL;
+		h->scratch_used = 0;
+		int done = msg_settle(h, &sets[i], now, &why);
+		settle = done > 0 || settle == RELEASE_FREED ? RELEASE_FREED : RELEASE_NOTHING;
+		if (done < 0 && !rel_error)
+			rel_error = why;
+	}
 	h->scratch_used = 0;
 	for (size_t i = 0; i < n; i++)
 		msg_request(h, &msgs[i], &rqs[i]);
@@ -664,9 +785,9 @@ int spop_handler_notify(struct spop_handler *h, const struct spop_frame *f, doub
 		uint64_t *tag = decide_pending_tag(p);
 		tag[0] = f->stream_id;
 		tag[1] = f->frame_id;
-		tag[2] = (uint64_t)rel << 48 | (uint64_t)extra << 32 | n;
+		tag[2] = (uint64_t)settle << 56 | (uint64_t)rel << 48 | (uint64_t)extra << 32 | n;
 		return 1;
 	}
-	return encode_ack(h, f->stream_id, f->frame_id, res, np, n, extra, rel, rel_error, w,
-			  max_frame_size, err);
+	return encode_ack(h, f->stream_id, f->frame_id, res, np, n, extra, rel, settle, rel_error,
+			  w, max_frame_size, err);
 }

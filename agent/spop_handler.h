@@ -34,6 +34,8 @@ enum spop_handler_var {
 	VAR_DELAYED_MS,
 	VAR_LEASE,                        /* concurrency: the lease id taken */
 	VAR_RELEASED,                     /* a `release` message freed a lease */
+	VAR_RESERVATION,                  /* a `reserve` hit's reservation */
+	VAR_SETTLED,                      /* a `settle` message applied a cost */
 	VAR_COUNT
 };
 

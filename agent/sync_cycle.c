@@ -79,8 +79,8 @@ static bool sync_spent_due(const struct sync_ns *sn, double now)
 
 /* A slot no client's key names: '#' then a byte no digest has (stored
  * keys starting with '#' are '#' and hex). The peers front keeps the
- * nodes' parts so ('#' '@', agent/peers_count.h): this agent's own
- * bookkeeping, never in the store (no diff; a read would fetch nothing,
+ * nodes' parts so ('#' '@', agent/peers_count.h), and settles their marks
+ * (rl_mark_once): this agent's own bookkeeping, never in the store (no diff; a read would fetch nothing,
  * every cycle, for the records whose start falls on a window's). */
 static bool sync_own_record(const struct shm_entry *e)
 {

@@ -398,6 +398,41 @@ Test(notify, a_limit_with_a_lease_is_a_release)
 	free(f);
 }
 
+/* A limit with a reservation is a `settle` message (docs/PROTOCOL.md,
+ * "Costs known after the response"): the reservation and the actual
+ * cost, no limit; a limit that reserves carries reserve=1. */
+Test(notify, a_limit_with_a_reservation_is_a_settle)
+{
+	struct fx *f = ready();
+	const char *id = "0102abcdef";
+	struct sc_limit l[2] = {
+		{ .key = S("acme"), .window = S("60"), .limit = S("1000"), .ns = S("llm"),
+		  .cost = S("120"), .reservation = S(id) },
+		{ .key = S("acme"), .window = S("60"), .ns = S("llm"), .cost = S("1000"),
+		  .reserve = true },
+	};
+	uint8_t buf[4096];
+	static struct notify n;
+	uint32_t slot;
+	size_t len;
+
+	cr_assert_eq(sc_send(&f->c, l, 2, f, &slot), SC_SENT);
+	len = drain_out(f, buf, sizeof(buf));
+	cr_assert_eq(decode_notify(buf, len, &n), len);
+	cr_assert_eq(n.nmsgs, 2);
+	cr_assert_str_eq(n.msgs[0].name, "settle");
+	const struct arg *a = find_arg(&n.msgs[0], "reservation");
+	cr_assert(a && a->type == SPOP_DATA_STRING && a->len == strlen(id));
+	a = find_arg(&n.msgs[0], "cost");
+	cr_assert(a && a->type == SPOP_DATA_UINT64 && a->u == 120);
+	cr_assert_null(find_arg(&n.msgs[0], "limit"));
+	cr_assert_null(find_arg(&n.msgs[0], "reserve"));
+	cr_assert_str_eq(n.msgs[1].name, "ratelimit");
+	a = find_arg(&n.msgs[1], "reserve");
+	cr_assert(a && a->type == SPOP_DATA_UINT64 && a->u == 1);
+	free(f);
+}
+
 Test(notify, several_limits_one_notify_empty_keys_skipped)
 {
 	struct fx *f = ready();
@@ -618,6 +653,28 @@ Test(ack, the_lease_is_kept)
 	cr_assert(ev.result.has & SC_HAS_LEASE);
 	cr_assert_eq(ev.result.lease_len, 32);
 	cr_assert_eq(memcmp(ev.result.lease, "0123456789abcdef0123456789abcdef", 32), 0);
+	free(f);
+}
+
+/* An ACK's `reservation` is kept for the settle. */
+Test(ack, the_reservation_is_kept)
+{
+	struct fx *f = ready();
+	struct sc_limit l = { .key = S("k"), .window = S("60"), .ns = S("llm"), .reserve = true };
+	uint8_t buf[4096];
+	static struct notify n;
+	struct sc_event ev;
+	uint32_t slot;
+	int user;
+	struct var v[] = { { "exceeded", d_bool(false) }, { "reservation", d_str("01abcdef") } };
+
+	cr_assert_eq(sc_send(&f->c, &l, 1, &user, &slot), SC_SENT);
+	decode_notify(buf, drain_out(f, buf, sizeof(buf)), &n);
+	feed(f, buf, ack(buf, sizeof(buf), n.sid, n.fid, v, sizeof(v) / sizeof(v[0])));
+	cr_assert_eq(sc_next(&f->c, &ev), 1);
+	cr_assert(ev.result.has & SC_HAS_RESERVATION);
+	cr_assert_eq(ev.result.reservation_len, 8);
+	cr_assert_eq(memcmp(ev.result.reservation, "01abcdef", 8), 0);
 	free(f);
 }
 

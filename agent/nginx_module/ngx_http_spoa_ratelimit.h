@@ -101,6 +101,8 @@ typedef struct {
     ngx_uint_t               status;
     ngx_uint_t               fail;
     ngx_msec_t               timeout;
+    ngx_http_complex_value_t *settle;     /* spoa_ratelimit_settle: the actual
+                                             cost, read in the log phase */
 } spoa_loc_conf_t;
 
 typedef enum {
@@ -141,7 +143,8 @@ extern ngx_module_t  ngx_http_spoa_ratelimit_module;
 /* Requests (ngx_http_spoa_ratelimit_request.c). */
 ngx_int_t spoa_handler(ngx_http_request_t *r);
 /* The log phase: a concurrency limit's lease the request took, given back
- * (docs/NGINX.md, "Concurrency limits"). */
+ * (docs/NGINX.md, "Concurrency limits"); its reservation settled at the
+ * cost spoa_ratelimit_settle says ("Costs known after the response"). */
 ngx_int_t spoa_release_handler(ngx_http_request_t *r);
 ngx_int_t spoa_add_variables(ngx_conf_t *cf);
 
@@ -149,9 +152,10 @@ ngx_int_t spoa_add_variables(ngx_conf_t *cf);
 ngx_int_t spoa_init_process(ngx_cycle_t *cycle);
 void spoa_exit_process(ngx_cycle_t *cycle);
 ngx_int_t spoa_send(spoa_agent_t *agent, spoa_ctx_t *ctx);
-/* The `release` messages of l[0..n) (each with its lease), sent on a
- * connection that has room now, nobody waiting for their ACK; none: not
- * sent (the lease expires after lease_ms). */
+/* The `release` (or `settle`) messages of l[0..n) (each with its lease or
+ * reservation), sent on a connection that has room now, nobody waiting for
+ * their ACK; none: not sent (the lease expires after lease_ms, the
+ * reservation keeps its estimate). */
 void spoa_release(spoa_agent_t *agent, const struct sc_limit *l, ngx_uint_t n);
 void spoa_conn_lost(spoa_conn_t *sc, const char *why, ngx_err_t err);
 

@@ -10,6 +10,7 @@
  *   spoa_ratelimit_fail    open | closed;                       http, server, location
  *   spoa_ratelimit_timeout 50ms;                                http, server, location
  *   spoa_ratelimit_key_secret SECRET;                           http
+ *   spoa_ratelimit_settle  $upstream_http_x_usage_tokens;       http, server, location
  *   $spoa_ratelimit_remaining, _reset, _retry_after, _exceeded, _error,
  *   _limit, _window
  *
@@ -65,6 +66,7 @@ static void *spoa_create_srv_conf(ngx_conf_t *cf);
 static char *spoa_merge_srv_conf(ngx_conf_t *cf, void *parent, void *child);
 static void *spoa_create_loc_conf(ngx_conf_t *cf);
 static char *spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child);
+static size_t spoa_limits_need(ngx_array_t *limits, ngx_uint_t reserve);
 static char *spoa_set_agent(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
 static char *spoa_set_key_secret(ngx_conf_t *cf, ngx_command_t *cmd, void *conf);
@@ -115,6 +117,13 @@ static ngx_command_t  spoa_commands[] = {
       ngx_conf_set_msec_slot,
       NGX_HTTP_LOC_CONF_OFFSET,
       offsetof(spoa_loc_conf_t, timeout),
+      NULL },
+
+    { ngx_string("spoa_ratelimit_settle"),
+      NGX_HTTP_MAIN_CONF|NGX_HTTP_SRV_CONF|NGX_HTTP_LOC_CONF|NGX_CONF_TAKE1,
+      ngx_http_set_complex_value_slot,
+      NGX_HTTP_LOC_CONF_OFFSET,
+      offsetof(spoa_loc_conf_t, settle),
       NULL },
 
     { ngx_string("spoa_ratelimit_key_secret"),
@@ -258,6 +267,7 @@ spoa_create_loc_conf(ngx_conf_t *cf)
     lcf->status = NGX_CONF_UNSET_UINT;
     lcf->fail = NGX_CONF_UNSET_UINT;
     lcf->timeout = NGX_CONF_UNSET_MSEC;
+    lcf->settle = NGX_CONF_UNSET_PTR;
     return lcf;
 }
 
@@ -274,6 +284,12 @@ spoa_merge_loc_conf(ngx_conf_t *cf, void *parent, void *child)
         conf->need = prev->need;
         conf->file = prev->file;
         conf->line = prev->line;
+    }
+
+    /* With spoa_ratelimit_settle each limit carries reserve=1 too. */
+    ngx_conf_merge_ptr_value(conf->settle, prev->settle, NULL);
+    if (conf->limits && conf->settle) {
+        conf->need = spoa_limits_need(conf->limits, 1);
     }
 
     /* Locations are merged within their server, after it: its agent is
@@ -393,7 +409,7 @@ spoa_conf_value(ngx_http_complex_value_t *cv, const char *var, size_t len)
  * counted as a digested key (a key: the longest it is once digested) or as
  * one digit (the others: the shortest they can be). */
 static size_t
-spoa_limits_need(ngx_array_t *limits)
+spoa_limits_need(ngx_array_t *limits, ngx_uint_t reserve)
 {
     static const char   digest[SC_DIGEST_LEN] = "#";
     ngx_uint_t          i;
@@ -402,6 +418,7 @@ spoa_limits_need(ngx_array_t *limits)
 
     for (i = 0; i < limits->nelts; i++) {
         ngx_memzero(&l[i], sizeof(l[i]));   /* every field: lease NULL (no release) */
+        l[i].reserve = reserve != 0;    /* spoa_ratelimit_settle: reserve=1 */
         l[i].key = spoa_conf_value(lc[i].key, digest, sizeof(digest));
         l[i].window = spoa_conf_value(lc[i].window, "0", 1);
         l[i].limit = spoa_conf_value(lc[i].limit, "0", 1);
@@ -539,7 +556,7 @@ spoa_set_limit(ngx_conf_t *cf, ngx_command_t *cmd, void *conf)
     }
 
     /* Whatever the keys, a request must fit some frame the agent may allow. */
-    lcf->need = spoa_limits_need(lcf->limits);
+    lcf->need = spoa_limits_need(lcf->limits, 0);
     if (lcf->need > SC_FRAME_SIZE) {
         ngx_conf_log_error(NGX_LOG_EMERG, cf, 0,
                            "the limits of this location need %uz bytes per "
@@ -584,7 +601,8 @@ spoa_init(ngx_conf_t *cf)
     *h = spoa_handler;
 
     /* A concurrency limit's lease, given back once the request is over
-     * (no directive: docs/NGINX.md, "Concurrency limits"). */
+     * (no directive: docs/NGINX.md, "Concurrency limits"); a reservation
+     * settled (spoa_ratelimit_settle). */
     h = ngx_array_push(&cmcf->phases[NGX_HTTP_LOG_PHASE].handlers);
     if (h == NULL) {
         return NGX_ERROR;

@@ -201,6 +201,7 @@ spoa_eval(ngx_http_request_t *r, spoa_loc_conf_t *lcf, struct sc_limit **out,
         SPOA_EVAL(limit, l[i].limit)
         SPOA_EVAL(ns, l[i].ns)
         SPOA_EVAL(cost, l[i].cost)
+        l[i].reserve = lcf->settle != NULL;
     }
 
 #undef SPOA_EVAL
@@ -465,6 +466,48 @@ spoa_add_variables(ngx_conf_t *cf)
 }
 
 
+/* The request's reservation (the ACK's plain `reservation`: every limit of
+ * its first one's namespace and key) settled at the cost
+ * spoa_ratelimit_settle says, in one `settle` message; an empty or absent
+ * value keeps the estimate. */
+static void
+spoa_settle(ngx_http_request_t *r, spoa_ctx_t *ctx)
+{
+    ngx_str_t             v;
+    ngx_uint_t            i;
+    struct sc_limit      *l;
+    spoa_loc_conf_t      *lcf;
+
+    lcf = ngx_http_get_module_loc_conf(r, ngx_http_spoa_ratelimit_module);
+    if (lcf == NULL || lcf->settle == NULL || !(ctx->res.has & SC_HAS_RESERVATION)
+        || ctx->res.reservation_len == 0
+        || ngx_http_complex_value(r, lcf->settle, &v) != NGX_OK || v.len == 0)
+    {
+        return;
+    }
+
+    for (i = 0; i < ctx->nlimits && ctx->limits[i].key.len == 0; i++) {
+        /* the first limit sent */
+    }
+
+    l = ngx_palloc(r->pool, sizeof(struct sc_limit));
+    if (i == ctx->nlimits || l == NULL) {
+        return;
+    }
+
+    *l = ctx->limits[i];
+    l->limit.ptr = NULL;
+    l->lease.ptr = NULL;
+    l->reserve = 0;
+    l->reservation.ptr = ctx->res.reservation;
+    l->reservation.len = ctx->res.reservation_len;
+    l->cost.ptr = (const char *) v.data;
+    l->cost.len = v.len;
+    spoa_release(ctx->agent, l, 1);
+    ctx->res.has &= ~SC_HAS_RESERVATION;    /* once */
+}
+
+
 /* The log phase: the request is over, the lease it took (a concurrency
  * limit, the ACK's `lease`) goes back. Each limit's message carries it:
  * the namespace that gave it frees it, the others free nothing (the id
@@ -478,6 +521,10 @@ spoa_release_handler(ngx_http_request_t *r)
     struct sc_limit  *l;
 
     ctx = spoa_get_ctx(r);
+    if (ctx != NULL && ctx->agent != NULL) {
+        spoa_settle(r, ctx);
+    }
+
     if (ctx == NULL || ctx->agent == NULL || !(ctx->res.has & SC_HAS_LEASE)
         || ctx->res.lease_len == 0)
     {

@@ -11,6 +11,7 @@
 
 static const char msg_name[] = "ratelimit";
 static const char release_name[] = "release";
+static const char settle_name[] = "settle";
 
 static void slots_reset(struct sc_conn *c)
 {
@@ -219,6 +220,11 @@ static int parse_ack(struct sc_conn *c, const struct spop_frame *f, struct sc_re
 			} else if (name_is(name, "lease") && v.v.str.len <= sizeof(r->lease)) {
 				r->has |= SC_HAS_LEASE;
 				r->lease_len = copy_printable(r->lease, sizeof(r->lease), v.v.str);
+			} else if (name_is(name, "reservation") &&
+				   v.v.str.len <= sizeof(r->reservation)) {
+				r->has |= SC_HAS_RESERVATION;
+				r->reservation_len = copy_printable(r->reservation,
+								    sizeof(r->reservation), v.v.str);
 			}
 		} else if (spop_data_uint(&v, &u)) {
 			static const struct {
@@ -360,14 +366,18 @@ struct arg_ref {
 
 /* The arguments of limit m's message, its key given apart (whole or its
  * digest), into a[]; returns how many. */
-static unsigned limit_args(const struct sc_limit *m, struct spop_str key, struct arg_ref a[5])
+#define SC_ARGS_MAX 6
+
+static unsigned limit_args(const struct sc_limit *m, struct spop_str key,
+			   struct arg_ref a[SC_ARGS_MAX])
 {
+	static const struct spop_str one = { "1", 1 };
 	unsigned n = 0;
 
 	a[n++] = (struct arg_ref){ "key", key, false };
 	if (m->window.ptr)
 		a[n++] = (struct arg_ref){ "window", m->window, true };
-	if (m->limit.ptr && !m->lease.ptr)
+	if (m->limit.ptr && !m->lease.ptr && !m->reservation.ptr)
 		a[n++] = (struct arg_ref){ "limit", m->limit, true };
 	if (m->ns.ptr)
 		a[n++] = (struct arg_ref){ "namespace", m->ns, false };
@@ -375,14 +385,20 @@ static unsigned limit_args(const struct sc_limit *m, struct spop_str key, struct
 		a[n++] = (struct arg_ref){ "cost", m->cost, true };
 	if (m->lease.ptr)
 		a[n++] = (struct arg_ref){ "lease", m->lease, false };
+	else if (m->reservation.ptr)
+		a[n++] = (struct arg_ref){ "reservation", m->reservation, false };
+	else if (m->reserve)
+		a[n++] = (struct arg_ref){ "reserve", one, true };
 	return n;
 }
 
-/* The message's name: "release" for a lease given back. */
+/* The message's name: "release" for a lease given back, "settle" for a
+ * reservation settled. */
 static struct spop_str limit_msg(const struct sc_limit *m)
 {
 	return m->lease.ptr ? (struct spop_str){ release_name, sizeof(release_name) - 1 }
-			    : (struct spop_str){ msg_name, sizeof(msg_name) - 1 };
+	       : m->reservation.ptr ? (struct spop_str){ settle_name, sizeof(settle_name) - 1 }
+				    : (struct spop_str){ msg_name, sizeof(msg_name) - 1 };
 }
 
 /* Bytes of a value as put_arg writes it: type, then a varint or a string. */
@@ -415,7 +431,7 @@ static void put_arg(struct spop_writer *w, const struct arg_ref *a)
  * arguments. */
 static size_t msg_size(const struct sc_limit *m, size_t klen)
 {
-	struct arg_ref a[5];
+	struct arg_ref a[SC_ARGS_MAX];
 	struct spop_str key = { m->key.ptr, klen };
 	unsigned nargs = limit_args(m, key, a);
 	struct spop_str name = limit_msg(m);
@@ -495,7 +511,7 @@ enum sc_send_rc sc_send(struct sc_conn *c, const struct sc_limit *l, size_t n, v
 			uint32_t *slot)
 {
 	struct spop_writer w;
-	struct arg_ref a[5];
+	struct arg_ref a[SC_ARGS_MAX];
 	size_t k = sc_count(l, n), start, size;
 	uint32_t i, gen, digested;
 	unsigned nargs;

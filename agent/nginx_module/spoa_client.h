@@ -65,6 +65,11 @@ struct sc_limit {
 	struct spop_str lease;       /* not NULL: the message is a `release` of
 	                                this lease (key, window, namespace and
 	                                lease; limit and cost left out) */
+	struct spop_str reservation; /* not NULL: the message is a `settle` of
+	                                this reservation at `cost` (key, window,
+	                                namespace, reservation, cost) */
+	bool reserve;                /* the cost is an estimate: argument
+	                                reserve, the ACK's `reservation` kept */
 };
 
 /* What an ACK said (docs/PROTOCOL.md, the plain variables). */
@@ -78,6 +83,8 @@ struct sc_limit {
 #define SC_HAS_ERROR       0x80u
 #define SC_HAS_LEASE       0x100u
 #define SC_LEASE_MAX       64u             /* a concurrency lease id (the agent's: 32) */
+#define SC_HAS_RESERVATION 0x200u
+#define SC_RESERVATION_MAX 400u            /* a reservation (the agent's: at most 388) */
 
 struct sc_result {
 	unsigned has;                /* SC_HAS_* */
@@ -90,6 +97,10 @@ struct sc_result {
 	char lease[SC_LEASE_MAX];    /* a concurrency limit's lease (printable,
 	                                not NUL-terminated): sent back by a
 	                                `release` message */
+	size_t reservation_len;
+	char reservation[SC_RESERVATION_MAX]; /* the plain `reservation` (printable,
+	                                not NUL-terminated): sent back by a
+	                                `settle` message */
 };
 
 struct sc_slot {

@@ -488,6 +488,67 @@ wait_in_flight() {
   return 1
 }
 
+# llm_setup: what the e2e tests of token budgets share (haproxy_llm.sh,
+# nginx_llm.sh): $E2E_TMP/agent.json with the HTTP front on $PORT_HTTP
+# (chosen here) and the namespace "llm", 10000 tokens per minute and
+# 1000000 per day, settle_ms 600000.
+llm_setup() {
+  PORT_HTTP=$(free_port)
+  cat > "$E2E_TMP/agent.json" <<EOF
+{ "http_listen": "127.0.0.1:$PORT_HTTP",
+  "namespaces": [
+    { "name": "default", "window_sizes": [60] },
+    { "name": "llm", "window_sizes": [60, 86400],
+      "limit": { "60": 10000, "86400": 1000000 }, "settle_ms": 600000 } ] }
+EOF
+  command -v python3 >/dev/null 2>&1 || { not_ok "python3 is installed (the app)"; exit 1; }
+}
+
+# llm_tokens TENANT WINDOW: what the agent counts for TENANT in WINDOW.
+llm_tokens() {
+  curl -s --max-time 5 "http://127.0.0.1:$PORT_HTTP/ratelimit?namespace=llm&key=$1&window=$2&cost=0" |
+    sed -n 's/.*"rate":\([0-9]*\).*/\1/p'
+}
+
+# llm_wait_tokens TENANT N: until TENANT counts N in the minute (at most 5 s).
+llm_wait_tokens() {
+  local i
+  for i in $(seq 1 100); do
+    [ "$(llm_tokens "$1" 60)" = "$2" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+
+# llm_get URL TENANT TOKENS: the code of a request of TENANT ("" for none)
+# whose response says it cost TOKENS (conf/slow_app.py, t=N).
+llm_get() {
+  curl -s -o /dev/null --max-time 20 -w '%{http_code}\n' ${2:+-H "X-Tenant: $2"} \
+    "$1?t=$3" || true
+}
+
+# llm_budget_checks URL WHERE: a proxy at URL in front of the app, each
+# request reserving 1000 of its tenant's (X-Tenant) budget and settling it
+# (WHERE: how, for the messages): settled to the header's cost in both
+# windows, a tenant over its budget denied on the next request, another
+# tenant passes, no tenant refused (401).
+llm_budget_checks() {
+  local url=$1 where=$2 tenant="t$RANDOM$RANDOM" other="u$RANDOM$RANDOM"
+  wait_window_margin 60 20
+  is "$(llm_get "$url" "$tenant" 6000)" 200 "a first request passes"
+  llm_wait_tokens "$tenant" 6000
+  is "$(llm_tokens "$tenant" 60)" 6000 "settled $where: its 6000 tokens in the minute"
+  is "$(llm_tokens "$tenant" 86400)" 6000 "... and in the day"
+  is "$(llm_get "$url" "$tenant" 6000)" 200 \
+    "a second one passes (6000 + an estimate of 1000 <= 10000)"
+  llm_wait_tokens "$tenant" 12000
+  is "$(llm_tokens "$tenant" 60)" 12000 "the tenant at 12000 tokens"
+  is "$(llm_get "$url" "$tenant" 10)" 429 "over its budget: denied on the next request"
+  is "$(llm_tokens "$tenant" 60)" 12000 "a denied request counts nothing"
+  is "$(llm_get "$url" "$other" 10)" 200 "another tenant passes"
+  is "$(llm_get "$url" "" 10)" 401 "no tenant: refused"
+}
+
 # sf_param VALUE NAME: the ;NAME=<int> parameter of a structured field item
 # ('"e2e";r=0;t=12' -> r gives 0).
 sf_param() {

@@ -181,6 +181,8 @@ void sp_put_msg(const struct sp_msg *m)
 	n += m->vars != NULL;
 	n += m->admission != NULL;
 	n += m->lease != NULL || m->lease_null;
+	n += m->reservation != NULL || m->reservation_null;
+	n += m->reserve;
 	rawspop_msg(&sp_wb, m->msg ? m->msg : "ratelimit", n);
 	if (m->key)
 		rawspop_arg_str(&sp_wb, "key", m->key);
@@ -202,6 +204,14 @@ void sp_put_msg(const struct sp_msg *m)
 		rawspop_arg_str(&sp_wb, "lease", m->lease);
 	else if (m->lease_null)
 		rawspop_arg_null(&sp_wb, "lease");
+	if (m->reservation)
+		rawspop_arg_str(&sp_wb, "reservation", m->reservation);
+	else if (m->reservation_null)
+		rawspop_arg_null(&sp_wb, "reservation");
+	if (m->reserve) {
+		rawspop_put_name(&sp_wb, "reserve");
+		rawspop_put_bool(&sp_wb, true);
+	}
 }
 
 void sp_put_notify(uint64_t sid, uint64_t fid, const struct sp_msg *m, size_t n)
@@ -229,7 +239,7 @@ void sp_check_vars(const struct rawspop_actions *acts, const struct rawspop_fram
 		"rate", "remaining", "reset", "limit", "window", "retry_after", "delayed_ms",
 	};
 	static const char *const bools[] = { "exceeded", "shadow_exceeded", "degraded",
-					     "released" };
+					     "released", "settled" };
 
 	cr_assert(acts->n >= 1, "ACK without any action: %s", sp_hex(f));
 	for (size_t i = 0; i < acts->n; i++) {
@@ -256,7 +266,8 @@ void sp_check_vars(const struct rawspop_actions *acts, const struct rawspop_fram
 					  a->value.type);
 			}
 		}
-		if (base_is(a->name, "error") || base_is(a->name, "lease")) {
+		if (base_is(a->name, "error") || base_is(a->name, "lease") ||
+		    base_is(a->name, "reservation")) {
 			known = true;
 			cr_assert(a->value.type == RAWSPOP_T_STRING,
 				  "variable %s has type %u, want STRING", a->name, a->value.type);

@@ -94,6 +94,9 @@ struct sp_msg {
 	int64_t cost;
 	bool has_cost;          /* cost as an integer */
 	bool lease_null;        /* argument lease of type NULL */
+	const char *reservation; /* argument reservation (a `settle` message), or NULL */
+	bool reservation_null;  /* argument reservation of type NULL */
+	bool reserve;           /* argument reserve, a bool true */
 };
 
 /* Appends a message to the NOTIFY being built in sp_wb. */

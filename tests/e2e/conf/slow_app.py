@@ -1,7 +1,8 @@
 # slow_app.py PORT - an app for the e2e tests of concurrency limits
 # (tests/e2e/nginx_concurrency.sh, haproxy_leases.sh): answers "app" to
 # each GET after the seconds its query's s= says (0 by default), several
-# at once (a thread each).
+# at once (a thread each); with t=N, an X-Usage-Tokens: N header (what an
+# LLM upstream says a request cost: haproxy_llm.sh, nginx_llm.sh).
 import sys
 import time
 import urllib.parse
@@ -13,6 +14,8 @@ class Handler(BaseHTTPRequestHandler):
         q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
         time.sleep(float(q.get("s", ["0"])[0]))
         self.send_response(200)
+        if "t" in q:
+            self.send_header("X-Usage-Tokens", q["t"][0])
         self.send_header("Content-Length", "4")
         self.end_headers()
         self.wfile.write(b"app\n")
