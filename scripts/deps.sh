@@ -10,7 +10,7 @@ case "$what" in
   # The nginx module (make nginx-module): nginx's sources for modules.
   nginx) pkgs="$pkgs nginx nginx-dev" ;;
   test)  pkgs="$pkgs libcriterion-dev haproxy nginx nginx-dev curl redis-server redis-sentinel postgresql clang docker-compose iproute2 procps systemd man-db groff-base prometheus python3-grpcio python3-protobuf nghttp2-client" ;;
-  bench) pkgs="$pkgs haproxy nginx nginx-dev curl wrk redis-server postgresql valgrind iproute2 procps nghttp2-client python3" ;;
+  bench) pkgs="$pkgs haproxy nginx nginx-dev curl wrk redis-server postgresql valgrind iproute2 procps nghttp2-client python3-protobuf" ;;
   demo)  pkgs="$pkgs haproxy curl redis-server iproute2 procps" ;;
   fuzz)  pkgs="$pkgs clang libclang-rt-14-dev" ;;
   # The Docker demo's test: Debian's engine and compose, debootstrap for
