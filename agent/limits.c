@@ -191,6 +191,9 @@ static uint64_t home_of(const struct limits *l, unsigned ns, uint32_t window,
 	return (uint64_t)(((unsigned __int128)h * l->nslots) >> 64);
 }
 
+/* limits_get() calls of this process that gave up (limits_gave_up). */
+static _Atomic uint64_t limits_giveups;
+
 /* The slot holding (ns, window, key), or -1 (relaxed loads: a reader
  * checks the seqlock around it; a writer holds the lock). */
 static int64_t slot_find(const struct limits *l, uint64_t want, const uint64_t w[LIMITS_KEY_WORDS],
@@ -239,7 +242,13 @@ int64_t limits_get(const struct limits *l, unsigned ns, uint32_t window, const c
 		if (atomic_load_explicit(&l->hdr->seq, memory_order_relaxed) == s1)
 			return v;
 	}
+	atomic_fetch_add_explicit(&limits_giveups, 1, memory_order_relaxed);
 	return dflt;
+}
+
+uint64_t limits_gave_up(void)
+{
+	return atomic_load_explicit(&limits_giveups, memory_order_relaxed);
 }
 
 size_t limits_count(const struct limits *l, unsigned ns)

@@ -84,9 +84,17 @@ struct limits *limits_open_file(int fd, size_t off, size_t total, size_t *droppe
 void limits_destroy(struct limits *l);
 
 /* The limit of (ns, window, key[0..len)), or dflt when none is set.
- * Lock-free, no allocation; one relaxed load when ns has none. */
+ * Lock-free, no allocation; one relaxed load when ns has none. A reader
+ * never waits for a writer: one that finds a write in progress for
+ * LIMITS_TRIES tries (a writer preempted in the middle of a change)
+ * answers dflt for that call, the configured limit, and counts it in
+ * limits_gave_up(). */
 int64_t limits_get(const struct limits *l, unsigned ns, uint32_t window, const char *key,
 		   size_t len, int64_t dflt);
+
+/* How many limits_get() calls of this process answered dflt because a
+ * write stayed in progress (above). */
+uint64_t limits_gave_up(void);
 
 /* Sets (or replaces) an override; ns may hold at most `bound` of them.
  * Returns 0, or an enum limits_err. *added: it was new. */

@@ -207,7 +207,10 @@ Test(limits, paged_list)
 /* Readers in another process see every write whole: the limit of a key
  * is always one the writer set for it (k * 1000 + something), never a
  * torn one, and a key nobody touches is always found, while the writer
- * inserts and removes (moving entries back) under them. */
+ * inserts and removes (moving entries back) under them, but for the calls
+ * that gave up on a writer preempted mid-change (limits_gave_up: the
+ * reader never waits; on a busy machine the writer can be off its CPU for
+ * a scheduling slice) - each of those answered the configured limit. */
 Test(limits, readers_in_another_process)
 {
 	struct limits *l = mk(64);
@@ -228,6 +231,7 @@ Test(limits, readers_in_another_process)
 		_exit(0);
 	}
 	int status, torn = 0, missed = 0;
+	uint64_t gave_up = limits_gave_up();
 	for (int i = 0; i < 200000 && waitpid(pid, &status, WNOHANG) == 0; i++) {
 		char k[16];
 		snprintf(k, sizeof(k), "w%d", i % 50);
@@ -238,8 +242,10 @@ Test(limits, readers_in_another_process)
 			missed++;
 	}
 	waitpid(pid, &status, 0);
+	gave_up = limits_gave_up() - gave_up;
 	cr_assert_eq(torn, 0);
-	cr_assert_eq(missed, 0);
+	cr_assert_leq((uint64_t)missed, gave_up, "%d reads missed the steady key, %llu gave up",
+		      missed, (unsigned long long)gave_up);
 	limits_destroy(l);
 }
 
