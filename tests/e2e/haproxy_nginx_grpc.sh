@@ -17,9 +17,7 @@ E2E_TIMEOUT=${E2E_TIMEOUT:-200}
 . "$(dirname "$0")/lib.sh"
 
 e2e_init
-command -v nginx >/dev/null 2>&1 || { not_ok "nginx is installed (scripts/deps.sh test)"; exit 1; }
-MODULE=${NGINX_MODULE:-$E2E_ROOT/build/nginx/ngx_http_spoa_ratelimit_module.so}
-[ -f "$MODULE" ] || { not_ok "the module is built ($MODULE: make nginx-module)"; exit 1; }
+e2e_need_nginx_module
 /usr/bin/python3 -c 'import grpc, google.protobuf' 2>/dev/null ||
   { not_ok "/usr/bin/python3 has python3-grpcio (scripts/deps.sh test)"; exit 1; }
 PORT_GRPC=$(free_port)

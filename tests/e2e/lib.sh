@@ -107,6 +107,15 @@ e2e_init() {
 
 # e2e_init_base: what a test of the agent needs, with HAProxy or without:
 # $AGENT (or the built one), then e2e_setup.
+# nginx and the module (make nginx-module) are there: MODULE is the
+# module's path ($NGINX_MODULE, else build/nginx/); exits as a failure
+# otherwise.
+e2e_need_nginx_module() {
+  command -v nginx >/dev/null 2>&1 || { not_ok "nginx is installed (scripts/deps.sh test)"; exit 1; }
+  MODULE=${NGINX_MODULE:-$E2E_ROOT/build/nginx/ngx_http_spoa_ratelimit_module.so}
+  [ -f "$MODULE" ] || { not_ok "the module is built ($MODULE: make nginx-module)"; exit 1; }
+}
+
 e2e_init_base() {
   if [ -z "${AGENT:-}" ]; then
     for c in "$E2E_ROOT/build/san/spoa-ratelimit" "$E2E_ROOT/spoa-ratelimit"; do

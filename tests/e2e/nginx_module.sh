@@ -33,9 +33,7 @@ E2E_TIMEOUT=${E2E_TIMEOUT:-170}
 . "$(dirname "$0")/lib.sh"
 
 e2e_init
-command -v nginx >/dev/null 2>&1 || { not_ok "nginx is installed (scripts/deps.sh test)"; exit 1; }
-MODULE=${NGINX_MODULE:-$E2E_ROOT/build/nginx/ngx_http_spoa_ratelimit_module.so}
-[ -f "$MODULE" ] || { not_ok "the module is built ($MODULE: make nginx-module)"; exit 1; }
+e2e_need_nginx_module
 diag "nginx: $(nginx -v 2>&1); module: $MODULE"
 ex=$E2E_ROOT/nginx-examples
 PORT_HTTP=$(free_port)
