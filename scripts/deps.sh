@@ -31,10 +31,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "deps: installing$missing" >&2
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq >&2
+apt-get -o DPkg::Lock::Timeout=300 update -qq >&2
 # The haproxy and redis packages would start system services; we run our own.
 printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d.spoa && chmod +x /usr/sbin/policy-rc.d.spoa
 [ -e /usr/sbin/policy-rc.d ] || { cp /usr/sbin/policy-rc.d.spoa /usr/sbin/policy-rc.d; added=1; }
-apt-get install -y -qq --no-install-recommends $missing >&2
+apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends $missing >&2
 [ "${added:-0}" = 1 ] && rm -f /usr/sbin/policy-rc.d
 rm -f /usr/sbin/policy-rc.d.spoa

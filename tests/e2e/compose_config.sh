@@ -32,10 +32,10 @@ if command -v docker-compose >/dev/null 2>&1; then
   compose=docker-compose
 elif [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   diag "installing docker-compose (apt-get)"
-  if ! out=$(DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose 2>&1); then
+  if ! out=$(DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends docker-compose 2>&1); then
     # The package lists may be missing or stale.
-    out=$( (DEBIAN_FRONTEND=noninteractive apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends docker-compose) 2>&1)
+    out=$( (DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends docker-compose) 2>&1)
   fi
   if command -v docker-compose >/dev/null 2>&1; then
     compose=docker-compose

@@ -249,14 +249,21 @@ finish() {
 
 # ---------------------------------------------------------------- ports ---
 
-# A free loopback TCP port: random in 20000-59999, not listening nor used
-# by any socket, not already handed out by this script.
+# A free loopback TCP port: random in 20000-32767, below the kernel's
+# ephemeral ports (32768-60999: what a bind to port 0 or a client's
+# connect gets, the C tests' servers included), not listening nor used by
+# any socket, not already handed out by this script. Under tests/run.sh,
+# which runs several scripts at once, each of its RUN_SLOTS slots has its
+# own band of that range (RUN_SLOT): two scripts never race for one port.
 free_port() {
   # Called as $(free_port), in a subshell: the ports handed out so far are
   # kept in a file, so that one run never gets the same port twice.
-  local p i used="${E2E_TMP:-}/ports.used"
+  local p i used="${E2E_TMP:-}/ports.used" lo=20000 width=12768
+  if [ -n "${RUN_SLOTS:-}" ] && [ -n "${RUN_SLOT:-}" ] && [ "$RUN_SLOT" -lt "$RUN_SLOTS" ]; then
+    width=$((12768 / RUN_SLOTS)); lo=$((20000 + RUN_SLOT * width))
+  fi
   for i in $(seq 1 200); do
-    p=$((20000 + (RANDOM * 32768 + RANDOM) % 40000))
+    p=$((lo + (RANDOM * 32768 + RANDOM) % width))
     if [ -n "${E2E_TMP:-}" ] && grep -qx "$p" "$used" 2>/dev/null; then continue; fi
     if [ -z "$(ss -Htan "( sport = :$p or dport = :$p )" 2>/dev/null)" ]; then
       [ -n "${E2E_TMP:-}" ] && echo "$p" >> "$used"
