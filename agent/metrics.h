@@ -67,6 +67,11 @@ struct rl;
 	X(DELAY_REFUSED, "delay_refused_total", "counter",                               \
 	  "Hits that delay_max_ms would have held, denied at once because a bound on "   \
 	  "held hits was reached, by namespace and bound (key, connection, namespace).") \
+	X(SETTLES, "settles_total", "counter",                                           \
+	  "Settles of reservations, by namespace and result: applied (by this node), "   \
+	  "duplicate (another node's claim in the store came first), unconfirmed (the "  \
+	  "store did not answer: applied by this node alone), ignored (settled already " \
+	  "on this node, or too late).")                                                 \
 	X(PEERS_NODES, "peers_nodes", "gauge",                                           \
 	  "HAProxy nodes whose peers session is up (hello done).")                       \
 	X(PEERS_UPDATES, "peers_updates_total", "counter",                               \
@@ -126,6 +131,18 @@ enum metrics_delay_bound {
 	METRICS_DELAY_COUNT
 };
 
+/* settles_total{result}: X(enum suffix, label); agent/reserve.c */
+#define METRICS_SETTLES(X) \
+	X(APPLIED, "applied") X(DUPLICATE, "duplicate") X(UNCONFIRMED, "unconfirmed") \
+	X(IGNORED, "ignored")
+
+enum metrics_settle {
+#define METRICS_SETTLE_ENUM(e, l) METRICS_SETTLE_##e,
+	METRICS_SETTLES(METRICS_SETTLE_ENUM)
+#undef METRICS_SETTLE_ENUM
+	METRICS_SETTLE_COUNT
+};
+
 /* peers_updates_refused_total{reason}: X(enum suffix, label) */
 #define METRICS_PEERS_REFUSED(X) \
 	X(UNKNOWN, "unknown") X(REFUSED, "refused") X(ROOM, "room") X(NODE_KEYS, "node_keys")
@@ -163,6 +180,7 @@ struct metrics_worker {
 	_Atomic uint64_t admissions[METRICS_NS][METRICS_ADM_COUNT];
 	_Atomic uint64_t delay_held[METRICS_NS];   /* a gauge: set, not added */
 	_Atomic uint64_t delay_refused[METRICS_NS][METRICS_DELAY_COUNT];
+	_Atomic uint64_t settles[METRICS_NS][METRICS_SETTLE_COUNT];
 	/* The peers front (agent/peers_front.c, docs/PEERS.md). */
 	_Atomic uint64_t peers_nodes;              /* a gauge: set by its worker */
 	_Atomic uint64_t peers_updates[METRICS_NS];

@@ -31,6 +31,12 @@ static const char *const metrics_delay_labels[METRICS_DELAY_COUNT] = {
 #undef METRICS_DELAY_LABEL
 };
 
+static const char *const metrics_settle_labels[METRICS_SETTLE_COUNT] = {
+#define METRICS_SETTLE_LABEL(e, l) [METRICS_SETTLE_##e] = l,
+	METRICS_SETTLES(METRICS_SETTLE_LABEL)
+#undef METRICS_SETTLE_LABEL
+};
+
 static const char *const metrics_peers_labels[METRICS_PEERS_COUNT] = {
 #define METRICS_PEERS_LABEL(e, l) [METRICS_PEERS_##e] = l,
 	METRICS_PEERS_REFUSED(METRICS_PEERS_LABEL)
@@ -168,6 +174,14 @@ static void family_checks(struct out *o, const struct scrape *sc, enum metrics_f
 					put(o, "spoa_ratelimit_%s{namespace=\"%s\",bound=\"%s\"} %llu\n",
 					    name, sc->label[ns], metrics_delay_labels[b],
 					    (unsigned long long)SUM(m, delay_refused[sc->sid[ns]][b]));
+		break;
+	case METRICS_FAM_SETTLES:
+		for (size_t ns = 0; ns < sc->nns; ns++)
+			if (sc->ns[ns]->algorithm == NS_ALGO_WINDOW)
+				for (int r = 0; r < METRICS_SETTLE_COUNT; r++)
+					put(o, "spoa_ratelimit_%s{namespace=\"%s\",result=\"%s\"} %llu\n",
+					    name, sc->label[ns], metrics_settle_labels[r],
+					    (unsigned long long)SUM(m, settles[sc->sid[ns]][r]));
 		break;
 	default:
 		break;

@@ -685,17 +685,24 @@ int rl_adjust(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
 	}
 }
 
-int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t until, uint64_t tag, double now)
+void rl_mark_key(uint64_t tag, char out[RL_MARK_LEN])
 {
 	static const char hex[] = "0123456789abcdef";
-	char text[19] = "#@S";
+
+	memcpy(out, "#@S", 3);
+	for (int i = 0; i < 16; i++)
+		out[3 + i] = hex[tag >> (60 - 4 * i) & 0xf];
+}
+
+int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t until, uint64_t tag, double now)
+{
+	char text[RL_MARK_LEN];
 	struct shm_key k;
 	struct shm_ref ref;
 	/* Taken back two sizes after its start: at until. */
 	int64_t start = until - 2 * (int64_t)size;
 
-	for (int i = 0; i < 16; i++)
-		text[3 + i] = hex[tag >> (60 - 4 * i) & 0xf];
+	rl_mark_key(tag, text);
 	if (!(now < (double)until))
 		return 0;
 	if (rl_stored_window(rl, ns, text, sizeof(text), size, start, 0, &k) < 0)

@@ -315,6 +315,11 @@ int rl_adjust(struct rl *rl, int ns, const char *key, size_t keylen, uint32_t si
  * ...). */
 int rl_mark_once(struct rl *rl, int ns, uint32_t size, int64_t until, uint64_t tag, double now);
 
+/* The mark's key of tag: "#@S" + its 16 hex digits (not NUL-terminated);
+ * a settle's claim in the store has the same (agent/reserve.c). */
+#define RL_MARK_LEN 19
+void rl_mark_key(uint64_t tag, char out[RL_MARK_LEN]);
+
 /* SipHash-2-4 of data[0..len) under the table's digest key (the same on
  * every node with one key_secret): the MAC of an id the agent hands out. */
 uint64_t rl_mac(const struct rl *rl, const void *data, size_t len);

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "agent/metrics.h"
+#include "agent/sync.h"
 #include "agent/window.h"
 
 #define RESERVE_VERSION 1
@@ -129,60 +131,142 @@ static bool reserve_synced(const struct decide *d, const struct ns_def *nsc)
 	return d->sync && nsc->sync_rate >= 0;
 }
 
+/* A settle of namespace ns counted in settles_total{result}. */
+static void reserve_count(struct decide *d, int ns, enum metrics_settle result)
+{
+	unsigned sid = rl_shm_ns(d->rl, ns);
+
+	if (sid < METRICS_NS)
+		metrics_add(&metrics_me->settles[sid][result], 1);
+}
+
+/* A settle's reservation, read from its bytes. */
+struct reserve_id {
+	const uint8_t *b;             /* its bytes ... */
+	size_t n;                     /* ... n of them */
+	int ns;
+	const struct ns_def *nsc;
+	size_t nw, ko;                /* windows; where the key's length is */
+	double at, estimate;
+	uint64_t mac;
+};
+
+/* b[0..n) read as a reservation of this table (its MAC checked) into *r.
+ * Returns false when it is none. */
+static bool reserve_read(struct decide *d, const uint8_t *b, size_t n, struct reserve_id *r)
+{
+	if (n < RESERVE_HEAD + 8 + 1 + 8 || b[0] != RESERVE_VERSION)
+		return false;
+	size_t nw = b[16], ko = RESERVE_HEAD + 8 * nw;
+	if (nw == 0 || nw > NS_MAX_WINDOWS || ko + 1 + 8 > n || ko + 1 + b[ko] + 8 != n)
+		return false;
+	const struct ns_def *nsc = rl_namespace_def(d->rl, b[1]);
+	if (!nsc || nsc->algorithm != NS_ALGO_WINDOW ||
+	    reserve_mac(d->rl, b, n - 8, nsc->name) != get_be(b + n - 8, 8))
+		return false;
+	uint64_t bits = get_be(b + 8, 8);
+	*r = (struct reserve_id){ .b = b, .n = n, .ns = b[1], .nsc = nsc, .nw = nw, .ko = ko,
+				  .at = (double)get_be(b + 2, 6) / 1000.0,
+				  .mac = get_be(b + n - 8, 8) };
+	memcpy(&r->estimate, &bits, sizeof(r->estimate));
+	return true;
+}
+
+/* Window i of r: its size and start. */
+static uint32_t reserve_window(const struct reserve_id *r, size_t i, int64_t *start)
+{
+	*start = (int64_t)get_be(r->b + RESERVE_HEAD + 8 * i + 4, 4);
+	return (uint32_t)get_be(r->b + RESERVE_HEAD + 8 * i, 4);
+}
+
+/* The difference actual - estimate applied to each window of r the table
+ * still keeps (one that counts for no rate is left alone). */
+static void reserve_apply(struct decide *d, const struct reserve_id *r, double cost, double now)
+{
+	double diff = cost - r->estimate;
+	bool synced = reserve_synced(d, r->nsc);
+
+	for (size_t i = 0; diff != 0 && i < r->nw; i++) {
+		int64_t start;
+		uint32_t size = reserve_window(r, i, &start);
+		if (now < (double)start + 2.0 * size)
+			rl_adjust(d->rl, r->ns, (const char *)r->b + r->ko + 1, r->b[r->ko], size,
+				  start, diff, synced, now);
+	}
+}
+
+/* A settle's claim answered by the store (sync_settle_claim): data is the
+ * reservation's bytes and the cost. The first claim applies it; another
+ * node's took it already: nothing; the store silent: applied here. */
+static void reserve_on_claim(void *arg, enum sync_claim result, const void *data, size_t len)
+{
+	struct decide *d = arg;
+	struct reserve_id r;
+	double cost;
+
+	/* The namespace reloaded meanwhile (another name at its index): its
+	 * MAC no longer matches, and nothing is done. */
+	if (len < sizeof(cost) || !reserve_read(d, data, len - sizeof(cost), &r))
+		return;
+	memcpy(&cost, (const uint8_t *)data + len - sizeof(cost), sizeof(cost));
+	reserve_count(d, r.ns, result == SYNC_CLAIM_TAKEN ? METRICS_SETTLE_DUPLICATE
+			       : result == SYNC_CLAIM_FIRST ? METRICS_SETTLE_APPLIED
+			       : METRICS_SETTLE_UNCONFIRMED);
+	if (result != SYNC_CLAIM_TAKEN)
+		reserve_apply(d, &r, cost, rl_now());
+}
+
 int reserve_settle(struct decide *d, const char *id, size_t len, double cost, double now,
 		   const char **error)
 {
-	uint8_t b[RESERVE_BYTES_MAX];
+	uint8_t b[RESERVE_BYTES_MAX + sizeof(double)];
 	size_t n = reserve_unhex(id, len, b);
+	struct reserve_id r;
 
 	*error = NULL;
 	if (!(cost >= 0 && cost <= DECIDE_COST_MAX)) {
 		*error = "bad cost";
 		return -1;
 	}
-	if (n < RESERVE_HEAD + 8 + 1 + 8 || b[0] != RESERVE_VERSION)
+	if (!reserve_read(d, b, n, &r))
 		return 0;
-	size_t nw = b[16], ko = RESERVE_HEAD + 8 * nw;
-	if (nw == 0 || nw > NS_MAX_WINDOWS || ko + 1 + 8 > n || ko + 1 + b[ko] + 8 != n)
-		return 0;
-	int ns = b[1];
-	const struct ns_def *nsc = rl_namespace_def(d->rl, ns);
-	if (!nsc || nsc->algorithm != NS_ALGO_WINDOW ||
-	    reserve_mac(d->rl, b, n - 8, nsc->name) != get_be(b + n - 8, 8))
-		return 0;
-	/* Unsettled past settle_ms: it keeps its estimate. */
-	double at = (double)get_be(b + 2, 6) / 1000.0, estimate;
-	uint64_t bits = get_be(b + 8, 8);
-	memcpy(&estimate, &bits, sizeof(estimate));
 	/* Marked once, until it may no longer be settled: settle_ms after
 	 * it was counted, or once its largest window counts for no rate
 	 * (two of its sizes after the hit: the table kept none of its
 	 * windows then). */
 	uint32_t msize = 0;
-	for (size_t i = 0; i < nw; i++) {
-		uint32_t size = (uint32_t)get_be(b + RESERVE_HEAD + 8 * i, 4);
+	for (size_t i = 0; i < r.nw; i++) {
+		int64_t start;
+		uint32_t size = reserve_window(&r, i, &start);
 		msize = size > msize ? size : msize;
 	}
 	/* Counted later than now (another node's clock ahead) by more
 	 * than a table's slack: its mark would be stale at once. */
-	if (!(at <= now + RESERVE_CLOCK_SLACK))
+	if (!(r.at <= now + RESERVE_CLOCK_SLACK))
 		return 0;
-	double until = at + ns_settle_ms(nsc) / 1000.0;
-	if (until > at + 2.0 * msize)
-		until = at + 2.0 * msize;
+	double until = r.at + ns_settle_ms(r.nsc) / 1000.0;
+	if (until > r.at + 2.0 * msize)
+		until = r.at + 2.0 * msize;
 	if (!(now < until) ||
-	    rl_mark_once(d->rl, ns, msize, (int64_t)ceil(until), get_be(b + n - 8, 8), now) != 1)
+	    rl_mark_once(d->rl, r.ns, msize, (int64_t)ceil(until), r.mac, now) != 1) {
+		reserve_count(d, r.ns, METRICS_SETTLE_IGNORED);
 		return 0;
-	double diff = cost - estimate;
-	bool synced = reserve_synced(d, nsc);
-	for (size_t i = 0; diff != 0 && i < nw; i++) {
-		uint32_t size = (uint32_t)get_be(b + RESERVE_HEAD + 8 * i, 4);
-		int64_t start = (int64_t)get_be(b + RESERVE_HEAD + 8 * i + 4, 4);
-		/* A window the table no longer keeps counts for no rate. */
-		if (now < (double)start + 2.0 * size)
-			rl_adjust(d->rl, ns, (const char *)b + ko + 1, b[ko], size, start, diff,
-				  synced, now);
 	}
+	/* Across a cluster, once: the store's first claim applies it
+	 * (docs/CLUSTER.md, "Reservations"); no store to claim it from (or
+	 * no room to wait for one): this node's mark alone. */
+	if (reserve_synced(d, r.nsc)) {
+		char mark[RL_MARK_LEN];
+		rl_mark_key(r.mac, mark);
+		memcpy(b + n, &cost, sizeof(cost));
+		if (sync_settle_claim(d->sync, (unsigned)r.ns, mark, sizeof(mark), until, b,
+				      n + sizeof(cost), reserve_on_claim, d) == 0)
+			return 1;
+		reserve_count(d, r.ns, METRICS_SETTLE_UNCONFIRMED);
+	} else {
+		reserve_count(d, r.ns, METRICS_SETTLE_APPLIED);
+	}
+	reserve_apply(d, &r, cost, now);
 	return 1;
 }
 

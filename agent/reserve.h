@@ -16,7 +16,10 @@
  * the store's row of the window the hit was counted in (a sliding window
  * that has rolled meanwhile included). Once: a settle first marks the
  * reservation done in the table (rl_mark_once) until it may no longer be
- * settled; the one that finds the mark does nothing. An unsettled
+ * settled; the one that finds the mark does nothing. Across a cluster,
+ * once too: a namespace that syncs claims the reservation in its store
+ * (sync_settle_claim), and only the node whose claim the store took
+ * first applies it (docs/CLUSTER.md, "Reservations"). An unsettled
  * reservation keeps its estimate: a settle after settle_ms (or two of its
  * largest window's sizes after the hit, when its windows count for no
  * rate any more) does nothing. A mark takes a slot of the table for at
@@ -55,9 +58,11 @@ size_t reserve_text(struct rl *rl, const struct rl_decision *parts, size_t np, s
 		    char *out);
 
 /* Settles the reservation id[0..len) at the actual cost (>= 0, <=
- * DECIDE_COST_MAX) at now. Returns 1 when it was applied, 0 when nothing
- * was (settled already, expired, forged, not a reservation: no error), -1
- * with *error (a static string) when cost is out of range. */
+ * DECIDE_COST_MAX) at now. Returns 1 when it was applied (a namespace that
+ * syncs: taken, and applied once the store says this node's claim came
+ * first), 0 when nothing was (settled already on this node, expired,
+ * forged, not a reservation: no error), -1 with *error (a static string)
+ * when cost is out of range. Counted in settles_total. */
 int reserve_settle(struct decide *d, const char *id, size_t len, double cost, double now,
 		   const char **error);
 

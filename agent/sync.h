@@ -22,7 +22,7 @@
  * sync_gather.c (sync_rate 0 and exact admission), sync_doubt.c (calls in
  * doubt, their handover at a reload), sync_forget.c (a key forgotten in
  * the store), sync_read.c (a key's counts read from the store),
- * sync_lease.c (concurrency leases given back to the store). The table
+ * sync_lease.c (concurrency leases given back, settles' claims). The table
  * is reached through agent/shm_sync.h only.
  */
 #ifndef SYNC_H
@@ -140,6 +140,40 @@ void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
  * queue full: the lease expires instead). Never blocks. */
 int sync_lease_release(struct sync *s, unsigned ns, const char *key, size_t keylen,
 		       const char *id, size_t idlen, double until);
+
+/* A settle's claim (docs/CLUSTER.md, "Reservations"): what the store
+ * said of it. */
+enum sync_claim {
+	SYNC_CLAIM_FIRST = 0,     /* the first claim of its reservation: this
+	                             node applies the settle */
+	SYNC_CLAIM_TAKEN,         /* another node claimed it first: settled there */
+	SYNC_CLAIM_UNCONFIRMED,   /* no answer within SYNC_CLAIM_WAIT seconds (the
+	                             store away): applied on this node alone */
+	SYNC_CLAIM_RESULTS
+};
+
+#define SYNC_CLAIM_DATA_MAX 256   /* a claim's data, handed back */
+#define SYNC_CLAIM_WAIT     5.0   /* seconds a claim waits for its store */
+#define SYNC_CLAIM_SLACK    30.0  /* seconds the store keeps a claim past its
+                                     reservation's last moment (clocks) */
+
+typedef void (*sync_claim_cb)(void *arg, enum sync_claim r, const void *data, size_t len);
+
+/* Claims a settle in namespace ns's store, so that one node of the
+ * cluster applies it: the store's lease step (STRATEGY_STEP_LEASE, an
+ * acquire, limit 1) on the reservation's mark key mark[0..marklen) (a
+ * stored key no client key can be: agent/ratelimit.h, "stored keys"),
+ * under this node's id, kept in the store until `until` (when the
+ * reservation may no longer be settled) + SYNC_CLAIM_SLACK. Sent with the
+ * loop iteration's admissions, and again every SYNC_LEASE_RETRY seconds
+ * while the store does not answer; cb(arg, result, data, len) is called
+ * once with the answer and a copy of data[0..len) (at most
+ * SYNC_CLAIM_DATA_MAX bytes), never from inside this call, and never when
+ * the sync stops first (the settle is lost then: its reservation keeps
+ * its estimate). Returns 0 when queued, -1 when not (no store for ns, the
+ * queue full, until passed): the caller decides alone. Never blocks. */
+int sync_settle_claim(struct sync *s, unsigned ns, const char *mark, size_t marklen,
+		      double until, const void *data, size_t len, sync_claim_cb cb, void *arg);
 
 /* Can namespace ns's store decide admissions? */
 bool sync_can_admit(struct sync *s, unsigned ns);

@@ -4,7 +4,9 @@
  *
  *   gather    every push (sync_gather_push) or admission
  *             (sync_gather_admit) asked for during one loop iteration,
- *             per namespace, leaves as one call before the loop waits
+ *             per namespace (admissions: and per store step, as a window
+ *             namespace's admissions and its settles' claims, lease steps,
+ *             are of two), leaves as one call before the loop waits
  *             again (an ev_prepare): one store round trip for every hit
  *             that arrived together, whatever connection or front it
  *             came from
@@ -187,10 +189,11 @@ static void sync_on_gather(struct ev_loop *loop, ev_prepare *w, int revents)
 			sn->gather = NULL;
 			sync_gather_send(sy, sn, g, false);
 		}
-		if ((g = sn->gather_adm)) {
-			sn->gather_adm = NULL;
-			sync_gather_send(sy, sn, g, true);
-		}
+		for (size_t k = 0; k < STRATEGY_STEPS; k++)
+			if ((g = sn->gather_adm[k])) {
+				sn->gather_adm[k] = NULL;
+				sync_gather_send(sy, sn, g, true);
+			}
 	}
 }
 
@@ -269,7 +272,8 @@ static int sync_gather_add(struct sync *sy, unsigned ns, struct strategy_counter
 	struct sync_ns *sn = sync_gather_ns(sy, ns, admit);
 	struct sync_gather *g;
 
-	if (!sn || !(g = sync_gather_room(sy, admit ? &sn->gather_adm : &sn->gather, n, admit)))
+	if (!sn || (admit && (n == 0 || (unsigned)a[0].step >= STRATEGY_STEPS)) ||
+	    !(g = sync_gather_room(sy, admit ? &sn->gather_adm[a[0].step] : &sn->gather, n, admit)))
 		return -1;
 	if (admit) {
 		memcpy(g->a + g->na, a, n * sizeof(*a));
@@ -306,13 +310,18 @@ void sync_gather_stop(struct sync *sy)
 	/* Gathered calls not sent yet fail: their hits stay in the diffs. */
 	ev_prepare_stop(sy->loop, &sy->gather_w);
 	for (size_t i = 0; i < sy->n; i++) {
-		struct sync_gather *g = sy->ns[i].gather, *ga = sy->ns[i].gather_adm;
+		struct sync_gather *g = sy->ns[i].gather;
 
-		sy->ns[i].gather = sy->ns[i].gather_adm = NULL;
+		sy->ns[i].gather = NULL;
 		if (g)
 			sync_gather_done(g, -1, "not connected (stopping)");
-		if (ga)
-			sync_gather_done(ga, -1, "not connected (stopping)");
+		for (size_t k = 0; k < STRATEGY_STEPS; k++) {
+			struct sync_gather *ga = sy->ns[i].gather_adm[k];
+
+			sy->ns[i].gather_adm[k] = NULL;
+			if (ga)
+				sync_gather_done(ga, -1, "not connected (stopping)");
+		}
 	}
 	if (sy->parked) {
 		/* Parked calls fail: their hits stay in the diffs. */

@@ -25,7 +25,8 @@
  *   sync_limits.c  limits per key set at run time: an operator's sent to
  *                  the store (PUT / DELETE /limits), the store's read by
  *                  the sync cycle (sync_cycle.c -> sync_limits.c)
- *   sync_lease.c   concurrency leases given back to the store, retried
+ *   sync_lease.c   lease steps on their own: concurrency leases given back,
+ *                  settles' claims; retried
  *                  until it answers
  *                  -> sync_gather.c
  *   sync_doubt.c   the one list of calls in doubt, whoever made them:
@@ -107,7 +108,9 @@ struct sync_ns {
 	struct strategy_counter *seed_c;   /* 2 * SYNC_SEED_MAX */
 	/* sync_rate 0 and exact admission (sync_gather.c). */
 	struct sync_gather *gather;        /* this loop iteration's pushes */
-	struct sync_gather *gather_adm;    /* ... and admissions */
+	struct sync_gather *gather_adm[STRATEGY_STEPS]; /* ... and admissions, by
+	                                     their store step (one admit() call
+	                                     is of one step) */
 	uint64_t aseq;                     /* their calls, for tokens */
 	/* Calls in doubt (sync_doubt.c), oldest first. */
 	struct sync_doubt *doubts;
@@ -174,7 +177,7 @@ static inline double sync_period(const struct sync_ns *sn)
 	return sn->def->sync_rate > 0 ? sn->def->sync_rate : SYNC_RETRY_PERIOD;
 }
 
-/* ---- sync_lease.c: releases of concurrency leases on their way ---- */
+/* ---- sync_lease.c: releases and settles' claims on their way ---- */
 
 /* Stops the retries; frees what is queued (after sync_gather_stop: no
  * release is in flight then). */

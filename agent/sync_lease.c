@@ -1,33 +1,46 @@
 /*
- * sync_lease.c - concurrency leases given back to their store
- * (sync_lease_release, sync.h; docs/CLUSTER.md, "Concurrency across a
- * cluster"). A release is the store's lease step with cost 0 (struct
- * strategy_admit, STRATEGY_STEP_LEASE): removing an id twice removes
- * nothing, so a release may be sent again as often as needed and still
- * frees its lease once.
+ * sync_lease.c - lease steps sent to the store on their own (struct
+ * strategy_admit, STRATEGY_STEP_LEASE), retried until it answers:
  *
- *   queue     each release waits in a fixed array of the worker's sync
- *             (SYNC_LEASE_MAX, allocated at the first one: a release is
- *             no hot path), its key and id copied
+ *   releases  a concurrency lease given back (sync_lease_release, sync.h;
+ *             docs/CLUSTER.md, "Concurrency across a cluster"): the step
+ *             with cost 0; removing an id twice removes nothing, so a
+ *             release may be sent again as often as needed and still frees
+ *             its lease once
+ *   claims    a settle's claim on its reservation (sync_settle_claim;
+ *             docs/CLUSTER.md, "Reservations"): an acquire of the one lease
+ *             (limit 1) of the reservation's mark key, under the node's id;
+ *             the first node's is admitted (and its resend, the same id),
+ *             every other node's denied, so one node of the cluster applies
+ *             the settle
+ *
+ *   queue     each waits in a fixed array of the worker's sync
+ *             (SYNC_LEASE_MAX, allocated at the first one: no hot path),
+ *             its key, id and a claim's data copied
  *   send      with the loop iteration's admissions (sync_gather_admit):
  *             one store call for all of them
  *   retry     one the store did not answer (away, the call failed) is
  *             sent again every SYNC_LEASE_RETRY seconds until it is, or
- *             until its lease has expired in the store anyway (`until`)
+ *             until `until`: a release's lease has expired in the store
+ *             anyway; a claim is given up (SYNC_CLAIM_UNCONFIRMED) and its
+ *             caller applies the settle on this node alone
  *
  * Not handed over at a reload (sync_reload): a release still queued then
  * is dropped, and its lease expires in the store lease_ms after it was
- * taken, as one of a node that died.
+ * taken, as one of a node that died; a claim is dropped with its settle
+ * (the reservation keeps its estimate, as when a settle is lost).
  */
 #include "agent/sync_int.h"
 #include "strategies/container.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "agent/log.h"
 
-#define SYNC_LEASE_MAX   1024     /* releases queued per worker */
+#define SYNC_LEASE_MAX   1024     /* releases and claims queued per worker */
 #define SYNC_LEASE_RETRY 0.25     /* seconds between tries */
 
 struct sync_lease {
@@ -38,6 +51,11 @@ struct sync_lease {
 	char id[STRATEGY_LEASE_MAX];
 	double until;
 	bool used, flying;
+	/* A claim's: its caller's answer, and what it hands back. */
+	sync_claim_cb cb;
+	void *arg;
+	size_t len;
+	unsigned char data[SYNC_CLAIM_DATA_MAX];
 };
 
 struct sync_leases {
@@ -57,6 +75,14 @@ static void sync_lease_drop(struct sync_leases *q, struct sync_lease *e)
 		ev_timer_stop(e->sy->loop, &q->retry);
 }
 
+/* Done with e: a claim's caller told r (stopping: never told), e freed. */
+static void sync_lease_done(struct sync_leases *q, struct sync_lease *e, enum sync_claim r)
+{
+	if (e->cb && !e->sy->stopping)
+		e->cb(e->arg, r, e->data, e->len);
+	sync_lease_drop(q, e);
+}
+
 static void sync_lease_on_answer(void *arg, int status, const char *errstr)
 {
 	struct sync_lease *e = arg;
@@ -65,7 +91,7 @@ static void sync_lease_on_answer(void *arg, int status, const char *errstr)
 	(void)status, (void)errstr;
 	e->flying = false;
 	if (e->a.ok || e->sy->stopping)
-		sync_lease_drop(q, e);
+		sync_lease_done(q, e, e->a.admitted ? SYNC_CLAIM_FIRST : SYNC_CLAIM_TAKEN);
 	else if (!ev_is_active(&q->retry))
 		ev_timer_again(e->sy->loop, &q->retry);
 }
@@ -91,55 +117,98 @@ static void sync_on_lease_retry(struct ev_loop *loop, ev_timer *w, int revents)
 
 		if (!e->used || e->flying)
 			continue;
-		if (now >= e->until)
-			sync_lease_drop(q, e);  /* expired in the store too */
+		if (now >= e->until)    /* a release: expired in the store too */
+			sync_lease_done(q, e, SYNC_CLAIM_UNCONFIRMED);
 		else
 			sync_lease_send(e);
 	}
 }
 
-int sync_lease_release(struct sync *sy, unsigned ns, const char *key, size_t keylen,
-		       const char *id, size_t idlen, double until)
+/* A free entry of sy's queue for namespace ns (its sync in *snp), or
+ * NULL (no store that admits for ns, the queue full: logged). */
+static struct sync_lease *sync_lease_new(struct sync *sy, unsigned ns, struct sync_ns **snp,
+					 const char *what)
 {
 	struct sync_ns *sn = sy && !sy->stopping ? sync_find_ns(sy, ns) : NULL;
 	struct sync_leases *q;
-	struct sync_lease *e = NULL;
 
-	if (!sn || !sn->ops->admit || keylen == 0 || keylen > RL_STORED_KEY_MAX ||
-	    idlen > STRATEGY_LEASE_MAX)
-		return -1;
+	if (!sn || !sn->ops->admit)
+		return NULL;
 	if (!sy->leases) {
 		sy->leases = calloc(1, sizeof(*sy->leases));
 		if (!sy->leases)
-			return -1;
+			return NULL;
 		ev_init(&sy->leases->retry, sync_on_lease_retry);
 		sy->leases->retry.repeat = SYNC_LEASE_RETRY;
 	}
 	q = sy->leases;
-	for (size_t i = 0; i < SYNC_LEASE_MAX && !e; i++)
-		if (!q->e[i].used)
-			e = &q->e[i];
-	if (!e) {
-		double now = rl_now();
-		if (now - q->log >= 10.0) {
-			q->log = now;
-			LOG(LOG_WARN, "namespace \"%s\": %d releases wait for the store already: "
-			    "this one is dropped, its lease expires there", sn->def->name,
-			    SYNC_LEASE_MAX);
+	for (size_t i = 0; i < SYNC_LEASE_MAX; i++)
+		if (!q->e[i].used) {
+			*snp = sn;
+			return &q->e[i];
 		}
-		return -1;
+	double now = rl_now();
+	if (now - q->log >= 10.0) {
+		q->log = now;
+		LOG(LOG_WARN, "namespace \"%s\": %d releases and claims wait for the store "
+		    "already: %s", sn->def->name, SYNC_LEASE_MAX, what);
 	}
-	*e = (struct sync_lease){ .sy = sy, .ns = ns, .until = until, .used = true };
+	return NULL;
+}
+
+/* e queued and sent: its step for key[0..keylen) of namespace ns with the
+ * id id[0..idlen). */
+static void sync_lease_queue(struct sync_lease *e, struct sync_ns *sn, const char *key,
+			     size_t keylen, const char *id, size_t idlen, double cost,
+			     double limit, double lease_s)
+{
+	e->used = true;
 	memcpy(e->key, key, keylen);
 	memcpy(e->id, id, idlen);
 	e->a = (struct strategy_admit){
 		.ns = sn->def->name, .ns_len = strlen(sn->def->name), .key = e->key,
-		.key_len = keylen, .size = sn->def->window_sizes[0], .cost = 0,
-		.step = STRATEGY_STEP_LEASE, .lease = e->id, .lease_len = idlen,
-		.lease_s = (double)ns_lease_ms(sn->def) / 1000.0,
+		.key_len = keylen, .size = sn->def->window_sizes[0], .cost = cost,
+		.limit = limit, .step = STRATEGY_STEP_LEASE, .lease = e->id, .lease_len = idlen,
+		.lease_s = lease_s,
 	};
-	q->n++;
+	e->sy->leases->n++;
 	sync_lease_send(e);
+}
+
+int sync_lease_release(struct sync *sy, unsigned ns, const char *key, size_t keylen,
+		       const char *id, size_t idlen, double until)
+{
+	struct sync_ns *sn;
+	struct sync_lease *e;
+
+	if (keylen == 0 || keylen > RL_STORED_KEY_MAX || idlen > STRATEGY_LEASE_MAX ||
+	    !(e = sync_lease_new(sy, ns, &sn, "this release is dropped, its lease expires there")))
+		return -1;
+	*e = (struct sync_lease){ .sy = sy, .ns = ns, .until = until };
+	sync_lease_queue(e, sn, key, keylen, id, idlen, 0, 0,
+			 (double)ns_lease_ms(sn->def) / 1000.0);
+	return 0;
+}
+
+int sync_settle_claim(struct sync *sy, unsigned ns, const char *mark, size_t marklen,
+		      double until, const void *data, size_t len, sync_claim_cb cb, void *arg)
+{
+	struct sync_ns *sn;
+	struct sync_lease *e;
+	char node[17];
+	double now = rl_now();
+
+	if (marklen == 0 || marklen > RL_STORED_KEY_MAX || len > SYNC_CLAIM_DATA_MAX ||
+	    !(now < until) ||
+	    !(e = sync_lease_new(sy, ns, &sn, "this settle is applied on this node alone")))
+		return -1;
+	*e = (struct sync_lease){ .sy = sy, .ns = ns, .cb = cb, .arg = arg, .len = len,
+				  .until = fmin(until, now + SYNC_CLAIM_WAIT) };
+	memcpy(e->data, data, len);
+	snprintf(node, sizeof(node), "%016llx", (unsigned long long)sy->node);
+	/* Kept in the store as long as the reservation may be settled, and
+	 * a clock's slack longer (the nodes' clocks differ). */
+	sync_lease_queue(e, sn, mark, marklen, node, 16, 1, 1, until - now + SYNC_CLAIM_SLACK);
 	return 0;
 }
 

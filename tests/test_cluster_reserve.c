@@ -10,14 +10,19 @@
  *     nothing: the store still holds 900, and so does every node; a
  *     settle sent to the node that did not count the reservation reaches
  *     the store all the same, and the node that counted the estimate
- *     admits what the store has left (it asks the store); the marks that make a settle count once
- *     never reach the store;
+ *     admits what the store has left (it asks the store); the marks that
+ *     make a settle count once on a node never reach the store as
+ *     counts, the claims that make it count once in the cluster do;
+ *   - one settle sent to both nodes (at once, or one after the other,
+ *     with another cost the second time) counts once: the store's first
+ *     claim applies it, the other node's is a duplicate (settles_total);
  *   - a reservation never settled keeps its estimate in the store: a
  *     settle after settle_ms does nothing;
  *   - with sync_rate 0 the settle's difference reaches the store too.
  *
- * One settle is one diff of the node that applied it, pushed under a
- * token like any hit: the store applies it once.
+ * One settle is one diff of the node whose claim the store took first
+ * (the lease step, limit 1, on the reservation's mark key), pushed under
+ * a token like any hit: the store applies it once.
  */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
@@ -86,22 +91,35 @@ static void converged(const struct ct_store *st, const char *key, unsigned w, in
 		      st->name, (long long)want, seen, (long long)rates[0], (long long)rates[1]);
 }
 
-/* The rows (Redis: keys) of settle marks in the store: none, a mark is
- * the node's own bookkeeping. */
-static long long store_marks(const struct ct_store *st)
+/* The counts (Redis: keys, PostgreSQL: counter rows) of settle marks in
+ * the store: none, a mark is the node's own bookkeeping; and the claims
+ * (Redis: the claim's lease key, PostgreSQL: its lease row, whose key is
+ * the mark key's length, 4 bytes, the mark key and the node's id) in
+ * *claims. */
+static long long store_marks(const struct ct_store *st, long long *claims)
 {
 	char out[64];
 
 	if (strcmp(st->name, "redis") == 0) {
 		redisReply *r = redis_server_command(&ct_redis_srv, "KEYS *#@S*");
 		cr_assert_not_null(r);
-		long long n = (long long)r->elements;
+		long long n = 0;
+		*claims = 0;
+		for (size_t i = 0; i < r->elements; i++)
+			if (strstr(r->element[i]->str, "}:c:"))
+				++*claims;
+			else
+				n++;
 		freeReplyObject(r);
 		return n;
 	}
 	cr_assert_eq(pg_server_query(ct_pg_srv.conninfo, "SELECT count(*) FROM " CT_PG_TABLE
-				     " WHERE position(convert_to('#@S', 'UTF8') in key) = 1",
-				     out, sizeof(out)), 1, "%s", out);
+				     " WHERE position(convert_to('#@S', 'UTF8') in key) = 5"
+				     " AND window_size < 0", out, sizeof(out)), 1, "%s", out);
+	*claims = atoll(out);
+	cr_assert_eq(pg_server_query(ct_pg_srv.conninfo, "SELECT count(*) FROM " CT_PG_TABLE
+				     " WHERE position(convert_to('#@S', 'UTF8') in key) = 1"
+				     " AND window_start >= 0", out, sizeof(out)), 1, "%s", out);
 	return atoll(out);
 }
 
@@ -149,7 +167,10 @@ CT_STORE_TEST(reserve_settle_across_nodes)
 	cr_assert(!settle(1, b, 0), "%s: a settle sent twice counts once", st->name);
 	test_sleep_ms(3 * (int)(CT_SYNC_RATE * 1000));
 	converged(st, key, w, 900);
-	cr_assert_eq(store_marks(st), 0, "%s: a settle's mark stays on its node", st->name);
+	long long claims;
+	cr_assert_eq(store_marks(st, &claims), 0, "%s: a settle's mark stays on its node",
+		     st->name);
+	cr_assert_eq(claims, 2, "%s: one claim per reservation settled", st->name);
 	/* Settled through the other node: the store holds 100 at once, and
 	 * the node that counted 400 admits 800 more (the store decides a
 	 * reservation its view would deny). */
@@ -163,6 +184,55 @@ CT_STORE_TEST(reserve_settle_across_nodes)
 	store_holds(st, key, w, 900);
 	cr_assert(!reserve(0, key, w, 200, c), "%s: over the budget", st->name);
 	cr_assert(!reserve(1, key, w, 200, c), "%s: over the budget", st->name);
+}
+
+/* One settle sent to both nodes counts once: at once (both claims in
+ * flight together), then one after the other with another cost (the
+ * second node's claim finds the first's). */
+CT_STORE_TEST(reserve_settle_on_both_nodes_counts_once)
+{
+	char key[48], a[ID_MAX];
+	unsigned w = ct_window();
+
+	two_nodes(st, w);
+	for (int round = 0; round < 2; round++) {
+		sp_key(key, sizeof(key), "tenant");
+		cr_assert(reserve(0, key, w, 400, a), "%s: reserve 400", st->name);
+		if (round == 0) {
+			/* Both NOTIFYs sent before either answer is read. */
+			struct sp_msg m = { .msg = "settle", .reservation = a, .cost = 100,
+					    .has_cost = true };
+			struct rawspop_actions acts;
+			uint64_t sid[2];
+			for (size_t n = 0; n < 2; n++)
+				cr_assert_eq(sp_try_send(ct_nodes[n].fd[0], &m, &sid[n]), 0, "%s",
+					     sp_err);
+			for (size_t n = 0; n < 2; n++) {
+				cr_assert_eq(sp_try_ack(ct_nodes[n].fd[0], sid[n], 10000, &acts), 0,
+					     "%s", sp_err);
+				sp_expect_no_error(&acts);
+			}
+		} else {
+			cr_assert(settle(0, a, 100));
+			store_holds(st, key, w, 100);
+			settle(1, a, 50);
+		}
+		/* The node that applied nothing never counted the key. */
+		test_sleep_ms(3 * (int)(CT_SYNC_RATE * 1000));
+		store_holds(st, key, w, 100);
+		cr_assert_eq(ct_rate(0, key, w), 100, "%s", st->name);
+	}
+	long long applied = ct_node_metric(0, "spoa_ratelimit_settles_total{namespace=\"default\","
+					   "result=\"applied\"}") +
+			    ct_node_metric(1, "spoa_ratelimit_settles_total{namespace=\"default\","
+					   "result=\"applied\"}");
+	long long dup = ct_node_metric(0, "spoa_ratelimit_settles_total{namespace=\"default\","
+				       "result=\"duplicate\"}") +
+			ct_node_metric(1, "spoa_ratelimit_settles_total{namespace=\"default\","
+				       "result=\"duplicate\"}");
+	cr_assert_eq(applied, 2, "%s: one settle applied per reservation (%lld)", st->name,
+		     applied);
+	cr_assert_eq(dup, 2, "%s: the other node's a duplicate (%lld)", st->name, dup);
 }
 
 /* A reservation never settled counts its estimate: a settle after
