@@ -564,22 +564,24 @@ static void redis_limits_read_reply(struct redis_call *c, const redisAsyncContex
 static const struct redis_kind redis_limits_read_kind = {
 	.kind = REDIS_OP_LIMITS_READ,
 	.reply = redis_limits_read_reply,
+	.script = redis_limits_read_script,
 };
 
-/*   EVAL <script> 1 <prefix>:{<ns>:limits} <version> */
+/*   EVALSHA <sha> 1 <prefix>:{<ns>:limits} <version>; EVAL after NOSCRIPT
+ * (every node reads once a second: the script's text is not sent each
+ * time) */
 static int redis_limits_read(struct strategy *st, const char *ns, size_t ns_len, uint64_t have,
 			     uint64_t *version, bool *changed, strategy_rows_cb cb, void *arg,
 			     char errstr[STRATEGY_ERR_MAX])
 {
 	struct redis_strategy *s = redis_of(st);
-	size_t script_len = strlen(redis_limits_read_script);
 	char num[REDIS_U64_MAX_LEN], *p, *first;
 	struct redis_op *op;
 
 	if (redis_check_ready(s, errstr) < 0)
 		return -1;
 	op = redis_op_single(s, &redis_limits_read_kind, NULL, arg,
-			     64 + REDIS_BULK_MAX(script_len) +
+			     64 + REDIS_BULK_MAX(40) +
 			     REDIS_BULK_MAX(redis_limits_klen(s, ns, ns_len)) +
 			     REDIS_BULK_MAX(REDIS_U64_MAX_LEN));
 	if (op == NULL) {
@@ -593,8 +595,9 @@ static int redis_limits_read(struct strategy *st, const char *ns, size_t ns_len,
 	op->calls[0].nargs = 5;
 	op->calls[0].ro = true;
 	p = redis_put_array(op->cmd, 5);
-	p = redis_put_bulk(p, "EVAL", 4);
-	p = redis_put_bulk(p, redis_limits_read_script, script_len);
+	p = redis_put_bulk(p, "EVALSHA", 7);
+	p = redis_put_bulk(p, s->sha_limits, 40);
+	op->calls[0].tail = (size_t)(p - op->cmd);
 	p = redis_put_bulk(p, "1", 1);
 	first = p;
 	p = redis_put_limits_key(p, s, ns, ns_len);

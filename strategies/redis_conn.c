@@ -247,6 +247,13 @@ static void redis_conn_on_sha_nodes(redisAsyncContext *ac, void *r, void *privda
 	redis_conn_on_sha(ac, r, c, c->s->sha_nodes);
 }
 
+static void redis_conn_on_sha_limits(redisAsyncContext *ac, void *r, void *privdata)
+{
+	struct redis_conn *c = privdata;
+
+	redis_conn_on_sha(ac, r, c, c->s->sha_limits);
+}
+
 /*
  * SUBSCRIBE +switch-master (watch connections). hiredis calls this for
  * the confirmation and for every message, as an array:
@@ -387,7 +394,9 @@ void redis_conn_open(struct redis_conn *c)
 				  redis_lease_script);
 		redisAsyncCommand(ac, redis_conn_on_sha_nodes, c, "SCRIPT LOAD %s",
 				  redis_nodes_script);
-		c->handshake_left += 5;
+		redisAsyncCommand(ac, redis_conn_on_sha_limits, c, "SCRIPT LOAD %s",
+				  redis_limits_read_script);
+		c->handshake_left += 6;
 	}
 	ev_timer_set(&c->handshake, s->o.timeout_ms / 1000.0, 0.);
 	ev_timer_start(s->loop, &c->handshake);

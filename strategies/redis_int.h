@@ -345,6 +345,7 @@ struct redis_strategy {
 	char sha_gcra[41];              /* of the TAT script (GCRA's admissions) */
 	char sha_lease[41];             /* of the lease script (concurrency's) */
 	char sha_nodes[41];             /* of the heartbeat script */
+	char sha_limits[41];            /* of the limits read script */
 	struct redis_call *waiting, *waiting_tail; /* TRYAGAIN */
 	ev_timer waiting_timer;
 	bool destroying;
