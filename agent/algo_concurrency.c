@@ -99,7 +99,8 @@ static struct conc_word conc_unpack(double v)
 
 static double conc_pack(struct conc_word c)
 {
-	return (double)(c.taken | c.back << CONC_BITS | c.newest << (2 * CONC_BITS));
+	/* Below 2^53: converted as signed, which needs no test of the top bit. */
+	return (double)(int64_t)(c.taken | c.back << CONC_BITS | c.newest << (2 * CONC_BITS));
 }
 
 static uint32_t conc_period(const struct ns_def *d, uint32_t size)
@@ -126,7 +127,7 @@ static double conc_until(struct conc_word c, int64_t start, uint32_t p, double l
 /* The leases of the slot in flight at now. */
 static double conc_live(struct conc_word c, int64_t start, uint32_t p, double lease, double now)
 {
-	return now < conc_until(c, start, p, lease) ? (double)(c.taken - c.back) : 0;
+	return now < conc_until(c, start, p, lease) ? (double)(int64_t)(c.taken - c.back) : 0;
 }
 
 /*
@@ -277,8 +278,8 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 	out->granted = out->need_store = false;
 	out->cap = exact ? h->limit : cap;
 	out->lease = out->lease_mac = 0;
+	start = conc_find(t, h->k, p, now, &cur, &prev, &pstart);
 	for (;;) {
-		start = conc_find(t, h->k, p, now, &cur, &prev, &pstart);
 		seen = shm_read_count(t, &cur);
 		c = conc_unpack(seen);
 		b = conc_unpack(prev.idx == SHM_NONE ? 0 : shm_read_count(t, &prev));
@@ -293,7 +294,9 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 		if (cur.idx == SHM_NONE) {
 			if (algo_insert(h, start, &cur, out) < 0)
 				return -1;
-			continue;       /* from the slot as it is now (a racing insert's) */
+			/* From the slot insert found or made (a racing insert's
+			 * or a new one, read again): no second lookup. */
+			continue;
 		}
 		struct conc_word n = c;
 		/* A period's leases all live until its newest one expires. */
@@ -301,10 +304,10 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 			n.back = n.taken;
 		/* ceil() without its call: x >= 0 (now is in the period). */
 		double x = (now - (double)start) * CONC_TMAX / (double)p;
-		uint64_t at = x > 0 ? (uint64_t)x : 0;
+		int64_t at = x > 0 ? (int64_t)x : 0;
 		at += (double)at < x;
 		at = at > CONC_TMAX ? CONC_TMAX : at;
-		n.newest = at > c.newest ? at : c.newest;
+		n.newest = (uint64_t)at > c.newest ? (uint64_t)at : c.newest;
 		n.taken = c.taken + 1;
 		if (shm_cas_count(t, &cur, &seen, conc_pack(n)) && shm_still(t, &cur)) {
 			/* Exact: taken here, the store's to admit. */
@@ -317,6 +320,8 @@ static int conc_hit(const struct algo_hit *h, struct rl_result *out)
 			inflight += 1;
 			break;
 		}
+		/* Raced (another CAS, an eviction): the slots as they are now. */
+		shm_find(t, h->k, start, pstart, &cur, &prev);
 	}
 	/* The oldest in flight: the previous period's, else this one's. */
 	double until = conc_until(b, pstart, p, lease);

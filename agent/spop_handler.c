@@ -440,18 +440,34 @@ static void put_var_str(struct spop_writer *w, const struct spop_handler *h, int
 }
 
 /* The variable `lease` of r, if it took one: out of line, so that the
- * other variables' path keeps no buffer on its stack. */
+ * other variables' path keeps no buffer on its stack. Its value is always
+ * a STRING of ALGO_LEASE_LEN bytes (its length one varint byte), written
+ * in place; the plain name's set-var start too, in the same room: its
+ * header row copied whole (a fixed-size copy; what follows the header is
+ * written over next). */
 static __attribute__((noinline)) void put_lease(struct spop_writer *w,
 						 const struct spop_handler *h,
 						 const struct rl_decision *r, const char *sfx)
 {
 	char lease[ALGO_LEASE_LEN + 1];
-	size_t n = decide_lease_text(r, lease);
+	uint8_t *p;
 
-	if (n) {                /* put_var_str() without its strlen() */
-		put_var_head(w, h, VAR_LEASE, sfx);
-		spop_put_u8(w, SPOP_DATA_STRING);
-		spop_put_str(w, lease, n);
+	_Static_assert(ALGO_LEASE_LEN < 240, "a lease's length is one varint byte");
+	_Static_assert(sizeof(h->var_hdr[VAR_LEASE]) <= 2 + ALGO_LEASE_LEN,
+		       "the header row fits the room of the plain variable");
+	if (!decide_lease_text(r, lease))
+		return;
+	if (sfx) {
+		put_var_head_sfx(w, h, VAR_LEASE, sfx);
+		p = spop_put_room(w, 2 + ALGO_LEASE_LEN);
+	} else if ((p = spop_put_room(w, h->var_hdr_len[VAR_LEASE] + 2 + ALGO_LEASE_LEN))) {
+		memcpy(p, h->var_hdr[VAR_LEASE], sizeof(h->var_hdr[VAR_LEASE]));
+		p += h->var_hdr_len[VAR_LEASE];
+	}
+	if (p) {
+		p[0] = SPOP_DATA_STRING;
+		p[1] = ALGO_LEASE_LEN;
+		memcpy(p + 2, lease, ALGO_LEASE_LEN);
 	}
 }
 

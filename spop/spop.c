@@ -699,22 +699,6 @@ void spop_writer_init(struct spop_writer *w, uint8_t *buf, size_t cap)
 	w->overflow = false;
 }
 
-/* Room for n more bytes at the end of w, or NULL (and overflow sticks). */
-static uint8_t *w_reserve(struct spop_writer *w, size_t n)
-{
-	uint8_t *p;
-
-	if (w->overflow)
-		return NULL;
-	if (n > w->cap - w->len) {
-		w->overflow = true;
-		return NULL;
-	}
-	p = w->buf + w->len;
-	w->len += n;
-	return p;
-}
-
 /* A caller bug (unknown data type, more than 255 arguments) poisons the
  * writer like an overflow: the frame then fails at spop_frame_end() instead
  * of going out malformed. */
@@ -725,7 +709,7 @@ static void w_poison(struct spop_writer *w)
 
 void spop_put_u8(struct spop_writer *w, uint8_t v)
 {
-	uint8_t *p = w_reserve(w, 1);
+	uint8_t *p = spop_put_room(w, 1);
 
 	if (p)
 		*p = v;
@@ -734,7 +718,7 @@ void spop_put_u8(struct spop_writer *w, uint8_t v)
 void spop_put_varint(struct spop_writer *w, uint64_t v)
 {
 	/* Most values written are below 240: one byte, no size to work out. */
-	uint8_t *p = w_reserve(w, v < 240 ? 1 : spop_varint_size(v));
+	uint8_t *p = spop_put_room(w, v < 240 ? 1 : spop_varint_size(v));
 
 	if (p)
 		varint_write(p, v);
@@ -746,7 +730,7 @@ void spop_put_bytes(struct spop_writer *w, const void *src, size_t len)
 
 	if (len == 0)   /* src may then be NULL, and so may w->buf */
 		return;
-	p = w_reserve(w, len);
+	p = spop_put_room(w, len);
 	if (p)
 		memcpy(p, src, len);
 }
@@ -853,7 +837,7 @@ size_t spop_frame_begin(struct spop_writer *w, enum spop_frame_type type, uint32
 
 	spop_put_bytes(w, "\0\0\0\0", SPOP_LEN_SIZE);   /* patched by frame_end */
 	spop_put_u8(w, (uint8_t)type);
-	p = w_reserve(w, 4);
+	p = spop_put_room(w, 4);
 	if (p)
 		write_be32(p, flags);
 	spop_put_varint(w, stream_id);

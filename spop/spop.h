@@ -123,6 +123,23 @@ int spop_frame_end(struct spop_writer *w, size_t start, size_t max_frame_size);
 void spop_put_u8(struct spop_writer *w, uint8_t v);
 void spop_put_varint(struct spop_writer *w, uint64_t v);
 void spop_put_bytes(struct spop_writer *w, const void *p, size_t len);
+/* Room for n more bytes at the end of w, for the caller to fill (all n of
+ * them), or NULL: the writer overflowed (and overflow sticks). Inline: an
+ * answer's fixed-size value (a lease id) is written in place with it. */
+static inline uint8_t *spop_put_room(struct spop_writer *w, size_t n)
+{
+	uint8_t *p;
+
+	if (w->overflow)
+		return NULL;
+	if (n > w->cap - w->len) {
+		w->overflow = true;
+		return NULL;
+	}
+	p = w->buf + w->len;
+	w->len += n;
+	return p;
+}
 /* Untyped STRING: <len:varint><bytes> (names of messages, args, KV items, vars). */
 void spop_put_str(struct spop_writer *w, const char *p, size_t len);
 void spop_put_data(struct spop_writer *w, const struct spop_data *d);
