@@ -16,6 +16,8 @@
  *   - one settle sent to both nodes (at once, or one after the other,
  *     with another cost the second time) counts once: the store's first
  *     claim applies it, the other node's is a duplicate (settles_total);
+ *   - the store silent (paused) at a settle: applied on its node alone
+ *     after 5 s (unconfirmed), and in the store once it answers;
  *   - a reservation never settled keeps its estimate in the store: a
  *     settle after settle_ms does nothing;
  *   - with sync_rate 0 the settle's difference reaches the store too.
@@ -233,6 +235,32 @@ CT_STORE_TEST(reserve_settle_on_both_nodes_counts_once)
 	cr_assert_eq(applied, 2, "%s: one settle applied per reservation (%lld)", st->name,
 		     applied);
 	cr_assert_eq(dup, 2, "%s: the other node's a duplicate (%lld)", st->name, dup);
+}
+
+/* The store silent (paused) when a settle comes: the node waits for its
+ * claim's answer 5 s (SYNC_CLAIM_WAIT), then applies it alone (counted
+ * unconfirmed); the store has it once it answers again. */
+CT_STORE_TEST(reserve_settle_store_silent_applies_alone)
+{
+	char key[48], a[ID_MAX];
+	unsigned w = ct_window();
+
+	two_nodes(st, w);
+	sp_key(key, sizeof(key), "tenant");
+	cr_assert(reserve(0, key, w, 400, a), "%s: reserve 400", st->name);
+	store_holds(st, key, w, 400);
+	st->pause();
+	cr_assert(settle(0, a, 100), "%s: taken, the store silent", st->name);
+	int64_t t0 = test_now_ms();
+	while (ct_rate(0, key, w) != 100 && test_now_ms() - t0 < 20000)
+		test_sleep_ms(100);
+	cr_assert_eq(ct_rate(0, key, w), 100, "%s: applied alone", st->name);
+	st->resume();
+	store_holds(st, key, w, 100);
+	cr_assert_eq(ct_node_metric(0, "spoa_ratelimit_settles_total{namespace=\"default\","
+				    "result=\"unconfirmed\"}"), 1, "%s", st->name);
+	cr_assert_eq(ct_node_metric(0, "spoa_ratelimit_settles_total{namespace=\"default\","
+				    "result=\"applied\"}"), 0, "%s", st->name);
 }
 
 /* A reservation never settled counts its estimate: a settle after
