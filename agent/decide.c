@@ -299,6 +299,9 @@ static __attribute__((noinline)) void decide_reserved(struct rl_decision *r,
 	r->skeylen = sk->len;
 }
 
+static void lease_add_to_store(struct decide *d, const struct rl_skey *sk,
+			       const struct rl_decision *r, double now);
+
 /* The hit res, decided as admit said, into r: the admissions counted,
  * what the decision waits for (the store's answer: sync_rate 0, or an
  * admission the store decides, with the stored key it is pushed under),
@@ -350,6 +353,8 @@ static void decide_record(struct decide *d, const struct rl_request *rq,
 	 * the store brings it back anyway). */
 	if (res->inserted && nsc->sync_rate > 0 && d->sync && !exact && !away)
 		sync_seed(d->sync, (unsigned)ns, res->cur_idx);
+	if (away && r->counted && r->algo == NS_ALGO_CONCURRENCY)
+		lease_add_to_store(d, sk, r, now);
 	finish(r, now);
 }
 
@@ -451,16 +456,35 @@ static void lease_give_back(struct decide *d, const struct rl_skey *sk, struct r
 	}
 }
 
+/* A lease of concurrency decision r taken on this node's share while the
+ * store was away: added to the store once it answers (sync_lease_add;
+ * docs/CLUSTER.md, "Concurrency across a cluster"), so that the cluster
+ * counts it until it is given back or expires. Out of line: rare. */
+static __attribute__((noinline)) void lease_add_to_store(struct decide *d,
+							  const struct rl_skey *sk,
+							  const struct rl_decision *r, double now)
+{
+	const struct ns_def *nsc = rl_namespace_def(d->rl, r->ns);
+	char id[ALGO_LEASE_LEN + 1];
+	size_t sl;
+	const char *skey = skey_of(r, sk, &sl);
+
+	if (d->sync && nsc && nsc->sync_rate > 0)
+		sync_lease_add(d->sync, (unsigned)r->ns, skey, sl, id,
+			       algo_lease_text(r->lease, r->lease_mac, id),
+			       now + (double)ns_lease_ms(nsc) / 1000.0);
+}
+
 /* A concurrency decision denied by another of its parts: its lease given
- * back, here and, if the store admitted it, there; one still waiting for
- * the store is not sent. */
+ * back, here and, if the store admitted it (or will: one taken while it
+ * was away), there; one still waiting for the store is not sent. */
 static void lease_take_back(struct decide *d, const struct rl_skey *sk, struct rl_decision *r,
 			    double now)
 {
 	bool waiting = r->admit0 && !r->store_counted;
 
 	if (r->counted || waiting)
-		lease_give_back(d, sk, r, r->counted && r->admit0, now);
+		lease_give_back(d, sk, r, r->counted && (r->admit0 || r->degraded), now);
 	r->counted = false;
 	if (waiting)
 		r->admit0 = r->sync0 = false;
@@ -1069,6 +1093,8 @@ static void admit_locally(struct decide *d, struct rl_decision *r, double now)
 		r->counted = r->current <= r->cap;
 		if (!r->counted)
 			lease_give_back(d, NULL, r, true, now);
+		else
+			lease_add_to_store(d, NULL, r, now);
 		finish(r, now);
 		return;
 	}

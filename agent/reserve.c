@@ -181,10 +181,10 @@ static uint32_t reserve_window(const struct reserve_id *r, size_t i, int64_t *st
 
 /* The difference actual - estimate applied to each window of r the table
  * still keeps (one that counts for no rate is left alone). */
-static void reserve_apply(struct decide *d, const struct reserve_id *r, double cost, double now)
+static void reserve_apply(struct decide *d, const struct reserve_id *r, double cost, bool synced,
+			  double now)
 {
 	double diff = cost - r->estimate;
-	bool synced = reserve_synced(d, r->nsc);
 
 	for (size_t i = 0; diff != 0 && i < r->nw; i++) {
 		int64_t start;
@@ -212,8 +212,10 @@ static void reserve_on_claim(void *arg, enum sync_claim result, const void *data
 	reserve_count(d, r.ns, result == SYNC_CLAIM_TAKEN ? METRICS_SETTLE_DUPLICATE
 			       : result == SYNC_CLAIM_FIRST ? METRICS_SETTLE_APPLIED
 			       : METRICS_SETTLE_UNCONFIRMED);
+	/* A claim is a namespace's that syncs (d->sync may be gone: a
+	 * stopping sync calls back its claims left). */
 	if (result != SYNC_CLAIM_TAKEN)
-		reserve_apply(d, &r, cost, rl_now());
+		reserve_apply(d, &r, cost, true, rl_now());
 }
 
 int reserve_settle(struct decide *d, const char *id, size_t len, double cost, double now,
@@ -255,6 +257,8 @@ int reserve_settle(struct decide *d, const char *id, size_t len, double cost, do
 	/* Across a cluster, once: the store's first claim applies it
 	 * (docs/CLUSTER.md, "Reservations"); no store to claim it from (or
 	 * no room to wait for one): this node's mark alone. */
+	_Static_assert(RESERVE_BYTES_MAX + sizeof(double) <= SYNC_CLAIM_DATA_MAX,
+		       "a claim's data holds a reservation and its cost");
 	if (reserve_synced(d, r.nsc)) {
 		char mark[RL_MARK_LEN];
 		rl_mark_key(r.mac, mark);
@@ -266,7 +270,7 @@ int reserve_settle(struct decide *d, const char *id, size_t len, double cost, do
 	} else {
 		reserve_count(d, r.ns, METRICS_SETTLE_APPLIED);
 	}
-	reserve_apply(d, &r, cost, now);
+	reserve_apply(d, &r, cost, reserve_synced(d, r.nsc), now);
 	return 1;
 }
 

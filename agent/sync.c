@@ -147,7 +147,7 @@ bool sync_busy(const struct sync *sy)
 {
 	if (!sy)
 		return false;
-	if (sy->nparked > 0)
+	if (sy->nparked > 0 || sync_leases_busy(sy))
 		return true;
 	for (size_t i = 0; i < sy->n; i++) {
 		const struct sync_ns *sn = &sy->ns[i];

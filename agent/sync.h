@@ -141,6 +141,18 @@ void sync_hit_keep(struct rl *rl, const struct sync_hit *h);
 int sync_lease_release(struct sync *s, unsigned ns, const char *key, size_t keylen,
 		       const char *id, size_t idlen, double until);
 
+/* A concurrency lease this node took on its share while namespace ns's
+ * store was away (docs/CLUSTER.md, "Concurrency across a cluster"),
+ * added to the store once it answers: the store's lease step, an acquire
+ * admitted whatever the key's other leases, that lives until `until`
+ * (this node's clock: the lease's expiry). Sent as sync_lease_release
+ * sends, retried until the store answers or until `until`; a release of
+ * the same lease before the add has left cancels both. Returns 0 when
+ * queued, -1 when not (no store for ns, the queue full: the store does
+ * not count the lease). Never blocks. */
+int sync_lease_add(struct sync *s, unsigned ns, const char *key, size_t keylen, const char *id,
+		   size_t idlen, double until);
+
 /* A settle's claim (docs/CLUSTER.md, "Reservations"): what the store
  * said of it. */
 enum sync_claim {

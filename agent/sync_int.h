@@ -180,8 +180,13 @@ static inline double sync_period(const struct sync_ns *sn)
 /* ---- sync_lease.c: releases and settles' claims on their way ---- */
 
 /* Stops the retries; frees what is queued (after sync_gather_stop: no
- * release is in flight then). */
+ * release is in flight then), calling back the claims left
+ * (SYNC_CLAIM_UNCONFIRMED). */
 void sync_leases_free(struct sync *sy);
+
+/* Are settles' claims waiting for the store (a stopping worker waits for
+ * them: sync_busy)? */
+bool sync_leases_busy(const struct sync *sy);
 
 /* ---- sync.c, for tests/lib/syncnow.c ---- */
 

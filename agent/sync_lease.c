@@ -7,6 +7,12 @@
  *             with cost 0; removing an id twice removes nothing, so a
  *             release may be sent again as often as needed and still frees
  *             its lease once
+ *   adds      a concurrency lease taken on the node's share while the store
+ *             was away (sync_lease_add): the step with cost 1 and no limit
+ *             (SYNC_LEASE_ANY), so that once the store is back it counts
+ *             the lease until it is given back or expires; a release of
+ *             that lease before its add left cancels the add (the store
+ *             never had it)
  *   claims    a settle's claim on its reservation (sync_settle_claim;
  *             docs/CLUSTER.md, "Reservations"): an acquire of the one lease
  *             (limit 1) of the reservation's mark key, under the node's id;
@@ -16,7 +22,8 @@
  *
  *   queue     each waits in a fixed array of the worker's sync
  *             (SYNC_LEASE_MAX, allocated at the first one: no hot path),
- *             its key, id and a claim's data copied
+ *             its key, id and a claim's data copied; each kind may hold
+ *             its part only (sync_lease_cap)
  *   send      with the loop iteration's admissions (sync_gather_admit):
  *             one store call for all of them
  *   retry     one the store did not answer (away, the call failed) is
@@ -27,8 +34,9 @@
  *
  * Not handed over at a reload (sync_reload): a release still queued then
  * is dropped, and its lease expires in the store lease_ms after it was
- * taken, as one of a node that died; a claim is dropped with its settle
- * (the reservation keeps its estimate, as when a settle is lost).
+ * taken, as one of a node that died; an add too (the store does not count
+ * that lease). A stopping sync waits for its claims (sync_busy: at most
+ * SYNC_CLAIM_WAIT), and applies those left on this node alone.
  */
 #include "agent/sync_int.h"
 #include "strategies/container.h"
@@ -40,8 +48,19 @@
 
 #include "agent/log.h"
 
-#define SYNC_LEASE_MAX   1024     /* releases and claims queued per worker */
+#define SYNC_LEASE_MAX   1024     /* releases, adds and claims queued per worker */
 #define SYNC_LEASE_RETRY 0.25     /* seconds between tries */
+#define SYNC_LEASE_ANY   1e9      /* an add's limit: admitted whatever the others */
+
+/* What an entry is, and how many of the queue each kind may hold: a
+ * flood of one (settles while the store is away) never leaves the others
+ * (releases) without room. */
+enum sync_lease_kind { SYNC_LK_RELEASE, SYNC_LK_ADD, SYNC_LK_CLAIM, SYNC_LK_KINDS };
+static const size_t sync_lease_cap[SYNC_LK_KINDS] = {
+	[SYNC_LK_RELEASE] = SYNC_LEASE_MAX / 2,
+	[SYNC_LK_ADD] = SYNC_LEASE_MAX / 4,
+	[SYNC_LK_CLAIM] = SYNC_LEASE_MAX / 4,
+};
 
 struct sync_lease {
 	struct sync *sy;
@@ -51,6 +70,7 @@ struct sync_lease {
 	char id[STRATEGY_LEASE_MAX];
 	double until;
 	bool used, flying;
+	enum sync_lease_kind kind;
 	/* A claim's: its caller's answer, and what it hands back. */
 	sync_claim_cb cb;
 	void *arg;
@@ -61,6 +81,7 @@ struct sync_lease {
 struct sync_leases {
 	struct sync_lease e[SYNC_LEASE_MAX];
 	size_t n;                     /* used */
+	size_t nkind[SYNC_LK_KINDS];  /* used, by kind */
 	ev_timer retry;
 	double log;                   /* last "dropped" line */
 };
@@ -71,14 +92,15 @@ static void sync_lease_drop(struct sync_leases *q, struct sync_lease *e)
 {
 	e->used = false;
 	q->n--;
+	q->nkind[e->kind]--;
 	if (q->n == 0)
 		ev_timer_stop(e->sy->loop, &q->retry);
 }
 
-/* Done with e: a claim's caller told r (stopping: never told), e freed. */
+/* Done with e: a claim's caller told r, e freed. */
 static void sync_lease_done(struct sync_leases *q, struct sync_lease *e, enum sync_claim r)
 {
-	if (e->cb && !e->sy->stopping)
+	if (e->cb)
 		e->cb(e->arg, r, e->data, e->len);
 	sync_lease_drop(q, e);
 }
@@ -90,8 +112,10 @@ static void sync_lease_on_answer(void *arg, int status, const char *errstr)
 
 	(void)status, (void)errstr;
 	e->flying = false;
+	/* Stopping: a claim not answered is applied by this node alone. */
 	if (e->a.ok || e->sy->stopping)
-		sync_lease_done(q, e, e->a.admitted ? SYNC_CLAIM_FIRST : SYNC_CLAIM_TAKEN);
+		sync_lease_done(q, e, !e->a.ok ? SYNC_CLAIM_UNCONFIRMED
+				      : e->a.admitted ? SYNC_CLAIM_FIRST : SYNC_CLAIM_TAKEN);
 	else if (!ev_is_active(&q->retry))
 		ev_timer_again(e->sy->loop, &q->retry);
 }
@@ -99,6 +123,15 @@ static void sync_lease_on_answer(void *arg, int status, const char *errstr)
 static void sync_lease_send(struct sync_lease *e)
 {
 	struct sync_leases *q = e->sy->leases;
+
+	/* An add: the store keeps it for what is left of its life. */
+	if (e->kind == SYNC_LK_ADD) {
+		e->a.lease_s = e->until - rl_now();
+		if (!(e->a.lease_s > 0.001)) {
+			sync_lease_drop(q, e);
+			return;
+		}
+	}
 
 	if (sync_gather_admit(e->sy, e->ns, &e->a, 1, sync_lease_on_answer, e) == 0)
 		e->flying = true;
@@ -126,8 +159,8 @@ static void sync_on_lease_retry(struct ev_loop *loop, ev_timer *w, int revents)
 
 /* A free entry of sy's queue for namespace ns (its sync in *snp), or
  * NULL (no store that admits for ns, the queue full: logged). */
-static struct sync_lease *sync_lease_new(struct sync *sy, unsigned ns, struct sync_ns **snp,
-					 const char *what)
+static struct sync_lease *sync_lease_new(struct sync *sy, unsigned ns, enum sync_lease_kind kind,
+					 struct sync_ns **snp, const char *what)
 {
 	struct sync_ns *sn = sy && !sy->stopping ? sync_find_ns(sy, ns) : NULL;
 	struct sync_leases *q;
@@ -142,16 +175,17 @@ static struct sync_lease *sync_lease_new(struct sync *sy, unsigned ns, struct sy
 		sy->leases->retry.repeat = SYNC_LEASE_RETRY;
 	}
 	q = sy->leases;
-	for (size_t i = 0; i < SYNC_LEASE_MAX; i++)
+	for (size_t i = 0; i < SYNC_LEASE_MAX && q->nkind[kind] < sync_lease_cap[kind]; i++)
 		if (!q->e[i].used) {
 			*snp = sn;
+			q->e[i].kind = kind;
 			return &q->e[i];
 		}
 	double now = rl_now();
 	if (now - q->log >= 10.0) {
 		q->log = now;
-		LOG(LOG_WARN, "namespace \"%s\": %d releases and claims wait for the store "
-		    "already: %s", sn->def->name, SYNC_LEASE_MAX, what);
+		LOG(LOG_WARN, "namespace \"%s\": %zu of its kind wait for the store already: %s",
+		    sn->def->name, sync_lease_cap[kind], what);
 	}
 	return NULL;
 }
@@ -163,6 +197,7 @@ static void sync_lease_queue(struct sync_lease *e, struct sync_ns *sn, const cha
 			     double limit, double lease_s)
 {
 	e->used = true;
+	e->sy->leases->nkind[e->kind]++;
 	memcpy(e->key, key, keylen);
 	memcpy(e->id, id, idlen);
 	e->a = (struct strategy_admit){
@@ -175,18 +210,56 @@ static void sync_lease_queue(struct sync_lease *e, struct sync_ns *sn, const cha
 	sync_lease_send(e);
 }
 
+/* The add of lease id[0..idlen) of key that has not left yet, or NULL. */
+static struct sync_lease *sync_lease_unsent_add(struct sync *sy, unsigned ns, const char *key,
+						size_t keylen, const char *id, size_t idlen)
+{
+	struct sync_leases *q = sy ? sy->leases : NULL;
+
+	for (size_t i = 0; q && q->n > 0 && idlen > 0 && i < SYNC_LEASE_MAX; i++) {
+		struct sync_lease *e = &q->e[i];
+		if (e->used && e->kind == SYNC_LK_ADD && !e->flying && e->ns == ns && e->a.key_len == keylen &&
+		    e->a.lease_len == idlen && memcmp(e->key, key, keylen) == 0 &&
+		    memcmp(e->id, id, idlen) == 0)
+			return e;
+	}
+	return NULL;
+}
+
 int sync_lease_release(struct sync *sy, unsigned ns, const char *key, size_t keylen,
 		       const char *id, size_t idlen, double until)
 {
 	struct sync_ns *sn;
 	struct sync_lease *e;
 
-	if (keylen == 0 || keylen > RL_STORED_KEY_MAX || idlen > STRATEGY_LEASE_MAX ||
-	    !(e = sync_lease_new(sy, ns, &sn, "this release is dropped, its lease expires there")))
+	if (keylen == 0 || keylen > RL_STORED_KEY_MAX || idlen > STRATEGY_LEASE_MAX)
 		return -1;
-	*e = (struct sync_lease){ .sy = sy, .ns = ns, .until = until };
+	/* Given back before the store had it: neither is sent. */
+	if ((e = sync_lease_unsent_add(sy, ns, key, keylen, id, idlen))) {
+		sync_lease_drop(sy->leases, e);
+		return 0;
+	}
+	if (!(e = sync_lease_new(sy, ns, SYNC_LK_RELEASE, &sn,
+				 "this release is dropped, its lease expires there")))
+		return -1;
+	*e = (struct sync_lease){ .sy = sy, .ns = ns, .until = until, .kind = SYNC_LK_RELEASE };
 	sync_lease_queue(e, sn, key, keylen, id, idlen, 0, 0,
 			 (double)ns_lease_ms(sn->def) / 1000.0);
+	return 0;
+}
+
+int sync_lease_add(struct sync *sy, unsigned ns, const char *key, size_t keylen, const char *id,
+		   size_t idlen, double until)
+{
+	struct sync_ns *sn;
+	struct sync_lease *e;
+
+	if (keylen == 0 || keylen > RL_STORED_KEY_MAX || idlen == 0 ||
+	    idlen > STRATEGY_LEASE_MAX || !(rl_now() < until) ||
+	    !(e = sync_lease_new(sy, ns, SYNC_LK_ADD, &sn, "this lease is not added to the store")))
+		return -1;
+	*e = (struct sync_lease){ .sy = sy, .ns = ns, .until = until, .kind = SYNC_LK_ADD };
+	sync_lease_queue(e, sn, key, keylen, id, idlen, 1, SYNC_LEASE_ANY, until - rl_now());
 	return 0;
 }
 
@@ -200,9 +273,11 @@ int sync_settle_claim(struct sync *sy, unsigned ns, const char *mark, size_t mar
 
 	if (marklen == 0 || marklen > RL_STORED_KEY_MAX || len > SYNC_CLAIM_DATA_MAX ||
 	    !(now < until) ||
-	    !(e = sync_lease_new(sy, ns, &sn, "this settle is applied on this node alone")))
+	    !(e = sync_lease_new(sy, ns, SYNC_LK_CLAIM, &sn,
+				 "this settle is applied on this node alone")))
 		return -1;
 	*e = (struct sync_lease){ .sy = sy, .ns = ns, .cb = cb, .arg = arg, .len = len,
+				  .kind = SYNC_LK_CLAIM,
 				  .until = fmin(until, now + SYNC_CLAIM_WAIT) };
 	memcpy(e->data, data, len);
 	snprintf(node, sizeof(node), "%016llx", (unsigned long long)sy->node);
@@ -212,10 +287,20 @@ int sync_settle_claim(struct sync *sy, unsigned ns, const char *mark, size_t mar
 	return 0;
 }
 
+bool sync_leases_busy(const struct sync *sy)
+{
+	return sy->leases && sy->leases->nkind[SYNC_LK_CLAIM] > 0;
+}
+
 void sync_leases_free(struct sync *sy)
 {
 	if (!sy->leases)
 		return;
+	/* Claims still queued: applied by this node alone (their settles
+	 * were answered taken). */
+	for (size_t i = 0; i < SYNC_LEASE_MAX && sy->leases->n > 0; i++)
+		if (sy->leases->e[i].used)
+			sync_lease_done(sy->leases, &sy->leases->e[i], SYNC_CLAIM_UNCONFIRMED);
 	ev_timer_stop(sy->loop, &sy->leases->retry);
 	free(sy->leases);
 	sy->leases = NULL;

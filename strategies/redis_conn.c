@@ -4,7 +4,7 @@
  * A connection (struct redis_conn) is one server reached through hiredis's
  * async API on the strategy's loop. A data connection pipelines its
  * handshake behind the non-blocking connect - AUTH, SELECT, ROLE (sentinel
- * mode: the server must say it is a master), the three SCRIPT LOADs - and
+ * mode: the server must say it is a master), the six SCRIPT LOADs - and
  * is READY once all of them answered within timeout_ms; a watch connection
  * (sentinel) sends AUTH with the sentinels' own credentials (if any), then
  * SUBSCRIBE +switch-master, and is READY at its confirmation, its messages

@@ -1,7 +1,8 @@
 /*
  * redis_script.c - the Lua scripts of the Redis strategy
  * (strategies/redis_int.h): pushes (push_diffs), admissions (admit: the
- * window counter's, GCRA's TAT step, and the concurrency limit's leases) and the heartbeat, each loaded with SCRIPT LOAD in every data connection's
+ * window counter's, GCRA's TAT step, and the concurrency limit's leases), the heartbeat and the limits
+ * read, each loaded with SCRIPT LOAD in every data connection's
  * handshake (redis_conn.c) and called with EVALSHA, or EVAL after a
  * NOSCRIPT reply (redis_call.c); and the forget (an operator's DELETE, a
  * few a day: sent with EVAL, never loaded). The operations that build

@@ -94,18 +94,6 @@ static double gcra_store_ahead(const struct ct_store *st, const char *key, unsig
 	return ahead > 0 ? ahead : -1;
 }
 
-/* The store, gone (st->gone), back on its port with what it had on disk
- * (Redis: nothing; PostgreSQL: its tables). */
-static void gcra_store_back(const struct ct_store *st)
-{
-	if (st == &ct_redis)
-		cr_assert(redis_server_restart(&ct_redis_srv, CT_STORE_MS) == 0,
-			  "restart redis-server: %s", ct_redis_srv.err);
-	else
-		cr_assert(pg_server_start(&ct_pg_srv, CT_STORE_MS) == 0, "postgres: %s",
-			  ct_pg_srv.err);
-}
-
 /* GCRA_HITS hits of a new key sent at once over the nodes: how many were
  * admitted, and in *ms how long the burst took (the first send to the
  * last answer). */
@@ -239,7 +227,7 @@ CT_STORE_TEST(gcra_hits_while_away_reach_the_store)
 	cr_log_info("%s gone: %lld admitted of %d at once (%lld degraded)", st->name,
 		    (long long)got, GCRA_HITS, (long long)ct_degraded);
 	cr_assert_eq(got, CT_NODES, "%s gone: one hit per node (its share)", st->name);
-	gcra_store_back(st);
+	ct_store_back(st);
 	ct_wait_store_decides(w, GCRA_LIMIT);
 	/* The pushes: a sync cycle (0.1 s) once each node's store is back. */
 	for (t0 = test_now_ms(); test_now_ms() - t0 < 10000; test_sleep_ms(50))

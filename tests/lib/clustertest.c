@@ -134,6 +134,16 @@ void ct_wait_nodes(size_t want)
 			     n, ct_node_metric(n, sample));
 }
 
+void ct_store_back(const struct ct_store *st)
+{
+	if (st == &ct_redis)
+		cr_assert(redis_server_restart(&ct_redis_srv, CT_STORE_MS) == 0,
+			  "restart redis-server: %s", ct_redis_srv.err);
+	else
+		cr_assert(pg_server_start(&ct_pg_srv, CT_STORE_MS) == 0, "postgres: %s",
+			  ct_pg_srv.err);
+}
+
 void ct_wait_store_down(void)
 {
 	static const char sample[] = "spoa_ratelimit_store_up{namespace=\"default\"} ";

@@ -216,6 +216,10 @@ struct ct_store {
 };
 
 extern const struct ct_store ct_redis, ct_postgres;
+
+/* The store, gone (st->gone), back on its port with what it had on disk
+ * (Redis: nothing; PostgreSQL: its tables); asserted within CT_STORE_MS. */
+void ct_store_back(const struct ct_store *st);
 /* The servers behind them, for what only one store does. */
 extern struct redis_server ct_redis_srv;
 extern struct pg_server ct_pg_srv;
