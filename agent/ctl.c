@@ -339,6 +339,11 @@ static void ctl_print_store(const json_t *ws)
 			printf("store: away for the %.0fs window (%s)\n", num(w, "window"), err);
 			continue;
 		}
+		if (json_object_get(st, "in_flight")) {      /* a concurrency limit's */
+			printf("store: %g leases in flight (every node's), the first expires in "
+			       "%.1fs\n", num(st, "in_flight"), num(st, "expires_in"));
+			continue;
+		}
 		if (!head) {
 			time_t t = (time_t)num(st, "read_at");
 			struct tm tm;

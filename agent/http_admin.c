@@ -153,7 +153,7 @@ static int admin_key_args(struct rl *rl, const char *query, size_t qlen, char *d
 /* The store's part of window i of a synced namespace at now: what it
  * holds of the key (sv->counts[i]), or why it could not say (sv->why). */
 static void admin_store_part(char *out, size_t cap, size_t *o, const struct admin_wait *sv,
-			     size_t i, double now, bool sliding)
+			     size_t i, double now, bool sliding, bool leases)
 {
 	const struct sync_read_count *c = &sv->counts[i];
 
@@ -162,6 +162,11 @@ static void admin_store_part(char *out, size_t cap, size_t *o, const struct admi
 		http_put(out, cap, o, ",\"store\":{\"error\":\"");
 		http_escape(out, cap, o, why, strlen(why), HTTP_ESC_JSON_BYTES);
 		http_put(out, cap, o, "\"}");
+		return;
+	}
+	if (leases) {
+		http_put(out, cap, o, ",\"store\":{\"in_flight\":%.17g,\"expires_in\":%.3f,"
+		    "\"read_at\":%.3f}", c->current, c->previous, sv->read_at);
 		return;
 	}
 	double weight = sliding ? window_weight(now, c->size) : 0;
@@ -213,7 +218,8 @@ static int admin_keys_text(struct rl *rl, int ns, const char *key, size_t key_le
 			http_put(out, cap, &o, ",\"in_flight\":%lld", (long long)k.count);
 		if (sv) {
 			http_put(out, cap, &o, ",\"seen\":%s", k.found ? "true" : "false");
-			admin_store_part(out, cap, &o, sv, i, now, sliding);
+			admin_store_part(out, cap, &o, sv, i, now, sliding,
+					 nsc->algorithm == NS_ALGO_CONCURRENCY);
 		}
 		if (limit != NS_LIMIT_NONE)
 			http_put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%lld", (long long)limit,
@@ -258,10 +264,7 @@ int admin_keys(struct rl *rl, struct sync *sy, const char *query, size_t qlen, d
 
 	if ((ns = admin_key_args(rl, query, qlen, dec, sizeof(dec), &a, out, cap, &status)) < 0)
 		return status;
-	/* A concurrency limit's store holds leases, no window counts to
-	 * read: this node's view only (docs/HTTP.md). */
-	if (rl_namespace_def(rl, ns)->sync_rate < 0 ||
-	    rl_namespace_def(rl, ns)->algorithm == NS_ALGO_CONCURRENCY)
+	if (rl_namespace_def(rl, ns)->sync_rate < 0)
 		return admin_keys_text(rl, ns, a.key, a.key_len, now, NULL, out, cap);
 	/* Answered at once when the store cannot be asked: w->why says why. */
 	size_t sl = rl_stored_key(rl, a.key, a.key_len, stored);

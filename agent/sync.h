@@ -271,6 +271,9 @@ struct sync_read_count {
 	                            node's, as pushed (not a node's unpushed hits,
 	                            not the grants it holds) */
 	double previous;         /* ... in the window before it */
+	                         /* a concurrency limit's (one, its window):
+	                            current the leases in flight, previous the
+	                            seconds until the first of them expires */
 };
 
 /* c[0..n): one per window size of the namespace, in its order. why: NULL

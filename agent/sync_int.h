@@ -21,7 +21,9 @@
  *                  -> sync_doubt.c
  *   sync_forget.c  a key forgotten in the store (DELETE /keys)
  *                  -> sync_doubt.c
- *   sync_read.c    a key's counts read from the store (GET /keys)
+ *   sync_read.c    a key's counts read from the store (GET /keys; a
+ *                  concurrency limit's leases by a lease step)
+ *                  -> sync_gather.c
  *   sync_limits.c  limits per key set at run time: an operator's sent to
  *                  the store (PUT / DELETE /limits), the store's read by
  *                  the sync cycle (sync_cycle.c -> sync_limits.c)

@@ -11,6 +11,13 @@
  *               timeout_ms: the stores' contract), or at once when the
  *               store refuses them all (away, not connected)
  *
+ *   leases      a concurrency limit's (its store holds leases by id, not
+ *               window counts): one lease step, a release of an id no
+ *               lease has, with the loop iteration's admissions
+ *               (sync_gather_admit): the leases in flight, and the seconds
+ *               until the first expires (the step drops the expired ones,
+ *               as any step does: no count moves)
+ *
  * Nothing is written: not the table, not the store. A read needs no list
  * of the sync's: sync_stop destroys the stores, which fail every call in
  * flight, so a read always ends, answered or not, before its sync is
@@ -25,12 +32,14 @@
 #include "strategies/window_start.h"
 
 struct sync_read {
+	struct sync *sy;
 	sync_read_cb cb;              /* the caller, until answered or detached */
 	void *arg;
 	char ns[NS_NAME_MAX];         /* the counters point to these copies */
 	char *key;                    /* stored form */
 	size_t keylen;
 	struct strategy_counter c[2 * NS_MAX_WINDOWS];   /* current, previous per size */
+	struct strategy_admit a;      /* a concurrency limit's: its leases read */
 	struct sync_read_count out[NS_MAX_WINDOWS];
 	size_t nsizes;
 	unsigned outstanding;         /* get_window calls not answered */
@@ -72,6 +81,68 @@ static void sync_on_read(void *arg, int status, const char *errstr)
 	sync_read_free(r);
 }
 
+/* A concurrency limit's leases read: its lease step, a release of an id
+ * no lease has ("?": ids are hex), answered with the leases in flight
+ * and the seconds until the first expires. */
+static void sync_on_lease_read(void *arg, int status, const char *errstr)
+{
+	struct sync_read *r = arg;
+
+	if (status != 0 || !r->a.ok)
+		sync_read_fail(r, errstr);
+	r->out[0].ok = r->a.ok;
+	r->out[0].current = r->a.ok ? r->a.current : 0;
+	r->out[0].previous = r->a.ok ? r->a.previous : 0;
+	if (r->cb)
+		r->cb(r->arg, r->out, r->nsizes, r->why[0] ? r->why : NULL);
+	sync_read_free(r);
+}
+
+/* Returns 0 (sent), or -1 (r->why). */
+static int sync_read_leases(struct sync_ns *sn, struct sync_read *r, unsigned ns)
+{
+	r->nsizes = 1;
+	r->out[0] = (struct sync_read_count){ .size = sn->def->window_sizes[0] };
+	r->a = (struct strategy_admit){
+		.ns = r->ns, .ns_len = strlen(r->ns), .key = r->key, .key_len = r->keylen,
+		.size = sn->def->window_sizes[0], .cost = 0, .step = STRATEGY_STEP_LEASE,
+		.lease = "?", .lease_len = 1, .lease_s = (double)ns_lease_ms(sn->def) / 1000.0,
+	};
+	if (!sn->ops->admit || sync_gather_admit(r->sy, ns, &r->a, 1, sync_on_lease_read, r) < 0) {
+		sync_read_fail(r, "not connected");
+		return -1;
+	}
+	return 0;
+}
+
+/* A window counter's: the current and previous window of each size, one
+ * get_window each. Returns 0 (some sent), or -1 (none: r->why). */
+static int sync_read_windows(struct sync_ns *sn, struct sync_read *r, double now)
+{
+	r->nsizes = sn->def->n_window_sizes;
+	for (size_t i = 0; i < r->nsizes; i++) {
+		uint32_t size = sn->def->window_sizes[i];
+		int64_t start = strategy_window_start(now, size);
+
+		r->out[i] = (struct sync_read_count){ .size = size, .start = start };
+		for (size_t k = 0; k < 2; k++)
+			r->c[2 * i + k] = (struct strategy_counter){
+				.ns = r->ns, .ns_len = strlen(r->ns), .key = r->key,
+				.key_len = r->keylen, .size = size, .start = start - (int64_t)k * size };
+	}
+	/* Callbacks never run inside the call that starts them: the count
+	 * of calls out is complete before the first answer. */
+	for (size_t i = 0; i < 2 * r->nsizes; i++) {
+		char err[STRATEGY_ERR_MAX] = "";
+
+		if (sn->ops->get_window(sn->st, &r->c[i], sync_on_read, r, err) < 0)
+			sync_read_fail(r, err);
+		else
+			r->outstanding++;
+	}
+	return r->outstanding > 0 ? 0 : -1;
+}
+
 int sync_read(struct sync *sy, unsigned ns, const char *key, size_t keylen, double now,
 	      sync_read_cb cb, void *arg, struct sync_read **out, char errstr[STRATEGY_ERR_MAX])
 {
@@ -90,29 +161,11 @@ int sync_read(struct sync *sy, unsigned ns, const char *key, size_t keylen, doub
 	}
 	memcpy(r->key, key, keylen);
 	r->keylen = keylen;
+	r->sy = sy;
 	snprintf(r->ns, sizeof(r->ns), "%s", sn->def->name);
-	r->nsizes = sn->def->n_window_sizes;
-	for (size_t i = 0; i < r->nsizes; i++) {
-		uint32_t size = sn->def->window_sizes[i];
-		int64_t start = strategy_window_start(now, size);
-
-		r->out[i] = (struct sync_read_count){ .size = size, .start = start };
-		for (size_t k = 0; k < 2; k++)
-			r->c[2 * i + k] = (struct strategy_counter){
-				.ns = r->ns, .ns_len = strlen(r->ns), .key = r->key,
-				.key_len = keylen, .size = size, .start = start - (int64_t)k * size };
-	}
-	/* Callbacks never run inside the call that starts them: the count
-	 * of calls out is complete before the first answer. */
-	for (size_t i = 0; i < 2 * r->nsizes; i++) {
-		char err[STRATEGY_ERR_MAX] = "";
-
-		if (sn->ops->get_window(sn->st, &r->c[i], sync_on_read, r, err) < 0)
-			sync_read_fail(r, err);
-		else
-			r->outstanding++;
-	}
-	if (r->outstanding == 0) {
+	int rc = sn->def->algorithm == NS_ALGO_CONCURRENCY ? sync_read_leases(sn, r, ns)
+							   : sync_read_windows(sn, r, now);
+	if (rc < 0) {
 		snprintf(errstr, STRATEGY_ERR_MAX, "%s", r->why);
 		sync_read_free(r);
 		return -1;
