@@ -344,6 +344,11 @@ static void ctl_print_store(const json_t *ws)
 			       "%.1fs\n", num(st, "in_flight"), num(st, "expires_in"));
 			continue;
 		}
+		if (json_object_get(st, "ahead")) {          /* a GCRA's */
+			printf("store: %.0fs window: %g hits in the bucket (its TAT %.3fs ahead)\n",
+			       num(w, "window"), num(st, "count"), num(st, "ahead"));
+			continue;
+		}
 		if (!head) {
 			time_t t = (time_t)num(st, "read_at");
 			struct tm tm;

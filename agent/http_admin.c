@@ -153,7 +153,8 @@ static int admin_key_args(struct rl *rl, const char *query, size_t qlen, char *d
 /* The store's part of window i of a synced namespace at now: what it
  * holds of the key (sv->counts[i]), or why it could not say (sv->why). */
 static void admin_store_part(char *out, size_t cap, size_t *o, const struct admin_wait *sv,
-			     size_t i, double now, bool sliding, bool leases)
+			     size_t i, double now, bool sliding, enum ns_algorithm algo,
+			     int64_t limit)
 {
 	const struct sync_read_count *c = &sv->counts[i];
 
@@ -164,9 +165,16 @@ static void admin_store_part(char *out, size_t cap, size_t *o, const struct admi
 		http_put(out, cap, o, "\"}");
 		return;
 	}
-	if (leases) {
+	if (algo == NS_ALGO_CONCURRENCY) {
 		http_put(out, cap, o, ",\"store\":{\"in_flight\":%.17g,\"expires_in\":%.3f,"
 		    "\"read_at\":%.3f}", c->current, c->previous, sv->read_at);
+		return;
+	}
+	if (algo == NS_ALGO_GCRA) {
+		/* The hits in the key's bucket: the TAT's lead over T. */
+		double hits = limit > 0 ? c->current * (double)limit / c->size : 0;
+		http_put(out, cap, o, ",\"store\":{\"count\":%.17g,\"ahead\":%.6f,"
+		    "\"read_at\":%.3f}", hits, c->current, sv->read_at);
 		return;
 	}
 	double weight = sliding ? window_weight(now, c->size) : 0;
@@ -218,8 +226,7 @@ static int admin_keys_text(struct rl *rl, int ns, const char *key, size_t key_le
 			http_put(out, cap, &o, ",\"in_flight\":%lld", (long long)k.count);
 		if (sv) {
 			http_put(out, cap, &o, ",\"seen\":%s", k.found ? "true" : "false");
-			admin_store_part(out, cap, &o, sv, i, now, sliding,
-					 nsc->algorithm == NS_ALGO_CONCURRENCY);
+			admin_store_part(out, cap, &o, sv, i, now, sliding, nsc->algorithm, limit);
 		}
 		if (limit != NS_LIMIT_NONE)
 			http_put(out, cap, &o, ",\"limit\":%lld,\"remaining\":%lld", (long long)limit,

@@ -273,7 +273,9 @@ struct sync_read_count {
 	double previous;         /* ... in the window before it */
 	                         /* a concurrency limit's (one, its window):
 	                            current the leases in flight, previous the
-	                            seconds until the first of them expires */
+	                            seconds until the first of them expires; a
+	                            GCRA's: current the seconds its TAT runs
+	                            ahead of the store's clock, previous 0 */
 };
 
 /* c[0..n): one per window size of the namespace, in its order. why: NULL

@@ -11,12 +11,14 @@
  *               timeout_ms: the stores' contract), or at once when the
  *               store refuses them all (away, not connected)
  *
- *   leases      a concurrency limit's (its store holds leases by id, not
- *               window counts): one lease step, a release of an id no
- *               lease has, with the loop iteration's admissions
- *               (sync_gather_admit): the leases in flight, and the seconds
- *               until the first expires (the step drops the expired ones,
- *               as any step does: no count moves)
+ *   steps       a concurrency limit's and a GCRA's (their store holds
+ *               leases by id, TATs, not window counts): their store step
+ *               as a read, with the loop iteration's admissions
+ *               (sync_gather_admit): a release of an id no lease has (the
+ *               leases in flight, the seconds until the first expires), a
+ *               TAT step of cost 0 (the seconds the TAT runs ahead); the
+ *               steps drop expired leases and TATs, as any does: no count
+ *               moves
  *
  * Nothing is written: not the table, not the store. A read needs no list
  * of the sync's: sync_stop destroys the stores, which fail every call in
@@ -39,7 +41,8 @@ struct sync_read {
 	char *key;                    /* stored form */
 	size_t keylen;
 	struct strategy_counter c[2 * NS_MAX_WINDOWS];   /* current, previous per size */
-	struct strategy_admit a;      /* a concurrency limit's: its leases read */
+	struct strategy_admit a[NS_MAX_WINDOWS]; /* a concurrency limit's leases
+	                                 read (one), a GCRA's TATs (one per size) */
 	struct sync_read_count out[NS_MAX_WINDOWS];
 	size_t nsizes;
 	unsigned outstanding;         /* get_window calls not answered */
@@ -84,31 +87,50 @@ static void sync_on_read(void *arg, int status, const char *errstr)
 /* A concurrency limit's leases read: its lease step, a release of an id
  * no lease has ("?": ids are hex), answered with the leases in flight
  * and the seconds until the first expires. */
-static void sync_on_lease_read(void *arg, int status, const char *errstr)
+static void sync_on_step_read(void *arg, int status, const char *errstr)
 {
 	struct sync_read *r = arg;
 
-	if (status != 0 || !r->a.ok)
-		sync_read_fail(r, errstr);
-	r->out[0].ok = r->a.ok;
-	r->out[0].current = r->a.ok ? r->a.current : 0;
-	r->out[0].previous = r->a.ok ? r->a.previous : 0;
+	for (size_t i = 0; i < r->nsizes; i++) {
+		const struct strategy_admit *a = &r->a[i];
+		if (status != 0 || !a->ok)
+			sync_read_fail(r, errstr);
+		r->out[i].ok = a->ok;
+		r->out[i].current = a->ok ? a->current : 0;
+		r->out[i].previous = a->ok ? a->previous : 0;
+	}
 	if (r->cb)
 		r->cb(r->arg, r->out, r->nsizes, r->why[0] ? r->why : NULL);
 	sync_read_free(r);
 }
 
-/* Returns 0 (sent), or -1 (r->why). */
-static int sync_read_leases(struct sync_ns *sn, struct sync_read *r, unsigned ns)
+/* The store's steps of an algorithm that keeps no window counts there,
+ * as reads, one per window size (concurrency: its one): a lease step that
+ * releases an id no lease has ("?": ids are hex), answered with the
+ * leases in flight and the seconds until the first expires; a TAT step
+ * of cost 0 and diff 0, which moves no TAT, answered with the seconds it
+ * runs ahead of the store's clock. Returns 0 (sent), or -1 (r->why). */
+static int sync_read_steps(struct sync_ns *sn, struct sync_read *r, unsigned ns)
 {
-	r->nsizes = 1;
-	r->out[0] = (struct sync_read_count){ .size = sn->def->window_sizes[0] };
-	r->a = (struct strategy_admit){
-		.ns = r->ns, .ns_len = strlen(r->ns), .key = r->key, .key_len = r->keylen,
-		.size = sn->def->window_sizes[0], .cost = 0, .step = STRATEGY_STEP_LEASE,
-		.lease = "?", .lease_len = 1, .lease_s = (double)ns_lease_ms(sn->def) / 1000.0,
-	};
-	if (!sn->ops->admit || sync_gather_admit(r->sy, ns, &r->a, 1, sync_on_lease_read, r) < 0) {
+	const struct ns_def *d = sn->def;
+	bool lease = d->algorithm == NS_ALGO_CONCURRENCY;
+
+	r->nsizes = lease ? 1 : d->n_window_sizes;
+	for (size_t i = 0; i < r->nsizes; i++) {
+		uint32_t size = d->window_sizes[i];
+		int64_t limit = ns_limit_of(d, size);
+		r->out[i] = (struct sync_read_count){ .size = size };
+		r->a[i] = (struct strategy_admit){
+			.ns = r->ns, .ns_len = strlen(r->ns), .key = r->key, .key_len = r->keylen,
+			.size = size, .cost = 0,
+			.step = lease ? STRATEGY_STEP_LEASE : STRATEGY_STEP_TAT,
+			.lease = "?", .lease_len = lease ? 1 : 0,
+			.lease_s = (double)ns_lease_ms(d) / 1000.0,
+			.limit = limit > 0 ? (double)limit : 1, .burst = (double)ns_burst(d),
+		};
+	}
+	if (!sn->ops->admit ||
+	    sync_gather_admit(r->sy, ns, r->a, r->nsizes, sync_on_step_read, r) < 0) {
 		sync_read_fail(r, "not connected");
 		return -1;
 	}
@@ -163,8 +185,8 @@ int sync_read(struct sync *sy, unsigned ns, const char *key, size_t keylen, doub
 	r->keylen = keylen;
 	r->sy = sy;
 	snprintf(r->ns, sizeof(r->ns), "%s", sn->def->name);
-	int rc = sn->def->algorithm == NS_ALGO_CONCURRENCY ? sync_read_leases(sn, r, ns)
-							   : sync_read_windows(sn, r, now);
+	int rc = sn->def->algorithm != NS_ALGO_WINDOW ? sync_read_steps(sn, r, ns)
+						      : sync_read_windows(sn, r, now);
 	if (rc < 0) {
 		snprintf(errstr, STRATEGY_ERR_MAX, "%s", r->why);
 		sync_read_free(r);

@@ -16,7 +16,9 @@
  *   - a hit the store admitted for a request another limit denies is
  *     given back in the store's TAT (a negative diff);
  *   - PostgreSQL's TAT rows are purged once behind the clock, never
- *     while ahead of it.
+ *     while ahead of it;
+ *   - GET /keys on a node that never saw a key reads its TAT from the
+ *     store (the hits in its bucket).
  *
  * A burst takes time on two busy cores, and GCRA refills while it goes:
  * the counts are asserted against the burst plus what the rate gave back
@@ -31,6 +33,7 @@
 
 #include "tests/lib/clock.h"
 #include "tests/lib/clustertest.h"
+#include "tests/lib/httpc.h"
 
 TestSuite(cluster, .init = ct_setup, .fini = ct_teardown, .timeout = 60);
 
@@ -46,7 +49,7 @@ TestSuite(cluster, .init = ct_setup, .fini = ct_teardown, .timeout = 60);
 static const char *gcra_cfg_of(const struct ct_store *st, int timeout_ms, unsigned w, int limit)
 {
 	static char out[2048 + 128];
-	const char *cfg = ct_with_http(st->cfg(w, 0.1, timeout_ms));
+	const char *cfg = ct_with_admin(st->cfg(w, 0.1, timeout_ms));
 	const char *p = strstr(cfg, "\"sync_rate\":");
 
 	cr_assert_not_null(p);
@@ -143,6 +146,33 @@ CT_STORE_TEST(gcra_burst_once_across_nodes)
 	cr_expect(got >= GCRA_BURST - 1 && got <= GCRA_BURST + 1 + gcra_refill(ms),
 		  "%s: %lld admitted of %d at once in %lld ms, burst %d", st->name, (long long)got,
 		  GCRA_HITS, (long long)ms, GCRA_BURST);
+}
+
+/* GET /keys of a node that never saw the key reads the store's TAT: 3
+ * hits on node 0 (limit 10 per 60 s: T = 6 s, burst 5), node 1 answers
+ * 3 hits in the key's bucket (less what 6 s each gave back since). */
+CT_STORE_TEST(gcra_keys_read_the_store)
+{
+	char key[64], target[128];
+	struct httpc_resp r;
+	const char *why = NULL;
+
+	st->up(0);
+	ct_nodes_up = 2;
+	ct_nodes_start(2, gcra_cfg_of(st, 1000, 60, 10));
+	ct_wait_nodes(2);
+	sp_key(key, sizeof(key), "gcra-keys");
+	for (int i = 0; i < 3; i++)
+		cr_assert(ct_limit_hit(0, 0, key, 60, 10), "%s: hit %d admitted", st->name, i);
+	snprintf(target, sizeof(target), "/keys?namespace=default&key=%s", key);
+	cr_assert_eq(httpc_get(ct_nodes[1].a.http_port, target, CT_ADMIN, &r, 5000, &why), 0,
+		     "%s", why);
+	cr_assert_eq(r.status, 200, "%s", r.body);
+	const char *store = strstr(r.body, "\"store\":{\"count\":");
+	cr_assert_not_null(store, "%s: %s", st->name, r.body);
+	double hits = strtod(store + strlen("\"store\":{\"count\":"), NULL);
+	cr_assert(hits > 2 && hits <= 3.0001, "%s: the store's bucket holds %g hits: %s",
+		  st->name, hits, r.body);
 }
 
 /* The rate across the nodes is the configured one: after the burst, half
