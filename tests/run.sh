@@ -120,7 +120,7 @@ wait
 # ---- the results, in order
 unit_result() {
   local t=$1 out=$2 rc=$3 secs=$4 syn p f c
-  echo "$out" | grep -E '^\[(FAIL|----)\]|Synthesis|ERROR|runtime error' | head -40
+  echo "$out" | grep -E '^\[(FAIL|----|WARN)\]|Synthesis|ERROR|runtime error' | head -40
   echo "# $(basename "$t"): $secs s"
   syn=$(echo "$out" | grep 'Synthesis' | tail -1)
   p=$(echo "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
