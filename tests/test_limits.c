@@ -317,8 +317,18 @@ Test(limits, kept_in_the_state_file)
 	limits_destroy(l);
 	uint64_t bad[16] = { 1ULL << 62 | 127ULL << 50 | 60, 3 };
 	uint64_t zero[16] = { 1ULL << 62 | 1ULL << 50 | 0, 3, 'x' };
-	cr_assert_eq(pwrite(shm_state_fd(t), bad, sizeof(bad), (off_t)shm_bytes(t) + 4096), 128);
-	cr_assert_eq(pwrite(shm_state_fd(t), zero, sizeof(zero), (off_t)shm_bytes(t) + 4224), 128);
+	/* Two slots no override holds (where the 4 are depends on the
+	 * table's random seed). */
+	off_t free_at[2];
+	int nfree = 0;
+	for (off_t o = (off_t)shm_bytes(t) + 4096; nfree < 2; o += 128) {
+		uint64_t id = 1;
+		cr_assert_eq(pread(shm_state_fd(t), &id, sizeof(id), o), (ssize_t)sizeof(id));
+		if (id == 0)
+			free_at[nfree++] = o;
+	}
+	cr_assert_eq(pwrite(shm_state_fd(t), bad, sizeof(bad), free_at[0]), 128);
+	cr_assert_eq(pwrite(shm_state_fd(t), zero, sizeof(zero), free_at[1]), 128);
 	shm_destroy(t);
 	t = open_both(path, 100, &l, &dropped);
 	cr_assert_eq(dropped, 1, "window 0 (the length is not a slot's: never read)");
