@@ -489,12 +489,14 @@ static const struct sync_doubt_ops sync_call_ops = {
 /* Does item i of the call carry hits the store has not answered? A
  * lease's step never does: its id makes it exactly once without a resend
  * (an acquire in doubt is decided on the node's share, and given back to
- * the store when denied; a release is retried by sync_lease.c). */
+ * the store when denied; a release is retried by sync_lease.c); nor does
+ * a step of cost 0 and diff 0 (a read: GET /keys of a GCRA key). */
 static bool sync_call_unsettled(const struct strategy_admit *a, const struct strategy_counter *c,
 				size_t i)
 {
 	if (a)
-		return !a[i].ok && a[i].step != STRATEGY_STEP_LEASE;
+		return !a[i].ok && a[i].step != STRATEGY_STEP_LEASE &&
+		       (a[i].cost != 0 || a[i].diff != 0);
 	return !c[i].ok && (c[i].diff != 0 || c[i].spent != 0 || c[i].returned != 0);
 }
 
